@@ -1,0 +1,146 @@
+//! Storage configuration with defaults and validation. Every limit has a name and a unit.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use folio_proto::limits::ENTRY_BYTES_MAX;
+
+#[derive(Debug, Clone)]
+pub struct StorageConfig {
+    /// Directory for journal files.
+    pub journal_dir: PathBuf,
+    /// Directory for entry logs and the index.
+    pub ledger_dir: PathBuf,
+    pub journal: JournalConfig,
+    /// Total memory of the double-buffered write cache; each half gets half of it.
+    pub write_cache_bytes: usize,
+    /// How long an add waits for write-cache space before failing with `Overloaded`.
+    pub write_cache_throttle_max: Duration,
+    /// Entry logs rotate when they reach this size.
+    pub entry_log_bytes_max: u64,
+    /// Flush (and checkpoint) at least this often.
+    pub flush_interval: Duration,
+    /// Memory of the read-ahead cache.
+    pub read_cache_bytes: usize,
+    /// How many following entries a read miss fetches into the read-ahead cache.
+    pub read_ahead_entries: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct JournalConfig {
+    /// `false` skips the fdatasync before acknowledging (data can be lost on power loss).
+    pub sync: bool,
+    /// `false` is journal-less mode: only ledger meta records (master key, fence, explicit
+    /// LAC) go to the journal; entries are acknowledged once in the write cache.
+    pub write_data: bool,
+    /// Longest time the first request of a group waits for others to join it.
+    pub group_wait_max: Duration,
+    /// A group is written as soon as it holds this many bytes.
+    pub group_bytes_max: usize,
+    /// Journal files rotate when they reach this size.
+    pub file_bytes_max: u64,
+    /// Files are zero-filled ahead of the writer in chunks of this size.
+    pub prealloc_bytes: u64,
+    /// Old files kept for reuse after a checkpoint instead of being deleted.
+    pub n_files_recycled_max: usize,
+    /// Bounded request queue of the journal thread; submitters block when it is full.
+    pub queue_depth: usize,
+    /// Use O_DIRECT (with 4 KiB-aligned buffers) where the file system supports it.
+    pub direct_io: bool,
+}
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        JournalConfig {
+            sync: true,
+            write_data: true,
+            group_wait_max: Duration::from_millis(1),
+            group_bytes_max: 512 * 1024,
+            file_bytes_max: 512 * 1024 * 1024,
+            prealloc_bytes: 16 * 1024 * 1024,
+            n_files_recycled_max: 2,
+            queue_depth: 10_000,
+            direct_io: true,
+        }
+    }
+}
+
+impl StorageConfig {
+    /// Defaults for a bookie keeping everything under `data_dir`.
+    pub fn new(data_dir: impl Into<PathBuf>) -> StorageConfig {
+        let data_dir = data_dir.into();
+        StorageConfig {
+            journal_dir: data_dir.join("journal"),
+            ledger_dir: data_dir.join("ledgers"),
+            journal: JournalConfig::default(),
+            write_cache_bytes: 256 * 1024 * 1024,
+            write_cache_throttle_max: Duration::from_secs(10),
+            entry_log_bytes_max: 1024 * 1024 * 1024,
+            flush_interval: Duration::from_secs(10),
+            read_cache_bytes: 64 * 1024 * 1024,
+            read_ahead_entries: 100,
+        }
+    }
+
+    /// Small sizes for tests: 1 MiB entry logs, 64 KiB journal files, a small cache.
+    pub fn small_for_tests(data_dir: impl Into<PathBuf>) -> StorageConfig {
+        let mut c = StorageConfig::new(data_dir);
+        c.journal.file_bytes_max = 64 * 1024;
+        c.journal.prealloc_bytes = 16 * 1024;
+        c.write_cache_bytes = 2 * (ENTRY_BYTES_MAX + 4096);
+        c.entry_log_bytes_max = 1024 * 1024;
+        c.read_cache_bytes = 256 * 1024;
+        c.read_ahead_entries = 8;
+        c
+    }
+
+    /// Rejects inconsistent settings with a message that names the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        let j = &self.journal;
+        if self.write_cache_bytes / 2 < ENTRY_BYTES_MAX {
+            return Err(format!(
+                "write_cache_bytes = {} must be at least twice the largest entry ({ENTRY_BYTES_MAX})",
+                self.write_cache_bytes
+            ));
+        }
+        if self.entry_log_bytes_max < 1024 * 1024 {
+            return Err(format!("entry_log_bytes_max = {} is below 1 MiB", self.entry_log_bytes_max));
+        }
+        if self.entry_log_bytes_max > u32::MAX as u64 * 4 {
+            return Err("entry_log_bytes_max must stay below 16 GiB".into());
+        }
+        if j.file_bytes_max < 64 * 1024 {
+            return Err(format!("journal.file_bytes_max = {} is below 64 KiB", j.file_bytes_max));
+        }
+        if j.prealloc_bytes == 0 || j.prealloc_bytes % 4096 != 0 {
+            return Err("journal.prealloc_bytes must be a positive multiple of 4096".into());
+        }
+        if j.group_bytes_max == 0 || j.queue_depth == 0 {
+            return Err("journal.group_bytes_max and journal.queue_depth must be positive".into());
+        }
+        if j.group_wait_max > std::time::Duration::from_secs(1) {
+            return Err("journal.group_wait_max above 1 s would stall every add".into());
+        }
+        if self.flush_interval.is_zero() {
+            return Err("flush_interval must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_bad_settings_are_named() {
+        StorageConfig::new("/x").validate().unwrap();
+        StorageConfig::small_for_tests("/x").validate().unwrap();
+        let mut c = StorageConfig::new("/x");
+        c.write_cache_bytes = 1024;
+        assert!(c.validate().unwrap_err().contains("write_cache_bytes"));
+        let mut c = StorageConfig::new("/x");
+        c.journal.prealloc_bytes = 100;
+        assert!(c.validate().unwrap_err().contains("prealloc_bytes"));
+    }
+}

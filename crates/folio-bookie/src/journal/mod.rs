@@ -1,0 +1,376 @@
+//! The journal: a write-ahead log with group commit.
+//!
+//! One thread owns the current file. Submitters queue records (a bounded queue: they block
+//! when it is full); the thread gathers a group (until `group_wait_max` after the first
+//! record, or `group_bytes_max`), writes it with one aligned write, `fdatasync`s, and only
+//! then runs the callbacks. A failed write or fsync poisons the journal: that group and every
+//! later request fail, and nothing is retried (the data the kernel dropped cannot be
+//! recovered by a second fsync).
+//!
+//! **Architecture invariant:** the journal knows records, not ledgers: it never looks inside
+//! an entry and keeps no per-ledger state.
+
+pub mod format;
+mod replay;
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+pub use format::{JournalPosition, JournalRecord, StopReason};
+pub use replay::{ReplayReport, replay};
+
+use crate::config::JournalConfig;
+use crate::error::{Result, StorageError};
+use crate::fs::{AlignedBuf, DIRECT_IO_ALIGN, FileHandle, FileSystem, OpenOptions};
+use format::{HEADER_BYTES, encode_header, encode_record, file_name, parse_file_name, record_len};
+
+/// Called on the journal thread once the record is durable (or failed).
+pub type JournalCallback = Box<dyn FnOnce(Result<JournalPosition>) + Send>;
+
+enum Request {
+    Append(JournalRecord, Option<JournalCallback>),
+    /// Files before this id are no longer needed (a checkpoint covers them).
+    ReleaseBefore(u64),
+    Shutdown,
+}
+
+#[derive(Debug)]
+struct Shared {
+    written: Mutex<JournalPosition>,
+    poisoned: Mutex<Option<String>>,
+}
+
+/// Handle to the journal thread. Dropping it stops the thread after the queued requests.
+#[derive(Debug)]
+pub struct Journal {
+    tx: SyncSender<Request>,
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Writes the checkpoint file: replay starts at `mark` from now on.
+pub fn write_checkpoint(fs: &dyn FileSystem, dir: &Path, mark: JournalPosition) -> Result<()> {
+    fs.write_atomic(&dir.join("checkpoint"), &format::encode_checkpoint(mark))
+        .map_err(|e| StorageError::io("writing journal checkpoint", e))
+}
+
+/// Reads the checkpoint file, if there is one.
+pub fn read_checkpoint(fs: &dyn FileSystem, dir: &Path) -> Result<Option<JournalPosition>> {
+    let path = dir.join("checkpoint");
+    if !fs.exists(&path) {
+        return Ok(None);
+    }
+    let bytes = fs.read_all(&path).map_err(|e| StorageError::io("reading journal checkpoint", e))?;
+    format::decode_checkpoint(&bytes)
+        .map(Some)
+        .map_err(|d| StorageError::corruption(path.display().to_string(), d))
+}
+
+impl Journal {
+    /// Starts the journal after `replay` has read it: seals the last file at the end of its
+    /// valid records (so the torn tail it may have is never read as corruption later) and
+    /// opens a new file.
+    pub fn start(
+        fs: Arc<dyn FileSystem>,
+        dir: PathBuf,
+        config: JournalConfig,
+        report: &ReplayReport,
+    ) -> Result<Journal> {
+        fs.create_dir_all(&dir).map_err(|e| StorageError::io("creating journal dir", e))?;
+        let mut writer = Writer::new(fs, dir, config.clone());
+        if let Some(end) = report.end {
+            writer.seal_existing(end).map_err(|e| StorageError::io("sealing last journal file", e))?;
+        }
+        let first_id = report.next_file_id();
+        writer.recycle = report.files_before_mark.iter().map(|id| writer.path(*id)).collect();
+        writer.trim_recycle_pool();
+        writer.open_new_file(first_id).map_err(|e| StorageError::io("creating journal file", e))?;
+        let written = JournalPosition { file_id: first_id, offset: HEADER_BYTES as u64 };
+        let shared = Arc::new(Shared { written: Mutex::new(written), poisoned: Mutex::new(None) });
+        let (tx, rx) = mpsc::sync_channel(config.queue_depth);
+        let thread_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("folio-journal".into())
+            .spawn(move || writer.run(rx, &thread_shared))
+            .map_err(|e| StorageError::io("spawning journal thread", e))?;
+        Ok(Journal { tx, shared, thread: Mutex::new(Some(thread)) })
+    }
+
+    /// Queues `record`; `done` runs once it is durable (or failed).
+    pub fn append(&self, record: JournalRecord, done: JournalCallback) {
+        if let Err(mpsc::SendError(Request::Append(_, Some(done)))) =
+            self.tx.send(Request::Append(record, Some(done)))
+        {
+            done(Err(StorageError::ShutDown));
+        }
+    }
+
+    /// The position up to which every queued record has been written. Every record before
+    /// it was submitted before this call returned.
+    pub fn written_mark(&self) -> JournalPosition {
+        *self.shared.written.lock().expect("journal mark lock")
+    }
+
+    /// Tells the journal that files before `file_id` are covered by a checkpoint.
+    pub fn release_before(&self, file_id: u64) {
+        let _ = self.tx.send(Request::ReleaseBefore(file_id));
+    }
+
+    pub fn poisoned(&self) -> Option<String> {
+        self.shared.poisoned.lock().expect("journal poison lock").clone()
+    }
+
+    /// Stops the thread after everything queued so far.
+    pub fn shutdown(&self) {
+        let _ = self.tx.send(Request::Shutdown);
+        if let Some(t) = self.thread.lock().expect("journal thread lock").take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+struct Writer {
+    fs: Arc<dyn FileSystem>,
+    dir: PathBuf,
+    config: JournalConfig,
+    file: Option<Arc<dyn FileHandle>>,
+    file_id: u64,
+    /// File offset where `buf` starts; always aligned.
+    block_offset: u64,
+    /// The not-yet-full last block already on disk, followed by new records.
+    buf: AlignedBuf,
+    /// Bytes of the file known to be zero-filled or written.
+    prealloc_end: u64,
+    zeros: AlignedBuf,
+    recycle: VecDeque<PathBuf>,
+}
+
+impl Writer {
+    fn new(fs: Arc<dyn FileSystem>, dir: PathBuf, config: JournalConfig) -> Writer {
+        let mut zeros = AlignedBuf::with_capacity(config.prealloc_bytes as usize);
+        zeros.extend_from_slice(&vec![0u8; config.prealloc_bytes as usize]);
+        Writer {
+            fs,
+            dir,
+            buf: AlignedBuf::with_capacity(config.group_bytes_max + 2 * DIRECT_IO_ALIGN),
+            config,
+            file: None,
+            file_id: 0,
+            block_offset: 0,
+            prealloc_end: 0,
+            zeros,
+            recycle: VecDeque::new(),
+        }
+    }
+
+    fn path(&self, file_id: u64) -> PathBuf {
+        self.dir.join(file_name(file_id))
+    }
+
+    fn file(&self) -> &Arc<dyn FileHandle> {
+        self.file.as_ref().expect("journal writer has a file")
+    }
+
+    /// Loads the partial block at `end` of an existing file and appends a FileEnd record.
+    fn seal_existing(&mut self, end: JournalPosition) -> std::io::Result<()> {
+        let file = self.fs.open(&self.path(end.file_id), OpenOptions::EXISTING)?;
+        let block = end.offset / DIRECT_IO_ALIGN as u64 * DIRECT_IO_ALIGN as u64;
+        let mut tail = vec![0u8; (end.offset - block) as usize];
+        file.read_exact_at(&mut tail, block)?;
+        let direct = self.config.direct_io;
+        self.file = Some(self.fs.open(&self.path(end.file_id), OpenOptions { direct, ..OpenOptions::EXISTING })?);
+        self.file_id = end.file_id;
+        self.block_offset = block;
+        self.prealloc_end = file.len()?;
+        self.buf.clear();
+        self.buf.extend_from_slice(&tail);
+        self.append_file_end(end.file_id + 1)
+    }
+
+    fn append_file_end(&mut self, next_file_id: u64) -> std::io::Result<()> {
+        encode_record(self.file_id, &JournalRecord::FileEnd { next_file_id }, &mut self.buf);
+        self.write_buf()?;
+        self.file().sync_data()
+    }
+
+    fn open_new_file(&mut self, file_id: u64) -> std::io::Result<()> {
+        let path = self.path(file_id);
+        let direct = self.config.direct_io;
+        let file = match self.recycle.pop_front() {
+            Some(old) => {
+                self.fs.rename(&old, &path)?;
+                self.fs.open(&path, OpenOptions { direct, ..OpenOptions::EXISTING })?
+            }
+            None => self.fs.open(&path, OpenOptions { direct, ..OpenOptions::CREATE_NEW })?,
+        };
+        self.prealloc_end = file.len()? / DIRECT_IO_ALIGN as u64 * DIRECT_IO_ALIGN as u64;
+        self.file = Some(file);
+        self.file_id = file_id;
+        self.block_offset = 0;
+        self.buf.clear();
+        self.buf.extend_from_slice(&encode_header(file_id));
+        self.write_buf()?;
+        self.file().sync_data()?;
+        self.fs.sync_dir(&self.dir)?;
+        tracing::debug!(file_id, "journal file opened");
+        Ok(())
+    }
+
+    /// Writes `buf` (padded) at `block_offset`, then keeps the last partial block in `buf`.
+    fn write_buf(&mut self) -> std::io::Result<()> {
+        let used = self.buf.len();
+        self.buf.pad_to_alignment();
+        let end = self.block_offset + self.buf.len() as u64;
+        while self.prealloc_end < end {
+            let at = self.prealloc_end;
+            self.file.as_ref().expect("file").write_all_at(self.zeros.as_slice(), at)?;
+            self.prealloc_end += self.zeros.len() as u64;
+        }
+        self.file().write_all_at(self.buf.as_slice(), self.block_offset)?;
+        let full = used / DIRECT_IO_ALIGN * DIRECT_IO_ALIGN;
+        let tail = self.buf.as_slice()[full..used].to_vec();
+        self.block_offset += full as u64;
+        self.buf.clear();
+        self.buf.extend_from_slice(&tail);
+        Ok(())
+    }
+
+    fn position(&self) -> JournalPosition {
+        JournalPosition { file_id: self.file_id, offset: self.block_offset + self.buf.len() as u64 }
+    }
+
+    fn rotate(&mut self) -> std::io::Result<()> {
+        let next = self.file_id + 1;
+        self.append_file_end(next)?;
+        self.open_new_file(next)
+    }
+
+    fn trim_recycle_pool(&mut self) {
+        while self.recycle.len() > self.config.n_files_recycled_max {
+            let old = self.recycle.pop_front().expect("non-empty pool");
+            if let Err(e) = self.fs.remove_file(&old) {
+                tracing::warn!(path = %old.display(), error = %e, "removing old journal file failed");
+            }
+        }
+    }
+
+    fn release_before(&mut self, file_id: u64) {
+        let names = match self.fs.list_dir(&self.dir) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing journal dir failed");
+                return;
+            }
+        };
+        for id in names.iter().filter_map(|n| parse_file_name(n)) {
+            let path = self.path(id);
+            if id < file_id && id != self.file_id && !self.recycle.contains(&path) {
+                self.recycle.push_back(path);
+            }
+        }
+        self.trim_recycle_pool();
+        let _ = self.fs.sync_dir(&self.dir);
+    }
+
+    fn run(mut self, rx: Receiver<Request>, shared: &Shared) {
+        let mut group: Vec<(JournalRecord, Option<JournalCallback>)> = Vec::new();
+        loop {
+            let Ok(first) = rx.recv() else { return };
+            let mut stop = false;
+            let mut group_bytes = 0usize;
+            let deadline = Instant::now() + self.config.group_wait_max;
+            let mut next = Some(first);
+            loop {
+                match next.take() {
+                    Some(Request::Append(r, cb)) => {
+                        group_bytes += record_len(&r);
+                        group.push((r, cb));
+                    }
+                    Some(Request::ReleaseBefore(id)) => self.release_before(id),
+                    Some(Request::Shutdown) => stop = true,
+                    None => {}
+                }
+                if stop || group_bytes >= self.config.group_bytes_max {
+                    break;
+                }
+                next = match rx.try_recv() {
+                    Ok(r) => Some(r),
+                    Err(TryRecvError::Disconnected) => break,
+                    Err(TryRecvError::Empty) => {
+                        let now = Instant::now();
+                        if group.is_empty() || now >= deadline {
+                            break;
+                        }
+                        match rx.recv_timeout(deadline - now) {
+                            Ok(r) => Some(r),
+                            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+                        }
+                    }
+                };
+            }
+            if !group.is_empty() {
+                self.commit_group(&mut group, shared);
+            }
+            if stop {
+                return;
+            }
+        }
+    }
+
+    fn commit_group(&mut self, group: &mut Vec<(JournalRecord, Option<JournalCallback>)>, shared: &Shared) {
+        let poisoned = shared.poisoned.lock().expect("poison lock").clone();
+        if let Some(reason) = poisoned {
+            for (_, cb) in group.drain(..) {
+                if let Some(cb) = cb {
+                    cb(Err(StorageError::Poisoned(reason.clone())));
+                }
+            }
+            return;
+        }
+        let mut positions = Vec::with_capacity(group.len());
+        let result = (|| -> std::io::Result<()> {
+            if self.position().offset >= self.config.file_bytes_max {
+                self.rotate()?;
+            }
+            for (record, _) in group.iter() {
+                encode_record(self.file_id, record, &mut self.buf);
+                positions.push(self.position());
+            }
+            self.write_buf()?;
+            if self.config.sync {
+                self.file().sync_data()?;
+            }
+            Ok(())
+        })();
+        match result {
+            Ok(()) => {
+                *shared.written.lock().expect("mark lock") = self.position();
+                for ((_, cb), pos) in group.drain(..).zip(positions) {
+                    if let Some(cb) = cb {
+                        cb(Ok(pos));
+                    }
+                }
+            }
+            Err(e) => {
+                let reason = format!("journal file {:016x}: {e}", self.file_id);
+                tracing::error!(%reason, "journal write or fsync failed; journal poisoned");
+                *shared.poisoned.lock().expect("poison lock") = Some(reason.clone());
+                for (_, cb) in group.drain(..) {
+                    if let Some(cb) = cb {
+                        cb(Err(StorageError::Poisoned(reason.clone())));
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! The Folio storage node ("bookie"): journal, entry logs, index and ledger storage.
+//!
+//! Entry point: [`Storage`]. It accepts entries (durable once acknowledged: the journal's
+//! fsync, or the write-cache flush in journal-less mode), answers reads, keeps per-ledger
+//! state (master key, fence, explicit LAC, limbo) and recovers all of it after a crash.
+//!
+//! **Architecture invariant:** this crate never talks to the metadata store or the network
+//! in the storage modules; the server (a later layer) does. Storage is plain blocking code
+//! with callbacks, so it runs the same under any runtime and under simulation.
+
+pub mod config;
+pub mod entry_log;
+pub mod error;
+pub mod fs;
+pub mod index;
+pub mod journal;
+mod frame;
+mod read_cache;
+pub mod storage;
+mod write_cache;
+
+pub use config::{JournalConfig, StorageConfig};
+pub use error::{Result, StorageError};
+pub use storage::{AddCallback, Storage};

@@ -1,0 +1,71 @@
+//! The read-ahead cache: entries fetched ahead of a sequential reader, bounded in bytes,
+//! evicted first-in first-out.
+
+use std::collections::{HashMap, VecDeque};
+
+use folio_proto::{Entry, EntryId, LedgerId};
+
+#[derive(Debug)]
+pub struct ReadCache {
+    bytes_max: usize,
+    bytes: usize,
+    entries: HashMap<(LedgerId, EntryId), Entry>,
+    order: VecDeque<(LedgerId, EntryId)>,
+}
+
+impl ReadCache {
+    pub fn new(bytes_max: usize) -> ReadCache {
+        ReadCache { bytes_max, bytes: 0, entries: HashMap::new(), order: VecDeque::new() }
+    }
+
+    pub fn get(&self, ledger_id: LedgerId, entry_id: EntryId) -> Option<Entry> {
+        self.entries.get(&(ledger_id, entry_id)).cloned()
+    }
+
+    pub fn insert(&mut self, entry: Entry) {
+        let key = (entry.ledger_id(), entry.entry_id());
+        if entry.encoded_len() > self.bytes_max || self.entries.contains_key(&key) {
+            return;
+        }
+        while self.bytes + entry.encoded_len() > self.bytes_max {
+            let Some(old) = self.order.pop_front() else { break };
+            if let Some(e) = self.entries.remove(&old) {
+                self.bytes -= e.encoded_len();
+            }
+        }
+        self.bytes += entry.encoded_len();
+        self.entries.insert(key, entry);
+        self.order.push_back(key);
+        debug_assert!(self.bytes <= self.bytes_max);
+    }
+
+    pub fn remove_ledger(&mut self, ledger_id: LedgerId) {
+        let bytes = &mut self.bytes;
+        self.entries.retain(|k, e| {
+            let keep = k.0 != ledger_id;
+            if !keep {
+                *bytes -= e.encoded_len();
+            }
+            keep
+        });
+        self.order.retain(|k| k.0 != ledger_id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use folio_proto::EntryHeader;
+
+    #[test]
+    fn stays_within_its_byte_budget() {
+        let mut c = ReadCache::new(1000);
+        for e in 0..10 {
+            c.insert(Entry::encode(EntryHeader { ledger_id: 1, entry_id: e, last_add_confirmed: -1, length: 0 }, &[0; 264]));
+        }
+        assert!(c.bytes <= 1000);
+        assert!(c.get(1, 9).is_some() && c.get(1, 0).is_none(), "oldest evicted first");
+        c.remove_ledger(1);
+        assert_eq!(c.bytes, 0);
+    }
+}

@@ -1,0 +1,770 @@
+//! Ledger storage: the semantics of a bookie's disk.
+//!
+//! Add path: verify the entry's digest; check the master key and the fence under the ledger
+//! lock (and journal a newly learned master key there, so it is durable no later than any
+//! entry acknowledged after it); insert into the write cache; journal the entry; acknowledge
+//! after the journal's fsync. In journal-less mode the acknowledgement follows the cache
+//! insert (only meta records are journaled) and durability comes from the flush.
+//!
+//! Flush (= checkpoint): swap the cache halves and read the journal's written mark under the
+//! cache lock, so every record before the mark is in the snapshot; write the snapshot sorted
+//! into the current entry log (rotating and sealing at the size limit); fsync the log; commit
+//! locations, dirty ledger states and entry-log states in one index batch; then write the
+//! journal checkpoint and release older journal files. A crash anywhere leaves either the
+//! old checkpoint (and the journal replays) or the new one (and the index has everything).
+//!
+//! Any failed write or fsync poisons the instance: every later call fails until a reopen,
+//! which recovers from the journal.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
+use folio_proto::limits::MASTER_KEY_BYTES;
+use folio_proto::{Entry, EntryId, INVALID_ENTRY_ID, LedgerId};
+
+use crate::config::StorageConfig;
+use crate::entry_log::{self, EntryLogReader, EntryLogWriter};
+use crate::error::{Result, StorageError};
+use crate::fs::{FileSystem, RealFs};
+use crate::index::{self, EntryLocation, EntryLogState, FjallKv, KvBatch, KvStore, LedgerState, Table};
+use crate::journal::{self, Journal, JournalPosition, JournalRecord, ReplayReport};
+use crate::read_cache::ReadCache;
+use crate::write_cache::{CacheHalf, WriteCache};
+
+/// Runs once an add (or fence, or explicit-LAC write) is durable, or failed.
+pub type AddCallback = Box<dyn FnOnce(Result<()>) + Send>;
+
+pub type MasterKey = [u8; MASTER_KEY_BYTES];
+
+const INDEX_PAGE: usize = 10_000;
+
+#[derive(Debug, Default, Clone)]
+struct Ledger {
+    state: LedgerState,
+    /// Highest last-add-confirmed piggybacked on an entry; `None` until computed.
+    piggybacked_lac: Option<EntryId>,
+    dirty: bool,
+}
+
+/// What the last open recovered, for logs and `folio bookie inspect`.
+#[derive(Debug, Clone, Default)]
+pub struct RecoveryReport {
+    pub journal: ReplayReport,
+    pub entry_logs_sealed_at_open: Vec<u64>,
+    pub orphan_entry_logs_removed: Vec<u64>,
+    pub n_ledgers: usize,
+}
+
+#[derive(Debug)]
+struct FlushState {
+    writer: Option<EntryLogWriter>,
+    next_log_id: u64,
+    last_mark: Option<JournalPosition>,
+}
+
+#[derive(Debug, Default)]
+struct FlushSignal {
+    requested: bool,
+    shutdown: bool,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: StorageConfig,
+    fs: Arc<dyn FileSystem>,
+    kv: Arc<dyn KvStore>,
+    log_dir: PathBuf,
+    journal: OnceLock<Journal>,
+    cache: WriteCache,
+    read_cache: Mutex<ReadCache>,
+    reader: EntryLogReader,
+    ledgers: Mutex<HashMap<LedgerId, Ledger>>,
+    flush: Mutex<FlushState>,
+    signal: Mutex<FlushSignal>,
+    signal_cond: Condvar,
+    poisoned: Mutex<Option<String>>,
+    closed: AtomicBool,
+}
+
+/// A bookie's storage. Cheap to share behind an `Arc`; all methods take `&self`.
+#[derive(Debug)]
+pub struct Storage {
+    inner: Arc<Inner>,
+    flusher: Mutex<Option<JoinHandle<()>>>,
+    recovery: RecoveryReport,
+}
+
+impl Storage {
+    /// Opens storage on the real file system with the fjall index under `ledger_dir/index`.
+    pub fn open_default(config: StorageConfig) -> Result<Storage> {
+        let index_dir = config.ledger_dir.join("index");
+        std::fs::create_dir_all(&index_dir).map_err(|e| StorageError::io("creating index dir", e))?;
+        let kv = Arc::new(FjallKv::open(&index_dir)?);
+        Storage::open(config, Arc::new(RealFs), kv)
+    }
+
+    /// Opens (and recovers) storage: seal entry logs left active by a crash, replay the
+    /// journal from the checkpoint, flush what was replayed, start the journal and flusher.
+    pub fn open(config: StorageConfig, fs: Arc<dyn FileSystem>, kv: Arc<dyn KvStore>) -> Result<Storage> {
+        config.validate().map_err(StorageError::BadRequest)?;
+        let log_dir = config.ledger_dir.join("entrylogs");
+        for d in [&config.journal_dir, &config.ledger_dir, &log_dir] {
+            fs.create_dir_all(d).map_err(|e| StorageError::io(format!("creating {}", d.display()), e))?;
+        }
+        let mut recovery = RecoveryReport::default();
+        let ledgers = load_ledgers(kv.as_ref())?;
+        recovery.n_ledgers = ledgers.len();
+        let next_log_id = recover_entry_logs(fs.as_ref(), kv.as_ref(), &log_dir, &mut recovery)?;
+        let inner = Arc::new(Inner {
+            cache: WriteCache::new(config.write_cache_bytes),
+            read_cache: Mutex::new(ReadCache::new(config.read_cache_bytes)),
+            reader: EntryLogReader::new(fs.clone(), log_dir.clone()),
+            ledgers: Mutex::new(ledgers),
+            flush: Mutex::new(FlushState { writer: None, next_log_id, last_mark: None }),
+            signal: Mutex::new(FlushSignal::default()),
+            signal_cond: Condvar::new(),
+            poisoned: Mutex::new(None),
+            closed: AtomicBool::new(false),
+            journal: OnceLock::new(),
+            config,
+            fs,
+            kv,
+            log_dir,
+        });
+        recovery.journal = inner.replay_journal()?;
+        let journal = Journal::start(
+            inner.fs.clone(),
+            inner.config.journal_dir.clone(),
+            inner.config.journal.clone(),
+            &recovery.journal,
+        )?;
+        let mark = journal.written_mark();
+        inner.journal.set(journal).expect("journal set once");
+        journal::write_checkpoint(inner.fs.as_ref(), &inner.config.journal_dir, mark)?;
+        inner.journal().release_before(mark.file_id);
+        inner.flush.lock().expect("flush lock").last_mark = Some(mark);
+        let flusher_inner = inner.clone();
+        let flusher = std::thread::Builder::new()
+            .name("folio-flusher".into())
+            .spawn(move || flusher_inner.run_flusher())
+            .map_err(|e| StorageError::io("spawning flusher", e))?;
+        tracing::info!(
+            journal_records = recovery.journal.n_records,
+            ledgers = recovery.n_ledgers,
+            sealed_at_open = recovery.entry_logs_sealed_at_open.len(),
+            "storage opened"
+        );
+        Ok(Storage { inner, flusher: Mutex::new(Some(flusher)), recovery })
+    }
+
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    /// Adds an entry. `done` runs once it is durable (or failed). Errors found before the
+    /// entry is accepted (bad digest, fenced, wrong key, overload) are returned directly and
+    /// `done` is not called.
+    pub fn add_entry(&self, bytes: Bytes, master_key: &MasterKey, recovery: bool, done: AddCallback) -> Result<()> {
+        self.inner.add_entry(bytes, master_key, recovery, done)
+    }
+
+    /// Reads an entry; `entry_id == -1` reads the last entry this bookie has.
+    pub fn read_entry(&self, ledger_id: LedgerId, entry_id: EntryId) -> Result<Entry> {
+        self.inner.read_entry(ledger_id, entry_id)
+    }
+
+    /// Fences a ledger: later non-recovery adds fail with `Fenced`. `done` runs once the
+    /// fence is durable; a fencing read answers only after that.
+    pub fn fence(&self, ledger_id: LedgerId, master_key: &MasterKey, done: AddCallback) -> Result<()> {
+        self.inner.update_ledger(ledger_id, master_key, JournalRecord::Fence { ledger_id }, done)
+    }
+
+    pub fn set_explicit_lac(&self, ledger_id: LedgerId, master_key: &MasterKey, lac: EntryId, done: AddCallback) -> Result<()> {
+        self.inner.update_ledger(ledger_id, master_key, JournalRecord::ExplicitLac { ledger_id, lac }, done)
+    }
+
+    /// The ledger's last-add-confirmed as this bookie knows it: the larger of the explicit
+    /// LAC and the highest LAC piggybacked on its entries.
+    pub fn read_lac(&self, ledger_id: LedgerId) -> Result<EntryId> {
+        self.inner.read_lac(ledger_id)
+    }
+
+    /// The highest entry id stored for the ledger, if any.
+    pub fn last_entry_id(&self, ledger_id: LedgerId) -> Result<Option<EntryId>> {
+        self.inner.last_entry(ledger_id)
+    }
+
+    pub fn ledger_state(&self, ledger_id: LedgerId) -> Option<LedgerState> {
+        self.inner.lock_ledgers().get(&ledger_id).map(|l| l.state.clone())
+    }
+
+    pub fn ledger_exists(&self, ledger_id: LedgerId) -> bool {
+        self.inner.lock_ledgers().contains_key(&ledger_id)
+    }
+
+    /// Every ledger this bookie has, sorted.
+    pub fn ledger_ids(&self) -> Vec<LedgerId> {
+        let mut ids: Vec<LedgerId> = self.inner.lock_ledgers().keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Puts a ledger in limbo (or takes it out), durably, before returning.
+    pub fn set_limbo(&self, ledger_id: LedgerId, limbo: bool) -> Result<()> {
+        self.inner.set_limbo(ledger_id, limbo)
+    }
+
+    /// Drops a ledger's entries and state locally (used by garbage collection). The entry
+    /// log bytes are reclaimed later by entry-log GC.
+    pub fn delete_ledger(&self, ledger_id: LedgerId) -> Result<()> {
+        self.inner.delete_ledger(ledger_id)
+    }
+
+    pub fn storage_flags(&self) -> Result<u64> {
+        self.inner.storage_flags()
+    }
+
+    pub fn set_storage_flags(&self, flags: u64) -> Result<()> {
+        let mut b = KvBatch::default();
+        b.put(Table::Meta, index::META_FLAGS.to_vec(), flags.to_le_bytes().to_vec());
+        self.inner.kv.commit(b)
+    }
+
+    /// Flushes the write cache and checkpoints the journal now.
+    pub fn flush(&self) -> Result<()> {
+        self.inner.check_poison()?;
+        self.inner.flush_now()
+    }
+
+    /// The persisted states of all entry logs (sealed ones are flushed and rotated).
+    pub fn entry_log_states(&self) -> Result<Vec<(u64, EntryLogState)>> {
+        entry_log_states(self.inner.kv.as_ref())
+    }
+
+    /// Clean shutdown: flush, checkpoint, stop the threads.
+    pub fn close(self) -> Result<()> {
+        let result = self.inner.check_poison().and_then(|()| self.inner.flush_now());
+        self.stop();
+        result
+    }
+
+    fn stop(&self) {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        {
+            let mut s = self.inner.signal.lock().expect("signal lock");
+            s.shutdown = true;
+            self.inner.signal_cond.notify_all();
+        }
+        if let Some(t) = self.flusher.lock().expect("flusher lock").take() {
+            let _ = t.join();
+        }
+        if let Some(j) = self.inner.journal.get() {
+            j.shutdown();
+        }
+    }
+}
+
+impl Drop for Storage {
+    /// Stops the threads without flushing: like a crash that loses nothing already synced.
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn load_ledgers(kv: &dyn KvStore) -> Result<HashMap<LedgerId, Ledger>> {
+    let mut out = HashMap::new();
+    let mut start = Vec::new();
+    loop {
+        let page = kv.range(Table::Ledgers, &start, &[0xff; 9], INDEX_PAGE)?;
+        let Some(last) = page.last() else { break };
+        start = last.0.clone();
+        start.push(0);
+        let full = page.len() == INDEX_PAGE;
+        for (k, v) in page {
+            let id = index::parse_ledger_key(&k)?;
+            out.insert(id, Ledger { state: LedgerState::decode(&v)?, piggybacked_lac: None, dirty: false });
+        }
+        if !full {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+fn entry_log_states(kv: &dyn KvStore) -> Result<Vec<(u64, EntryLogState)>> {
+    let mut end = index::META_ELOG_PREFIX.to_vec();
+    end.push(0xff);
+    kv.range(Table::Meta, index::META_ELOG_PREFIX, &end, usize::MAX)?
+        .into_iter()
+        .map(|(k, v)| {
+            let id = index::parse_elog_key(&k)
+                .ok_or_else(|| StorageError::corruption("index", "bad entry log key"))?;
+            Ok((id, EntryLogState::decode(&v)?))
+        })
+        .collect()
+}
+
+/// Seals logs the index lists as active (a crash interrupted them), removes log files the
+/// index never listed (created by a flush that did not commit), and returns the next log id.
+fn recover_entry_logs(fs: &dyn FileSystem, kv: &dyn KvStore, dir: &Path, report: &mut RecoveryReport) -> Result<u64> {
+    let states = entry_log_states(kv)?;
+    let on_disk: Vec<u64> = fs
+        .list_dir(dir)
+        .map_err(|e| StorageError::io("listing entry logs", e))?
+        .iter()
+        .filter_map(|n| entry_log::parse_file_name(n))
+        .collect();
+    let known: HashMap<u64, &EntryLogState> = states.iter().map(|(id, s)| (*id, s)).collect();
+    let mut batch = KvBatch::default();
+    for (id, state) in &states {
+        if !on_disk.contains(id) {
+            return Err(StorageError::corruption(
+                dir.display().to_string(),
+                format!("entry log {} is in the index but missing on disk", entry_log::file_name(*id)),
+            ));
+        }
+        if !state.sealed {
+            let scan = entry_log::scan(fs, dir, *id, &mut |_, _| {})?;
+            let sealed = EntryLogWriter::reopen_for_seal(fs, dir, &scan)?.seal()?;
+            batch.put(Table::Meta, index::elog_key(*id), sealed.encode());
+            report.entry_logs_sealed_at_open.push(*id);
+        }
+    }
+    for id in &on_disk {
+        if !known.contains_key(id) {
+            fs.remove_file(&dir.join(entry_log::file_name(*id)))
+                .map_err(|e| StorageError::io("removing orphan entry log", e))?;
+            report.orphan_entry_logs_removed.push(*id);
+        }
+    }
+    fs.sync_dir(dir).map_err(|e| StorageError::io("syncing entry log dir", e))?;
+    let stored_next = kv.get(Table::Meta, index::META_NEXT_LOG_ID)?.map_or(Ok(1), |v| {
+        v.try_into().map(u64::from_le_bytes).map_err(|_| StorageError::corruption("index", "next_log_id"))
+    })?;
+    let next = on_disk.iter().map(|id| id + 1).chain(states.iter().map(|(id, _)| id + 1)).fold(stored_next, u64::max);
+    batch.put(Table::Meta, index::META_NEXT_LOG_ID.to_vec(), next.to_le_bytes().to_vec());
+    kv.commit(batch)?;
+    Ok(next)
+}
+
+impl Inner {
+    fn journal(&self) -> &Journal {
+        self.journal.get().expect("journal started")
+    }
+
+    fn lock_ledgers(&self) -> MutexGuard<'_, HashMap<LedgerId, Ledger>> {
+        self.ledgers.lock().expect("ledgers lock")
+    }
+
+    fn check_poison(&self) -> Result<()> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(StorageError::ShutDown);
+        }
+        if let Some(reason) = self.poisoned.lock().expect("poison lock").clone() {
+            return Err(StorageError::Poisoned(reason));
+        }
+        if let Some(reason) = self.journal.get().and_then(Journal::poisoned) {
+            return Err(StorageError::Poisoned(reason));
+        }
+        Ok(())
+    }
+
+    fn poison(&self, reason: String) {
+        tracing::error!(%reason, "storage poisoned; restart to recover from the journal");
+        let mut p = self.poisoned.lock().expect("poison lock");
+        if p.is_none() {
+            *p = Some(reason);
+        }
+    }
+
+    fn request_flush(&self) {
+        let mut s = self.signal.lock().expect("signal lock");
+        s.requested = true;
+        self.signal_cond.notify_all();
+    }
+
+    fn add_entry(&self, bytes: Bytes, key: &MasterKey, recovery: bool, done: AddCallback) -> Result<()> {
+        self.check_poison()?;
+        let entry = Entry::decode(bytes)?;
+        let ledger_id = entry.ledger_id();
+        let mut key_written: Option<std::sync::mpsc::Receiver<Result<()>>> = None;
+        {
+            let mut ledgers = self.lock_ledgers();
+            let ledger = ledgers.entry(ledger_id).or_default();
+            match ledger.state.master_key {
+                Some(k) if k != *key => return Err(StorageError::Unauthorized(ledger_id)),
+                Some(_) => {}
+                None => {
+                    ledger.state.master_key = Some(*key);
+                    ledger.dirty = true;
+                    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+                    let record = JournalRecord::MasterKey { ledger_id, key: *key };
+                    self.journal().append(record, Box::new(move |r| {
+                        let _ = tx.send(r.map(|_| ()));
+                    }));
+                    key_written = Some(rx);
+                }
+            }
+            if ledger.state.fenced && !recovery {
+                return Err(StorageError::Fenced(ledger_id));
+            }
+            let lac = entry.last_add_confirmed();
+            ledger.piggybacked_lac = Some(ledger.piggybacked_lac.map_or(lac, |l| l.max(lac)));
+        }
+        self.cache.insert(entry.clone(), self.config.write_cache_throttle_max, &|| self.request_flush())?;
+        if self.config.journal.write_data {
+            self.journal().append(JournalRecord::Entry(entry), Box::new(move |r| done(r.map(|_| ()))));
+        } else {
+            // Journal-less: acknowledged once cached, after a newly learned key is durable.
+            match key_written {
+                Some(rx) => done(rx.recv().unwrap_or(Err(StorageError::ShutDown))),
+                None => done(Ok(())),
+            }
+        }
+        Ok(())
+    }
+
+    fn update_ledger(&self, ledger_id: LedgerId, key: &MasterKey, record: JournalRecord, done: AddCallback) -> Result<()> {
+        self.check_poison()?;
+        let mut ledgers = self.lock_ledgers();
+        let ledger = ledgers.entry(ledger_id).or_default();
+        match ledger.state.master_key {
+            Some(k) if k != *key => return Err(StorageError::Unauthorized(ledger_id)),
+            Some(_) => {}
+            None => {
+                ledger.state.master_key = Some(*key);
+                self.journal().append(JournalRecord::MasterKey { ledger_id, key: *key }, Box::new(|_| {}));
+            }
+        }
+        match &record {
+            JournalRecord::Fence { .. } => ledger.state.fenced = true,
+            JournalRecord::ExplicitLac { lac, .. } => {
+                ledger.state.explicit_lac = Some(ledger.state.explicit_lac.map_or(*lac, |l| l.max(*lac)));
+            }
+            other => unreachable!("not a ledger update: {other:?}"),
+        }
+        ledger.dirty = true;
+        // Submitted under the ledger lock: journal order matches the order of state changes.
+        self.journal().append(record, Box::new(move |r| done(r.map(|_| ()))));
+        Ok(())
+    }
+
+    fn missing(&self, ledger_id: LedgerId, entry_id: EntryId) -> StorageError {
+        match self.lock_ledgers().get(&ledger_id) {
+            None => StorageError::NoLedger(ledger_id),
+            Some(l) if l.state.limbo => StorageError::Unknown(ledger_id, entry_id),
+            Some(_) => StorageError::NoEntry(ledger_id, entry_id),
+        }
+    }
+
+    fn last_entry(&self, ledger_id: LedgerId) -> Result<Option<EntryId>> {
+        let cached = self.cache.last_entry(ledger_id);
+        let (start, end) = index::ledger_location_range(ledger_id);
+        let indexed = match self.kv.last_in_range(Table::Locations, &start, &end)? {
+            Some((k, _)) => Some(index::parse_location_key(&k)?.1),
+            None => None,
+        };
+        Ok(cached.max(indexed))
+    }
+
+    fn read_entry(&self, ledger_id: LedgerId, entry_id: EntryId) -> Result<Entry> {
+        self.check_poison()?;
+        let entry_id = if entry_id == INVALID_ENTRY_ID {
+            match self.last_entry(ledger_id)? {
+                Some(e) => e,
+                None => return Err(self.missing(ledger_id, entry_id)),
+            }
+        } else if entry_id < 0 {
+            return Err(StorageError::BadRequest(format!("entry id {entry_id}")));
+        } else {
+            entry_id
+        };
+        if !self.lock_ledgers().contains_key(&ledger_id) {
+            return Err(self.missing(ledger_id, entry_id));
+        }
+        if let Some(e) = self.cache.get(ledger_id, entry_id) {
+            return Ok(e);
+        }
+        if let Some(e) = self.read_cache.lock().expect("read cache lock").get(ledger_id, entry_id) {
+            return Ok(e);
+        }
+        let Some(loc) = self.kv.get(Table::Locations, &index::location_key(ledger_id, entry_id))? else {
+            // It may have been flushed between the cache lookup and the index lookup.
+            return self.cache.get(ledger_id, entry_id).ok_or_else(|| self.missing(ledger_id, entry_id));
+        };
+        let loc = EntryLocation::decode(&loc)?;
+        let entry = self.reader.read(loc, ledger_id, entry_id)?;
+        self.read_ahead(ledger_id, entry_id, loc);
+        Ok(entry)
+    }
+
+    /// Loads the entries that follow `entry_id` in the same log into the read cache, with one
+    /// read. Best effort: a failure here is logged, never returned.
+    fn read_ahead(&self, ledger_id: LedgerId, entry_id: EntryId, first: EntryLocation) {
+        let n = self.config.read_ahead_entries;
+        if n == 0 {
+            return;
+        }
+        let start = index::location_key(ledger_id, entry_id + 1);
+        let end = index::location_key(ledger_id, entry_id.saturating_add(1 + n as i64));
+        let Ok(next) = self.kv.range(Table::Locations, &start, &end, n) else { return };
+        let mut span_end = first.offset + (crate::frame::FRAME_HEADER_BYTES as u64) + u64::from(first.len);
+        let span_start = span_end;
+        for (_, v) in next {
+            let Ok(loc) = EntryLocation::decode(&v) else { break };
+            if loc.log_id != first.log_id || loc.offset != span_end {
+                break;
+            }
+            span_end += crate::frame::FRAME_HEADER_BYTES as u64 + u64::from(loc.len);
+        }
+        if span_end == span_start {
+            return;
+        }
+        match self.reader.read_span(first.log_id, span_start, (span_end - span_start) as usize) {
+            Ok(entries) => {
+                let mut rc = self.read_cache.lock().expect("read cache lock");
+                for e in entries {
+                    rc.insert(e);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "read-ahead failed"),
+        }
+    }
+
+    fn read_lac(&self, ledger_id: LedgerId) -> Result<EntryId> {
+        self.check_poison()?;
+        let (explicit, piggybacked) = match self.lock_ledgers().get(&ledger_id) {
+            None => return Err(StorageError::NoLedger(ledger_id)),
+            Some(l) => (l.state.explicit_lac, l.piggybacked_lac),
+        };
+        let piggybacked = match piggybacked {
+            Some(p) => p,
+            None => {
+                let p = match self.last_entry(ledger_id)? {
+                    Some(e) => self.read_entry(ledger_id, e)?.last_add_confirmed(),
+                    None => INVALID_ENTRY_ID,
+                };
+                if let Some(l) = self.lock_ledgers().get_mut(&ledger_id) {
+                    l.piggybacked_lac = Some(l.piggybacked_lac.map_or(p, |x| x.max(p)));
+                }
+                p
+            }
+        };
+        let lac = explicit.map_or(piggybacked, |x| x.max(piggybacked));
+        if lac == INVALID_ENTRY_ID && self.lock_ledgers().get(&ledger_id).is_some_and(|l| l.state.limbo) {
+            return Err(StorageError::Unknown(ledger_id, INVALID_ENTRY_ID));
+        }
+        Ok(lac)
+    }
+
+    fn set_limbo(&self, ledger_id: LedgerId, limbo: bool) -> Result<()> {
+        self.check_poison()?;
+        let mut ledgers = self.lock_ledgers();
+        let ledger = ledgers.entry(ledger_id).or_default();
+        ledger.state.limbo = limbo;
+        let mut b = KvBatch::default();
+        b.put(Table::Ledgers, index::ledger_key(ledger_id), ledger.state.encode());
+        self.kv.commit(b)
+    }
+
+    fn delete_ledger(&self, ledger_id: LedgerId) -> Result<()> {
+        self.check_poison()?;
+        self.lock_ledgers().remove(&ledger_id);
+        self.cache.remove_ledger(ledger_id);
+        self.read_cache.lock().expect("read cache lock").remove_ledger(ledger_id);
+        // The flush lock keeps a concurrent flush from re-adding this ledger's locations.
+        let _flush = self.flush.lock().expect("flush lock");
+        let (mut start, end) = index::ledger_location_range(ledger_id);
+        loop {
+            let page = self.kv.range(Table::Locations, &start, &end, INDEX_PAGE)?;
+            let mut b = KvBatch::default();
+            let full = page.len() == INDEX_PAGE;
+            if let Some((k, _)) = page.last() {
+                start = k.clone();
+                start.push(0);
+            }
+            for (k, _) in page {
+                b.delete(Table::Locations, k);
+            }
+            if !full {
+                b.delete(Table::Ledgers, index::ledger_key(ledger_id));
+                self.kv.commit(b)?;
+                break;
+            }
+            self.kv.commit(b)?;
+        }
+        tracing::info!(ledger_id, "ledger deleted locally");
+        Ok(())
+    }
+
+    fn storage_flags(&self) -> Result<u64> {
+        match self.kv.get(Table::Meta, index::META_FLAGS)? {
+            None => Ok(0),
+            Some(v) => v
+                .try_into()
+                .map(u64::from_le_bytes)
+                .map_err(|_| StorageError::corruption("index", "storage flags value")),
+        }
+    }
+
+    fn replay_journal(&self) -> Result<ReplayReport> {
+        let dir = self.config.journal_dir.clone();
+        let mark = journal::read_checkpoint(self.fs.as_ref(), &dir)?;
+        let mut apply = |record: JournalRecord| -> Result<()> {
+            match record {
+                JournalRecord::Entry(e) => {
+                    let mut ledgers = self.lock_ledgers();
+                    let l = ledgers.entry(e.ledger_id()).or_default();
+                    l.dirty = true;
+                    let lac = e.last_add_confirmed();
+                    l.piggybacked_lac = Some(l.piggybacked_lac.map_or(lac, |x| x.max(lac)));
+                    drop(ledgers);
+                    self.cache.insert_unbounded(e);
+                    if self.cache.is_active_full() {
+                        self.flush_with_mark(None)?;
+                    }
+                }
+                JournalRecord::MasterKey { ledger_id, key } => {
+                    let mut ledgers = self.lock_ledgers();
+                    let l = ledgers.entry(ledger_id).or_default();
+                    if l.state.master_key.is_none() {
+                        l.state.master_key = Some(key);
+                        l.dirty = true;
+                    }
+                }
+                JournalRecord::Fence { ledger_id } => {
+                    let mut ledgers = self.lock_ledgers();
+                    let l = ledgers.entry(ledger_id).or_default();
+                    l.state.fenced = true;
+                    l.dirty = true;
+                }
+                JournalRecord::ExplicitLac { ledger_id, lac } => {
+                    let mut ledgers = self.lock_ledgers();
+                    let l = ledgers.entry(ledger_id).or_default();
+                    l.state.explicit_lac = Some(l.state.explicit_lac.map_or(lac, |x| x.max(lac)));
+                    l.dirty = true;
+                }
+                JournalRecord::FileEnd { .. } => {}
+            }
+            Ok(())
+        };
+        let report = journal::replay(self.fs.as_ref(), &dir, mark, &mut apply)?;
+        self.flush_with_mark(None)?;
+        Ok(report)
+    }
+
+    fn run_flusher(&self) {
+        loop {
+            {
+                let mut s = self.signal.lock().expect("signal lock");
+                if !s.requested && !s.shutdown {
+                    s = self.signal_cond.wait_timeout(s, self.config.flush_interval).expect("signal lock").0;
+                }
+                if s.shutdown {
+                    return;
+                }
+                s.requested = false;
+            }
+            if self.check_poison().is_err() {
+                continue;
+            }
+            if let Err(e) = self.flush_now() {
+                tracing::error!(error = %e, "flush failed");
+            }
+        }
+    }
+
+    fn flush_now(&self) -> Result<()> {
+        let journal = self.journal();
+        self.flush_with_mark(Some(journal))
+    }
+
+    /// One flush. With a journal, the checkpoint moves to the mark read at the swap.
+    fn flush_with_mark(&self, journal: Option<&Journal>) -> Result<()> {
+        let mut flush = self.flush.lock().expect("flush lock");
+        let Some((half, mark)) = self.cache.swap(|| journal.map(Journal::written_mark)) else {
+            unreachable!("only the holder of the flush lock swaps the cache");
+        };
+        let dirty = self.take_dirty_ledgers();
+        let result = self.write_flush(&mut flush, &half, &dirty, mark);
+        self.cache.finish_flush();
+        match result {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.poison(format!("flush failed: {e}"));
+                Err(e)
+            }
+        }
+    }
+
+    fn take_dirty_ledgers(&self) -> Vec<(LedgerId, LedgerState)> {
+        let mut ledgers = self.lock_ledgers();
+        let mut dirty = Vec::new();
+        for (id, l) in ledgers.iter_mut().filter(|(_, l)| l.dirty) {
+            l.dirty = false;
+            dirty.push((*id, l.state.clone()));
+        }
+        dirty
+    }
+
+    fn write_flush(
+        &self,
+        flush: &mut FlushState,
+        half: &CacheHalf,
+        dirty: &[(LedgerId, LedgerState)],
+        mark: Option<JournalPosition>,
+    ) -> Result<()> {
+        let mut batch = KvBatch::default();
+        let live: std::collections::HashSet<LedgerId> = {
+            let ledgers = self.lock_ledgers();
+            half.entries.keys().map(|k| k.0).filter(|l| ledgers.contains_key(l)).collect()
+        };
+        for ((ledger_id, entry_id), entry) in &half.entries {
+            if !live.contains(ledger_id) {
+                continue; // deleted while in the cache
+            }
+            let writer = self.writer_with_room(flush, &mut batch)?;
+            let loc = writer.append(entry)?;
+            batch.put(Table::Locations, index::location_key(*ledger_id, *entry_id), loc.encode());
+        }
+        if let Some(w) = flush.writer.as_mut() {
+            w.sync()?;
+        }
+        for (id, state) in dirty {
+            batch.put(Table::Ledgers, index::ledger_key(*id), state.encode());
+        }
+        let moved = mark.is_some() && mark != flush.last_mark;
+        if batch.is_empty() && !moved {
+            return Ok(());
+        }
+        batch.put(Table::Meta, index::META_NEXT_LOG_ID.to_vec(), flush.next_log_id.to_le_bytes().to_vec());
+        self.kv.commit(batch)?;
+        if let (Some(m), Some(journal)) = (mark, self.journal.get()) {
+            journal::write_checkpoint(self.fs.as_ref(), &self.config.journal_dir, m)?;
+            journal.release_before(m.file_id);
+            flush.last_mark = Some(m);
+        }
+        Ok(())
+    }
+
+    /// The current writer, after sealing it and starting a new log if it is full.
+    fn writer_with_room<'a>(&self, flush: &'a mut FlushState, batch: &mut KvBatch) -> Result<&'a mut EntryLogWriter> {
+        let full = flush.writer.as_ref().is_some_and(|w| w.size() >= self.config.entry_log_bytes_max);
+        if full {
+            let w = flush.writer.take().expect("checked");
+            let id = w.log_id();
+            batch.put(Table::Meta, index::elog_key(id), w.seal()?.encode());
+        }
+        if flush.writer.is_none() {
+            let id = flush.next_log_id;
+            flush.next_log_id += 1;
+            flush.writer = Some(EntryLogWriter::create(self.fs.as_ref(), &self.log_dir, id)?);
+            batch.put(Table::Meta, index::elog_key(id), EntryLogState::active().encode());
+        }
+        Ok(flush.writer.as_mut().expect("just ensured"))
+    }
+}
