@@ -10,8 +10,11 @@
 //! file's unsynced writes (what Linux does after a failed fsync), and
 //! [`FaultFs::fail_writes`] makes writes fail (a full or broken disk).
 //!
-//! After a crash, handles opened before it fail every call, so the crashed instance's threads
-//! cannot touch the recovered image.
+//! An instance under test gets a [`FaultFs::mount`]: after a crash, that mount and every
+//! handle opened through it fail every call, so the crashed instance's threads cannot touch
+//! the recovered image. [`FaultFs::crash_after_ops`] crashes from inside the N-th mutating
+//! call (write, set_len, sync, create, rename, remove), which puts crash points inside a
+//! flush, a rotation or a checkpoint.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -57,12 +60,32 @@ struct State {
     syncs_until_failure: Option<u64>,
     fail_writes: bool,
     n_syncs: u64,
+    n_mutations: u64,
+    crash_countdown: Option<(u64, CrashPlan)>,
 }
 
-/// See the module docs. Cloning shares the same file system.
+impl State {
+    /// Counts a mutating call; crashes when the countdown runs out.
+    fn tick(&mut self) -> io::Result<()> {
+        self.n_mutations += 1;
+        if let Some((n, plan)) = self.crash_countdown {
+            if n == 0 {
+                self.crash_countdown = None;
+                crash_state(self, plan);
+                return Err(crashed());
+            }
+            self.crash_countdown = Some((n - 1, plan));
+        }
+        Ok(())
+    }
+}
+
+/// See the module docs. Cloning shares the same file system (and the same mount).
 #[derive(Debug, Clone, Default)]
 pub struct FaultFs {
     state: Arc<Mutex<State>>,
+    /// `None` for the controlling handle; the generation for a mount.
+    mounted: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -98,6 +121,12 @@ impl FaultFile {
         }
         Ok(state)
     }
+
+    fn lock_mut(&self) -> io::Result<MutexGuard<'_, State>> {
+        let mut state = self.lock()?;
+        state.tick()?;
+        Ok(state)
+    }
 }
 
 impl FileHandle for FaultFile {
@@ -114,7 +143,7 @@ impl FileHandle for FaultFile {
     }
 
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        let mut state = self.lock()?;
+        let mut state = self.lock_mut()?;
         if state.fail_writes {
             return Err(io::Error::other("injected write failure"));
         }
@@ -125,7 +154,7 @@ impl FileHandle for FaultFile {
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        let mut state = self.lock()?;
+        let mut state = self.lock_mut()?;
         state.n_syncs += 1;
         if let Some(n) = state.syncs_until_failure {
             if n == 0 {
@@ -151,7 +180,7 @@ impl FileHandle for FaultFile {
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
-        let mut state = self.lock()?;
+        let mut state = self.lock_mut()?;
         let inode = state.inodes.get_mut(&self.ino).expect("inode of open handle");
         inode.live.resize(len as usize, 0);
         inode.pending.push(Pending::SetLen(len));
@@ -188,35 +217,42 @@ impl FaultFs {
         self.lock().n_syncs
     }
 
-    /// Simulates a power cut and reboot. Old handles stop working.
+    /// Simulates a power cut and reboot. Mounts and handles from before stop working.
     pub fn crash(&self, plan: CrashPlan) {
+        crash_state(&mut self.lock(), plan);
+    }
+
+    /// Crashes from inside the `n`-th mutating call from now (0 = the next one).
+    pub fn crash_after_ops(&self, n: u64, plan: CrashPlan) {
+        self.lock().crash_countdown = Some((n, plan));
+    }
+
+    /// Whether a crash has happened since `mount` was made.
+    pub fn has_crashed_since(&self, mount: &FaultFs) -> bool {
+        mount.mounted.is_some_and(|g| g != self.lock().generation)
+    }
+
+    /// Mutating calls made so far.
+    pub fn n_mutations(&self) -> u64 {
+        self.lock().n_mutations
+    }
+
+    /// A view for one instance under test; it dies at the next crash.
+    pub fn mount(&self) -> FaultFs {
+        let generation = self.lock().generation;
+        FaultFs { state: self.state.clone(), mounted: Some(generation) }
+    }
+
+    /// Locks the state for a call through this view; fails if the view died in a crash.
+    fn lock_view(&self, mutating: bool) -> io::Result<MutexGuard<'_, State>> {
         let mut state = self.lock();
-        let mut rng = match plan {
-            CrashPlan::Random { seed } => Some(SmallRng::seed_from_u64(seed)),
-            CrashPlan::LoseAllUnsynced => None,
-        };
-        let mut inos: Vec<u64> = state.inodes.keys().copied().collect();
-        inos.sort_unstable();
-        for ino in inos {
-            let inode = state.inodes.get_mut(&ino).expect("listed inode");
-            let mut image = std::mem::take(&mut inode.durable);
-            for op in std::mem::take(&mut inode.pending) {
-                let Some(rng) = rng.as_mut() else { continue };
-                match rng.random_range(0..3) {
-                    0 => {}
-                    1 => apply(&mut image, &op),
-                    _ => tear(&mut image, &op, rng),
-                }
-            }
-            inode.live = image.clone();
-            inode.durable = image;
+        if self.mounted.is_some_and(|g| g != state.generation) {
+            return Err(crashed());
         }
-        state.live_names = state.durable_names.clone();
-        let named: std::collections::HashSet<u64> = state.live_names.values().copied().collect();
-        state.inodes.retain(|ino, _| named.contains(ino));
-        state.generation += 1;
-        state.syncs_until_failure = None;
-        state.fail_writes = false;
+        if mutating {
+            state.tick()?;
+        }
+        Ok(state)
     }
 
     /// A file's current contents (for tests that corrupt or inspect files).
@@ -234,6 +270,36 @@ impl FaultFs {
         write_into(&mut inode.live, offset, bytes);
         write_into(&mut inode.durable, offset, bytes);
     }
+}
+
+fn crash_state(state: &mut State, plan: CrashPlan) {
+    let mut rng = match plan {
+        CrashPlan::Random { seed } => Some(SmallRng::seed_from_u64(seed)),
+        CrashPlan::LoseAllUnsynced => None,
+    };
+    let mut inos: Vec<u64> = state.inodes.keys().copied().collect();
+    inos.sort_unstable();
+    for ino in inos {
+        let inode = state.inodes.get_mut(&ino).expect("listed inode");
+        let mut image = std::mem::take(&mut inode.durable);
+        for op in std::mem::take(&mut inode.pending) {
+            let Some(rng) = rng.as_mut() else { continue };
+            match rng.random_range(0..3) {
+                0 => {}
+                1 => apply(&mut image, &op),
+                _ => tear(&mut image, &op, rng),
+            }
+        }
+        inode.live = image.clone();
+        inode.durable = image;
+    }
+    state.live_names = state.durable_names.clone();
+    let named: std::collections::HashSet<u64> = state.live_names.values().copied().collect();
+    state.inodes.retain(|ino, _| named.contains(ino));
+    state.generation += 1;
+    state.syncs_until_failure = None;
+    state.fail_writes = false;
+    state.crash_countdown = None;
 }
 
 fn tear(image: &mut Vec<u8>, op: &Pending, rng: &mut SmallRng) {
@@ -260,7 +326,8 @@ impl FileSystem for FaultFs {
     }
 
     fn open(&self, path: &Path, options: OpenOptions) -> io::Result<Arc<dyn FileHandle>> {
-        let mut state = self.lock();
+        let creates = (options.create || options.create_new) && !self.lock().live_names.contains_key(path);
+        let mut state = self.lock_view(creates)?;
         let ino = match state.live_names.get(path) {
             Some(_) if options.create_new => {
                 return Err(io::Error::new(io::ErrorKind::AlreadyExists, path.display().to_string()));
@@ -276,11 +343,12 @@ impl FileSystem for FaultFs {
             None => return Err(io::Error::new(io::ErrorKind::NotFound, path.display().to_string())),
         };
         let generation = state.generation;
+        drop(state);
         Ok(Arc::new(FaultFile { state: self.state.clone(), ino, generation }))
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
-        let mut state = self.lock();
+        let mut state = self.lock_view(true)?;
         match state.live_names.remove(path) {
             Some(_) => Ok(()),
             None => Err(io::Error::new(io::ErrorKind::NotFound, path.display().to_string())),
@@ -288,7 +356,7 @@ impl FileSystem for FaultFs {
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        let mut state = self.lock();
+        let mut state = self.lock_view(true)?;
         let ino = state
             .live_names
             .remove(from)
@@ -298,7 +366,7 @@ impl FileSystem for FaultFs {
     }
 
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
-        let state = self.lock();
+        let state = self.lock_view(false)?;
         Ok(state
             .live_names
             .keys()
@@ -308,7 +376,7 @@ impl FileSystem for FaultFs {
     }
 
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        let mut state = self.lock();
+        let mut state = self.lock_view(true)?;
         let state = &mut *state;
         state.durable_names.retain(|p, _| p.parent() != Some(path));
         for (p, ino) in &state.live_names {
@@ -320,7 +388,8 @@ impl FileSystem for FaultFs {
     }
 
     fn exists(&self, path: &Path) -> bool {
-        self.lock().live_names.contains_key(path)
+        // Directories are implicit: one exists while a name below it does.
+        self.lock_view(false).is_ok_and(|s| s.live_names.keys().any(|p| p.starts_with(path)))
     }
 }
 
@@ -347,6 +416,23 @@ mod tests {
         assert!(f.read_at(&mut [0u8; 1], 0).is_err(), "old handles die with the crash");
         assert_eq!(fs.contents(&p("/d/a")).unwrap(), b"durable");
         assert!(!fs.exists(&p("/d/b")), "a name whose directory was never synced is lost");
+    }
+
+    #[test]
+    fn a_mount_dies_with_the_crash_and_a_countdown_crashes_inside_a_call() {
+        let fs = FaultFs::new();
+        let m = fs.mount();
+        let f = m.open(&p("/a"), OpenOptions::CREATE).unwrap();
+        m.sync_dir(&p("/")).unwrap();
+        fs.crash_after_ops(1, CrashPlan::LoseAllUnsynced);
+        f.write_all_at(b"x", 0).unwrap();
+        assert!(f.sync_data().is_err(), "the second call crashes");
+        assert!(fs.has_crashed_since(&m));
+        assert!(m.rename(&p("/a"), &p("/b")).is_err(), "the dead mount cannot rename");
+        assert!(m.list_dir(&p("/")).is_err());
+        assert_eq!(fs.contents(&p("/a")).unwrap(), b"", "the unsynced write is gone");
+        let m2 = fs.mount();
+        assert!(m2.rename(&p("/a"), &p("/b")).is_ok());
     }
 
     #[test]

@@ -1,0 +1,66 @@
+//! Helpers shared by the storage integration tests.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver};
+use std::time::Duration;
+
+use bytes::Bytes;
+use folio_bookie::fs::FaultFs;
+use folio_bookie::index::MemKv;
+use folio_bookie::storage::MasterKey;
+use folio_bookie::{Result, Storage, StorageConfig};
+use folio_proto::{Entry, EntryHeader};
+
+pub const KEY: MasterKey = [7u8; 20];
+
+pub fn entry(ledger_id: u64, entry_id: i64, payload: &[u8]) -> Entry {
+    let h = EntryHeader { ledger_id, entry_id, last_add_confirmed: entry_id - 1, length: 0 };
+    Entry::encode(h, payload)
+}
+
+/// Small files so rotations happen; no timed flushes (tests flush explicitly).
+pub fn config() -> StorageConfig {
+    let mut c = StorageConfig::small_for_tests(Path::new("/data"));
+    c.flush_interval = Duration::from_secs(3600);
+    c
+}
+
+pub fn open(fs: &FaultFs, kv: &MemKv, config: &StorageConfig) -> Result<Storage> {
+    Storage::open(config.clone(), Arc::new(fs.mount()), Arc::new(kv.clone()))
+}
+
+/// Adds and returns a receiver for the acknowledgement.
+pub fn add_async(s: &Storage, e: &Entry, key: &MasterKey, recovery: bool) -> Result<Receiver<Result<()>>> {
+    let (tx, rx) = mpsc::sync_channel(1);
+    s.add_entry(e.as_bytes().clone(), key, recovery, Box::new(move |r| {
+        let _ = tx.send(r);
+    }))?;
+    Ok(rx)
+}
+
+/// Adds and waits for the acknowledgement.
+pub fn add(s: &Storage, e: &Entry) -> Result<()> {
+    add_async(s, e, &KEY, false)?.recv().expect("callback runs")
+}
+
+pub fn fence(s: &Storage, ledger_id: u64, key: &MasterKey) -> Result<()> {
+    let (tx, rx) = mpsc::sync_channel(1);
+    s.fence(ledger_id, key, Box::new(move |r| {
+        let _ = tx.send(r);
+    }))?;
+    rx.recv().expect("callback runs")
+}
+
+pub fn set_lac(s: &Storage, ledger_id: u64, lac: i64) -> Result<()> {
+    let (tx, rx) = mpsc::sync_channel(1);
+    s.set_explicit_lac(ledger_id, &KEY, lac, Box::new(move |r| {
+        let _ = tx.send(r);
+    }))?;
+    rx.recv().expect("callback runs")
+}
+
+pub fn raw(e: &Entry) -> Bytes {
+    e.as_bytes().clone()
+}
