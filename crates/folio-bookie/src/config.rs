@@ -39,7 +39,10 @@ pub struct JournalConfig {
     pub group_bytes_max: usize,
     /// Journal files rotate when they reach this size.
     pub file_bytes_max: u64,
-    /// Files are zero-filled ahead of the writer in chunks of this size.
+    /// Files are zero-filled ahead of the writer in chunks of this size (0 = plain appends).
+    /// Off by default: on this machine (`folio bench storage --quick`, same run) zero-filling
+    /// a fresh file cost 0.52 vs 0.81 of the raw disk at 16 KiB entries, since every byte is
+    /// written twice. Recycled files give the overwrite speed-up without that cost.
     pub prealloc_bytes: u64,
     /// Old files kept for reuse after a checkpoint instead of being deleted.
     pub n_files_recycled_max: usize,
@@ -57,7 +60,7 @@ impl Default for JournalConfig {
             group_wait_max: Duration::from_millis(1),
             group_bytes_max: 512 * 1024,
             file_bytes_max: 512 * 1024 * 1024,
-            prealloc_bytes: 16 * 1024 * 1024,
+            prealloc_bytes: 0,
             n_files_recycled_max: 2,
             queue_depth: 10_000,
             direct_io: true,
@@ -112,8 +115,8 @@ impl StorageConfig {
         if j.file_bytes_max < 64 * 1024 {
             return Err(format!("journal.file_bytes_max = {} is below 64 KiB", j.file_bytes_max));
         }
-        if j.prealloc_bytes == 0 || j.prealloc_bytes % 4096 != 0 {
-            return Err("journal.prealloc_bytes must be a positive multiple of 4096".into());
+        if j.prealloc_bytes % 4096 != 0 {
+            return Err("journal.prealloc_bytes must be a multiple of 4096 (0 = off)".into());
         }
         if j.group_bytes_max == 0 || j.queue_depth == 0 {
             return Err("journal.group_bytes_max and journal.queue_depth must be positive".into());

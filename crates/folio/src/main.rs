@@ -1,1 +1,50 @@
-fn main() {}
+//! `folio`: the one binary. Subcommands run a node, administer a cluster, or benchmark.
+
+mod bench;
+mod standalone;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "folio", version, about = "Folio: a replicated log store for streaming data")]
+struct Cli {
+    /// Log filter, e.g. `info`, `folio_bookie=debug` (also read from RUST_LOG).
+    #[arg(long, global = true, default_value = "info")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run Folio in one process with embedded defaults.
+    Standalone(standalone::Args),
+    /// Benchmarks; each prints key=value figures and ratios against a baseline measured in
+    /// the same run.
+    Bench {
+        #[command(subcommand)]
+        what: bench::Bench,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| cli.log.clone());
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Standalone(args) => standalone::run(args),
+        Command::Bench { what } => bench::run(what),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("folio: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

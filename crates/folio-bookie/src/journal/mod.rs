@@ -157,7 +157,7 @@ struct Writer {
 
 impl Writer {
     fn new(fs: Arc<dyn FileSystem>, dir: PathBuf, config: JournalConfig) -> Writer {
-        let mut zeros = AlignedBuf::with_capacity(config.prealloc_bytes as usize);
+        let mut zeros = AlignedBuf::with_capacity(config.prealloc_bytes.max(1) as usize);
         zeros.extend_from_slice(&vec![0u8; config.prealloc_bytes as usize]);
         Writer {
             fs,
@@ -231,7 +231,7 @@ impl Writer {
         let used = self.buf.len();
         self.buf.pad_to_alignment();
         let end = self.block_offset + self.buf.len() as u64;
-        while self.prealloc_end < end {
+        while self.config.prealloc_bytes > 0 && self.prealloc_end < end {
             let at = self.prealloc_end;
             self.file.as_ref().expect("file").write_all_at(self.zeros.as_slice(), at)?;
             self.prealloc_end += self.zeros.len() as u64;

@@ -1,0 +1,17 @@
+//! `folio bench <what>`: benchmarks of the release binary. Each prints `key=value` lines and
+//! every comparison as `ratio_vs_<baseline>=<x>` with the baseline measured in the same run.
+
+mod storage;
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Bench {
+    /// The bookie storage engine alone: adds through journal + write cache with sync on,
+    /// against raw O_DIRECT append + fdatasync on the same disk.
+    Storage(storage::Args),
+}
+
+pub fn run(what: Bench) -> Result<(), String> {
+    match what {
+        Bench::Storage(args) => storage::run(args),
+    }
+}

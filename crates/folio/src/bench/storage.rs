@@ -1,0 +1,142 @@
+//! Storage-engine benchmark.
+//!
+//! Baseline (`disk`): O_DIRECT appends of `group_bytes_max` (512 KiB, the journal's largest
+//! group) + fdatasync each, into a fresh file in the same directory: the disk's own limit for
+//! durable appends of that size. Engine: `Storage` with default settings, sync on, adds of
+//! 1 KiB and 16 KiB entries with a bounded number in flight, striped over 8 ledgers; an add
+//! counts when its acknowledgement (after the journal fsync) arrives.
+
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use folio_bookie::fs::{AlignedBuf, FileSystem, OpenOptions, RealFs};
+use folio_bookie::{Storage, StorageConfig};
+use folio_proto::{Entry, EntryHeader};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Short run (a few seconds per measurement, well under 2 minutes in all).
+    #[arg(long)]
+    quick: bool,
+    /// Directory on the disk to measure (a temporary directory is made inside it).
+    #[arg(long, default_value = ".")]
+    dir: PathBuf,
+    /// Journal zero-fill preallocation chunk in MiB (0 = plain appends).
+    #[arg(long, default_value_t = 0)]
+    journal_prealloc_mib: u64,
+    /// Adds in flight at once.
+    #[arg(long, default_value_t = 512)]
+    inflight: usize,
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+pub fn run(args: Args) -> Result<(), String> {
+    let tmp = tempfile::Builder::new()
+        .prefix(".folio-bench-")
+        .tempdir_in(&args.dir)
+        .map_err(|e| format!("creating a temp dir in {}: {e}", args.dir.display()))?;
+    let secs = if args.quick { 4 } else { 20 };
+    let duration = Duration::from_secs(secs);
+    println!("bench=storage quick={} seconds_per_run={secs} inflight={}", args.quick, args.inflight);
+    let disk = disk_baseline(&tmp.path().join("raw"), 512 * 1024, duration)?;
+    println!("disk_write_bytes=524288 disk_mb_per_s={:.1} disk_commits_per_s={:.0}", disk.0, disk.1);
+    for entry_bytes in [1024usize, 16 * 1024] {
+        let dir = tmp.path().join(format!("engine-{entry_bytes}"));
+        let r = engine_run(&dir, entry_bytes, &args, duration)?;
+        println!(
+            "entry_bytes={entry_bytes} adds_per_s={:.0} mb_per_s={:.1} ack_latency_p50_us={} ack_latency_p99_us={} ratio_vs_disk={:.2}",
+            r.adds_per_s,
+            r.mb_per_s,
+            r.p50_us,
+            r.p99_us,
+            r.mb_per_s / disk.0
+        );
+    }
+    Ok(())
+}
+
+/// MB/s and commits/s of O_DIRECT append + fdatasync of `write_bytes` each.
+fn disk_baseline(path: &std::path::Path, write_bytes: usize, duration: Duration) -> Result<(f64, f64), String> {
+    let fs = RealFs;
+    let file = fs
+        .open(path, OpenOptions { direct: true, ..OpenOptions::CREATE_NEW })
+        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let mut buf = AlignedBuf::with_capacity(write_bytes);
+    buf.extend_from_slice(&vec![0x5a; write_bytes]);
+    let start = Instant::now();
+    let mut offset = 0u64;
+    let mut commits = 0u64;
+    while start.elapsed() < duration {
+        file.write_all_at(buf.as_slice(), offset).map_err(|e| format!("baseline write: {e}"))?;
+        file.sync_data().map_err(|e| format!("baseline fdatasync: {e}"))?;
+        offset += write_bytes as u64;
+        commits += 1;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    drop(file);
+    let _ = std::fs::remove_file(path);
+    Ok((offset as f64 / MIB / secs, commits as f64 / secs))
+}
+
+struct EngineResult {
+    adds_per_s: f64,
+    mb_per_s: f64,
+    p50_us: u64,
+    p99_us: u64,
+}
+
+fn engine_run(dir: &std::path::Path, entry_bytes: usize, args: &Args, duration: Duration) -> Result<EngineResult, String> {
+    let inflight = args.inflight;
+    let mut config = StorageConfig::new(dir);
+    config.journal.prealloc_bytes = args.journal_prealloc_mib * 1024 * 1024;
+    let storage = Arc::new(Storage::open_default(config).map_err(|e| e.to_string())?);
+    let payload = vec![0xa5u8; entry_bytes - folio_proto::ENTRY_HEADER_BYTES];
+    let key = [1u8; 20];
+    let (token_tx, token_rx) = mpsc::sync_channel::<Result<(), String>>(inflight);
+    for _ in 0..inflight {
+        token_tx.send(Ok(())).expect("fresh channel");
+    }
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity(1 << 20)));
+    let mut next_entry = [0i64; 8];
+    let start = Instant::now();
+    let mut submitted = 0u64;
+    while start.elapsed() < duration {
+        token_rx.recv().map_err(|e| e.to_string())??;
+        let ledger = (submitted % 8) as usize;
+        let entry_id = next_entry[ledger];
+        next_entry[ledger] += 1;
+        let h = EntryHeader { ledger_id: ledger as u64 + 1, entry_id, last_add_confirmed: entry_id - 1, length: 0 };
+        let e = Entry::encode(h, &payload);
+        let tx = token_tx.clone();
+        let lat = latencies.clone();
+        let t0 = Instant::now();
+        storage
+            .add_entry(e.into_bytes(), &key, false, Box::new(move |r| {
+                lat.lock().expect("latency lock").push(t0.elapsed().as_micros() as u64);
+                let _ = tx.send(r.map_err(|e| e.to_string()));
+            }))
+            .map_err(|e| e.to_string())?;
+        submitted += 1;
+    }
+    for _ in 0..inflight {
+        token_rx.recv().map_err(|e| e.to_string())??;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let mut lat = std::mem::take(&mut *latencies.lock().expect("latency lock"));
+    lat.sort_unstable();
+    let pct = |p: f64| lat.get(((lat.len() as f64 - 1.0) * p) as usize).copied().unwrap_or(0);
+    let result = EngineResult {
+        adds_per_s: submitted as f64 / secs,
+        mb_per_s: submitted as f64 * entry_bytes as f64 / MIB / secs,
+        p50_us: pct(0.5),
+        p99_us: pct(0.99),
+    };
+    match Arc::try_unwrap(storage) {
+        Ok(s) => s.close().map_err(|e| e.to_string())?,
+        Err(_) => return Err("storage still shared after the run".into()),
+    }
+    Ok(result)
+}
