@@ -107,7 +107,10 @@ impl StorageConfig {
             ));
         }
         if self.entry_log_bytes_max < 1024 * 1024 {
-            return Err(format!("entry_log_bytes_max = {} is below 1 MiB", self.entry_log_bytes_max));
+            return Err(format!(
+                "entry_log_bytes_max = {} is below 1 MiB",
+                self.entry_log_bytes_max
+            ));
         }
         if self.entry_log_bytes_max > u32::MAX as u64 * 4 {
             return Err("entry_log_bytes_max must stay below 16 GiB".into());
@@ -115,7 +118,7 @@ impl StorageConfig {
         if j.file_bytes_max < 64 * 1024 {
             return Err(format!("journal.file_bytes_max = {} is below 64 KiB", j.file_bytes_max));
         }
-        if j.prealloc_bytes % 4096 != 0 {
+        if !j.prealloc_bytes.is_multiple_of(4096) {
             return Err("journal.prealloc_bytes must be a multiple of 4096 (0 = off)".into());
         }
         if j.group_bytes_max == 0 || j.queue_depth == 0 {

@@ -100,17 +100,32 @@ impl EntryLogWriter {
     pub fn create(fs: &dyn FileSystem, dir: &Path, log_id: u64) -> Result<EntryLogWriter> {
         let path = dir.join(file_name(log_id));
         let ctx = || format!("creating entry log {}", path.display());
-        let file = fs.open(&path, OpenOptions::CREATE_NEW).map_err(|e| StorageError::io(ctx(), e))?;
+        let file =
+            fs.open(&path, OpenOptions::CREATE_NEW).map_err(|e| StorageError::io(ctx(), e))?;
         fs.sync_dir(dir).map_err(|e| StorageError::io(ctx(), e))?;
         let mut buf = AlignedBuf::with_capacity(WRITE_BUFFER_BYTES + ENTRY_BYTES_MAX);
         buf.extend_from_slice(&encode_header(log_id));
-        Ok(EntryLogWriter { log_id, path, file, buf_offset: 0, buf, ledgers: BTreeMap::new(), n_entries: 0 })
+        Ok(EntryLogWriter {
+            log_id,
+            path,
+            file,
+            buf_offset: 0,
+            buf,
+            ledgers: BTreeMap::new(),
+            n_entries: 0,
+        })
     }
 
     /// Reopens a log whose valid records end at `end` (found by [`scan`]) to seal it.
-    pub fn reopen_for_seal(fs: &dyn FileSystem, dir: &Path, scan: &ScanResult) -> Result<EntryLogWriter> {
+    pub fn reopen_for_seal(
+        fs: &dyn FileSystem,
+        dir: &Path,
+        scan: &ScanResult,
+    ) -> Result<EntryLogWriter> {
         let path = dir.join(file_name(scan.log_id));
-        let file = fs.open(&path, OpenOptions::EXISTING).map_err(|e| StorageError::io(path.display().to_string(), e))?;
+        let file = fs
+            .open(&path, OpenOptions::EXISTING)
+            .map_err(|e| StorageError::io(path.display().to_string(), e))?;
         Ok(EntryLogWriter {
             log_id: scan.log_id,
             path,
@@ -157,7 +172,9 @@ impl EntryLogWriter {
     /// Writes everything buffered and fsyncs. After this the index may point into the log.
     pub fn sync(&mut self) -> Result<()> {
         self.write_out()?;
-        self.file.sync_data().map_err(|e| StorageError::io(format!("fsync {}", self.path.display()), e))
+        self.file
+            .sync_data()
+            .map_err(|e| StorageError::io(format!("fsync {}", self.path.display()), e))
     }
 
     /// Appends the ledgers map and the seal frame and syncs. The returned state goes to the
@@ -175,8 +192,17 @@ impl EntryLogWriter {
         seal.extend_from_slice(&self.n_entries.to_le_bytes());
         frame::encode(self.log_id, KIND_SEAL, &seal, &mut self.buf);
         self.sync()?;
-        tracing::debug!(log_id = self.log_id, size = self.size(), ledgers = self.ledgers.len(), "entry log sealed");
-        Ok(EntryLogState { sealed: true, size_bytes: self.size(), ledgers: self.ledgers.into_iter().collect() })
+        tracing::debug!(
+            log_id = self.log_id,
+            size = self.size(),
+            ledgers = self.ledgers.len(),
+            "entry log sealed"
+        );
+        Ok(EntryLogState {
+            sealed: true,
+            size_bytes: self.size(),
+            ledgers: self.ledgers.into_iter().collect(),
+        })
     }
 }
 
@@ -199,7 +225,10 @@ impl EntryLogReader {
             return Ok(h.clone());
         }
         let path = self.dir.join(file_name(log_id));
-        let h = self.fs.open(&path, OpenOptions::EXISTING).map_err(|e| StorageError::io(path.display().to_string(), e))?;
+        let h = self
+            .fs
+            .open(&path, OpenOptions::EXISTING)
+            .map_err(|e| StorageError::io(path.display().to_string(), e))?;
         handles.insert(log_id, h.clone());
         Ok(h)
     }
@@ -210,8 +239,14 @@ impl EntryLogReader {
     }
 
     /// Reads the entry at `loc` and checks it is `ledger_id/entry_id`, intact.
-    pub fn read(&self, loc: EntryLocation, ledger_id: LedgerId, entry_id: EntryId) -> Result<Entry> {
-        let mut entries = self.read_span(loc.log_id, loc.offset, FRAME_HEADER_BYTES + loc.len as usize)?;
+    pub fn read(
+        &self,
+        loc: EntryLocation,
+        ledger_id: LedgerId,
+        entry_id: EntryId,
+    ) -> Result<Entry> {
+        let mut entries =
+            self.read_span(loc.log_id, loc.offset, FRAME_HEADER_BYTES + loc.len as usize)?;
         let entry = entries.pop().filter(|_| entries.is_empty());
         match entry {
             Some(e) if e.ledger_id() == ledger_id && e.entry_id() == entry_id => Ok(e),
@@ -226,7 +261,9 @@ impl EntryLogReader {
     pub fn read_span(&self, log_id: u64, offset: u64, len: usize) -> Result<Vec<Entry>> {
         let ctx = || format!("entry log {}", file_name(log_id));
         let mut buf = vec![0u8; len];
-        self.handle(log_id)?.read_exact_at(&mut buf, offset).map_err(|e| StorageError::io(ctx(), e))?;
+        self.handle(log_id)?
+            .read_exact_at(&mut buf, offset)
+            .map_err(|e| StorageError::io(ctx(), e))?;
         let mut entries = Vec::new();
         let mut at = 0;
         while at < buf.len() {
@@ -238,7 +275,10 @@ impl EntryLogReader {
                     at += total;
                 }
                 other => {
-                    return Err(StorageError::corruption(ctx(), format!("at offset {}: {other:?}", offset + at as u64)));
+                    return Err(StorageError::corruption(
+                        ctx(),
+                        format!("at offset {}: {other:?}", offset + at as u64),
+                    ));
                 }
             }
         }
@@ -286,7 +326,8 @@ pub fn scan(
         result.valid_end = 0;
         return Ok(result);
     }
-    check_header(&bytes[..HEADER_BYTES as usize], log_id).map_err(|d| StorageError::corruption(ctx(), d))?;
+    check_header(&bytes[..HEADER_BYTES as usize], log_id)
+        .map_err(|d| StorageError::corruption(ctx(), d))?;
     let mut at = HEADER_BYTES as usize;
     loop {
         match frame::decode(log_id, &bytes[at..], true, FRAME_BODY_BYTES_MAX) {
@@ -326,7 +367,10 @@ mod tests {
     use folio_proto::EntryHeader;
 
     fn entry(l: u64, e: i64, n: usize) -> Entry {
-        Entry::encode(EntryHeader { ledger_id: l, entry_id: e, last_add_confirmed: e - 1, length: 0 }, &vec![e as u8; n])
+        Entry::encode(
+            EntryHeader { ledger_id: l, entry_id: e, last_add_confirmed: e - 1, length: 0 },
+            &vec![e as u8; n],
+        )
     }
 
     #[test]

@@ -29,7 +29,11 @@ pub enum StopReason {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Frame<'a> {
     /// A valid frame: its kind, body, and total length including the header.
-    Valid { kind: u8, body: &'a [u8], total: usize },
+    Valid {
+        kind: u8,
+        body: &'a [u8],
+        total: usize,
+    },
     /// More bytes are needed than the window holds: this many in total.
     NeedBytes(usize),
     Stop(StopReason),
@@ -95,10 +99,16 @@ mod tests {
     fn frames_round_trip_and_bind_the_file_id() {
         let mut b = AlignedBuf::with_capacity(64);
         let n = encode(5, 3, b"body", &mut b);
-        assert_eq!(decode(5, b.as_slice(), true, 100), Frame::Valid { kind: 3, body: b"body", total: n });
+        assert_eq!(
+            decode(5, b.as_slice(), true, 100),
+            Frame::Valid { kind: 3, body: b"body", total: n }
+        );
         assert_eq!(decode(6, b.as_slice(), true, 100), Frame::Stop(StopReason::Checksum));
         assert_eq!(decode(5, &b.as_slice()[..n - 1], false, 100), Frame::NeedBytes(n));
-        assert_eq!(decode(5, &b.as_slice()[..n - 1], true, 100), Frame::Stop(StopReason::Truncated));
+        assert_eq!(
+            decode(5, &b.as_slice()[..n - 1], true, 100),
+            Frame::Stop(StopReason::Truncated)
+        );
         assert_eq!(decode(5, b.as_slice(), true, 3), Frame::Stop(StopReason::Checksum));
         assert_eq!(decode(5, &[0u8; 40], false, 100), Frame::Stop(StopReason::Zeros));
     }

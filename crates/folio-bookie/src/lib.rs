@@ -11,10 +11,10 @@
 pub mod config;
 pub mod entry_log;
 pub mod error;
+mod frame;
 pub mod fs;
 pub mod index;
 pub mod journal;
-mod frame;
 mod read_cache;
 pub mod storage;
 mod write_cache;

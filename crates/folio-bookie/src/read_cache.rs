@@ -61,7 +61,10 @@ mod tests {
     fn stays_within_its_byte_budget() {
         let mut c = ReadCache::new(1000);
         for e in 0..10 {
-            c.insert(Entry::encode(EntryHeader { ledger_id: 1, entry_id: e, last_add_confirmed: -1, length: 0 }, &[0; 264]));
+            c.insert(Entry::encode(
+                EntryHeader { ledger_id: 1, entry_id: e, last_add_confirmed: -1, length: 0 },
+                &[0; 264],
+            ));
         }
         assert!(c.bytes <= 1000);
         assert!(c.get(1, 9).is_some() && c.get(1, 0).is_none(), "oldest evicted first");

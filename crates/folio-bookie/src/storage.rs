@@ -30,7 +30,9 @@ use crate::config::StorageConfig;
 use crate::entry_log::{self, EntryLogReader, EntryLogWriter};
 use crate::error::{Result, StorageError};
 use crate::fs::{FileSystem, RealFs};
-use crate::index::{self, EntryLocation, EntryLogState, FjallKv, KvBatch, KvStore, LedgerState, Table};
+use crate::index::{
+    self, EntryLocation, EntryLogState, FjallKv, KvBatch, KvStore, LedgerState, Table,
+};
 use crate::journal::{self, Journal, JournalPosition, JournalRecord, ReplayReport};
 use crate::read_cache::ReadCache;
 use crate::write_cache::{CacheHalf, WriteCache};
@@ -102,18 +104,24 @@ impl Storage {
     /// Opens storage on the real file system with the fjall index under `ledger_dir/index`.
     pub fn open_default(config: StorageConfig) -> Result<Storage> {
         let index_dir = config.ledger_dir.join("index");
-        std::fs::create_dir_all(&index_dir).map_err(|e| StorageError::io("creating index dir", e))?;
+        std::fs::create_dir_all(&index_dir)
+            .map_err(|e| StorageError::io("creating index dir", e))?;
         let kv = Arc::new(FjallKv::open(&index_dir)?);
         Storage::open(config, Arc::new(RealFs), kv)
     }
 
     /// Opens (and recovers) storage: seal entry logs left active by a crash, replay the
     /// journal from the checkpoint, flush what was replayed, start the journal and flusher.
-    pub fn open(config: StorageConfig, fs: Arc<dyn FileSystem>, kv: Arc<dyn KvStore>) -> Result<Storage> {
+    pub fn open(
+        config: StorageConfig,
+        fs: Arc<dyn FileSystem>,
+        kv: Arc<dyn KvStore>,
+    ) -> Result<Storage> {
         config.validate().map_err(StorageError::BadRequest)?;
         let log_dir = config.ledger_dir.join("entrylogs");
         for d in [&config.journal_dir, &config.ledger_dir, &log_dir] {
-            fs.create_dir_all(d).map_err(|e| StorageError::io(format!("creating {}", d.display()), e))?;
+            fs.create_dir_all(d)
+                .map_err(|e| StorageError::io(format!("creating {}", d.display()), e))?;
         }
         let mut recovery = RecoveryReport::default();
         let ledgers = load_ledgers(kv.as_ref())?;
@@ -168,7 +176,13 @@ impl Storage {
     /// Adds an entry. `done` runs once it is durable (or failed). Errors found before the
     /// entry is accepted (bad digest, fenced, wrong key, overload) are returned directly and
     /// `done` is not called.
-    pub fn add_entry(&self, bytes: Bytes, master_key: &MasterKey, recovery: bool, done: AddCallback) -> Result<()> {
+    pub fn add_entry(
+        &self,
+        bytes: Bytes,
+        master_key: &MasterKey,
+        recovery: bool,
+        done: AddCallback,
+    ) -> Result<()> {
         self.inner.add_entry(bytes, master_key, recovery, done)
     }
 
@@ -179,12 +193,28 @@ impl Storage {
 
     /// Fences a ledger: later non-recovery adds fail with `Fenced`. `done` runs once the
     /// fence is durable; a fencing read answers only after that.
-    pub fn fence(&self, ledger_id: LedgerId, master_key: &MasterKey, done: AddCallback) -> Result<()> {
+    pub fn fence(
+        &self,
+        ledger_id: LedgerId,
+        master_key: &MasterKey,
+        done: AddCallback,
+    ) -> Result<()> {
         self.inner.update_ledger(ledger_id, master_key, JournalRecord::Fence { ledger_id }, done)
     }
 
-    pub fn set_explicit_lac(&self, ledger_id: LedgerId, master_key: &MasterKey, lac: EntryId, done: AddCallback) -> Result<()> {
-        self.inner.update_ledger(ledger_id, master_key, JournalRecord::ExplicitLac { ledger_id, lac }, done)
+    pub fn set_explicit_lac(
+        &self,
+        ledger_id: LedgerId,
+        master_key: &MasterKey,
+        lac: EntryId,
+        done: AddCallback,
+    ) -> Result<()> {
+        self.inner.update_ledger(
+            ledger_id,
+            master_key,
+            JournalRecord::ExplicitLac { ledger_id, lac },
+            done,
+        )
     }
 
     /// The ledger's last-add-confirmed as this bookie knows it: the larger of the explicit
@@ -286,7 +316,10 @@ fn load_ledgers(kv: &dyn KvStore) -> Result<HashMap<LedgerId, Ledger>> {
         let full = page.len() == INDEX_PAGE;
         for (k, v) in page {
             let id = index::parse_ledger_key(&k)?;
-            out.insert(id, Ledger { state: LedgerState::decode(&v)?, piggybacked_lac: None, dirty: false });
+            out.insert(
+                id,
+                Ledger { state: LedgerState::decode(&v)?, piggybacked_lac: None, dirty: false },
+            );
         }
         if !full {
             break;
@@ -310,7 +343,12 @@ fn entry_log_states(kv: &dyn KvStore) -> Result<Vec<(u64, EntryLogState)>> {
 
 /// Seals logs the index lists as active (a crash interrupted them), removes log files the
 /// index never listed (created by a flush that did not commit), and returns the next log id.
-fn recover_entry_logs(fs: &dyn FileSystem, kv: &dyn KvStore, dir: &Path, report: &mut RecoveryReport) -> Result<u64> {
+fn recover_entry_logs(
+    fs: &dyn FileSystem,
+    kv: &dyn KvStore,
+    dir: &Path,
+    report: &mut RecoveryReport,
+) -> Result<u64> {
     let states = entry_log_states(kv)?;
     let on_disk: Vec<u64> = fs
         .list_dir(dir)
@@ -324,7 +362,10 @@ fn recover_entry_logs(fs: &dyn FileSystem, kv: &dyn KvStore, dir: &Path, report:
         if !on_disk.contains(id) {
             return Err(StorageError::corruption(
                 dir.display().to_string(),
-                format!("entry log {} is in the index but missing on disk", entry_log::file_name(*id)),
+                format!(
+                    "entry log {} is in the index but missing on disk",
+                    entry_log::file_name(*id)
+                ),
             ));
         }
         if !state.sealed {
@@ -343,9 +384,15 @@ fn recover_entry_logs(fs: &dyn FileSystem, kv: &dyn KvStore, dir: &Path, report:
     }
     fs.sync_dir(dir).map_err(|e| StorageError::io("syncing entry log dir", e))?;
     let stored_next = kv.get(Table::Meta, index::META_NEXT_LOG_ID)?.map_or(Ok(1), |v| {
-        v.try_into().map(u64::from_le_bytes).map_err(|_| StorageError::corruption("index", "next_log_id"))
+        v.try_into()
+            .map(u64::from_le_bytes)
+            .map_err(|_| StorageError::corruption("index", "next_log_id"))
     })?;
-    let next = on_disk.iter().map(|id| id + 1).chain(states.iter().map(|(id, _)| id + 1)).fold(stored_next, u64::max);
+    let next = on_disk
+        .iter()
+        .map(|id| id + 1)
+        .chain(states.iter().map(|(id, _)| id + 1))
+        .fold(stored_next, u64::max);
     batch.put(Table::Meta, index::META_NEXT_LOG_ID.to_vec(), next.to_le_bytes().to_vec());
     kv.commit(batch)?;
     Ok(next)
@@ -387,7 +434,13 @@ impl Inner {
         self.signal_cond.notify_all();
     }
 
-    fn add_entry(&self, bytes: Bytes, key: &MasterKey, recovery: bool, done: AddCallback) -> Result<()> {
+    fn add_entry(
+        &self,
+        bytes: Bytes,
+        key: &MasterKey,
+        recovery: bool,
+        done: AddCallback,
+    ) -> Result<()> {
         self.check_poison()?;
         let entry = Entry::decode(bytes)?;
         let ledger_id = entry.ledger_id();
@@ -403,9 +456,12 @@ impl Inner {
                     ledger.dirty = true;
                     let (tx, rx) = std::sync::mpsc::sync_channel(1);
                     let record = JournalRecord::MasterKey { ledger_id, key: *key };
-                    self.journal().append(record, Box::new(move |r| {
-                        let _ = tx.send(r.map(|_| ()));
-                    }));
+                    self.journal().append(
+                        record,
+                        Box::new(move |r| {
+                            let _ = tx.send(r.map(|_| ()));
+                        }),
+                    );
                     key_written = Some(rx);
                 }
             }
@@ -415,9 +471,12 @@ impl Inner {
             let lac = entry.last_add_confirmed();
             ledger.piggybacked_lac = Some(ledger.piggybacked_lac.map_or(lac, |l| l.max(lac)));
         }
-        self.cache.insert(entry.clone(), self.config.write_cache_throttle_max, &|| self.request_flush())?;
+        self.cache.insert(entry.clone(), self.config.write_cache_throttle_max, &|| {
+            self.request_flush()
+        })?;
         if self.config.journal.write_data {
-            self.journal().append(JournalRecord::Entry(entry), Box::new(move |r| done(r.map(|_| ()))));
+            self.journal()
+                .append(JournalRecord::Entry(entry), Box::new(move |r| done(r.map(|_| ()))));
         } else {
             // Journal-less: acknowledged once cached, after a newly learned key is durable.
             match key_written {
@@ -428,7 +487,13 @@ impl Inner {
         Ok(())
     }
 
-    fn update_ledger(&self, ledger_id: LedgerId, key: &MasterKey, record: JournalRecord, done: AddCallback) -> Result<()> {
+    fn update_ledger(
+        &self,
+        ledger_id: LedgerId,
+        key: &MasterKey,
+        record: JournalRecord,
+        done: AddCallback,
+    ) -> Result<()> {
         self.check_poison()?;
         let mut ledgers = self.lock_ledgers();
         let ledger = ledgers.entry(ledger_id).or_default();
@@ -437,13 +502,15 @@ impl Inner {
             Some(_) => {}
             None => {
                 ledger.state.master_key = Some(*key);
-                self.journal().append(JournalRecord::MasterKey { ledger_id, key: *key }, Box::new(|_| {}));
+                self.journal()
+                    .append(JournalRecord::MasterKey { ledger_id, key: *key }, Box::new(|_| {}));
             }
         }
         match &record {
             JournalRecord::Fence { .. } => ledger.state.fenced = true,
             JournalRecord::ExplicitLac { lac, .. } => {
-                ledger.state.explicit_lac = Some(ledger.state.explicit_lac.map_or(*lac, |l| l.max(*lac)));
+                ledger.state.explicit_lac =
+                    Some(ledger.state.explicit_lac.map_or(*lac, |l| l.max(*lac)));
             }
             other => unreachable!("not a ledger update: {other:?}"),
         }
@@ -492,9 +559,13 @@ impl Inner {
         if let Some(e) = self.read_cache.lock().expect("read cache lock").get(ledger_id, entry_id) {
             return Ok(e);
         }
-        let Some(loc) = self.kv.get(Table::Locations, &index::location_key(ledger_id, entry_id))? else {
+        let Some(loc) = self.kv.get(Table::Locations, &index::location_key(ledger_id, entry_id))?
+        else {
             // It may have been flushed between the cache lookup and the index lookup.
-            return self.cache.get(ledger_id, entry_id).ok_or_else(|| self.missing(ledger_id, entry_id));
+            return self
+                .cache
+                .get(ledger_id, entry_id)
+                .ok_or_else(|| self.missing(ledger_id, entry_id));
         };
         let loc = EntryLocation::decode(&loc)?;
         let entry = self.reader.read(loc, ledger_id, entry_id)?;
@@ -512,7 +583,8 @@ impl Inner {
         let start = index::location_key(ledger_id, entry_id + 1);
         let end = index::location_key(ledger_id, entry_id.saturating_add(1 + n as i64));
         let Ok(next) = self.kv.range(Table::Locations, &start, &end, n) else { return };
-        let mut span_end = first.offset + (crate::frame::FRAME_HEADER_BYTES as u64) + u64::from(first.len);
+        let mut span_end =
+            first.offset + (crate::frame::FRAME_HEADER_BYTES as u64) + u64::from(first.len);
         let span_start = span_end;
         for (_, v) in next {
             let Ok(loc) = EntryLocation::decode(&v) else { break };
@@ -555,7 +627,9 @@ impl Inner {
             }
         };
         let lac = explicit.map_or(piggybacked, |x| x.max(piggybacked));
-        if lac == INVALID_ENTRY_ID && self.lock_ledgers().get(&ledger_id).is_some_and(|l| l.state.limbo) {
+        if lac == INVALID_ENTRY_ID
+            && self.lock_ledgers().get(&ledger_id).is_some_and(|l| l.state.limbo)
+        {
             return Err(StorageError::Unknown(ledger_id, INVALID_ENTRY_ID));
         }
         Ok(lac)
@@ -662,7 +736,11 @@ impl Inner {
             {
                 let mut s = self.signal.lock().expect("signal lock");
                 if !s.requested && !s.shutdown {
-                    s = self.signal_cond.wait_timeout(s, self.config.flush_interval).expect("signal lock").0;
+                    s = self
+                        .signal_cond
+                        .wait_timeout(s, self.config.flush_interval)
+                        .expect("signal lock")
+                        .0;
                 }
                 if s.shutdown {
                     return;
@@ -741,7 +819,11 @@ impl Inner {
         if batch.is_empty() && !moved {
             return Ok(());
         }
-        batch.put(Table::Meta, index::META_NEXT_LOG_ID.to_vec(), flush.next_log_id.to_le_bytes().to_vec());
+        batch.put(
+            Table::Meta,
+            index::META_NEXT_LOG_ID.to_vec(),
+            flush.next_log_id.to_le_bytes().to_vec(),
+        );
         self.kv.commit(batch)?;
         if let (Some(m), Some(journal)) = (mark, self.journal.get()) {
             journal::write_checkpoint(self.fs.as_ref(), &self.config.journal_dir, m)?;
@@ -752,8 +834,13 @@ impl Inner {
     }
 
     /// The current writer, after sealing it and starting a new log if it is full.
-    fn writer_with_room<'a>(&self, flush: &'a mut FlushState, batch: &mut KvBatch) -> Result<&'a mut EntryLogWriter> {
-        let full = flush.writer.as_ref().is_some_and(|w| w.size() >= self.config.entry_log_bytes_max);
+    fn writer_with_room<'a>(
+        &self,
+        flush: &'a mut FlushState,
+        batch: &mut KvBatch,
+    ) -> Result<&'a mut EntryLogWriter> {
+        let full =
+            flush.writer.as_ref().is_some_and(|w| w.size() >= self.config.entry_log_bytes_max);
         if full {
             let w = flush.writer.take().expect("checked");
             let id = w.log_id();

@@ -43,14 +43,21 @@ pub struct WriteCache {
 
 impl WriteCache {
     pub fn new(total_bytes: usize) -> WriteCache {
-        WriteCache { half_bytes_max: total_bytes / 2, state: Mutex::new(State::default()), space: Condvar::new() }
+        WriteCache {
+            half_bytes_max: total_bytes / 2,
+            state: Mutex::new(State::default()),
+            space: Condvar::new(),
+        }
     }
 
     /// Inserts an entry, waiting up to `wait_max` for space; `request_flush` is called while
     /// waiting so the flusher swaps the halves.
     pub fn insert(&self, entry: Entry, wait_max: Duration, request_flush: &dyn Fn()) -> Result<()> {
         let size = entry.encoded_len();
-        assert!(size <= self.half_bytes_max, "config validation keeps entries below half the cache");
+        assert!(
+            size <= self.half_bytes_max,
+            "config validation keeps entries below half the cache"
+        );
         let start = Instant::now();
         let mut state = self.state.lock().expect("write cache lock");
         while state.active.bytes + size > self.half_bytes_max {
@@ -73,7 +80,8 @@ impl WriteCache {
     pub fn insert_unbounded(&self, entry: Entry) {
         let mut state = self.state.lock().expect("write cache lock");
         let size = entry.encoded_len();
-        if let Some(old) = state.active.entries.insert((entry.ledger_id(), entry.entry_id()), entry) {
+        if let Some(old) = state.active.entries.insert((entry.ledger_id(), entry.entry_id()), entry)
+        {
             state.active.bytes -= old.encoded_len();
         }
         state.active.bytes += size;
@@ -122,8 +130,12 @@ impl WriteCache {
 
     pub fn remove_ledger(&self, ledger_id: LedgerId) {
         let mut state = self.state.lock().expect("write cache lock");
-        let keys: Vec<EntryKey> =
-            state.active.entries.range((ledger_id, 0)..=(ledger_id, EntryId::MAX)).map(|(k, _)| *k).collect();
+        let keys: Vec<EntryKey> = state
+            .active
+            .entries
+            .range((ledger_id, 0)..=(ledger_id, EntryId::MAX))
+            .map(|(k, _)| *k)
+            .collect();
         for k in keys {
             if let Some(e) = state.active.entries.remove(&k) {
                 state.active.bytes -= e.encoded_len();
@@ -138,7 +150,10 @@ mod tests {
     use folio_proto::EntryHeader;
 
     fn entry(l: u64, e: i64, n: usize) -> Entry {
-        Entry::encode(EntryHeader { ledger_id: l, entry_id: e, last_add_confirmed: -1, length: 0 }, &vec![0; n])
+        Entry::encode(
+            EntryHeader { ledger_id: l, entry_id: e, last_add_confirmed: -1, length: 0 },
+            &vec![0; n],
+        )
     }
 
     #[test]
@@ -146,7 +161,8 @@ mod tests {
         let c = WriteCache::new(2 * 1000);
         c.insert(entry(1, 0, 900), Duration::ZERO, &|| {}).unwrap();
         let asked = std::cell::Cell::new(0);
-        let r = c.insert(entry(1, 1, 900), Duration::from_millis(1), &|| asked.set(asked.get() + 1));
+        let r =
+            c.insert(entry(1, 1, 900), Duration::from_millis(1), &|| asked.set(asked.get() + 1));
         assert!(matches!(r, Err(StorageError::Overloaded { .. })));
         assert!(asked.get() >= 1, "a waiting writer asks for a flush");
         let (half, ()) = c.swap(|| ()).unwrap();

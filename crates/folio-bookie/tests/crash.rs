@@ -74,7 +74,9 @@ fn verify(s: &Storage, m: &Model, seed: u64) {
     }
     for ((l, e), sent) in &m.unacked {
         match s.read_entry(*l, *e) {
-            Ok(got) => assert_eq!(&got, sent, "seed {seed}: unacked entry {l}/{e} came back different"),
+            Ok(got) => {
+                assert_eq!(&got, sent, "seed {seed}: unacked entry {l}/{e} came back different")
+            }
             Err(StorageError::NoEntry(..) | StorageError::NoLedger(..)) => {}
             Err(err) => panic!("seed {seed}: reading unacked {l}/{e}: {err}"),
         }
@@ -85,14 +87,18 @@ fn verify(s: &Storage, m: &Model, seed: u64) {
         assert_eq!(r, Some(Status::Fenced), "seed {seed}: ledger {l} lost its fence");
     }
     for l in &m.keyed {
-        let r = add_async(s, &entry(*l, 2_000_000, b"x"), &[0xee; 20], true).err().map(|e| e.status());
+        let r =
+            add_async(s, &entry(*l, 2_000_000, b"x"), &[0xee; 20], true).err().map(|e| e.status());
         assert_eq!(r, Some(Status::Unauthorized), "seed {seed}: ledger {l} lost its master key");
     }
 }
 
 /// Collects acknowledgements; an `Ok` means the journal synced before any crash (a crashed
 /// mount fails every later sync), so the entry is acknowledged.
-fn settle(pending: &mut Vec<((u64, i64), Receiver<Result<()>>)>, m: &mut Model) {
+/// Adds sent but not yet acknowledged, with their acknowledgement channels.
+type Pending = Vec<((u64, i64), Receiver<Result<()>>)>;
+
+fn settle(pending: &mut Pending, m: &mut Model) {
     for (key, rx) in pending.drain(..) {
         if let Ok(Ok(())) = rx.recv() {
             m.keyed.insert(key.0);
@@ -172,7 +178,8 @@ fn run_seed(seed: u64, journal_less: bool) {
         // the journal-less integrity check exists for them).
         m.acked_in_cache.clear();
     }
-    let s = open(&fs, &kv, &config).unwrap_or_else(|e| panic!("seed {seed}: final reopen failed: {e}"));
+    let s =
+        open(&fs, &kv, &config).unwrap_or_else(|e| panic!("seed {seed}: final reopen failed: {e}"));
     verify(&s, &m, seed);
 }
 

@@ -22,7 +22,11 @@ fn entries_read_back_from_cache_and_from_entry_logs_after_flush() {
     for e in 0..20 {
         assert_eq!(s.read_entry(1, e).unwrap(), entry(1, e, format!("payload {e}").as_bytes()));
     }
-    assert_eq!(s.read_entry(1, INVALID_ENTRY_ID).unwrap().entry_id(), 19, "entry -1 reads the last entry");
+    assert_eq!(
+        s.read_entry(1, INVALID_ENTRY_ID).unwrap().entry_id(),
+        19,
+        "entry -1 reads the last entry"
+    );
     assert_eq!(s.last_entry_id(1).unwrap(), Some(19));
     assert!(matches!(s.read_entry(1, 20), Err(StorageError::NoEntry(1, 20))));
     assert!(matches!(s.read_entry(2, 0), Err(StorageError::NoLedger(2))));
@@ -34,7 +38,9 @@ fn a_corrupt_entry_is_rejected_with_bad_request_and_never_stored() {
     let s = open(&fs, &kv, &config()).unwrap();
     let mut b = raw(&entry(1, 0, b"hello")).to_vec();
     b[40] ^= 0x10;
-    let err = s.add_entry(Bytes::from(b), &KEY, false, Box::new(|_| panic!("no ack for a bad entry"))).unwrap_err();
+    let err = s
+        .add_entry(Bytes::from(b), &KEY, false, Box::new(|_| panic!("no ack for a bad entry")))
+        .unwrap_err();
     assert_eq!(err.status(), Status::BadRequest);
     assert!(!s.ledger_exists(1), "nothing of the bad entry was stored");
     let err = s.add_entry(Bytes::from_static(b"tiny"), &KEY, false, Box::new(|_| {})).unwrap_err();

@@ -40,7 +40,9 @@ pub enum EntryError {
     TooLarge { len: usize },
     #[error("entry {ledger_id}/{entry_id} has a negative entry id")]
     InvalidEntryId { ledger_id: LedgerId, entry_id: EntryId },
-    #[error("entry {ledger_id}/{entry_id}: digest {actual:#010x} does not match stored {stored:#010x}")]
+    #[error(
+        "entry {ledger_id}/{entry_id}: digest {actual:#010x} does not match stored {stored:#010x}"
+    )]
     DigestMismatch { ledger_id: LedgerId, entry_id: EntryId, stored: u32, actual: u32 },
 }
 
@@ -56,8 +58,14 @@ pub struct Entry {
 impl std::fmt::Debug for Entry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let h = self.header();
-        write!(f, "Entry({}/{}, lac={}, {} payload bytes)", h.ledger_id, h.entry_id,
-            h.last_add_confirmed, self.payload().len())
+        write!(
+            f,
+            "Entry({}/{}, lac={}, {} payload bytes)",
+            h.ledger_id,
+            h.entry_id,
+            h.last_add_confirmed,
+            self.payload().len()
+        )
     }
 }
 
@@ -198,7 +206,10 @@ mod tests {
 
     #[test]
     fn short_and_negative_entries_are_rejected() {
-        assert_eq!(Entry::decode(Bytes::from_static(b"short")), Err(EntryError::TooShort { len: 5 }));
+        assert_eq!(
+            Entry::decode(Bytes::from_static(b"short")),
+            Err(EntryError::TooShort { len: 5 })
+        );
         let mut b = Entry::encode(header(1, 0), b"").as_bytes().to_vec();
         b[8..16].copy_from_slice(&(-1i64).to_le_bytes());
         assert!(matches!(Entry::decode(Bytes::from(b)), Err(EntryError::InvalidEntryId { .. })));

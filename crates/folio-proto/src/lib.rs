@@ -11,7 +11,7 @@ pub mod entry;
 pub mod limits;
 pub mod status;
 
-pub use entry::{Entry, EntryError, EntryHeader, ENTRY_HEADER_BYTES};
+pub use entry::{ENTRY_HEADER_BYTES, Entry, EntryError, EntryHeader};
 pub use status::Status;
 
 /// A ledger's identity, unique in a cluster and never reused.

@@ -1,6 +1,7 @@
 //! `folio`: the one binary. Subcommands run a node, administer a cluster, or benchmark.
 
 mod bench;
+mod debug;
 mod standalone;
 
 use std::process::ExitCode;
@@ -27,6 +28,12 @@ enum Command {
         #[command(subcommand)]
         what: bench::Bench,
     },
+    /// Helpers for process-level tests.
+    #[command(hide = true)]
+    Debug {
+        #[command(subcommand)]
+        what: debug::Debug,
+    },
 }
 
 fn main() -> ExitCode {
@@ -39,6 +46,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Standalone(args) => standalone::run(args),
         Command::Bench { what } => bench::run(what),
+        Command::Debug { what } => debug::run(what),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

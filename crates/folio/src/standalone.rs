@@ -18,7 +18,8 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<(), String> {
     let config = StorageConfig::new(&args.data_dir);
-    let storage = Storage::open_default(config).map_err(|e| format!("opening {}: {e}", args.data_dir.display()))?;
+    let storage = Storage::open_default(config)
+        .map_err(|e| format!("opening {}: {e}", args.data_dir.display()))?;
     let r = storage.recovery_report();
     tracing::info!(
         data_dir = %args.data_dir.display(),
@@ -30,7 +31,9 @@ pub fn run(args: Args) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("starting runtime: {e}"))?;
-    runtime.block_on(async { tokio::signal::ctrl_c().await }).map_err(|e| format!("waiting for Ctrl-C: {e}"))?;
+    runtime
+        .block_on(async { tokio::signal::ctrl_c().await })
+        .map_err(|e| format!("waiting for Ctrl-C: {e}"))?;
     tracing::info!("shutting down: flushing and checkpointing");
     storage.close().map_err(|e| format!("clean shutdown failed: {e}"))?;
     tracing::info!("stopped cleanly");

@@ -326,11 +326,15 @@ impl FileSystem for FaultFs {
     }
 
     fn open(&self, path: &Path, options: OpenOptions) -> io::Result<Arc<dyn FileHandle>> {
-        let creates = (options.create || options.create_new) && !self.lock().live_names.contains_key(path);
+        let creates =
+            (options.create || options.create_new) && !self.lock().live_names.contains_key(path);
         let mut state = self.lock_view(creates)?;
         let ino = match state.live_names.get(path) {
             Some(_) if options.create_new => {
-                return Err(io::Error::new(io::ErrorKind::AlreadyExists, path.display().to_string()));
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    path.display().to_string(),
+                ));
             }
             Some(ino) => *ino,
             None if options.create || options.create_new => {
@@ -340,7 +344,9 @@ impl FileSystem for FaultFs {
                 state.live_names.insert(path.to_path_buf(), ino);
                 ino
             }
-            None => return Err(io::Error::new(io::ErrorKind::NotFound, path.display().to_string())),
+            None => {
+                return Err(io::Error::new(io::ErrorKind::NotFound, path.display().to_string()));
+            }
         };
         let generation = state.generation;
         drop(state);

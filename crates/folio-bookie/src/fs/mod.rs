@@ -33,15 +33,18 @@ pub struct OpenOptions {
 }
 
 impl OpenOptions {
-    pub const EXISTING: OpenOptions = OpenOptions { create: false, create_new: false, direct: false };
+    pub const EXISTING: OpenOptions =
+        OpenOptions { create: false, create_new: false, direct: false };
     pub const CREATE: OpenOptions = OpenOptions { create: true, create_new: false, direct: false };
-    pub const CREATE_NEW: OpenOptions = OpenOptions { create: true, create_new: true, direct: false };
+    pub const CREATE_NEW: OpenOptions =
+        OpenOptions { create: true, create_new: true, direct: false };
 }
 
 /// Alignment of offsets, lengths and buffers for O_DIRECT I/O.
 pub const DIRECT_IO_ALIGN: usize = 4096;
 
 /// One open file. Positional I/O only, so a handle can be shared between threads.
+#[allow(clippy::len_without_is_empty)] // `len` is a file size, not a collection's.
 pub trait FileHandle: Send + Sync + Debug {
     /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at the end).
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;

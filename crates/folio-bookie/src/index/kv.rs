@@ -85,7 +85,9 @@ impl FjallKv {
         let db = fjall::Database::builder(path).open().map_err(fjall_err)?;
         let mut tables = Vec::new();
         for t in TABLES {
-            tables.push(db.keyspace(t.name(), fjall::KeyspaceCreateOptions::default).map_err(fjall_err)?);
+            tables.push(
+                db.keyspace(t.name(), fjall::KeyspaceCreateOptions::default).map_err(fjall_err)?,
+            );
         }
         Ok(FjallKv { db, tables })
     }

@@ -32,7 +32,10 @@ pub fn location_key(ledger_id: LedgerId, entry_id: EntryId) -> Vec<u8> {
 #[allow(clippy::big_endian_bytes)]
 pub fn parse_location_key(key: &[u8]) -> Result<(LedgerId, EntryId)> {
     if key.len() != 16 {
-        return Err(StorageError::corruption("index", format!("location key of {} bytes", key.len())));
+        return Err(StorageError::corruption(
+            "index",
+            format!("location key of {} bytes", key.len()),
+        ));
     }
     let mut a = [0u8; 8];
     let mut b = [0u8; 8];
@@ -48,9 +51,9 @@ pub fn ledger_key(ledger_id: LedgerId) -> Vec<u8> {
 
 #[allow(clippy::big_endian_bytes)]
 pub fn parse_ledger_key(key: &[u8]) -> Result<LedgerId> {
-    let a: [u8; 8] = key
-        .try_into()
-        .map_err(|_| StorageError::corruption("index", format!("ledger key of {} bytes", key.len())))?;
+    let a: [u8; 8] = key.try_into().map_err(|_| {
+        StorageError::corruption("index", format!("ledger key of {} bytes", key.len()))
+    })?;
     Ok(u64::from_be_bytes(a))
 }
 
@@ -105,11 +108,18 @@ impl EntryLocation {
 
     pub fn decode(b: &[u8]) -> Result<EntryLocation> {
         if b.len() != 20 {
-            return Err(StorageError::corruption("index", format!("location value of {} bytes", b.len())));
+            return Err(StorageError::corruption(
+                "index",
+                format!("location value of {} bytes", b.len()),
+            ));
         }
         let mut len = [0u8; 4];
         len.copy_from_slice(&b[16..20]);
-        Ok(EntryLocation { log_id: u64_le(b, 0), offset: u64_le(b, 8), len: u32::from_le_bytes(len) })
+        Ok(EntryLocation {
+            log_id: u64_le(b, 0),
+            offset: u64_le(b, 8),
+            len: u32::from_le_bytes(len),
+        })
     }
 }
 
@@ -159,7 +169,11 @@ impl LedgerState {
         }
         let flags = b[1];
         let mut at = 2;
-        let mut s = LedgerState { fenced: flags & FLAG_FENCED != 0, limbo: flags & FLAG_LIMBO != 0, ..Default::default() };
+        let mut s = LedgerState {
+            fenced: flags & FLAG_FENCED != 0,
+            limbo: flags & FLAG_LIMBO != 0,
+            ..Default::default()
+        };
         if flags & FLAG_HAS_KEY != 0 {
             let k = b.get(at..at + MASTER_KEY_BYTES).ok_or_else(|| bad("truncated key"))?;
             let mut key = [0u8; MASTER_KEY_BYTES];
@@ -211,7 +225,8 @@ impl EntryLogState {
     }
 
     pub fn decode(b: &[u8]) -> Result<EntryLogState> {
-        let bad = || StorageError::corruption("index entry log state", format!("{} bytes", b.len()));
+        let bad =
+            || StorageError::corruption("index entry log state", format!("{} bytes", b.len()));
         if b.len() < 13 {
             return Err(bad());
         }

@@ -161,7 +161,9 @@ pub fn decode_record(file_id: u64, bytes: &[u8], at_eof: bool) -> Decoded {
             JournalRecord::MasterKey { ledger_id: u64_at(body, 0), key }
         }
         (3, 8) => JournalRecord::Fence { ledger_id: u64_at(body, 0) },
-        (4, 16) => JournalRecord::ExplicitLac { ledger_id: u64_at(body, 0), lac: u64_at(body, 8) as i64 },
+        (4, 16) => {
+            JournalRecord::ExplicitLac { ledger_id: u64_at(body, 0), lac: u64_at(body, 8) as i64 }
+        }
         (5, 8) => JournalRecord::FileEnd { next_file_id: u64_at(body, 0) },
         _ => return Decoded::Stop(StopReason::Malformed),
     };
@@ -231,7 +233,10 @@ mod tests {
                 other => panic!("{other:?}"),
             }
             // The same bytes in a recycled file (another id) never validate.
-            assert!(matches!(decode_record(12, buf.as_slice(), true), Decoded::Stop(StopReason::Checksum)));
+            assert!(matches!(
+                decode_record(12, buf.as_slice(), true),
+                Decoded::Stop(StopReason::Checksum)
+            ));
         }
     }
 

@@ -64,7 +64,8 @@ pub fn read_checkpoint(fs: &dyn FileSystem, dir: &Path) -> Result<Option<Journal
     if !fs.exists(&path) {
         return Ok(None);
     }
-    let bytes = fs.read_all(&path).map_err(|e| StorageError::io("reading journal checkpoint", e))?;
+    let bytes =
+        fs.read_all(&path).map_err(|e| StorageError::io("reading journal checkpoint", e))?;
     format::decode_checkpoint(&bytes)
         .map(Some)
         .map_err(|d| StorageError::corruption(path.display().to_string(), d))
@@ -83,7 +84,9 @@ impl Journal {
         fs.create_dir_all(&dir).map_err(|e| StorageError::io("creating journal dir", e))?;
         let mut writer = Writer::new(fs, dir, config.clone());
         if let Some(end) = report.end {
-            writer.seal_existing(end).map_err(|e| StorageError::io("sealing last journal file", e))?;
+            writer
+                .seal_existing(end)
+                .map_err(|e| StorageError::io("sealing last journal file", e))?;
         }
         let first_id = report.next_file_id();
         writer.recycle = report.files_before_mark.iter().map(|id| writer.path(*id)).collect();
@@ -188,7 +191,10 @@ impl Writer {
         let mut tail = vec![0u8; (end.offset - block) as usize];
         file.read_exact_at(&mut tail, block)?;
         let direct = self.config.direct_io;
-        self.file = Some(self.fs.open(&self.path(end.file_id), OpenOptions { direct, ..OpenOptions::EXISTING })?);
+        self.file = Some(
+            self.fs
+                .open(&self.path(end.file_id), OpenOptions { direct, ..OpenOptions::EXISTING })?,
+        );
         self.file_id = end.file_id;
         self.block_offset = block;
         self.prealloc_end = file.len()?;
@@ -313,7 +319,9 @@ impl Writer {
                         }
                         match rx.recv_timeout(deadline - now) {
                             Ok(r) => Some(r),
-                            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+                            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
+                                break;
+                            }
                         }
                     }
                 };
@@ -327,7 +335,11 @@ impl Writer {
         }
     }
 
-    fn commit_group(&mut self, group: &mut Vec<(JournalRecord, Option<JournalCallback>)>, shared: &Shared) {
+    fn commit_group(
+        &mut self,
+        group: &mut Vec<(JournalRecord, Option<JournalCallback>)>,
+        shared: &Shared,
+    ) {
         let poisoned = shared.poisoned.lock().expect("poison lock").clone();
         if let Some(reason) = poisoned {
             for (_, cb) in group.drain(..) {

@@ -76,13 +76,13 @@ pub fn replay(
     let first = mark.map_or(0, |m| m.file_id);
     report.files_before_mark = ids.iter().copied().filter(|id| *id < first).collect();
     let to_read: Vec<u64> = ids.iter().copied().filter(|id| *id >= first).collect();
-    if let Some(m) = mark {
-        if to_read.first() != Some(&m.file_id) {
-            return Err(StorageError::corruption(
-                dir.display().to_string(),
-                format!("the checkpoint names journal file {} which is missing", file_name(m.file_id)),
-            ));
-        }
+    if let Some(m) = mark
+        && to_read.first() != Some(&m.file_id)
+    {
+        return Err(StorageError::corruption(
+            dir.display().to_string(),
+            format!("the checkpoint names journal file {} which is missing", file_name(m.file_id)),
+        ));
     }
     for (i, id) in to_read.iter().copied().enumerate() {
         let is_last = i + 1 == to_read.len();
@@ -150,8 +150,10 @@ fn replay_file(
                 if !is_last {
                     return Err(StorageError::corruption(
                         ctx(),
-                        format!("record at offset {pos} is damaged ({reason:?}) and later journal \
-                                 files exist: acknowledged entries may be lost"),
+                        format!(
+                            "record at offset {pos} is damaged ({reason:?}) and later journal \
+                                 files exist: acknowledged entries may be lost"
+                        ),
                     ));
                 }
                 if reason != StopReason::Zeros {

@@ -32,11 +32,21 @@ pub fn open(fs: &FaultFs, kv: &MemKv, config: &StorageConfig) -> Result<Storage>
 }
 
 /// Adds and returns a receiver for the acknowledgement.
-pub fn add_async(s: &Storage, e: &Entry, key: &MasterKey, recovery: bool) -> Result<Receiver<Result<()>>> {
+pub fn add_async(
+    s: &Storage,
+    e: &Entry,
+    key: &MasterKey,
+    recovery: bool,
+) -> Result<Receiver<Result<()>>> {
     let (tx, rx) = mpsc::sync_channel(1);
-    s.add_entry(e.as_bytes().clone(), key, recovery, Box::new(move |r| {
-        let _ = tx.send(r);
-    }))?;
+    s.add_entry(
+        e.as_bytes().clone(),
+        key,
+        recovery,
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    )?;
     Ok(rx)
 }
 
@@ -47,17 +57,26 @@ pub fn add(s: &Storage, e: &Entry) -> Result<()> {
 
 pub fn fence(s: &Storage, ledger_id: u64, key: &MasterKey) -> Result<()> {
     let (tx, rx) = mpsc::sync_channel(1);
-    s.fence(ledger_id, key, Box::new(move |r| {
-        let _ = tx.send(r);
-    }))?;
+    s.fence(
+        ledger_id,
+        key,
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    )?;
     rx.recv().expect("callback runs")
 }
 
 pub fn set_lac(s: &Storage, ledger_id: u64, lac: i64) -> Result<()> {
     let (tx, rx) = mpsc::sync_channel(1);
-    s.set_explicit_lac(ledger_id, &KEY, lac, Box::new(move |r| {
-        let _ = tx.send(r);
-    }))?;
+    s.set_explicit_lac(
+        ledger_id,
+        &KEY,
+        lac,
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    )?;
     rx.recv().expect("callback runs")
 }
 

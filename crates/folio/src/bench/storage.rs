@@ -40,9 +40,15 @@ pub fn run(args: Args) -> Result<(), String> {
         .map_err(|e| format!("creating a temp dir in {}: {e}", args.dir.display()))?;
     let secs = if args.quick { 4 } else { 20 };
     let duration = Duration::from_secs(secs);
-    println!("bench=storage quick={} seconds_per_run={secs} inflight={}", args.quick, args.inflight);
+    println!(
+        "bench=storage quick={} seconds_per_run={secs} inflight={}",
+        args.quick, args.inflight
+    );
     let disk = disk_baseline(&tmp.path().join("raw"), 512 * 1024, duration)?;
-    println!("disk_write_bytes=524288 disk_mb_per_s={:.1} disk_commits_per_s={:.0}", disk.0, disk.1);
+    println!(
+        "disk_write_bytes=524288 disk_mb_per_s={:.1} disk_commits_per_s={:.0}",
+        disk.0, disk.1
+    );
     for entry_bytes in [1024usize, 16 * 1024] {
         let dir = tmp.path().join(format!("engine-{entry_bytes}"));
         let r = engine_run(&dir, entry_bytes, &args, duration)?;
@@ -59,7 +65,11 @@ pub fn run(args: Args) -> Result<(), String> {
 }
 
 /// MB/s and commits/s of O_DIRECT append + fdatasync of `write_bytes` each.
-fn disk_baseline(path: &std::path::Path, write_bytes: usize, duration: Duration) -> Result<(f64, f64), String> {
+fn disk_baseline(
+    path: &std::path::Path,
+    write_bytes: usize,
+    duration: Duration,
+) -> Result<(f64, f64), String> {
     let fs = RealFs;
     let file = fs
         .open(path, OpenOptions { direct: true, ..OpenOptions::CREATE_NEW })
@@ -88,7 +98,12 @@ struct EngineResult {
     p99_us: u64,
 }
 
-fn engine_run(dir: &std::path::Path, entry_bytes: usize, args: &Args, duration: Duration) -> Result<EngineResult, String> {
+fn engine_run(
+    dir: &std::path::Path,
+    entry_bytes: usize,
+    args: &Args,
+    duration: Duration,
+) -> Result<EngineResult, String> {
     let inflight = args.inflight;
     let mut config = StorageConfig::new(dir);
     config.journal.prealloc_bytes = args.journal_prealloc_mib * 1024 * 1024;
@@ -108,16 +123,26 @@ fn engine_run(dir: &std::path::Path, entry_bytes: usize, args: &Args, duration: 
         let ledger = (submitted % 8) as usize;
         let entry_id = next_entry[ledger];
         next_entry[ledger] += 1;
-        let h = EntryHeader { ledger_id: ledger as u64 + 1, entry_id, last_add_confirmed: entry_id - 1, length: 0 };
+        let h = EntryHeader {
+            ledger_id: ledger as u64 + 1,
+            entry_id,
+            last_add_confirmed: entry_id - 1,
+            length: 0,
+        };
         let e = Entry::encode(h, &payload);
         let tx = token_tx.clone();
         let lat = latencies.clone();
         let t0 = Instant::now();
         storage
-            .add_entry(e.into_bytes(), &key, false, Box::new(move |r| {
-                lat.lock().expect("latency lock").push(t0.elapsed().as_micros() as u64);
-                let _ = tx.send(r.map_err(|e| e.to_string()));
-            }))
+            .add_entry(
+                e.into_bytes(),
+                &key,
+                false,
+                Box::new(move |r| {
+                    lat.lock().expect("latency lock").push(t0.elapsed().as_micros() as u64);
+                    let _ = tx.send(r.map_err(|e| e.to_string()));
+                }),
+            )
             .map_err(|e| e.to_string())?;
         submitted += 1;
     }

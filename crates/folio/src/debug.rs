@@ -1,0 +1,77 @@
+//! `folio debug …`: hidden helpers for process-level tests.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::mpsc;
+
+use folio_bookie::{Storage, StorageConfig};
+use folio_proto::{Entry, EntryHeader};
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Debug {
+    /// Adds entries to ledgers 1-4 until killed, printing `acked <ledger> <entry>` for each
+    /// acknowledged add and `fenced 4` once ledger 4 is fenced (after 500 of its entries).
+    /// Payloads are `payload(ledger, entry, bytes)`, so a verifier can recompute them.
+    Load {
+        #[arg(long)]
+        data_dir: PathBuf,
+        #[arg(long, default_value_t = 512)]
+        entry_bytes: usize,
+    },
+}
+
+/// The payload `folio debug load` writes for an entry.
+pub fn payload(ledger_id: u64, entry_id: i64, bytes: usize) -> Vec<u8> {
+    format!("{ledger_id}:{entry_id};").bytes().cycle().take(bytes).collect()
+}
+
+pub fn run(what: Debug) -> Result<(), String> {
+    let Debug::Load { data_dir, entry_bytes } = what;
+    let storage =
+        Storage::open_default(StorageConfig::new(&data_dir)).map_err(|e| e.to_string())?;
+    let key = [3u8; 20];
+    let (tx, rx) = mpsc::sync_channel::<String>(1024);
+    let printer = std::thread::spawn(move || {
+        let mut out = std::io::stdout().lock();
+        for line in rx {
+            if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+                return;
+            }
+        }
+    });
+    let start = storage.last_entry_id(1).map_err(|e| e.to_string())?.map_or(0, |e| e + 1);
+    for entry_id in start.. {
+        for ledger_id in 1..=4u64 {
+            if ledger_id == 4 && entry_id == 500 {
+                let (ftx, frx) = mpsc::sync_channel(1);
+                storage
+                    .fence(4, &key, Box::new(move |r| drop(ftx.send(r))))
+                    .map_err(|e| e.to_string())?;
+                frx.recv().map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+                let _ = tx.send("fenced 4".into());
+            }
+            if ledger_id == 4 && entry_id >= 500 {
+                continue;
+            }
+            let h =
+                EntryHeader { ledger_id, entry_id, last_add_confirmed: entry_id - 1, length: 0 };
+            let e = Entry::encode(h, &payload(ledger_id, entry_id, entry_bytes));
+            let tx = tx.clone();
+            storage
+                .add_entry(
+                    e.into_bytes(),
+                    &key,
+                    false,
+                    Box::new(move |r| {
+                        if r.is_ok() {
+                            let _ = tx.send(format!("acked {ledger_id} {entry_id}"));
+                        }
+                    }),
+                )
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    drop(tx);
+    let _ = printer.join();
+    Ok(())
+}
