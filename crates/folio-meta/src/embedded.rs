@@ -1,0 +1,637 @@
+//! The embedded backend: one process, persistent on fjall, every commit fsynced.
+//!
+//! Layout (three fjall keyspaces):
+//! ```text
+//! kv      key bytes           → create_rev u64 ‖ mod_rev u64 ‖ lease i64 (0 = none) ‖ value
+//! events  revision u64 BE     → n u32 ‖ n × (kind u8 ‖ key_len u32 ‖ key ‖ value_len u32 ‖ value)
+//! sys     "revision"          → u64      the last committed revision
+//!         "compacted"         → u64      events at or below it are gone
+//!         "lease_next"        → i64
+//!         "lease/" ‖ id BE    → ttl_ms u64
+//!         "id/" ‖ name        → u64      the last id handed out
+//! ```
+//! (all values little-endian). A write — put, delete, transaction, lease revoke — is one
+//! fjall batch with `SyncData` durability: it is all there after a crash or not at all.
+//! Watch history is kept for the last `events_retained` revisions; a watch from before
+//! that, or a watcher whose queue overflows, gets `Compacted`.
+//!
+//! Leases live in memory with their deadlines on the injected [`Clock`]; their TTLs are
+//! persisted, and on reopen every lease gets a full TTL again (as etcd does after a leader
+//! change). [`EmbeddedStore::expire_due`] expires leases; a background thread calls it every
+//! `lease_check_interval`, and tests call it directly after advancing a `ManualClock`.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use bytes::Bytes;
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use tokio::sync::mpsc;
+
+use crate::clock::{Clock, SystemClock};
+use crate::store::*;
+
+#[derive(Debug, Clone)]
+pub struct EmbeddedConfig {
+    /// Revisions of watch history kept on disk.
+    pub events_retained: u64,
+    /// Batches a watcher may have queued before it is cut off with `Compacted`.
+    pub watch_queue_depth: usize,
+    pub lease_check_interval: Duration,
+}
+
+impl Default for EmbeddedConfig {
+    fn default() -> Self {
+        EmbeddedConfig {
+            events_retained: 100_000,
+            watch_queue_depth: 4096,
+            lease_check_interval: Duration::from_millis(100),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Lease {
+    ttl_ms: u64,
+    deadline_ms: u64,
+    keys: BTreeSet<String>,
+}
+
+#[derive(Debug)]
+struct Watcher {
+    prefix: String,
+    tx: mpsc::Sender<Result<Vec<WatchEvent>>>,
+    end_reason: Arc<Mutex<Option<MetaError>>>,
+}
+
+#[derive(Debug)]
+struct State {
+    revision: Revision,
+    compacted: Revision,
+    leases: HashMap<LeaseId, Lease>,
+    lease_next: LeaseId,
+    watchers: Vec<Watcher>,
+}
+
+struct Inner {
+    db: Database,
+    kv: Keyspace,
+    events: Keyspace,
+    sys: Keyspace,
+    config: EmbeddedConfig,
+    clock: Arc<dyn Clock>,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedStore").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct EmbeddedStore {
+    inner: Arc<Inner>,
+    stop: Arc<AtomicBool>,
+    expiry: Option<JoinHandle<()>>,
+}
+
+fn io(e: fjall::Error) -> MetaError {
+    MetaError::Io(e.to_string())
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(w)
+}
+
+#[allow(clippy::big_endian_bytes)] // event keys sort numerically
+fn event_key(rev: Revision) -> [u8; 8] {
+    rev.to_be_bytes()
+}
+
+#[allow(clippy::big_endian_bytes)]
+fn lease_key(id: LeaseId) -> Vec<u8> {
+    let mut k = b"lease/".to_vec();
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+fn encode_record(
+    create: Revision,
+    modified: Revision,
+    lease: Option<LeaseId>,
+    value: &[u8],
+) -> Vec<u8> {
+    let mut v = Vec::with_capacity(24 + value.len());
+    v.extend_from_slice(&create.to_le_bytes());
+    v.extend_from_slice(&modified.to_le_bytes());
+    v.extend_from_slice(&lease.unwrap_or(0).to_le_bytes());
+    v.extend_from_slice(value);
+    v
+}
+
+fn decode_record(key: &str, b: &[u8]) -> Result<Versioned> {
+    if b.len() < 24 {
+        return Err(MetaError::Corrupt { key: key.into(), detail: format!("{} bytes", b.len()) });
+    }
+    let lease = u64_at(b, 16) as i64;
+    Ok(Versioned {
+        key: key.to_string(),
+        value: Bytes::copy_from_slice(&b[24..]),
+        version: u64_at(b, 8),
+        create_revision: u64_at(b, 0),
+        lease: (lease != 0).then_some(lease),
+    })
+}
+
+fn encode_events(events: &[WatchEvent]) -> Vec<u8> {
+    let mut v = (events.len() as u32).to_le_bytes().to_vec();
+    for e in events {
+        v.push(match e.kind {
+            EventKind::Put => 1,
+            EventKind::Delete => 2,
+        });
+        v.extend_from_slice(&(e.key.len() as u32).to_le_bytes());
+        v.extend_from_slice(e.key.as_bytes());
+        v.extend_from_slice(&(e.value.len() as u32).to_le_bytes());
+        v.extend_from_slice(&e.value);
+    }
+    v
+}
+
+fn decode_events(rev: Revision, b: &[u8]) -> Result<Vec<WatchEvent>> {
+    let bad = || MetaError::Corrupt { key: format!("events/{rev}"), detail: "truncated".into() };
+    let take = |at: &mut usize, n: usize| -> Result<&[u8]> {
+        let s = b.get(*at..*at + n).ok_or_else(bad)?;
+        *at += n;
+        Ok(s)
+    };
+    let u32_of = |s: &[u8]| u32::from_le_bytes([s[0], s[1], s[2], s[3]]) as usize;
+    let mut at = 0;
+    let n = u32_of(take(&mut at, 4)?);
+    let mut out = Vec::with_capacity(n.min(1024));
+    for _ in 0..n {
+        let kind = match take(&mut at, 1)?[0] {
+            1 => EventKind::Put,
+            2 => EventKind::Delete,
+            _ => return Err(bad()),
+        };
+        let klen = u32_of(take(&mut at, 4)?);
+        let key = String::from_utf8(take(&mut at, klen)?.to_vec()).map_err(|_| bad())?;
+        let vlen = u32_of(take(&mut at, 4)?);
+        let value = Bytes::copy_from_slice(take(&mut at, vlen)?);
+        out.push(WatchEvent { kind, key, value, revision: rev });
+    }
+    Ok(out)
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) a store in `dir` on the real clock.
+    pub fn open(dir: &Path) -> Result<EmbeddedStore> {
+        EmbeddedStore::open_with(dir, EmbeddedConfig::default(), Arc::new(SystemClock::default()))
+    }
+
+    pub fn open_with(
+        dir: &Path,
+        config: EmbeddedConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<EmbeddedStore> {
+        let db = Database::builder(dir).open().map_err(io)?;
+        let kv = db.keyspace("kv", KeyspaceCreateOptions::default).map_err(io)?;
+        let events = db.keyspace("events", KeyspaceCreateOptions::default).map_err(io)?;
+        let sys = db.keyspace("sys", KeyspaceCreateOptions::default).map_err(io)?;
+        let get_u64 = |k: &str| -> Result<u64> {
+            Ok(sys.get(k).map_err(io)?.filter(|v| v.len() == 8).map_or(0, |v| u64_at(&v, 0)))
+        };
+        let revision = get_u64("revision")?;
+        let compacted = get_u64("compacted")?;
+        let lease_next = (get_u64("lease_next")? as i64).max(1);
+        let now = clock.now_ms();
+        let mut leases = HashMap::new();
+        for guard in sys.prefix("lease/") {
+            let (k, v) = guard.into_inner().map_err(io)?;
+            if k.len() != 14 || v.len() != 8 {
+                return Err(MetaError::Corrupt {
+                    key: "sys/lease".into(),
+                    detail: "bad record".into(),
+                });
+            }
+            let id = i64::from_le_bytes(k[6..14].try_into().expect("8 bytes")).swap_bytes();
+            let ttl_ms = u64_at(&v, 0);
+            leases.insert(id, Lease { ttl_ms, deadline_ms: now + ttl_ms, keys: BTreeSet::new() });
+        }
+        for guard in kv.iter() {
+            let (k, v) = guard.into_inner().map_err(io)?;
+            let key = String::from_utf8_lossy(&k).into_owned();
+            if let Some(lease) = decode_record(&key, &v)?.lease {
+                if let Some(l) = leases.get_mut(&lease) {
+                    l.keys.insert(key);
+                }
+            }
+        }
+        let state = State { revision, compacted, leases, lease_next, watchers: Vec::new() };
+        let inner =
+            Arc::new(Inner { db, kv, events, sys, config, clock, state: Mutex::new(state) });
+        let stop = Arc::new(AtomicBool::new(false));
+        let (thread_inner, thread_stop) = (inner.clone(), stop.clone());
+        let expiry = std::thread::Builder::new()
+            .name("folio-meta-leases".into())
+            .spawn(move || {
+                while !thread_stop.load(Ordering::SeqCst) {
+                    std::thread::sleep(thread_inner.config.lease_check_interval);
+                    if let Err(e) = thread_inner.expire_due() {
+                        tracing::warn!(error = %e, "lease expiry failed");
+                    }
+                }
+            })
+            .map_err(|e| MetaError::Io(e.to_string()))?;
+        tracing::debug!(revision, compacted, "embedded metadata store opened");
+        Ok(EmbeddedStore { inner, stop, expiry: Some(expiry) })
+    }
+
+    /// Drops watch history up to and including `revision` (like etcd's compaction).
+    pub fn compact(&self, revision: Revision) -> Result<()> {
+        let mut st = self.inner.lock();
+        let upto = revision.min(st.revision);
+        if upto <= st.compacted {
+            return Ok(());
+        }
+        let mut batch = self.inner.db.batch().durability(Some(PersistMode::SyncData));
+        for rev in st.compacted + 1..=upto {
+            batch.remove(&self.inner.events, event_key(rev));
+        }
+        batch.insert(&self.inner.sys, "compacted", upto.to_le_bytes());
+        batch.commit().map_err(io)?;
+        st.compacted = upto;
+        Ok(())
+    }
+
+    /// Expires every lease whose deadline has passed on the store's clock; returns how many.
+    pub fn expire_due(&self) -> Result<usize> {
+        self.inner.expire_due()
+    }
+}
+
+impl Drop for EmbeddedStore {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.expiry.take() {
+            let _ = t.join();
+        }
+        let _ = self.inner.db.persist(PersistMode::SyncAll);
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().expect("metadata state lock")
+    }
+
+    fn read(&self, key: &str) -> Result<Option<Versioned>> {
+        match self.kv.get(key).map_err(io)? {
+            None => Ok(None),
+            Some(v) => decode_record(key, &v).map(Some),
+        }
+    }
+
+    fn holds(&self, c: &Compare) -> Result<bool> {
+        Ok(match c {
+            Compare::Version(k, v) => self.read(k)?.is_some_and(|x| x.version == *v),
+            Compare::Absent(k) => self.read(k)?.is_none(),
+            Compare::Exists(k) => self.read(k)?.is_some(),
+        })
+    }
+
+    /// Applies `ops` (plus `extra` sys writes) as one durable batch at the next revision.
+    fn write(
+        &self,
+        st: &mut State,
+        ops: &[Op],
+        extra: &dyn Fn(&mut fjall::OwnedWriteBatch, &Keyspace),
+    ) -> Result<Revision> {
+        let rev = st.revision + 1;
+        let mut batch = self.db.batch().durability(Some(PersistMode::SyncData));
+        let mut events = Vec::new();
+        let mut lease_moves: Vec<(String, Option<LeaseId>, Option<LeaseId>)> = Vec::new();
+        let mut seen = BTreeSet::new();
+        for op in ops {
+            let key = match op {
+                Op::Put { key, .. } | Op::Delete { key } => key,
+            };
+            if !seen.insert(key.clone()) {
+                return Err(MetaError::InvalidArgument(format!(
+                    "key {key} appears twice in one transaction"
+                )));
+            }
+            let old = self.read(key)?;
+            match op {
+                Op::Put { key, value, lease } => {
+                    check_value(key, value)?;
+                    if let Some(l) = lease {
+                        if !st.leases.contains_key(l) {
+                            return Err(MetaError::LeaseNotFound(*l));
+                        }
+                    }
+                    let create = old.as_ref().map_or(rev, |o| o.create_revision);
+                    batch.insert(&self.kv, key.as_str(), encode_record(create, rev, *lease, value));
+                    events.push(WatchEvent {
+                        kind: EventKind::Put,
+                        key: key.clone(),
+                        value: value.clone(),
+                        revision: rev,
+                    });
+                    lease_moves.push((key.clone(), old.and_then(|o| o.lease), *lease));
+                }
+                Op::Delete { key } => {
+                    if let Some(o) = old {
+                        batch.remove(&self.kv, key.as_str());
+                        events.push(WatchEvent {
+                            kind: EventKind::Delete,
+                            key: key.clone(),
+                            value: Bytes::new(),
+                            revision: rev,
+                        });
+                        lease_moves.push((key.clone(), o.lease, None));
+                    }
+                }
+            }
+        }
+        extra(&mut batch, &self.sys);
+        if events.is_empty() {
+            batch.commit().map_err(io)?;
+            return Ok(st.revision);
+        }
+        batch.insert(&self.events, event_key(rev), encode_events(&events));
+        batch.insert(&self.sys, "revision", rev.to_le_bytes());
+        let mut compacted = st.compacted;
+        // Trim history a few revisions per write, so the work per write stays bounded.
+        for _ in 0..8 {
+            if rev.saturating_sub(compacted) <= self.config.events_retained {
+                break;
+            }
+            compacted += 1;
+            batch.remove(&self.events, event_key(compacted));
+        }
+        if compacted != st.compacted {
+            batch.insert(&self.sys, "compacted", compacted.to_le_bytes());
+        }
+        batch.commit().map_err(io)?;
+        st.revision = rev;
+        st.compacted = compacted;
+        for (key, from, to) in lease_moves {
+            if let Some(l) = from.and_then(|l| st.leases.get_mut(&l)) {
+                l.keys.remove(&key);
+            }
+            if let Some(l) = to.and_then(|l| st.leases.get_mut(&l)) {
+                l.keys.insert(key);
+            }
+        }
+        notify(st, &events);
+        Ok(rev)
+    }
+
+    fn txn(&self, txn: &Txn) -> Result<TxnOutcome> {
+        let mut st = self.lock();
+        for c in &txn.compares {
+            if !self.holds(c)? {
+                return Ok(TxnOutcome { succeeded: false, revision: st.revision });
+            }
+        }
+        let revision = self.write(&mut st, &txn.ops, &|_, _| {})?;
+        Ok(TxnOutcome { succeeded: true, revision })
+    }
+
+    fn revoke(&self, st: &mut State, id: LeaseId) -> Result<()> {
+        let Some(lease) = st.leases.get(&id) else { return Err(MetaError::LeaseNotFound(id)) };
+        let ops: Vec<Op> = lease.keys.iter().map(|k| Op::Delete { key: k.clone() }).collect();
+        self.write(st, &ops, &|b, sys| b.remove(sys, lease_key(id)))?;
+        st.leases.remove(&id);
+        Ok(())
+    }
+
+    fn expire_due(&self) -> Result<usize> {
+        let mut st = self.lock();
+        let now = self.clock.now_ms();
+        let due: Vec<LeaseId> =
+            st.leases.iter().filter(|(_, l)| l.deadline_ms <= now).map(|(id, _)| *id).collect();
+        for id in &due {
+            tracing::debug!(lease = id, "lease expired");
+            self.revoke(&mut st, *id)?;
+        }
+        Ok(due.len())
+    }
+
+    fn watch(&self, prefix: &str, from: Revision) -> Result<Watch> {
+        let mut st = self.lock();
+        let from = if from == 0 { st.revision + 1 } else { from };
+        if from <= st.compacted {
+            return Err(MetaError::Compacted { requested: from, compacted: st.compacted });
+        }
+        let mut backlog = VecDeque::new();
+        for guard in self.events.range(event_key(from)..) {
+            let (k, v) = guard.into_inner().map_err(io)?;
+            let rev = u64_at(&k.iter().rev().copied().collect::<Vec<u8>>(), 0);
+            backlog
+                .extend(decode_events(rev, &v)?.into_iter().filter(|e| e.key.starts_with(prefix)));
+        }
+        let (tx, rx) = mpsc::channel(self.config.watch_queue_depth);
+        let end_reason = Arc::new(Mutex::new(None));
+        st.watchers.push(Watcher {
+            prefix: prefix.to_string(),
+            tx,
+            end_reason: end_reason.clone(),
+        });
+        Ok(Watch::new(backlog, rx, end_reason, None))
+    }
+}
+
+/// Hands a committed revision's events to every watcher whose prefix matches. A watcher
+/// whose queue is full is cut off with `Compacted`, never silently skipped.
+fn notify(st: &mut State, events: &[WatchEvent]) {
+    let revision = events[0].revision;
+    let compacted = st.compacted;
+    st.watchers.retain(|w| {
+        let mine: Vec<WatchEvent> =
+            events.iter().filter(|e| e.key.starts_with(&w.prefix)).cloned().collect();
+        if mine.is_empty() {
+            return !w.tx.is_closed();
+        }
+        match w.tx.try_send(Ok(mine)) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(prefix = %w.prefix, revision, "watcher fell behind; cutting it off");
+                *w.end_reason.lock().expect("watch end lock") = Some(MetaError::Compacted {
+                    requested: revision,
+                    compacted: compacted.max(revision - 1),
+                });
+                false
+            }
+        }
+    });
+}
+
+/// Runs blocking store work off the async runtime's threads.
+async fn blocking<T: Send + 'static>(
+    inner: &Arc<Inner>,
+    f: impl FnOnce(&Inner) -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let inner = inner.clone();
+    tokio::task::spawn_blocking(move || f(&inner))
+        .await
+        .map_err(|e| MetaError::Io(e.to_string()))?
+}
+
+impl MetadataStore for EmbeddedStore {
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>>> {
+        Box::pin(async move { self.inner.read(key) })
+    }
+
+    fn put<'a>(
+        &'a self,
+        key: &'a str,
+        value: Bytes,
+        expect: Expect,
+    ) -> BoxFuture<'a, Result<Version>> {
+        Box::pin(async move {
+            check_value(key, &value)?;
+            let mut txn = Txn::new().put(key, value);
+            match expect {
+                Expect::Any => {}
+                Expect::Absent => txn = txn.compare(Compare::Absent(key.into())),
+                Expect::Version(v) => txn = txn.compare(Compare::Version(key.into(), v)),
+            }
+            let out = blocking(&self.inner, move |i| i.txn(&txn)).await?;
+            if !out.succeeded {
+                return Err(MetaError::Conflict { key: key.into() });
+            }
+            Ok(out.revision)
+        })
+    }
+
+    fn delete<'a>(&'a self, key: &'a str, expect: Expect) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let mut txn = Txn::new().compare(Compare::Exists(key.into())).delete(key);
+            match expect {
+                Expect::Any => {}
+                Expect::Absent => {
+                    return Err(MetaError::InvalidArgument("delete expecting absence".into()));
+                }
+                Expect::Version(v) => txn = txn.compare(Compare::Version(key.into(), v)),
+            }
+            let out = blocking(&self.inner, move |i| i.txn(&txn)).await?;
+            if !out.succeeded && matches!(expect, Expect::Version(_)) {
+                return Err(MetaError::Conflict { key: key.into() });
+            }
+            Ok(out.succeeded)
+        })
+    }
+
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        start_after: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Page>> {
+        Box::pin(async move {
+            let limit = limit.clamp(1, LIST_LIMIT_MAX);
+            let st = self.inner.lock(); // a consistent revision for the page
+            let mut start =
+                start_after.map_or(prefix.as_bytes().to_vec(), |k| k.as_bytes().to_vec());
+            if start_after.is_some() {
+                start.push(0);
+            }
+            let mut items = Vec::new();
+            let mut more = false;
+            for guard in self.inner.kv.range(start..) {
+                let (k, v) = guard.into_inner().map_err(io)?;
+                if !k.starts_with(prefix.as_bytes()) {
+                    break;
+                }
+                if items.len() == limit {
+                    more = true;
+                    break;
+                }
+                let key = String::from_utf8_lossy(&k).into_owned();
+                items.push(decode_record(&key, &v)?);
+            }
+            Ok(Page { items, more, revision: st.revision })
+        })
+    }
+
+    fn txn(&self, txn: Txn) -> BoxFuture<'_, Result<TxnOutcome>> {
+        Box::pin(async move { blocking(&self.inner, move |i| i.txn(&txn)).await })
+    }
+
+    fn watch<'a>(&'a self, prefix: &'a str, from: Revision) -> BoxFuture<'a, Result<Watch>> {
+        Box::pin(async move { self.inner.watch(prefix, from) })
+    }
+
+    fn grant_lease(&self, ttl: Duration) -> BoxFuture<'_, Result<LeaseId>> {
+        Box::pin(async move {
+            let ttl_ms = ttl.as_millis() as u64;
+            if ttl_ms == 0 {
+                return Err(MetaError::InvalidArgument("lease TTL must be positive".into()));
+            }
+            blocking(&self.inner, move |i| {
+                let mut st = i.lock();
+                let id = st.lease_next;
+                i.write(&mut st, &[], &|b, sys| {
+                    b.insert(sys, "lease_next", (id + 1).to_le_bytes());
+                    b.insert(sys, lease_key(id), ttl_ms.to_le_bytes());
+                })?;
+                st.lease_next = id + 1;
+                let deadline_ms = i.clock.now_ms() + ttl_ms;
+                st.leases.insert(id, Lease { ttl_ms, deadline_ms, keys: BTreeSet::new() });
+                Ok(id)
+            })
+            .await
+        })
+    }
+
+    fn keep_alive(&self, lease: LeaseId) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let now = self.inner.clock.now_ms();
+            let mut st = self.inner.lock();
+            let l = st.leases.get_mut(&lease).ok_or(MetaError::LeaseNotFound(lease))?;
+            l.deadline_ms = now + l.ttl_ms;
+            Ok(())
+        })
+    }
+
+    fn revoke_lease(&self, lease: LeaseId) -> BoxFuture<'_, Result<()>> {
+        Box::pin(
+            async move { blocking(&self.inner, move |i| i.revoke(&mut i.lock(), lease)).await },
+        )
+    }
+
+    fn next_id<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<u64>> {
+        let name = name.to_string();
+        Box::pin(async move {
+            blocking(&self.inner, move |i| {
+                let mut st = i.lock();
+                let key = format!("id/{name}");
+                let last = i
+                    .sys
+                    .get(&key)
+                    .map_err(io)?
+                    .filter(|v| v.len() == 8)
+                    .map_or(0, |v| u64_at(&v, 0));
+                let id = last + 1;
+                i.write(&mut st, &[], &|b, sys| b.insert(sys, key.as_str(), id.to_le_bytes()))?;
+                Ok(id)
+            })
+            .await
+        })
+    }
+
+    fn revision(&self) -> BoxFuture<'_, Result<Revision>> {
+        Box::pin(async move { Ok(self.inner.lock().revision) })
+    }
+}

@@ -1,0 +1,104 @@
+//! The key layout, in one place. Every key lives under a root (default `folio`), so several
+//! clusters (or test runs) can share one etcd.
+//!
+//! ```text
+//! <root>/cluster_id                          cluster id, created once
+//! <root>/bookies/writable/<bookie_id>        registration of a writable bookie (leased)
+//! <root>/bookies/readonly/<bookie_id>        registration of a read-only bookie (leased)
+//! <root>/cookies/<bookie_id>                 the bookie's cookie
+//! <root>/ledgers/<ledger_id, 20 digits>      ledger metadata (zero-padded: sorted by id)
+//! <root>/ids/<sequence>                     id sequences (`MetadataStore::next_id`)
+//! ```
+//! Ledger ids come from `next_id(&keys.id_sequence(LEDGER_ID_SEQUENCE))`.
+
+use folio_proto_free::LedgerId;
+
+/// Id types used in keys (this crate depends on no other Folio crate).
+mod folio_proto_free {
+    pub type LedgerId = u64;
+}
+
+pub const LEDGER_ID_SEQUENCE: &str = "ledger";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    root: String,
+}
+
+impl Default for Keys {
+    fn default() -> Self {
+        Keys::new("folio")
+    }
+}
+
+impl Keys {
+    pub fn new(root: impl Into<String>) -> Keys {
+        let root = root.into();
+        assert!(
+            !root.is_empty() && !root.ends_with('/'),
+            "root must be non-empty without a trailing '/'"
+        );
+        Keys { root }
+    }
+
+    pub fn root(&self) -> &str {
+        &self.root
+    }
+
+    pub fn cluster_id(&self) -> String {
+        format!("{}/cluster_id", self.root)
+    }
+
+    pub fn bookies_writable(&self) -> String {
+        format!("{}/bookies/writable/", self.root)
+    }
+
+    pub fn bookies_readonly(&self) -> String {
+        format!("{}/bookies/readonly/", self.root)
+    }
+
+    pub fn bookie(&self, bookie_id: &str, read_only: bool) -> String {
+        let prefix = if read_only { self.bookies_readonly() } else { self.bookies_writable() };
+        format!("{prefix}{bookie_id}")
+    }
+
+    pub fn cookie(&self, bookie_id: &str) -> String {
+        format!("{}/cookies/{bookie_id}", self.root)
+    }
+
+    pub fn id_sequence(&self, name: &str) -> String {
+        format!("{}/ids/{name}", self.root)
+    }
+
+    pub fn ledgers(&self) -> String {
+        format!("{}/ledgers/", self.root)
+    }
+
+    pub fn ledger(&self, ledger_id: LedgerId) -> String {
+        format!("{}/ledgers/{ledger_id:020}", self.root)
+    }
+
+    /// The ledger id of a key from [`Keys::ledger`].
+    pub fn parse_ledger(&self, key: &str) -> Option<LedgerId> {
+        let digits = key.strip_prefix(&self.ledgers())?;
+        if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        digits.parse().ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ledger_keys_sort_by_id_and_parse_back() {
+        let k = Keys::default();
+        assert!(k.ledger(9) < k.ledger(10));
+        assert!(k.ledger(u64::MAX).starts_with(&k.ledgers()));
+        assert_eq!(k.parse_ledger(&k.ledger(12345)), Some(12345));
+        assert_eq!(k.parse_ledger("folio/ledgers/12"), None);
+        assert_eq!(k.bookie("b1", true), "folio/bookies/readonly/b1");
+    }
+}

@@ -1,0 +1,26 @@
+//! Folio's metadata store: every shared fact (ledger metadata, bookie liveness, cookies, and
+//! later managed logs, the trash and topics) lives here, and every lifecycle promise rests on
+//! its compare-and-set and transactions.
+//!
+//! - [`MetadataStore`]: the one trait. Versioned get, conditional put/delete, paged prefix
+//!   listing, ordered watches that resume from a revision, atomic multi-key transactions,
+//!   leases, and a unique id generator.
+//! - [`embedded::EmbeddedStore`]: one process, persistent (fjall), fsync on commit.
+//! - `etcd::EtcdStore` (feature `etcd`): the cluster backend on the etcd v3 API.
+//! - [`records`] and [`keys`]: typed records and the key layout on top, and
+//!   [`records::update`], the compare-and-set update loop.
+//!
+//! **Architecture invariant:** the trait and the records know nothing about any backend;
+//! only `embedded.rs` knows fjall and only `etcd.rs` knows etcd. This crate depends on no
+//! other Folio crate.
+
+pub mod clock;
+pub mod embedded;
+#[cfg(feature = "etcd")]
+pub mod etcd;
+pub mod keys;
+pub mod records;
+mod store;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use store::*;

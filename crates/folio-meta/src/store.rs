@@ -1,0 +1,260 @@
+//! The `MetadataStore` trait and its types.
+
+use std::collections::VecDeque;
+use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+/// A store-wide counter that increases with every write. Every key's [`Version`] is the
+/// revision of its last write, so versions are never reused, even across delete and
+/// re-create (no ABA in compare-and-set).
+pub type Revision = u64;
+/// The compare-and-set token of a key: the revision of its last write.
+pub type Version = Revision;
+pub type LeaseId = i64;
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub type Result<T, E = MetaError> = std::result::Result<T, E>;
+
+/// Largest value the store accepts (etcd's default request limit is 1.5 MiB).
+pub const VALUE_BYTES_MAX: usize = 1024 * 1024;
+/// Largest page a list returns.
+pub const LIST_LIMIT_MAX: usize = 10_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetaError {
+    /// A compare-and-set or transaction precondition failed.
+    #[error("conflict on {key}: it changed since it was read")]
+    Conflict { key: String },
+    /// The watch start (or a watcher that fell behind) is older than the history kept.
+    #[error(
+        "watch from revision {requested} is compacted (history starts after {compacted}); re-list and watch again"
+    )]
+    Compacted { requested: Revision, compacted: Revision },
+    /// The backend cannot be reached (etcd down, connection refused, timeout).
+    #[error("metadata store unavailable: {0}")]
+    Unavailable(String),
+    #[error("lease {0} not found (expired or revoked)")]
+    LeaseNotFound(LeaseId),
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("metadata record at {key} is corrupt: {detail}")]
+    Corrupt { key: String, detail: String },
+    #[error("metadata store I/O error: {0}")]
+    Io(String),
+    #[error("metadata store is closed")]
+    Closed,
+}
+
+/// A stored value with its versions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned {
+    pub key: String,
+    pub value: Bytes,
+    /// Revision of the last write: pass it back as `Expect::Version` to compare-and-set.
+    pub version: Version,
+    pub create_revision: Revision,
+    pub lease: Option<LeaseId>,
+}
+
+/// The precondition of a put or delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    Any,
+    /// Create only: fail if the key exists.
+    Absent,
+    /// Fail unless the key exists with exactly this version.
+    Version(Version),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    /// Keys in ascending order.
+    pub items: Vec<Versioned>,
+    /// More keys follow: list again with `start_after` = the last key.
+    pub more: bool,
+    /// The store revision the page was read at.
+    pub revision: Revision,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Compare {
+    Version(String, Version),
+    Absent(String),
+    Exists(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    Put { key: String, value: Bytes, lease: Option<LeaseId> },
+    Delete { key: String },
+}
+
+/// All compares hold, then all ops apply atomically at one revision; or nothing applies.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Txn {
+    pub compares: Vec<Compare>,
+    pub ops: Vec<Op>,
+}
+
+impl Txn {
+    pub fn new() -> Txn {
+        Txn::default()
+    }
+    pub fn compare(mut self, c: Compare) -> Txn {
+        self.compares.push(c);
+        self
+    }
+    pub fn put(mut self, key: impl Into<String>, value: impl Into<Bytes>) -> Txn {
+        self.ops.push(Op::Put { key: key.into(), value: value.into(), lease: None });
+        self
+    }
+    pub fn put_with_lease(
+        mut self,
+        key: impl Into<String>,
+        value: impl Into<Bytes>,
+        lease: LeaseId,
+    ) -> Txn {
+        self.ops.push(Op::Put { key: key.into(), value: value.into(), lease: Some(lease) });
+        self
+    }
+    pub fn delete(mut self, key: impl Into<String>) -> Txn {
+        self.ops.push(Op::Delete { key: key.into() });
+        self
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnOutcome {
+    pub succeeded: bool,
+    /// The revision of the transaction's writes (or the store's, if it did not apply).
+    pub revision: Revision,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Put,
+    Delete,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchEvent {
+    pub kind: EventKind,
+    pub key: String,
+    /// The new value (empty for deletes).
+    pub value: Bytes,
+    pub revision: Revision,
+}
+
+/// A stream of changes under a prefix, in revision order, each exactly once. Ends with an
+/// error (`Compacted` if it fell behind, `Unavailable` if the backend went away); then the
+/// caller re-lists and watches again from the list's revision + 1.
+#[derive(Debug)]
+pub struct Watch {
+    backlog: VecDeque<WatchEvent>,
+    rx: mpsc::Receiver<Result<Vec<WatchEvent>>>,
+    ended: bool,
+    /// Why the sender went away, when it could not say so through the channel.
+    end_reason: Arc<Mutex<Option<MetaError>>>,
+    _guard: Option<Box<dyn Send + Sync + Debug>>,
+}
+
+impl Watch {
+    pub(crate) fn new(
+        backlog: VecDeque<WatchEvent>,
+        rx: mpsc::Receiver<Result<Vec<WatchEvent>>>,
+        end_reason: Arc<Mutex<Option<MetaError>>>,
+        guard: Option<Box<dyn Send + Sync + Debug>>,
+    ) -> Watch {
+        Watch { backlog, rx, ended: false, end_reason, _guard: guard }
+    }
+
+    /// The next change; `None` once the watch has ended after reporting its error.
+    pub async fn next(&mut self) -> Option<Result<WatchEvent>> {
+        loop {
+            if let Some(e) = self.backlog.pop_front() {
+                return Some(Ok(e));
+            }
+            if self.ended {
+                return None;
+            }
+            match self.rx.recv().await {
+                Some(Ok(events)) => self.backlog.extend(events),
+                Some(Err(e)) => {
+                    self.ended = true;
+                    return Some(Err(e));
+                }
+                None => {
+                    self.ended = true;
+                    let reason = self.end_reason.lock().expect("watch end lock").take();
+                    return Some(Err(reason.unwrap_or(MetaError::Closed)));
+                }
+            }
+        }
+    }
+}
+
+/// The metadata store. Object-safe: use it as `Arc<dyn MetadataStore>`.
+pub trait MetadataStore: Send + Sync + Debug {
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>>>;
+    /// Writes `value` if `expect` holds; returns the new version.
+    fn put<'a>(
+        &'a self,
+        key: &'a str,
+        value: Bytes,
+        expect: Expect,
+    ) -> BoxFuture<'a, Result<Version>>;
+    /// Deletes if `expect` holds; returns whether a key was deleted.
+    fn delete<'a>(&'a self, key: &'a str, expect: Expect) -> BoxFuture<'a, Result<bool>>;
+    /// Up to `limit` keys with `prefix`, ascending, strictly after `start_after`.
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        start_after: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Page>>;
+    fn txn(&self, txn: Txn) -> BoxFuture<'_, Result<TxnOutcome>>;
+    /// Every change under `prefix` with revision `>= from`, in order.
+    fn watch<'a>(&'a self, prefix: &'a str, from: Revision) -> BoxFuture<'a, Result<Watch>>;
+    fn grant_lease(&self, ttl: Duration) -> BoxFuture<'_, Result<LeaseId>>;
+    /// Renews the lease for another TTL.
+    fn keep_alive(&self, lease: LeaseId) -> BoxFuture<'_, Result<()>>;
+    /// Ends the lease now; its keys are deleted.
+    fn revoke_lease(&self, lease: LeaseId) -> BoxFuture<'_, Result<()>>;
+    /// A 64-bit id never handed out before by this store for `sequence`, across restarts.
+    /// `sequence` is a key under the caller's root (e.g. `Keys::id_sequence("ledger")`).
+    fn next_id<'a>(&'a self, sequence: &'a str) -> BoxFuture<'a, Result<u64>>;
+    /// The store's current revision.
+    fn revision(&self) -> BoxFuture<'_, Result<Revision>>;
+}
+
+/// Lists every key under `prefix`, page by page.
+pub async fn list_all(store: &dyn MetadataStore, prefix: &str) -> Result<Vec<Versioned>> {
+    let mut out: Vec<Versioned> = Vec::new();
+    loop {
+        let after = out.last().map(|v| v.key.clone());
+        let page = store.list(prefix, after.as_deref(), LIST_LIMIT_MAX).await?;
+        out.extend(page.items);
+        if !page.more {
+            return Ok(out);
+        }
+    }
+}
+
+pub(crate) fn check_value(key: &str, value: &[u8]) -> Result<()> {
+    if key.is_empty() {
+        return Err(MetaError::InvalidArgument("empty key".into()));
+    }
+    if value.len() > VALUE_BYTES_MAX {
+        return Err(MetaError::InvalidArgument(format!(
+            "value for {key} is {} bytes, above the {VALUE_BYTES_MAX}-byte limit",
+            value.len()
+        )));
+    }
+    Ok(())
+}
