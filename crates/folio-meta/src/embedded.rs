@@ -229,10 +229,10 @@ impl EmbeddedStore {
         for guard in kv.iter() {
             let (k, v) = guard.into_inner().map_err(io)?;
             let key = String::from_utf8_lossy(&k).into_owned();
-            if let Some(lease) = decode_record(&key, &v)?.lease {
-                if let Some(l) = leases.get_mut(&lease) {
-                    l.keys.insert(key);
-                }
+            if let Some(lease) = decode_record(&key, &v)?.lease
+                && let Some(l) = leases.get_mut(&lease)
+            {
+                l.keys.insert(key);
             }
         }
         let state = State { revision, compacted, leases, lease_next, watchers: Vec::new() };
@@ -333,10 +333,10 @@ impl Inner {
             match op {
                 Op::Put { key, value, lease } => {
                     check_value(key, value)?;
-                    if let Some(l) = lease {
-                        if !st.leases.contains_key(l) {
-                            return Err(MetaError::LeaseNotFound(*l));
-                        }
+                    if let Some(l) = lease
+                        && !st.leases.contains_key(l)
+                    {
+                        return Err(MetaError::LeaseNotFound(*l));
                     }
                     let create = old.as_ref().map_or(rev, |o| o.create_revision);
                     batch.insert(&self.kv, key.as_str(), encode_record(create, rev, *lease, value));

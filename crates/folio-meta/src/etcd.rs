@@ -99,6 +99,9 @@ impl EtcdStore {
                     _ => MetaError::Io(format!("etcd at {at}: {}", s.message())),
                 }
             }
+            etcd_client::Error::LeaseKeepAliveError(m) if m.contains("not found") => {
+                MetaError::LeaseNotFound(0)
+            }
             etcd_client::Error::TransportError(t) => {
                 MetaError::Unavailable(format!("etcd at {at}: {t}"))
             }

@@ -186,7 +186,8 @@ pub async fn leases_expire_and_revoke_their_keys(be: &mut impl Backend) {
     s.keep_alive(revoked).await.unwrap();
     s.revoke_lease(revoked).await.unwrap();
     assert!(s.get(&k1).await.unwrap().is_none(), "revoking deletes the lease's keys");
-    assert!(matches!(s.keep_alive(revoked).await, Err(MetaError::LeaseNotFound(_))));
+    let ka = s.keep_alive(revoked).await;
+    assert!(matches!(ka, Err(MetaError::LeaseNotFound(_))), "{ka:?}");
     let put = s.txn(Txn::new().put_with_lease(format!("{root}/l/x"), b("x"), revoked)).await;
     assert!(matches!(put, Err(MetaError::LeaseNotFound(_))), "{put:?}");
 
