@@ -18,6 +18,13 @@ pub enum Debug {
         #[arg(long, default_value_t = 512)]
         entry_bytes: usize,
     },
+    /// Commits transactions to an embedded metadata store until killed: transaction `n`
+    /// creates `a/<n>` and `b/<n>` together; prints `committed <n>` after each, and
+    /// `id <id>` for an id taken from the `ids` sequence after each.
+    MetaLoad {
+        #[arg(long)]
+        dir: PathBuf,
+    },
 }
 
 /// The payload `folio debug load` writes for an entry.
@@ -26,7 +33,42 @@ pub fn payload(ledger_id: u64, entry_id: i64, bytes: usize) -> Vec<u8> {
 }
 
 pub fn run(what: Debug) -> Result<(), String> {
-    let Debug::Load { data_dir, entry_bytes } = what;
+    match what {
+        Debug::Load { data_dir, entry_bytes } => load(data_dir, entry_bytes),
+        Debug::MetaLoad { dir } => meta_load(dir),
+    }
+}
+
+fn meta_load(dir: PathBuf) -> Result<(), String> {
+    use folio_meta::{Compare, MetadataStore, Txn, embedded::EmbeddedStore};
+    let store = EmbeddedStore::open(&dir).map_err(|e| e.to_string())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        let start = folio_meta::list_all(&store, "a/").await.map_err(|e| e.to_string())?.len();
+        let mut out = std::io::stdout().lock();
+        for n in start.. {
+            let (a, b) = (format!("a/{n:08}"), format!("b/{n:08}"));
+            let txn = Txn::new()
+                .compare(Compare::Absent(a.clone()))
+                .compare(Compare::Absent(b.clone()))
+                .put(a, bytes::Bytes::from(n.to_string()))
+                .put(b, bytes::Bytes::from(n.to_string()));
+            let outcome = store.txn(txn).await.map_err(|e| e.to_string())?;
+            if !outcome.succeeded {
+                return Err(format!("transaction {n} found its keys already there"));
+            }
+            writeln!(out, "committed {n}").and_then(|()| out.flush()).map_err(|e| e.to_string())?;
+            let id = store.next_id("ids").await.map_err(|e| e.to_string())?;
+            writeln!(out, "id {id}").and_then(|()| out.flush()).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    })
+}
+
+fn load(data_dir: PathBuf, entry_bytes: usize) -> Result<(), String> {
     let storage =
         Storage::open_default(StorageConfig::new(&data_dir)).map_err(|e| e.to_string())?;
     let key = [3u8; 20];

@@ -1,6 +1,7 @@
 //! `folio bench <what>`: benchmarks of the release binary. Each prints `key=value` lines and
 //! every comparison as `ratio_vs_<baseline>=<x>` with the baseline measured in the same run.
 
+mod meta;
 mod storage;
 
 #[derive(Debug, clap::Subcommand)]
@@ -8,10 +9,14 @@ pub enum Bench {
     /// The bookie storage engine alone: adds through journal + write cache with sync on,
     /// against raw O_DIRECT append + fdatasync on the same disk.
     Storage(storage::Args),
+    /// The metadata store: compare-and-set updates per second and watch latency, embedded
+    /// and (with `--etcd`) etcd.
+    Meta(meta::Args),
 }
 
 pub fn run(what: Bench) -> Result<(), String> {
     match what {
         Bench::Storage(args) => storage::run(args),
+        Bench::Meta(args) => meta::run(args),
     }
 }
