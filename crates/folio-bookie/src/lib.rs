@@ -4,10 +4,12 @@
 //! fsync, or the write-cache flush in journal-less mode), answers reads, keeps per-ledger
 //! state (master key, fence, explicit LAC, limbo) and recovers all of it after a crash.
 //!
-//! **Architecture invariant:** this crate never talks to the metadata store or the network
-//! in the storage modules; the server (a later layer) does. Storage is plain blocking code
-//! with callbacks, so it runs the same under any runtime and under simulation.
+//! **Architecture invariant:** the storage modules (`fs`, `journal`, `entry_log`, `index`,
+//! caches, `storage`) never talk to the metadata store or the network; `server` and `bookie`
+//! do. Storage is plain blocking code with callbacks, so it runs the same under any runtime
+//! and under simulation.
 
+pub mod bookie;
 pub mod config;
 pub mod entry_log;
 pub mod error;
@@ -16,6 +18,7 @@ pub mod fs;
 pub mod index;
 pub mod journal;
 mod read_cache;
+pub mod server;
 pub mod storage;
 mod write_cache;
 

@@ -217,6 +217,18 @@ impl Storage {
         )
     }
 
+    /// Runs `done` once everything accepted before this call is durable.
+    pub fn force(&self, done: AddCallback) -> Result<()> {
+        self.inner.check_poison()?;
+        self.inner.journal().barrier(Box::new(move |r| done(r.map(|_| ()))));
+        Ok(())
+    }
+
+    /// The entry ids this bookie has for a ledger, sorted.
+    pub fn list_entries(&self, ledger_id: LedgerId) -> Result<Vec<EntryId>> {
+        self.inner.list_entries(ledger_id)
+    }
+
     /// The ledger's last-add-confirmed as this bookie knows it: the larger of the explicit
     /// LAC and the highest LAC piggybacked on its entries.
     pub fn read_lac(&self, ledger_id: LedgerId) -> Result<EntryId> {
@@ -256,6 +268,10 @@ impl Storage {
 
     pub fn storage_flags(&self) -> Result<u64> {
         self.inner.storage_flags()
+    }
+
+    pub fn config(&self) -> &StorageConfig {
+        &self.inner.config
     }
 
     pub fn set_storage_flags(&self, flags: u64) -> Result<()> {
@@ -526,6 +542,31 @@ impl Inner {
             Some(l) if l.state.limbo => StorageError::Unknown(ledger_id, entry_id),
             Some(_) => StorageError::NoEntry(ledger_id, entry_id),
         }
+    }
+
+    fn list_entries(&self, ledger_id: LedgerId) -> Result<Vec<EntryId>> {
+        self.check_poison()?;
+        if !self.lock_ledgers().contains_key(&ledger_id) {
+            return Err(self.missing(ledger_id, INVALID_ENTRY_ID));
+        }
+        let mut ids: std::collections::BTreeSet<EntryId> =
+            self.cache.entry_ids(ledger_id).into_iter().collect();
+        let (mut start, end) = index::ledger_location_range(ledger_id);
+        loop {
+            let page = self.kv.range(Table::Locations, &start, &end, INDEX_PAGE)?;
+            let full = page.len() == INDEX_PAGE;
+            for (k, _) in &page {
+                ids.insert(index::parse_location_key(k)?.1);
+            }
+            match page.last() {
+                Some((k, _)) if full => {
+                    start = k.clone();
+                    start.push(0);
+                }
+                _ => break,
+            }
+        }
+        Ok(ids.into_iter().collect())
     }
 
     fn last_entry(&self, ledger_id: LedgerId) -> Result<Option<EntryId>> {

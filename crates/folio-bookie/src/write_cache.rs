@@ -128,6 +128,18 @@ impl WriteCache {
         self.space.notify_all();
     }
 
+    /// The entry ids of a ledger in either half.
+    pub fn entry_ids(&self, ledger_id: LedgerId) -> Vec<EntryId> {
+        let state = self.state.lock().expect("write cache lock");
+        let range = (ledger_id, 0)..=(ledger_id, EntryId::MAX);
+        let mut ids: Vec<EntryId> =
+            state.active.entries.range(range.clone()).map(|(k, _)| k.1).collect();
+        if let Some(f) = &state.flushing {
+            ids.extend(f.entries.range(range).map(|(k, _)| k.1));
+        }
+        ids
+    }
+
     pub fn remove_ledger(&self, ledger_id: LedgerId) {
         let mut state = self.state.lock().expect("write cache lock");
         let keys: Vec<EntryKey> = state

@@ -256,3 +256,19 @@ fn journal_less_mode_acks_from_the_cache_and_keeps_meta_records_in_the_journal()
     assert!(matches!(s.read_entry(1, 0), Err(StorageError::NoEntry(1, 0))));
     assert_eq!(add(&s, &entry(1, 1, b"b")).unwrap_err().status(), Status::Fenced);
 }
+
+#[test]
+fn list_entries_sees_cache_and_index_and_force_waits_for_the_journal() {
+    let (fs, kv) = (FaultFs::new(), MemKv::new());
+    let s = open(&fs, &kv, &config()).unwrap();
+    for e in [0, 1, 2, 5] {
+        add(&s, &entry(1, e, b"x")).unwrap();
+    }
+    s.flush().unwrap();
+    add(&s, &entry(1, 6, b"x")).unwrap();
+    assert_eq!(s.list_entries(1).unwrap(), vec![0, 1, 2, 5, 6]);
+    assert!(matches!(s.list_entries(2), Err(StorageError::NoLedger(2))));
+    let (tx, rx) = std::sync::mpsc::channel();
+    s.force(Box::new(move |r| tx.send(r).unwrap())).unwrap();
+    rx.recv().unwrap().unwrap();
+}

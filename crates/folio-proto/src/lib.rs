@@ -10,6 +10,7 @@
 pub mod entry;
 pub mod limits;
 pub mod status;
+pub mod wire;
 
 pub use entry::{ENTRY_HEADER_BYTES, Entry, EntryError, EntryHeader};
 pub use status::Status;

@@ -33,6 +33,8 @@ pub type JournalCallback = Box<dyn FnOnce(Result<JournalPosition>) + Send>;
 
 enum Request {
     Append(JournalRecord, Option<JournalCallback>),
+    /// Runs its callback once everything queued before it is durable.
+    Barrier(JournalCallback),
     /// Files before this id are no longer needed (a checkpoint covers them).
     ReleaseBefore(u64),
     Shutdown,
@@ -108,6 +110,13 @@ impl Journal {
         if let Err(mpsc::SendError(Request::Append(_, Some(done)))) =
             self.tx.send(Request::Append(record, Some(done)))
         {
+            done(Err(StorageError::ShutDown));
+        }
+    }
+
+    /// Runs `done` once every record queued before this call is durable.
+    pub fn barrier(&self, done: JournalCallback) {
+        if let Err(mpsc::SendError(Request::Barrier(done))) = self.tx.send(Request::Barrier(done)) {
             done(Err(StorageError::ShutDown));
         }
     }
@@ -290,6 +299,7 @@ impl Writer {
 
     fn run(mut self, rx: Receiver<Request>, shared: &Shared) {
         let mut group: Vec<(JournalRecord, Option<JournalCallback>)> = Vec::new();
+        let mut barriers: Vec<JournalCallback> = Vec::new();
         loop {
             let Ok(first) = rx.recv() else { return };
             let mut stop = false;
@@ -302,11 +312,12 @@ impl Writer {
                         group_bytes += record_len(&r);
                         group.push((r, cb));
                     }
+                    Some(Request::Barrier(cb)) => barriers.push(cb),
                     Some(Request::ReleaseBefore(id)) => self.release_before(id),
                     Some(Request::Shutdown) => stop = true,
                     None => {}
                 }
-                if stop || group_bytes >= self.config.group_bytes_max {
+                if stop || group_bytes >= self.config.group_bytes_max || !barriers.is_empty() {
                     break;
                 }
                 next = match rx.try_recv() {
@@ -314,7 +325,7 @@ impl Writer {
                     Err(TryRecvError::Disconnected) => break,
                     Err(TryRecvError::Empty) => {
                         let now = Instant::now();
-                        if group.is_empty() || now >= deadline {
+                        if (group.is_empty() && barriers.is_empty()) || now >= deadline {
                             break;
                         }
                         match rx.recv_timeout(deadline - now) {
@@ -328,6 +339,15 @@ impl Writer {
             }
             if !group.is_empty() {
                 self.commit_group(&mut group, shared);
+            }
+            // Everything queued before a barrier was in this group or an earlier one.
+            let position = self.position();
+            let poisoned = shared.poisoned.lock().expect("poison lock").clone();
+            for cb in barriers.drain(..) {
+                match &poisoned {
+                    Some(reason) => cb(Err(StorageError::Poisoned(reason.clone()))),
+                    None => cb(Ok(position)),
+                }
             }
             if stop {
                 return;

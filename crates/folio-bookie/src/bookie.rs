@@ -1,0 +1,552 @@
+//! A running bookie: identity, cookies, the DIRTY marker, registration, the disk monitor,
+//! the server, and clean shutdown.
+//!
+//! Start: bind the listener (the bookie id defaults to the advertised `host:port`); read
+//! the cluster id; check cookies (a `VERSION` file in every data dir and one in the
+//! metadata store must all agree on bookie id, cluster id, dirs and instance; a fresh bookie
+//! with empty dirs and no cookie anywhere gets new ones); note an unclean shutdown if the
+//! ledger dir still has a `DIRTY` marker, then (re)create it; open storage (recovering from
+//! the journal); register under `bookies/writable/<id>` with a lease kept alive in the
+//! background; serve.
+//!
+//! Disk monitor: above `disk_usage_threshold` the bookie turns read-only (non-recovery adds
+//! answer READ_ONLY and the registration moves to `bookies/readonly/`); below
+//! `disk_usage_lwm` it turns writable again.
+//!
+//! Clean shutdown: stop serving, flush and checkpoint, remove `DIRTY`, revoke the lease.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use folio_meta::keys::Keys;
+use folio_meta::records::{BookieRegistration, Cookie, Record, ensure_cluster_id};
+use folio_meta::{Expect, LeaseId, MetaError, MetadataStore, Txn};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::StorageConfig;
+use crate::error::StorageError;
+use crate::server::{self, Handler, ServerStats};
+use crate::storage::Storage;
+
+pub const COOKIE_FILE: &str = "VERSION";
+pub const DIRTY_FILE: &str = "DIRTY";
+
+#[derive(Debug, Clone)]
+pub struct BookieConfig {
+    /// Defaults to the advertised address.
+    pub bookie_id: Option<String>,
+    pub listen: SocketAddr,
+    /// What clients connect to; defaults to the bound listen address.
+    pub advertised_address: Option<String>,
+    pub storage: StorageConfig,
+    pub metadata_root: String,
+    pub lease_ttl: Duration,
+    pub disk_check_interval: Duration,
+    pub disk_usage_threshold: f64,
+    pub disk_usage_lwm: f64,
+    pub inflight_per_connection: usize,
+}
+
+impl BookieConfig {
+    pub fn new(data_dir: impl Into<PathBuf>, listen: SocketAddr) -> BookieConfig {
+        BookieConfig {
+            bookie_id: None,
+            listen,
+            advertised_address: None,
+            storage: StorageConfig::new(data_dir),
+            metadata_root: "folio".into(),
+            lease_ttl: Duration::from_secs(10),
+            disk_check_interval: Duration::from_secs(10),
+            disk_usage_threshold: 0.95,
+            disk_usage_lwm: 0.90,
+            inflight_per_connection: 10_000,
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        self.storage.validate()?;
+        let (t, l) = (self.disk_usage_threshold, self.disk_usage_lwm);
+        if !(0.0 < l && l < t && t <= 1.0) {
+            return Err(format!("need 0 < disk_usage_lwm ({l}) < disk_usage_threshold ({t}) <= 1"));
+        }
+        if self.lease_ttl < Duration::from_secs(1) {
+            return Err("lease_ttl must be at least 1 s".into());
+        }
+        if self.inflight_per_connection == 0 {
+            return Err("inflight_per_connection must be positive".into());
+        }
+        Ok(())
+    }
+
+    /// The data dirs a cookie covers, journal first, without duplicates.
+    pub fn dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = vec![self.storage.journal_dir.clone()];
+        if self.storage.ledger_dir != self.storage.journal_dir {
+            dirs.push(self.storage.ledger_dir.clone());
+        }
+        dirs
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BookieError {
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("cookie check failed for {dir}: {reason}")]
+    Cookie { dir: String, reason: String },
+    #[error("metadata store: {0}")]
+    Meta(#[from] MetaError),
+    #[error("storage: {0}")]
+    Storage(#[from] StorageError),
+    #[error("{context}: {source}")]
+    Io { context: String, source: std::io::Error },
+}
+
+fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> BookieError {
+    let context = context.into();
+    move |source| BookieError::Io { context, source }
+}
+
+/// Reports how full the disk holding a path is (0.0–1.0). Injectable for tests.
+pub trait DiskUsage: Send + Sync + std::fmt::Debug {
+    fn usage(&self, dir: &Path) -> std::io::Result<f64>;
+}
+
+#[derive(Debug, Default)]
+pub struct StatvfsUsage;
+
+impl DiskUsage for StatvfsUsage {
+    fn usage(&self, dir: &Path) -> std::io::Result<f64> {
+        let (total, free) = server::disk_space(dir)?;
+        Ok(if total == 0 { 0.0 } else { 1.0 - free as f64 / total as f64 })
+    }
+}
+
+/// A running bookie. Stop it with [`Bookie::shutdown`] (clean) or [`Bookie::abort`].
+#[derive(Debug)]
+pub struct Bookie {
+    id: String,
+    addr: SocketAddr,
+    storage: Arc<Storage>,
+    read_only: Arc<AtomicBool>,
+    unclean_shutdown: bool,
+    handler: Arc<Handler>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    meta: Arc<dyn MetadataStore>,
+    keys: Keys,
+    lease: Arc<std::sync::Mutex<LeaseId>>,
+    ledger_dir: PathBuf,
+}
+
+impl Bookie {
+    pub async fn start(
+        config: BookieConfig,
+        meta: Arc<dyn MetadataStore>,
+    ) -> Result<Bookie, BookieError> {
+        Bookie::start_with(config, meta, Arc::new(StatvfsUsage)).await
+    }
+
+    pub async fn start_with(
+        config: BookieConfig,
+        meta: Arc<dyn MetadataStore>,
+        disk: Arc<dyn DiskUsage>,
+    ) -> Result<Bookie, BookieError> {
+        config.validate().map_err(BookieError::Config)?;
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(io(format!("binding {}", config.listen)))?;
+        let addr = listener.local_addr().map_err(io("listener address"))?;
+        let advertised = config.advertised_address.clone().unwrap_or_else(|| addr.to_string());
+        let id = config.bookie_id.clone().unwrap_or_else(|| advertised.clone());
+        let keys = Keys::new(config.metadata_root.clone());
+        let cluster_id = ensure_cluster_id(meta.as_ref(), &keys).await?;
+        check_cookies(&config, meta.as_ref(), &keys, &id, &cluster_id).await?;
+        let ledger_dir = config.storage.ledger_dir.clone();
+        let unclean_shutdown = ledger_dir.join(DIRTY_FILE).exists();
+        if unclean_shutdown {
+            tracing::warn!(bookie = %id, dir = %ledger_dir.display(), "DIRTY marker found: the last shutdown was not clean");
+        }
+        write_synced(&ledger_dir.join(DIRTY_FILE), b"")?;
+        let storage_config = config.storage.clone();
+        let storage = tokio::task::spawn_blocking(move || Storage::open_default(storage_config))
+            .await
+            .map_err(|e| BookieError::Config(e.to_string()))??;
+        let storage = Arc::new(storage);
+        let read_only = Arc::new(AtomicBool::new(false));
+        let registration = BookieRegistration {
+            bookie_id: id.clone(),
+            address: advertised.clone(),
+            http_address: None,
+        };
+        let lease = meta.grant_lease(config.lease_ttl).await?;
+        register(meta.as_ref(), &keys, &registration, lease, false).await?;
+        let lease = Arc::new(std::sync::Mutex::new(lease));
+        let handler = Arc::new(Handler {
+            storage: storage.clone(),
+            read_only: read_only.clone(),
+            ledger_dir: ledger_dir.clone(),
+            inflight_per_connection: config.inflight_per_connection,
+            stats: ServerStats::default(),
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let mut tasks =
+            vec![tokio::spawn(server::serve(listener, handler.clone(), stop_rx.clone()))];
+        tasks.push(tokio::spawn(keep_registered(
+            meta.clone(),
+            keys.clone(),
+            registration.clone(),
+            lease.clone(),
+            read_only.clone(),
+            config.lease_ttl,
+            stop_rx.clone(),
+        )));
+        tasks.push(tokio::spawn(monitor_disk(
+            disk,
+            config.clone(),
+            meta.clone(),
+            keys.clone(),
+            registration,
+            lease.clone(),
+            read_only.clone(),
+            stop_rx,
+        )));
+        tracing::info!(bookie = %id, %addr, cluster = %cluster_id, unclean_shutdown, "bookie started");
+        Ok(Bookie {
+            id,
+            addr,
+            storage,
+            read_only,
+            unclean_shutdown,
+            handler,
+            stop,
+            tasks,
+            meta,
+            keys,
+            lease,
+            ledger_dir,
+        })
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+    pub fn storage(&self) -> &Arc<Storage> {
+        &self.storage
+    }
+    pub fn is_read_only(&self) -> bool {
+        self.read_only.load(Ordering::SeqCst)
+    }
+    /// Whether this start found the DIRTY marker of an unclean shutdown.
+    pub fn unclean_shutdown(&self) -> bool {
+        self.unclean_shutdown
+    }
+    pub fn stats(&self) -> &ServerStats {
+        &self.handler.stats
+    }
+
+    /// Stops serving without flushing or removing DIRTY: what a crash leaves, minus the
+    /// loss of unsynced data. Returns once the storage is closed.
+    pub async fn abort(mut self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks.drain(..) {
+            t.abort();
+            let _ = t.await;
+        }
+        let weak = Arc::downgrade(&self.storage);
+        drop(self);
+        // Requests still running on blocking threads hold the storage until they finish.
+        while weak.strong_count() > 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Clean shutdown: stop serving, flush and checkpoint, remove DIRTY, revoke the lease.
+    pub async fn shutdown(mut self) -> Result<(), BookieError> {
+        let _ = self.stop.send(true);
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+        drop(self.handler);
+        let storage = Arc::try_unwrap(self.storage)
+            .map_err(|_| BookieError::Config("storage still in use at shutdown".into()))?;
+        tokio::task::spawn_blocking(move || storage.close())
+            .await
+            .map_err(|e| BookieError::Config(e.to_string()))??;
+        let dirty = self.ledger_dir.join(DIRTY_FILE);
+        std::fs::remove_file(&dirty).map_err(io(format!("removing {}", dirty.display())))?;
+        sync_dir(&self.ledger_dir)?;
+        let lease = *self.lease.lock().expect("lease lock");
+        if let Err(e) = self.meta.revoke_lease(lease).await {
+            tracing::warn!(error = %e, "revoking the registration lease failed; it will expire");
+        }
+        tracing::info!(bookie = %self.id, root = %self.keys.root(), "bookie stopped cleanly");
+        Ok(())
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<(), BookieError> {
+    std::fs::File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(io(format!("syncing {}", dir.display())))
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), BookieError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes)
+        .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(io(format!("writing {}", path.display())))?;
+    sync_dir(dir)
+}
+
+/// Whether a data dir holds anything but a cookie.
+fn has_data(dir: &Path) -> bool {
+    std::fs::read_dir(dir)
+        .map(|mut it| it.any(|e| e.is_ok_and(|e| e.file_name() != COOKIE_FILE)))
+        .unwrap_or(false)
+}
+
+async fn check_cookies(
+    config: &BookieConfig,
+    meta: &dyn MetadataStore,
+    keys: &Keys,
+    id: &str,
+    cluster_id: &str,
+) -> Result<(), BookieError> {
+    let dirs = config.dirs();
+    let journal_dirs = vec![config.storage.journal_dir.display().to_string()];
+    let ledger_dirs = vec![config.storage.ledger_dir.display().to_string()];
+    let remote_key = keys.cookie(id);
+    let remote = match meta.get(&remote_key).await? {
+        Some(v) => Some(Cookie::decode(&remote_key, &v.value)?),
+        None => None,
+    };
+    let mut local = Vec::new();
+    for d in &dirs {
+        let path = d.join(COOKIE_FILE);
+        let cookie = match std::fs::read(&path) {
+            Ok(b) => Some(Cookie::decode(&path.display().to_string(), &b).map_err(|e| {
+                BookieError::Cookie {
+                    dir: d.display().to_string(),
+                    reason: format!("unreadable cookie: {e}"),
+                }
+            })?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io(format!("reading {}", path.display()))(e)),
+        };
+        local.push((d, cookie));
+    }
+    let cookie_err =
+        |d: &Path, reason: String| BookieError::Cookie { dir: d.display().to_string(), reason };
+    if remote.is_none() && local.iter().all(|(_, c)| c.is_none()) {
+        // A new bookie: its dirs must not hold data from an earlier life.
+        for d in &dirs {
+            if has_data(d) {
+                return Err(cookie_err(
+                    d,
+                    "holds data but no cookie; run `folio bookie format` to start over".into(),
+                ));
+            }
+        }
+        let cookie = Cookie {
+            bookie_id: id.to_string(),
+            cluster_id: cluster_id.to_string(),
+            journal_dirs,
+            ledger_dirs,
+            instance_id: format!("{:016x}", rand::random::<u64>()),
+        };
+        meta.put(&remote_key, cookie.encode(), Expect::Absent).await?;
+        for d in &dirs {
+            write_synced(&d.join(COOKIE_FILE), &cookie.encode())?;
+        }
+        tracing::info!(bookie = %id, "new bookie: cookies stamped");
+        return Ok(());
+    }
+    let Some(remote) = remote else {
+        let (d, _) = local.iter().find(|(_, c)| c.is_some()).expect("some local cookie");
+        return Err(cookie_err(
+            d,
+            format!(
+                "has a cookie but the metadata store has none for bookie {id} (was the cluster reset?)"
+            ),
+        ));
+    };
+    for (d, c) in &local {
+        let Some(c) = c else {
+            let why = if d.exists() { "has no cookie (wiped or replaced?)" } else { "is missing" };
+            return Err(cookie_err(
+                d,
+                format!("{why}, but bookie {id} is registered with a cookie in the metadata store"),
+            ));
+        };
+        let mismatch = [
+            ("bookie_id", &c.bookie_id, &remote.bookie_id),
+            ("cluster_id", &c.cluster_id, &remote.cluster_id),
+            ("instance_id", &c.instance_id, &remote.instance_id),
+        ]
+        .into_iter()
+        .find(|(_, a, b)| a != b);
+        if let Some((field, a, b)) = mismatch {
+            return Err(cookie_err(
+                d,
+                format!("cookie says {field}={a} but the metadata store says {field}={b}"),
+            ));
+        }
+        if c.journal_dirs != journal_dirs || c.ledger_dirs != ledger_dirs {
+            return Err(cookie_err(
+                d,
+                format!(
+                    "cookie lists journal dirs {:?} and ledger dirs {:?}, but this bookie is configured with {:?} and {:?}",
+                    c.journal_dirs, c.ledger_dirs, journal_dirs, ledger_dirs
+                ),
+            ));
+        }
+    }
+    if remote.cluster_id != cluster_id {
+        return Err(cookie_err(
+            &dirs[0],
+            format!(
+                "cookie belongs to cluster {} but the metadata store is cluster {cluster_id}",
+                remote.cluster_id
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Registers under the writable or read-only key (and removes the other one), on `lease`.
+async fn register(
+    meta: &dyn MetadataStore,
+    keys: &Keys,
+    reg: &BookieRegistration,
+    lease: LeaseId,
+    read_only: bool,
+) -> Result<(), MetaError> {
+    let txn = Txn::new()
+        .put_with_lease(keys.bookie(&reg.bookie_id, read_only), reg.encode(), lease)
+        .delete(keys.bookie(&reg.bookie_id, !read_only));
+    meta.txn(txn).await.map(|_| ())
+}
+
+async fn keep_registered(
+    meta: Arc<dyn MetadataStore>,
+    keys: Keys,
+    reg: BookieRegistration,
+    lease: Arc<std::sync::Mutex<LeaseId>>,
+    read_only: Arc<AtomicBool>,
+    ttl: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(ttl / 3) => {}
+            _ = stop.changed() => return,
+        }
+        let id = *lease.lock().expect("lease lock");
+        match meta.keep_alive(id).await {
+            Ok(()) => {}
+            Err(MetaError::LeaseNotFound(_)) => {
+                tracing::warn!(bookie = %reg.bookie_id, "registration lease expired; registering again");
+                match meta.grant_lease(ttl).await {
+                    Ok(new) => {
+                        *lease.lock().expect("lease lock") = new;
+                        if let Err(e) = register(
+                            meta.as_ref(),
+                            &keys,
+                            &reg,
+                            new,
+                            read_only.load(Ordering::SeqCst),
+                        )
+                        .await
+                        {
+                            tracing::warn!(error = %e, "re-registration failed");
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "granting a new lease failed"),
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "lease keep-alive failed; retrying"),
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn monitor_disk(
+    disk: Arc<dyn DiskUsage>,
+    config: BookieConfig,
+    meta: Arc<dyn MetadataStore>,
+    keys: Keys,
+    reg: BookieRegistration,
+    lease: Arc<std::sync::Mutex<LeaseId>>,
+    read_only: Arc<AtomicBool>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let usage = match disk.usage(&config.storage.ledger_dir) {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::warn!(error = %e, "disk usage check failed");
+                0.0
+            }
+        };
+        let was = read_only.load(Ordering::SeqCst);
+        let now =
+            if was { usage >= config.disk_usage_lwm } else { usage >= config.disk_usage_threshold };
+        if now != was {
+            read_only.store(now, Ordering::SeqCst);
+            let state = if now { "read-only" } else { "writable" };
+            tracing::warn!(bookie = %reg.bookie_id, usage, state, "disk usage crossed a threshold");
+            let id = *lease.lock().expect("lease lock");
+            if let Err(e) = register(meta.as_ref(), &keys, &reg, id, now).await {
+                tracing::warn!(error = %e, "moving the registration failed");
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(config.disk_check_interval) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// `folio bookie format`: removes the bookie's cookies (local and in the metadata store) and
+/// everything in its data dirs. Refuses when data exists unless `force`.
+pub async fn format(
+    config: &BookieConfig,
+    meta: &dyn MetadataStore,
+    bookie_id: &str,
+    force: bool,
+) -> Result<(), BookieError> {
+    let keys = Keys::new(config.metadata_root.clone());
+    for d in config.dirs() {
+        if has_data(&d) && !force {
+            return Err(BookieError::Cookie {
+                dir: d.display().to_string(),
+                reason: "holds data; pass --force to erase it".into(),
+            });
+        }
+    }
+    for d in config.dirs() {
+        if d.exists() {
+            for e in std::fs::read_dir(&d).map_err(io(format!("listing {}", d.display())))? {
+                let p = e.map_err(io("listing"))?.path();
+                let r =
+                    if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
+                r.map_err(io(format!("removing {}", p.display())))?;
+            }
+        }
+    }
+    meta.delete(&keys.cookie(bookie_id), Expect::Any).await?;
+    tracing::info!(bookie = %bookie_id, "formatted: data and cookies removed");
+    Ok(())
+}

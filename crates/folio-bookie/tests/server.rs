@@ -1,0 +1,329 @@
+//! The bookie server and lifecycle over real TCP, with the embedded metadata store.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use folio_bookie::bookie::{Bookie, BookieConfig, BookieError, DiskUsage};
+use folio_client::BookieConnection;
+use folio_meta::embedded::EmbeddedStore;
+use folio_meta::keys::Keys;
+use folio_meta::{EventKind, MetadataStore};
+use folio_proto::wire::{self, Request, RequestFrame, Response};
+use folio_proto::{Entry, EntryHeader, Status};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const KEY: [u8; 20] = [5; 20];
+
+fn entry(l: u64, e: i64, payload: &[u8]) -> Bytes {
+    Entry::encode(
+        EntryHeader { ledger_id: l, entry_id: e, last_add_confirmed: e - 1, length: 0 },
+        payload,
+    )
+    .into_bytes()
+}
+
+struct Env {
+    _tmp: tempfile::TempDir,
+    data: std::path::PathBuf,
+    meta: Arc<dyn MetadataStore>,
+}
+
+fn new_env() -> Env {
+    let tmp = tempfile::tempdir().unwrap();
+    let meta: Arc<dyn MetadataStore> =
+        Arc::new(EmbeddedStore::open(&tmp.path().join("meta")).unwrap());
+    Env { data: tmp.path().join("bookie"), _tmp: tmp, meta }
+}
+
+fn config(data: &std::path::Path) -> BookieConfig {
+    let mut c = BookieConfig::new(data, "127.0.0.1:0".parse().unwrap());
+    c.bookie_id = Some("bookie-1".into());
+    c.storage.write_cache_bytes = 16 * 1024 * 1024;
+    c
+}
+
+async fn add(conn: &BookieConnection, e: Bytes, recovery: bool) -> Status {
+    conn.request(Request::Add { master_key: KEY, recovery, entry: e }).await.unwrap().status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_pipelined_clients_get_every_answer_and_every_entry_reads_back() {
+    let env = new_env();
+    let bookie = Bookie::start(config(&env.data), env.meta.clone()).await.unwrap();
+    let mut clients = Vec::new();
+    for c in 0..8u64 {
+        let addr = bookie.addr();
+        clients.push(tokio::spawn(async move {
+            let conn = Arc::new(BookieConnection::connect(addr, 256).await.unwrap());
+            let mut adds = Vec::new();
+            for e in 0..300i64 {
+                let conn = conn.clone();
+                adds.push(tokio::spawn(async move {
+                    add(&conn, entry(c + 1, e, &e.to_le_bytes()), false).await
+                }));
+            }
+            for a in adds {
+                assert_eq!(a.await.unwrap(), Status::Ok);
+            }
+            for e in (0..300i64).step_by(7) {
+                let r = conn
+                    .request(Request::Read { ledger_id: c + 1, entry_id: e, fence: None })
+                    .await
+                    .unwrap();
+                assert_eq!(r.status, Status::Ok);
+                let Response::Read { entry: Some(b), .. } = r.response else { panic!("no entry") };
+                assert_eq!(b, entry(c + 1, e, &e.to_le_bytes()));
+            }
+            let r = conn.request(Request::ListEntries { ledger_id: c + 1 }).await.unwrap();
+            assert_eq!(
+                r.response,
+                Response::ListEntries { ledger_id: c + 1, ranges: vec![(0, 300)] }
+            );
+        }));
+    }
+    for c in clients {
+        c.await.unwrap();
+    }
+    assert_eq!(bookie.stats().malformed_frames.load(Ordering::Relaxed), 0);
+    bookie.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_come_back_in_completion_order_not_request_order() {
+    let env = new_env();
+    let mut c = config(&env.data);
+    // Adds wait for their group for half a second; a LAC read answers at once.
+    c.storage.journal.group_wait_max = Duration::from_millis(500);
+    let bookie = Bookie::start(c, env.meta.clone()).await.unwrap();
+    let conn = BookieConnection::connect(bookie.addr(), 16).await.unwrap();
+    assert_eq!(add(&conn, entry(1, 0, b"x"), false).await, Status::Ok);
+    let mut raw = TcpStream::connect(bookie.addr()).await.unwrap();
+    let mut out = BytesMut::new();
+    let add_req = Request::Add { master_key: KEY, recovery: false, entry: entry(1, 1, b"y") };
+    wire::encode_request(&RequestFrame { request_id: 1, request: add_req }, &mut out);
+    wire::encode_request(
+        &RequestFrame { request_id: 2, request: Request::ReadLac { ledger_id: 1 } },
+        &mut out,
+    );
+    raw.write_all(&out).await.unwrap();
+    let mut buf = BytesMut::new();
+    let mut ids = Vec::new();
+    while ids.len() < 2 {
+        raw.read_buf(&mut buf).await.unwrap();
+        while let Some(body) = wire::take_frame(&mut buf).unwrap() {
+            ids.push(wire::decode_response(body).unwrap().request_id);
+        }
+    }
+    assert_eq!(ids, vec![2, 1], "the fast read overtook the add waiting for its group commit");
+    bookie.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_frame_closes_only_its_connection() {
+    let env = new_env();
+    let bookie = Bookie::start(config(&env.data), env.meta.clone()).await.unwrap();
+    let good = BookieConnection::connect(bookie.addr(), 16).await.unwrap();
+    for garbage in [
+        {
+            let mut b = BytesMut::new();
+            b.put_u32_le(12);
+            b.put_slice(&[9u8; 12]); // protocol version 9
+            b
+        },
+        {
+            let mut b = BytesMut::new();
+            b.put_u32_le(u32::MAX); // oversized: refused before allocation
+            b
+        },
+    ] {
+        let mut raw = TcpStream::connect(bookie.addr()).await.unwrap();
+        raw.write_all(&garbage).await.unwrap();
+        let mut sink = [0u8; 16];
+        let n = tokio::time::timeout(Duration::from_secs(10), raw.read(&mut sink))
+            .await
+            .unwrap()
+            .unwrap_or(0);
+        assert_eq!(n, 0, "the server closed the connection");
+    }
+    assert_eq!(bookie.stats().malformed_frames.load(Ordering::Relaxed), 2);
+    assert_eq!(add(&good, entry(1, 0, b"still fine"), false).await, Status::Ok);
+    // A corrupt entry inside a well-formed frame is a BAD_REQUEST, not a closed connection.
+    let mut bad = entry(1, 1, b"payload").to_vec();
+    bad[40] ^= 1;
+    assert_eq!(add(&good, Bytes::from(bad), false).await, Status::BadRequest);
+    assert_eq!(add(&good, entry(1, 1, b"payload"), false).await, Status::Ok);
+    bookie.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_reads_lac_and_statuses_over_the_wire() {
+    let env = new_env();
+    let bookie = Bookie::start(config(&env.data), env.meta.clone()).await.unwrap();
+    let conn = BookieConnection::connect(bookie.addr(), 16).await.unwrap();
+    for e in 0..3 {
+        assert_eq!(add(&conn, entry(7, e, b"x"), false).await, Status::Ok);
+    }
+    let r =
+        conn.request(Request::Read { ledger_id: 7, entry_id: -1, fence: Some(KEY) }).await.unwrap();
+    assert_eq!(
+        (r.status, matches!(r.response, Response::Read { entry_id: 2, .. })),
+        (Status::Ok, true)
+    );
+    assert_eq!(add(&conn, entry(7, 3, b"zombie"), false).await, Status::Fenced);
+    assert_eq!(add(&conn, entry(7, 3, b"recovery"), true).await, Status::Ok);
+    let r = conn.request(Request::ReadLac { ledger_id: 7 }).await.unwrap();
+    assert_eq!(r.response, Response::ReadLac { ledger_id: 7, lac: Some(2) });
+    let r = conn
+        .request(Request::WriteLac { ledger_id: 7, lac: 3, master_key: [1; 20] })
+        .await
+        .unwrap();
+    assert_eq!(r.status, Status::Unauthorized);
+    let r = conn.request(Request::Read { ledger_id: 8, entry_id: 0, fence: None }).await.unwrap();
+    assert_eq!(r.status, Status::NoLedger);
+    let r = conn.request(Request::ForceLedger { ledger_id: 7 }).await.unwrap();
+    assert_eq!(r.status, Status::Ok);
+    let r = conn.request(Request::GetBookieInfo).await.unwrap();
+    let Response::GetBookieInfo { space: Some((total, free)) } = r.response else {
+        panic!("{r:?}")
+    };
+    assert!(total > 0 && free <= total);
+    bookie.shutdown().await.unwrap();
+}
+
+fn cookie_error(r: Result<Bookie, BookieError>) -> String {
+    match r {
+        Err(e @ BookieError::Cookie { .. }) => e.to_string(),
+        Err(e) => panic!("expected a cookie error, got {e}"),
+        Ok(_) => panic!("the bookie started"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cookie_mismatches_refuse_to_start_and_name_the_dir() {
+    let env = new_env();
+    let c = config(&env.data);
+    let bookie = Bookie::start(c.clone(), env.meta.clone()).await.unwrap();
+    bookie.shutdown().await.unwrap();
+    let ledger_dir = c.storage.ledger_dir.display().to_string();
+    let journal_dir = c.storage.journal_dir.display().to_string();
+
+    // Another cluster's metadata store: it has no cookie for this bookie.
+    let other: Arc<dyn MetadataStore> =
+        Arc::new(EmbeddedStore::open(&env.data.with_extension("other")).unwrap());
+    let msg = cookie_error(Bookie::start(c.clone(), other).await);
+    assert!(msg.contains(&journal_dir) && msg.contains("metadata store has none"), "{msg}");
+
+    // A tampered cookie in the ledger dir.
+    let path = c.storage.ledger_dir.join("VERSION");
+    let original = std::fs::read_to_string(&path).unwrap();
+    let tampered: String = original
+        .lines()
+        .map(|l| {
+            if l.starts_with("instance_id=") {
+                "instance_id=someone-else".to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&path, tampered + "\n").unwrap();
+    let msg = cookie_error(Bookie::start(c.clone(), env.meta.clone()).await);
+    assert!(msg.contains(&ledger_dir) && msg.contains("instance_id"), "{msg}");
+    std::fs::write(&path, &original).unwrap();
+
+    // A wiped ledger dir.
+    std::fs::remove_dir_all(&c.storage.ledger_dir).unwrap();
+    let msg = cookie_error(Bookie::start(c.clone(), env.meta.clone()).await);
+    assert!(msg.contains(&ledger_dir) && msg.contains("missing"), "{msg}");
+
+    // A cookie of another cluster id.
+    let env2 = new_env();
+    let b = Bookie::start(config(&env2.data), env2.meta.clone()).await.unwrap();
+    b.shutdown().await.unwrap();
+    let keys = Keys::default();
+    env2.meta
+        .put(&keys.cluster_id(), Bytes::from_static(b"another-cluster"), folio_meta::Expect::Any)
+        .await
+        .unwrap();
+    let msg = cookie_error(Bookie::start(config(&env2.data), env2.meta.clone()).await);
+    assert!(msg.contains("cluster"), "{msg}");
+
+    // A dir with data but no cookie anywhere.
+    let env3 = new_env();
+    let c3 = config(&env3.data);
+    std::fs::create_dir_all(&c3.storage.ledger_dir).unwrap();
+    std::fs::write(c3.storage.ledger_dir.join("stray.log"), b"old data").unwrap();
+    let msg = cookie_error(Bookie::start(c3.clone(), env3.meta.clone()).await);
+    assert!(
+        msg.contains(&c3.storage.ledger_dir.display().to_string()) && msg.contains("format"),
+        "{msg}"
+    );
+}
+
+#[derive(Debug)]
+struct FakeUsage(AtomicU64);
+
+impl DiskUsage for FakeUsage {
+    fn usage(&self, _dir: &std::path::Path) -> std::io::Result<f64> {
+        Ok(self.0.load(Ordering::SeqCst) as f64 / 100.0)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_mode_follows_disk_usage_thresholds() {
+    let env = new_env();
+    let mut c = config(&env.data);
+    c.disk_check_interval = Duration::from_millis(10);
+    let usage = Arc::new(FakeUsage(AtomicU64::new(50)));
+    let keys = Keys::default();
+    let mut watch = env.meta.watch(&format!("{}/bookies/", keys.root()), 0).await.unwrap();
+    let bookie = Bookie::start_with(c, env.meta.clone(), usage.clone()).await.unwrap();
+    let conn = BookieConnection::connect(bookie.addr(), 16).await.unwrap();
+    let next_put = async |w: &mut folio_meta::Watch| loop {
+        let e = tokio::time::timeout(Duration::from_secs(10), w.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if e.kind == EventKind::Put {
+            return e.key;
+        }
+    };
+    assert_eq!(next_put(&mut watch).await, keys.bookie("bookie-1", false));
+    assert_eq!(add(&conn, entry(1, 0, b"a"), false).await, Status::Ok);
+
+    usage.0.store(96, Ordering::SeqCst); // above the 0.95 threshold
+    assert_eq!(next_put(&mut watch).await, keys.bookie("bookie-1", true));
+    assert!(bookie.is_read_only());
+    assert_eq!(add(&conn, entry(1, 1, b"b"), false).await, Status::ReadOnly);
+    assert_eq!(add(&conn, entry(1, 1, b"b"), true).await, Status::Ok, "recovery adds still land");
+
+    usage.0.store(92, Ordering::SeqCst); // between the marks: stays read-only
+    usage.0.store(80, Ordering::SeqCst); // below the 0.90 low-water mark
+    assert_eq!(next_put(&mut watch).await, keys.bookie("bookie-1", false));
+    assert_eq!(add(&conn, entry(1, 2, b"c"), false).await, Status::Ok);
+    assert!(env.meta.get(&keys.bookie("bookie-1", true)).await.unwrap().is_none());
+    bookie.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clean_shutdown_removes_dirty_and_a_dropped_bookie_leaves_it() {
+    let env = new_env();
+    let c = config(&env.data);
+    let dirty = c.storage.ledger_dir.join("DIRTY");
+    let b = Bookie::start(c.clone(), env.meta.clone()).await.unwrap();
+    assert!(dirty.exists());
+    assert!(!b.unclean_shutdown());
+    b.shutdown().await.unwrap();
+    assert!(!dirty.exists());
+    let b = Bookie::start(c.clone(), env.meta.clone()).await.unwrap();
+    assert!(!b.unclean_shutdown());
+    b.abort().await; // no clean shutdown
+    let b = Bookie::start(c.clone(), env.meta.clone()).await.unwrap();
+    assert!(b.unclean_shutdown(), "the DIRTY marker reports the unclean stop");
+    b.shutdown().await.unwrap();
+}

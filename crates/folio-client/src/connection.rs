@@ -1,0 +1,151 @@
+//! One TCP connection to a bookie, shared by any number of concurrent callers: requests are
+//! pipelined with request ids and matched to responses in whatever order they come back.
+//! The number of requests in flight is bounded; callers wait for a slot.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::BytesMut;
+use folio_proto::wire::{self, Request, RequestFrame, ResponseFrame};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ConnectionError {
+    #[error("connecting to bookie {addr}: {reason}")]
+    Connect { addr: SocketAddr, reason: String },
+    #[error("connection to bookie {addr} closed: {reason}")]
+    Closed { addr: SocketAddr, reason: String },
+    #[error("bookie {addr} sent a malformed frame: {reason}")]
+    Protocol { addr: SocketAddr, reason: String },
+}
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<ResponseFrame>>>>;
+
+#[derive(Debug)]
+pub struct BookieConnection {
+    addr: SocketAddr,
+    next_id: AtomicU64,
+    tx: mpsc::Sender<RequestFrame>,
+    pending: Pending,
+    slots: Arc<Semaphore>,
+    closed: Arc<Mutex<Option<ConnectionError>>>,
+}
+
+impl BookieConnection {
+    /// Connects; at most `inflight_max` requests are outstanding at once.
+    pub async fn connect(
+        addr: SocketAddr,
+        inflight_max: usize,
+    ) -> Result<BookieConnection, ConnectionError> {
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| ConnectionError::Connect { addr, reason: e.to_string() })?;
+        let _ = stream.set_nodelay(true);
+        let (mut rd, mut wr) = stream.into_split();
+        let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
+        let closed = Arc::new(Mutex::new(None));
+        let (tx, mut rx) = mpsc::channel::<RequestFrame>(inflight_max.max(1));
+        let writer_closed = closed.clone();
+        tokio::spawn(async move {
+            let mut out = BytesMut::with_capacity(64 * 1024);
+            while let Some(f) = rx.recv().await {
+                wire::encode_request(&f, &mut out);
+                while out.len() < 1024 * 1024 {
+                    match rx.try_recv() {
+                        Ok(f) => wire::encode_request(&f, &mut out),
+                        Err(_) => break,
+                    }
+                }
+                if let Err(e) = wr.write_all(&out).await {
+                    let mut c = writer_closed.lock().expect("closed lock");
+                    c.get_or_insert(ConnectionError::Closed { addr, reason: e.to_string() });
+                    return;
+                }
+                out.clear();
+            }
+        });
+        let (reader_pending, reader_closed) = (pending.clone(), closed.clone());
+        tokio::spawn(async move {
+            let mut buf = BytesMut::with_capacity(64 * 1024);
+            let reason = 'read: loop {
+                loop {
+                    match wire::take_frame(&mut buf) {
+                        Ok(None) => break,
+                        Ok(Some(body)) => match wire::decode_response(body) {
+                            Ok(f) => {
+                                let waiter = reader_pending
+                                    .lock()
+                                    .expect("pending lock")
+                                    .remove(&f.request_id);
+                                if let Some(w) = waiter {
+                                    let _ = w.send(f);
+                                }
+                            }
+                            Err(e) => {
+                                break 'read ConnectionError::Protocol {
+                                    addr,
+                                    reason: e.to_string(),
+                                };
+                            }
+                        },
+                        Err(e) => {
+                            break 'read ConnectionError::Protocol { addr, reason: e.to_string() };
+                        }
+                    }
+                }
+                match rd.read_buf(&mut buf).await {
+                    Ok(0) => {
+                        break ConnectionError::Closed {
+                            addr,
+                            reason: "closed by the bookie".into(),
+                        };
+                    }
+                    Ok(_) => {}
+                    Err(e) => break ConnectionError::Closed { addr, reason: e.to_string() },
+                }
+            };
+            reader_closed.lock().expect("closed lock").get_or_insert(reason);
+            // Waiters see their sender dropped and report the close reason.
+            reader_pending.lock().expect("pending lock").clear();
+        });
+        Ok(BookieConnection {
+            addr,
+            next_id: AtomicU64::new(1),
+            tx,
+            pending,
+            slots: Arc::new(Semaphore::new(inflight_max.max(1))),
+            closed,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn closed_error(&self) -> ConnectionError {
+        self.closed.lock().expect("closed lock").clone().unwrap_or(ConnectionError::Closed {
+            addr: self.addr,
+            reason: "connection task ended".into(),
+        })
+    }
+
+    /// Sends a request and waits for its response.
+    pub async fn request(&self, request: Request) -> Result<ResponseFrame, ConnectionError> {
+        let _slot = self.slots.acquire().await.map_err(|_| self.closed_error())?;
+        if let Some(e) = self.closed.lock().expect("closed lock").clone() {
+            return Err(e);
+        }
+        let request_id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (done_tx, done_rx) = oneshot::channel();
+        self.pending.lock().expect("pending lock").insert(request_id, done_tx);
+        if self.tx.send(RequestFrame { request_id, request }).await.is_err() {
+            self.pending.lock().expect("pending lock").remove(&request_id);
+            return Err(self.closed_error());
+        }
+        done_rx.await.map_err(|_| self.closed_error())
+    }
+}
