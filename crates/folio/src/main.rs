@@ -1,7 +1,9 @@
 //! `folio`: the one binary. Subcommands run a node, administer a cluster, or benchmark.
 
 mod bench;
+mod bookie_cmd;
 mod debug;
+mod inspect;
 mod standalone;
 
 use std::process::ExitCode;
@@ -20,6 +22,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run a storage node (bookie); `format` and `inspect` manage its data dirs.
+    Bookie(Box<bookie_cmd::Args>),
     /// Run Folio in one process with embedded defaults.
     Standalone(standalone::Args),
     /// Benchmarks; each prints key=value figures and ratios against a baseline measured in
@@ -44,6 +48,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
+        Command::Bookie(args) => bookie_cmd::run(*args),
         Command::Standalone(args) => standalone::run(args),
         Command::Bench { what } => bench::run(what),
         Command::Debug { what } => debug::run(what),

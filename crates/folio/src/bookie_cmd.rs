@@ -1,0 +1,333 @@
+//! `folio bookie`: run a storage node, format it, or inspect its data dir.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use folio_bookie::bookie::{Bookie, BookieConfig};
+use folio_meta::MetadataStore;
+
+const KEYS_HELP: &str = "\
+CONFIG KEYS (TOML file via --config; any key also via --override KEY=VALUE):
+  bookie_id                 string   default: the advertised address
+  listen                    string   default \"127.0.0.1:3181\"
+  advertised_address        string   default: the bound listen address
+  data_dir                  path     default \"./folio-bookie\"
+  journal_dir               path     default <data_dir>/journal
+  ledger_dir                path     default <data_dir>/ledgers
+  metadata                  string   \"embedded:<dir>\" (default \"embedded:./folio-meta\")
+                                     or \"etcd:<host:port>[,<host:port>...]\"
+  metadata_root             string   default \"folio\"
+  lease_ttl_ms              integer  default 10000
+  disk_check_interval_ms    integer  default 10000
+  disk_usage_threshold      float    default 0.95 (read-only above it)
+  disk_usage_lwm            float    default 0.90 (writable again below it)
+  inflight_per_connection   integer  default 10000
+  write_cache_bytes         integer  default 268435456
+  write_cache_throttle_ms   integer  default 10000
+  entry_log_bytes_max       integer  default 1073741824
+  flush_interval_ms         integer  default 10000
+  read_cache_bytes          integer  default 67108864
+  read_ahead_entries        integer  default 100
+  journal.sync              bool     default true
+  journal.write_data        bool     default true (false = journal-less mode)
+  journal.group_wait_us     integer  default 1000
+  journal.group_bytes_max   integer  default 524288
+  journal.file_bytes_max    integer  default 536870912
+  journal.prealloc_bytes    integer  default 0
+  journal.direct_io         bool     default true";
+
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, after_help = KEYS_HELP)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Option<BookieCommand>,
+    #[command(flatten)]
+    settings: Settings,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct Settings {
+    /// TOML configuration file (keys listed below).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Sets any config key, after the file: `--override journal.sync=false` (repeatable).
+    #[arg(long = "override", value_name = "KEY=VALUE")]
+    overrides: Vec<String>,
+    /// Same as `--override listen=…`.
+    #[arg(long)]
+    listen: Option<String>,
+    /// Same as `--override data_dir=…`.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Same as `--override metadata=…`.
+    #[arg(long)]
+    metadata: Option<String>,
+    /// Same as `--override bookie_id=…`.
+    #[arg(long)]
+    bookie_id: Option<String>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum BookieCommand {
+    /// Erase the bookie's data dirs and cookies (local and in the metadata store).
+    #[command(after_help = KEYS_HELP)]
+    Format {
+        #[command(flatten)]
+        settings: Settings,
+        /// Erase even if the dirs hold data.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Describe a stopped bookie's data dir: cookie, journal, entry logs, ledgers, flags.
+    Inspect {
+        /// The data dir (with `journal/` and `ledgers/` inside).
+        dir: PathBuf,
+    },
+}
+
+/// A bookie's configuration plus where its metadata lives.
+#[derive(Debug)]
+pub struct Resolved {
+    pub bookie: BookieConfig,
+    pub metadata: String,
+}
+
+fn set(table: &mut toml::Table, key: &str, value: toml::Value) {
+    match key.split_once('.') {
+        Some((head, rest)) => {
+            let sub = table.entry(head).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            if let toml::Value::Table(t) = sub {
+                set(t, rest, value);
+            }
+        }
+        None => {
+            table.insert(key.to_string(), value);
+        }
+    }
+}
+
+/// Parses `KEY=VALUE`, reading VALUE as TOML and falling back to a plain string.
+fn parse_override(s: &str) -> Result<(String, toml::Value), String> {
+    let (k, v) = s.split_once('=').ok_or_else(|| format!("--override {s:?} is not KEY=VALUE"))?;
+    let value = format!("v = {v}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(v.to_string()));
+    Ok((k.trim().to_string(), value))
+}
+
+fn flatten(prefix: &str, table: &toml::Table, out: &mut Vec<(String, toml::Value)>) {
+    for (k, v) in table {
+        let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        match v {
+            toml::Value::Table(t) => flatten(&key, t, out),
+            other => out.push((key, other.clone())),
+        }
+    }
+}
+
+impl Settings {
+    pub fn resolve(&self) -> Result<Resolved, String> {
+        let mut table = match &self.config {
+            Some(p) => std::fs::read_to_string(p)
+                .map_err(|e| format!("reading {}: {e}", p.display()))?
+                .parse::<toml::Table>()
+                .map_err(|e| format!("{}: {e}", p.display()))?,
+            None => toml::Table::new(),
+        };
+        let direct = [
+            ("listen", self.listen.clone()),
+            ("data_dir", self.data_dir.as_ref().map(|p| p.display().to_string())),
+            ("metadata", self.metadata.clone()),
+            ("bookie_id", self.bookie_id.clone()),
+        ];
+        for (k, v) in direct {
+            if let Some(v) = v {
+                set(&mut table, k, toml::Value::String(v));
+            }
+        }
+        for o in &self.overrides {
+            let (k, v) = parse_override(o)?;
+            set(&mut table, &k, v);
+        }
+        let mut flat = Vec::new();
+        flatten("", &table, &mut flat);
+        let source = self.config.as_ref().map_or("flags".to_string(), |p| p.display().to_string());
+        build(&flat).map_err(|e| format!("{source}: {e}"))
+    }
+}
+
+fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
+    let get = |k: &str| flat.iter().rev().find(|(key, _)| key == k).map(|(_, v)| v);
+    let string = |k: &str| -> Result<Option<String>, String> {
+        match get(k) {
+            None => Ok(None),
+            Some(toml::Value::String(s)) => Ok(Some(s.clone())),
+            Some(v) => Err(format!("{k} must be a string, not {v}")),
+        }
+    };
+    let data_dir = PathBuf::from(string("data_dir")?.unwrap_or_else(|| "./folio-bookie".into()));
+    let listen = string("listen")?.unwrap_or_else(|| "127.0.0.1:3181".into());
+    let listen = listen.parse().map_err(|e| format!("listen = {listen:?}: {e}"))?;
+    let mut c = BookieConfig::new(&data_dir, listen);
+    c.bookie_id = string("bookie_id")?;
+    c.advertised_address = string("advertised_address")?;
+    if let Some(d) = string("journal_dir")? {
+        c.storage.journal_dir = d.into();
+    }
+    if let Some(d) = string("ledger_dir")? {
+        c.storage.ledger_dir = d.into();
+    }
+    if let Some(r) = string("metadata_root")? {
+        c.metadata_root = r;
+    }
+    let metadata = string("metadata")?.unwrap_or_else(|| "embedded:./folio-meta".into());
+    for (k, v) in flat {
+        let int = || {
+            v.as_integer()
+                .filter(|i| *i >= 0)
+                .map(|i| i as u64)
+                .ok_or(format!("{k} must be a non-negative integer"))
+        };
+        let boolean = || v.as_bool().ok_or(format!("{k} must be true or false"));
+        let float = || {
+            v.as_float().or(v.as_integer().map(|i| i as f64)).ok_or(format!("{k} must be a number"))
+        };
+        let ms = |x: u64| Duration::from_millis(x);
+        let j = &mut c.storage.journal;
+        match k.as_str() {
+            "bookie_id" | "listen" | "advertised_address" | "data_dir" | "journal_dir"
+            | "ledger_dir" | "metadata" | "metadata_root" => {}
+            "lease_ttl_ms" => c.lease_ttl = ms(int()?),
+            "disk_check_interval_ms" => c.disk_check_interval = ms(int()?),
+            "disk_usage_threshold" => c.disk_usage_threshold = float()?,
+            "disk_usage_lwm" => c.disk_usage_lwm = float()?,
+            "inflight_per_connection" => c.inflight_per_connection = int()? as usize,
+            "write_cache_bytes" => c.storage.write_cache_bytes = int()? as usize,
+            "write_cache_throttle_ms" => c.storage.write_cache_throttle_max = ms(int()?),
+            "entry_log_bytes_max" => c.storage.entry_log_bytes_max = int()?,
+            "flush_interval_ms" => c.storage.flush_interval = ms(int()?),
+            "read_cache_bytes" => c.storage.read_cache_bytes = int()? as usize,
+            "read_ahead_entries" => c.storage.read_ahead_entries = int()? as usize,
+            "journal.sync" => j.sync = boolean()?,
+            "journal.write_data" => j.write_data = boolean()?,
+            "journal.group_wait_us" => j.group_wait_max = Duration::from_micros(int()?),
+            "journal.group_bytes_max" => j.group_bytes_max = int()? as usize,
+            "journal.file_bytes_max" => j.file_bytes_max = int()?,
+            "journal.prealloc_bytes" => j.prealloc_bytes = int()?,
+            "journal.direct_io" => j.direct_io = boolean()?,
+            other => {
+                return Err(format!("unknown config key {other:?} (see `folio bookie --help`)"));
+            }
+        }
+    }
+    c.validate()?;
+    Ok(Resolved { bookie: c, metadata })
+}
+
+/// Opens the metadata store named by `spec` (`embedded:<dir>` or `etcd:<endpoints>`).
+pub async fn open_metadata(spec: &str) -> Result<Arc<dyn MetadataStore>, String> {
+    if let Some(dir) = spec.strip_prefix("embedded:") {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {dir}: {e}"))?;
+        let s = folio_meta::embedded::EmbeddedStore::open(Path::new(dir))
+            .map_err(|e| format!("metadata {spec}: {e}"))?;
+        return Ok(Arc::new(s));
+    }
+    if let Some(eps) = spec.strip_prefix("etcd:") {
+        return open_etcd(eps).await;
+    }
+    Err(format!("metadata = {spec:?}: expected \"embedded:<dir>\" or \"etcd:<host:port>,…\""))
+}
+
+#[cfg(feature = "etcd")]
+async fn open_etcd(eps: &str) -> Result<Arc<dyn MetadataStore>, String> {
+    let eps: Vec<String> = eps.split(',').map(str::to_string).collect();
+    let s = folio_meta::etcd::EtcdStore::connect(&eps).await.map_err(|e| e.to_string())?;
+    Ok(Arc::new(s))
+}
+
+#[cfg(not(feature = "etcd"))]
+async fn open_etcd(_eps: &str) -> Result<Arc<dyn MetadataStore>, String> {
+    Err("this folio was built without etcd support: rebuild with `--features etcd`".into())
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    match args.command {
+        Some(BookieCommand::Inspect { dir }) => crate::inspect::run(&dir),
+        Some(BookieCommand::Format { settings, force }) => runtime.block_on(async {
+            let r = settings.resolve()?;
+            let meta = open_metadata(&r.metadata).await?;
+            let id = r
+                .bookie
+                .bookie_id
+                .clone()
+                .or(r.bookie.advertised_address.clone())
+                .unwrap_or(r.bookie.listen.to_string());
+            folio_bookie::bookie::format(&r.bookie, meta.as_ref(), &id, force)
+                .await
+                .map_err(|e| e.to_string())?;
+            println!("formatted bookie {id}");
+            Ok(())
+        }),
+        None => runtime.block_on(async {
+            let r = args.settings.resolve()?;
+            let meta = open_metadata(&r.metadata).await?;
+            let bookie = Bookie::start(r.bookie, meta).await.map_err(|e| e.to_string())?;
+            println!("bookie {} listening on {}", bookie.id(), bookie.addr());
+            tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
+            tracing::info!("Ctrl-C: shutting down cleanly");
+            bookie.shutdown().await.map_err(|e| e.to_string())
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(config: Option<&str>, overrides: &[&str]) -> Result<Resolved, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bookie.toml");
+        if let Some(c) = config {
+            std::fs::write(&path, c).unwrap();
+        }
+        Settings {
+            config: config.map(|_| path),
+            overrides: overrides.iter().map(|s| s.to_string()).collect(),
+            listen: None,
+            data_dir: None,
+            metadata: None,
+            bookie_id: None,
+        }
+        .resolve()
+    }
+
+    #[test]
+    fn file_then_overrides_and_clear_errors_for_bad_keys() {
+        let r = settings(
+            Some("data_dir = \"/d\"\n[journal]\nsync = false\n"),
+            &["journal.sync=true", "lease_ttl_ms=5000"],
+        )
+        .unwrap();
+        assert!(r.bookie.storage.journal.sync, "--override wins over the file");
+        assert_eq!(r.bookie.storage.journal_dir, PathBuf::from("/d/journal"));
+        assert_eq!(r.bookie.lease_ttl, Duration::from_secs(5));
+        let e = settings(Some("jornal_dir = \"/x\"\n"), &[]).unwrap_err();
+        assert!(
+            e.contains("unknown config key \"jornal_dir\"") && e.contains("bookie.toml"),
+            "{e}"
+        );
+        let e = settings(None, &["journal.sync=maybe"]).unwrap_err();
+        assert!(e.contains("journal.sync must be true or false"), "{e}");
+        let e = settings(None, &["disk_usage_lwm=0.99"]).unwrap_err();
+        assert!(e.contains("disk_usage_lwm"), "{e}");
+        let e = settings(Some("listen = \"nonsense\"\n"), &[]).unwrap_err();
+        assert!(e.contains("listen"), "{e}");
+    }
+}
