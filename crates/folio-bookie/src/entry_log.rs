@@ -93,6 +93,8 @@ pub struct EntryLogWriter {
     buf: AlignedBuf,
     ledgers: BTreeMap<LedgerId, u64>,
     n_entries: u64,
+    /// Bytes written to the file since its last fdatasync.
+    unsynced_bytes: u64,
 }
 
 impl EntryLogWriter {
@@ -113,6 +115,7 @@ impl EntryLogWriter {
             buf,
             ledgers: BTreeMap::new(),
             n_entries: 0,
+            unsynced_bytes: 0,
         })
     }
 
@@ -134,6 +137,7 @@ impl EntryLogWriter {
             buf: AlignedBuf::with_capacity(64 * 1024),
             ledgers: scan.ledgers.clone(),
             n_entries: scan.n_entries,
+            unsynced_bytes: 0,
         })
     }
 
@@ -165,7 +169,17 @@ impl EntryLogWriter {
             .write_all_at(self.buf.as_slice(), self.buf_offset)
             .map_err(|e| StorageError::io(format!("writing {}", self.path.display()), e))?;
         self.buf_offset += self.buf.len() as u64;
+        self.unsynced_bytes += self.buf.len() as u64;
         self.buf.clear();
+        Ok(())
+    }
+
+    /// Writes out and fdatasyncs once `sync_bytes` have been written since the last sync;
+    /// keeps a flush's writeback in small steps. Not a durability point by itself.
+    pub fn sync_if_due(&mut self, sync_bytes: u64) -> Result<()> {
+        if sync_bytes > 0 && self.unsynced_bytes + self.buf.len() as u64 >= sync_bytes {
+            self.sync()?;
+        }
         Ok(())
     }
 

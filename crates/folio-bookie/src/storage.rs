@@ -186,6 +186,12 @@ impl Storage {
         self.inner.add_entry(bytes, master_key, recovery, done)
     }
 
+    /// Whether an add of `bytes` would find room in the write cache now (so it will not
+    /// wait for a flush). A hint: another add may take the room first.
+    pub fn has_room(&self, bytes: usize) -> bool {
+        self.inner.cache.has_room(bytes)
+    }
+
     /// Reads an entry; `entry_id == -1` reads the last entry this bookie has.
     pub fn read_entry(&self, ledger_id: LedgerId, entry_id: EntryId) -> Result<Entry> {
         self.inner.read_entry(ledger_id, entry_id)
@@ -268,6 +274,10 @@ impl Storage {
 
     pub fn storage_flags(&self) -> Result<u64> {
         self.inner.storage_flags()
+    }
+
+    pub fn journal_stats(&self) -> &journal::JournalStats {
+        self.inner.journal().stats()
     }
 
     pub fn config(&self) -> &StorageConfig {
@@ -809,8 +819,25 @@ impl Inner {
             unreachable!("only the holder of the flush lock swaps the cache");
         };
         let dirty = self.take_dirty_ledgers();
+        let started = std::time::Instant::now();
         let result = self.write_flush(&mut flush, &half, &dirty, mark);
         self.cache.finish_flush();
+        let took = started.elapsed();
+        if took > std::time::Duration::from_secs(1) {
+            tracing::warn!(
+                took_ms = took.as_millis() as u64,
+                bytes = half.bytes,
+                entries = half.entries.len(),
+                "slow flush"
+            );
+        } else {
+            tracing::debug!(
+                took_ms = took.as_millis() as u64,
+                bytes = half.bytes,
+                entries = half.entries.len(),
+                "flush"
+            );
+        }
         match result {
             Ok(()) => Ok(()),
             Err(e) => {
@@ -848,6 +875,7 @@ impl Inner {
             }
             let writer = self.writer_with_room(flush, &mut batch)?;
             let loc = writer.append(entry)?;
+            writer.sync_if_due(self.config.entry_log_sync_bytes)?;
             batch.put(Table::Locations, index::location_key(*ledger_id, *entry_id), loc.encode());
         }
         if let Some(w) = flush.writer.as_mut() {

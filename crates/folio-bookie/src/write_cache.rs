@@ -87,6 +87,10 @@ impl WriteCache {
         state.active.bytes += size;
     }
 
+    pub fn has_room(&self, bytes: usize) -> bool {
+        self.state.lock().expect("write cache lock").active.bytes + bytes <= self.half_bytes_max
+    }
+
     pub fn is_active_full(&self) -> bool {
         self.state.lock().expect("write cache lock").active.bytes >= self.half_bytes_max
     }

@@ -23,9 +23,10 @@ CONFIG KEYS (TOML file via --config; any key also via --override KEY=VALUE):
   disk_usage_threshold      float    default 0.95 (read-only above it)
   disk_usage_lwm            float    default 0.90 (writable again below it)
   inflight_per_connection   integer  default 10000
-  write_cache_bytes         integer  default 268435456
+  write_cache_bytes         integer  default 67108864
   write_cache_throttle_ms   integer  default 10000
   entry_log_bytes_max       integer  default 1073741824
+  entry_log_sync_bytes      integer  default 0 (fdatasync once per flush)
   flush_interval_ms         integer  default 10000
   read_cache_bytes          integer  default 67108864
   read_ahead_entries        integer  default 100
@@ -208,6 +209,7 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
             "write_cache_bytes" => c.storage.write_cache_bytes = int()? as usize,
             "write_cache_throttle_ms" => c.storage.write_cache_throttle_max = ms(int()?),
             "entry_log_bytes_max" => c.storage.entry_log_bytes_max = int()?,
+            "entry_log_sync_bytes" => c.storage.entry_log_sync_bytes = int()?,
             "flush_interval_ms" => c.storage.flush_interval = ms(int()?),
             "read_cache_bytes" => c.storage.read_cache_bytes = int()? as usize,
             "read_ahead_entries" => c.storage.read_ahead_entries = int()? as usize,

@@ -88,13 +88,17 @@ pub trait FileSystem: Send + Sync + Debug {
         let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
         tmp_name.push(".tmp");
         let tmp = parent.join(tmp_name);
-        let file = self.open(&tmp, OpenOptions::CREATE)?;
-        file.set_len(0)?;
-        file.write_all_at(bytes, 0)?;
-        file.sync_data()?;
+        let step = |what: &str, p: &Path| {
+            let what = format!("{what} {}", p.display());
+            move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"))
+        };
+        let file = self.open(&tmp, OpenOptions::CREATE).map_err(step("creating", &tmp))?;
+        file.set_len(0).map_err(step("truncating", &tmp))?;
+        file.write_all_at(bytes, 0).map_err(step("writing", &tmp))?;
+        file.sync_data().map_err(step("syncing", &tmp))?;
         drop(file);
-        self.rename(&tmp, path)?;
-        self.sync_dir(parent)
+        self.rename(&tmp, path).map_err(step("renaming into place", path))?;
+        self.sync_dir(parent).map_err(step("syncing directory", parent))
     }
 
     /// Reads a whole (small) file.

@@ -44,6 +44,17 @@ enum Request {
 struct Shared {
     written: Mutex<JournalPosition>,
     poisoned: Mutex<Option<String>>,
+    stats: JournalStats,
+}
+
+/// Counters of the journal thread.
+#[derive(Debug, Default)]
+pub struct JournalStats {
+    /// Group commits written (each one write and, with `sync`, one fdatasync).
+    pub n_commits: std::sync::atomic::AtomicU64,
+    /// Record bytes in those commits.
+    pub bytes_committed: std::sync::atomic::AtomicU64,
+    pub n_records: std::sync::atomic::AtomicU64,
 }
 
 /// Handle to the journal thread. Dropping it stops the thread after the queued requests.
@@ -95,7 +106,11 @@ impl Journal {
         writer.trim_recycle_pool();
         writer.open_new_file(first_id).map_err(|e| StorageError::io("creating journal file", e))?;
         let written = JournalPosition { file_id: first_id, offset: HEADER_BYTES as u64 };
-        let shared = Arc::new(Shared { written: Mutex::new(written), poisoned: Mutex::new(None) });
+        let shared = Arc::new(Shared {
+            written: Mutex::new(written),
+            poisoned: Mutex::new(None),
+            stats: JournalStats::default(),
+        });
         let (tx, rx) = mpsc::sync_channel(config.queue_depth);
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
@@ -130,6 +145,10 @@ impl Journal {
     /// Tells the journal that files before `file_id` are covered by a checkpoint.
     pub fn release_before(&self, file_id: u64) {
         let _ = self.tx.send(Request::ReleaseBefore(file_id));
+    }
+
+    pub fn stats(&self) -> &JournalStats {
+        &self.shared.stats
     }
 
     pub fn poisoned(&self) -> Option<String> {
@@ -386,6 +405,11 @@ impl Writer {
         })();
         match result {
             Ok(()) => {
+                use std::sync::atomic::Ordering::Relaxed;
+                let bytes: usize = group.iter().map(|(r, _)| record_len(r)).sum();
+                shared.stats.n_commits.fetch_add(1, Relaxed);
+                shared.stats.bytes_committed.fetch_add(bytes as u64, Relaxed);
+                shared.stats.n_records.fetch_add(group.len() as u64, Relaxed);
                 *shared.written.lock().expect("mark lock") = self.position();
                 for ((_, cb), pos) in group.drain(..).zip(positions) {
                     if let Some(cb) = cb {

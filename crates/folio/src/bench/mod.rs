@@ -1,6 +1,7 @@
 //! `folio bench <what>`: benchmarks of the release binary. Each prints `key=value` lines and
 //! every comparison as `ratio_vs_<baseline>=<x>` with the baseline measured in the same run.
 
+mod bookie;
 mod meta;
 mod storage;
 
@@ -12,11 +13,14 @@ pub enum Bench {
     /// The metadata store: compare-and-set updates per second and watch latency, embedded
     /// and (with `--etcd`) etcd.
     Meta(meta::Args),
+    /// One bookie over loopback against the raw disk: entries/s, MB/s, latency.
+    Bookie(bookie::Args),
 }
 
 pub fn run(what: Bench) -> Result<(), String> {
     match what {
         Bench::Storage(args) => storage::run(args),
         Bench::Meta(args) => meta::run(args),
+        Bench::Bookie(args) => bookie::run(args),
     }
 }

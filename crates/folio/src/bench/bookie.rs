@@ -1,0 +1,266 @@
+//! Bookie benchmark: one bookie over loopback, journal sync on, adds of 1 KiB, 16 KiB and
+//! 256 KiB entries with many in flight.
+//!
+//! For each size it prints entries/s, MB/s and add latency p50/p99/p99.9 at full load, then
+//! the p99 at half that rate. In the same run it measures the disk on the same file system:
+//! O_DIRECT append + fdatasync at the batch size the journal actually achieved (its commit
+//! rate, MB/s and fdatasync p99) and plain sequential write bandwidth, and prints
+//! `ratio_vs_disk` (bookie MB/s over the append+fdatasync baseline) and
+//! `ratio_p99_half_load_vs_fdatasync_p99`. Peak RSS is compared with the configured caches.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use folio_bookie::bookie::{Bookie, BookieConfig};
+use folio_bookie::fs::{AlignedBuf, FileSystem, OpenOptions, RealFs};
+use folio_client::BookieConnection;
+use folio_proto::wire::Request;
+use folio_proto::{Entry, EntryHeader, Status};
+use tokio::sync::Semaphore;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Short run (about a minute in all).
+    #[arg(long)]
+    quick: bool,
+    /// Directory on the disk to measure (a temporary directory is made inside it).
+    #[arg(long, default_value = ".")]
+    dir: std::path::PathBuf,
+    /// Write cache size in MiB (both halves together).
+    #[arg(long, default_value_t = 64)]
+    write_cache_mb: usize,
+    /// Flushes fdatasync their entry log every this many MiB (0 = once per flush).
+    #[arg(long, default_value_t = 0)]
+    entry_log_sync_mb: u64,
+    /// Client connections.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+pub fn run(args: Args) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(run_async(args))
+}
+
+fn pct(sorted: &[u64], p: f64) -> u64 {
+    sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0)
+}
+
+struct Phase {
+    entries_per_s: f64,
+    mb_per_s: f64,
+    latencies_us: Vec<u64>,
+}
+
+/// Adds entries for `d`, `inflight` at a time, or at `rate` entries/s when given.
+async fn phase(
+    conns: &[Arc<BookieConnection>],
+    entry_bytes: usize,
+    inflight: usize,
+    d: Duration,
+    rate: Option<f64>,
+    next: &mut i64,
+) -> Result<Phase, String> {
+    let payload = Bytes::from(vec![0x5au8; entry_bytes - folio_proto::ENTRY_HEADER_BYTES]);
+    let slots = Arc::new(Semaphore::new(inflight));
+    let latencies = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let failures = Arc::new(std::sync::Mutex::new(None::<String>));
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < d {
+        if let Some(r) = rate {
+            let due = start + Duration::from_secs_f64(n as f64 / r);
+            tokio::time::sleep_until(due.into()).await;
+        }
+        let permit = slots.clone().acquire_owned().await.map_err(|e| e.to_string())?;
+        let ledger = (n % 8) + 1;
+        let entry_id = *next + (n / 8) as i64;
+        let h = EntryHeader {
+            ledger_id: ledger,
+            entry_id,
+            last_add_confirmed: entry_id - 1,
+            length: 0,
+        };
+        let e = Entry::encode(h, &payload).into_bytes();
+        let conn = conns[n as usize % conns.len()].clone();
+        let (lat, fail) = (latencies.clone(), failures.clone());
+        tokio::spawn(async move {
+            let t0 = Instant::now();
+            match conn
+                .request(Request::Add { master_key: [1; 20], recovery: false, entry: e })
+                .await
+            {
+                Ok(r) if r.status == Status::Ok => {
+                    lat.lock().unwrap().push(t0.elapsed().as_micros() as u64)
+                }
+                Ok(r) => *fail.lock().unwrap() = Some(format!("add answered {}", r.status.name())),
+                Err(e) => *fail.lock().unwrap() = Some(e.to_string()),
+            }
+            drop(permit);
+        });
+        n += 1;
+    }
+    let _ = slots.acquire_many(inflight as u32).await.map_err(|e| e.to_string())?;
+    let secs = start.elapsed().as_secs_f64();
+    *next += (n / 8) as i64 + 1;
+    if let Some(f) = failures.lock().unwrap().take() {
+        return Err(f);
+    }
+    let mut latencies_us = std::mem::take(&mut *latencies.lock().unwrap());
+    latencies_us.sort_unstable();
+    Ok(Phase {
+        entries_per_s: n as f64 / secs,
+        mb_per_s: n as f64 * entry_bytes as f64 / MIB / secs,
+        latencies_us,
+    })
+}
+
+/// O_DIRECT append + fdatasync of `batch` bytes: MB/s, commits/s, fdatasync p99 (µs).
+fn append_sync_baseline(
+    path: &std::path::Path,
+    batch: usize,
+    d: Duration,
+) -> Result<(f64, f64, u64), String> {
+    let f = RealFs
+        .open(path, OpenOptions { direct: true, ..OpenOptions::CREATE_NEW })
+        .map_err(|e| e.to_string())?;
+    let batch = batch.next_multiple_of(4096).max(4096);
+    let mut buf = AlignedBuf::with_capacity(batch);
+    buf.extend_from_slice(&vec![0xa5; batch]);
+    let (start, mut off, mut syncs) = (Instant::now(), 0u64, Vec::new());
+    while start.elapsed() < d {
+        f.write_all_at(buf.as_slice(), off).map_err(|e| e.to_string())?;
+        let t = Instant::now();
+        f.sync_data().map_err(|e| e.to_string())?;
+        syncs.push(t.elapsed().as_micros() as u64);
+        off += batch as u64;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let _ = std::fs::remove_file(path);
+    syncs.sort_unstable();
+    Ok((off as f64 / MIB / secs, syncs.len() as f64 / secs, pct(&syncs, 0.99)))
+}
+
+/// O_DIRECT sequential 1 MiB writes, one fdatasync at the end: MB/s.
+fn sequential_baseline(path: &std::path::Path, d: Duration) -> Result<f64, String> {
+    let f = RealFs
+        .open(path, OpenOptions { direct: true, ..OpenOptions::CREATE_NEW })
+        .map_err(|e| e.to_string())?;
+    let mut buf = AlignedBuf::with_capacity(1 << 20);
+    buf.extend_from_slice(&vec![0x3c; 1 << 20]);
+    let (start, mut off) = (Instant::now(), 0u64);
+    while start.elapsed() < d {
+        f.write_all_at(buf.as_slice(), off).map_err(|e| e.to_string())?;
+        off += 1 << 20;
+    }
+    f.sync_data().map_err(|e| e.to_string())?;
+    let secs = start.elapsed().as_secs_f64();
+    let _ = std::fs::remove_file(path);
+    Ok(off as f64 / MIB / secs)
+}
+
+fn rss_peak_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+async fn run_async(args: Args) -> Result<(), String> {
+    let tmp = tempfile::Builder::new()
+        .prefix(".folio-bench-bookie-")
+        .tempdir_in(&args.dir)
+        .map_err(|e| e.to_string())?;
+    let d = Duration::from_secs(if args.quick { 3 } else { 15 });
+    let meta = Arc::new(
+        folio_meta::embedded::EmbeddedStore::open(&tmp.path().join("meta"))
+            .map_err(|e| e.to_string())?,
+    );
+    let mut config = BookieConfig::new(
+        tmp.path().join("bookie"),
+        "127.0.0.1:0".parse::<SocketAddr>().expect("addr"),
+    );
+    config.storage.write_cache_bytes = args.write_cache_mb * 1024 * 1024;
+    config.storage.entry_log_sync_bytes = args.entry_log_sync_mb * 1024 * 1024;
+    let budget_mb =
+        (config.storage.write_cache_bytes + config.storage.read_cache_bytes) as f64 / MIB;
+    let bookie = Bookie::start(config, meta).await.map_err(|e| e.to_string())?;
+    let result = measure(&bookie, &args, &tmp, d, budget_mb).await;
+    // Shut the bookie down on every path, before its temporary dir goes away.
+    let shutdown = bookie.shutdown().await.map_err(|e| e.to_string());
+    result.and(shutdown)
+}
+
+async fn measure(
+    bookie: &Bookie,
+    args: &Args,
+    tmp: &tempfile::TempDir,
+    d: Duration,
+    budget_mb: f64,
+) -> Result<(), String> {
+    let mut conns = Vec::new();
+    for _ in 0..args.connections {
+        conns.push(Arc::new(
+            BookieConnection::connect(bookie.addr(), 10_000).await.map_err(|e| e.to_string())?,
+        ));
+    }
+    println!(
+        "bench=bookie quick={} seconds_per_phase={} connections={}",
+        args.quick,
+        d.as_secs(),
+        args.connections
+    );
+    let seq = sequential_baseline(&tmp.path().join("seq"), d)?;
+    println!("disk_sequential_write_mb_per_s={seq:.1}");
+    let mut next = 0i64;
+    for (entry_bytes, inflight) in [(1024usize, 2048usize), (16 * 1024, 512), (256 * 1024, 64)] {
+        let stats = bookie.storage().journal_stats();
+        let (c0, b0) = (
+            stats.n_commits.load(Ordering::Relaxed),
+            stats.bytes_committed.load(Ordering::Relaxed),
+        );
+        let full = phase(&conns, entry_bytes, inflight, d, None, &mut next).await?;
+        let commits = stats.n_commits.load(Ordering::Relaxed) - c0;
+        let batch =
+            ((stats.bytes_committed.load(Ordering::Relaxed) - b0) / commits.max(1)) as usize;
+        let half =
+            phase(&conns, entry_bytes, inflight, d, Some(full.entries_per_s / 2.0), &mut next)
+                .await?;
+        let (disk_mb, disk_commits, sync_p99) =
+            append_sync_baseline(&tmp.path().join("raw"), batch, d)?;
+        let l = &full.latencies_us;
+        println!(
+            "entry_bytes={entry_bytes} inflight={inflight} entries_per_s={:.0} mb_per_s={:.1} add_latency_p50_us={} add_latency_p99_us={} add_latency_p999_us={} journal_batch_bytes={batch} journal_commits_per_s={:.0}",
+            full.entries_per_s,
+            full.mb_per_s,
+            pct(l, 0.5),
+            pct(l, 0.99),
+            pct(l, 0.999),
+            commits as f64 / d.as_secs_f64()
+        );
+        let half_p99 = pct(&half.latencies_us, 0.99);
+        println!(
+            "entry_bytes={entry_bytes} half_load_entries_per_s={:.0} half_load_add_latency_p99_us={half_p99} disk_append_fdatasync_mb_per_s={disk_mb:.1} disk_commits_per_s={disk_commits:.0} disk_fdatasync_p99_us={sync_p99} ratio_vs_disk={:.2} ratio_p99_half_load_vs_fdatasync_p99={:.2}",
+            half.entries_per_s,
+            full.mb_per_s / disk_mb,
+            half_p99 as f64 / sync_p99.max(1) as f64
+        );
+    }
+    let rss = rss_peak_mb();
+    println!(
+        "rss_peak_mb={rss:.0} configured_caches_mb={budget_mb:.0} rss_within_caches_plus_100mb={}",
+        rss <= budget_mb + 100.0
+    );
+    Ok(())
+}
