@@ -28,7 +28,8 @@ pub fn run(args: Args) -> Result<(), String> {
         .map_err(|e| format!("starting runtime: {e}"))?;
     runtime.block_on(async {
         let meta_dir = args.data_dir.join("metadata");
-        std::fs::create_dir_all(&meta_dir).map_err(|e| format!("creating {}: {e}", meta_dir.display()))?;
+        std::fs::create_dir_all(&meta_dir)
+            .map_err(|e| format!("creating {}: {e}", meta_dir.display()))?;
         let meta = folio_meta::embedded::EmbeddedStore::open(&meta_dir)
             .map_err(|e| format!("opening metadata in {}: {e}", meta_dir.display()))?;
         let mut config = BookieConfig::new(args.data_dir.join("bookie-0"), args.listen);

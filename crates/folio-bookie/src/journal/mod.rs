@@ -15,10 +15,9 @@ mod replay;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub use format::{JournalPosition, JournalRecord, StopReason};
 pub use replay::{ReplayReport, replay};
@@ -38,6 +37,103 @@ enum Request {
     /// Files before this id are no longer needed (a checkpoint covers them).
     ReleaseBefore(u64),
     Shutdown,
+}
+
+/// The journal's request queue. Unlike a channel it does not wake the journal thread for
+/// every record: only when the thread is idle, when a group is full, or for requests that
+/// must not wait (barriers, releases, shutdown). The thread otherwise sleeps until the
+/// oldest queued record has waited `group_wait_max`.
+#[derive(Debug)]
+struct Queue {
+    state: Mutex<QueueState>,
+    /// Signals the journal thread.
+    work: Condvar,
+    /// Signals submitters waiting for room.
+    room: Condvar,
+    depth_max: usize,
+    group_bytes_max: usize,
+}
+
+#[derive(Debug, Default)]
+struct QueueState {
+    items: VecDeque<(Request, Instant)>,
+    bytes: usize,
+    urgent: bool,
+    /// The journal thread waits for a first request.
+    idle: bool,
+    closed: bool,
+}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Request::Append(r, _) => write!(f, "Append({:?})", record_len(r)),
+            Request::Barrier(_) => f.write_str("Barrier"),
+            Request::ReleaseBefore(id) => write!(f, "ReleaseBefore({id})"),
+            Request::Shutdown => f.write_str("Shutdown"),
+        }
+    }
+}
+
+impl Queue {
+    /// Queues a request; blocks while the queue is full. Gives it back if closed.
+    fn push(&self, req: Request) -> Result<(), Request> {
+        let mut st = self.state.lock().expect("journal queue lock");
+        while st.items.len() >= self.depth_max && !st.closed {
+            st = self.room.wait(st).expect("journal queue lock");
+        }
+        if st.closed {
+            return Err(req);
+        }
+        let bytes = match &req {
+            Request::Append(r, _) => record_len(r),
+            _ => {
+                st.urgent = true;
+                0
+            }
+        };
+        st.bytes += bytes;
+        st.items.push_back((req, Instant::now()));
+        if st.idle || st.urgent || st.bytes >= self.group_bytes_max {
+            self.work.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Waits for a group: the first request, then until the oldest has waited `wait_max`,
+    /// the group is full, or something urgent arrives. Returns everything queued.
+    fn take_group(&self, wait_max: Duration) -> Vec<Request> {
+        let mut st = self.state.lock().expect("journal queue lock");
+        while st.items.is_empty() {
+            st.idle = true;
+            st = self.work.wait(st).expect("journal queue lock");
+        }
+        st.idle = false;
+        loop {
+            let deadline = st.items.front().expect("non-empty").1 + wait_max;
+            let now = Instant::now();
+            if st.urgent || st.bytes >= self.group_bytes_max || now >= deadline {
+                break;
+            }
+            st = self.work.wait_timeout(st, deadline - now).expect("journal queue lock").0;
+        }
+        st.urgent = false;
+        st.bytes = 0;
+        let group: Vec<Request> = st.items.drain(..).map(|(r, _)| r).collect();
+        self.room.notify_all();
+        group
+    }
+
+    fn take_remaining(&self) -> Vec<Request> {
+        let mut st = self.state.lock().expect("journal queue lock");
+        st.items.drain(..).map(|(r, _)| r).collect()
+    }
+
+    fn close(&self) {
+        let mut st = self.state.lock().expect("journal queue lock");
+        st.closed = true;
+        self.room.notify_all();
+    }
 }
 
 #[derive(Debug)]
@@ -60,7 +156,7 @@ pub struct JournalStats {
 /// Handle to the journal thread. Dropping it stops the thread after the queued requests.
 #[derive(Debug)]
 pub struct Journal {
-    tx: SyncSender<Request>,
+    queue: Arc<Queue>,
     shared: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -111,19 +207,25 @@ impl Journal {
             poisoned: Mutex::new(None),
             stats: JournalStats::default(),
         });
-        let (tx, rx) = mpsc::sync_channel(config.queue_depth);
-        let thread_shared = shared.clone();
+        let queue = Arc::new(Queue {
+            state: Mutex::new(QueueState::default()),
+            work: Condvar::new(),
+            room: Condvar::new(),
+            depth_max: config.queue_depth,
+            group_bytes_max: config.group_bytes_max,
+        });
+        let (thread_shared, thread_queue) = (shared.clone(), queue.clone());
         let thread = std::thread::Builder::new()
             .name("folio-journal".into())
-            .spawn(move || writer.run(rx, &thread_shared))
+            .spawn(move || writer.run(&thread_queue, &thread_shared))
             .map_err(|e| StorageError::io("spawning journal thread", e))?;
-        Ok(Journal { tx, shared, thread: Mutex::new(Some(thread)) })
+        Ok(Journal { queue, shared, thread: Mutex::new(Some(thread)) })
     }
 
     /// Queues `record`; `done` runs once it is durable (or failed).
     pub fn append(&self, record: JournalRecord, done: JournalCallback) {
-        if let Err(mpsc::SendError(Request::Append(_, Some(done)))) =
-            self.tx.send(Request::Append(record, Some(done)))
+        if let Err(Request::Append(_, Some(done))) =
+            self.queue.push(Request::Append(record, Some(done)))
         {
             done(Err(StorageError::ShutDown));
         }
@@ -131,7 +233,7 @@ impl Journal {
 
     /// Runs `done` once every record queued before this call is durable.
     pub fn barrier(&self, done: JournalCallback) {
-        if let Err(mpsc::SendError(Request::Barrier(done))) = self.tx.send(Request::Barrier(done)) {
+        if let Err(Request::Barrier(done)) = self.queue.push(Request::Barrier(done)) {
             done(Err(StorageError::ShutDown));
         }
     }
@@ -144,7 +246,7 @@ impl Journal {
 
     /// Tells the journal that files before `file_id` are covered by a checkpoint.
     pub fn release_before(&self, file_id: u64) {
-        let _ = self.tx.send(Request::ReleaseBefore(file_id));
+        let _ = self.queue.push(Request::ReleaseBefore(file_id));
     }
 
     pub fn stats(&self) -> &JournalStats {
@@ -157,7 +259,7 @@ impl Journal {
 
     /// Stops the thread after everything queued so far.
     pub fn shutdown(&self) {
-        let _ = self.tx.send(Request::Shutdown);
+        let _ = self.queue.push(Request::Shutdown);
         if let Some(t) = self.thread.lock().expect("journal thread lock").take() {
             let _ = t.join();
         }
@@ -316,45 +418,18 @@ impl Writer {
         let _ = self.fs.sync_dir(&self.dir);
     }
 
-    fn run(mut self, rx: Receiver<Request>, shared: &Shared) {
+    fn run(mut self, queue: &Queue, shared: &Shared) {
         let mut group: Vec<(JournalRecord, Option<JournalCallback>)> = Vec::new();
         let mut barriers: Vec<JournalCallback> = Vec::new();
         loop {
-            let Ok(first) = rx.recv() else { return };
             let mut stop = false;
-            let mut group_bytes = 0usize;
-            let deadline = Instant::now() + self.config.group_wait_max;
-            let mut next = Some(first);
-            loop {
-                match next.take() {
-                    Some(Request::Append(r, cb)) => {
-                        group_bytes += record_len(&r);
-                        group.push((r, cb));
-                    }
-                    Some(Request::Barrier(cb)) => barriers.push(cb),
-                    Some(Request::ReleaseBefore(id)) => self.release_before(id),
-                    Some(Request::Shutdown) => stop = true,
-                    None => {}
+            for request in queue.take_group(self.config.group_wait_max) {
+                match request {
+                    Request::Append(r, cb) => group.push((r, cb)),
+                    Request::Barrier(cb) => barriers.push(cb),
+                    Request::ReleaseBefore(id) => self.release_before(id),
+                    Request::Shutdown => stop = true,
                 }
-                if stop || group_bytes >= self.config.group_bytes_max || !barriers.is_empty() {
-                    break;
-                }
-                next = match rx.try_recv() {
-                    Ok(r) => Some(r),
-                    Err(TryRecvError::Disconnected) => break,
-                    Err(TryRecvError::Empty) => {
-                        let now = Instant::now();
-                        if (group.is_empty() && barriers.is_empty()) || now >= deadline {
-                            break;
-                        }
-                        match rx.recv_timeout(deadline - now) {
-                            Ok(r) => Some(r),
-                            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
-                                break;
-                            }
-                        }
-                    }
-                };
             }
             if !group.is_empty() {
                 self.commit_group(&mut group, shared);
@@ -369,6 +444,16 @@ impl Writer {
                 }
             }
             if stop {
+                // Requests queued after the shutdown fail as ShutDown.
+                queue.close();
+                for request in queue.take_remaining() {
+                    match request {
+                        Request::Append(_, Some(cb)) | Request::Barrier(cb) => {
+                            cb(Err(StorageError::ShutDown))
+                        }
+                        _ => {}
+                    }
+                }
                 return;
             }
         }
