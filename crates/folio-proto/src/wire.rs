@@ -235,8 +235,11 @@ pub fn encode_request(f: &RequestFrame, out: &mut BytesMut) {
     });
 }
 
-/// Appends a length-prefixed response frame to `out`.
+/// Appends a length-prefixed response frame to `out`. Parts that exist only on success
+/// (entry bytes, LAC, space, ranges) are written only when the status is OK, exactly as
+/// `decode_response` reads them.
 pub fn encode_response(f: &ResponseFrame, out: &mut BytesMut) {
+    let ok = f.status == Status::Ok;
     put_frame(out, |b| {
         b.put_u8(PROTOCOL_VERSION);
         b.put_u8(f.response.op() as u8);
@@ -251,27 +254,30 @@ pub fn encode_response(f: &ResponseFrame, out: &mut BytesMut) {
             Response::Read { ledger_id, entry_id, entry } => {
                 b.put_u64_le(*ledger_id);
                 b.put_i64_le(*entry_id);
-                if let Some(e) = entry {
+                if let Some(e) = entry.as_ref().filter(|_| ok) {
                     b.put_slice(e);
                 }
             }
             Response::ReadLac { ledger_id, lac } => {
                 b.put_u64_le(*ledger_id);
-                if let Some(l) = lac {
-                    b.put_i64_le(*l);
+                if let Some(l) = lac.filter(|_| ok) {
+                    b.put_i64_le(l);
                 }
             }
             Response::WriteLac { ledger_id } | Response::ForceLedger { ledger_id } => {
                 b.put_u64_le(*ledger_id)
             }
             Response::GetBookieInfo { space } => {
-                if let Some((total, free)) = space {
-                    b.put_u64_le(*total);
-                    b.put_u64_le(*free);
+                if let Some((total, free)) = space.filter(|_| ok) {
+                    b.put_u64_le(total);
+                    b.put_u64_le(free);
                 }
             }
             Response::ListEntries { ledger_id, ranges } => {
                 b.put_u64_le(*ledger_id);
+                if !ok {
+                    return;
+                }
                 let n = ranges.len().min(ENTRY_RANGES_MAX);
                 b.put_u32_le(n as u32);
                 for (first, count) in &ranges[..n] {
@@ -496,6 +502,23 @@ mod tests {
         let cap_before = b.capacity();
         assert!(matches!(take_frame(&mut b), Err(WireError::FrameTooLarge { .. })));
         assert_eq!(b.capacity(), cap_before, "nothing reserved for the bogus length");
+    }
+
+    /// Regression (found by `whatever_decodes_re_encodes_to_itself`): a failed LIST_ENTRIES
+    /// answer used to carry a range count its decoder does not read.
+    #[test]
+    fn failed_answers_carry_no_success_only_parts() {
+        for response in [
+            Response::ListEntries { ledger_id: 1, ranges: vec![(0, 1)] },
+            Response::ReadLac { ledger_id: 1, lac: Some(3) },
+            Response::Read { ledger_id: 1, entry_id: 0, entry: Some(Bytes::from_static(b"x")) },
+            Response::GetBookieInfo { space: Some((1, 1)) },
+        ] {
+            let f = ResponseFrame { request_id: 1, status: Status::NoLedger, response };
+            let mut b = BytesMut::new();
+            encode_response(&f, &mut b);
+            assert!(decode_response(take_frame(&mut b).unwrap().unwrap()).is_ok(), "{f:?}");
+        }
     }
 
     #[test]
