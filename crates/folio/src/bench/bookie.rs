@@ -13,13 +13,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use folio_bookie::bookie::{Bookie, BookieConfig};
 use folio_bookie::fs::{AlignedBuf, FileSystem, OpenOptions, RealFs};
 use folio_client::BookieConnection;
 use folio_proto::wire::Request;
 use folio_proto::{Entry, EntryHeader, Status};
-use tokio::sync::Semaphore;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -61,7 +59,8 @@ struct Phase {
     latencies_us: Vec<u64>,
 }
 
-/// Adds entries for `d`, `inflight` at a time, or at `rate` entries/s when given.
+/// Adds entries for `d` with `inflight` workers spread over the connections (each worker
+/// keeps one add outstanding), or paced to `rate` entries/s in total when given.
 async fn phase(
     conns: &[Arc<BookieConnection>],
     entry_bytes: usize,
@@ -70,56 +69,66 @@ async fn phase(
     rate: Option<f64>,
     next: &mut i64,
 ) -> Result<Phase, String> {
-    let payload = Bytes::from(vec![0x5au8; entry_bytes - folio_proto::ENTRY_HEADER_BYTES]);
-    let slots = Arc::new(Semaphore::new(inflight));
-    let latencies = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let failures = Arc::new(std::sync::Mutex::new(None::<String>));
+    let payload = Arc::new(vec![0x5au8; entry_bytes - folio_proto::ENTRY_HEADER_BYTES]);
     let start = Instant::now();
-    let mut n = 0u64;
-    while start.elapsed() < d {
-        if let Some(r) = rate {
-            let due = start + Duration::from_secs_f64(n as f64 / r);
-            tokio::time::sleep_until(due.into()).await;
-        }
-        let permit = slots.clone().acquire_owned().await.map_err(|e| e.to_string())?;
-        let ledger = (n % 8) + 1;
-        let entry_id = *next + (n / 8) as i64;
-        let h = EntryHeader {
-            ledger_id: ledger,
-            entry_id,
-            last_add_confirmed: entry_id - 1,
-            length: 0,
-        };
-        let e = Entry::encode(h, &payload).into_bytes();
-        let conn = conns[n as usize % conns.len()].clone();
-        let (lat, fail) = (latencies.clone(), failures.clone());
-        tokio::spawn(async move {
-            let t0 = Instant::now();
-            match conn
-                .request(Request::Add { master_key: [1; 20], recovery: false, entry: e })
-                .await
-            {
-                Ok(r) if r.status == Status::Ok => {
-                    lat.lock().unwrap().push(t0.elapsed().as_micros() as u64)
+    let base = *next;
+    let per_worker_rate = rate.map(|r| r / inflight as f64);
+    let mut workers = tokio::task::JoinSet::new();
+    for w in 0..inflight {
+        let conn = conns[w % conns.len()].clone();
+        let payload = payload.clone();
+        workers.spawn(async move {
+            // Worker w owns ledger (w % 64) + 1 and entry ids base + k * (inflight / 64 + 1) + ...
+            let ledger = (w % 64) as u64 + 1;
+            let lane = (w / 64) as i64;
+            let lanes = (inflight / 64 + 1) as i64;
+            let mut latencies = Vec::new();
+            let mut k = 0i64;
+            while start.elapsed() < d {
+                if let Some(r) = per_worker_rate {
+                    tokio::time::sleep_until(
+                        (start + Duration::from_secs_f64(k as f64 / r)).into(),
+                    )
+                    .await;
                 }
-                Ok(r) => *fail.lock().unwrap() = Some(format!("add answered {}", r.status.name())),
-                Err(e) => *fail.lock().unwrap() = Some(e.to_string()),
+                let entry_id = base + k * lanes + lane;
+                let h = EntryHeader {
+                    ledger_id: ledger,
+                    entry_id,
+                    last_add_confirmed: entry_id - 1,
+                    length: 0,
+                };
+                let e = Entry::encode(h, &payload).into_bytes();
+                let t0 = Instant::now();
+                match conn
+                    .request(Request::Add { master_key: [1; 20], recovery: false, entry: e })
+                    .await
+                {
+                    Ok(r) if r.status == Status::Ok => {
+                        latencies.push(t0.elapsed().as_micros() as u64)
+                    }
+                    Ok(r) => return Err(format!("add answered {}", r.status.name())),
+                    Err(e) => return Err(e.to_string()),
+                }
+                k += 1;
             }
-            drop(permit);
+            Ok((latencies, k))
         });
-        n += 1;
     }
-    let _ = slots.acquire_many(inflight as u32).await.map_err(|e| e.to_string())?;
+    let mut latencies_us = Vec::new();
+    let mut ks = 0i64;
+    while let Some(r) = workers.join_next().await {
+        let (l, k) = r.map_err(|e| e.to_string())??;
+        latencies_us.extend(l);
+        ks = ks.max(k);
+    }
     let secs = start.elapsed().as_secs_f64();
-    *next += (n / 8) as i64 + 1;
-    if let Some(f) = failures.lock().unwrap().take() {
-        return Err(f);
-    }
-    let mut latencies_us = std::mem::take(&mut *latencies.lock().unwrap());
+    *next = base + (ks + 1) * (inflight / 64 + 1) as i64;
+    let n = latencies_us.len() as f64;
     latencies_us.sort_unstable();
     Ok(Phase {
-        entries_per_s: n as f64 / secs,
-        mb_per_s: n as f64 * entry_bytes as f64 / MIB / secs,
+        entries_per_s: n / secs,
+        mb_per_s: n * entry_bytes as f64 / MIB / secs,
         latencies_us,
     })
 }
