@@ -126,6 +126,11 @@ impl BookieConnection {
         self.addr
     }
 
+    /// Whether the connection has failed (a new one is needed).
+    pub fn is_closed(&self) -> bool {
+        self.closed.lock().expect("closed lock").is_some()
+    }
+
     fn closed_error(&self) -> ConnectionError {
         self.closed.lock().expect("closed lock").clone().unwrap_or(ConnectionError::Closed {
             addr: self.addr,

@@ -1,9 +1,15 @@
-//! The ledger client. Today: [`BookieConnection`], one pipelined connection to one bookie.
-//! Replicated ledgers (write sets, quorums, recovery) build on it.
+//! The ledger client: [`BookieConnection`] (one pipelined connection to one bookie),
+//! [`LedgerClient`] (create, open, delete, list), [`LedgerWriter`] and [`LedgerReader`].
 //!
 //! **Architecture invariant:** the client speaks to bookies only through `folio_proto::wire`;
-//! it never links the bookie's storage code.
+//! it never links the bookie's storage code (its tests run bookies in-process, that is all).
 
 mod connection;
+mod error;
+pub mod ledger;
+mod pool;
 
 pub use connection::{BookieConnection, ConnectionError};
+pub use error::{LedgerError, Result};
+pub use ledger::{CreateOptions, LedgerClient, LedgerReader, LedgerWriter, master_key};
+pub use pool::BookiePool;

@@ -1,0 +1,61 @@
+//! Typed errors of the ledger client, mapped from wire statuses where they come from bookies.
+
+use folio_meta::MetaError;
+use folio_proto::{EntryId, LedgerId, Status};
+
+use crate::ConnectionError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("need {need} writable bookies, only {have} registered")]
+    NotEnoughBookies { need: usize, have: usize },
+    #[error("invalid quorums: {0}")]
+    InvalidQuorum(String),
+    #[error("no such ledger {0}")]
+    NoSuchLedger(LedgerId),
+    #[error("ledger {0} is closed")]
+    Closed(LedgerId),
+    #[error("ledger {0} is fenced: another client recovered it")]
+    Fenced(LedgerId),
+    #[error("master key rejected for ledger {0}")]
+    Unauthorized(LedgerId),
+    #[error("entry {entry_id} of ledger {ledger_id} did not reach the ack quorum: {detail}")]
+    NotEnoughAcks { ledger_id: LedgerId, entry_id: EntryId, detail: String },
+    #[error("no bookie served entry {entry_id} of ledger {ledger_id}: {detail}")]
+    ReadFailed { ledger_id: LedgerId, entry_id: EntryId, detail: String },
+    #[error("entry {entry_id} of ledger {ledger_id} is past its last entry {last}")]
+    PastEnd { ledger_id: LedgerId, entry_id: EntryId, last: EntryId },
+    #[error("the writer of ledger {0} failed earlier and accepts no more adds: {1}")]
+    WriterFailed(LedgerId, String),
+    #[error("payload of {0} bytes is above the entry limit")]
+    TooLarge(usize),
+    #[error("bookie {0} is not registered")]
+    UnknownBookie(String),
+    #[error("metadata: {0}")]
+    Meta(#[from] MetaError),
+    #[error("{0}")]
+    Connection(#[from] ConnectionError),
+}
+
+impl LedgerError {
+    /// The error a bookie's status means for `ledger_id`, if it is one.
+    pub fn from_status(
+        ledger_id: LedgerId,
+        entry_id: EntryId,
+        bookie: &str,
+        status: Status,
+    ) -> LedgerError {
+        match status {
+            Status::Fenced => LedgerError::Fenced(ledger_id),
+            Status::Unauthorized => LedgerError::Unauthorized(ledger_id),
+            Status::NoLedger => LedgerError::NoSuchLedger(ledger_id),
+            other => LedgerError::NotEnoughAcks {
+                ledger_id,
+                entry_id,
+                detail: format!("bookie {bookie} answered {}", other.name()),
+            },
+        }
+    }
+}
+
+pub type Result<T, E = LedgerError> = std::result::Result<T, E>;

@@ -1,0 +1,58 @@
+//! Connections to bookies by bookie id, resolved through their registrations.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use folio_meta::keys::Keys;
+use folio_meta::records::{BookieRegistration, Record};
+use folio_meta::{MetadataStore, list_all};
+
+use crate::BookieConnection;
+use crate::error::{LedgerError, Result};
+
+#[derive(Debug)]
+pub struct BookiePool {
+    meta: Arc<dyn MetadataStore>,
+    keys: Keys,
+    inflight_max: usize,
+    conns: tokio::sync::Mutex<HashMap<String, Arc<BookieConnection>>>,
+}
+
+impl BookiePool {
+    pub fn new(meta: Arc<dyn MetadataStore>, keys: Keys, inflight_max: usize) -> BookiePool {
+        BookiePool { meta, keys, inflight_max, conns: tokio::sync::Mutex::new(HashMap::new()) }
+    }
+
+    /// Ids of the bookies registered as writable.
+    pub async fn writable(&self) -> Result<Vec<String>> {
+        let prefix = self.keys.bookies_writable();
+        Ok(list_all(self.meta.as_ref(), &prefix)
+            .await?
+            .into_iter()
+            .map(|v| v.key[prefix.len()..].to_string())
+            .collect())
+    }
+
+    /// A live connection to `bookie_id` (reconnecting if the last one failed).
+    pub async fn get(&self, bookie_id: &str) -> Result<Arc<BookieConnection>> {
+        let mut conns = self.conns.lock().await;
+        if let Some(c) = conns.get(bookie_id).filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        let mut reg = None;
+        for read_only in [false, true] {
+            let key = self.keys.bookie(bookie_id, read_only);
+            if let Some(v) = self.meta.get(&key).await? {
+                reg = Some(BookieRegistration::decode(&key, &v.value)?);
+                break;
+            }
+        }
+        let reg = reg.ok_or_else(|| LedgerError::UnknownBookie(bookie_id.to_string()))?;
+        let addr = reg.address.parse().map_err(|_| {
+            LedgerError::UnknownBookie(format!("{bookie_id} (bad address {})", reg.address))
+        })?;
+        let c = Arc::new(BookieConnection::connect(addr, self.inflight_max).await?);
+        conns.insert(bookie_id.to_string(), c.clone());
+        Ok(c)
+    }
+}

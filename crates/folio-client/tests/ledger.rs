@@ -1,0 +1,176 @@
+//! Replicated ledgers against real bookies in one process (embedded metadata store).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use folio_bookie::bookie::{Bookie, BookieConfig, DiskUsage};
+use folio_client::{CreateOptions, LedgerClient, LedgerError, master_key};
+use folio_meta::MetadataStore;
+use folio_meta::embedded::EmbeddedStore;
+use folio_meta::keys::Keys;
+use folio_meta::records::LedgerState;
+use folio_proto::Status;
+use folio_proto::wire::{Request, Response};
+
+#[derive(Debug)]
+struct Usage(AtomicU64);
+
+impl DiskUsage for Usage {
+    fn usage(&self, _: &std::path::Path) -> std::io::Result<f64> {
+        Ok(self.0.load(Ordering::SeqCst) as f64 / 100.0)
+    }
+}
+
+struct Cluster {
+    _tmp: tempfile::TempDir,
+    meta: Arc<dyn MetadataStore>,
+    bookies: Vec<Bookie>,
+}
+
+async fn cluster(n: usize, read_only: &[usize]) -> Cluster {
+    let tmp = tempfile::tempdir().unwrap();
+    let meta: Arc<dyn MetadataStore> =
+        Arc::new(EmbeddedStore::open(&tmp.path().join("meta")).unwrap());
+    let mut bookies = Vec::new();
+    for i in 0..n {
+        let mut c = BookieConfig::new(
+            tmp.path().join(format!("bookie-{i}")),
+            "127.0.0.1:0".parse().unwrap(),
+        );
+        c.bookie_id = Some(format!("bookie-{i}"));
+        c.storage.write_cache_bytes = 16 * 1024 * 1024;
+        let usage = Arc::new(Usage(AtomicU64::new(if read_only.contains(&i) { 99 } else { 10 })));
+        bookies.push(Bookie::start_with(c, meta.clone(), usage).await.unwrap());
+    }
+    Cluster { _tmp: tmp, meta, bookies }
+}
+
+fn payload(e: u64) -> Vec<u8> {
+    format!("entry-{e}-").repeat(1 + (e % 7) as usize).into_bytes()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d1_pipelined_adds_complete_in_order_and_read_back_after_close() {
+    let c = cluster(3, &[]).await;
+    let client = LedgerClient::new(c.meta.clone(), Keys::default());
+    let w = Arc::new(client.create(CreateOptions::new(3, 2, 2)).await.unwrap());
+    let mut adds = Vec::new();
+    for i in 0..400u64 {
+        let w = w.clone();
+        adds.push(tokio::spawn(async move { (i, w.add(&payload(i)).await.unwrap()) }));
+    }
+    let mut ids = Vec::new();
+    for a in adds {
+        let (_, id) = a.await.unwrap();
+        assert!(id <= w.last_add_confirmed(), "an add completes only once it is confirmed");
+        ids.push(id);
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, (0..400).collect::<Vec<_>>(), "every add got its own entry id");
+    assert_eq!(w.close().await.unwrap(), 399);
+    let r = client.open(w.id()).await.unwrap();
+    assert_eq!(r.metadata().state, LedgerState::Closed);
+    assert_eq!(r.last_entry_id(), Some(399));
+    let mut total = 0;
+    for e in 0..400 {
+        let entry = r.read(e).await.unwrap();
+        total += entry.payload().len() as u64;
+        assert!(entry.last_add_confirmed() < e, "the piggybacked LAC is always behind the entry");
+    }
+    assert_eq!(r.metadata().length, total, "closed length counts every payload byte");
+    assert!(matches!(r.read(400).await, Err(LedgerError::PastEnd { .. })));
+    assert_eq!(client.list().await.unwrap(), vec![w.id()]);
+    assert!(matches!(w.add(b"late").await, Err(LedgerError::Closed(_))));
+    client.delete(w.id()).await.unwrap();
+    assert!(matches!(client.open(w.id()).await, Err(LedgerError::NoSuchLedger(_))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_are_striped_exactly_over_their_write_sets() {
+    let c = cluster(4, &[]).await;
+    let client = LedgerClient::new(c.meta.clone(), Keys::default());
+    let w = client.create(CreateOptions::new(4, 3, 2)).await.unwrap();
+    for i in 0..40 {
+        w.add(&payload(i)).await.unwrap();
+    }
+    let id = w.id();
+    let ensemble = w.metadata().ensembles[&0].clone();
+    w.close().await.unwrap();
+    for (pos, bookie_id) in ensemble.iter().enumerate() {
+        let b = c.bookies.iter().find(|b| b.id() == bookie_id).unwrap();
+        let conn = folio_client::BookieConnection::connect(b.addr(), 8).await.unwrap();
+        let r = conn.request(Request::ListEntries { ledger_id: id }).await.unwrap();
+        let Response::ListEntries { ranges, .. } = r.response else { panic!() };
+        let have: Vec<i64> = ranges.iter().flat_map(|(f, n)| *f..*f + i64::from(*n)).collect();
+        let want: Vec<i64> =
+            (0..40i64).filter(|e| (0..3).any(|i| ((e + i) % 4) as usize == pos)).collect();
+        assert_eq!(have, want, "bookie at ensemble position {pos}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_qa_below_qw_a_dead_bookie_does_not_stop_writes_or_reads() {
+    let mut c = cluster(3, &[]).await;
+    let client = LedgerClient::new(c.meta.clone(), Keys::default());
+    let w = client.create(CreateOptions::new(3, 3, 2)).await.unwrap();
+    for i in 0..10 {
+        w.add(&payload(i)).await.unwrap();
+    }
+    c.bookies.remove(1).abort().await;
+    for i in 10..30 {
+        w.add(&payload(i)).await.unwrap();
+    }
+    let lac = w.close().await.unwrap();
+    assert_eq!(lac, 29);
+    let r = client.open(w.id()).await.unwrap();
+    for e in 0..30u64 {
+        assert_eq!(r.read(e as i64).await.unwrap().payload(), &payload(e)[..]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn placement_never_picks_a_read_only_bookie() {
+    let c = cluster(3, &[1]).await;
+    let keys = Keys::default();
+    // Wait until the disk monitor moved bookie-1 to the read-only list.
+    let mut watch = c.meta.watch(&keys.bookies_readonly(), 1).await.unwrap();
+    if c.meta.get(&keys.bookie("bookie-1", true)).await.unwrap().is_none() {
+        watch.next().await.unwrap().unwrap();
+    }
+    let client = LedgerClient::new(c.meta.clone(), keys);
+    for _ in 0..20 {
+        let w = client.create(CreateOptions::new(2, 2, 2)).await.unwrap();
+        assert!(!w.metadata().ensembles[&0].contains(&"bookie-1".to_string()));
+    }
+    let e = client.create(CreateOptions::new(3, 2, 2)).await.unwrap_err();
+    assert!(matches!(e, LedgerError::NotEnoughBookies { need: 3, have: 2 }), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d3_a_fenced_ledger_stops_its_writer_and_bad_options_are_refused() {
+    let c = cluster(2, &[]).await;
+    let client = LedgerClient::new(c.meta.clone(), Keys::default());
+    assert!(matches!(
+        client.create(CreateOptions::new(2, 3, 2)).await,
+        Err(LedgerError::InvalidQuorum(_))
+    ));
+    let w = client.create(CreateOptions::new(2, 2, 2)).await.unwrap();
+    w.add(b"before").await.unwrap();
+    // A recovering client fences the ledger on both bookies with a fencing read.
+    for b in &c.bookies {
+        let conn = folio_client::BookieConnection::connect(b.addr(), 8).await.unwrap();
+        let r = conn
+            .request(Request::Read {
+                ledger_id: w.id(),
+                entry_id: -1,
+                fence: Some(master_key(b"")),
+            })
+            .await
+            .unwrap();
+        assert_eq!(r.status, Status::Ok);
+    }
+    let e = w.add(b"zombie").await.unwrap_err();
+    assert!(matches!(e, LedgerError::Fenced(_)), "{e}");
+    let e = w.add(b"again").await.unwrap_err();
+    assert!(matches!(e, LedgerError::WriterFailed(..)), "{e}");
+}
