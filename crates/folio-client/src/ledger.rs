@@ -466,3 +466,280 @@ impl LedgerReader {
         Err(LedgerError::ReadFailed { ledger_id: self.id, entry_id, detail: detail.join("; ") })
     }
 }
+
+/// What one bookie said about an entry during recovery.
+#[derive(Debug)]
+enum Answer {
+    Has(Entry),
+    /// An explicit "no such entry / ledger" (this bookie is not in limbo for it).
+    Missing,
+    /// No definite answer: an error, a timeout, or `Unknown` (limbo). Never a negative.
+    Unknown(String),
+}
+
+/// For every write set (Qw consecutive positions) of `ensemble_size`, at least
+/// `Qw − Qa + 1` definite answers: then no Qa bookies are left that could still accept a
+/// write, so the fence covers the ledger.
+fn quorum_coverage(definite: &[bool], write_quorum: usize, ack_quorum: usize) -> bool {
+    let e = definite.len();
+    (0..e).all(|start| {
+        (0..write_quorum).filter(|i| definite[(start + i) % e]).count() > write_quorum - ack_quorum
+    })
+}
+
+impl LedgerClient {
+    async fn ask(
+        &self,
+        bookie: &str,
+        ledger_id: LedgerId,
+        entry_id: EntryId,
+        key: MasterKey,
+    ) -> Answer {
+        let result = async {
+            let c = self.pool.get(bookie).await?;
+            Ok::<_, LedgerError>(
+                c.request(Request::Read { ledger_id, entry_id, fence: Some(key) }).await?,
+            )
+        }
+        .await;
+        match result {
+            Ok(f) => match (f.status, f.response) {
+                (Status::Ok, Response::Read { entry: Some(bytes), .. }) => {
+                    match Entry::decode(bytes) {
+                        Ok(e)
+                            if e.ledger_id() == ledger_id
+                                && (entry_id < 0 || e.entry_id() == entry_id) =>
+                        {
+                            Answer::Has(e)
+                        }
+                        Ok(_) => Answer::Unknown(format!("{bookie}: returned another entry")),
+                        Err(err) => Answer::Unknown(format!("{bookie}: bad copy: {err}")),
+                    }
+                }
+                (Status::NoEntry | Status::NoLedger, _) => Answer::Missing,
+                (status, _) => Answer::Unknown(format!("{bookie}: {}", status.name())),
+            },
+            Err(e) => Answer::Unknown(format!("{bookie}: {e}")),
+        }
+    }
+
+    /// Opens a ledger with recovery: fences it so its writer can never add again (D3),
+    /// finds its end without trusting bookies that may have lost data (D2), writes back what
+    /// it finds so every entry reaches its write quorum, and closes it so that every entry
+    /// the writer saw acknowledged lies at or below the last entry (D1).
+    pub async fn recover(&self, ledger_id: LedgerId) -> Result<LedgerReader> {
+        let key_name = self.keys.ledger(ledger_id);
+        // 1. Mark IN_RECOVERY (a second recovery joins the first; both are idempotent).
+        let marked = update::<LedgerMetadata>(self.meta.as_ref(), &key_name, |m| match m {
+            None => Ok(Update::Nothing),
+            Some(m) if m.state == LedgerState::Open => {
+                let mut m = m.clone();
+                m.state = LedgerState::InRecovery;
+                Ok(Update::Write(m))
+            }
+            Some(_) => Ok(Update::Nothing),
+        })
+        .await?;
+        let Some((metadata, _)) = marked else { return Err(LedgerError::NoSuchLedger(ledger_id)) };
+        if metadata.state == LedgerState::Closed {
+            return Ok(LedgerReader { id: ledger_id, metadata, client: self.clone() });
+        }
+        let key = master_key(metadata.password.as_deref().unwrap_or_default());
+        let (w, a) = (metadata.write_quorum as usize, metadata.ack_quorum as usize);
+        let (&first, ensemble) = metadata.ensembles.last_key_value().expect("validated metadata");
+        let ensemble = ensemble.clone();
+
+        // 2. Fence every bookie of the last ensemble and learn the LAC, under quorum coverage.
+        let mut asks = Vec::new();
+        for b in &ensemble {
+            let (client, b) = (self.clone(), b.clone());
+            asks.push(tokio::spawn(async move {
+                client.ask(&b, ledger_id, INVALID_ENTRY_ID, key).await
+            }));
+        }
+        let mut lac = INVALID_ENTRY_ID;
+        let (mut definite, mut unknown) = (Vec::new(), Vec::new());
+        for t in asks {
+            match t.await.unwrap_or(Answer::Unknown("task failed".into())) {
+                Answer::Has(e) => {
+                    lac = lac.max(e.last_add_confirmed());
+                    definite.push(true);
+                }
+                Answer::Missing => definite.push(true),
+                Answer::Unknown(why) => {
+                    definite.push(false);
+                    unknown.push(why);
+                }
+            }
+        }
+        if !quorum_coverage(&definite, w, a) {
+            return Err(LedgerError::ReadFailed {
+                ledger_id,
+                entry_id: INVALID_ENTRY_ID,
+                detail: format!("fencing did not reach quorum coverage: {}", unknown.join("; ")),
+            });
+        }
+        // 3. Start after the LAC, and never before the last fragment (BookKeeper #2615).
+        lac = lac.max(first - 1);
+        let mut last_length = None;
+
+        // 4–5. Read forward with fencing reads (BookKeeper #2614); write back positives.
+        let mut entry_id = lac + 1;
+        loop {
+            let set: Vec<String> = (0..w)
+                .map(|i| ensemble[((entry_id + i as i64) % ensemble.len() as i64) as usize].clone())
+                .collect();
+            let mut asks = Vec::new();
+            for b in &set {
+                let (client, b) = (self.clone(), b.clone());
+                asks.push(tokio::spawn(
+                    async move { client.ask(&b, ledger_id, entry_id, key).await },
+                ));
+            }
+            let (mut found, mut missing, mut unknown) = (None, 0, Vec::new());
+            for t in asks {
+                match t.await.unwrap_or(Answer::Unknown("task failed".into())) {
+                    Answer::Has(e) => found = Some(e),
+                    Answer::Missing => missing += 1,
+                    Answer::Unknown(why) => unknown.push(why),
+                }
+            }
+            if let Some(entry) = found {
+                self.write_back(ledger_id, key, &ensemble, w, a, &entry).await?;
+                last_length = Some(entry.header().length);
+                lac = entry_id;
+                entry_id += 1;
+                continue;
+            }
+            if missing > w - a {
+                break; // a definite negative: nothing at or after it was ever acknowledged
+            }
+            return Err(LedgerError::ReadFailed {
+                ledger_id,
+                entry_id,
+                detail: format!(
+                    "recovery cannot decide entry {entry_id}: {missing} of the {} no-entry answers needed, the rest unknown ({})",
+                    w - a + 1,
+                    unknown.join("; ")
+                ),
+            });
+        }
+        let length = match last_length {
+            Some(l) => l,
+            None if lac >= 0 => {
+                self.open(ledger_id).await?.read_unchecked(lac).await?.header().length
+            }
+            None => 0,
+        };
+        // 6. Close. If a concurrent recovery closed first, its end is the ledger's end.
+        let closed = update::<LedgerMetadata>(self.meta.as_ref(), &key_name, |m| match m {
+            None => Ok(Update::Nothing),
+            Some(m) if m.state == LedgerState::Closed => Ok(Update::Nothing),
+            Some(m) => {
+                let mut m = m.clone();
+                m.state = LedgerState::Closed;
+                m.last_entry_id = lac;
+                m.length = length;
+                Ok(Update::Write(m))
+            }
+        })
+        .await?;
+        let Some((metadata, _)) = closed else { return Err(LedgerError::NoSuchLedger(ledger_id)) };
+        tracing::info!(
+            ledger = ledger_id,
+            last_entry = metadata.last_entry_id,
+            "ledger recovered and closed"
+        );
+        Ok(LedgerReader { id: ledger_id, metadata, client: self.clone() })
+    }
+
+    /// Re-adds a recovered entry to its write set with the recovery flag (which passes the
+    /// fence) and waits for the ack quorum.
+    async fn write_back(
+        &self,
+        ledger_id: LedgerId,
+        key: MasterKey,
+        ensemble: &[String],
+        w: usize,
+        a: usize,
+        entry: &Entry,
+    ) -> Result<()> {
+        let entry_id = entry.entry_id();
+        let mut oks = 0;
+        let mut failures = Vec::new();
+        for i in 0..w {
+            let b = &ensemble[((entry_id + i as i64) % ensemble.len() as i64) as usize];
+            let r = async {
+                let c = self.pool.get(b).await?;
+                Ok::<_, LedgerError>(
+                    c.request(Request::Add {
+                        master_key: key,
+                        recovery: true,
+                        entry: entry.as_bytes().clone(),
+                    })
+                    .await?,
+                )
+            }
+            .await;
+            match r {
+                Ok(f) if f.status == Status::Ok => oks += 1,
+                Ok(f) => failures.push(format!("{b}: {}", f.status.name())),
+                Err(e) => failures.push(format!("{b}: {e}")),
+            }
+        }
+        if oks >= a {
+            return Ok(());
+        }
+        Err(LedgerError::NotEnoughAcks {
+            ledger_id,
+            entry_id,
+            detail: format!("recovery write-back: {}", failures.join("; ")),
+        })
+    }
+}
+
+impl LedgerReader {
+    /// Reads an entry without checking it against the closed end (recovery uses it).
+    async fn read_unchecked(&self, entry_id: EntryId) -> Result<Entry> {
+        let mut m = self.metadata.clone();
+        m.state = LedgerState::Open;
+        LedgerReader { id: self.id, metadata: m, client: self.client.clone() }.read(entry_id).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quorum_coverage_needs_enough_definite_answers_in_every_write_set() {
+        // E=3, Qw=2, Qa=2: every write set needs 1 definite answer.
+        assert!(quorum_coverage(&[true, false, true], 2, 2));
+        assert!(!quorum_coverage(&[true, false, false], 2, 2), "write set {{1,2}} has none");
+        // E=3, Qw=3, Qa=2: every write set needs 2.
+        assert!(quorum_coverage(&[true, true, false], 3, 2));
+        assert!(!quorum_coverage(&[true, false, false], 3, 2));
+        // E=Qw=Qa=1: the one bookie must answer.
+        assert!(!quorum_coverage(&[false], 1, 1));
+        assert!(quorum_coverage(&[true], 1, 1));
+    }
+
+    #[test]
+    fn master_key_matches_bookkeeper_derivation() {
+        // SHA1("ledger") and SHA1("ledgerpw"), computed independently (Python hashlib).
+        assert_eq!(
+            master_key(b""),
+            [
+                133, 11, 241, 7, 28, 94, 61, 140, 36, 35, 86, 118, 248, 129, 106, 224, 203, 226,
+                241, 79
+            ]
+        );
+        assert_eq!(
+            master_key(b"pw"),
+            [
+                42, 162, 38, 186, 9, 91, 105, 105, 166, 72, 113, 151, 118, 147, 177, 70, 113, 113,
+                13, 118
+            ]
+        );
+    }
+}

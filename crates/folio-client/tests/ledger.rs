@@ -174,3 +174,120 @@ async fn d3_a_fenced_ledger_stops_its_writer_and_bad_options_are_refused() {
     let e = w.add(b"again").await.unwrap_err();
     assert!(matches!(e, LedgerError::WriterFailed(..)), "{e}");
 }
+
+async fn raw_add(b: &Bookie, entry: bytes::Bytes) -> Status {
+    let conn = folio_client::BookieConnection::connect(b.addr(), 8).await.unwrap();
+    conn.request(Request::Add { master_key: master_key(b""), recovery: false, entry })
+        .await
+        .unwrap()
+        .status
+}
+
+fn entry_bytes(ledger: u64, e: i64, lac: i64) -> bytes::Bytes {
+    let h = folio_proto::EntryHeader {
+        ledger_id: ledger,
+        entry_id: e,
+        last_add_confirmed: lac,
+        length: 1000 + e as u64,
+    };
+    folio_proto::Entry::encode(h, &payload(e as u64)).into_bytes()
+}
+
+fn bookie<'a>(c: &'a Cluster, id: &str) -> &'a Bookie {
+    c.bookies.iter().find(|b| b.id() == id).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d1_d3_recovery_keeps_every_acknowledged_entry_and_fences_the_writer() {
+    let c = cluster(3, &[]).await;
+    let client = LedgerClient::new(c.meta.clone(), Keys::default());
+    let w = client.create(CreateOptions::new(3, 2, 2)).await.unwrap();
+    for i in 0..50 {
+        w.add(&payload(i)).await.unwrap();
+    }
+    // The writer "dies" without closing; another client recovers the ledger.
+    let r = client.recover(w.id()).await.unwrap();
+    assert_eq!(r.last_entry_id(), Some(49), "every acknowledged entry is at or below the end");
+    for e in 0..50u64 {
+        assert_eq!(r.read(e as i64).await.unwrap().payload(), &payload(e)[..]);
+    }
+    // The zombie writer can never add again.
+    let e = w.add(b"zombie").await.unwrap_err();
+    assert!(matches!(e, LedgerError::Fenced(_)), "{e}");
+    // Recovering a closed ledger changes nothing.
+    assert_eq!(client.recover(w.id()).await.unwrap().last_entry_id(), Some(49));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d1_an_entry_on_one_bookie_only_is_recovered_and_written_back() {
+    let c = cluster(3, &[]).await;
+    let client = LedgerClient::new(c.meta.clone(), Keys::default());
+    let w = client.create(CreateOptions::new(3, 3, 2)).await.unwrap();
+    for i in 0..5 {
+        w.add(&payload(i)).await.unwrap();
+    }
+    // Entry 5 reached only one bookie before the writer died: not acknowledged, but present.
+    let ensemble = w.metadata().ensembles[&0].clone();
+    assert_eq!(raw_add(bookie(&c, &ensemble[2]), entry_bytes(w.id(), 5, 4)).await, Status::Ok);
+    let r = client.recover(w.id()).await.unwrap();
+    assert_eq!(r.last_entry_id(), Some(5), "a positive entry is kept, never dropped");
+    for b in &ensemble {
+        let conn = folio_client::BookieConnection::connect(bookie(&c, b).addr(), 8).await.unwrap();
+        let f = conn
+            .request(Request::Read { ledger_id: w.id(), entry_id: 5, fence: None })
+            .await
+            .unwrap();
+        assert_eq!(f.status, Status::Ok, "entry 5 was written back to {b}");
+    }
+    assert_eq!(r.metadata().length, 1005, "length from the last entry's header");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d2_a_bookie_in_limbo_never_truncates_an_acknowledged_entry() {
+    let mut c = cluster(3, &[]).await;
+    let client = LedgerClient::new(c.meta.clone(), Keys::default());
+    let w = client.create(CreateOptions::new(3, 3, 2)).await.unwrap();
+    let id = w.id();
+    for i in 0..9 {
+        w.add(&payload(i)).await.unwrap();
+    }
+    let ensemble = w.metadata().ensembles[&0].clone();
+    // Entry 9 was acknowledged by bookies 1 and 2 (Qa = 2); bookie 0 never got it. Bookie 2
+    // then lost it in a journal-less crash: it keeps entries 0-8 and is in limbo for the
+    // ledger (so it answers UNKNOWN, not NO_ENTRY, for entry 9).
+    assert_eq!(raw_add(bookie(&c, &ensemble[1]), entry_bytes(id, 9, 8)).await, Status::Ok);
+    bookie(&c, &ensemble[2]).storage().set_limbo(id, true).unwrap();
+    // Bookie 1, the other holder, is down.
+    let i1 = c.bookies.iter().position(|b| b.id() == ensemble[1]).unwrap();
+    let dir = c._tmp.path().join(format!("bookie-{}", &ensemble[1]["bookie-".len()..]));
+    c.bookies.remove(i1).abort().await;
+    // Bookie 0 says "no entry 9", bookie 2 says "unknown", bookie 1 is silent: recovery must
+    // not treat that as the end (which would lose acknowledged entry 9).
+    let e = client.recover(id).await.unwrap_err();
+    assert!(e.to_string().contains("cannot decide entry 9"), "{e}");
+    assert_eq!(client.metadata(id).await.unwrap().state, LedgerState::InRecovery);
+    // Bookie 1 comes back: now entry 9 is found and kept.
+    let mut cfg = BookieConfig::new(dir, "127.0.0.1:0".parse().unwrap());
+    cfg.bookie_id = Some(ensemble[1].clone());
+    c.bookies.push(Bookie::start(cfg, c.meta.clone()).await.unwrap());
+    let client = LedgerClient::new(c.meta.clone(), Keys::default());
+    let r = client.recover(id).await.unwrap();
+    assert_eq!(r.last_entry_id(), Some(9));
+    assert_eq!(r.read(9).await.unwrap().payload(), &payload(9)[..]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_concurrent_recoveries_agree_on_the_end() {
+    let c = cluster(3, &[]).await;
+    let client = LedgerClient::new(c.meta.clone(), Keys::default());
+    let w = client.create(CreateOptions::new(3, 2, 2)).await.unwrap();
+    for i in 0..30 {
+        w.add(&payload(i)).await.unwrap();
+    }
+    let (a, b) = (client.clone(), LedgerClient::new(c.meta.clone(), Keys::default()));
+    let id = w.id();
+    let (ra, rb) = tokio::join!(a.recover(id), b.recover(id));
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    assert_eq!(ra.last_entry_id(), rb.last_entry_id());
+    assert_eq!(client.metadata(id).await.unwrap().last_entry_id, 29);
+}
