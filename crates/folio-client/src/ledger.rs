@@ -23,7 +23,7 @@ use folio_proto::wire::{MasterKey, Request, Response};
 use folio_proto::{
     ENTRY_HEADER_BYTES, Entry, EntryHeader, EntryId, INVALID_ENTRY_ID, LedgerId, Status,
 };
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{Semaphore, watch};
 
 use crate::BookieConnection;
 use crate::error::{LedgerError, Result};
@@ -152,32 +152,55 @@ impl LedgerClient {
     }
 }
 
+/// An add not yet covered by the LAC.
+#[derive(Debug)]
+struct PendingAdd {
+    entry: Bytes,
+    length: u64,
+    /// Ensemble positions whose bookie acknowledged this entry.
+    acked: std::collections::BTreeSet<usize>,
+}
+
 #[derive(Debug, Default)]
 struct WriterState {
     next_entry: EntryId,
-    /// Cumulative length after each entry not yet confirmed: entry id → length.
-    lengths: BTreeMap<EntryId, u64>,
     length: u64,
-    /// Entries acknowledged by Qa bookies but not yet contiguous with the LAC.
-    acked: BTreeMap<EntryId, ()>,
     lac: EntryId,
     lac_length: u64,
+    pending: BTreeMap<EntryId, PendingAdd>,
     failed: Option<String>,
     closed: bool,
+    /// An ensemble change is in progress: the LAC must not move (BookKeeper's
+    /// `changingEnsemble`), so the new fragment's start stays right.
+    changing: bool,
+    /// Positions whose bookie failed with no replacement available: skipped while the
+    /// others can still give every entry its ack quorum.
+    down: std::collections::BTreeSet<usize>,
 }
 
-/// The single writer of a ledger. Cheap to share: `add` takes `&self`, so many adds can be
-/// in flight; they complete in entry order.
+/// How long one add request to one bookie may take before that bookie counts as failed.
+pub const ADD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 #[derive(Debug)]
-pub struct LedgerWriter {
+struct WriterInner {
     id: LedgerId,
     key: MasterKey,
     metadata: Mutex<LedgerMetadata>,
-    bookies: Vec<(String, Arc<BookieConnection>)>,
+    /// The current (last) ensemble, by position.
+    ensemble: Mutex<Vec<(String, Arc<BookieConnection>)>>,
     state: Mutex<WriterState>,
     lac_tx: watch::Sender<EntryId>,
-    slots: Arc<Semaphore>,
+    change_lock: tokio::sync::Mutex<()>,
     client: LedgerClient,
+}
+
+/// The single writer of a ledger. `add` takes `&self`, so many adds can be in flight; they
+/// complete in entry order. A bookie that fails is replaced (ensemble change) and the
+/// entries it had not confirmed are resent to its replacement.
+#[derive(Debug)]
+pub struct LedgerWriter {
+    inner: Arc<WriterInner>,
+    slots: Arc<Semaphore>,
 }
 
 impl LedgerWriter {
@@ -189,156 +212,110 @@ impl LedgerWriter {
         client: LedgerClient,
     ) -> LedgerWriter {
         let state = WriterState { lac: INVALID_ENTRY_ID, ..WriterState::default() };
-        LedgerWriter {
+        let inner = WriterInner {
             id,
             key,
             metadata: Mutex::new(metadata),
-            bookies,
+            ensemble: Mutex::new(bookies),
             state: Mutex::new(state),
             lac_tx: watch::channel(INVALID_ENTRY_ID).0,
-            slots: Arc::new(Semaphore::new(OUTSTANDING_ADDS_MAX)),
+            change_lock: tokio::sync::Mutex::new(()),
             client,
+        };
+        LedgerWriter {
+            inner: Arc::new(inner),
+            slots: Arc::new(Semaphore::new(OUTSTANDING_ADDS_MAX)),
         }
     }
 
     pub fn id(&self) -> LedgerId {
-        self.id
+        self.inner.id
     }
 
     pub fn last_add_confirmed(&self) -> EntryId {
-        *self.lac_tx.borrow()
+        *self.inner.lac_tx.borrow()
     }
 
     pub fn metadata(&self) -> LedgerMetadata {
-        self.metadata.lock().expect("metadata lock").clone()
+        self.inner.metadata.lock().expect("metadata lock").clone()
     }
 
     /// Appends `payload`; returns its entry id once it and every earlier entry reached the
     /// ack quorum.
     pub async fn add(&self, payload: &[u8]) -> Result<EntryId> {
+        let inner = &self.inner;
         if ENTRY_HEADER_BYTES + payload.len() > ENTRY_BYTES_MAX {
             return Err(LedgerError::TooLarge(payload.len()));
         }
-        let _slot = self.slots.acquire().await.map_err(|_| LedgerError::Closed(self.id))?;
-        let (entry_id, lac, length) = {
-            let mut st = self.state.lock().expect("writer lock");
+        let _slot = self.slots.acquire().await.map_err(|_| LedgerError::Closed(inner.id))?;
+        let entry_id = {
+            let mut st = inner.state.lock().expect("writer lock");
             if let Some(f) = &st.failed {
-                return Err(LedgerError::WriterFailed(self.id, f.clone()));
+                return Err(LedgerError::WriterFailed(inner.id, f.clone()));
             }
             if st.closed {
-                return Err(LedgerError::Closed(self.id));
+                return Err(LedgerError::Closed(inner.id));
             }
             let id = st.next_entry;
             st.next_entry += 1;
             st.length += payload.len() as u64;
+            let header = EntryHeader {
+                ledger_id: inner.id,
+                entry_id: id,
+                last_add_confirmed: st.lac,
+                length: st.length,
+            };
+            let entry = Entry::encode(header, payload).into_bytes();
             let length = st.length;
-            st.lengths.insert(id, length);
-            (id, st.lac, length)
+            st.pending.insert(id, PendingAdd { entry, length, acked: Default::default() });
+            id
         };
-        let entry = Entry::encode(
-            EntryHeader { ledger_id: self.id, entry_id, last_add_confirmed: lac, length },
-            payload,
-        );
-        if let Err(e) = self.replicate(entry_id, entry.into_bytes()).await {
-            let mut st = self.state.lock().expect("writer lock");
-            st.failed.get_or_insert_with(|| e.to_string());
-            drop(st);
-            self.lac_tx.send_modify(|_| {}); // wake waiters so they see the failure
-            return Err(e);
+        let down = inner.state.lock().expect("writer lock").down.clone();
+        let positions: Vec<usize> =
+            inner.write_set(entry_id).into_iter().filter(|p| !down.contains(p)).collect();
+        if positions.len() < inner.quorums().1 {
+            inner.fail(format!(
+                "only {} bookies of entry {entry_id}'s write set are up, fewer than the ack quorum",
+                positions.len()
+            ));
         }
-        self.acknowledge(entry_id);
-        let mut rx = self.lac_tx.subscribe();
-        let ok = rx
+        for pos in positions {
+            inner.send(entry_id, pos);
+        }
+        let mut rx = inner.lac_tx.subscribe();
+        let confirmed = rx
             .wait_for(|lac| {
-                *lac >= entry_id || self.state.lock().expect("writer lock").failed.is_some()
+                *lac >= entry_id || inner.state.lock().expect("writer lock").failed.is_some()
             })
             .await
             .map(|lac| *lac >= entry_id)
             .unwrap_or(false);
-        if !ok {
-            let f = self.state.lock().expect("writer lock").failed.clone().unwrap_or_default();
-            return Err(LedgerError::WriterFailed(self.id, f));
+        if confirmed {
+            return Ok(entry_id);
         }
-        Ok(entry_id)
-    }
-
-    /// Sends the entry to its write set; returns once `Qa` bookies acknowledged it.
-    async fn replicate(&self, entry_id: EntryId, entry: Bytes) -> Result<()> {
-        let (e, w, a) = {
-            let m = self.metadata.lock().expect("metadata lock");
-            (m.ensemble_size as i64, m.write_quorum as usize, m.ack_quorum as usize)
-        };
-        let (tx, mut rx) = mpsc::channel(w);
-        for i in 0..w {
-            let (bookie, conn) = self.bookies[((entry_id + i as i64) % e) as usize].clone();
-            let (tx, entry, key) = (tx.clone(), entry.clone(), self.key);
-            tokio::spawn(async move {
-                let r =
-                    conn.request(Request::Add { master_key: key, recovery: false, entry }).await;
-                let _ = tx.send((bookie, r)).await;
-            });
+        let f = inner.state.lock().expect("writer lock").failed.clone().unwrap_or_default();
+        if f.contains("fenced") {
+            return Err(LedgerError::Fenced(inner.id));
         }
-        drop(tx);
-        let (mut oks, mut failures) = (0, Vec::new());
-        while let Some((bookie, r)) = rx.recv().await {
-            match r {
-                Ok(f) if f.status == Status::Ok => {
-                    oks += 1;
-                    if oks == a {
-                        return Ok(());
-                    }
-                }
-                Ok(f) => {
-                    if matches!(f.status, Status::Fenced | Status::Unauthorized) {
-                        return Err(LedgerError::from_status(self.id, entry_id, &bookie, f.status));
-                    }
-                    failures.push(format!("{bookie}: {}", f.status.name()));
-                }
-                Err(err) => failures.push(format!("{bookie}: {err}")),
-            }
-            if failures.len() > w - a {
-                break;
-            }
-        }
-        Err(LedgerError::NotEnoughAcks {
-            ledger_id: self.id,
-            entry_id,
-            detail: failures.join("; "),
-        })
-    }
-
-    fn acknowledge(&self, entry_id: EntryId) {
-        let mut st = self.state.lock().expect("writer lock");
-        st.acked.insert(entry_id, ());
-        let mut lac = st.lac;
-        while st.acked.remove(&(lac + 1)).is_some() {
-            lac += 1;
-        }
-        if lac != st.lac {
-            let length = st.lengths.get(&lac).copied().unwrap_or(st.lac_length);
-            st.lengths = st.lengths.split_off(&(lac + 1));
-            st.lac = lac;
-            st.lac_length = length;
-            drop(st);
-            self.lac_tx.send_replace(lac);
-        }
+        Err(LedgerError::WriterFailed(inner.id, f))
     }
 
     /// Waits for outstanding adds, then records the ledger as closed at its LAC.
     pub async fn close(&self) -> Result<EntryId> {
+        let inner = &self.inner;
         let _all = self
             .slots
             .acquire_many(OUTSTANDING_ADDS_MAX as u32)
             .await
-            .map_err(|_| LedgerError::Closed(self.id))?;
+            .map_err(|_| LedgerError::Closed(inner.id))?;
         let (lac, length) = {
-            let mut st = self.state.lock().expect("writer lock");
+            let mut st = inner.state.lock().expect("writer lock");
             st.closed = true;
             (st.lac, st.lac_length)
         };
-        let key = self.client.keys.ledger(self.id);
-        let id = self.id;
-        let closed = update::<LedgerMetadata>(self.client.meta.as_ref(), &key, |m| {
+        let key = inner.client.keys.ledger(inner.id);
+        let id = inner.id;
+        let closed = update::<LedgerMetadata>(inner.client.meta.as_ref(), &key, |m| {
             let Some(m) = m else {
                 return Err(folio_meta::MetaError::Corrupt {
                     key: key.clone(),
@@ -361,12 +338,232 @@ impl LedgerWriter {
         .await;
         match closed {
             Ok(Some((m, _))) => {
-                *self.metadata.lock().expect("metadata lock") = m;
+                *inner.metadata.lock().expect("metadata lock") = m;
                 Ok(lac)
             }
             Ok(None) => Err(LedgerError::NoSuchLedger(id)),
             Err(folio_meta::MetaError::Conflict { .. }) => Err(LedgerError::Fenced(id)),
             Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl WriterInner {
+    fn quorums(&self) -> (usize, usize) {
+        let m = self.metadata.lock().expect("metadata lock");
+        (m.write_quorum as usize, m.ack_quorum as usize)
+    }
+
+    /// Ensemble positions of entry `e`'s write set: `(e + i) mod E` for `i < Qw`.
+    fn write_set(&self, entry_id: EntryId) -> Vec<usize> {
+        let (w, _) = self.quorums();
+        let e = self.ensemble.lock().expect("ensemble lock").len() as i64;
+        (0..w).map(|i| ((entry_id + i as i64) % e) as usize).collect()
+    }
+
+    fn fail(&self, reason: String) {
+        tracing::warn!(ledger = self.id, %reason, "ledger writer failed");
+        self.state.lock().expect("writer lock").failed.get_or_insert(reason);
+        self.lac_tx.send_modify(|_| {}); // wake every waiting add
+    }
+
+    /// Sends a pending entry to the bookie at `pos`; the answer comes back to `on_answer`.
+    fn send(self: &Arc<Self>, entry_id: EntryId, pos: usize) {
+        let Some(entry) =
+            self.state.lock().expect("writer lock").pending.get(&entry_id).map(|p| p.entry.clone())
+        else {
+            return; // already confirmed
+        };
+        let (bookie, conn) = self.ensemble.lock().expect("ensemble lock")[pos].clone();
+        let this = self.clone();
+        tokio::spawn(async move {
+            let request = Request::Add { master_key: this.key, recovery: false, entry };
+            let answer = match tokio::time::timeout(ADD_TIMEOUT, conn.request(request)).await {
+                Ok(Ok(f)) => Ok(f.status),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err(format!("no answer within {ADD_TIMEOUT:?}")),
+            };
+            this.on_answer(entry_id, pos, &bookie, answer);
+        });
+    }
+
+    fn on_answer(
+        self: &Arc<Self>,
+        entry_id: EntryId,
+        pos: usize,
+        bookie: &str,
+        answer: std::result::Result<Status, String>,
+    ) {
+        match answer {
+            Ok(Status::Ok) => {
+                let still_there = self.ensemble.lock().expect("ensemble lock")[pos].0 == bookie;
+                if still_there {
+                    let mut st = self.state.lock().expect("writer lock");
+                    if let Some(p) = st.pending.get_mut(&entry_id) {
+                        p.acked.insert(pos);
+                    }
+                    drop(st);
+                    self.advance_lac();
+                }
+            }
+            Ok(Status::Fenced) => {
+                self.fail(format!("ledger {} is fenced (bookie {bookie})", self.id))
+            }
+            Ok(Status::Unauthorized) => {
+                self.fail(format!("bookie {bookie} rejected the master key"))
+            }
+            Ok(status) => self.replace_later(pos, bookie, status.name().to_string()),
+            Err(e) => self.replace_later(pos, bookie, e),
+        }
+    }
+
+    /// Moves the LAC over every leading entry with `Qa` acks (unless an ensemble change is
+    /// in progress) and wakes the adds it confirms.
+    fn advance_lac(&self) {
+        let (_, a) = self.quorums();
+        let mut st = self.state.lock().expect("writer lock");
+        if st.changing {
+            return;
+        }
+        let before = st.lac;
+        let mut lac = st.lac;
+        let mut lac_length = st.lac_length;
+        while let Some(entry) = st.pending.first_entry() {
+            if *entry.key() != lac + 1 || entry.get().acked.len() < a {
+                break;
+            }
+            let (id, p) = entry.remove_entry();
+            lac = id;
+            lac_length = p.length;
+        }
+        st.lac = lac;
+        st.lac_length = lac_length;
+        let lac = st.lac;
+        drop(st);
+        if lac != before {
+            self.lac_tx.send_replace(lac);
+        }
+    }
+
+    fn replace_later(self: &Arc<Self>, pos: usize, bookie: &str, why: String) {
+        tracing::info!(ledger = self.id, bookie, %why, "bookie failed an add; changing the ensemble");
+        let (this, bookie) = (self.clone(), bookie.to_string());
+        tokio::spawn(async move {
+            match this.change_ensemble(pos, &bookie).await {
+                Ok(()) => {}
+                Err(LedgerError::NotEnoughBookies { .. }) => this.mark_down(pos, &bookie),
+                Err(e) => this.fail(format!("ensemble change after {bookie} failed ({why}): {e}")),
+            }
+        });
+    }
+
+    /// No replacement for `pos`: go on without it while every unconfirmed entry can still
+    /// reach its ack quorum from the other bookies of its write set.
+    fn mark_down(&self, pos: usize, bookie: &str) {
+        let (_, a) = self.quorums();
+        let mut st = self.state.lock().expect("writer lock");
+        st.down.insert(pos);
+        let ids: Vec<EntryId> = st.pending.keys().copied().collect();
+        let short = ids
+            .into_iter()
+            .find(|id| self.write_set(*id).iter().filter(|p| !st.down.contains(p)).count() < a);
+        drop(st);
+        match short {
+            Some(id) => self.fail(format!("bookie {bookie} failed, no replacement, and entry {id} can no longer reach its ack quorum")),
+            None => tracing::warn!(ledger = self.id, bookie, "no replacement bookie; writing to the rest of the ensemble"),
+        }
+    }
+
+    /// Replaces the bookie at `pos` (if it is still `failed`): a new fragment from LAC + 1
+    /// through the metadata compare-and-set loop, then every unconfirmed entry whose write
+    /// set holds `pos` is resent to the replacement.
+    async fn change_ensemble(self: &Arc<Self>, pos: usize, failed: &str) -> Result<()> {
+        let _one_at_a_time = self.change_lock.lock().await;
+        if self.ensemble.lock().expect("ensemble lock")[pos].0 != failed {
+            return Ok(()); // already replaced for another entry's failure
+        }
+        self.state.lock().expect("writer lock").changing = true;
+        let result = self.install_replacement(pos, failed).await;
+        self.state.lock().expect("writer lock").changing = false;
+        result?;
+        let resend: Vec<EntryId> = {
+            let mut st = self.state.lock().expect("writer lock");
+            let ids: Vec<EntryId> = st.pending.keys().copied().collect();
+            let mut out = Vec::new();
+            for id in ids {
+                if self.write_set(id).contains(&pos) {
+                    if let Some(p) = st.pending.get_mut(&id) {
+                        // The failed bookie's ack no longer counts: the entry now belongs to
+                        // the new fragment, where that position is the replacement.
+                        p.acked.remove(&pos);
+                    }
+                    out.push(id);
+                }
+            }
+            out
+        };
+        for id in resend {
+            self.send(id, pos);
+        }
+        self.advance_lac();
+        Ok(())
+    }
+
+    async fn install_replacement(&self, pos: usize, failed: &str) -> Result<()> {
+        let client = &self.client;
+        let current: Vec<String> =
+            self.ensemble.lock().expect("ensemble lock").iter().map(|(b, _)| b.clone()).collect();
+        let mut candidates: Vec<String> =
+            client.pool.writable().await?.into_iter().filter(|b| !current.contains(b)).collect();
+        loop {
+            if candidates.is_empty() {
+                return Err(LedgerError::NotEnoughBookies {
+                    need: current.len() + 1,
+                    have: current.len(),
+                });
+            }
+            let pick = candidates.swap_remove(rand::random_range(0..candidates.len()));
+            let Ok(conn) = client.pool.get(&pick).await else { continue };
+            let start = self.state.lock().expect("writer lock").lac + 1;
+            let key = client.keys.ledger(self.id);
+            let (id, failed_s, pick_s) = (self.id, failed.to_string(), pick.clone());
+            let updated = update::<LedgerMetadata>(client.meta.as_ref(), &key, |m| {
+                let Some(m) = m else {
+                    return Err(folio_meta::MetaError::Corrupt {
+                        key: key.clone(),
+                        detail: format!("ledger {id} vanished"),
+                    });
+                };
+                if m.state != LedgerState::Open {
+                    return Err(folio_meta::MetaError::Conflict { key: key.clone() });
+                }
+                let (&last_start, last) = m.ensembles.last_key_value().expect("validated metadata");
+                if last[pos] != failed_s {
+                    return Ok(Update::Nothing);
+                }
+                let mut ens = last.clone();
+                ens[pos] = pick_s.clone();
+                let mut m = m.clone();
+                if last_start == start {
+                    m.ensembles.insert(last_start, ens);
+                } else {
+                    m.ensembles.insert(start, ens);
+                }
+                Ok(Update::Write(m))
+            })
+            .await;
+            let m = match updated {
+                Ok(Some((m, _))) => m,
+                Ok(None) => return Err(LedgerError::NoSuchLedger(self.id)),
+                Err(folio_meta::MetaError::Conflict { .. }) => {
+                    return Err(LedgerError::Fenced(self.id));
+                }
+                Err(e) => return Err(e.into()),
+            };
+            tracing::info!(ledger = self.id, failed, replacement = %pick, from_entry = start, "ensemble changed");
+            *self.metadata.lock().expect("metadata lock") = m;
+            self.ensemble.lock().expect("ensemble lock")[pos] = (pick, conn);
+            return Ok(());
         }
     }
 }

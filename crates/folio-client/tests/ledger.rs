@@ -291,3 +291,90 @@ async fn two_concurrent_recoveries_agree_on_the_end() {
     assert_eq!(ra.last_entry_id(), rb.last_entry_id());
     assert_eq!(client.metadata(id).await.unwrap().last_entry_id, 29);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d1_a_bookie_killed_while_writing_is_replaced_and_nothing_acknowledged_is_lost() {
+    let mut c = cluster(4, &[]).await;
+    let client = LedgerClient::new(c.meta.clone(), Keys::default());
+    let w = Arc::new(client.create(CreateOptions::new(3, 2, 2)).await.unwrap());
+    let victim = w.metadata().ensembles[&0][1].clone();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let writer = {
+        let w = w.clone();
+        tokio::spawn(async move {
+            let mut inflight = tokio::task::JoinSet::new();
+            for i in 0..300u64 {
+                let w = w.clone();
+                let tx = tx.clone();
+                inflight.spawn(async move {
+                    let id = w.add(&payload(i)).await.unwrap();
+                    let _ = tx.send((id, i));
+                });
+                if inflight.len() >= 32 {
+                    inflight.join_next().await.unwrap().unwrap();
+                }
+            }
+            while let Some(r) = inflight.join_next().await {
+                r.unwrap();
+            }
+        })
+    };
+    let mut acked = Vec::new();
+    while acked.len() < 100 {
+        acked.push(rx.recv().await.unwrap());
+    }
+    let i = c.bookies.iter().position(|b| b.id() == victim).unwrap();
+    c.bookies.remove(i).abort().await;
+    writer.await.unwrap();
+    while let Ok(a) = rx.try_recv() {
+        acked.push(a);
+    }
+    assert_eq!(acked.len(), 300, "every add succeeded despite the dead bookie");
+    let m = w.metadata();
+    assert!(m.ensembles.len() >= 2, "an ensemble change happened: {:?}", m.ensembles);
+    assert!(
+        !m.ensembles.last_key_value().unwrap().1.contains(&victim),
+        "the dead bookie was replaced"
+    );
+    w.close().await.unwrap();
+    let r = client.open(w.id()).await.unwrap();
+    for (id, i) in acked {
+        assert_eq!(r.read(id).await.unwrap().payload(), &payload(i)[..], "acknowledged entry {id}");
+    }
+}
+
+/// BookKeeper #2615 (found with TLA+): after an ensemble change, recovery that starts from
+/// the LAC reported by the *last* fragment's bookies (none: they have nothing) would read
+/// entry 0 against that fragment, find it "missing" and close the ledger empty, losing
+/// every entry. Recovery must start no earlier than the last fragment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bk_2615_recovery_never_starts_before_the_last_fragment() {
+    let c = cluster(4, &[]).await;
+    let client = LedgerClient::new(c.meta.clone(), Keys::default());
+    let w = client.create(CreateOptions::new(2, 2, 2)).await.unwrap();
+    for i in 0..10 {
+        w.add(&payload(i)).await.unwrap();
+    }
+    // The writer changed its ensemble to the two other bookies from entry 10 on, then died
+    // before writing anything there.
+    let first = w.metadata().ensembles[&0].clone();
+    let others: Vec<String> =
+        c.bookies.iter().map(|b| b.id().to_string()).filter(|b| !first.contains(b)).collect();
+    let keys = Keys::default();
+    folio_meta::records::update::<folio_meta::records::LedgerMetadata>(
+        c.meta.as_ref(),
+        &keys.ledger(w.id()),
+        |m| {
+            let mut m = m.unwrap().clone();
+            m.ensembles.insert(10, others.clone());
+            Ok(folio_meta::records::Update::Write(m))
+        },
+    )
+    .await
+    .unwrap();
+    let r = client.recover(w.id()).await.unwrap();
+    assert_eq!(r.last_entry_id(), Some(9), "the ten acknowledged entries are kept");
+    for i in 0..10u64 {
+        assert_eq!(r.read(i as i64).await.unwrap().payload(), &payload(i)[..]);
+    }
+}
