@@ -66,12 +66,38 @@ pub struct LedgerClient {
     meta: Arc<dyn MetadataStore>,
     keys: Keys,
     pool: Arc<BookiePool>,
+    /// How long one request to one bookie may take before that bookie counts as failed
+    /// for it (BookKeeper's `addEntryTimeoutSec` / `readEntryTimeout`, 5 s).
+    request_timeout: std::time::Duration,
 }
 
 impl LedgerClient {
     pub fn new(meta: Arc<dyn MetadataStore>, keys: Keys) -> LedgerClient {
         let pool = Arc::new(BookiePool::new(meta.clone(), keys.clone(), 4096));
-        LedgerClient { meta, keys, pool }
+        LedgerClient { meta, keys, pool, request_timeout: REQUEST_TIMEOUT }
+    }
+
+    /// The same client with another per-request timeout.
+    pub fn with_request_timeout(mut self, timeout: std::time::Duration) -> LedgerClient {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// One request to one bookie, bounded by the request timeout.
+    async fn call(
+        &self,
+        bookie: &str,
+        request: Request,
+    ) -> Result<folio_proto::wire::ResponseFrame> {
+        let conn = self.pool.get(bookie).await?;
+        match tokio::time::timeout(self.request_timeout, conn.request(request)).await {
+            Ok(r) => Ok(r?),
+            Err(_) => Err(LedgerError::ReadFailed {
+                ledger_id: 0,
+                entry_id: INVALID_ENTRY_ID,
+                detail: format!("bookie {bookie}: no answer within {:?}", self.request_timeout),
+            }),
+        }
     }
 
     /// Creates a ledger on `E` writable bookies chosen at random (never read-only ones).
@@ -178,8 +204,8 @@ struct WriterState {
     down: std::collections::BTreeSet<usize>,
 }
 
-/// How long one add request to one bookie may take before that bookie counts as failed.
-pub const ADD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Default per-request timeout (see `LedgerClient::with_request_timeout`).
+pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[derive(Debug)]
 struct WriterInner {
@@ -378,10 +404,11 @@ impl WriterInner {
         let this = self.clone();
         tokio::spawn(async move {
             let request = Request::Add { master_key: this.key, recovery: false, entry };
-            let answer = match tokio::time::timeout(ADD_TIMEOUT, conn.request(request)).await {
+            let timeout = this.client.request_timeout;
+            let answer = match tokio::time::timeout(timeout, conn.request(request)).await {
                 Ok(Ok(f)) => Ok(f.status),
                 Ok(Err(e)) => Err(e.to_string()),
-                Err(_) => Err(format!("no answer within {ADD_TIMEOUT:?}")),
+                Err(_) => Err(format!("no answer within {timeout:?}")),
             };
             this.on_answer(entry_id, pos, &bookie, answer);
         });
@@ -597,15 +624,12 @@ impl LedgerReader {
         let mut best = INVALID_ENTRY_ID;
         let mut errors = Vec::new();
         for b in ensemble {
-            match self.client.pool.get(b).await {
-                Ok(c) => match c.request(Request::ReadLac { ledger_id: self.id }).await {
-                    Ok(f) => match f.response {
-                        Response::ReadLac { lac: Some(l), .. } if f.status == Status::Ok => {
-                            best = best.max(l)
-                        }
-                        _ => errors.push(format!("{b}: {}", f.status.name())),
-                    },
-                    Err(e) => errors.push(format!("{b}: {e}")),
+            match self.client.call(b, Request::ReadLac { ledger_id: self.id }).await {
+                Ok(f) => match f.response {
+                    Response::ReadLac { lac: Some(l), .. } if f.status == Status::Ok => {
+                        best = best.max(l)
+                    }
+                    _ => errors.push(format!("{b}: {}", f.status.name())),
                 },
                 Err(e) => errors.push(format!("{b}: {e}")),
             }
@@ -633,9 +657,10 @@ impl LedgerReader {
         for i in 0..w {
             let bookie = &ensemble[((entry_id + i) % e) as usize];
             let result = async {
-                let c = self.client.pool.get(bookie).await?;
-                let f =
-                    c.request(Request::Read { ledger_id: self.id, entry_id, fence: None }).await?;
+                let f = self
+                    .client
+                    .call(bookie, Request::Read { ledger_id: self.id, entry_id, fence: None })
+                    .await?;
                 match f.response {
                     Response::Read { entry: Some(bytes), .. } if f.status == Status::Ok => {
                         Ok(bytes)
@@ -692,13 +717,8 @@ impl LedgerClient {
         entry_id: EntryId,
         key: MasterKey,
     ) -> Answer {
-        let result = async {
-            let c = self.pool.get(bookie).await?;
-            Ok::<_, LedgerError>(
-                c.request(Request::Read { ledger_id, entry_id, fence: Some(key) }).await?,
-            )
-        }
-        .await;
+        let result =
+            self.call(bookie, Request::Read { ledger_id, entry_id, fence: Some(key) }).await;
         match result {
             Ok(f) => match (f.status, f.response) {
                 (Status::Ok, Response::Read { entry: Some(bytes), .. }) => {
@@ -866,18 +886,9 @@ impl LedgerClient {
         let mut failures = Vec::new();
         for i in 0..w {
             let b = &ensemble[((entry_id + i as i64) % ensemble.len() as i64) as usize];
-            let r = async {
-                let c = self.pool.get(b).await?;
-                Ok::<_, LedgerError>(
-                    c.request(Request::Add {
-                        master_key: key,
-                        recovery: true,
-                        entry: entry.as_bytes().clone(),
-                    })
-                    .await?,
-                )
-            }
-            .await;
+            let add =
+                Request::Add { master_key: key, recovery: true, entry: entry.as_bytes().clone() };
+            let r = self.call(b, add).await;
             match r {
                 Ok(f) if f.status == Status::Ok => oks += 1,
                 Ok(f) => failures.push(format!("{b}: {}", f.status.name())),
