@@ -145,6 +145,11 @@ impl LedgerClient {
         Ok(LedgerWriter::new(id, master_key(&opts.password), metadata, bookies, self.clone()))
     }
 
+    /// Ids of the bookies registered as writable.
+    pub async fn writable_bookies(&self) -> Result<Vec<String>> {
+        self.pool.writable().await
+    }
+
     pub async fn metadata(&self, ledger_id: LedgerId) -> Result<LedgerMetadata> {
         let key = self.keys.ledger(ledger_id);
         let v = self.meta.get(&key).await?.ok_or(LedgerError::NoSuchLedger(ledger_id))?;
@@ -798,6 +803,9 @@ impl LedgerClient {
         }
         // 3. Start after the LAC, and never before the last fragment (BookKeeper #2615).
         lac = lac.max(first - 1);
+        // Where write-backs go; replaced bookies start new fragments, recorded at close.
+        let mut write_ensemble = ensemble.clone();
+        let mut fragments: BTreeMap<EntryId, Vec<String>> = BTreeMap::new();
         let mut last_length = None;
 
         // 4–5. Read forward with fencing reads (BookKeeper #2614); write back positives.
@@ -822,7 +830,8 @@ impl LedgerClient {
                 }
             }
             if let Some(entry) = found {
-                self.write_back(ledger_id, key, &ensemble, w, a, &entry).await?;
+                self.write_back(ledger_id, key, &mut write_ensemble, &mut fragments, w, a, &entry)
+                    .await?;
                 last_length = Some(entry.header().length);
                 lac = entry_id;
                 entry_id += 1;
@@ -857,6 +866,9 @@ impl LedgerClient {
                 m.state = LedgerState::Closed;
                 m.last_entry_id = lac;
                 m.length = length;
+                for (start, ensemble) in fragments.range(..=lac) {
+                    m.ensembles.insert(*start, ensemble.clone());
+                }
                 Ok(Update::Write(m))
             }
         })
@@ -872,27 +884,64 @@ impl LedgerClient {
 
     /// Re-adds a recovered entry to its write set with the recovery flag (which passes the
     /// fence) and waits for the ack quorum.
+    /// Re-adds a recovered entry to its write set with the recovery flag (which passes the
+    /// fence) and waits for every position to take it. A bookie that fails is replaced in
+    /// the recovery's own ensemble (BookKeeper's `newEnsemblesFromRecovery`): the new
+    /// fragment starts at this entry and is written to the metadata when the ledger closes.
     async fn write_back(
         &self,
         ledger_id: LedgerId,
         key: MasterKey,
-        ensemble: &[String],
+        ensemble: &mut Vec<String>,
+        fragments: &mut BTreeMap<EntryId, Vec<String>>,
         w: usize,
         a: usize,
         entry: &Entry,
     ) -> Result<()> {
         let entry_id = entry.entry_id();
+        let e = ensemble.len() as i64;
         let mut oks = 0;
         let mut failures = Vec::new();
         for i in 0..w {
-            let b = &ensemble[((entry_id + i as i64) % ensemble.len() as i64) as usize];
-            let add =
-                Request::Add { master_key: key, recovery: true, entry: entry.as_bytes().clone() };
-            let r = self.call(b, add).await;
-            match r {
-                Ok(f) if f.status == Status::Ok => oks += 1,
-                Ok(f) => failures.push(format!("{b}: {}", f.status.name())),
-                Err(e) => failures.push(format!("{b}: {e}")),
+            let pos = ((entry_id + i as i64) % e) as usize;
+            // Each position gets a few chances: the bookie, then replacements.
+            for _ in 0..3 {
+                let b = ensemble[pos].clone();
+                let add = Request::Add {
+                    master_key: key,
+                    recovery: true,
+                    entry: entry.as_bytes().clone(),
+                };
+                match self.call(&b, add).await {
+                    Ok(f) if f.status == Status::Ok => {
+                        oks += 1;
+                        break;
+                    }
+                    Ok(f) if matches!(f.status, Status::Unauthorized) => {
+                        return Err(LedgerError::Unauthorized(ledger_id));
+                    }
+                    other => {
+                        let why = match other {
+                            Ok(f) => f.status.name().to_string(),
+                            Err(e) => e.to_string(),
+                        };
+                        failures.push(format!("{b}: {why}"));
+                        let spare: Vec<String> = self
+                            .pool
+                            .writable()
+                            .await?
+                            .into_iter()
+                            .filter(|x| !ensemble.contains(x))
+                            .collect();
+                        if spare.is_empty() {
+                            break;
+                        }
+                        let pick = spare[rand::random_range(0..spare.len())].clone();
+                        tracing::info!(ledger = ledger_id, failed = %b, replacement = %pick, from_entry = entry_id, "recovery replaces a bookie");
+                        ensemble[pos] = pick;
+                        fragments.insert(entry_id, ensemble.clone());
+                    }
+                }
             }
         }
         if oks >= a {

@@ -74,7 +74,9 @@ async fn run(seed: u64) {
                 tokio::time::sleep(Duration::from_millis(rng.random_range(100..600))).await;
                 c.nodes[n].link.set_fault(Fault::Pass);
             }
-            2 => c.nodes[n].link.set_fault(Fault::Delay(Duration::from_millis(rng.random_range(5..30)))),
+            2 => c.nodes[n]
+                .link
+                .set_fault(Fault::Delay(Duration::from_millis(rng.random_range(5..30)))),
             _ => {
                 c.nodes[n].link.set_fault(Fault::Cut);
                 tokio::time::sleep(Duration::from_millis(rng.random_range(5..50))).await;
@@ -88,7 +90,10 @@ async fn run(seed: u64) {
         writer.abort();
         let _ = writer.await;
     } else {
-        tokio::time::timeout(Duration::from_secs(120), writer).await.expect("writer finishes").unwrap();
+        tokio::time::timeout(Duration::from_secs(120), writer)
+            .await
+            .expect("writer finishes")
+            .unwrap();
     }
     let mut acked = Vec::new();
     while let Ok(a) = rx.try_recv() {
@@ -102,17 +107,30 @@ async fn run(seed: u64) {
         let meta = c.meta.clone();
         c.nodes[n].restart(&meta).await;
     }
-    let recoverer = LedgerClient::new(c.meta.clone(), Keys::default()).with_request_timeout(Duration::from_secs(2));
-    let r = recoverer.recover(w.id()).await.unwrap_or_else(|e| panic!("seed {seed}: recovery failed: {e}"));
+    let recoverer = LedgerClient::new(c.meta.clone(), Keys::default())
+        .with_request_timeout(Duration::from_secs(2));
+    let r = recoverer
+        .recover(w.id())
+        .await
+        .unwrap_or_else(|e| panic!("seed {seed}: recovery failed: {e}"));
     let last = r.last_entry_id().unwrap();
     for (id, i) in &acked {
-        assert!(*id <= last, "seed {seed}: acknowledged entry {id} is past the recovered end {last}");
-        let got = r.read(*id).await.unwrap_or_else(|e| panic!("seed {seed}: acknowledged entry {id} unreadable: {e}"));
+        assert!(
+            *id <= last,
+            "seed {seed}: acknowledged entry {id} is past the recovered end {last}"
+        );
+        let got = r
+            .read(*id)
+            .await
+            .unwrap_or_else(|e| panic!("seed {seed}: acknowledged entry {id} unreadable: {e}"));
         assert_eq!(got.payload(), &payload(*i)[..], "seed {seed}: entry {id} differs");
     }
     let zombie = w.add(b"zombie").await;
     assert!(
-        matches!(zombie, Err(LedgerError::Fenced(_) | LedgerError::WriterFailed(..) | LedgerError::Closed(_))),
+        matches!(
+            zombie,
+            Err(LedgerError::Fenced(_) | LedgerError::WriterFailed(..) | LedgerError::Closed(_))
+        ),
         "seed {seed}: the old writer added after recovery: {zombie:?}"
     );
     println!(

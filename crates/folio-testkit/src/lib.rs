@@ -82,7 +82,11 @@ impl FaultyLink {
 
 /// Copies bytes one way, obeying the link's fault; returns when either side closes or the
 /// link is cut.
-async fn pump(mut from: impl AsyncReadExt + Unpin, mut to: impl AsyncWriteExt + Unpin, mut fault: watch::Receiver<Fault>) {
+async fn pump(
+    mut from: impl AsyncReadExt + Unpin,
+    mut to: impl AsyncWriteExt + Unpin,
+    mut fault: watch::Receiver<Fault>,
+) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = tokio::select! {
@@ -144,7 +148,10 @@ impl Cluster {
         let mut nodes = Vec::new();
         for i in 0..n {
             let link = FaultyLink::start().await;
-            let mut config = BookieConfig::new(dir.path().join(format!("bookie-{i}")), "127.0.0.1:0".parse().expect("addr"));
+            let mut config = BookieConfig::new(
+                dir.path().join(format!("bookie-{i}")),
+                "127.0.0.1:0".parse().expect("addr"),
+            );
             config.bookie_id = Some(format!("bookie-{i}"));
             config.advertised_address = Some(link.addr().to_string());
             config.storage.write_cache_bytes = 16 * 1024 * 1024;

@@ -3,7 +3,9 @@
 mod bench;
 mod bookie_cmd;
 mod debug;
+mod http;
 mod inspect;
+mod ledger_cmd;
 mod standalone;
 
 use std::process::ExitCode;
@@ -24,6 +26,8 @@ struct Cli {
 enum Command {
     /// Run a storage node (bookie); `format` and `inspect` manage its data dirs.
     Bookie(Box<bookie_cmd::Args>),
+    /// Create, write, read, recover, delete, list and inspect ledgers in a cluster.
+    Ledger(ledger_cmd::Args),
     /// Run Folio in one process with embedded defaults.
     Standalone(standalone::Args),
     /// Benchmarks; each prints key=value figures and ratios against a baseline measured in
@@ -49,6 +53,7 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Bookie(args) => bookie_cmd::run(*args),
+        Command::Ledger(args) => ledger_cmd::run(args),
         Command::Standalone(args) => standalone::run(args),
         Command::Bench { what } => bench::run(what),
         Command::Debug { what } => debug::run(what),

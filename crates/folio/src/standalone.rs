@@ -1,27 +1,39 @@
 //! `folio standalone`: everything in one process on embedded defaults.
 //!
-//! Today that is the embedded metadata store and one bookie serving the wire protocol on
-//! `--listen`. It recovers after a crash (journal replay), and on Ctrl-C flushes,
-//! checkpoints and shuts down cleanly. Further bookies, the HTTP endpoint and the Kafka
-//! listener join this process as their layers land (see ARCHITECTURE.md).
+//! Today: the embedded metadata store, `--bookies N` bookies serving the wire protocol on
+//! consecutive ports from `--listen`, and an HTTP endpoint (`/health`, `/metrics`). Ledgers
+//! created here default to E = Qw = Qa = 1 with one bookie and E = 3, Qw = 2, Qa = 2 with
+//! three or more (see `folio ledger`). It recovers after a crash (journal replay per bookie)
+//! and on Ctrl-C flushes, checkpoints and shuts down cleanly. The Kafka listener joins this
+//! process with the broker (see ARCHITECTURE.md).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use folio_bookie::bookie::{Bookie, BookieConfig};
+use tokio::sync::RwLock;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Where all data lives: `metadata/` and `bookie-0/` (journal, entry logs, index).
+    /// Where all data lives: `metadata/` and `bookie-<i>/` (journal, entry logs, index).
     #[arg(long, default_value = "./folio-data")]
     data_dir: PathBuf,
-    /// Where the bookie listens.
+    /// How many bookies to run.
+    #[arg(long, default_value_t = 1)]
+    bookies: u16,
+    /// Where the first bookie listens; bookie i uses the port + i (port 0: any free ports).
     #[arg(long, default_value = "127.0.0.1:3181")]
     listen: SocketAddr,
+    /// Health and Prometheus metrics endpoint.
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    http: SocketAddr,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
+    if args.bookies == 0 {
+        return Err("--bookies must be at least 1".into());
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -30,24 +42,51 @@ pub fn run(args: Args) -> Result<(), String> {
         let meta_dir = args.data_dir.join("metadata");
         std::fs::create_dir_all(&meta_dir)
             .map_err(|e| format!("creating {}: {e}", meta_dir.display()))?;
-        let meta = folio_meta::embedded::EmbeddedStore::open(&meta_dir)
-            .map_err(|e| format!("opening metadata in {}: {e}", meta_dir.display()))?;
-        let mut config = BookieConfig::new(args.data_dir.join("bookie-0"), args.listen);
-        config.bookie_id = Some("bookie-0".into());
-        let bookie = Bookie::start(config, Arc::new(meta)).await.map_err(|e| e.to_string())?;
-        let r = bookie.storage().recovery_report();
+        let meta = Arc::new(
+            folio_meta::embedded::EmbeddedStore::open(&meta_dir)
+                .map_err(|e| format!("opening metadata in {}: {e}", meta_dir.display()))?,
+        );
+        let http = crate::http::bind(args.http).await?;
+        let bookies: crate::http::Bookies = Arc::new(RwLock::new(Vec::new()));
+        for i in 0..args.bookies {
+            let mut listen = args.listen;
+            if listen.port() != 0 {
+                listen.set_port(listen.port() + i);
+            }
+            let mut config = BookieConfig::new(args.data_dir.join(format!("bookie-{i}")), listen);
+            config.bookie_id = Some(format!("bookie-{i}"));
+            let b = Bookie::start(config, meta.clone())
+                .await
+                .map_err(|e| format!("bookie-{i}: {e}"))?;
+            let r = b.storage().recovery_report();
+            tracing::info!(
+                bookie = b.id(),
+                addr = %b.addr(),
+                ledgers = r.n_ledgers,
+                journal_records_replayed = r.journal.n_records,
+                unclean_shutdown = b.unclean_shutdown(),
+                "bookie up"
+            );
+            bookies.write().await.push(b);
+        }
+        let http_task = tokio::spawn(crate::http::serve(http, bookies.clone()));
         tracing::info!(
             data_dir = %args.data_dir.display(),
-            bookie = %bookie.addr(),
-            ledgers = r.n_ledgers,
-            journal_records_replayed = r.journal.n_records,
-            unclean_shutdown = bookie.unclean_shutdown(),
-            "folio standalone up: embedded metadata + 1 bookie; Ctrl-C to stop"
+            bookies = args.bookies,
+            http = %args.http,
+            "folio standalone up: embedded metadata + {} bookie(s); Ctrl-C to stop",
+            args.bookies
         );
         tokio::signal::ctrl_c().await.map_err(|e| format!("waiting for Ctrl-C: {e}"))?;
         tracing::info!("shutting down: flushing and checkpointing");
-        bookie.shutdown().await.map_err(|e| format!("clean shutdown failed: {e}"))?;
-        tracing::info!("stopped cleanly");
-        Ok(())
+        http_task.abort();
+        let mut result = Ok(());
+        for b in bookies.write().await.drain(..) {
+            if let Err(e) = b.shutdown().await {
+                result = Err(format!("clean shutdown failed: {e}"));
+            }
+        }
+        tracing::info!("stopped");
+        result
     })
 }
