@@ -694,6 +694,17 @@ impl LedgerReader {
     }
 }
 
+/// Where a recovery writes entries back, and the fragments its bookie replacements started.
+#[derive(Debug)]
+struct WriteBack {
+    ledger_id: LedgerId,
+    key: MasterKey,
+    ensemble: Vec<String>,
+    fragments: BTreeMap<EntryId, Vec<String>>,
+    w: usize,
+    a: usize,
+}
+
 /// What one bookie said about an entry during recovery.
 #[derive(Debug)]
 enum Answer {
@@ -804,8 +815,14 @@ impl LedgerClient {
         // 3. Start after the LAC, and never before the last fragment (BookKeeper #2615).
         lac = lac.max(first - 1);
         // Where write-backs go; replaced bookies start new fragments, recorded at close.
-        let mut write_ensemble = ensemble.clone();
-        let mut fragments: BTreeMap<EntryId, Vec<String>> = BTreeMap::new();
+        let mut target = WriteBack {
+            ledger_id,
+            key,
+            ensemble: ensemble.clone(),
+            fragments: BTreeMap::new(),
+            w,
+            a,
+        };
         let mut last_length = None;
 
         // 4–5. Read forward with fencing reads (BookKeeper #2614); write back positives.
@@ -830,8 +847,7 @@ impl LedgerClient {
                 }
             }
             if let Some(entry) = found {
-                self.write_back(ledger_id, key, &mut write_ensemble, &mut fragments, w, a, &entry)
-                    .await?;
+                self.write_back(&mut target, &entry).await?;
                 last_length = Some(entry.header().length);
                 lac = entry_id;
                 entry_id += 1;
@@ -866,7 +882,7 @@ impl LedgerClient {
                 m.state = LedgerState::Closed;
                 m.last_entry_id = lac;
                 m.length = length;
-                for (start, ensemble) in fragments.range(..=lac) {
+                for (start, ensemble) in target.fragments.range(..=lac) {
                     m.ensembles.insert(*start, ensemble.clone());
                 }
                 Ok(Update::Write(m))
@@ -888,16 +904,9 @@ impl LedgerClient {
     /// fence) and waits for every position to take it. A bookie that fails is replaced in
     /// the recovery's own ensemble (BookKeeper's `newEnsemblesFromRecovery`): the new
     /// fragment starts at this entry and is written to the metadata when the ledger closes.
-    async fn write_back(
-        &self,
-        ledger_id: LedgerId,
-        key: MasterKey,
-        ensemble: &mut Vec<String>,
-        fragments: &mut BTreeMap<EntryId, Vec<String>>,
-        w: usize,
-        a: usize,
-        entry: &Entry,
-    ) -> Result<()> {
+    async fn write_back(&self, t: &mut WriteBack, entry: &Entry) -> Result<()> {
+        let WriteBack { ledger_id, key, ensemble, fragments, w, a } = t;
+        let (ledger_id, key, w, a) = (*ledger_id, *key, *w, *a);
         let entry_id = entry.entry_id();
         let e = ensemble.len() as i64;
         let mut oks = 0;

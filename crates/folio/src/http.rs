@@ -13,6 +13,9 @@ use tokio::sync::RwLock;
 
 pub type Bookies = Arc<RwLock<Vec<Bookie>>>;
 
+/// A metric: name, help text, and how to read it from one bookie.
+type Metric<'a> = (&'a str, &'a str, &'a dyn Fn(&Bookie) -> u64);
+
 /// Serves until the task is dropped.
 pub async fn serve(listener: TcpListener, bookies: Bookies) {
     while let Ok((mut stream, _)) = listener.accept().await {
@@ -49,7 +52,7 @@ async fn health(bookies: &Bookies) -> (&'static str, String) {
 async fn metrics(bookies: &Bookies) -> String {
     let b = bookies.read().await;
     let mut out = String::new();
-    let gauges: [(&str, &str, &dyn Fn(&Bookie) -> u64); 7] = [
+    let gauges: [Metric; 7] = [
         ("folio_bookie_requests_total", "Requests served.", &|b| {
             b.stats().requests.load(Ordering::Relaxed)
         }),

@@ -55,7 +55,8 @@ async fn d1_three_bookie_processes_on_etcd_one_sigkilled_during_writes() {
     let mut procs: Vec<Option<Proc>> = (0..3)
         .map(|i| Some(start_bookie(tmp.path(), &format!("bookie-{i}"), &etcd, &root)))
         .collect();
-    let meta = Arc::new(folio_meta::etcd::EtcdStore::connect(&[etcd.clone()]).await.unwrap());
+    let meta =
+        Arc::new(folio_meta::etcd::EtcdStore::connect(std::slice::from_ref(&etcd)).await.unwrap());
     let client = LedgerClient::new(meta.clone(), Keys::new(root.clone()))
         .with_request_timeout(Duration::from_secs(1));
     let w = Arc::new(client.create(CreateOptions::new(3, 2, 2)).await.unwrap());
