@@ -11,7 +11,7 @@
 //! explicit LAC on an interval, speculative reads, long-poll tailing. Until then a failed
 //! add breaks the writer: every later add fails with `WriterFailed`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -69,17 +69,44 @@ pub struct LedgerClient {
     /// How long one request to one bookie may take before that bookie counts as failed
     /// for it (BookKeeper's `addEntryTimeoutSec` / `readEntryTimeout`, 5 s).
     request_timeout: std::time::Duration,
+    /// A read asks the next replica too when one has not answered within this (2 s).
+    speculative_read_timeout: std::time::Duration,
+    /// Writers send the LAC to their ensemble this often when it moved and no add carried
+    /// it (`None`: only piggybacked on adds).
+    explicit_lac_interval: Option<std::time::Duration>,
 }
 
 impl LedgerClient {
     pub fn new(meta: Arc<dyn MetadataStore>, keys: Keys) -> LedgerClient {
         let pool = Arc::new(BookiePool::new(meta.clone(), keys.clone(), 4096));
-        LedgerClient { meta, keys, pool, request_timeout: REQUEST_TIMEOUT }
+        LedgerClient {
+            meta,
+            keys,
+            pool,
+            request_timeout: REQUEST_TIMEOUT,
+            speculative_read_timeout: std::time::Duration::from_secs(2),
+            explicit_lac_interval: Some(std::time::Duration::from_secs(1)),
+        }
     }
 
     /// The same client with another per-request timeout.
     pub fn with_request_timeout(mut self, timeout: std::time::Duration) -> LedgerClient {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// The same client with another speculative read timeout.
+    pub fn with_speculative_read_timeout(mut self, timeout: std::time::Duration) -> LedgerClient {
+        self.speculative_read_timeout = timeout;
+        self
+    }
+
+    /// The same client with another explicit-LAC interval (`None` turns it off).
+    pub fn with_explicit_lac_interval(
+        mut self,
+        interval: Option<std::time::Duration>,
+    ) -> LedgerClient {
+        self.explicit_lac_interval = interval;
         self
     }
 
@@ -253,10 +280,11 @@ impl LedgerWriter {
             change_lock: tokio::sync::Mutex::new(()),
             client,
         };
-        LedgerWriter {
-            inner: Arc::new(inner),
-            slots: Arc::new(Semaphore::new(OUTSTANDING_ADDS_MAX)),
+        let inner = Arc::new(inner);
+        if let Some(interval) = inner.client.explicit_lac_interval {
+            tokio::spawn(explicit_lac(Arc::downgrade(&inner), interval));
         }
+        LedgerWriter { inner, slots: Arc::new(Semaphore::new(OUTSTANDING_ADDS_MAX)) }
     }
 
     pub fn id(&self) -> LedgerId {
@@ -376,6 +404,35 @@ impl LedgerWriter {
             Err(folio_meta::MetaError::Conflict { .. }) => Err(LedgerError::Fenced(id)),
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+/// Sends the LAC to the ensemble whenever it moved since the last time, so tailing readers
+/// see the last entries even when no later add piggybacks them. Ends with the writer.
+async fn explicit_lac(writer: std::sync::Weak<WriterInner>, interval: std::time::Duration) {
+    let mut sent = INVALID_ENTRY_ID;
+    loop {
+        tokio::time::sleep(interval).await;
+        let Some(w) = writer.upgrade() else { return };
+        let (lac, done) = {
+            let st = w.state.lock().expect("writer lock");
+            (st.lac, st.closed || st.failed.is_some())
+        };
+        if done {
+            return;
+        }
+        if lac <= sent {
+            continue;
+        }
+        let ensemble: Vec<String> =
+            w.ensemble.lock().expect("ensemble lock").iter().map(|(b, _)| b.clone()).collect();
+        for b in ensemble {
+            let request = Request::WriteLac { ledger_id: w.id, lac, master_key: w.key };
+            if let Err(e) = w.client.call(&b, request).await {
+                tracing::debug!(ledger = w.id, bookie = %b, error = %e, "explicit LAC not delivered");
+            }
+        }
+        sent = lac;
     }
 }
 
@@ -658,39 +715,100 @@ impl LedgerReader {
         }
         let ensemble = self.metadata.ensemble_for(entry_id);
         let (e, w) = (ensemble.len() as i64, self.metadata.write_quorum as i64);
-        let mut errors: HashMap<String, String> = HashMap::new();
-        for i in 0..w {
-            let bookie = &ensemble[((entry_id + i) % e) as usize];
-            let result = async {
-                let f = self
-                    .client
-                    .call(bookie, Request::Read { ledger_id: self.id, entry_id, fence: None })
-                    .await?;
-                match f.response {
-                    Response::Read { entry: Some(bytes), .. } if f.status == Status::Ok => {
-                        Ok(bytes)
+        let replicas: Vec<String> =
+            (0..w).map(|i| ensemble[((entry_id + i) % e) as usize].clone()).collect();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(replicas.len());
+        let attempt = |bookie: String| {
+            let (client, tx, id) = (self.client.clone(), tx.clone(), self.id);
+            tokio::spawn(async move {
+                let r = client.read_one(&bookie, id, entry_id).await;
+                let _ = tx.send((bookie, r)).await;
+            });
+        };
+        let (mut next, mut outstanding) = (1, 1);
+        attempt(replicas[0].clone());
+        let mut errors: Vec<String> = Vec::new();
+        loop {
+            tokio::select! {
+                Some((bookie, r)) = rx.recv() => {
+                    outstanding -= 1;
+                    match r {
+                        Ok(entry) => return Ok(entry),
+                        Err(e) => errors.push(format!("{bookie}: {e}")),
                     }
-                    _ => Err(LedgerError::ReadFailed {
-                        ledger_id: self.id,
-                        entry_id,
-                        detail: f.status.name().to_string(),
-                    }),
+                    if next < replicas.len() {
+                        attempt(replicas[next].clone());
+                        next += 1;
+                        outstanding += 1;
+                    } else if outstanding == 0 {
+                        break;
+                    }
+                }
+                // Speculative read: the next replica, without waiting for this one.
+                () = tokio::time::sleep(self.client.speculative_read_timeout), if next < replicas.len() => {
+                    attempt(replicas[next].clone());
+                    next += 1;
+                    outstanding += 1;
                 }
             }
-            .await;
-            match result.map(Entry::decode) {
-                Ok(Ok(entry)) if entry.ledger_id() == self.id && entry.entry_id() == entry_id => {
-                    return Ok(entry);
-                }
-                Ok(Ok(_)) => errors.insert(bookie.clone(), "returned another entry".into()),
-                Ok(Err(e)) => errors.insert(bookie.clone(), format!("bad copy: {e}")),
-                Err(e) => errors.insert(bookie.clone(), e.to_string()),
-            };
         }
-        let mut detail: Vec<String> =
-            errors.into_iter().map(|(b, e)| format!("{b}: {e}")).collect();
-        detail.sort();
-        Err(LedgerError::ReadFailed { ledger_id: self.id, entry_id, detail: detail.join("; ") })
+        errors.sort();
+        Err(LedgerError::ReadFailed { ledger_id: self.id, entry_id, detail: errors.join("; ") })
+    }
+
+    /// Waits until the LAC passes `after` (tailing a ledger that is still written), polling
+    /// every `poll`; returns the new LAC, or the last entry if the ledger got closed.
+    pub async fn wait_for_lac(
+        &mut self,
+        after: EntryId,
+        poll: std::time::Duration,
+    ) -> Result<EntryId> {
+        loop {
+            let lac = self.read_lac().await?;
+            if lac > after {
+                return Ok(lac);
+            }
+            self.metadata = self.client.metadata(self.id).await?;
+            if let Some(last) = self.last_entry_id() {
+                return Ok(last);
+            }
+            tokio::time::sleep(poll).await;
+        }
+    }
+}
+
+impl LedgerClient {
+    /// One entry from one bookie, verified (digest, ledger and entry ids).
+    async fn read_one(
+        &self,
+        bookie: &str,
+        ledger_id: LedgerId,
+        entry_id: EntryId,
+    ) -> Result<Entry> {
+        let f = self.call(bookie, Request::Read { ledger_id, entry_id, fence: None }).await?;
+        let bytes = match f.response {
+            Response::Read { entry: Some(bytes), .. } if f.status == Status::Ok => bytes,
+            _ => {
+                return Err(LedgerError::ReadFailed {
+                    ledger_id,
+                    entry_id,
+                    detail: f.status.name().to_string(),
+                });
+            }
+        };
+        match Entry::decode(bytes) {
+            Ok(e) if e.ledger_id() == ledger_id && e.entry_id() == entry_id => Ok(e),
+            Ok(_) => Err(LedgerError::ReadFailed {
+                ledger_id,
+                entry_id,
+                detail: "returned another entry".into(),
+            }),
+            Err(e) => Err(LedgerError::ReadFailed {
+                ledger_id,
+                entry_id,
+                detail: format!("bad copy: {e}"),
+            }),
+        }
     }
 }
 

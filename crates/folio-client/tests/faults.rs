@@ -148,3 +148,26 @@ async fn d1_d3_writes_survive_seeded_kills_partitions_delays_and_cuts() {
         run(seed).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_speculative_read_answers_while_the_first_replica_is_partitioned() {
+    let mut c = Cluster::start(3).await;
+    // Requests never time out here: only speculation can get past a held replica.
+    let client = LedgerClient::new(c.meta.clone(), Keys::default())
+        .with_request_timeout(Duration::from_secs(600))
+        .with_speculative_read_timeout(Duration::from_millis(50));
+    let w = client.create(CreateOptions::new(3, 3, 2)).await.unwrap();
+    for i in 0..10 {
+        w.add(&payload(i)).await.unwrap();
+    }
+    w.close().await.unwrap();
+    let r = client.open(w.id()).await.unwrap();
+    let first = w.metadata().ensembles[&0][0].clone();
+    c.node(&first).link.set_fault(Fault::Hold);
+    let e = tokio::time::timeout(Duration::from_secs(30), r.read(0))
+        .await
+        .expect("read answered")
+        .unwrap();
+    assert_eq!(e.payload(), &payload(0)[..]);
+    c.node(&first).link.set_fault(Fault::Pass);
+}

@@ -378,3 +378,43 @@ async fn bk_2615_recovery_never_starts_before_the_last_fragment() {
         assert_eq!(r.read(i as i64).await.unwrap().payload(), &payload(i)[..]);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explicit_lac_lets_a_tailing_reader_see_the_last_entry() {
+    let c = cluster(3, &[]).await;
+    let meta = c.meta.clone();
+    let writer_client = LedgerClient::new(meta.clone(), Keys::default())
+        .with_explicit_lac_interval(Some(std::time::Duration::from_millis(20)));
+    let w = writer_client.create(CreateOptions::new(3, 2, 2)).await.unwrap();
+    let reader_client = LedgerClient::new(meta, Keys::default());
+    let mut r = reader_client.open(w.id()).await.unwrap();
+    for i in 0..5 {
+        w.add(&payload(i)).await.unwrap();
+    }
+    // Piggybacked LACs alone say 3 (entry 4 carries LAC 3); the explicit LAC says 4.
+    let lac = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        r.wait_for_lac(3, std::time::Duration::from_millis(5)),
+    )
+    .await
+    .expect("the explicit LAC arrives")
+    .unwrap();
+    assert_eq!(lac, 4);
+    assert_eq!(r.read(4).await.unwrap().payload(), &payload(4)[..]);
+    // Once closed, the tailing reader learns the end from the metadata.
+    w.close().await.unwrap();
+    assert_eq!(r.wait_for_lac(4, std::time::Duration::from_millis(5)).await.unwrap(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_explicit_lac_the_last_entry_stays_unconfirmed_to_readers() {
+    let c = cluster(3, &[]).await;
+    let client =
+        LedgerClient::new(c.meta.clone(), Keys::default()).with_explicit_lac_interval(None);
+    let w = client.create(CreateOptions::new(3, 2, 2)).await.unwrap();
+    for i in 0..5 {
+        w.add(&payload(i)).await.unwrap();
+    }
+    let r = client.open(w.id()).await.unwrap();
+    assert_eq!(r.read_lac().await.unwrap(), 3, "only the piggybacked LAC is known");
+}
