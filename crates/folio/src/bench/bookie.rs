@@ -49,7 +49,7 @@ pub fn run(args: Args) -> Result<(), String> {
     rt.block_on(run_async(args))
 }
 
-fn pct(sorted: &[u64], p: f64) -> u64 {
+pub(crate) fn pct(sorted: &[u64], p: f64) -> u64 {
     sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0)
 }
 
@@ -134,7 +134,7 @@ async fn phase(
 }
 
 /// O_DIRECT append + fdatasync of `batch` bytes: MB/s, commits/s, fdatasync p99 (µs).
-fn append_sync_baseline(
+pub(crate) fn append_sync_baseline(
     path: &std::path::Path,
     batch: usize,
     d: Duration,

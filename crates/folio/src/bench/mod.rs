@@ -2,6 +2,7 @@
 //! every comparison as `ratio_vs_<baseline>=<x>` with the baseline measured in the same run.
 
 mod bookie;
+mod ledger;
 mod meta;
 mod storage;
 
@@ -15,6 +16,8 @@ pub enum Bench {
     Meta(meta::Args),
     /// One bookie over loopback against the raw disk: entries/s, MB/s, latency.
     Bookie(bookie::Args),
+    /// Replicated ledger writes (3 bookies, E=3 Qw=2 Qa=2) against one bookie and the disk.
+    Ledger(ledger::Args),
 }
 
 pub fn run(what: Bench) -> Result<(), String> {
@@ -22,5 +25,6 @@ pub fn run(what: Bench) -> Result<(), String> {
         Bench::Storage(args) => storage::run(args),
         Bench::Meta(args) => meta::run(args),
         Bench::Bookie(args) => bookie::run(args),
+        Bench::Ledger(args) => ledger::run(args),
     }
 }
