@@ -4,8 +4,8 @@
 //! keeps adds in flight while a seeded fault driver kills bookies, partitions links (hold),
 //! delays and cuts them; in half the seeds the writer then dies with adds in flight. Then
 //! everything heals, killed bookies restart on their dirs, and a
-//! new client recovers the ledger. Checked: every acknowledged entry is at or below the
-//! recovered end and reads back byte-identical; the old writer never adds again.
+//! two clients recover the ledger at once. Checked: they agree on the end; every acknowledged
+//! entry is at or below it and reads back byte-identical; the old writer never adds again.
 //!
 //! The fault schedule is a function of the seed (printed on failure); thread timing is not,
 //! so a replay reproduces the schedule, not every interleaving. Run more seeds with
@@ -170,4 +170,49 @@ async fn a_speculative_read_answers_while_the_first_replica_is_partitioned() {
         .unwrap();
     assert_eq!(e.payload(), &payload(0)[..]);
     c.node(&first).link.set_fault(Fault::Pass);
+}
+
+/// BookKeeper #2614 ("existing fencing not enough to prevent data loss"): a bookie that
+/// missed the fencing phase, if recovery then read from it without fencing, could answer
+/// "no entry" and afterwards still accept the zombie writer's add, so negative answers were
+/// not final. Recovery reads carry the fence flag: the bookie that answers them is fenced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bk_2614_a_bookie_that_missed_the_fence_is_fenced_by_the_recovery_read() {
+    let mut c = Cluster::start(3).await;
+    let client = LedgerClient::new(c.meta.clone(), Keys::default());
+    let w = client.create(CreateOptions::new(3, 3, 2)).await.unwrap();
+    for i in 0..5 {
+        w.add(&payload(i)).await.unwrap();
+    }
+    let late = w.metadata().ensembles[&0][2].clone();
+    // The recovering client's first connection to `late` (its fencing read) is refused;
+    // its next one (the recovery reads) goes through.
+    c.node(&late).link.drop_next_connections(1);
+    let recoverer = LedgerClient::new(c.meta.clone(), Keys::default())
+        .with_request_timeout(Duration::from_secs(2));
+    let r = recoverer.recover(w.id()).await.unwrap();
+    assert_eq!(r.last_entry_id(), Some(4));
+    // The zombie's add for entry 5 must now be refused by `late` as well.
+    let conn = folio_client::BookieConnection::connect(c.node(&late).link.addr(), 4).await.unwrap();
+    let h = folio_proto::EntryHeader {
+        ledger_id: w.id(),
+        entry_id: 5,
+        last_add_confirmed: 4,
+        length: 0,
+    };
+    let zombie = folio_proto::Entry::encode(h, b"zombie").into_bytes();
+    let key = folio_client::master_key(b"");
+    let f = conn
+        .request(folio_proto::wire::Request::Add {
+            master_key: key,
+            recovery: false,
+            entry: zombie,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        f.status,
+        folio_proto::Status::Fenced,
+        "the bookie that answered a recovery read is fenced"
+    );
 }

@@ -35,6 +35,7 @@ pub struct FaultyLink {
     addr: SocketAddr,
     fault: watch::Sender<Fault>,
     target: Arc<Mutex<Option<SocketAddr>>>,
+    drop_new: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl FaultyLink {
@@ -44,11 +45,23 @@ impl FaultyLink {
         let (fault, fault_rx) = watch::channel(Fault::Pass);
         let target: Arc<Mutex<Option<SocketAddr>>> = Arc::new(Mutex::new(None));
         let accept_target = target.clone();
+        let drop_new = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let accept_drop = drop_new.clone();
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let fault_rx = fault_rx.clone();
                 if *fault_rx.borrow() == Fault::Cut {
                     continue; // dropped: the client sees the connection close
+                }
+                let dropping = accept_drop
+                    .fetch_update(
+                        std::sync::atomic::Ordering::SeqCst,
+                        std::sync::atomic::Ordering::SeqCst,
+                        |n| n.checked_sub(1),
+                    )
+                    .is_ok();
+                if dropping {
+                    continue; // this one connection is refused; later ones pass
                 }
                 let Some(to) = *accept_target.lock().expect("target lock") else { continue };
                 tokio::spawn(async move {
@@ -62,7 +75,7 @@ impl FaultyLink {
                 });
             }
         });
-        FaultyLink { addr, fault, target }
+        FaultyLink { addr, fault, target, drop_new }
     }
 
     /// Where clients connect.
@@ -72,6 +85,11 @@ impl FaultyLink {
 
     pub fn set_target(&self, to: SocketAddr) {
         *self.target.lock().expect("target lock") = Some(to);
+    }
+
+    /// The next `n` new connections are closed at once; existing ones are not touched.
+    pub fn drop_next_connections(&self, n: usize) {
+        self.drop_new.store(n, std::sync::atomic::Ordering::SeqCst);
     }
 
     pub fn set_fault(&self, f: Fault) {

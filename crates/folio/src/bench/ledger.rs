@@ -108,7 +108,7 @@ async fn run_async(args: Args) -> Result<(), String> {
     println!("disk_append_fdatasync_mb_per_s={disk_mb:.1}");
     let (three, b3) = cluster(&tmp.path().join("three"), 3).await?;
     let (one, b1) = cluster(&tmp.path().join("one"), 1).await?;
-    for (entry_bytes, inflight) in [(1024usize, 512usize), (64 * 1024, 64)] {
+    for (entry_bytes, inflight) in [(1024usize, 512usize), (64 * 1024, 256)] {
         let single = measure(&one, CreateOptions::new(1, 1, 1), entry_bytes, inflight, d).await?;
         let repl = measure(&three, CreateOptions::new(3, 2, 2), entry_bytes, inflight, d).await?;
         for (name, r) in [("single", &single), ("replicated_e3_qw2_qa2", &repl)] {
