@@ -117,9 +117,23 @@ impl Queue {
             }
             st = self.work.wait_timeout(st, deadline - now).expect("journal queue lock").0;
         }
-        st.urgent = false;
-        st.bytes = 0;
-        let group: Vec<Request> = st.items.drain(..).map(|(r, _)| r).collect();
+        // Take requests in order up to `group_bytes_max` (always at least one); the rest
+        // waits for the next group, so a group's memory stays bounded.
+        let mut group = Vec::new();
+        let mut bytes = 0;
+        while let Some((req, _)) = st.items.front() {
+            let len = match req {
+                Request::Append(r, _) => record_len(r),
+                _ => 0,
+            };
+            if !group.is_empty() && bytes + len > self.group_bytes_max {
+                break;
+            }
+            bytes += len;
+            group.push(st.items.pop_front().expect("front exists").0);
+        }
+        st.bytes -= bytes.min(st.bytes);
+        st.urgent = st.items.iter().any(|(r, _)| !matches!(r, Request::Append(..)));
         self.room.notify_all();
         group
     }
@@ -513,5 +527,59 @@ impl Writer {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use folio_proto::{Entry, EntryHeader};
+
+    fn queue(group_bytes_max: usize) -> Queue {
+        Queue {
+            state: Mutex::new(QueueState::default()),
+            work: Condvar::new(),
+            room: Condvar::new(),
+            depth_max: 1000,
+            group_bytes_max,
+        }
+    }
+
+    fn append(e: i64) -> Request {
+        let h = EntryHeader { ledger_id: 1, entry_id: e, last_add_confirmed: -1, length: 0 };
+        Request::Append(JournalRecord::Entry(Entry::encode(h, &[0u8; 8 * 1024])), None)
+    }
+
+    #[test]
+    fn a_group_stops_at_its_byte_limit_and_keeps_order() {
+        let q = queue(64 * 1024);
+        for e in 0..64 {
+            q.push(append(e)).unwrap();
+        }
+        q.push(Request::ReleaseBefore(7)).unwrap();
+        let mut seen = Vec::new();
+        let mut groups = 0;
+        while seen.len() < 65 {
+            let group = q.take_group(Duration::ZERO);
+            let bytes: usize = group
+                .iter()
+                .map(|r| match r {
+                    Request::Append(r, _) => record_len(r),
+                    _ => 0,
+                })
+                .sum();
+            assert!(bytes <= 64 * 1024, "a group of {bytes} bytes");
+            for r in group {
+                seen.push(match r {
+                    Request::Append(JournalRecord::Entry(e), _) => e.entry_id(),
+                    _ => -7,
+                });
+            }
+            groups += 1;
+        }
+        let mut expected: Vec<i64> = (0..64).collect();
+        expected.push(-7);
+        assert_eq!(seen, expected, "requests leave in the order they came");
+        assert!(groups >= 9, "{groups} groups for 512 KiB in 64 KiB groups");
     }
 }
