@@ -50,6 +50,7 @@ pub struct BookieConfig {
     pub disk_usage_threshold: f64,
     pub disk_usage_lwm: f64,
     pub inflight_per_connection: usize,
+    pub gc: crate::gc::GcConfig,
 }
 
 impl BookieConfig {
@@ -65,6 +66,7 @@ impl BookieConfig {
             disk_usage_threshold: 0.95,
             disk_usage_lwm: 0.90,
             inflight_per_connection: 10_000,
+            gc: crate::gc::GcConfig::default(),
         }
     }
 
@@ -195,6 +197,7 @@ impl Bookie {
             stats: ServerStats::default(),
         });
         let (stop, stop_rx) = watch::channel(false);
+        let stop_rx_gc = stop_rx.clone();
         let mut tasks =
             vec![tokio::spawn(server::serve(listener, handler.clone(), stop_rx.clone()))];
         tasks.push(tokio::spawn(keep_registered(
@@ -215,6 +218,14 @@ impl Bookie {
             lease.clone(),
             read_only.clone(),
             stop_rx,
+        )));
+        tasks.push(tokio::spawn(run_gc(
+            storage.clone(),
+            meta.clone(),
+            keys.clone(),
+            id.clone(),
+            config.gc.clone(),
+            stop_rx_gc,
         )));
         tracing::info!(bookie = %id, %addr, cluster = %cluster_id, unclean_shutdown, "bookie started");
         Ok(Bookie {
@@ -245,6 +256,18 @@ impl Bookie {
     pub fn is_read_only(&self) -> bool {
         self.read_only.load(Ordering::SeqCst)
     }
+    /// Runs a garbage-collection pass now.
+    pub async fn gc_now(&self) -> Result<crate::gc::GcReport, crate::gc::GcError> {
+        crate::gc::gc_once(
+            &self.storage,
+            self.meta.as_ref(),
+            &self.keys,
+            &self.id,
+            &crate::gc::GcConfig::default(),
+        )
+        .await
+    }
+
     /// Whether this start found the DIRTY marker of an unclean shutdown.
     pub fn unclean_shutdown(&self) -> bool {
         self.unclean_shutdown
@@ -423,6 +446,26 @@ async fn check_cookies(
         ));
     }
     Ok(())
+}
+
+/// Runs GC every `config.interval` until stopped.
+async fn run_gc(
+    storage: Arc<Storage>,
+    meta: Arc<dyn MetadataStore>,
+    keys: Keys,
+    id: String,
+    config: crate::gc::GcConfig,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(config.interval) => {}
+            _ = stop.changed() => return,
+        }
+        if let Err(e) = crate::gc::gc_once(&storage, meta.as_ref(), &keys, &id, &config).await {
+            tracing::warn!(error = %e, "GC pass failed; the next one retries");
+        }
+    }
 }
 
 /// Registers under the writable or read-only key (and removes the other one), on `lease`.

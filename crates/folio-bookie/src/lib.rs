@@ -15,6 +15,7 @@ pub mod entry_log;
 pub mod error;
 mod frame;
 pub mod fs;
+pub mod gc;
 pub mod index;
 pub mod journal;
 mod read_cache;

@@ -290,6 +290,45 @@ impl Storage {
         self.inner.kv.commit(b)
     }
 
+    /// Deletes a sealed entry log that holds no live ledger; returns the bytes freed.
+    ///
+    /// Order matters for L1: the index record goes first, then the file. A crash between
+    /// the two leaves a file the index does not list, which `open` removes; the reverse
+    /// order could leave an index record without its file, which `open` refuses.
+    pub fn delete_entry_log(&self, log_id: u64) -> Result<u64> {
+        self.inner.check_poison()?;
+        let _flush = self.inner.flush.lock().expect("flush lock");
+        let Some(state) = self.inner.kv.get(Table::Meta, &index::elog_key(log_id))? else {
+            return Ok(0);
+        };
+        let state = EntryLogState::decode(&state)?;
+        assert!(state.sealed, "only sealed entry logs are ever deleted");
+        let live: Vec<LedgerId> = {
+            let ledgers = self.inner.lock_ledgers();
+            state.ledgers.iter().map(|(l, _)| *l).filter(|l| ledgers.contains_key(l)).collect()
+        };
+        if !live.is_empty() {
+            return Err(StorageError::BadRequest(format!(
+                "entry log {log_id} still holds live ledgers {live:?}"
+            )));
+        }
+        let mut b = KvBatch::default();
+        b.delete(Table::Meta, index::elog_key(log_id));
+        self.inner.kv.commit(b)?;
+        self.inner.reader.forget(log_id);
+        let path = self.inner.log_dir.join(entry_log::file_name(log_id));
+        self.inner
+            .fs
+            .remove_file(&path)
+            .map_err(|e| StorageError::io(format!("removing {}", path.display()), e))?;
+        self.inner
+            .fs
+            .sync_dir(&self.inner.log_dir)
+            .map_err(|e| StorageError::io("syncing entry log dir", e))?;
+        tracing::info!(log_id, bytes = state.size_bytes, "entry log deleted");
+        Ok(state.size_bytes)
+    }
+
     /// Flushes the write cache and checkpoints the journal now.
     pub fn flush(&self) -> Result<()> {
         self.inner.check_poison()?;

@@ -418,3 +418,26 @@ async fn without_explicit_lac_the_last_entry_stays_unconfirmed_to_readers() {
     let r = client.open(w.id()).await.unwrap();
     assert_eq!(r.read_lac().await.unwrap(), 3, "only the piggybacked LAC is known");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l1_a_deleted_ledger_is_dropped_by_every_bookie_gc() {
+    let c = cluster(3, &[]).await;
+    let client = LedgerClient::new(c.meta.clone(), Keys::default());
+    let keep = client.create(CreateOptions::new(3, 3, 2)).await.unwrap();
+    let gone = client.create(CreateOptions::new(3, 3, 2)).await.unwrap();
+    for i in 0..20 {
+        keep.add(&payload(i)).await.unwrap();
+        gone.add(&payload(i)).await.unwrap();
+    }
+    keep.close().await.unwrap();
+    gone.close().await.unwrap();
+    client.delete(gone.id()).await.unwrap();
+    for b in &c.bookies {
+        let r = b.gc_now().await.unwrap();
+        assert_eq!(r.ledgers_dropped, vec![gone.id()], "bookie {}", b.id());
+        assert!(!b.storage().ledger_exists(gone.id()));
+        assert!(b.storage().ledger_exists(keep.id()));
+    }
+    let r = client.open(keep.id()).await.unwrap();
+    assert_eq!(r.read(19).await.unwrap().payload(), &payload(19)[..]);
+}

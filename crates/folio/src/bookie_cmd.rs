@@ -23,6 +23,7 @@ CONFIG KEYS (TOML file via --config; any key also via --override KEY=VALUE):
   disk_usage_threshold      float    default 0.95 (read-only above it)
   disk_usage_lwm            float    default 0.90 (writable again below it)
   inflight_per_connection   integer  default 10000
+  gc.interval_ms            integer  default 60000
   write_cache_bytes         integer  default 67108864
   write_cache_throttle_ms   integer  default 10000
   entry_log_bytes_max       integer  default 1073741824
@@ -206,6 +207,7 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
             "disk_usage_threshold" => c.disk_usage_threshold = float()?,
             "disk_usage_lwm" => c.disk_usage_lwm = float()?,
             "inflight_per_connection" => c.inflight_per_connection = int()? as usize,
+            "gc.interval_ms" => c.gc.interval = ms(int()?),
             "write_cache_bytes" => c.storage.write_cache_bytes = int()? as usize,
             "write_cache_throttle_ms" => c.storage.write_cache_throttle_max = ms(int()?),
             "entry_log_bytes_max" => c.storage.entry_log_bytes_max = int()?,

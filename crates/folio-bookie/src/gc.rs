@@ -1,0 +1,181 @@
+//! Garbage collection: give the disk back for ledgers that no longer exist (L1), looking at
+//! every sealed entry log whatever the state of the others (L2).
+//!
+//! One pass:
+//! 1. List the metadata store's ledgers. Any error, including one on a later page, ends
+//!    the pass having deleted nothing: a partial listing looks like "everything else was
+//!    deleted", which is how other systems lost live data.
+//! 2. Every local ledger missing from the listing is a candidate. Its metadata is read again
+//!    on its own, and it is dropped only on a definite "does not exist" (a ledger created
+//!    after the listing, or any error, keeps it).
+//! 3. A listed ledger that is closed and whose ensembles no longer include this bookie
+//!    (its copy here is over-replication) is dropped too.
+//! 4. Every sealed entry log (from the index's explicit record, never an id threshold, never
+//!    an active log) whose ledgers are all gone is deleted. The others are reported with the
+//!    live ledgers that pin them and their usage (live bytes / size), from the ledgers map
+//!    persisted at sealing, so no log is rescanned.
+//!
+//! **Architecture invariant:** GC decides from the metadata store and the index only; it
+//! never infers that a log is flushed from its id.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use folio_meta::keys::Keys;
+use folio_meta::records::{LedgerMetadata, LedgerState, Record};
+use folio_meta::{MetaError, MetadataStore};
+use folio_proto::LedgerId;
+
+use crate::error::StorageError;
+use crate::storage::Storage;
+
+#[derive(Debug, Clone)]
+pub struct GcConfig {
+    /// Time between passes.
+    pub interval: std::time::Duration,
+    /// Ledgers per listing page.
+    pub list_page: usize,
+}
+
+impl Default for GcConfig {
+    fn default() -> Self {
+        GcConfig { interval: std::time::Duration::from_secs(60), list_page: 1000 }
+    }
+}
+
+/// A sealed log GC kept, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeptLog {
+    pub log_id: u64,
+    pub size_bytes: u64,
+    pub live_bytes: u64,
+    /// The live ledgers that pin it.
+    pub pinned_by: Vec<LedgerId>,
+}
+
+impl KeptLog {
+    pub fn usage(&self) -> f64 {
+        if self.size_bytes == 0 { 0.0 } else { self.live_bytes as f64 / self.size_bytes as f64 }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GcReport {
+    pub ledgers_dropped: Vec<LedgerId>,
+    pub over_replicated_dropped: Vec<LedgerId>,
+    pub logs_deleted: Vec<u64>,
+    pub bytes_reclaimed: u64,
+    pub logs_kept: Vec<KeptLog>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GcError {
+    #[error("listing ledgers failed, nothing deleted: {0}")]
+    Listing(MetaError),
+    #[error("storage: {0}")]
+    Storage(#[from] StorageError),
+}
+
+/// Lists every ledger id in the metadata store, page by page; any error fails the whole list.
+async fn list_ledgers(
+    meta: &dyn MetadataStore,
+    keys: &Keys,
+    page: usize,
+) -> Result<BTreeSet<LedgerId>, MetaError> {
+    let prefix = keys.ledgers();
+    let mut ids = BTreeSet::new();
+    let mut after: Option<String> = None;
+    loop {
+        let p = meta.list(&prefix, after.as_deref(), page).await?;
+        for v in &p.items {
+            if let Some(id) = keys.parse_ledger(&v.key) {
+                ids.insert(id);
+            }
+        }
+        after = p.items.last().map(|v| v.key.clone());
+        if !p.more {
+            return Ok(ids);
+        }
+    }
+}
+
+fn holds(m: &LedgerMetadata, bookie_id: &str) -> bool {
+    m.ensembles.values().any(|e| e.iter().any(|b| b == bookie_id))
+}
+
+/// One GC pass for the bookie `bookie_id` (see the module docs).
+pub async fn gc_once(
+    storage: &Arc<Storage>,
+    meta: &dyn MetadataStore,
+    keys: &Keys,
+    bookie_id: &str,
+    config: &GcConfig,
+) -> Result<GcReport, GcError> {
+    let local = storage.ledger_ids();
+    let listed = list_ledgers(meta, keys, config.list_page).await.map_err(GcError::Listing)?;
+    let mut report = GcReport::default();
+    for id in local {
+        let key = keys.ledger(id);
+        let drop_reason = if listed.contains(&id) {
+            // Listed: dropped only if closed and no longer ours (over-replicated).
+            match meta.get(&key).await {
+                Ok(Some(v)) => match LedgerMetadata::decode(&key, &v.value) {
+                    Ok(m) if m.state == LedgerState::Closed && !holds(&m, bookie_id) => Some(true),
+                    _ => None,
+                },
+                _ => None,
+            }
+        } else {
+            // Not listed: read it again on its own; only a definite "absent" drops it.
+            match meta.get(&key).await {
+                Ok(None) => Some(false),
+                Ok(Some(_)) => None,
+                Err(e) => {
+                    tracing::warn!(ledger = id, error = %e, "GC could not re-read a candidate; keeping it");
+                    None
+                }
+            }
+        };
+        if let Some(over_replicated) = drop_reason {
+            let s = storage.clone();
+            tokio::task::spawn_blocking(move || s.delete_ledger(id))
+                .await
+                .map_err(|e| StorageError::BadRequest(e.to_string()))??;
+            if over_replicated {
+                report.over_replicated_dropped.push(id);
+            } else {
+                report.ledgers_dropped.push(id);
+            }
+        }
+    }
+    for (log_id, state) in storage.entry_log_states()? {
+        if !state.sealed {
+            continue; // still being written: never a GC candidate
+        }
+        let live: Vec<(LedgerId, u64)> =
+            state.ledgers.iter().copied().filter(|(l, _)| storage.ledger_exists(*l)).collect();
+        if live.is_empty() {
+            let s = storage.clone();
+            let freed = tokio::task::spawn_blocking(move || s.delete_entry_log(log_id))
+                .await
+                .map_err(|e| StorageError::BadRequest(e.to_string()))??;
+            report.logs_deleted.push(log_id);
+            report.bytes_reclaimed += freed;
+        } else {
+            report.logs_kept.push(KeptLog {
+                log_id,
+                size_bytes: state.size_bytes,
+                live_bytes: live.iter().map(|(_, b)| b).sum(),
+                pinned_by: live.into_iter().map(|(l, _)| l).collect(),
+            });
+        }
+    }
+    tracing::info!(
+        dropped = report.ledgers_dropped.len(),
+        over_replicated = report.over_replicated_dropped.len(),
+        logs_deleted = report.logs_deleted.len(),
+        bytes = report.bytes_reclaimed,
+        "GC pass done"
+    );
+    Ok(report)
+}

@@ -1,0 +1,252 @@
+//! Garbage collection (L1 no-leak, L2 gc-never-pinned) against an embedded metadata store.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use folio_bookie::fs::{CrashPlan, FaultFs, FileSystem};
+use folio_bookie::gc::{GcConfig, GcError, gc_once};
+use folio_bookie::index::MemKv;
+use folio_meta::embedded::EmbeddedStore;
+use folio_meta::keys::Keys;
+use folio_meta::records::{DigestType, LedgerMetadata, LedgerState, Record};
+use folio_meta::*;
+
+fn metadata(state: LedgerState, bookies: &[&str]) -> Bytes {
+    LedgerMetadata {
+        ensemble_size: bookies.len() as u16,
+        write_quorum: bookies.len() as u16,
+        ack_quorum: 1,
+        state,
+        last_entry_id: if state == LedgerState::Closed { 0 } else { -1 },
+        length: 0,
+        digest_type: DigestType::Crc32c,
+        password: None,
+        ensembles: [(0, bookies.iter().map(|b| b.to_string()).collect())].into(),
+        custom: BTreeMap::new(),
+        ctime_ms: 0,
+        creator_token: 0,
+    }
+    .encode()
+}
+
+struct Env {
+    _dir: tempfile::TempDir,
+    meta: Arc<EmbeddedStore>,
+    keys: Keys,
+    fs: FaultFs,
+    kv: MemKv,
+}
+
+fn env() -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    let meta = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+    Env { _dir: dir, meta, keys: Keys::default(), fs: FaultFs::new(), kv: MemKv::new() }
+}
+
+async fn create(e: &Env, ledger: u64, state: LedgerState, bookies: &[&str]) {
+    e.meta.put(&e.keys.ledger(ledger), metadata(state, bookies), Expect::Any).await.unwrap();
+}
+
+/// Writes `n` 64 KiB entries to each ledger and flushes, so 1 MiB entry logs rotate.
+fn fill(s: &folio_bookie::Storage, ledgers: &[u64], n: i64) {
+    let payload = vec![9u8; 64 * 1024];
+    for l in ledgers {
+        let first = s.last_entry_id(*l).unwrap().map_or(0, |x| x + 1);
+        for e in first..first + n {
+            add(s, &entry(*l, e, &payload)).unwrap();
+        }
+        s.flush().unwrap();
+    }
+}
+
+fn config() -> GcConfig {
+    GcConfig { interval: Duration::from_secs(3600), list_page: 2 }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l1_l2_deleted_ledgers_are_dropped_and_every_log_they_alone_held_is_deleted() {
+    let e = env();
+    let s = Arc::new(open(&e.fs, &e.kv, &common::config()).unwrap());
+    for l in [1, 2, 3] {
+        create(&e, l, LedgerState::Closed, &["b1"]).await;
+    }
+    fill(&s, &[1, 2], 40); // several sealed logs of ledgers 1 and 2 only
+    fill(&s, &[3], 4); // ledger 3, in the log that is still being written
+    e.meta.delete(&e.keys.ledger(1), Expect::Any).await.unwrap();
+    e.meta.delete(&e.keys.ledger(2), Expect::Any).await.unwrap();
+    let before: Vec<u64> = s
+        .entry_log_states()
+        .unwrap()
+        .iter()
+        .filter(|(_, st)| st.sealed)
+        .map(|(id, _)| *id)
+        .collect();
+    assert!(before.len() >= 4, "the workload sealed several logs: {before:?}");
+    let r = gc_once(&s, e.meta.as_ref(), &e.keys, "b1", &config()).await.unwrap();
+    assert_eq!(r.ledgers_dropped, vec![1, 2]);
+    assert_eq!(s.ledger_ids(), vec![3]);
+    let pinned: Vec<u64> = r.logs_kept.iter().map(|k| k.log_id).collect();
+    for id in &before {
+        let deleted = r.logs_deleted.contains(id);
+        assert!(deleted || pinned.contains(id), "sealed log {id} neither deleted nor reported");
+        let file = format!("/data/ledgers/entrylogs/{id:016x}.log");
+        assert_eq!(e.fs.exists(std::path::Path::new(&file)), !deleted, "log {id}");
+    }
+    for k in &r.logs_kept {
+        assert_eq!(k.pinned_by, vec![3], "only ledger 3 pins what is kept");
+        assert!(k.usage() > 0.0 && k.usage() <= 1.0);
+    }
+    assert!(r.bytes_reclaimed >= 4 * 1024 * 1024, "reclaimed {} bytes", r.bytes_reclaimed);
+    // The active log was never touched, and everything of ledger 3 still reads.
+    for i in 0..4 {
+        assert_eq!(s.read_entry(3, i).unwrap().payload().len(), 64 * 1024);
+    }
+    drop(s);
+    let s = open(&e.fs, &e.kv, &common::config()).unwrap();
+    assert!(s.recovery_report().orphan_entry_logs_removed.is_empty());
+    assert_eq!(s.ledger_ids(), vec![3]);
+}
+
+/// Wraps a store: its `list` fails on call `fail_on` (counting from 0), and right after
+/// the last page it creates `create_after` (a ledger born after the listing).
+#[derive(Debug)]
+struct Flaky {
+    inner: Arc<EmbeddedStore>,
+    calls: AtomicUsize,
+    fail_on: Option<usize>,
+    create_after: Option<String>,
+}
+
+impl MetadataStore for Flaky {
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>>> {
+        self.inner.get(key)
+    }
+    fn put<'a>(
+        &'a self,
+        key: &'a str,
+        value: Bytes,
+        expect: Expect,
+    ) -> BoxFuture<'a, Result<Version>> {
+        self.inner.put(key, value, expect)
+    }
+    fn delete<'a>(&'a self, key: &'a str, expect: Expect) -> BoxFuture<'a, Result<bool>> {
+        self.inner.delete(key, expect)
+    }
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Page>> {
+        Box::pin(async move {
+            let n = self.calls.fetch_add(1, Ordering::SeqCst);
+            if Some(n) == self.fail_on {
+                return Err(MetaError::Unavailable("injected failure on a later page".into()));
+            }
+            let page = self.inner.list(prefix, after, limit).await?;
+            if !page.more
+                && let Some(k) = &self.create_after
+            {
+                self.inner.put(k, metadata(LedgerState::Open, &["b1"]), Expect::Any).await?;
+            }
+            Ok(page)
+        })
+    }
+    fn txn(&self, txn: Txn) -> BoxFuture<'_, Result<TxnOutcome>> {
+        self.inner.txn(txn)
+    }
+    fn watch<'a>(&'a self, prefix: &'a str, from: Revision) -> BoxFuture<'a, Result<Watch>> {
+        self.inner.watch(prefix, from)
+    }
+    fn grant_lease(&self, ttl: Duration) -> BoxFuture<'_, Result<LeaseId>> {
+        self.inner.grant_lease(ttl)
+    }
+    fn keep_alive(&self, lease: LeaseId) -> BoxFuture<'_, Result<()>> {
+        self.inner.keep_alive(lease)
+    }
+    fn revoke_lease(&self, lease: LeaseId) -> BoxFuture<'_, Result<()>> {
+        self.inner.revoke_lease(lease)
+    }
+    fn next_id<'a>(&'a self, sequence: &'a str) -> BoxFuture<'a, Result<u64>> {
+        self.inner.next_id(sequence)
+    }
+    fn revision(&self) -> BoxFuture<'_, Result<Revision>> {
+        self.inner.revision()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_that_fails_midway_deletes_nothing() {
+    let e = env();
+    let s = Arc::new(open(&e.fs, &e.kv, &common::config()).unwrap());
+    for l in 1..=6 {
+        create(&e, l, LedgerState::Closed, &["b1"]).await;
+    }
+    fill(&s, &[1, 2, 3, 4, 5, 6], 1);
+    // Pages of 2: the first page (ledgers 1, 2) arrives, the second fails.
+    let flaky = Flaky {
+        inner: e.meta.clone(),
+        calls: AtomicUsize::new(0),
+        fail_on: Some(1),
+        create_after: None,
+    };
+    let err = gc_once(&s, &flaky, &e.keys, "b1", &config()).await.unwrap_err();
+    assert!(matches!(err, GcError::Listing(_)), "{err}");
+    assert_eq!(s.ledger_ids(), vec![1, 2, 3, 4, 5, 6], "nothing deleted on a partial listing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_created_after_the_listing_is_kept() {
+    let e = env();
+    let s = Arc::new(open(&e.fs, &e.kv, &common::config()).unwrap());
+    create(&e, 1, LedgerState::Closed, &["b1"]).await;
+    fill(&s, &[1, 7], 1); // ledger 7's first entries arrive before its metadata is listed
+    let flaky = Flaky {
+        inner: e.meta.clone(),
+        calls: AtomicUsize::new(0),
+        fail_on: None,
+        create_after: Some(e.keys.ledger(7)),
+    };
+    let r = gc_once(&s, &flaky, &e.keys, "b1", &config()).await.unwrap();
+    assert!(r.ledgers_dropped.is_empty(), "{r:?}");
+    assert_eq!(s.ledger_ids(), vec![1, 7]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_ledgers_that_moved_off_this_bookie_are_dropped_open_ones_are_not() {
+    let e = env();
+    let s = Arc::new(open(&e.fs, &e.kv, &common::config()).unwrap());
+    create(&e, 1, LedgerState::Closed, &["b2", "b3"]).await; // moved away, closed
+    create(&e, 2, LedgerState::Open, &["b2", "b3"]).await; // moved away, still open
+    create(&e, 3, LedgerState::Closed, &["b1", "b2"]).await; // ours
+    fill(&s, &[1, 2, 3], 1);
+    let r = gc_once(&s, e.meta.as_ref(), &e.keys, "b1", &config()).await.unwrap();
+    assert_eq!(r.over_replicated_dropped, vec![1]);
+    assert_eq!(s.ledger_ids(), vec![2, 3]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l1_a_crash_between_index_and_file_deletion_leaves_no_orphan() {
+    let e = env();
+    let s = Arc::new(open(&e.fs, &e.kv, &common::config()).unwrap());
+    create(&e, 1, LedgerState::Closed, &["b1"]).await;
+    fill(&s, &[1], 40);
+    e.meta.delete(&e.keys.ledger(1), Expect::Any).await.unwrap();
+    // The file removal is the first file-system mutation of the first log deletion.
+    e.fs.crash_after_ops(0, CrashPlan::LoseAllUnsynced);
+    let _ = gc_once(&s, e.meta.as_ref(), &e.keys, "b1", &config()).await;
+    drop(s);
+    let s = open(&e.fs, &e.kv, &common::config()).unwrap();
+    let r = s.recovery_report();
+    assert!(!r.orphan_entry_logs_removed.is_empty(), "the half-deleted log was cleaned up at open");
+    let states = s.entry_log_states().unwrap();
+    for id in &r.orphan_entry_logs_removed {
+        assert!(!states.iter().any(|(x, _)| x == id));
+    }
+}
