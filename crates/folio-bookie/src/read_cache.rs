@@ -39,6 +39,12 @@ impl ReadCache {
         debug_assert!(self.bytes <= self.bytes_max);
     }
 
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.order.clear();
+        self.bytes = 0;
+    }
+
     pub fn remove_ledger(&mut self, ledger_id: LedgerId) {
         let bytes = &mut self.bytes;
         self.entries.retain(|k, e| {

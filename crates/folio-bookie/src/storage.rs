@@ -329,6 +329,22 @@ impl Storage {
         Ok(state.size_bytes)
     }
 
+    /// Compacts a sealed entry log: copies its live entries into the current log, syncs,
+    /// then in one index batch points their locations at the copies *and* removes the old
+    /// log's record, and only then removes the old file. A crash before the batch leaves the
+    /// old log in force (the copies are unreferenced bytes in a newer log); a crash after it
+    /// leaves an unlisted file that `open` removes. Returns the bytes freed.
+    pub fn compact_entry_log(&self, log_id: u64) -> Result<u64> {
+        self.inner.check_poison()?;
+        let result = self.inner.compact(log_id);
+        if let Err(e) = &result
+            && matches!(e, StorageError::Io { .. })
+        {
+            self.inner.poison(format!("compaction of entry log {log_id} failed: {e}"));
+        }
+        result
+    }
+
     /// Flushes the write cache and checkpoints the journal now.
     pub fn flush(&self) -> Result<()> {
         self.inner.check_poison()?;
@@ -658,7 +674,18 @@ impl Inner {
                 .ok_or_else(|| self.missing(ledger_id, entry_id));
         };
         let loc = EntryLocation::decode(&loc)?;
-        let entry = self.reader.read(loc, ledger_id, entry_id)?;
+        let entry = match self.reader.read(loc, ledger_id, entry_id) {
+            Ok(e) => e,
+            // Compaction may have moved the entry and removed the log since the lookup.
+            Err(StorageError::Io { .. }) => {
+                let key = index::location_key(ledger_id, entry_id);
+                let Some(again) = self.kv.get(Table::Locations, &key)? else {
+                    return Err(self.missing(ledger_id, entry_id));
+                };
+                self.reader.read(EntryLocation::decode(&again)?, ledger_id, entry_id)?
+            }
+            Err(e) => return Err(e),
+        };
         self.read_ahead(ledger_id, entry_id, loc);
         Ok(entry)
     }
@@ -763,6 +790,69 @@ impl Inner {
         }
         tracing::info!(ledger_id, "ledger deleted locally");
         Ok(())
+    }
+
+    fn compact(&self, log_id: u64) -> Result<u64> {
+        let mut flush = self.flush.lock().expect("flush lock");
+        let Some(state) = self.kv.get(Table::Meta, &index::elog_key(log_id))? else { return Ok(0) };
+        let state = EntryLogState::decode(&state)?;
+        assert!(state.sealed, "only sealed entry logs are compacted");
+        if flush.writer.as_ref().is_some_and(|w| w.log_id() == log_id) {
+            return Ok(0);
+        }
+        let live: Vec<LedgerId> = {
+            let ledgers = self.lock_ledgers();
+            state.ledgers.iter().map(|(l, _)| *l).filter(|l| ledgers.contains_key(l)).collect()
+        };
+        let mut batch = KvBatch::default();
+        let mut copied = 0u64;
+        for ledger_id in live {
+            let (mut start, end) = index::ledger_location_range(ledger_id);
+            loop {
+                let page = self.kv.range(Table::Locations, &start, &end, INDEX_PAGE)?;
+                let full = page.len() == INDEX_PAGE;
+                for (k, v) in &page {
+                    let loc = EntryLocation::decode(v)?;
+                    if loc.log_id != log_id {
+                        continue;
+                    }
+                    let (_, entry_id) = index::parse_location_key(k)?;
+                    let entry = self.reader.read(loc, ledger_id, entry_id)?;
+                    let writer = self.writer_with_room(&mut flush, &mut batch)?;
+                    let new = writer.append(&entry)?;
+                    batch.put(Table::Locations, k.clone(), new.encode());
+                    copied += 1;
+                }
+                match page.last() {
+                    Some((k, _)) if full => {
+                        start = k.clone();
+                        start.push(0);
+                    }
+                    _ => break,
+                }
+            }
+        }
+        if let Some(w) = flush.writer.as_mut() {
+            w.sync()?;
+        }
+        batch.delete(Table::Meta, index::elog_key(log_id));
+        batch.put(
+            Table::Meta,
+            index::META_NEXT_LOG_ID.to_vec(),
+            flush.next_log_id.to_le_bytes().to_vec(),
+        );
+        self.kv.commit(batch)?;
+        self.reader.forget(log_id);
+        self.read_cache.lock().expect("read cache lock").clear();
+        let path = self.log_dir.join(entry_log::file_name(log_id));
+        self.fs
+            .remove_file(&path)
+            .map_err(|e| StorageError::io(format!("removing {}", path.display()), e))?;
+        self.fs
+            .sync_dir(&self.log_dir)
+            .map_err(|e| StorageError::io("syncing entry log dir", e))?;
+        tracing::info!(log_id, copied, bytes = state.size_bytes, "entry log compacted");
+        Ok(state.size_bytes)
     }
 
     fn storage_flags(&self) -> Result<u64> {
