@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use folio_proto::wire::{self, MasterKey, Request, RequestFrame, Response, ResponseFrame};
 use folio_proto::{Entry, EntryId, LedgerId, Status};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -164,10 +164,20 @@ fn dispatch(
             if h.read_only.load(Ordering::SeqCst) && !recovery {
                 return reply(&tx, Status::ReadOnly, response, permit);
             }
-            let h = h.clone();
-            tokio::task::spawn_blocking(move || {
-                add(&h, master_key, recovery, entry, response, permit, tx, reply)
-            });
+            let bytes = entry.len();
+            let submit = {
+                let h = h.clone();
+                move |done| h.storage.add_entry(entry, &master_key, recovery, done)
+            };
+            if h.storage.has_room(bytes) {
+                // The common case: the add will not wait for cache space, so no blocking
+                // thread is needed.
+                answer_once(request_id, response, permit, tx, submit);
+            } else {
+                tokio::task::spawn_blocking(move || {
+                    answer_once(request_id, response, permit, tx, submit)
+                });
+            }
         }
         Request::Read { ledger_id, entry_id, fence } => {
             let h = h.clone();
@@ -191,44 +201,16 @@ fn dispatch(
             });
         }
         Request::WriteLac { ledger_id, lac, master_key } => {
-            let response = Response::WriteLac { ledger_id };
-            let cb_tx = tx.clone();
-            let cb_response = response.clone();
-            let slot = Arc::new(std::sync::Mutex::new(Some(permit)));
-            let cb_slot = slot.clone();
-            let r = h.storage.set_explicit_lac(
-                ledger_id,
-                &master_key,
-                lac,
-                Box::new(move |r| {
-                    let status = r.as_ref().map_or_else(status_of, |()| Status::Ok);
-                    if let Some(p) = cb_slot.lock().expect("permit slot").take() {
-                        reply(&cb_tx, status, cb_response, p);
-                    }
-                }),
-            );
-            if let Err(e) = r
-                && let Some(p) = slot.lock().expect("permit slot").take()
-            {
-                reply(&tx, status_of(&e), response, p);
-            }
+            let storage = h.storage.clone();
+            answer_once(request_id, Response::WriteLac { ledger_id }, permit, tx, move |done| {
+                storage.set_explicit_lac(ledger_id, &master_key, lac, done)
+            });
         }
         Request::ForceLedger { ledger_id } => {
-            let response = Response::ForceLedger { ledger_id };
-            let (cb_tx, cb_response) = (tx.clone(), response.clone());
-            let slot = Arc::new(std::sync::Mutex::new(Some(permit)));
-            let cb_slot = slot.clone();
-            let r = h.storage.force(Box::new(move |r| {
-                let status = r.as_ref().map_or_else(status_of, |()| Status::Ok);
-                if let Some(p) = cb_slot.lock().expect("permit slot").take() {
-                    reply(&cb_tx, status, cb_response, p);
-                }
-            }));
-            if let Err(e) = r
-                && let Some(p) = slot.lock().expect("permit slot").take()
-            {
-                reply(&tx, status_of(&e), response, p);
-            }
+            let storage = h.storage.clone();
+            answer_once(request_id, Response::ForceLedger { ledger_id }, permit, tx, move |done| {
+                storage.force(done)
+            });
         }
         Request::GetBookieInfo => {
             let space = disk_space(&h.ledger_dir);
@@ -253,37 +235,32 @@ fn dispatch(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn add(
-    h: &Handler,
-    key: MasterKey,
-    recovery: bool,
-    entry: Bytes,
+/// Answers a request exactly once: from the storage's completion callback, or at once with
+/// the error if the storage refused the request before taking the callback.
+fn answer_once(
+    request_id: u64,
     response: Response,
     permit: OwnedSemaphorePermit,
     tx: mpsc::UnboundedSender<Reply>,
-    reply: impl Fn(&mpsc::UnboundedSender<Reply>, Status, Response, OwnedSemaphorePermit)
-    + Send
-    + Copy
-    + 'static,
+    submit: impl FnOnce(crate::storage::AddCallback) -> Result<(), StorageError>,
 ) {
-    let slot = Arc::new(std::sync::Mutex::new(Some(permit)));
-    let (cb_slot, cb_tx, cb_response) = (slot.clone(), tx.clone(), response.clone());
-    let r = h.storage.add_entry(
-        entry,
-        &key,
-        recovery,
-        Box::new(move |r| {
-            let status = r.as_ref().map_or_else(status_of, |()| Status::Ok);
-            if let Some(p) = cb_slot.lock().expect("permit slot").take() {
-                reply(&cb_tx, status, cb_response, p);
-            }
-        }),
-    );
-    if let Err(e) = r
-        && let Some(p) = slot.lock().expect("permit slot").take()
-    {
-        reply(&tx, status_of(&e), response, p);
+    let slot = Arc::new(std::sync::Mutex::new(Some((permit, tx))));
+    let send = move |slot: &std::sync::Mutex<
+        Option<(OwnedSemaphorePermit, mpsc::UnboundedSender<Reply>)>,
+    >,
+                     status: Status,
+                     response: Response| {
+        if let Some((permit, tx)) = slot.lock().expect("reply slot").take() {
+            let _ = tx.send((ResponseFrame { request_id, status, response }, permit));
+        }
+    };
+    let (cb_slot, cb_response) = (slot.clone(), response.clone());
+    let submitted = submit(Box::new(move |r| {
+        let status = r.as_ref().map_or_else(status_of, |()| Status::Ok);
+        send(&cb_slot, status, cb_response);
+    }));
+    if let Err(e) = submitted {
+        send(&slot, status_of(&e), response);
     }
 }
 

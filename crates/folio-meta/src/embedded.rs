@@ -493,46 +493,6 @@ impl MetadataStore for EmbeddedStore {
         Box::pin(async move { self.inner.read(key) })
     }
 
-    fn put<'a>(
-        &'a self,
-        key: &'a str,
-        value: Bytes,
-        expect: Expect,
-    ) -> BoxFuture<'a, Result<Version>> {
-        Box::pin(async move {
-            check_value(key, &value)?;
-            let mut txn = Txn::new().put(key, value);
-            match expect {
-                Expect::Any => {}
-                Expect::Absent => txn = txn.compare(Compare::Absent(key.into())),
-                Expect::Version(v) => txn = txn.compare(Compare::Version(key.into(), v)),
-            }
-            let out = blocking(&self.inner, move |i| i.txn(&txn)).await?;
-            if !out.succeeded {
-                return Err(MetaError::Conflict { key: key.into() });
-            }
-            Ok(out.revision)
-        })
-    }
-
-    fn delete<'a>(&'a self, key: &'a str, expect: Expect) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(async move {
-            let mut txn = Txn::new().compare(Compare::Exists(key.into())).delete(key);
-            match expect {
-                Expect::Any => {}
-                Expect::Absent => {
-                    return Err(MetaError::InvalidArgument("delete expecting absence".into()));
-                }
-                Expect::Version(v) => txn = txn.compare(Compare::Version(key.into(), v)),
-            }
-            let out = blocking(&self.inner, move |i| i.txn(&txn)).await?;
-            if !out.succeeded && matches!(expect, Expect::Version(_)) {
-                return Err(MetaError::Conflict { key: key.into() });
-            }
-            Ok(out.succeeded)
-        })
-    }
-
     fn list<'a>(
         &'a self,
         prefix: &'a str,

@@ -208,9 +208,41 @@ pub trait MetadataStore: Send + Sync + Debug {
         key: &'a str,
         value: Bytes,
         expect: Expect,
-    ) -> BoxFuture<'a, Result<Version>>;
+    ) -> BoxFuture<'a, Result<Version>> {
+        // One transaction: every backend gets the same semantics from its `txn`.
+        Box::pin(async move {
+            check_value(key, &value)?;
+            let mut txn = Txn::new().put(key, value);
+            match expect {
+                Expect::Any => {}
+                Expect::Absent => txn = txn.compare(Compare::Absent(key.into())),
+                Expect::Version(v) => txn = txn.compare(Compare::Version(key.into(), v)),
+            }
+            let out = self.txn(txn).await?;
+            if !out.succeeded {
+                return Err(MetaError::Conflict { key: key.into() });
+            }
+            Ok(out.revision)
+        })
+    }
     /// Deletes if `expect` holds; returns whether a key was deleted.
-    fn delete<'a>(&'a self, key: &'a str, expect: Expect) -> BoxFuture<'a, Result<bool>>;
+    fn delete<'a>(&'a self, key: &'a str, expect: Expect) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let mut txn = Txn::new().compare(Compare::Exists(key.into())).delete(key);
+            match expect {
+                Expect::Any => {}
+                Expect::Absent => {
+                    return Err(MetaError::InvalidArgument("delete expecting absence".into()));
+                }
+                Expect::Version(v) => txn = txn.compare(Compare::Version(key.into(), v)),
+            }
+            let out = self.txn(txn).await?;
+            if !out.succeeded && matches!(expect, Expect::Version(_)) {
+                return Err(MetaError::Conflict { key: key.into() });
+            }
+            Ok(out.succeeded)
+        })
+    }
     /// Up to `limit` keys with `prefix`, ascending, strictly after `start_after`.
     fn list<'a>(
         &'a self,
