@@ -25,6 +25,14 @@ pub struct StorageConfig {
     /// Off by default: measured with `folio bench bookie`, syncing every 4 MiB while the
     /// journal fdatasyncs hundreds of times a second made one 128 MiB flush take 27 s.
     pub entry_log_sync_bytes: u64,
+    /// One entry log per ledger instead of one shared log: a deleted ledger's space comes
+    /// back without compaction. Off by default (many active ledgers mean many open files
+    /// and syncs).
+    pub entry_log_per_ledger: bool,
+    /// Per-ledger mode: at most this many logs open; the least recently used is sealed.
+    pub entry_log_per_ledger_open_max: usize,
+    /// Per-ledger mode: a log untouched this long is sealed (so GC can consider it).
+    pub entry_log_idle_rotation: Duration,
     /// Flush (and checkpoint) at least this often.
     pub flush_interval: Duration,
     /// Memory of the read-ahead cache.
@@ -87,6 +95,9 @@ impl StorageConfig {
             write_cache_throttle_max: Duration::from_secs(10),
             entry_log_bytes_max: 1024 * 1024 * 1024,
             entry_log_sync_bytes: 0,
+            entry_log_per_ledger: false,
+            entry_log_per_ledger_open_max: 500,
+            entry_log_idle_rotation: Duration::from_secs(300),
             flush_interval: Duration::from_secs(10),
             read_cache_bytes: 64 * 1024 * 1024,
             read_ahead_entries: 100,
@@ -135,6 +146,9 @@ impl StorageConfig {
         }
         if j.group_wait_max > std::time::Duration::from_secs(1) {
             return Err("journal.group_wait_max above 1 s would stall every add".into());
+        }
+        if self.entry_log_per_ledger && self.entry_log_per_ledger_open_max == 0 {
+            return Err("entry_log.open_max must be positive in per-ledger mode".into());
         }
         if self.flush_interval.is_zero() {
             return Err("flush_interval must be positive".into());

@@ -64,6 +64,8 @@ pub struct RecoveryReport {
 #[derive(Debug)]
 struct FlushState {
     writer: Option<EntryLogWriter>,
+    /// Per-ledger mode: each ledger's open log and when a flush last wrote to it.
+    per_ledger: HashMap<LedgerId, (EntryLogWriter, std::time::Instant)>,
     next_log_id: u64,
     last_mark: Option<JournalPosition>,
 }
@@ -132,7 +134,12 @@ impl Storage {
             read_cache: Mutex::new(ReadCache::new(config.read_cache_bytes)),
             reader: EntryLogReader::new(fs.clone(), log_dir.clone()),
             ledgers: Mutex::new(ledgers),
-            flush: Mutex::new(FlushState { writer: None, next_log_id, last_mark: None }),
+            flush: Mutex::new(FlushState {
+                writer: None,
+                per_ledger: HashMap::new(),
+                next_log_id,
+                last_mark: None,
+            }),
             signal: Mutex::new(FlushSignal::default()),
             signal_cond: Condvar::new(),
             poisoned: Mutex::new(None),
@@ -768,7 +775,7 @@ impl Inner {
         self.cache.remove_ledger(ledger_id);
         self.read_cache.lock().expect("read cache lock").remove_ledger(ledger_id);
         // The flush lock keeps a concurrent flush from re-adding this ledger's locations.
-        let _flush = self.flush.lock().expect("flush lock");
+        let mut flush = self.flush.lock().expect("flush lock");
         let (mut start, end) = index::ledger_location_range(ledger_id);
         loop {
             let page = self.kv.range(Table::Locations, &start, &end, INDEX_PAGE)?;
@@ -783,6 +790,11 @@ impl Inner {
             }
             if !full {
                 b.delete(Table::Ledgers, index::ledger_key(ledger_id));
+                // Per-ledger mode: its log is sealed now, so GC can take it back.
+                if let Some((w, _)) = flush.per_ledger.remove(&ledger_id) {
+                    let id = w.log_id();
+                    b.put(Table::Meta, index::elog_key(id), w.seal()?.encode());
+                }
                 self.kv.commit(b)?;
                 break;
             }
@@ -797,7 +809,9 @@ impl Inner {
         let Some(state) = self.kv.get(Table::Meta, &index::elog_key(log_id))? else { return Ok(0) };
         let state = EntryLogState::decode(&state)?;
         assert!(state.sealed, "only sealed entry logs are compacted");
-        if flush.writer.as_ref().is_some_and(|w| w.log_id() == log_id) {
+        if flush.writer.as_ref().is_some_and(|w| w.log_id() == log_id)
+            || flush.per_ledger.values().any(|(w, _)| w.log_id() == log_id)
+        {
             return Ok(0);
         }
         let live: Vec<LedgerId> = {
@@ -1002,13 +1016,20 @@ impl Inner {
             if !live.contains(ledger_id) {
                 continue; // deleted while in the cache
             }
-            let writer = self.writer_with_room(flush, &mut batch)?;
+            let writer = if self.config.entry_log_per_ledger {
+                self.ledger_writer(flush, &mut batch, *ledger_id)?
+            } else {
+                self.writer_with_room(flush, &mut batch)?
+            };
             let loc = writer.append(entry)?;
             writer.sync_if_due(self.config.entry_log_sync_bytes)?;
             batch.put(Table::Locations, index::location_key(*ledger_id, *entry_id), loc.encode());
         }
         if let Some(w) = flush.writer.as_mut() {
             w.sync()?;
+        }
+        if self.config.entry_log_per_ledger {
+            self.rotate_per_ledger_logs(flush, &mut batch)?;
         }
         for (id, state) in dirty {
             batch.put(Table::Ledgers, index::ledger_key(*id), state.encode());
@@ -1027,6 +1048,70 @@ impl Inner {
             journal::write_checkpoint(self.fs.as_ref(), &self.config.journal_dir, m)?;
             journal.release_before(m.file_id);
             flush.last_mark = Some(m);
+        }
+        Ok(())
+    }
+
+    /// Per-ledger mode: the ledger's own log (rotated when full; the least recently used
+    /// log is sealed when too many are open).
+    fn ledger_writer<'a>(
+        &self,
+        flush: &'a mut FlushState,
+        batch: &mut KvBatch,
+        ledger_id: LedgerId,
+    ) -> Result<&'a mut EntryLogWriter> {
+        let full = flush
+            .per_ledger
+            .get(&ledger_id)
+            .is_some_and(|(w, _)| w.size() >= self.config.entry_log_bytes_max);
+        if full {
+            let (w, _) = flush.per_ledger.remove(&ledger_id).expect("checked");
+            let id = w.log_id();
+            batch.put(Table::Meta, index::elog_key(id), w.seal()?.encode());
+        }
+        if !flush.per_ledger.contains_key(&ledger_id) {
+            if flush.per_ledger.len() >= self.config.entry_log_per_ledger_open_max {
+                let lru = flush
+                    .per_ledger
+                    .iter()
+                    .min_by_key(|(_, (_, t))| *t)
+                    .map(|(l, _)| *l)
+                    .expect("non-empty");
+                let (w, _) = flush.per_ledger.remove(&lru).expect("listed");
+                let id = w.log_id();
+                batch.put(Table::Meta, index::elog_key(id), w.seal()?.encode());
+            }
+            let id = flush.next_log_id;
+            flush.next_log_id += 1;
+            let w = EntryLogWriter::create(self.fs.as_ref(), &self.log_dir, id)?;
+            batch.put(Table::Meta, index::elog_key(id), EntryLogState::active().encode());
+            flush.per_ledger.insert(ledger_id, (w, std::time::Instant::now()));
+        }
+        let slot = flush.per_ledger.get_mut(&ledger_id).expect("just ensured");
+        slot.1 = std::time::Instant::now();
+        Ok(&mut slot.0)
+    }
+
+    /// Per-ledger mode, end of a flush: sync every log written, then seal the logs of
+    /// ledgers that are gone or idle longer than `entry_log_idle_rotation`.
+    fn rotate_per_ledger_logs(&self, flush: &mut FlushState, batch: &mut KvBatch) -> Result<()> {
+        for (w, _) in flush.per_ledger.values_mut() {
+            w.sync()?;
+        }
+        let idle = self.config.entry_log_idle_rotation;
+        let done: Vec<LedgerId> = {
+            let ledgers = self.lock_ledgers();
+            flush
+                .per_ledger
+                .iter()
+                .filter(|(l, (_, t))| !ledgers.contains_key(l) || t.elapsed() >= idle)
+                .map(|(l, _)| *l)
+                .collect()
+        };
+        for l in done {
+            let (w, _) = flush.per_ledger.remove(&l).expect("listed");
+            let id = w.log_id();
+            batch.put(Table::Meta, index::elog_key(id), w.seal()?.encode());
         }
         Ok(())
     }

@@ -113,10 +113,16 @@ fn settle(pending: &mut Pending, m: &mut Model) {
 
 /// Runs one seed; returns how many of its rounds crashed inside the workload.
 fn run_seed(seed: u64, journal_less: bool) -> u32 {
+    run_seed_with(seed, journal_less, false)
+}
+
+/// Runs one seed; `per_ledger` selects one entry log per ledger.
+fn run_seed_with(seed: u64, journal_less: bool, per_ledger: bool) -> u32 {
     let mut rng = SmallRng::seed_from_u64(seed);
     let (fs, kv) = (FaultFs::new(), MemKv::new());
     let mut config: StorageConfig = config();
     config.journal.write_data = !journal_less;
+    config.entry_log_per_ledger = per_ledger;
     let mut m = Model { journal_less, ..Model::default() };
     let mut n_countdown_crashes = 0;
     for round in 0..3 {
@@ -207,6 +213,14 @@ fn d3_journal_less_mode_keeps_fences_keys_and_flushed_entries_through_crashes() 
     for seed in seeds().into_iter().take(15) {
         println!("journal-less crash seed {seed}");
         let _ = run_seed(seed, true);
+    }
+}
+
+#[test]
+fn d1_d3_per_ledger_entry_logs_survive_random_crashes() {
+    for seed in seeds().into_iter().take(20) {
+        println!("per-ledger crash seed {seed}");
+        let _ = run_seed_with(seed, false, true);
     }
 }
 

@@ -363,3 +363,57 @@ async fn d1_l1_a_crash_at_every_step_of_gc_and_compaction_loses_nothing_and_leak
         );
     }
 }
+
+/// The seed's scenario (seed 002, BookKeeper #2728): one log per ledger; one long-lived
+/// ledger keeps its log open and unsealed while many short ledgers are written, rotated and
+/// deleted. BookKeeper's GC only looked below the "least unflushed" log id, so the one open
+/// log pinned every newer log and disks filled. Here GC considers every sealed log: all of
+/// the short ledgers' logs come back at the first pass after their deletion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l2_one_open_log_pins_nothing_in_per_ledger_mode() {
+    let e = env();
+    let mut c = common::config();
+    c.entry_log_per_ledger = true;
+    c.entry_log_idle_rotation = Duration::from_secs(3600);
+    let s = Arc::new(open(&e.fs, &e.kv, &c).unwrap());
+    create(&e, 1000, LedgerState::Open, &["b1"]).await; // the long-lived ledger
+    let payload = vec![3u8; 64 * 1024];
+    for round in 0..20u64 {
+        let short = round + 1;
+        create(&e, short, LedgerState::Closed, &["b1"]).await;
+        add(&s, &entry(1000, round as i64, b"long-lived")).unwrap();
+        for i in 0..4 {
+            add(&s, &entry(short, i, &payload)).unwrap();
+        }
+        s.flush().unwrap();
+    }
+    let long_log = |s: &folio_bookie::Storage| -> Vec<u64> {
+        s.entry_log_states()
+            .unwrap()
+            .iter()
+            .filter(|(_, st)| !st.sealed)
+            .map(|(id, _)| *id)
+            .collect()
+    };
+    let open_before = long_log(&s);
+    for short in 1..=20 {
+        e.meta.delete(&e.keys.ledger(short), Expect::Any).await.unwrap();
+    }
+    let r = gc_once(&s, e.meta.as_ref(), &e.keys, "b1", &config()).await.unwrap();
+    assert_eq!(r.ledgers_dropped, (1..=20).collect::<Vec<_>>());
+    assert_eq!(r.logs_deleted.len(), 20, "every short ledger's log came back: {r:?}");
+    let remaining: Vec<u64> = s.entry_log_states().unwrap().iter().map(|(id, _)| *id).collect();
+    assert_eq!(remaining, long_log(&s), "only the long-lived ledger's open log is left");
+    assert_eq!(remaining.len(), 1, "one log left: {remaining:?}");
+    assert!(open_before.contains(&remaining[0]), "it is the long-lived ledger's log, still open");
+    for round in 0..20 {
+        assert_eq!(s.read_entry(1000, round).unwrap().payload(), b"long-lived");
+    }
+    // Idle rotation seals a log nobody writes to any more.
+    drop(s);
+    c.entry_log_idle_rotation = Duration::ZERO;
+    let s = open(&e.fs, &e.kv, &c).unwrap();
+    add(&s, &entry(1000, 20, b"long-lived")).unwrap();
+    s.flush().unwrap();
+    assert!(s.entry_log_states().unwrap().iter().all(|(_, st)| st.sealed), "idle logs are sealed");
+}

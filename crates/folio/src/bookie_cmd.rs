@@ -28,6 +28,9 @@ CONFIG KEYS (TOML file via --config; any key also via --override KEY=VALUE):
   write_cache_throttle_ms   integer  default 10000
   entry_log_bytes_max       integer  default 1073741824
   entry_log_sync_bytes      integer  default 0 (fdatasync once per flush)
+  entry_log.per_ledger      bool     default false (one entry log per ledger)
+  entry_log.open_max        integer  default 500 (per-ledger mode: logs open at once)
+  entry_log.idle_rotation_ms integer default 300000 (per-ledger mode: seal idle logs)
   flush_interval_ms         integer  default 10000
   read_cache_bytes          integer  default 67108864
   read_ahead_entries        integer  default 100
@@ -212,6 +215,9 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
             "write_cache_throttle_ms" => c.storage.write_cache_throttle_max = ms(int()?),
             "entry_log_bytes_max" => c.storage.entry_log_bytes_max = int()?,
             "entry_log_sync_bytes" => c.storage.entry_log_sync_bytes = int()?,
+            "entry_log.per_ledger" => c.storage.entry_log_per_ledger = boolean()?,
+            "entry_log.open_max" => c.storage.entry_log_per_ledger_open_max = int()? as usize,
+            "entry_log.idle_rotation_ms" => c.storage.entry_log_idle_rotation = ms(int()?),
             "flush_interval_ms" => c.storage.flush_interval = ms(int()?),
             "read_cache_bytes" => c.storage.read_cache_bytes = int()? as usize,
             "read_ahead_entries" => c.storage.read_ahead_entries = int()? as usize,
