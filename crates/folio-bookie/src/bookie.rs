@@ -144,6 +144,7 @@ pub struct Bookie {
     keys: Keys,
     lease: Arc<std::sync::Mutex<LeaseId>>,
     ledger_dir: PathBuf,
+    gc_status: Arc<std::sync::Mutex<crate::gc::GcStatus>>,
 }
 
 impl Bookie {
@@ -219,12 +220,14 @@ impl Bookie {
             read_only.clone(),
             stop_rx,
         )));
+        let gc_status = Arc::new(std::sync::Mutex::new(crate::gc::GcStatus::default()));
         tasks.push(tokio::spawn(run_gc(
             storage.clone(),
             meta.clone(),
             keys.clone(),
             id.clone(),
             config.gc.clone(),
+            gc_status.clone(),
             stop_rx_gc,
         )));
         tracing::info!(bookie = %id, %addr, cluster = %cluster_id, unclean_shutdown, "bookie started");
@@ -241,6 +244,7 @@ impl Bookie {
             keys,
             lease,
             ledger_dir,
+            gc_status,
         })
     }
 
@@ -258,14 +262,18 @@ impl Bookie {
     }
     /// Runs a garbage-collection pass now.
     pub async fn gc_now(&self) -> Result<crate::gc::GcReport, crate::gc::GcError> {
-        crate::gc::gc_once(
-            &self.storage,
-            self.meta.as_ref(),
-            &self.keys,
-            &self.id,
-            &crate::gc::GcConfig::default(),
-        )
-        .await
+        let started = std::time::Instant::now();
+        let config = crate::gc::GcConfig::default();
+        let result =
+            crate::gc::gc_once(&self.storage, self.meta.as_ref(), &self.keys, &self.id, &config)
+                .await;
+        self.gc_status.lock().expect("gc status lock").record(started, &result);
+        result
+    }
+
+    /// What the last GC passes found.
+    pub fn gc_status(&self) -> crate::gc::GcStatus {
+        self.gc_status.lock().expect("gc status lock").clone()
     }
 
     /// Whether this start found the DIRTY marker of an unclean shutdown.
@@ -455,6 +463,7 @@ async fn run_gc(
     keys: Keys,
     id: String,
     config: crate::gc::GcConfig,
+    status: Arc<std::sync::Mutex<crate::gc::GcStatus>>,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
@@ -462,9 +471,12 @@ async fn run_gc(
             () = tokio::time::sleep(config.interval) => {}
             _ = stop.changed() => return,
         }
-        if let Err(e) = crate::gc::gc_once(&storage, meta.as_ref(), &keys, &id, &config).await {
+        let started = std::time::Instant::now();
+        let result = crate::gc::gc_once(&storage, meta.as_ref(), &keys, &id, &config).await;
+        if let Err(e) = &result {
             tracing::warn!(error = %e, "GC pass failed; the next one retries");
         }
+        status.lock().expect("gc status lock").record(started, &result);
     }
 }
 

@@ -78,6 +78,59 @@ pub struct GcReport {
     pub logs_kept: Vec<KeptLog>,
 }
 
+/// What the last pass found, for metrics.
+#[derive(Debug, Clone, Default)]
+pub struct GcStatus {
+    pub passes: u64,
+    pub failures: u64,
+    pub last_run_unix_ms: u64,
+    pub last_duration_ms: u64,
+    pub bytes_reclaimed_total: u64,
+    pub last: GcReport,
+}
+
+impl GcStatus {
+    pub fn record(&mut self, started: std::time::Instant, result: &Result<GcReport, GcError>) {
+        self.passes += 1;
+        self.last_duration_ms = started.elapsed().as_millis() as u64;
+        self.last_run_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        match result {
+            Ok(r) => {
+                self.bytes_reclaimed_total += r.bytes_reclaimed;
+                self.last = r.clone();
+            }
+            Err(_) => self.failures += 1,
+        }
+    }
+
+    /// Live and garbage bytes in the sealed logs GC kept.
+    pub fn live_and_garbage_bytes(&self) -> (u64, u64) {
+        let live: u64 = self.last.logs_kept.iter().map(|k| k.live_bytes).sum();
+        let size: u64 = self.last.logs_kept.iter().map(|k| k.size_bytes).sum();
+        (live, size.saturating_sub(live))
+    }
+
+    /// Kept logs by usage: [<20 %, 20–50 %, 50–80 %, ≥80 %].
+    pub fn usage_buckets(&self) -> [u64; 4] {
+        let mut b = [0u64; 4];
+        for k in &self.last.logs_kept {
+            let u = k.usage();
+            b[if u < 0.2 {
+                0
+            } else if u < 0.5 {
+                1
+            } else if u < 0.8 {
+                2
+            } else {
+                3
+            }] += 1;
+        }
+        b
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum GcError {
     #[error("listing ledgers failed, nothing deleted: {0}")]

@@ -88,6 +88,10 @@ enum BookieCommand {
     Inspect {
         /// The data dir (with `journal/` and `ledgers/` inside).
         dir: PathBuf,
+        /// Also show, for every sealed entry log, the ledgers that keep it from being
+        /// collected and its usage (live bytes / size).
+        #[arg(long)]
+        gc: bool,
     },
 }
 
@@ -269,7 +273,7 @@ pub fn run(args: Args) -> Result<(), String> {
         .build()
         .map_err(|e| e.to_string())?;
     match args.command {
-        Some(BookieCommand::Inspect { dir }) => crate::inspect::run(&dir),
+        Some(BookieCommand::Inspect { dir, gc }) => crate::inspect::run(&dir, gc),
         Some(BookieCommand::Format { settings, force }) => runtime.block_on(async {
             let r = settings.resolve()?;
             let meta = open_metadata(&r.metadata).await?;

@@ -52,7 +52,7 @@ async fn health(bookies: &Bookies) -> (&'static str, String) {
 async fn metrics(bookies: &Bookies) -> String {
     let b = bookies.read().await;
     let mut out = String::new();
-    let gauges: [Metric; 7] = [
+    let mut metrics: Vec<Metric> = vec![
         ("folio_bookie_requests_total", "Requests served.", &|b| {
             b.stats().requests.load(Ordering::Relaxed)
         }),
@@ -77,12 +77,47 @@ async fn metrics(bookies: &Bookies) -> String {
             b.storage().journal_stats().n_records.load(Ordering::Relaxed)
         }),
     ];
-    for (name, help, f) in gauges {
+    metrics.extend::<[Metric; 7]>([
+        ("folio_gc_passes_total", "Garbage-collection passes run.", &|b| b.gc_status().passes),
+        ("folio_gc_failures_total", "GC passes that failed (and deleted nothing).", &|b| {
+            b.gc_status().failures
+        }),
+        (
+            "folio_gc_last_run_timestamp_ms",
+            "When the last GC pass ran (ms since the epoch).",
+            &|b| b.gc_status().last_run_unix_ms,
+        ),
+        ("folio_gc_last_duration_ms", "How long the last GC pass took.", &|b| {
+            b.gc_status().last_duration_ms
+        }),
+        ("folio_gc_bytes_reclaimed_total", "Entry-log bytes GC gave back.", &|b| {
+            b.gc_status().bytes_reclaimed_total
+        }),
+        ("folio_gc_live_bytes", "Live bytes in the sealed logs GC kept.", &|b| {
+            b.gc_status().live_and_garbage_bytes().0
+        }),
+        ("folio_gc_garbage_bytes", "Garbage bytes in the sealed logs GC kept.", &|b| {
+            b.gc_status().live_and_garbage_bytes().1
+        }),
+    ]);
+    for (name, help, f) in metrics {
         let _ = writeln!(out, "# HELP {name} {help}");
         let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
         let _ = writeln!(out, "# TYPE {name} {kind}");
         for bookie in b.iter() {
             let _ = writeln!(out, "{name}{{bookie=\"{}\"}} {}", bookie.id(), f(bookie));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP folio_gc_logs Sealed entry logs GC kept, by usage (live bytes / size)."
+    );
+    let _ = writeln!(out, "# TYPE folio_gc_logs gauge");
+    for bookie in b.iter() {
+        let buckets = bookie.gc_status().usage_buckets();
+        for (label, n) in ["lt20", "20to50", "50to80", "ge80"].iter().zip(buckets) {
+            let _ =
+                writeln!(out, "folio_gc_logs{{bookie=\"{}\",usage=\"{label}\"}} {n}", bookie.id());
         }
     }
     out
@@ -91,4 +126,38 @@ async fn metrics(bookies: &Bookies) -> String {
 /// Binds the endpoint; the caller spawns `serve`.
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
     TcpListener::bind(addr).await.map_err(|e| format!("binding the HTTP endpoint on {addr}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use folio_bookie::bookie::BookieConfig;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn metrics_report_bookie_journal_and_gc_figures() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta =
+            Arc::new(folio_meta::embedded::EmbeddedStore::open(&dir.path().join("m")).unwrap());
+        let mut c = BookieConfig::new(dir.path().join("b"), "127.0.0.1:0".parse().unwrap());
+        c.bookie_id = Some("b0".into());
+        let b = Bookie::start(c, meta).await.unwrap();
+        b.gc_now().await.unwrap();
+        let bookies: Bookies = Arc::new(RwLock::new(vec![b]));
+        let text = metrics(&bookies).await;
+        for line in [
+            "folio_bookie_requests_total{bookie=\"b0\"} 0",
+            "folio_gc_passes_total{bookie=\"b0\"} 1",
+            "folio_gc_failures_total{bookie=\"b0\"} 0",
+            "folio_gc_logs{bookie=\"b0\",usage=\"lt20\"} 0",
+            "# TYPE folio_gc_live_bytes gauge",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in:\n{text}");
+        }
+        let (status, body) = health(&bookies).await;
+        assert_eq!(status, "200 OK");
+        assert!(body.contains("1 bookies writable"), "{body}");
+        for b in bookies.write().await.drain(..) {
+            b.shutdown().await.unwrap();
+        }
+    }
 }

@@ -7,7 +7,7 @@ use folio_bookie::index::{self, EntryLogState, FjallKv, KvStore, LedgerState, Ta
 use folio_bookie::journal::{self, JournalRecord};
 use folio_bookie::{bookie, entry_log};
 
-pub fn run(dir: &Path) -> Result<(), String> {
+pub fn run(dir: &Path, gc: bool) -> Result<(), String> {
     let journal_dir = dir.join("journal");
     let ledger_dir = dir.join("ledgers");
     if !journal_dir.exists() && !ledger_dir.exists() {
@@ -41,6 +41,9 @@ pub fn run(dir: &Path) -> Result<(), String> {
         .map_err(|e| format!("opening the index (is the bookie still running?): {e}"))?;
     entry_log_section(&ledger_dir.join("entrylogs"), &kv)?;
     ledger_section(&kv)?;
+    if gc {
+        gc_section(&kv)?;
+    }
     let flags = kv.get(Table::Meta, index::META_FLAGS).map_err(|e| e.to_string())?;
     let flags = flags.and_then(|v| v.try_into().ok()).map_or(0, u64::from_le_bytes);
     let needs_check = flags & index::flags::NEEDS_INTEGRITY_CHECK != 0;
@@ -167,6 +170,51 @@ fn ledger_section(kv: &FjallKv) -> Result<(), String> {
             notes.push(format!("explicit LAC {lac}"));
         }
         println!("  ledger {id}: {span}; {}", notes.join(", "));
+    }
+    Ok(())
+}
+
+/// Why each sealed log is still on disk: the ledgers this bookie still has that are in it.
+/// (Whether those ledgers still exist in the metadata store is for a live GC pass to say.)
+fn gc_section(kv: &FjallKv) -> Result<(), String> {
+    let mut end = index::META_ELOG_PREFIX.to_vec();
+    end.push(0xff);
+    println!("gc view (sealed entry logs):");
+    for (k, v) in kv
+        .range(Table::Meta, index::META_ELOG_PREFIX, &end, usize::MAX)
+        .map_err(|e| e.to_string())?
+    {
+        let Some(id) = index::parse_elog_key(&k) else { continue };
+        let st = EntryLogState::decode(&v).map_err(|e| e.to_string())?;
+        if !st.sealed {
+            println!("  log {id:016x}: active, not a GC candidate until sealed");
+            continue;
+        }
+        let mut pins = Vec::new();
+        let mut live = 0u64;
+        for (ledger, bytes) in &st.ledgers {
+            if kv
+                .get(Table::Ledgers, &index::ledger_key(*ledger))
+                .map_err(|e| e.to_string())?
+                .is_some()
+            {
+                pins.push(ledger.to_string());
+                live += bytes;
+            }
+        }
+        if pins.is_empty() {
+            println!(
+                "  log {id:016x}: garbage ({} bytes), deleted by the next GC pass",
+                st.size_bytes
+            );
+        } else {
+            let usage = live as f64 / st.size_bytes.max(1) as f64;
+            println!(
+                "  log {id:016x}: kept, usage {:.0} %, pinned by ledgers {}",
+                usage * 100.0,
+                pins.join(", ")
+            );
+        }
     }
     Ok(())
 }
