@@ -327,3 +327,102 @@ async fn clean_shutdown_removes_dirty_and_a_dropped_bookie_leaves_it() {
     assert!(b.unclean_shutdown(), "the DIRTY marker reports the unclean stop");
     b.shutdown().await.unwrap();
 }
+
+/// The disk as the entry logs fill it: their bytes against a small capacity.
+#[derive(Debug)]
+struct EntryLogBytes {
+    capacity: u64,
+}
+
+impl DiskUsage for EntryLogBytes {
+    fn usage(&self, dir: &std::path::Path) -> std::io::Result<f64> {
+        let mut bytes = 0;
+        for e in std::fs::read_dir(dir.join("entrylogs"))? {
+            bytes += e?.metadata()?.len();
+        }
+        Ok(bytes as f64 / self.capacity as f64)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l4_a_full_disk_bookie_still_collects_garbage_and_becomes_writable_again() {
+    use folio_meta::Expect;
+    use folio_meta::records::{DigestType, LedgerMetadata, LedgerState, Record};
+    let env = new_env();
+    let mut c = config(&env.data);
+    c.disk_check_interval = Duration::from_millis(10);
+    c.gc.interval = Duration::from_millis(20);
+    c.storage.flush_interval = Duration::from_millis(10);
+    c.storage.entry_log_bytes_max = 1024 * 1024;
+    c.storage.entry_log_per_ledger = true;
+    let keys = Keys::default();
+    let ledger_meta = LedgerMetadata {
+        ensemble_size: 1,
+        write_quorum: 1,
+        ack_quorum: 1,
+        state: LedgerState::Closed,
+        last_entry_id: 0,
+        length: 0,
+        digest_type: DigestType::Crc32c,
+        password: None,
+        ensembles: [(0, vec!["bookie-1".to_string()])].into(),
+        custom: Default::default(),
+        ctime_ms: 0,
+        creator_token: 0,
+    };
+    for l in 1..=5 {
+        env.meta.put(&keys.ledger(l), ledger_meta.encode(), Expect::Any).await.unwrap();
+    }
+    let mut watch = env.meta.watch(&format!("{}/bookies/", keys.root()), 0).await.unwrap();
+    let usage = Arc::new(EntryLogBytes { capacity: 8 * 1024 * 1024 });
+    let bookie = Bookie::start_with(c, env.meta.clone(), usage).await.unwrap();
+    let conn = BookieConnection::connect(bookie.addr(), 64).await.unwrap();
+    // Fill the disk: ledgers 1-5 get 64 KiB entries until the bookie turns read-only.
+    let payload = vec![1u8; 64 * 1024];
+    let mut refused = false;
+    'fill: for e in 0..1000 {
+        for l in 1..=5u64 {
+            match add(&conn, entry(l, e, &payload), false).await {
+                Status::Ok => {}
+                Status::ReadOnly => {
+                    refused = true;
+                    break 'fill;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+    assert!(refused, "the disk filled up and adds were refused");
+    assert!(bookie.is_read_only());
+    // Ledgers 1-4 are deleted; GC runs although the bookie is read-only.
+    for l in 1..=4 {
+        env.meta.delete(&keys.ledger(l), Expect::Any).await.unwrap();
+    }
+    // Registrations in order: writable (start), read-only (disk full), writable (freed).
+    let mut puts = Vec::new();
+    while puts.len() < 3 {
+        let ev = tokio::time::timeout(Duration::from_secs(30), watch.next())
+            .await
+            .expect("registration changes")
+            .unwrap()
+            .unwrap();
+        if ev.kind == EventKind::Put {
+            puts.push(ev.key);
+        }
+    }
+    assert_eq!(
+        puts,
+        vec![
+            keys.bookie("bookie-1", false),
+            keys.bookie("bookie-1", true),
+            keys.bookie("bookie-1", false)
+        ]
+    );
+    assert_eq!(
+        bookie.storage().ledger_ids(),
+        vec![5],
+        "GC dropped the deleted ledgers while read-only"
+    );
+    assert_eq!(add(&conn, entry(5, 10_000, b"room again"), false).await, Status::Ok);
+    bookie.shutdown().await.unwrap();
+}
