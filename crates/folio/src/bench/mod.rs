@@ -2,6 +2,7 @@
 //! every comparison as `ratio_vs_<baseline>=<x>` with the baseline measured in the same run.
 
 mod bookie;
+mod gc;
 mod ledger;
 mod meta;
 mod storage;
@@ -18,6 +19,8 @@ pub enum Bench {
     Bookie(bookie::Args),
     /// Replicated ledger writes (3 bookies, E=3 Qw=2 Qa=2) against one bookie and the disk.
     Ledger(ledger::Args),
+    /// Reclaim time after deleting 90 % of the data, and the write rate while GC runs.
+    Gc(gc::Args),
 }
 
 pub fn run(what: Bench) -> Result<(), String> {
@@ -26,5 +29,6 @@ pub fn run(what: Bench) -> Result<(), String> {
         Bench::Meta(args) => meta::run(args),
         Bench::Bookie(args) => bookie::run(args),
         Bench::Ledger(args) => ledger::run(args),
+        Bench::Gc(args) => gc::run(args),
     }
 }
