@@ -466,15 +466,23 @@ async fn run_gc(
     status: Arc<std::sync::Mutex<crate::gc::GcStatus>>,
     mut stop: watch::Receiver<bool>,
 ) {
+    // The first compactions run one interval after start, not at once.
+    let (mut last_minor, mut last_major) = (std::time::Instant::now(), std::time::Instant::now());
     loop {
         tokio::select! {
             () = tokio::time::sleep(config.interval) => {}
             _ = stop.changed() => return,
         }
         let started = std::time::Instant::now();
-        let result = crate::gc::gc_once(&storage, meta.as_ref(), &keys, &id, &config).await;
-        if let Err(e) = &result {
-            tracing::warn!(error = %e, "GC pass failed; the next one retries");
+        let mut pass = config.clone();
+        let due = crate::gc::compaction_due(&config, started, last_minor, last_major);
+        pass.compaction_threshold = due.map_or(0.0, |(t, _)| t);
+        let result = crate::gc::gc_once(&storage, meta.as_ref(), &keys, &id, &pass).await;
+        match (&result, due) {
+            (Err(e), _) => tracing::warn!(error = %e, "GC pass failed; the next one retries"),
+            (Ok(_), Some((_, true))) => (last_major, last_minor) = (started, started),
+            (Ok(_), Some((_, false))) => last_minor = started,
+            (Ok(_), None) => {}
         }
         status.lock().expect("gc status lock").record(started, &result);
     }

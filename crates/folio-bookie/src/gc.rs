@@ -35,10 +35,44 @@ pub struct GcConfig {
     pub interval: std::time::Duration,
     /// Ledgers per listing page.
     pub list_page: usize,
-    /// Sealed logs whose live bytes are below this fraction of their size are compacted.
+    /// This pass compacts sealed logs whose live bytes are below this fraction of their
+    /// size (0 = no compaction). The bookie's loop sets it from the minor/major schedule.
     pub compaction_threshold: f64,
     /// Bytes of logs compacted per pass, at most (bounds the work of one pass).
     pub compaction_bytes_max_per_pass: u64,
+    /// Minor compaction: logs below `minor_threshold` (0.2), every `minor_interval` (1 h).
+    pub minor_threshold: f64,
+    pub minor_interval: std::time::Duration,
+    /// Major compaction: logs below `major_threshold` (0.8), every `major_interval` (1 day).
+    pub major_threshold: f64,
+    pub major_interval: std::time::Duration,
+    /// Live bytes copied per second by compaction, at most (0 = unlimited).
+    pub compaction_bytes_per_s: u64,
+}
+
+/// Which compaction (if any) a pass at `now` runs, given when the last ones ran: major
+/// when due, else minor when due. Returns the threshold and whether it is major.
+pub fn compaction_due(
+    config: &GcConfig,
+    now: std::time::Instant,
+    last_minor: std::time::Instant,
+    last_major: std::time::Instant,
+) -> Option<(f64, bool)> {
+    if config.major_threshold > 0.0 && now.duration_since(last_major) >= config.major_interval {
+        return Some((config.major_threshold, true));
+    }
+    if config.minor_threshold > 0.0 && now.duration_since(last_minor) >= config.minor_interval {
+        return Some((config.minor_threshold, false));
+    }
+    None
+}
+
+/// How long to wait after copying `copied` bytes in `elapsed` to stay at `rate` bytes/s.
+pub fn pace(copied: u64, elapsed: std::time::Duration, rate: u64) -> std::time::Duration {
+    if rate == 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::from_secs_f64(copied as f64 / rate as f64).saturating_sub(elapsed)
 }
 
 impl Default for GcConfig {
@@ -48,6 +82,11 @@ impl Default for GcConfig {
             list_page: 1000,
             compaction_threshold: 0.2,
             compaction_bytes_max_per_pass: 4 * 1024 * 1024 * 1024,
+            minor_threshold: 0.2,
+            minor_interval: std::time::Duration::from_secs(3600),
+            major_threshold: 0.8,
+            major_interval: std::time::Duration::from_secs(86_400),
+            compaction_bytes_per_s: 64 * 1024 * 1024,
         }
     }
 }
@@ -128,6 +167,36 @@ impl GcStatus {
             }] += 1;
         }
         b
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn major_wins_when_due_then_minor_then_none() {
+        let c = GcConfig {
+            minor_interval: Duration::from_secs(10),
+            major_interval: Duration::from_secs(100),
+            ..GcConfig::default()
+        };
+        let t0 = Instant::now();
+        let now = t0 + Duration::from_secs(150);
+        assert_eq!(compaction_due(&c, now, t0, t0), Some((0.8, true)));
+        assert_eq!(compaction_due(&c, now, t0, now), Some((0.2, false)));
+        assert_eq!(compaction_due(&c, now, now, now), None);
+        let off = GcConfig { minor_threshold: 0.0, major_threshold: 0.0, ..c };
+        assert_eq!(compaction_due(&off, now, t0, t0), None);
+    }
+
+    #[test]
+    fn pacing_holds_compaction_to_its_rate() {
+        assert_eq!(pace(100, Duration::ZERO, 0), Duration::ZERO, "0 = unlimited");
+        assert_eq!(pace(100, Duration::ZERO, 50), Duration::from_secs(2));
+        assert_eq!(pace(100, Duration::from_secs(1), 50), Duration::from_secs(1));
+        assert_eq!(pace(100, Duration::from_secs(5), 50), Duration::ZERO, "already slow enough");
     }
 }
 
@@ -242,6 +311,7 @@ pub async fn gc_once(
         .collect();
     candidates.sort_by(|a, b| a.usage().total_cmp(&b.usage()));
     let mut budget = config.compaction_bytes_max_per_pass;
+    let (started, mut copied) = (std::time::Instant::now(), 0u64);
     for k in candidates {
         if k.size_bytes > budget {
             break;
@@ -254,6 +324,8 @@ pub async fn gc_once(
         report.logs_compacted.push(k.log_id);
         report.bytes_reclaimed += freed.saturating_sub(k.live_bytes);
         report.logs_kept.retain(|x| x.log_id != k.log_id);
+        copied += k.live_bytes;
+        tokio::time::sleep(pace(copied, started.elapsed(), config.compaction_bytes_per_s)).await;
     }
     tracing::info!(
         compacted = report.logs_compacted.len(),

@@ -24,6 +24,11 @@ CONFIG KEYS (TOML file via --config; any key also via --override KEY=VALUE):
   disk_usage_lwm            float    default 0.90 (writable again below it)
   inflight_per_connection   integer  default 10000
   gc.interval_ms            integer  default 60000
+  gc.minor_threshold        float    default 0.2  (compact logs below this usage…)
+  gc.minor_interval_ms      integer  default 3600000 (…this often)
+  gc.major_threshold        float    default 0.8
+  gc.major_interval_ms      integer  default 86400000
+  gc.compaction_bytes_per_s integer  default 67108864 (0 = unlimited)
   write_cache_bytes         integer  default 67108864
   write_cache_throttle_ms   integer  default 10000
   entry_log_bytes_max       integer  default 1073741824
@@ -215,6 +220,11 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
             "disk_usage_lwm" => c.disk_usage_lwm = float()?,
             "inflight_per_connection" => c.inflight_per_connection = int()? as usize,
             "gc.interval_ms" => c.gc.interval = ms(int()?),
+            "gc.minor_threshold" => c.gc.minor_threshold = float()?,
+            "gc.minor_interval_ms" => c.gc.minor_interval = ms(int()?),
+            "gc.major_threshold" => c.gc.major_threshold = float()?,
+            "gc.major_interval_ms" => c.gc.major_interval = ms(int()?),
+            "gc.compaction_bytes_per_s" => c.gc.compaction_bytes_per_s = int()?,
             "write_cache_bytes" => c.storage.write_cache_bytes = int()? as usize,
             "write_cache_throttle_ms" => c.storage.write_cache_throttle_max = ms(int()?),
             "entry_log_bytes_max" => c.storage.entry_log_bytes_max = int()?,

@@ -101,7 +101,8 @@ async fn run_async(args: Args) -> Result<(), String> {
     c.storage.entry_log_bytes_max = 64 * 1024 * 1024;
     c.storage.flush_interval = Duration::from_secs(1);
     c.gc.interval = Duration::from_millis(500);
-    c.gc.compaction_threshold = 0.5;
+    c.gc.minor_threshold = 0.5;
+    c.gc.minor_interval = Duration::from_millis(500);
     let log_dir = c.storage.ledger_dir.join("entrylogs");
     let bookie = Bookie::start(c, meta.clone()).await.map_err(|e| e.to_string())?;
     let client = LedgerClient::new(meta, Keys::default());
