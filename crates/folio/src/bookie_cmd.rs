@@ -18,6 +18,7 @@ CONFIG KEYS (TOML file via --config; any key also via --override KEY=VALUE):
   metadata                  string   \"embedded:<dir>\" (default \"embedded:./folio-meta\")
                                      or \"etcd:<host:port>[,<host:port>...]\"
   metadata_root             string   default \"folio\"
+  http_listen               string   default none (health, metrics, POST /gc)
   lease_ttl_ms              integer  default 10000
   disk_check_interval_ms    integer  default 10000
   disk_usage_threshold      float    default 0.95 (read-only above it)
@@ -89,6 +90,15 @@ enum BookieCommand {
         #[arg(long)]
         force: bool,
     },
+    /// Run a garbage-collection pass on a running bookie now (through its `http_listen`).
+    Gc {
+        /// Required: run the pass now (the only mode there is).
+        #[arg(long)]
+        now: bool,
+        /// The bookie's HTTP endpoint (its `http_listen`).
+        #[arg(long)]
+        http: std::net::SocketAddr,
+    },
     /// Describe a stopped bookie's data dir: cookie, journal, entry logs, ledgers, flags.
     Inspect {
         /// The data dir (with `journal/` and `ledgers/` inside).
@@ -105,6 +115,7 @@ enum BookieCommand {
 pub struct Resolved {
     pub bookie: BookieConfig,
     pub metadata: String,
+    pub http_listen: Option<std::net::SocketAddr>,
 }
 
 fn set(table: &mut toml::Table, key: &str, value: toml::Value) {
@@ -198,6 +209,10 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
         c.metadata_root = r;
     }
     let metadata = string("metadata")?.unwrap_or_else(|| "embedded:./folio-meta".into());
+    let http_listen = match string("http_listen")? {
+        Some(a) => Some(a.parse().map_err(|e| format!("http_listen = {a:?}: {e}"))?),
+        None => None,
+    };
     for (k, v) in flat {
         let int = || {
             v.as_integer()
@@ -213,7 +228,7 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
         let j = &mut c.storage.journal;
         match k.as_str() {
             "bookie_id" | "listen" | "advertised_address" | "data_dir" | "journal_dir"
-            | "ledger_dir" | "metadata" | "metadata_root" => {}
+            | "ledger_dir" | "metadata" | "metadata_root" | "http_listen" => {}
             "lease_ttl_ms" => c.lease_ttl = ms(int()?),
             "disk_check_interval_ms" => c.disk_check_interval = ms(int()?),
             "disk_usage_threshold" => c.disk_usage_threshold = float()?,
@@ -248,7 +263,7 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
         }
     }
     c.validate()?;
-    Ok(Resolved { bookie: c, metadata })
+    Ok(Resolved { bookie: c, metadata, http_listen })
 }
 
 /// Opens the metadata store named by `spec` (`embedded:<dir>` or `etcd:<endpoints>`).
@@ -299,14 +314,47 @@ pub fn run(args: Args) -> Result<(), String> {
             println!("formatted bookie {id}");
             Ok(())
         }),
+        Some(BookieCommand::Gc { now, http }) => runtime.block_on(async {
+            if !now {
+                return Err("say --now: the pass runs immediately".into());
+            }
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut s = tokio::net::TcpStream::connect(http)
+                .await
+                .map_err(|e| format!("connecting to {http}: {e}"))?;
+            s.write_all(b"POST /gc HTTP/1.1\r\nhost: folio\r\ncontent-length: 0\r\n\r\n")
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut response = String::new();
+            s.read_to_string(&mut response).await.map_err(|e| e.to_string())?;
+            let body = response.split_once("\r\n\r\n").map_or(response.as_str(), |(_, b)| b);
+            print!("{body}");
+            Ok(())
+        }),
         None => runtime.block_on(async {
             let r = args.settings.resolve()?;
             let meta = open_metadata(&r.metadata).await?;
             let bookie = Bookie::start(r.bookie, meta).await.map_err(|e| e.to_string())?;
             println!("bookie {} listening on {}", bookie.id(), bookie.addr());
+            let bookies: crate::http::Bookies =
+                std::sync::Arc::new(tokio::sync::RwLock::new(vec![bookie]));
+            let http = match r.http_listen {
+                Some(addr) => Some(tokio::spawn(crate::http::serve(
+                    crate::http::bind(addr).await?,
+                    bookies.clone(),
+                ))),
+                None => None,
+            };
             tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
             tracing::info!("Ctrl-C: shutting down cleanly");
-            bookie.shutdown().await.map_err(|e| e.to_string())
+            if let Some(h) = http {
+                h.abort();
+            }
+            let mut result = Ok(());
+            for b in bookies.write().await.drain(..) {
+                result = b.shutdown().await.map_err(|e| e.to_string());
+            }
+            result
         }),
     }
 }
@@ -351,6 +399,10 @@ mod tests {
         assert!(e.contains("journal.sync must be true or false"), "{e}");
         let e = settings(None, &["disk_usage_lwm=0.99"]).unwrap_err();
         assert!(e.contains("disk_usage_lwm"), "{e}");
+        let r = settings(None, &["http_listen=\"127.0.0.1:9\""]).unwrap();
+        assert_eq!(r.http_listen, Some("127.0.0.1:9".parse().unwrap()));
+        let e = settings(None, &["http_listen=nowhere"]).unwrap_err();
+        assert!(e.contains("http_listen"), "{e}");
         let e = settings(Some("listen = \"nonsense\"\n"), &[]).unwrap_err();
         assert!(e.contains("listen"), "{e}");
     }

@@ -24,11 +24,16 @@ pub async fn serve(listener: TcpListener, bookies: Bookies) {
             let mut buf = vec![0u8; 4096];
             let Ok(n) = stream.read(&mut buf).await else { return };
             let request = String::from_utf8_lossy(&buf[..n]);
-            let path = request.split_whitespace().nth(1).unwrap_or("/");
-            let (status, body) = match path {
-                "/health" => health(&bookies).await,
-                "/metrics" => ("200 OK", metrics(&bookies).await),
-                _ => ("404 Not Found", "not found: try /health or /metrics\n".to_string()),
+            let mut words = request.split_whitespace();
+            let (method, path) = (words.next().unwrap_or("GET"), words.next().unwrap_or("/"));
+            let (status, body) = match (method, path) {
+                (_, "/health") => health(&bookies).await,
+                (_, "/metrics") => ("200 OK", metrics(&bookies).await),
+                ("POST", "/gc") => ("200 OK", gc_now(&bookies).await),
+                _ => (
+                    "404 Not Found",
+                    "not found: try GET /health, GET /metrics or POST /gc\n".to_string(),
+                ),
             };
             let response = format!(
                 "HTTP/1.1 {status}\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -123,6 +128,32 @@ async fn metrics(bookies: &Bookies) -> String {
     out
 }
 
+/// Runs a GC pass on every bookie now; one line per bookie.
+async fn gc_now(bookies: &Bookies) -> String {
+    let mut out = String::new();
+    for b in bookies.read().await.iter() {
+        match b.gc_now().await {
+            Ok(r) => {
+                let _ = writeln!(
+                    out,
+                    "{}: dropped ledgers {:?}, over-replicated {:?}, deleted logs {:?}, compacted logs {:?}, {} bytes reclaimed, {} logs kept",
+                    b.id(),
+                    r.ledgers_dropped,
+                    r.over_replicated_dropped,
+                    r.logs_deleted,
+                    r.logs_compacted,
+                    r.bytes_reclaimed,
+                    r.logs_kept.len()
+                );
+            }
+            Err(e) => {
+                let _ = writeln!(out, "{}: GC failed: {e}", b.id());
+            }
+        }
+    }
+    out
+}
+
 /// Binds the endpoint; the caller spawns `serve`.
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
     TcpListener::bind(addr).await.map_err(|e| format!("binding the HTTP endpoint on {addr}: {e}"))
@@ -153,6 +184,7 @@ mod tests {
         ] {
             assert!(text.contains(line), "missing {line:?} in:\n{text}");
         }
+        assert!(gc_now(&bookies).await.starts_with("b0: dropped ledgers []"));
         let (status, body) = health(&bookies).await;
         assert_eq!(status, "200 OK");
         assert!(body.contains("1 bookies writable"), "{body}");
