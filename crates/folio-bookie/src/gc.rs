@@ -40,6 +40,8 @@ pub struct GcConfig {
     pub compaction_threshold: f64,
     /// Bytes of logs compacted per pass, at most (bounds the work of one pass).
     pub compaction_bytes_max_per_pass: u64,
+    /// Time spent compacting per pass, at most; the rest waits for the next pass.
+    pub compaction_time_max_per_pass: std::time::Duration,
     /// Minor compaction: logs below `minor_threshold` (0.2), every `minor_interval` (1 h).
     pub minor_threshold: f64,
     pub minor_interval: std::time::Duration,
@@ -82,6 +84,7 @@ impl Default for GcConfig {
             list_page: 1000,
             compaction_threshold: 0.2,
             compaction_bytes_max_per_pass: 4 * 1024 * 1024 * 1024,
+            compaction_time_max_per_pass: std::time::Duration::from_secs(600),
             minor_threshold: 0.2,
             minor_interval: std::time::Duration::from_secs(3600),
             major_threshold: 0.8,
@@ -313,7 +316,7 @@ pub async fn gc_once(
     let mut budget = config.compaction_bytes_max_per_pass;
     let (started, mut copied) = (std::time::Instant::now(), 0u64);
     for k in candidates {
-        if k.size_bytes > budget {
+        if k.size_bytes > budget || started.elapsed() >= config.compaction_time_max_per_pass {
             break;
         }
         budget -= k.size_bytes;
