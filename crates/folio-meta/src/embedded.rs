@@ -502,11 +502,7 @@ impl MetadataStore for EmbeddedStore {
         Box::pin(async move {
             let limit = limit.clamp(1, LIST_LIMIT_MAX);
             let st = self.inner.lock(); // a consistent revision for the page
-            let mut start =
-                start_after.map_or(prefix.as_bytes().to_vec(), |k| k.as_bytes().to_vec());
-            if start_after.is_some() {
-                start.push(0);
-            }
+            let start = list_start(prefix, start_after);
             let mut items = Vec::new();
             let mut more = false;
             for guard in self.inner.kv.range(start..) {

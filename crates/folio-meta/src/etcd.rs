@@ -174,11 +174,7 @@ impl MetadataStore for EtcdStore {
     ) -> BoxFuture<'a, Result<Page>> {
         Box::pin(async move {
             let limit = limit.clamp(1, LIST_LIMIT_MAX);
-            let mut start =
-                start_after.map_or(prefix.as_bytes().to_vec(), |k| k.as_bytes().to_vec());
-            if start_after.is_some() {
-                start.push(0);
-            }
+            let start = list_start(prefix, start_after);
             let options = GetOptions::new()
                 .with_range(prefix_end(prefix.as_bytes()))
                 .with_limit(limit as i64 + 1);

@@ -278,6 +278,18 @@ pub async fn list_all(store: &dyn MetadataStore, prefix: &str) -> Result<Vec<Ver
     }
 }
 
+/// Where a listing page starts: at `prefix`, or just after `start_after`.
+pub(crate) fn list_start(prefix: &str, start_after: Option<&str>) -> Vec<u8> {
+    match start_after {
+        Some(k) => {
+            let mut start = k.as_bytes().to_vec();
+            start.push(0);
+            start
+        }
+        None => prefix.as_bytes().to_vec(),
+    }
+}
+
 pub(crate) fn check_value(key: &str, value: &[u8]) -> Result<()> {
     if key.is_empty() {
         return Err(MetaError::InvalidArgument("empty key".into()));
