@@ -623,22 +623,35 @@ impl Inner {
         }
         let mut ids: std::collections::BTreeSet<EntryId> =
             self.cache.entry_ids(ledger_id).into_iter().collect();
-        let (mut start, end) = index::ledger_location_range(ledger_id);
-        loop {
-            let page = self.kv.range(Table::Locations, &start, &end, INDEX_PAGE)?;
-            let full = page.len() == INDEX_PAGE;
+        self.location_pages(ledger_id, |page, _| {
             for (k, _) in &page {
                 ids.insert(index::parse_location_key(k)?.1);
             }
-            match page.last() {
-                Some((k, _)) if full => {
-                    start = k.clone();
-                    start.push(0);
-                }
-                _ => break,
+            Ok(())
+        })?;
+        Ok(ids.into_iter().collect())
+    }
+
+    /// Calls `f` with each page of a ledger's index locations, in entry order, and whether
+    /// it is the last page.
+    fn location_pages(
+        &self,
+        ledger_id: LedgerId,
+        mut f: impl FnMut(Vec<index::kv::KvPair>, bool) -> Result<()>,
+    ) -> Result<()> {
+        let (mut start, end) = index::ledger_location_range(ledger_id);
+        loop {
+            let page = self.kv.range(Table::Locations, &start, &end, INDEX_PAGE)?;
+            let last = page.len() < INDEX_PAGE;
+            if let Some((k, _)) = page.last() {
+                start = k.clone();
+                start.push(0);
+            }
+            f(page, last)?;
+            if last {
+                return Ok(());
             }
         }
-        Ok(ids.into_iter().collect())
     }
 
     fn last_entry(&self, ledger_id: LedgerId) -> Result<Option<EntryId>> {
@@ -776,30 +789,21 @@ impl Inner {
         self.read_cache.lock().expect("read cache lock").remove_ledger(ledger_id);
         // The flush lock keeps a concurrent flush from re-adding this ledger's locations.
         let mut flush = self.flush.lock().expect("flush lock");
-        let (mut start, end) = index::ledger_location_range(ledger_id);
-        loop {
-            let page = self.kv.range(Table::Locations, &start, &end, INDEX_PAGE)?;
+        self.location_pages(ledger_id, |page, last| {
             let mut b = KvBatch::default();
-            let full = page.len() == INDEX_PAGE;
-            if let Some((k, _)) = page.last() {
-                start = k.clone();
-                start.push(0);
-            }
             for (k, _) in page {
                 b.delete(Table::Locations, k);
             }
-            if !full {
+            if last {
                 b.delete(Table::Ledgers, index::ledger_key(ledger_id));
                 // Per-ledger mode: its log is sealed now, so GC can take it back.
                 if let Some((w, _)) = flush.per_ledger.remove(&ledger_id) {
                     let id = w.log_id();
                     b.put(Table::Meta, index::elog_key(id), w.seal()?.encode());
                 }
-                self.kv.commit(b)?;
-                break;
             }
-            self.kv.commit(b)?;
-        }
+            self.kv.commit(b)
+        })?;
         tracing::info!(ledger_id, "ledger deleted locally");
         Ok(())
     }
@@ -821,10 +825,7 @@ impl Inner {
         let mut batch = KvBatch::default();
         let mut copied = 0u64;
         for ledger_id in live {
-            let (mut start, end) = index::ledger_location_range(ledger_id);
-            loop {
-                let page = self.kv.range(Table::Locations, &start, &end, INDEX_PAGE)?;
-                let full = page.len() == INDEX_PAGE;
+            self.location_pages(ledger_id, |page, _| {
                 for (k, v) in &page {
                     let loc = EntryLocation::decode(v)?;
                     if loc.log_id != log_id {
@@ -837,14 +838,8 @@ impl Inner {
                     batch.put(Table::Locations, k.clone(), new.encode());
                     copied += 1;
                 }
-                match page.last() {
-                    Some((k, _)) if full => {
-                        start = k.clone();
-                        start.push(0);
-                    }
-                    _ => break,
-                }
-            }
+                Ok(())
+            })?;
         }
         if let Some(w) = flush.writer.as_mut() {
             w.sync()?;
