@@ -19,6 +19,8 @@ use folio_client::BookieConnection;
 use folio_proto::wire::Request;
 use folio_proto::{Entry, EntryHeader, Status};
 
+use super::{MIB, pct};
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Short run (about a minute in all).
@@ -38,19 +40,8 @@ pub struct Args {
     connections: usize,
 }
 
-const MIB: f64 = 1024.0 * 1024.0;
-
 pub fn run(args: Args) -> Result<(), String> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    rt.block_on(run_async(args))
-}
-
-pub(crate) fn pct(sorted: &[u64], p: f64) -> u64 {
-    sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0)
+    super::block_on(run_async(args))
 }
 
 struct Phase {
@@ -187,10 +178,7 @@ fn rss_peak_mb() -> f64 {
 }
 
 async fn run_async(args: Args) -> Result<(), String> {
-    let tmp = tempfile::Builder::new()
-        .prefix(".folio-bench-bookie-")
-        .tempdir_in(&args.dir)
-        .map_err(|e| e.to_string())?;
+    let tmp = super::temp_dir(&args.dir, ".folio-bench-bookie-")?;
     let d = Duration::from_secs(if args.quick { 3 } else { 15 });
     let meta = Arc::new(
         folio_meta::embedded::EmbeddedStore::open(&tmp.path().join("meta"))

@@ -15,6 +15,8 @@ use folio_bookie::bookie::{Bookie, BookieConfig};
 use folio_client::{CreateOptions, LedgerClient};
 use folio_meta::keys::Keys;
 
+use super::MIB;
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Short run (well under two minutes).
@@ -24,8 +26,6 @@ pub struct Args {
     #[arg(long, default_value = ".")]
     dir: std::path::PathBuf,
 }
-
-const MIB: f64 = 1024.0 * 1024.0;
 
 fn log_bytes(dir: &std::path::Path) -> u64 {
     std::fs::read_dir(dir)
@@ -75,19 +75,11 @@ async fn write(
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    rt.block_on(run_async(args))
+    super::block_on(run_async(args))
 }
 
 async fn run_async(args: Args) -> Result<(), String> {
-    let tmp = tempfile::Builder::new()
-        .prefix(".folio-bench-gc-")
-        .tempdir_in(&args.dir)
-        .map_err(|e| e.to_string())?;
+    let tmp = super::temp_dir(&args.dir, ".folio-bench-gc-")?;
     let d = Duration::from_secs(if args.quick { 8 } else { 30 });
     let meta = Arc::new(
         folio_meta::embedded::EmbeddedStore::open(&tmp.path().join("meta"))

@@ -12,7 +12,10 @@ use folio_bookie::bookie::{Bookie, BookieConfig};
 use folio_client::{CreateOptions, LedgerClient};
 use folio_meta::keys::Keys;
 
-use super::bookie::{append_sync_baseline, pct};
+use super::bookie::append_sync_baseline;
+use super::pct;
+
+use super::MIB;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -24,15 +27,8 @@ pub struct Args {
     dir: std::path::PathBuf,
 }
 
-const MIB: f64 = 1024.0 * 1024.0;
-
 pub fn run(args: Args) -> Result<(), String> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    rt.block_on(run_async(args))
+    super::block_on(run_async(args))
 }
 
 struct Result_ {
@@ -98,10 +94,7 @@ async fn measure(
 }
 
 async fn run_async(args: Args) -> Result<(), String> {
-    let tmp = tempfile::Builder::new()
-        .prefix(".folio-bench-ledger-")
-        .tempdir_in(&args.dir)
-        .map_err(|e| e.to_string())?;
+    let tmp = super::temp_dir(&args.dir, ".folio-bench-ledger-")?;
     let d = Duration::from_secs(if args.quick { 4 } else { 15 });
     println!("bench=ledger quick={} seconds_per_run={}", args.quick, d.as_secs());
     let (disk_mb, _, _) = append_sync_baseline(&tmp.path().join("raw"), 512 * 1024, d)?;

@@ -41,22 +41,14 @@ impl Record for Counter {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    runtime.block_on(run_async(args))
+    super::block_on(run_async(args))
 }
 
 async fn run_async(args: Args) -> Result<(), String> {
     let secs = if args.quick { 2 } else { 10 };
     let d = Duration::from_secs(secs);
     println!("bench=meta quick={} seconds_per_run={secs}", args.quick);
-    let tmp = tempfile::Builder::new()
-        .prefix(".folio-bench-meta-")
-        .tempdir_in(&args.dir)
-        .map_err(|e| format!("temp dir in {}: {e}", args.dir.display()))?;
+    let tmp = super::temp_dir(&args.dir, ".folio-bench-meta-")?;
     let raw = raw_kv_commits_per_s(&tmp.path().join("raw"), d)?;
     println!("backend=raw_kv commits_per_s={raw:.0}");
     let embedded = Arc::new(
@@ -173,7 +165,10 @@ async fn measure(
         i += 1;
     }
     latencies.sort_unstable();
-    let pct =
-        |p: f64| latencies.get(((latencies.len() as f64 - 1.0) * p) as usize).copied().unwrap_or(0);
-    Ok(MetaResult { cas_per_s, put_per_s, watch_p50_us: pct(0.5), watch_p99_us: pct(0.99) })
+    Ok(MetaResult {
+        cas_per_s,
+        put_per_s,
+        watch_p50_us: super::pct(&latencies, 0.5),
+        watch_p99_us: super::pct(&latencies, 0.99),
+    })
 }

@@ -32,3 +32,30 @@ pub fn run(what: Bench) -> Result<(), String> {
         Bench::Gc(args) => gc::run(args),
     }
 }
+
+pub(crate) const MIB: f64 = 1024.0 * 1024.0;
+
+/// The value at fraction `p` of an ascending list (0 for an empty one).
+pub(crate) fn pct(sorted: &[u64], p: f64) -> u64 {
+    sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0)
+}
+
+/// Runs a benchmark on a two-worker runtime (the machine has two cores).
+pub(crate) fn block_on(
+    f: impl std::future::Future<Output = Result<(), String>>,
+) -> Result<(), String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting runtime: {e}"))?
+        .block_on(f)
+}
+
+/// A temporary directory inside `dir` (on the disk being measured), removed afterwards.
+pub(crate) fn temp_dir(dir: &std::path::Path, prefix: &str) -> Result<tempfile::TempDir, String> {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(dir)
+        .map_err(|e| format!("creating a temp dir in {}: {e}", dir.display()))
+}

@@ -15,6 +15,8 @@ use folio_bookie::fs::{AlignedBuf, FileSystem, OpenOptions, RealFs};
 use folio_bookie::{Storage, StorageConfig};
 use folio_proto::{Entry, EntryHeader};
 
+use super::MIB;
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Short run (a few seconds per measurement, well under 2 minutes in all).
@@ -31,13 +33,8 @@ pub struct Args {
     inflight: usize,
 }
 
-const MIB: f64 = 1024.0 * 1024.0;
-
 pub fn run(args: Args) -> Result<(), String> {
-    let tmp = tempfile::Builder::new()
-        .prefix(".folio-bench-")
-        .tempdir_in(&args.dir)
-        .map_err(|e| format!("creating a temp dir in {}: {e}", args.dir.display()))?;
+    let tmp = super::temp_dir(&args.dir, ".folio-bench-")?;
     let secs = if args.quick { 4 } else { 20 };
     let duration = Duration::from_secs(secs);
     println!(
@@ -152,12 +149,11 @@ fn engine_run(
     let secs = start.elapsed().as_secs_f64();
     let mut lat = std::mem::take(&mut *latencies.lock().expect("latency lock"));
     lat.sort_unstable();
-    let pct = |p: f64| lat.get(((lat.len() as f64 - 1.0) * p) as usize).copied().unwrap_or(0);
     let result = EngineResult {
         adds_per_s: submitted as f64 / secs,
         mb_per_s: submitted as f64 * entry_bytes as f64 / MIB / secs,
-        p50_us: pct(0.5),
-        p99_us: pct(0.99),
+        p50_us: super::pct(&lat, 0.5),
+        p99_us: super::pct(&lat, 0.99),
     };
     match Arc::try_unwrap(storage) {
         Ok(s) => s.close().map_err(|e| e.to_string())?,
