@@ -27,6 +27,8 @@ pub enum LedgerError {
     PastEnd { ledger_id: LedgerId, entry_id: EntryId, last: EntryId },
     #[error("the writer of ledger {0} failed earlier and accepts no more adds: {1}")]
     WriterFailed(LedgerId, String),
+    #[error("ledger {0} has the maximum number of adds outstanding")]
+    Busy(LedgerId),
     #[error("payload of {0} bytes is above the entry limit")]
     TooLarge(usize),
     #[error("bookie {0} is not registered")]

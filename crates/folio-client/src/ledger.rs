@@ -44,6 +44,9 @@ pub struct CreateOptions {
     pub ack_quorum: u16,
     pub password: Vec<u8>,
     pub custom: BTreeMap<String, Bytes>,
+    /// Create under this id (allocated earlier with `allocate_id`) instead of a fresh one.
+    /// Fails with a metadata conflict if a ledger with this id exists already.
+    pub ledger_id: Option<LedgerId>,
 }
 
 impl CreateOptions {
@@ -54,6 +57,7 @@ impl CreateOptions {
             ack_quorum,
             password: Vec::new(),
             custom: BTreeMap::new(),
+            ledger_id: None,
         }
     }
 }
@@ -146,7 +150,10 @@ impl LedgerClient {
                 .map(|i| writable[i].clone())
                 .collect()
         };
-        let id = self.meta.next_id(&self.keys.id_sequence(LEDGER_ID_SEQUENCE)).await?;
+        let id = match opts.ledger_id {
+            Some(id) => id,
+            None => self.allocate_id().await?,
+        };
         let metadata = LedgerMetadata {
             ensemble_size: e,
             write_quorum: w,
@@ -170,6 +177,13 @@ impl LedgerClient {
         }
         tracing::debug!(ledger = id, ?ensemble, "ledger created");
         Ok(LedgerWriter::new(id, master_key(&opts.password), metadata, bookies, self.clone()))
+    }
+
+    /// A ledger id never handed out before, for a later `create` with
+    /// `CreateOptions::ledger_id` (so a caller can record the id durably before the ledger
+    /// exists, and no crash can leave a ledger nobody knows about).
+    pub async fn allocate_id(&self) -> Result<LedgerId> {
+        Ok(self.meta.next_id(&self.keys.id_sequence(LEDGER_ID_SEQUENCE)).await?)
     }
 
     /// Ids of the bookies registered as writable.
@@ -299,14 +313,53 @@ impl LedgerWriter {
         self.inner.metadata.lock().expect("metadata lock").clone()
     }
 
+    /// A reader over this ledger as the writer knows it now (its current ensembles), for
+    /// entries up to `last_add_confirmed`.
+    pub fn reader(&self) -> LedgerReader {
+        LedgerReader {
+            id: self.inner.id,
+            metadata: self.metadata(),
+            client: self.inner.client.clone(),
+        }
+    }
+
     /// Appends `payload`; returns its entry id once it and every earlier entry reached the
     /// ack quorum.
     pub async fn add(&self, payload: &[u8]) -> Result<EntryId> {
-        let inner = &self.inner;
         if ENTRY_HEADER_BYTES + payload.len() > ENTRY_BYTES_MAX {
             return Err(LedgerError::TooLarge(payload.len()));
         }
-        let _slot = self.slots.acquire().await.map_err(|_| LedgerError::Closed(inner.id))?;
+        let slot = self
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| LedgerError::Closed(self.inner.id))?;
+        self.start_add(payload, slot)?.1.await
+    }
+
+    /// Starts an add without waiting: the entry id is assigned before this returns (so
+    /// callers that start adds in order get ids in that order), and the future completes
+    /// when the entry is confirmed, as `add` does. Fails with `Busy` when
+    /// `OUTSTANDING_ADDS_MAX` adds are outstanding.
+    pub fn add_nowait(
+        &self,
+        payload: &[u8],
+    ) -> Result<(EntryId, impl Future<Output = Result<EntryId>> + Send + 'static)> {
+        if ENTRY_HEADER_BYTES + payload.len() > ENTRY_BYTES_MAX {
+            return Err(LedgerError::TooLarge(payload.len()));
+        }
+        let slot =
+            self.slots.clone().try_acquire_owned().map_err(|_| LedgerError::Busy(self.inner.id))?;
+        self.start_add(payload, slot)
+    }
+
+    fn start_add(
+        &self,
+        payload: &[u8],
+        slot: tokio::sync::OwnedSemaphorePermit,
+    ) -> Result<(EntryId, impl Future<Output = Result<EntryId>> + Send + 'static)> {
+        let inner = &self.inner;
         let entry_id = {
             let mut st = inner.state.lock().expect("writer lock");
             if let Some(f) = &st.failed {
@@ -341,6 +394,17 @@ impl LedgerWriter {
         for pos in positions {
             inner.send(entry_id, pos);
         }
+        let inner = inner.clone();
+        Ok((entry_id, async move {
+            let _slot = slot;
+            inner.wait_confirmed(entry_id).await
+        }))
+    }
+}
+
+impl WriterInner {
+    async fn wait_confirmed(self: &Arc<Self>, entry_id: EntryId) -> Result<EntryId> {
+        let inner = self;
         let mut rx = inner.lac_tx.subscribe();
         let confirmed = rx
             .wait_for(|lac| {
@@ -358,7 +422,9 @@ impl LedgerWriter {
         }
         Err(LedgerError::WriterFailed(inner.id, f))
     }
+}
 
+impl LedgerWriter {
     /// Waits for outstanding adds, then records the ledger as closed at its LAC.
     pub async fn close(&self) -> Result<EntryId> {
         let inner = &self.inner;

@@ -8,7 +8,12 @@
 //! <root>/cookies/<bookie_id>                 the bookie's cookie
 //! <root>/ledgers/<ledger_id, 20 digits>      ledger metadata (zero-padded: sorted by id)
 //! <root>/ids/<sequence>                     id sequences (`MetadataStore::next_id`)
+//! <root>/logs/<name>                         a managed log: its ledger chain (folio-log)
+//! <root>/cursors/<log>/<cursor>              a durable cursor of a managed log
+//! <root>/trash/<ledger_id, 20 digits>        a ledger removed from a chain, to be deleted
 //! ```
+//! Log and cursor names are arbitrary UTF-8 without `/` in cursor names; a log name may
+//! contain `/` (e.g. `topic/partition`), so cursors live under their own prefix.
 //! Ledger ids come from `next_id(&keys.id_sequence(LEDGER_ID_SEQUENCE))`.
 
 use folio_proto_free::LedgerId;
@@ -68,6 +73,36 @@ impl Keys {
 
     pub fn id_sequence(&self, name: &str) -> String {
         format!("{}/ids/{name}", self.root)
+    }
+
+    pub fn logs(&self) -> String {
+        format!("{}/logs/", self.root)
+    }
+
+    pub fn log(&self, name: &str) -> String {
+        format!("{}/logs/{name}", self.root)
+    }
+
+    /// The name of the log stored at `key`.
+    pub fn parse_log<'a>(&self, key: &'a str) -> Option<&'a str> {
+        key.strip_prefix(self.root.as_str())?.strip_prefix("/logs/")
+    }
+
+    /// The prefix of `log`'s cursors (ends with `/`).
+    pub fn cursors(&self, log: &str) -> String {
+        format!("{}/cursors/{log}/", self.root)
+    }
+
+    pub fn cursor(&self, log: &str, cursor: &str) -> String {
+        format!("{}/cursors/{log}/{cursor}", self.root)
+    }
+
+    pub fn trash(&self) -> String {
+        format!("{}/trash/", self.root)
+    }
+
+    pub fn trash_ledger(&self, ledger_id: LedgerId) -> String {
+        format!("{}/trash/{ledger_id:020}", self.root)
     }
 
     pub fn ledgers(&self) -> String {

@@ -59,40 +59,46 @@ pub async fn update<T: Record>(
     Err(MetaError::Conflict { key: key.into() })
 }
 
-fn corrupt(key: &str, detail: impl Into<String>) -> MetaError {
+pub fn corrupt(key: &str, detail: impl Into<String>) -> MetaError {
     MetaError::Corrupt { key: key.into(), detail: detail.into() }
 }
 
-/// A little-endian reader that reports truncation instead of panicking.
-struct Reader<'a> {
+/// A little-endian reader that reports truncation instead of panicking: the decoding half
+/// of every record format (here and in crates that define their own records).
+#[derive(Debug)]
+pub struct Reader<'a> {
     key: &'a str,
     b: &'a [u8],
     at: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+    /// Reads `b`, the value stored at `key` (named in errors).
+    pub fn new(key: &'a str, b: &'a [u8]) -> Reader<'a> {
+        Reader { key, b, at: 0 }
+    }
+    pub fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         let s = self.b.get(self.at..self.at + n).ok_or_else(|| corrupt(self.key, "truncated"))?;
         self.at += n;
         Ok(s)
     }
-    fn u8(&mut self) -> Result<u8> {
+    pub fn u8(&mut self) -> Result<u8> {
         Ok(self.take(1)?[0])
     }
-    fn u16(&mut self) -> Result<u16> {
+    pub fn u16(&mut self) -> Result<u16> {
         Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
     }
-    fn u32(&mut self) -> Result<u32> {
+    pub fn u32(&mut self) -> Result<u32> {
         Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
     }
-    fn u64(&mut self) -> Result<u64> {
+    pub fn u64(&mut self) -> Result<u64> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
     }
-    fn string(&mut self) -> Result<String> {
+    pub fn string(&mut self) -> Result<String> {
         let n = self.u16()? as usize;
         String::from_utf8(self.take(n)?.to_vec()).map_err(|_| corrupt(self.key, "invalid UTF-8"))
     }
-    fn done(&self) -> Result<()> {
+    pub fn done(&self) -> Result<()> {
         if self.at != self.b.len() {
             return Err(corrupt(self.key, "trailing bytes"));
         }
@@ -100,7 +106,8 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn put_string(v: &mut Vec<u8>, s: &str) {
+/// Writes a string as `Reader::string` reads it (u16 length, UTF-8).
+pub fn put_string(v: &mut Vec<u8>, s: &str) {
     let n = u16::try_from(s.len()).expect("strings in metadata are short");
     v.extend_from_slice(&n.to_le_bytes());
     v.extend_from_slice(s.as_bytes());

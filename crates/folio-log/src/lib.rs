@@ -1,0 +1,27 @@
+//! Folio's managed log: a partition's data as a chain of ledgers.
+//!
+//! - [`ManagedLog`] (`log.rs`): ownership by fencing, appends with dense offsets,
+//!   rollover, reads by offset and time, tailing, durable cursors, retention trimming.
+//! - [`trash`]: the second phase of two-phase deletion, and whole-log deletion.
+//! - [`records`]: the log, cursor and trash records and their formats.
+//! - [`entry`]: the header each batch carries inside its ledger entry.
+//!
+//! **Architecture invariant:** this crate talks to bookies only through `folio-client`
+//! and to metadata only through `folio-meta`; it knows nothing of Kafka. Every change of
+//! a chain is one compare-and-set transaction, and memory follows only a commit.
+
+pub mod config;
+pub mod entry;
+mod error;
+mod log;
+pub mod records;
+pub mod trash;
+
+pub use config::LogConfig;
+pub use entry::LogEntry;
+pub use error::{LogError, Result};
+pub use log::{
+    BATCH_BYTES_MAX, LogEnv, LogInfo, LogState, LogStats, LogStatus, ManagedLog, OWNER_TAG,
+    TrimReport, WallClock,
+};
+pub use trash::{Trash, TrashConfig, TrashHandle, TrashPass, TrashStatus};

@@ -1,0 +1,359 @@
+//! The managed log's metadata records and their binary formats (little-endian; strings are
+//! u16 length + UTF-8). Every record starts with a 3-byte magic and a version byte.
+//!
+//! ```text
+//! LogRecord     "FLG" 1 | state u8 (1 active, 2 deleting) | start_offset u64 | owner str
+//!               | n u32 | n × LedgerInfo | m u32 | m × (key str, value str)
+//! LedgerInfo    ledger_id u64 | entries u64 | bytes u64 | first_offset u64 | records u64
+//!               | first_publish_ms i64 | max_publish_ms i64 | close_ms u64 (0 = open)
+//! CursorRecord  "FCR" 1 | offset u64 | updated_ms u64
+//! TrashRecord   "FTR" 1 | ledger_id u64 | log str | reason str | time_ms u64 | attempts u32
+//!               | next_attempt_ms u64 | last_error str
+//! ```
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use folio_meta::Result;
+use folio_meta::records::{Reader, Record, corrupt, put_string};
+
+const LOG_MAGIC: &[u8; 3] = b"FLG";
+const CURSOR_MAGIC: &[u8; 3] = b"FCR";
+const TRASH_MAGIC: &[u8; 3] = b"FTR";
+const VERSION: u8 = 1;
+
+/// Strings in records are cut to this many bytes (error texts can be long).
+const TEXT_BYTES_MAX: usize = 1000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogRecordState {
+    /// Appendable by its owner.
+    Active = 1,
+    /// Being deleted: no one appends; the deleter moves its ledgers to the trash in batches
+    /// and removes the record last.
+    Deleting = 2,
+}
+
+/// One ledger of a chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LedgerInfo {
+    pub ledger_id: u64,
+    /// Entries (batches); 0 while the ledger is open (the owner knows, metadata does not).
+    pub entries: u64,
+    pub bytes: u64,
+    /// Offset of the first record in this ledger (set when the ledger joins the chain).
+    pub first_offset: u64,
+    /// Records in the ledger; set when it is closed.
+    pub records: u64,
+    pub first_publish_ms: i64,
+    /// The highest timestamp in the ledger (the log's running maximum).
+    pub max_publish_ms: i64,
+    /// When it was closed (ms since the epoch); 0 while open.
+    pub close_ms: u64,
+}
+
+impl LedgerInfo {
+    pub fn open(ledger_id: u64, first_offset: u64) -> LedgerInfo {
+        LedgerInfo {
+            ledger_id,
+            entries: 0,
+            bytes: 0,
+            first_offset,
+            records: 0,
+            first_publish_ms: -1,
+            max_publish_ms: -1,
+            close_ms: 0,
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.close_ms != 0
+    }
+
+    /// The offset after this ledger's last record (meaningful once closed).
+    pub fn end_offset(&self) -> u64 {
+        self.first_offset + self.records
+    }
+}
+
+/// A managed log: its ledger chain, oldest first; only the last ledger may be open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRecord {
+    pub state: LogRecordState,
+    /// Moved by `delete_records`: offsets below it are gone even if their ledger is not.
+    pub start_offset: u64,
+    /// Who opened the log last (a process or broker id), for humans.
+    pub owner: String,
+    pub ledgers: Vec<LedgerInfo>,
+    pub properties: BTreeMap<String, String>,
+}
+
+impl LogRecord {
+    pub fn new(owner: &str) -> LogRecord {
+        LogRecord {
+            state: LogRecordState::Active,
+            start_offset: 0,
+            owner: owner.into(),
+            ledgers: Vec::new(),
+            properties: BTreeMap::new(),
+        }
+    }
+
+    /// Chain invariants: distinct ledger ids; only the last ledger open; each closed
+    /// ledger ends where the next begins.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        let mut ids = std::collections::BTreeSet::new();
+        for (i, l) in self.ledgers.iter().enumerate() {
+            if !ids.insert(l.ledger_id) {
+                return Err(format!("ledger {} appears twice", l.ledger_id));
+            }
+            let last = i + 1 == self.ledgers.len();
+            if !last && !l.is_closed() {
+                return Err(format!("ledger {} is open but not last", l.ledger_id));
+            }
+            if let Some(next) = self.ledgers.get(i + 1)
+                && l.end_offset() != next.first_offset
+            {
+                return Err(format!(
+                    "ledger {} ends at {} but ledger {} starts at {}",
+                    l.ledger_id,
+                    l.end_offset(),
+                    next.ledger_id,
+                    next.first_offset
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The first offset still in the log.
+    pub fn log_start_offset(&self) -> u64 {
+        let first = self.ledgers.first().map_or(0, |l| l.first_offset);
+        self.start_offset.max(first)
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.ledgers.iter().map(|l| l.bytes).sum()
+    }
+}
+
+fn check_magic(r: &mut Reader<'_>, key: &str, magic: &[u8; 3], what: &str) -> Result<()> {
+    if r.take(3)? != magic {
+        return Err(corrupt(key, format!("not a {what}")));
+    }
+    let v = r.u8()?;
+    if v != VERSION {
+        return Err(corrupt(key, format!("unsupported {what} version {v}")));
+    }
+    Ok(())
+}
+
+fn cut(s: &str) -> &str {
+    let mut n = s.len().min(TEXT_BYTES_MAX);
+    while !s.is_char_boundary(n) {
+        n -= 1;
+    }
+    &s[..n]
+}
+
+impl Record for LogRecord {
+    fn encode(&self) -> Bytes {
+        assert_eq!(self.validate(), Ok(()), "encoding an invalid log record");
+        let mut v = LOG_MAGIC.to_vec();
+        v.push(VERSION);
+        v.push(self.state as u8);
+        v.extend_from_slice(&self.start_offset.to_le_bytes());
+        put_string(&mut v, cut(&self.owner));
+        v.extend_from_slice(&(self.ledgers.len() as u32).to_le_bytes());
+        for l in &self.ledgers {
+            for x in [l.ledger_id, l.entries, l.bytes, l.first_offset, l.records] {
+                v.extend_from_slice(&x.to_le_bytes());
+            }
+            v.extend_from_slice(&l.first_publish_ms.to_le_bytes());
+            v.extend_from_slice(&l.max_publish_ms.to_le_bytes());
+            v.extend_from_slice(&l.close_ms.to_le_bytes());
+        }
+        v.extend_from_slice(&(self.properties.len() as u32).to_le_bytes());
+        for (k, val) in &self.properties {
+            put_string(&mut v, cut(k));
+            put_string(&mut v, cut(val));
+        }
+        Bytes::from(v)
+    }
+
+    fn decode(key: &str, b: &[u8]) -> Result<Self> {
+        let mut r = Reader::new(key, b);
+        check_magic(&mut r, key, LOG_MAGIC, "log record")?;
+        let state = match r.u8()? {
+            1 => LogRecordState::Active,
+            2 => LogRecordState::Deleting,
+            s => return Err(corrupt(key, format!("log state {s}"))),
+        };
+        let start_offset = r.u64()?;
+        let owner = r.string()?;
+        let n = r.u32()? as usize;
+        // Each ledger takes 64 bytes: a count above what is left is corrupt, and is refused
+        // before anything is allocated for it.
+        if n > b.len() / 64 {
+            return Err(corrupt(key, format!("{n} ledgers in {} bytes", b.len())));
+        }
+        let mut ledgers = Vec::with_capacity(n);
+        for _ in 0..n {
+            ledgers.push(LedgerInfo {
+                ledger_id: r.u64()?,
+                entries: r.u64()?,
+                bytes: r.u64()?,
+                first_offset: r.u64()?,
+                records: r.u64()?,
+                first_publish_ms: r.u64()? as i64,
+                max_publish_ms: r.u64()? as i64,
+                close_ms: r.u64()?,
+            });
+        }
+        let m = r.u32()?;
+        let mut properties = BTreeMap::new();
+        for _ in 0..m {
+            let k = r.string()?;
+            properties.insert(k, r.string()?);
+        }
+        r.done()?;
+        let record = LogRecord { state, start_offset, owner, ledgers, properties };
+        record.validate().map_err(|e| corrupt(key, e))?;
+        Ok(record)
+    }
+}
+
+/// A durable cursor: the next offset its consumer will read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CursorRecord {
+    pub offset: u64,
+    pub updated_ms: u64,
+}
+
+impl Record for CursorRecord {
+    fn encode(&self) -> Bytes {
+        let mut v = CURSOR_MAGIC.to_vec();
+        v.push(VERSION);
+        v.extend_from_slice(&self.offset.to_le_bytes());
+        v.extend_from_slice(&self.updated_ms.to_le_bytes());
+        Bytes::from(v)
+    }
+
+    fn decode(key: &str, b: &[u8]) -> Result<Self> {
+        let mut r = Reader::new(key, b);
+        check_magic(&mut r, key, CURSOR_MAGIC, "cursor record")?;
+        let c = CursorRecord { offset: r.u64()?, updated_ms: r.u64()? };
+        r.done()?;
+        Ok(c)
+    }
+}
+
+/// A ledger removed from its chain and not yet deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrashRecord {
+    pub ledger_id: u64,
+    /// The log that owned it: the ledger's owner tag must name the same log.
+    pub log: String,
+    /// Why it was trashed (`retention`, `delete-records`, `empty`, `log-deleted`, …).
+    pub reason: String,
+    pub time_ms: u64,
+    pub attempts: u32,
+    pub next_attempt_ms: u64,
+    pub last_error: String,
+}
+
+impl TrashRecord {
+    pub fn new(ledger_id: u64, log: &str, reason: &str, time_ms: u64) -> TrashRecord {
+        TrashRecord {
+            ledger_id,
+            log: log.into(),
+            reason: reason.into(),
+            time_ms,
+            attempts: 0,
+            next_attempt_ms: 0,
+            last_error: String::new(),
+        }
+    }
+}
+
+impl Record for TrashRecord {
+    fn encode(&self) -> Bytes {
+        let mut v = TRASH_MAGIC.to_vec();
+        v.push(VERSION);
+        v.extend_from_slice(&self.ledger_id.to_le_bytes());
+        put_string(&mut v, cut(&self.log));
+        put_string(&mut v, cut(&self.reason));
+        v.extend_from_slice(&self.time_ms.to_le_bytes());
+        v.extend_from_slice(&self.attempts.to_le_bytes());
+        v.extend_from_slice(&self.next_attempt_ms.to_le_bytes());
+        put_string(&mut v, cut(&self.last_error));
+        Bytes::from(v)
+    }
+
+    fn decode(key: &str, b: &[u8]) -> Result<Self> {
+        let mut r = Reader::new(key, b);
+        check_magic(&mut r, key, TRASH_MAGIC, "trash record")?;
+        let t = TrashRecord {
+            ledger_id: r.u64()?,
+            log: r.string()?,
+            reason: r.string()?,
+            time_ms: r.u64()?,
+            attempts: r.u32()?,
+            next_attempt_ms: r.u64()?,
+            last_error: r.string()?,
+        };
+        r.done()?;
+        Ok(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chain() -> LogRecord {
+        let mut r = LogRecord::new("broker-1");
+        let mut a = LedgerInfo::open(7, 0);
+        a.entries = 2;
+        a.records = 10;
+        a.bytes = 100;
+        a.close_ms = 5;
+        r.ledgers = vec![a, LedgerInfo::open(9, 10)];
+        r.properties.insert("k".into(), "v".into());
+        r
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let r = chain();
+        assert_eq!(LogRecord::decode("k", &r.encode()).unwrap(), r);
+        let c = CursorRecord { offset: 5, updated_ms: 6 };
+        assert_eq!(CursorRecord::decode("k", &c.encode()).unwrap(), c);
+        let mut t = TrashRecord::new(3, "log", "retention", 9);
+        t.last_error = "é".repeat(800);
+        let back = TrashRecord::decode("k", &t.encode()).unwrap();
+        assert_eq!(back.last_error.len(), 1000);
+    }
+
+    #[test]
+    fn corrupt_records_are_refused_with_the_key() {
+        let b = chain().encode();
+        for n in 0..b.len() {
+            let e = LogRecord::decode("logs/x", &b[..n]).unwrap_err();
+            assert!(e.to_string().contains("logs/x"), "{e}");
+        }
+        let mut huge = b.to_vec();
+        huge[23..27].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(LogRecord::decode("k", &huge).is_err());
+    }
+
+    #[test]
+    fn chain_gaps_are_invalid() {
+        let mut r = chain();
+        r.ledgers[1].first_offset = 11;
+        assert!(r.validate().unwrap_err().contains("ends at 10"));
+        let mut r = chain();
+        r.ledgers[0].close_ms = 0;
+        assert!(r.validate().unwrap_err().contains("open but not last"));
+    }
+}

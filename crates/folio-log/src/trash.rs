@@ -1,0 +1,322 @@
+//! The trash: the second phase of two-phase deletion, and whole-log deletion.
+//!
+//! A trash record (`<root>/trash/<ledger id>`) is written in the same transaction that
+//! removes its ledger from a chain. The deleter then, per record: reads the ledger's
+//! metadata; if the ledger is gone, the record goes; if the ledger's owner tag names
+//! another log, it is **never** deleted (the record stays, saying why); otherwise the
+//! ledger is deleted and only then the record. Failures back off (1 s doubling to 5 min)
+//! and are retried for ever; every process that runs a deleter resumes the whole trash,
+//! and every log left in the `deleting` state.
+//!
+//! Deleting a log: one CAS marks the record `deleting` (its owner's next CAS fails), the
+//! last ledger is recovered (fencing its writer), then batches of ledgers move to the
+//! trash, one transaction each; the last transaction also removes the cursors and the log
+//! record. A crash anywhere leaves each ledger in the chain or in the trash.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use folio_client::LedgerError;
+use folio_meta::records::Record;
+use folio_meta::{Compare, Expect, MetaError, Txn, list_all};
+use tokio::sync::Notify;
+
+use crate::error::{LogError, Result};
+use crate::log::{LogEnv, OWNER_TAG};
+use crate::records::{LogRecord, LogRecordState, TrashRecord};
+
+/// Metadata operations per transaction when deleting a log (etcd allows 128).
+pub const TXN_OPS_MAX: usize = 100;
+const BACKOFF_MIN_MS: u64 = 1000;
+const BACKOFF_MAX_MS: u64 = 5 * 60 * 1000;
+
+/// Deletes the log `name`: see the module docs. Safe to repeat and to run concurrently;
+/// resumes a deletion another process started. A missing log is already deleted.
+pub async fn delete_log(env: &LogEnv, name: &str, reason: &str) -> Result<()> {
+    let key = env.keys.log(name);
+    let mut fenced_last = false;
+    loop {
+        let Some(v) = env.meta.get(&key).await? else { return Ok(()) };
+        let mut record = LogRecord::decode(&key, &v.value)?;
+        let now = env.now_ms();
+        if record.state != LogRecordState::Deleting {
+            record.state = LogRecordState::Deleting;
+            record.properties.insert("deleting.reason".into(), reason.into());
+            match env.meta.put(&key, record.encode(), Expect::Version(v.version)).await {
+                Ok(_) => {
+                    tracing::info!(log = name, reason, "log marked for deletion");
+                    continue;
+                }
+                Err(MetaError::Conflict { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if !fenced_last && let Some(last) = record.ledgers.last() {
+            // Fence the last ledger's writer, so nothing more is acknowledged in it.
+            match env.client.recover(last.ledger_id).await {
+                Ok(_) | Err(LedgerError::NoSuchLedger(_)) => fenced_last = true,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let cursors = list_all(env.meta.as_ref(), &env.keys.cursors(name)).await?;
+        let n = record.ledgers.len().min(TXN_OPS_MAX);
+        let last_batch = n == record.ledgers.len() && cursors.len() + n < TXN_OPS_MAX;
+        let mut txn = Txn::new().compare(Compare::Version(key.clone(), v.version));
+        for l in record.ledgers.drain(..n) {
+            let t = TrashRecord::new(l.ledger_id, name, "log-deleted", now);
+            txn = txn.put(env.keys.trash_ledger(l.ledger_id), t.encode());
+        }
+        if last_batch {
+            txn = txn.delete(key.clone());
+            for c in &cursors {
+                txn = txn.delete(c.key.clone());
+            }
+        } else if n == 0 {
+            // Only cursors left, more than one transaction takes: remove a batch first.
+            let mut txn = Txn::new();
+            for c in cursors.iter().take(TXN_OPS_MAX) {
+                txn = txn.delete(c.key.clone());
+            }
+            env.meta.txn(txn).await?;
+            continue;
+        } else {
+            txn = txn.put(key.clone(), record.encode());
+        }
+        let out = env.meta.txn(txn).await?;
+        if out.succeeded && last_batch {
+            tracing::info!(log = name, "log deleted; its ledgers are in the trash");
+            return Ok(());
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct TrashConfig {
+    /// How often the deleter passes over the trash when nobody wakes it.
+    pub interval: Duration,
+    /// Ledgers deleted at once.
+    pub concurrency: usize,
+}
+
+impl Default for TrashConfig {
+    fn default() -> Self {
+        TrashConfig { interval: Duration::from_secs(10), concurrency: 8 }
+    }
+}
+
+/// What one deleter pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrashPass {
+    /// Ledgers deleted (or found gone) and their records removed.
+    pub deleted: u64,
+    /// Records whose deletion failed this time (retried later).
+    pub failed: u64,
+    /// Records not yet due (backing off).
+    pub waiting: u64,
+    /// Logs in the `deleting` state whose deletion this pass continued.
+    pub logs_resumed: u64,
+}
+
+/// The trash as it stands, for metrics and admin views.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrashStatus {
+    pub ledgers: u64,
+    /// Age of the oldest record (ms).
+    pub oldest_age_ms: u64,
+    /// Records whose last attempt failed.
+    pub failing: u64,
+}
+
+/// Counters of a deleter.
+#[derive(Debug, Default)]
+pub struct TrashStats {
+    pub deleted: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+/// The deleter. `run_once` is one pass; `spawn` runs passes for ever.
+#[derive(Debug, Clone)]
+pub struct Trash {
+    env: LogEnv,
+    config: TrashConfig,
+    stats: Arc<TrashStats>,
+    wake: Arc<Notify>,
+}
+
+impl Trash {
+    pub fn new(env: LogEnv, config: TrashConfig) -> Trash {
+        Trash { env, config, stats: Arc::default(), wake: Arc::default() }
+    }
+
+    pub fn stats(&self) -> &TrashStats {
+        &self.stats
+    }
+
+    /// Makes the background loop pass now.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Every trash record, oldest ledger id first.
+    pub async fn list(&self) -> Result<Vec<TrashRecord>> {
+        list(&self.env).await
+    }
+
+    pub async fn status(&self) -> Result<TrashStatus> {
+        let now = self.env.now_ms();
+        let all = self.list().await?;
+        Ok(TrashStatus {
+            ledgers: all.len() as u64,
+            oldest_age_ms: all.iter().map(|t| now.saturating_sub(t.time_ms)).max().unwrap_or(0),
+            failing: all.iter().filter(|t| !t.last_error.is_empty()).count() as u64,
+        })
+    }
+
+    /// One pass: resume deleting logs, then delete every due trashed ledger.
+    pub async fn run_once(&self) -> Result<TrashPass> {
+        let mut pass = TrashPass::default();
+        let env = &self.env;
+        for v in list_all(env.meta.as_ref(), &env.keys.logs()).await? {
+            let Some(name) = env.keys.parse_log(&v.key) else { continue };
+            let Ok(r) = LogRecord::decode(&v.key, &v.value) else { continue };
+            if r.state == LogRecordState::Deleting {
+                let reason = r.properties.get("deleting.reason").cloned().unwrap_or_default();
+                match delete_log(env, name, &reason).await {
+                    Ok(()) => pass.logs_resumed += 1,
+                    Err(e) => {
+                        tracing::warn!(log = name, error = %e, "resuming a log deletion failed")
+                    }
+                }
+            }
+        }
+        let now = env.now_ms();
+        let due: Vec<(TrashRecord, u64)> = list_versioned(env)
+            .await?
+            .into_iter()
+            .filter(|(t, _)| {
+                let due = t.next_attempt_ms <= now;
+                if !due {
+                    pass.waiting += 1;
+                }
+                due
+            })
+            .collect();
+        let sem = Arc::new(tokio::sync::Semaphore::new(self.config.concurrency.max(1)));
+        let mut tasks = tokio::task::JoinSet::new();
+        for (t, version) in due {
+            let permit = sem.clone().acquire_owned().await.expect("semaphore open");
+            let this = self.clone();
+            tasks.spawn(async move {
+                let _permit = permit;
+                this.delete_one(t, version).await
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            match r {
+                Ok(Ok(())) => pass.deleted += 1,
+                Ok(Err(_)) | Err(_) => pass.failed += 1,
+            }
+        }
+        self.stats.deleted.fetch_add(pass.deleted, Ordering::Relaxed);
+        self.stats.failed.fetch_add(pass.failed, Ordering::Relaxed);
+        Ok(pass)
+    }
+
+    async fn delete_one(&self, t: TrashRecord, version: u64) -> Result<()> {
+        let env = &self.env;
+        let key = env.keys.trash_ledger(t.ledger_id);
+        let outcome: Result<()> = async {
+            match env.client.metadata(t.ledger_id).await {
+                Err(LedgerError::NoSuchLedger(_)) => Ok(()),
+                Err(e) => Err(e.into()),
+                Ok(m) => {
+                    let tag = m.custom.get(OWNER_TAG).map(|b| String::from_utf8_lossy(b).into_owned());
+                    if tag.as_deref() != Some(t.log.as_str()) {
+                        return Err(LogError::Invalid(format!(
+                            "owner tag mismatch: ledger {} is tagged {:?}, the trash says log {:?}; not deleting it",
+                            t.ledger_id, tag, t.log
+                        )));
+                    }
+                    match env.client.delete(t.ledger_id).await {
+                        Ok(()) | Err(LedgerError::NoSuchLedger(_)) => Ok(()),
+                        Err(e) => Err(e.into()),
+                    }
+                }
+            }
+        }
+        .await;
+        match outcome {
+            Ok(()) => {
+                // Only after the ledger is gone does its record go.
+                match env.meta.delete(&key, Expect::Version(version)).await {
+                    Ok(_) | Err(MetaError::Conflict { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                tracing::info!(ledger = t.ledger_id, log = %t.log, reason = %t.reason, "trashed ledger deleted");
+                Ok(())
+            }
+            Err(e) => {
+                let mut next = t.clone();
+                next.attempts = t.attempts.saturating_add(1);
+                let backoff =
+                    BACKOFF_MIN_MS.saturating_mul(1 << next.attempts.min(20)).min(BACKOFF_MAX_MS);
+                next.next_attempt_ms = env.now_ms() + backoff;
+                next.last_error = e.to_string();
+                tracing::warn!(ledger = t.ledger_id, attempts = next.attempts, error = %e, "deleting a trashed ledger failed; will retry");
+                let _ = env.meta.put(&key, next.encode(), Expect::Version(version)).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs passes until the returned handle is dropped: every `interval`, or when woken.
+    pub fn spawn(self) -> TrashHandle {
+        let this = self.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                match this.run_once().await {
+                    Ok(p) if p.deleted + p.failed > 0 => {
+                        tracing::debug!(?p, "trash pass");
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "trash pass failed"),
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(this.config.interval) => {}
+                    () = this.wake.notified() => {}
+                }
+            }
+        });
+        TrashHandle { trash: self, task }
+    }
+}
+
+/// A running deleter; stops when dropped.
+#[derive(Debug)]
+pub struct TrashHandle {
+    pub trash: Trash,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TrashHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn list_versioned(env: &LogEnv) -> Result<Vec<(TrashRecord, u64)>> {
+    let mut out = Vec::new();
+    for v in list_all(env.meta.as_ref(), &env.keys.trash()).await? {
+        match TrashRecord::decode(&v.key, &v.value) {
+            Ok(t) => out.push((t, v.version)),
+            Err(e) => tracing::error!(key = %v.key, error = %e, "corrupt trash record left alone"),
+        }
+    }
+    Ok(out)
+}
+
+/// Every trash record.
+pub async fn list(env: &LogEnv) -> Result<Vec<TrashRecord>> {
+    Ok(list_versioned(env).await?.into_iter().map(|(t, _)| t).collect())
+}

@@ -1,0 +1,78 @@
+#![allow(dead_code)]
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use folio_client::LedgerClient;
+use folio_log::records::{LogRecord, TrashRecord};
+use folio_log::{LogConfig, LogEnv, WallClock};
+use folio_meta::keys::Keys;
+use folio_meta::records::Record;
+use folio_meta::{Clock, MetadataStore, list_all};
+use folio_testkit::Cluster;
+
+/// Logs to the test output when `RUST_LOG` is set.
+pub fn trace() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+pub fn env_with(meta: Arc<dyn MetadataStore>, clock: Arc<dyn Clock>, owner: &str) -> LogEnv {
+    let client = LedgerClient::new(meta.clone(), Keys::default())
+        .with_request_timeout(Duration::from_millis(500));
+    LogEnv { meta, client, keys: Keys::default(), clock, owner: owner.into() }
+}
+
+pub fn env(c: &Cluster, owner: &str) -> LogEnv {
+    trace();
+    env_with(c.meta.clone(), Arc::new(WallClock), owner)
+}
+
+/// Small ledgers so tests cross rollovers quickly.
+pub fn small(bookies: usize, entries_per_ledger: u64) -> LogConfig {
+    LogConfig {
+        rollover_entries: entries_per_ledger,
+        retention_time: None,
+        ..LogConfig::for_bookies(bookies)
+    }
+}
+
+pub fn batch(i: u64) -> Vec<u8> {
+    format!("batch-{i}-").repeat(1 + (i % 4) as usize).into_bytes()
+}
+
+/// Ledger ids: every ledger in the metadata store, every ledger named by a chain, and
+/// every ledger in the trash.
+pub async fn ledger_sets(
+    meta: &dyn MetadataStore,
+) -> (BTreeSet<u64>, BTreeSet<u64>, BTreeSet<u64>) {
+    let keys = Keys::default();
+    let mut all = BTreeSet::new();
+    for v in list_all(meta, &keys.ledgers()).await.unwrap() {
+        all.insert(keys.parse_ledger(&v.key).unwrap());
+    }
+    let mut chained = BTreeSet::new();
+    for v in list_all(meta, &keys.logs()).await.unwrap() {
+        let r = LogRecord::decode(&v.key, &v.value).unwrap();
+        chained.extend(r.ledgers.iter().map(|l| l.ledger_id));
+    }
+    let mut trashed = BTreeSet::new();
+    for v in list_all(meta, &keys.trash()).await.unwrap() {
+        trashed.insert(TrashRecord::decode(&v.key, &v.value).unwrap().ledger_id);
+    }
+    (all, chained, trashed)
+}
+
+/// L1 at the metadata level: no ledger exists that neither a chain nor the trash names.
+pub async fn assert_no_leak(meta: &dyn MetadataStore, context: &str) {
+    let (all, chained, trashed) = ledger_sets(meta).await;
+    let leaked: Vec<u64> =
+        all.iter().filter(|id| !chained.contains(id) && !trashed.contains(id)).copied().collect();
+    assert!(
+        leaked.is_empty(),
+        "{context}: ledgers {leaked:?} are in no chain and not in the trash (chains {chained:?}, trash {trashed:?})"
+    );
+}

@@ -1,0 +1,245 @@
+//! Managed log behaviour on real in-process bookies: appends and reads across rollovers,
+//! tailing, ownership (D3 at the log level), ledger failure and re-send, cursors,
+//! retention, delete_records, and reads by timestamp.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use folio_log::{LogConfig, LogError, LogState, ManagedLog};
+use folio_meta::ManualClock;
+use folio_testkit::{Cluster, Fault};
+
+#[tokio::test]
+async fn appends_get_dense_offsets_and_read_back_across_rollovers() {
+    let c = Cluster::start(1).await;
+    let log = ManagedLog::open(env(&c, "t"), "orders/0", small(1, 4)).await.unwrap();
+    let mut expect = Vec::new();
+    for i in 0..30u64 {
+        let n = 1 + (i % 3) as u32;
+        let base = log.append(&batch(i), n, i as i64).await.unwrap();
+        expect.push((base, n, batch(i)));
+    }
+    let mut next = 0;
+    for (base, n, _) in &expect {
+        assert_eq!(*base, next, "offsets are dense");
+        next += u64::from(*n);
+    }
+    assert_eq!(log.end_offset(), next);
+    assert!(
+        log.info().ledgers.len() >= 7,
+        "30 batches at 4 per ledger roll over: {:?}",
+        log.info().ledgers
+    );
+    // Every offset finds the batch that holds it, and reading on crosses ledgers.
+    for off in 0..next {
+        let got = log.read(off, 1, 1).await.unwrap();
+        let (base, n, data) =
+            expect.iter().find(|(b, n, _)| *b <= off && off < b + u64::from(*n)).unwrap();
+        assert_eq!((got[0].base_offset, got[0].record_count), (*base, *n), "offset {off}");
+        assert_eq!(&got[0].payload[..], &data[..]);
+    }
+    let all = log.read(0, usize::MAX, 1000).await.unwrap();
+    assert_eq!(all.len(), 30);
+    assert!(log.read(next, 1, 1).await.unwrap().is_empty(), "the end reads nothing");
+    assert!(matches!(log.read(next + 1, 1, 1).await, Err(LogError::OffsetOutOfRange { .. })));
+}
+
+#[tokio::test]
+async fn reopening_continues_the_offsets_and_keeps_every_batch() {
+    let c = Cluster::start(1).await;
+    let log = ManagedLog::open(env(&c, "a"), "l", small(1, 3)).await.unwrap();
+    for i in 0..10 {
+        log.append(&batch(i), 2, 0).await.unwrap();
+    }
+    log.close().await.unwrap();
+    assert!(matches!(log.append(b"x", 1, 0).await, Err(LogError::Closed(_))));
+    let log = ManagedLog::open(env(&c, "b"), "l", small(1, 3)).await.unwrap();
+    assert_eq!(log.end_offset(), 20);
+    assert_eq!(log.append(b"more", 1, 0).await.unwrap(), 20);
+    let all = log.read(0, usize::MAX, 100).await.unwrap();
+    assert_eq!(all.len(), 11);
+    assert_no_leak(c.meta.as_ref(), "after reopen").await;
+}
+
+#[tokio::test]
+async fn tailing_read_wakes_on_append() {
+    let c = Cluster::start(1).await;
+    let log = ManagedLog::open(env(&c, "t"), "tail", small(1, 100)).await.unwrap();
+    let reader = log.clone();
+    let waiter = tokio::spawn(async move { reader.wait_for(0, Duration::from_secs(30)).await });
+    log.append(b"first", 1, 0).await.unwrap();
+    let status = waiter.await.unwrap();
+    assert_eq!(status.end_offset, 1);
+    assert_eq!(&log.read(0, 100, 10).await.unwrap()[0].payload[..], b"first");
+}
+
+/// D3 at the log level: once a second owner opens the log, the first never appends again,
+/// and everything the first had acknowledged is in the log.
+#[tokio::test]
+async fn d3_a_new_owner_fences_the_old_one() {
+    let c = Cluster::start(2).await;
+    let a = ManagedLog::open(env(&c, "a"), "p", small(2, 1000)).await.unwrap();
+    let mut acked = Vec::new();
+    for i in 0..5 {
+        acked.push(a.append(&batch(i), 1, 0).await.unwrap());
+    }
+    let b = ManagedLog::open(env(&c, "b"), "p", small(2, 1000)).await.unwrap();
+    assert_eq!(b.end_offset(), 5);
+    let late = a.append(b"zombie", 1, 0).await;
+    assert!(matches!(late, Err(LogError::Fenced(_))), "{late:?}");
+    assert_eq!(a.status().state, LogState::Fenced);
+    assert_eq!(b.append(b"new owner", 1, 0).await.unwrap(), 5);
+    let all = b.read(0, usize::MAX, 100).await.unwrap();
+    assert_eq!(all.len(), 6);
+    assert!(all.iter().all(|e| &e.payload[..] != b"zombie"));
+    assert_no_leak(c.meta.as_ref(), "after fencing").await;
+}
+
+/// A ledger that fails (its bookie cut, no replacement) is closed at its LAC; the appends
+/// not in it wait while no ledger can be created and are re-sent, in order, once one can.
+#[tokio::test]
+async fn a_failed_ledger_is_replaced_and_pending_appends_are_resent_in_order() {
+    let c = Cluster::start(2).await;
+    let config = LogConfig { append_timeout: Duration::from_secs(60), ..small(2, 1000) };
+    let log = ManagedLog::open(env(&c, "t"), "f", config).await.unwrap();
+    for i in 0..3 {
+        log.append(&batch(i), 1, 0).await.unwrap();
+    }
+    let first_ledger = log.info().ledgers.last().unwrap().ledger_id;
+    c.nodes[1].link.set_fault(Fault::Cut);
+    let mut status = log.subscribe();
+    let appends: Vec<_> = (3..10)
+        .map(|i| {
+            let log = log.clone();
+            tokio::spawn(async move { log.append(&batch(i), 1, 0).await })
+        })
+        .collect();
+    // Wait until the log noticed the failure (it cannot get a new ledger while cut).
+    status.wait_for(|s| s.state == LogState::Failed).await.unwrap();
+    c.nodes[1].link.set_fault(Fault::Pass);
+    let mut offsets = Vec::new();
+    for a in appends {
+        offsets.push(a.await.unwrap().unwrap());
+    }
+    offsets.sort();
+    assert_eq!(offsets, (3..10).collect::<Vec<u64>>(), "no offset lost or repeated");
+    let all = log.read(0, usize::MAX, 100).await.unwrap();
+    let payloads: Vec<Vec<u8>> = all.iter().map(|e| e.payload.to_vec()).collect();
+    let by_offset: Vec<u64> = all.iter().map(|e| e.base_offset).collect();
+    assert_eq!(by_offset, (0..10).collect::<Vec<u64>>());
+    assert_eq!(payloads[..3], [batch(0), batch(1), batch(2)]);
+    assert!(log.info().ledgers.iter().all(|l| l.ledger_id != first_ledger || l.entries >= 3));
+    assert!(log.stats().ledger_failures.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+    assert_no_leak(c.meta.as_ref(), "after a ledger failure").await;
+}
+
+#[tokio::test]
+async fn retention_by_size_trims_a_prefix_into_the_trash() {
+    let c = Cluster::start(1).await;
+    let config = LogConfig { retention_bytes: Some(200), ..small(1, 2) };
+    let log = ManagedLog::open(env(&c, "t"), "r", config).await.unwrap();
+    for i in 0..20 {
+        log.append(&[i as u8; 50], 1, 0).await.unwrap();
+    }
+    // Trimming also runs after every rollover: this pass may find nothing left to do.
+    log.trim().await.unwrap();
+    let info = log.info();
+    let kept: u64 = info.ledgers.iter().map(|l| l.bytes).sum();
+    assert!(kept >= 200, "what is left still holds the retention size: {kept}");
+    assert!(kept - info.ledgers[0].bytes < 200, "the oldest ledger left is needed: {info:?}");
+    assert_eq!(log.start_offset(), info.ledgers[0].first_offset);
+    assert!(matches!(log.read(0, 1, 1).await, Err(LogError::OffsetOutOfRange { .. })));
+    assert_eq!(
+        log.read(log.start_offset(), 1, 1).await.unwrap()[0].base_offset,
+        log.start_offset()
+    );
+    let (all, chained, trashed) = ledger_sets(c.meta.as_ref()).await;
+    assert!(!trashed.is_empty());
+    assert_eq!(all, chained.union(&trashed).copied().collect());
+    assert_no_leak(c.meta.as_ref(), "after trimming").await;
+}
+
+#[tokio::test]
+async fn retention_by_time_follows_the_clock_and_cursors_hold_when_required() {
+    let c = Cluster::start(1).await;
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000_000));
+    let env = env_with(c.meta.clone(), Arc::new(clock.clone()), "t");
+    let config = LogConfig {
+        retention_time: Some(Duration::from_secs(60)),
+        require_consumed: true,
+        // Only the explicit calls below trim and flush.
+        trim_interval: Duration::from_secs(1 << 30),
+        cursor_flush_interval: Duration::from_secs(1 << 30),
+        ..small(1, 2)
+    };
+    let log = ManagedLog::open(env, "rt", config).await.unwrap();
+    log.cursor_open("group", 0).await.unwrap();
+    let now = 1_000_000_000i64;
+    for i in 0..10 {
+        log.append(&batch(i), 1, now).await.unwrap();
+    }
+    clock.advance(Duration::from_secs(120));
+    assert!(log.trim().await.unwrap().trashed.is_empty(), "the cursor at 0 holds everything");
+    log.cursor_commit("group", 5).unwrap();
+    assert!(
+        log.trim().await.unwrap().trashed.is_empty(),
+        "unflushed cursor positions do not count"
+    );
+    log.flush_cursors().await.unwrap();
+    let report = log.trim().await.unwrap();
+    assert_eq!(report.trashed.len(), 2, "ledgers [0,2) and [2,4) are consumed, [4,6) is not");
+    assert_eq!(log.start_offset(), 4);
+    log.cursor_delete("group").await.unwrap();
+    let report = log.trim().await.unwrap();
+    assert!(report.start_offset >= 8, "with no durable cursor retention alone decides");
+}
+
+#[tokio::test]
+async fn delete_records_moves_the_start_and_trims_whole_ledgers_below() {
+    let c = Cluster::start(1).await;
+    let log = ManagedLog::open(env(&c, "t"), "dr", small(1, 3)).await.unwrap();
+    for i in 0..9 {
+        log.append(&batch(i), 1, 0).await.unwrap();
+    }
+    assert_eq!(log.delete_records(4).await.unwrap(), 4);
+    assert_eq!(log.info().ledgers[0].first_offset, 3, "the ledger holding 4 stays");
+    assert!(matches!(log.read(3, 1, 1).await, Err(LogError::OffsetOutOfRange { .. })));
+    assert_eq!(log.read(4, 1, 1).await.unwrap()[0].base_offset, 4);
+    assert!(matches!(log.delete_records(100).await, Err(LogError::OffsetOutOfRange { .. })));
+    // Survives a reopen.
+    log.close().await.unwrap();
+    let log = ManagedLog::open(env(&c, "u"), "dr", small(1, 3)).await.unwrap();
+    assert_eq!(log.start_offset(), 4);
+}
+
+#[tokio::test]
+async fn offset_for_timestamp_finds_the_first_batch_at_or_after() {
+    let c = Cluster::start(1).await;
+    let log = ManagedLog::open(env(&c, "t"), "ts", small(1, 4)).await.unwrap();
+    // Timestamps 100, 200, ... with one producer clock going backwards at batch 5.
+    let ts = [100, 200, 300, 400, 500, 250, 700, 800, 900, 1000];
+    for (i, t) in ts.iter().enumerate() {
+        log.append(&batch(i as u64), 1, *t).await.unwrap();
+    }
+    assert_eq!(log.offset_for_timestamp(0).await.unwrap(), Some(0));
+    assert_eq!(log.offset_for_timestamp(300).await.unwrap(), Some(2));
+    assert_eq!(log.offset_for_timestamp(600).await.unwrap(), Some(6));
+    assert_eq!(log.offset_for_timestamp(1000).await.unwrap(), Some(9));
+    assert_eq!(log.offset_for_timestamp(1001).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn bad_appends_are_refused_without_touching_the_log() {
+    let c = Cluster::start(1).await;
+    let log = ManagedLog::open(env(&c, "t"), "bad", small(1, 4)).await.unwrap();
+    assert!(matches!(log.append(b"x", 0, 0).await, Err(LogError::Invalid(_))));
+    let huge = vec![0u8; folio_log::BATCH_BYTES_MAX + 1];
+    assert!(matches!(log.append(&huge, 1, 0).await, Err(LogError::Invalid(_))));
+    assert_eq!(log.end_offset(), 0);
+    assert_eq!(log.append(b"ok", 1, 0).await.unwrap(), 0);
+    assert!(ManagedLog::open(env(&c, "t"), "", small(1, 4)).await.is_err());
+}
