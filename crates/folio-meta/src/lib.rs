@@ -16,6 +16,7 @@
 
 pub mod clock;
 pub mod embedded;
+pub mod faulty;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod keys;
