@@ -266,7 +266,7 @@ impl ManagedLog {
                 Err(e) => return Err(e),
             }
             let now = env.now_ms();
-            actor.next_trim_ms = now;
+            actor.next_trim_ms = now + config.trim_interval.as_millis() as u64;
             actor.next_flush_ms = now + config.cursor_flush_interval.as_millis() as u64;
             tracing::info!(
                 log = name,

@@ -13,8 +13,9 @@
 //! trash, one transaction each; the last transaction also removes the cursors and the log
 //! record. A crash anywhere leaves each ledger in the chain or in the trash.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use folio_client::LedgerError;
@@ -142,11 +143,14 @@ pub struct Trash {
     config: TrashConfig,
     stats: Arc<TrashStats>,
     wake: Arc<Notify>,
+    /// Backoff also kept in memory: when the store cannot record it, the deleter still
+    /// does not hammer it. Ledger id → (attempts, next attempt ms).
+    backoff: Arc<Mutex<HashMap<u64, (u32, u64)>>>,
 }
 
 impl Trash {
     pub fn new(env: LogEnv, config: TrashConfig) -> Trash {
-        Trash { env, config, stats: Arc::default(), wake: Arc::default() }
+        Trash { env, config, stats: Arc::default(), wake: Arc::default(), backoff: Arc::default() }
     }
 
     pub fn stats(&self) -> &TrashStats {
@@ -195,7 +199,8 @@ impl Trash {
             .await?
             .into_iter()
             .filter(|(t, _)| {
-                let due = t.next_attempt_ms <= now;
+                let mem = self.backoff.lock().expect("backoff lock").get(&t.ledger_id).copied();
+                let due = t.next_attempt_ms <= now && mem.is_none_or(|(_, next)| next <= now);
                 if !due {
                     pass.waiting += 1;
                 }
@@ -227,7 +232,7 @@ impl Trash {
         let env = &self.env;
         let key = env.keys.trash_ledger(t.ledger_id);
         let outcome: Result<()> = async {
-            match env.client.metadata(t.ledger_id).await {
+            let gone: Result<()> = match env.client.metadata(t.ledger_id).await {
                 Err(LedgerError::NoSuchLedger(_)) => Ok(()),
                 Err(e) => Err(e.into()),
                 Ok(m) => {
@@ -243,26 +248,33 @@ impl Trash {
                         Err(e) => Err(e.into()),
                     }
                 }
+            };
+            gone?;
+            // Only after the ledger is gone does its record go.
+            match env.meta.delete(&key, Expect::Version(version)).await {
+                Ok(_) | Err(MetaError::Conflict { .. }) => Ok(()),
+                Err(e) => Err(e.into()),
             }
         }
         .await;
         match outcome {
             Ok(()) => {
-                // Only after the ledger is gone does its record go.
-                match env.meta.delete(&key, Expect::Version(version)).await {
-                    Ok(_) | Err(MetaError::Conflict { .. }) => {}
-                    Err(e) => return Err(e.into()),
-                }
+                self.backoff.lock().expect("backoff lock").remove(&t.ledger_id);
                 tracing::info!(ledger = t.ledger_id, log = %t.log, reason = %t.reason, "trashed ledger deleted");
                 Ok(())
             }
             Err(e) => {
                 let mut next = t.clone();
-                next.attempts = t.attempts.saturating_add(1);
+                let mem = self.backoff.lock().expect("backoff lock").get(&t.ledger_id).map(|m| m.0);
+                next.attempts = t.attempts.max(mem.unwrap_or(0)).saturating_add(1);
                 let backoff =
                     BACKOFF_MIN_MS.saturating_mul(1 << next.attempts.min(20)).min(BACKOFF_MAX_MS);
                 next.next_attempt_ms = env.now_ms() + backoff;
                 next.last_error = e.to_string();
+                self.backoff
+                    .lock()
+                    .expect("backoff lock")
+                    .insert(t.ledger_id, (next.attempts, next.next_attempt_ms));
                 tracing::warn!(ledger = t.ledger_id, attempts = next.attempts, error = %e, "deleting a trashed ledger failed; will retry");
                 let _ = env.meta.put(&key, next.encode(), Expect::Version(version)).await;
                 Err(e)

@@ -92,7 +92,10 @@ async fn run(c: &Cluster, name: &str, s: Scenario, crash_at: u64, applied: bool)
             folio_log::trash::delete_log(&env2, name, "test").await.unwrap();
             assert!(base.get(&Keys::default().log(name)).await.unwrap().is_none(), "{context}");
             assert!(
-                folio_meta::list_all(base.as_ref(), &Keys::default().cursors(name)).await.unwrap().is_empty(),
+                folio_meta::list_all(base.as_ref(), &Keys::default().cursors(name))
+                    .await
+                    .unwrap()
+                    .is_empty(),
                 "{context}: cursors go with the log"
             );
         }

@@ -16,9 +16,9 @@
 
 pub mod clock;
 pub mod embedded;
-pub mod faulty;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+pub mod faulty;
 pub mod keys;
 pub mod records;
 mod store;

@@ -1,0 +1,179 @@
+//! The trash and its deleter: owner tags, failures that back off and retry, bookies down
+//! during deletion, a failed chain transaction, and whole-log deletion.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use folio_client::{CreateOptions, LedgerError};
+use folio_log::records::{LogRecord, TrashRecord};
+use folio_log::{LogConfig, LogError, ManagedLog, OWNER_TAG, Trash, TrashConfig};
+use folio_meta::faulty::FaultyStore;
+use folio_meta::keys::Keys;
+use folio_meta::records::Record;
+use folio_meta::{Expect, ManualClock};
+use folio_testkit::Cluster;
+
+fn manual_env(c: &Cluster) -> (folio_log::LogEnv, ManualClock) {
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000_000));
+    (env_with(c.meta.clone(), Arc::new(clock.clone()), "t"), clock)
+}
+
+#[tokio::test]
+async fn l1_a_ledger_whose_owner_tag_names_another_log_is_never_deleted() {
+    let c = Cluster::start(1).await;
+    let (env, clock) = manual_env(&c);
+    let mut opts = CreateOptions::new(1, 1, 1);
+    opts.custom.insert(OWNER_TAG.into(), Bytes::from_static(b"someone-else"));
+    let w = env.client.create(opts).await.unwrap();
+    w.add(b"precious").await.unwrap();
+    let untagged = env.client.create(CreateOptions::new(1, 1, 1)).await.unwrap();
+    for id in [w.id(), untagged.id()] {
+        let t = TrashRecord::new(id, "mine", "retention-time", 1);
+        env.meta.put(&env.keys.trash_ledger(id), t.encode(), Expect::Absent).await.unwrap();
+    }
+    let trash = Trash::new(env.clone(), TrashConfig::default());
+    for _ in 0..3 {
+        let pass = trash.run_once().await.unwrap();
+        assert_eq!(pass.deleted, 0);
+        clock.advance(Duration::from_secs(3600));
+    }
+    assert!(env.client.metadata(w.id()).await.is_ok(), "the ledger is still there");
+    assert!(env.client.metadata(untagged.id()).await.is_ok(), "an untagged ledger too");
+    let records = trash.list().await.unwrap();
+    assert_eq!(records.len(), 2);
+    for r in &records {
+        assert!(r.last_error.contains("owner tag mismatch"), "{r:?}");
+        assert_eq!(r.attempts, 3);
+    }
+    let status = trash.status().await.unwrap();
+    assert_eq!((status.ledgers, status.failing), (2, 2));
+}
+
+#[tokio::test]
+async fn l1_a_failing_deletion_backs_off_and_is_retried_until_done() {
+    let c = Cluster::start(1).await;
+    let (env, clock) = manual_env(&c);
+    let faulty = Arc::new(FaultyStore::new(c.meta.clone()));
+    let fenv = env_with(faulty.clone(), Arc::new(clock.clone()), "t");
+    let log = ManagedLog::open(env.clone(), "b", small(1, 1)).await.unwrap();
+    for i in 0..4 {
+        log.append(&batch(i), 1, 0).await.unwrap();
+    }
+    log.delete_records(3).await.unwrap();
+    let trash = Trash::new(fenv, TrashConfig { concurrency: 1, ..TrashConfig::default() });
+    let before = trash.list().await.unwrap().len() as u64;
+    assert!(before >= 3);
+    // Every deletion transaction fails: nothing is lost, every record backs off.
+    faulty.fail_txns(u64::MAX);
+    let pass = trash.run_once().await.unwrap();
+    assert_eq!((pass.deleted, pass.failed), (0, before));
+    faulty.fail_txns(0);
+    let pass = trash.run_once().await.unwrap();
+    assert_eq!(pass.waiting, before, "not due before the backoff ends");
+    clock.advance(Duration::from_secs(600));
+    let pass = trash.run_once().await.unwrap();
+    assert_eq!(pass.deleted, before);
+    assert!(trash.list().await.unwrap().is_empty());
+    assert_no_leak(c.meta.as_ref(), "after retries").await;
+    assert_eq!(trash.stats().failed.load(std::sync::atomic::Ordering::Relaxed), before);
+}
+
+#[tokio::test]
+async fn l1_a_bookie_down_during_deletion_delays_only_the_reclaim() {
+    let mut c = Cluster::start(1).await;
+    let (env, _) = manual_env(&c);
+    let log = ManagedLog::open(env.clone(), "down", small(1, 1)).await.unwrap();
+    for i in 0..4 {
+        log.append(&batch(i), 1, 0).await.unwrap();
+    }
+    log.delete_records(3).await.unwrap();
+    let trashed: Vec<u64> = Trash::new(env.clone(), TrashConfig::default())
+        .list()
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.ledger_id)
+        .collect();
+    c.nodes[0].kill().await;
+    let pass = Trash::new(env.clone(), TrashConfig::default()).run_once().await.unwrap();
+    assert_eq!(pass.deleted, trashed.len() as u64, "deletion needs only the metadata store");
+    let meta = c.meta.clone();
+    c.nodes[0].restart(&meta).await;
+    let bookie = c.nodes[0].bookie();
+    let on_disk = bookie.storage().ledger_ids();
+    assert!(trashed.iter().all(|id| on_disk.contains(id)), "still on disk before GC");
+    bookie.gc_now().await.unwrap();
+    let on_disk = bookie.storage().ledger_ids();
+    assert!(trashed.iter().all(|id| !on_disk.contains(id)), "reclaimed by GC: {on_disk:?}");
+}
+
+#[tokio::test]
+async fn a_failed_trim_transaction_leaves_chain_and_memory_as_they_were() {
+    let c = Cluster::start(1).await;
+    let faulty = Arc::new(FaultyStore::new(c.meta.clone()));
+    let env = env_with(faulty.clone(), Arc::new(folio_log::WallClock), "t");
+    let config = LogConfig {
+        retention_bytes: Some(1),
+        trim_interval: Duration::from_secs(1 << 30),
+        ..small(1, 2)
+    };
+    let log =
+        ManagedLog::open(env.clone(), "cas", LogConfig { retention_bytes: None, ..config.clone() })
+            .await
+            .unwrap();
+    for i in 0..8 {
+        log.append(&batch(i), 1, 0).await.unwrap();
+    }
+    log.close().await.unwrap();
+    let log = ManagedLog::open(env.clone(), "cas", config).await.unwrap();
+    let before = log.info().ledgers;
+    faulty.fail_txns(1);
+    let r = log.trim().await;
+    assert!(matches!(r, Err(LogError::Meta(_))), "{r:?}");
+    assert_eq!(log.info().ledgers, before, "memory unchanged");
+    let key = Keys::default().log("cas");
+    let stored = LogRecord::decode(&key, &c.meta.get(&key).await.unwrap().unwrap().value).unwrap();
+    assert_eq!(
+        stored.ledgers.iter().map(|l| l.ledger_id).collect::<Vec<_>>(),
+        before.iter().map(|l| l.ledger_id).collect::<Vec<_>>(),
+        "metadata unchanged"
+    );
+    assert_eq!(log.read(0, usize::MAX, 100).await.unwrap().len(), 8, "everything still readable");
+    // The next pass does it, and later writes keep working.
+    assert!(!log.trim().await.unwrap().trashed.is_empty());
+    assert_eq!(log.append(b"after", 1, 0).await.unwrap(), 8);
+    assert_no_leak(c.meta.as_ref(), "after a failed trim").await;
+}
+
+#[tokio::test]
+async fn deleting_a_log_trashes_every_ledger_and_cursor_and_fences_the_owner() {
+    let c = Cluster::start(1).await;
+    let (env, _) = manual_env(&c);
+    let config = LogConfig { trash_batch_max: 3, ..small(1, 1) };
+    let owner = ManagedLog::open(env.clone(), "gone", config.clone()).await.unwrap();
+    for i in 0..250 {
+        owner.append(&batch(i), 1, 0).await.unwrap();
+    }
+    owner.cursor_open("c1", 0).await.unwrap();
+    let n = owner.info().ledgers.len();
+    assert!(n > 100, "more ledgers than one transaction takes: {n}");
+    // Deleted by someone else (an admin), while the owner is alive.
+    folio_log::trash::delete_log(&env, "gone", "admin").await.unwrap();
+    let r = owner.append(b"late", 1, 0).await;
+    assert!(r.is_err(), "the owner cannot append after the deletion: {r:?}");
+    assert!(
+        matches!(ManagedLog::open(env.clone(), "gone", config.clone()).await, Ok(_)),
+        "the name is free again"
+    );
+    let trash = Trash::new(env.clone(), TrashConfig::default());
+    assert!(trash.list().await.unwrap().len() >= n - 1);
+    trash.run_once().await.unwrap();
+    assert_no_leak(c.meta.as_ref(), "after deleting a log").await;
+    let r = env.client.metadata(owner.info().ledgers[0].ledger_id).await;
+    assert!(matches!(r, Err(LedgerError::NoSuchLedger(_))));
+}
