@@ -335,7 +335,27 @@ impl LedgerWriter {
             .acquire_owned()
             .await
             .map_err(|_| LedgerError::Closed(self.inner.id))?;
-        self.start_add(payload, slot)?.1.await
+        self.start_add(payload, Some(slot))?.1.await
+    }
+
+    /// Starts an add and returns its entry id at once; the caller follows completion
+    /// through `lac_watch` (entries at or below the LAC are confirmed) and `failure`, and
+    /// bounds its own outstanding adds (this takes no slot).
+    pub fn add_detached(&self, payload: &[u8]) -> Result<EntryId> {
+        if ENTRY_HEADER_BYTES + payload.len() > ENTRY_BYTES_MAX {
+            return Err(LedgerError::TooLarge(payload.len()));
+        }
+        Ok(self.start_add(payload, None)?.0)
+    }
+
+    /// The LAC as it moves; also changes (to the same value) when the writer fails.
+    pub fn lac_watch(&self) -> watch::Receiver<EntryId> {
+        self.inner.lac_tx.subscribe()
+    }
+
+    /// Why the writer failed, once it has: no add after that succeeds.
+    pub fn failure(&self) -> Option<String> {
+        self.inner.state.lock().expect("writer lock").failed.clone()
     }
 
     /// Starts an add without waiting: the entry id is assigned before this returns (so
@@ -351,13 +371,13 @@ impl LedgerWriter {
         }
         let slot =
             self.slots.clone().try_acquire_owned().map_err(|_| LedgerError::Busy(self.inner.id))?;
-        self.start_add(payload, slot)
+        self.start_add(payload, Some(slot))
     }
 
     fn start_add(
         &self,
         payload: &[u8],
-        slot: tokio::sync::OwnedSemaphorePermit,
+        slot: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> Result<(EntryId, impl Future<Output = Result<EntryId>> + Send + 'static)> {
         let inner = &self.inner;
         let entry_id = {

@@ -231,7 +231,6 @@ impl ManagedLog {
                 stats: LogStats::default(),
             });
             let (cmd_tx, cmd_rx) = mpsc::channel(1024);
-            let (done_tx, done_rx) = mpsc::unbounded_channel();
             let mut actor = Actor {
                 sh: shared.clone(),
                 record,
@@ -242,8 +241,7 @@ impl ManagedLog {
                 max_ts: -1,
                 queue: VecDeque::new(),
                 inflight: 0,
-                done_tx,
-                done_rx,
+                lac_rx: None,
                 cmd_rx,
                 state: LogState::Rolling,
                 next_trim_ms: 0,
@@ -670,12 +668,9 @@ struct Pending {
     data: Bytes,
     /// (ledger, entry) once sent to a ledger.
     sent: Option<(u64, EntryId)>,
-    confirmed: bool,
     enqueued_ms: u64,
     reply: Option<Reply<u64>>,
 }
-
-type Done = (u64, EntryId, std::result::Result<EntryId, LedgerError>);
 
 #[derive(Debug)]
 struct Actor {
@@ -690,10 +685,10 @@ struct Actor {
     /// The running maximum timestamp over every append.
     max_ts: i64,
     queue: VecDeque<Pending>,
-    /// Entries sent to the current writer and not yet reported back.
+    /// Entries sent to the current writer and not yet confirmed.
     inflight: usize,
-    done_tx: mpsc::UnboundedSender<Done>,
-    done_rx: mpsc::UnboundedReceiver<Done>,
+    /// The current writer's LAC (and failure) as it changes.
+    lac_rx: Option<watch::Receiver<EntryId>>,
     cmd_rx: mpsc::Receiver<Command>,
     state: LogState,
     next_trim_ms: u64,
@@ -764,6 +759,16 @@ impl Actor {
         });
     }
 
+    fn set_writer(&mut self, w: Option<Arc<LedgerWriter>>) {
+        self.lac_rx = w.as_ref().map(|w| w.lac_watch());
+        self.writer = w;
+    }
+
+    fn take_writer(&mut self) -> Option<Arc<LedgerWriter>> {
+        self.lac_rx = None;
+        self.writer.take()
+    }
+
     fn error(&self) -> LogError {
         match self.state {
             LogState::Fenced => LogError::Fenced(self.name().into()),
@@ -778,7 +783,7 @@ impl Actor {
             let accepting = self.queue.len() < self.sh.config.pending_appends_max;
             let clock = self.sh.env.clock.clone();
             tokio::select! {
-                Some(done) = self.done_rx.recv() => self.on_done(done).await,
+                true = lac_changed(&mut self.lac_rx) => self.on_lac().await,
                 cmd = self.cmd_rx.recv(), if accepting => match cmd {
                     None => {
                         let _ = self.close().await;
@@ -851,7 +856,6 @@ impl Actor {
                     max_ts: self.max_ts,
                     data: entry::encode(h, &data),
                     sent: None,
-                    confirmed: false,
                     enqueued_ms: self.sh.env.now_ms(),
                     reply: Some(reply),
                 });
@@ -893,7 +897,6 @@ impl Actor {
             return;
         }
         let Some(w) = self.writer.clone() else { return };
-        let mut failed = None;
         for i in 0..self.queue.len() {
             if self.queue[i].sent.is_some() {
                 continue;
@@ -902,27 +905,16 @@ impl Actor {
                 break;
             }
             let p = &mut self.queue[i];
-            match w.add_nowait(&p.data) {
-                Ok((entry_id, fut)) => {
+            match w.add_detached(&p.data) {
+                Ok(entry_id) => {
                     p.sent = Some((w.id(), entry_id));
                     self.cur.sent_entries += 1;
                     self.cur.sent_bytes += p.data.len() as u64;
                     self.inflight += 1;
-                    let (tx, lid) = (self.done_tx.clone(), w.id());
-                    tokio::spawn(async move {
-                        let r = fut.await;
-                        let _ = tx.send((lid, entry_id, r));
-                    });
                 }
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
+                // The writer failed: the LAC watch reports it and the ledger is replaced.
+                Err(_) => break,
             }
-        }
-        if let Some(e) = failed {
-            // Reported like a failed add: the ledger is closed and the rest re-sent.
-            let _ = self.done_tx.send((w.id(), -1, Err(e)));
         }
     }
 
@@ -951,38 +943,30 @@ impl Actor {
         }
     }
 
-    async fn on_done(&mut self, (lid, entry_id, r): Done) {
-        let Some(w) = &self.writer else { return };
-        if w.id() != lid {
-            return; // from a ledger already closed
-        }
-        if entry_id >= 0 {
-            self.inflight = self.inflight.saturating_sub(1);
-        }
-        match r {
-            Ok(_) => {
-                if let Some(p) = self.queue.iter_mut().find(|p| p.sent == Some((lid, entry_id))) {
-                    p.confirmed = true;
-                }
-                self.confirm_prefix();
-            }
-            Err(e) => {
-                self.failures_in_row += 1;
-                self.sh.stats.ledger_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::warn!(log = self.name(), ledger = lid, error = %e, "ledger write failed; closing it and re-sending to a new ledger");
-                if let Err(e) = self.roll().await {
-                    tracing::warn!(log = self.name(), error = %e, "could not replace the failed ledger");
-                }
+    /// The current writer's LAC moved, or the writer failed.
+    async fn on_lac(&mut self) {
+        let (Some(w), Some(rx)) = (self.writer.clone(), self.lac_rx.as_mut()) else { return };
+        let lac = *rx.borrow_and_update();
+        self.confirm_through(w.id(), lac);
+        if let Some(why) = w.failure() {
+            self.failures_in_row += 1;
+            self.sh.stats.ledger_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(log = self.name(), ledger = w.id(), error = %why, "ledger write failed; closing it and re-sending to a new ledger");
+            if let Err(e) = self.roll().await {
+                tracing::warn!(log = self.name(), error = %e, "could not replace the failed ledger");
             }
         }
     }
 
-    /// Acknowledges the confirmed appends at the head of the queue.
-    fn confirm_prefix(&mut self) {
+    /// Acknowledges the appends at the head of the queue that ledger `lid` holds at or
+    /// below `lac`.
+    fn confirm_through(&mut self, lid: u64, lac: EntryId) {
         let mut any = false;
-        while self.queue.front().is_some_and(|p| p.confirmed) {
+        while self.queue.front().is_some_and(|p| p.sent.is_some_and(|(l, e)| l == lid && e <= lac))
+        {
             let mut p = self.queue.pop_front().expect("front exists");
             let (lid, entry_id) = p.sent.expect("confirmed appends were sent");
+            self.inflight -= 1;
             debug_assert_eq!(entry_id as u64, self.cur.entries, "confirmed out of order");
             self.cur.entries += 1;
             self.cur.bytes += p.data.len() as u64;
@@ -1025,12 +1009,7 @@ impl Actor {
 
     /// Waits for the appends in flight, then rolls.
     async fn drain_and_roll(&mut self) -> Result<()> {
-        while self.inflight > 0 {
-            match self.done_rx.recv().await {
-                Some(d) => self.on_done(d).await,
-                None => break,
-            }
-        }
+        self.drain().await;
         match self.state {
             LogState::Open | LogState::Failed | LogState::Rolling => self.roll().await,
             _ => Err(self.error()),
@@ -1041,7 +1020,7 @@ impl Actor {
     /// a new ledger, re-sending the rest.
     async fn roll(&mut self) -> Result<()> {
         self.set_state(LogState::Rolling);
-        let known = match self.writer.take() {
+        let known = match self.take_writer() {
             None => None,
             Some(w) => {
                 let closed = w.close().await;
@@ -1114,7 +1093,7 @@ impl Actor {
             Some(id) => match self.env().client.clone().create(self.create_options(id)).await {
                 Ok(w) => {
                     self.uncreated = None;
-                    self.writer = Some(Arc::new(w));
+                    self.set_writer(Some(Arc::new(w)));
                     self.set_state(LogState::Open);
                     Ok(())
                 }
@@ -1137,22 +1116,20 @@ impl Actor {
         }
     }
 
-    /// After the ledger closed at `lac`: every sent append at or below it is in the ledger.
-    fn confirm_through(&mut self, lid: u64, lac: EntryId) {
-        for p in &mut self.queue {
-            if let Some((l, e)) = p.sent
-                && l == lid
-                && e <= lac
-            {
-                p.confirmed = true;
+    /// Waits until the appends in flight are confirmed (or the writer fails and the
+    /// ledger is replaced).
+    async fn drain(&mut self) {
+        while self.inflight > 0 && self.writer.is_some() {
+            if !lac_changed(&mut self.lac_rx).await {
+                break;
             }
+            self.on_lac().await;
         }
-        self.confirm_prefix();
     }
 
     fn fenced(&mut self) {
         tracing::warn!(log = self.name(), "fenced: another owner opened this log");
-        self.writer = None;
+        self.set_writer(None);
         self.set_state(LogState::Fenced);
         self.fail_pending(LogError::Fenced(self.name().into()));
     }
@@ -1222,7 +1199,7 @@ impl Actor {
         }
         match env.client.create(self.create_options(id)).await {
             Ok(w) => {
-                self.writer = Some(Arc::new(w));
+                self.set_writer(Some(Arc::new(w)));
                 tracing::debug!(log = self.name(), ledger = id, first_offset = end, "ledger added");
                 self.set_state(LogState::Open);
                 Ok(())
@@ -1447,14 +1424,9 @@ impl Actor {
     }
 
     async fn close(&mut self) -> Result<()> {
-        while self.inflight > 0 {
-            match self.done_rx.recv().await {
-                Some(d) => self.on_done(d).await,
-                None => break,
-            }
-        }
+        self.drain().await;
         let flushed = self.flush_cursors().await;
-        if let Some(w) = self.writer.take() {
+        if let Some(w) = self.take_writer() {
             match w.close().await {
                 Ok(lac) => self.confirm_through(w.id(), lac),
                 Err(e) => {
@@ -1473,11 +1445,19 @@ impl Actor {
     async fn delete(&mut self, reason: &str) -> Result<()> {
         self.set_state(LogState::Deleted);
         self.fail_pending(LogError::Deleted(self.name().into()));
-        if let Some(w) = self.writer.take() {
+        if let Some(w) = self.take_writer() {
             let _ = w.close().await;
         }
         self.publish();
         crate::trash::delete_log(self.env(), self.name(), reason).await
+    }
+}
+
+/// Waits for the LAC watch to change; `false` if it is gone, never if there is none.
+async fn lac_changed(rx: &mut Option<watch::Receiver<EntryId>>) -> bool {
+    match rx {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => std::future::pending().await,
     }
 }
 

@@ -31,15 +31,20 @@ pub fn run(args: Args) -> Result<(), String> {
     super::block_on(run_async(args))
 }
 
-struct Result_ {
-    entries_per_s: f64,
-    mb_per_s: f64,
-    p50_us: u64,
-    p99_us: u64,
+pub(crate) struct Result_ {
+    pub(crate) entries_per_s: f64,
+    pub(crate) mb_per_s: f64,
+    pub(crate) p50_us: u64,
+    pub(crate) p99_us: u64,
 }
 
-async fn cluster(dir: &std::path::Path, n: usize) -> Result<(LedgerClient, Vec<Bookie>), String> {
-    let meta = Arc::new(
+pub(crate) type Meta = Arc<dyn folio_meta::MetadataStore>;
+
+pub(crate) async fn cluster(
+    dir: &std::path::Path,
+    n: usize,
+) -> Result<(LedgerClient, Vec<Bookie>, Meta), String> {
+    let meta: Meta = Arc::new(
         folio_meta::embedded::EmbeddedStore::open(&dir.join("meta")).map_err(|e| e.to_string())?,
     );
     let mut bookies = Vec::new();
@@ -51,10 +56,10 @@ async fn cluster(dir: &std::path::Path, n: usize) -> Result<(LedgerClient, Vec<B
         c.bookie_id = Some(format!("bookie-{i}"));
         bookies.push(Bookie::start(c, meta.clone()).await.map_err(|e| e.to_string())?);
     }
-    Ok((LedgerClient::new(meta, Keys::default()), bookies))
+    Ok((LedgerClient::new(meta.clone(), Keys::default()), bookies, meta))
 }
 
-async fn measure(
+pub(crate) async fn measure(
     client: &LedgerClient,
     opts: CreateOptions,
     entry_bytes: usize,
@@ -99,8 +104,8 @@ async fn run_async(args: Args) -> Result<(), String> {
     println!("bench=ledger quick={} seconds_per_run={}", args.quick, d.as_secs());
     let (disk_mb, _, _) = append_sync_baseline(&tmp.path().join("raw"), 512 * 1024, d)?;
     println!("disk_append_fdatasync_mb_per_s={disk_mb:.1}");
-    let (three, b3) = cluster(&tmp.path().join("three"), 3).await?;
-    let (one, b1) = cluster(&tmp.path().join("one"), 1).await?;
+    let (three, b3, _) = cluster(&tmp.path().join("three"), 3).await?;
+    let (one, b1, _) = cluster(&tmp.path().join("one"), 1).await?;
     for (entry_bytes, inflight) in [(1024usize, 512usize), (64 * 1024, 256)] {
         let single = measure(&one, CreateOptions::new(1, 1, 1), entry_bytes, inflight, d).await?;
         let repl = measure(&three, CreateOptions::new(3, 2, 2), entry_bytes, inflight, d).await?;

@@ -4,6 +4,7 @@
 mod bookie;
 mod gc;
 mod ledger;
+mod log;
 mod meta;
 mod storage;
 
@@ -21,6 +22,9 @@ pub enum Bench {
     Ledger(ledger::Args),
     /// Reclaim time after deleting 90 % of the data, and the write rate while GC runs.
     Gc(gc::Args),
+    /// Managed-log appends against raw ledger adds, and the time to trim and reclaim
+    /// many ledgers.
+    Log(log::Args),
 }
 
 pub fn run(what: Bench) -> Result<(), String> {
@@ -30,6 +34,7 @@ pub fn run(what: Bench) -> Result<(), String> {
         Bench::Bookie(args) => bookie::run(args),
         Bench::Ledger(args) => ledger::run(args),
         Bench::Gc(args) => gc::run(args),
+        Bench::Log(args) => log::run(args),
     }
 }
 
