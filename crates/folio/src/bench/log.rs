@@ -84,6 +84,7 @@ async fn run_async(args: Args) -> Result<(), String> {
     // Alternate the two, so drift of the disk or the bookies affects both alike.
     let rounds = 3;
     let slice = d / rounds;
+    let (mut raw_n, mut raw_s) = (0.0, 0.0);
     let (mut log_n, mut log_s, mut log_lat) = (0.0, 0.0, Vec::new());
     for _ in 0..rounds {
         let r = measure(&client, CreateOptions::new(3, 2, 2), entry_bytes, inflight, slice).await?;
