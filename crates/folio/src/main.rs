@@ -6,6 +6,7 @@ mod debug;
 mod http;
 mod inspect;
 mod ledger_cmd;
+mod log_cmd;
 mod standalone;
 
 use std::process::ExitCode;
@@ -28,6 +29,11 @@ enum Command {
     Bookie(Box<bookie_cmd::Args>),
     /// Create, write, read, recover, delete, list and inspect ledgers in a cluster.
     Ledger(ledger_cmd::Args),
+    /// Managed logs (ledger chains): list, inspect (why each ledger is kept), delete.
+    Log(log_cmd::Args),
+    /// The trash of ledgers removed from logs: list (why each is still there), run the
+    /// deleter once.
+    Trash(log_cmd::TrashArgs),
     /// Run Folio in one process with embedded defaults.
     Standalone(standalone::Args),
     /// Benchmarks; each prints key=value figures and ratios against a baseline measured in
@@ -54,6 +60,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bookie(args) => bookie_cmd::run(*args),
         Command::Ledger(args) => ledger_cmd::run(args),
+        Command::Log(args) => log_cmd::run(args),
+        Command::Trash(args) => log_cmd::run_trash(args),
         Command::Standalone(args) => standalone::run(args),
         Command::Bench { what } => bench::run(what),
         Command::Debug { what } => debug::run(what),
