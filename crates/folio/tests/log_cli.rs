@@ -41,7 +41,7 @@ async fn log_inspect_and_trash_list_say_why_ledgers_are_kept() {
             ..LogConfig::for_bookies(1)
         };
         let log = ManagedLog::open(env, "orders/0", config).await.unwrap();
-        let now = WallClock::default();
+        let now = WallClock;
         let ts = folio_meta::Clock::now_ms(&now) as i64;
         for i in 0..6 {
             log.append(format!("batch {i}").as_bytes(), 1, ts).await.unwrap();
