@@ -110,6 +110,8 @@ pub struct LogStatus {
     pub start_offset: u64,
     pub end_offset: u64,
     pub state: LogState,
+    /// The ledger appends go to (the last of the chain).
+    pub current_ledger: u64,
 }
 
 /// A snapshot of a log for admin views.
@@ -223,6 +225,7 @@ impl ManagedLog {
                     start_offset: start,
                     end_offset: start,
                     state: LogState::Rolling,
+                    current_ledger: 0,
                 })
                 .0,
                 readers: Mutex::new(HashMap::new()),
@@ -751,6 +754,7 @@ impl Actor {
             start_offset: self.start(),
             end_offset: confirmed_end.max(self.start()),
             state: self.state,
+            current_ledger: self.record.ledgers.last().map_or(0, |l| l.ledger_id),
         };
         self.sh.status.send_if_modified(|s| {
             let changed = *s != status;
@@ -806,8 +810,10 @@ impl Actor {
         if self.state == LogState::Failed {
             d = d.min(self.retry_ms);
         }
-        if self.state == LogState::Open && self.cur.entries > 0 {
-            d = d.min(self.cur.created_ms + self.cur.max_age_ms.max(self.min_age_ms()));
+        if self.state == LogState::Open && self.cur.entries > 0 && self.inflight == 0 {
+            // Full by size but younger than the minimum age: roll when it is old enough.
+            let age = if self.full_by_size() { 0 } else { self.cur.max_age_ms };
+            d = d.min(self.cur.created_ms + age.max(self.min_age_ms()));
         }
         d
     }
@@ -901,7 +907,8 @@ impl Actor {
             if self.queue[i].sent.is_some() {
                 continue;
             }
-            if self.full_by_size() {
+            // Full (by size, and old enough): the rest waits for the next ledger.
+            if self.full() {
                 break;
             }
             let p = &mut self.queue[i];
@@ -1467,6 +1474,8 @@ async fn sleep_until_ms(clock: &dyn Clock, deadline_ms: u64) {
     loop {
         let now = clock.now_ms();
         if now >= deadline_ms {
+            // Never complete without yielding: a due timer must not starve the runtime.
+            tokio::task::yield_now().await;
             return;
         }
         tokio::time::sleep(Duration::from_millis((deadline_ms - now).min(50))).await;

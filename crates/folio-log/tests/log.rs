@@ -243,3 +243,40 @@ async fn bad_appends_are_refused_without_touching_the_log() {
     assert_eq!(log.append(b"ok", 1, 0).await.unwrap(), 0);
     assert!(ManagedLog::open(env(&c, "t"), "", small(1, 4)).await.is_err());
 }
+
+#[tokio::test]
+async fn rollover_by_age_and_the_minimum_age_gates_every_trigger() {
+    let c = Cluster::start(1).await;
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000_000));
+    let env = env_with(c.meta.clone(), Arc::new(clock.clone()), "t");
+    let config = LogConfig {
+        rollover_entries: 2,
+        rollover_min_age: Duration::from_secs(60),
+        rollover_max_age: Duration::from_secs(600),
+        ..small(1, 2)
+    };
+    let log = ManagedLog::open(env, "age", config).await.unwrap();
+    let first = log.status().current_ledger;
+    for i in 0..5 {
+        log.append(&batch(i), 1, 0).await.unwrap();
+    }
+    assert_eq!(log.status().current_ledger, first, "full, but younger than the minimum age");
+    let mut status = log.subscribe();
+    clock.advance(Duration::from_secs(61));
+    let s = status.wait_for(|s| s.current_ledger != first).await.unwrap().to_owned();
+    assert_eq!(s.end_offset, 5);
+    assert_eq!(log.info().ledgers[0].entries, 5, "the full ledger rolled once old enough");
+    // An idle ledger with one entry rolls at the maximum age (plus up to 5 % jitter).
+    log.append(b"one", 1, 0).await.unwrap();
+    let second = log.status().current_ledger;
+    clock.advance(Duration::from_secs(500));
+    assert_eq!(log.status().current_ledger, second);
+    clock.advance(Duration::from_secs(131));
+    status.wait_for(|s| s.current_ledger != second).await.unwrap();
+    // An empty ledger never rolls by age.
+    let third = log.status().current_ledger;
+    clock.advance(Duration::from_secs(10_000));
+    log.append(b"two", 1, 0).await.unwrap();
+    assert_eq!(log.status().current_ledger, third);
+}
