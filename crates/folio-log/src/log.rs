@@ -1067,7 +1067,10 @@ impl Actor {
             }
             Ok(()) => {
                 self.send_unsent();
-                self.next_trim_ms = 0; // trim after every rollover
+                // Trim after every rollover (a closed ledger may be releasable now).
+                if let Err(e) = self.trim().await {
+                    tracing::warn!(log = self.name(), error = %e, "trim after rollover failed");
+                }
                 Ok(())
             }
             Err(e) => {
