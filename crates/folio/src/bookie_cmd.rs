@@ -342,6 +342,7 @@ pub fn run(args: Args) -> Result<(), String> {
                 Some(addr) => Some(tokio::spawn(crate::http::serve(
                     crate::http::bind(addr).await?,
                     bookies.clone(),
+                    None,
                 ))),
                 None => None,
             };

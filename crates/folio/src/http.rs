@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use folio_bookie::bookie::Bookie;
+use folio_log::Trash;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::RwLock;
@@ -16,10 +17,10 @@ pub type Bookies = Arc<RwLock<Vec<Bookie>>>;
 /// A metric: name, help text, and how to read it from one bookie.
 type Metric<'a> = (&'a str, &'a str, &'a dyn Fn(&Bookie) -> u64);
 
-/// Serves until the task is dropped.
-pub async fn serve(listener: TcpListener, bookies: Bookies) {
+/// Serves until the task is dropped. `trash`: the deleter this process runs, if any.
+pub async fn serve(listener: TcpListener, bookies: Bookies, trash: Option<Trash>) {
     while let Ok((mut stream, _)) = listener.accept().await {
-        let bookies = bookies.clone();
+        let (bookies, trash) = (bookies.clone(), trash.clone());
         tokio::spawn(async move {
             let mut buf = vec![0u8; 4096];
             let Ok(n) = stream.read(&mut buf).await else { return };
@@ -28,7 +29,13 @@ pub async fn serve(listener: TcpListener, bookies: Bookies) {
             let (method, path) = (words.next().unwrap_or("GET"), words.next().unwrap_or("/"));
             let (status, body) = match (method, path) {
                 (_, "/health") => health(&bookies).await,
-                (_, "/metrics") => ("200 OK", metrics(&bookies).await),
+                (_, "/metrics") => {
+                    let mut m = metrics(&bookies).await;
+                    if let Some(t) = &trash {
+                        m.push_str(&trash_metrics(t).await);
+                    }
+                    ("200 OK", m)
+                }
                 ("POST", "/gc") => ("200 OK", gc_now(&bookies).await),
                 _ => (
                     "404 Not Found",
@@ -128,6 +135,42 @@ async fn metrics(bookies: &Bookies) -> String {
     out
 }
 
+/// The trash: its size, its oldest record, and the deleter's counters.
+async fn trash_metrics(trash: &Trash) -> String {
+    let mut out = String::new();
+    let status = match trash.status().await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the trash for metrics failed");
+            return out;
+        }
+    };
+    let rows: [(&str, &str, u64); 5] = [
+        ("folio_trash_ledgers", "Ledgers in the trash, not yet deleted.", status.ledgers),
+        ("folio_trash_oldest_age_ms", "Age of the oldest trash record.", status.oldest_age_ms),
+        (
+            "folio_trash_failing",
+            "Trash records whose last deletion attempt failed.",
+            status.failing,
+        ),
+        (
+            "folio_trash_deletions_total",
+            "Trashed ledgers this process deleted.",
+            trash.stats().deleted.load(Ordering::Relaxed),
+        ),
+        (
+            "folio_trash_deletion_failures_total",
+            "Failed deletion attempts (retried with backoff).",
+            trash.stats().failed.load(Ordering::Relaxed),
+        ),
+    ];
+    for (name, help, v) in rows {
+        let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+    }
+    out
+}
+
 /// Runs a GC pass on every bookie now; one line per bookie.
 async fn gc_now(bookies: &Bookies) -> String {
     let mut out = String::new();
@@ -167,11 +210,11 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn metrics_report_bookie_journal_and_gc_figures() {
         let dir = tempfile::tempdir().unwrap();
-        let meta =
+        let meta: Arc<dyn folio_meta::MetadataStore> =
             Arc::new(folio_meta::embedded::EmbeddedStore::open(&dir.path().join("m")).unwrap());
         let mut c = BookieConfig::new(dir.path().join("b"), "127.0.0.1:0".parse().unwrap());
         c.bookie_id = Some("b0".into());
-        let b = Bookie::start(c, meta).await.unwrap();
+        let b = Bookie::start(c, meta.clone()).await.unwrap();
         b.gc_now().await.unwrap();
         let bookies: Bookies = Arc::new(RwLock::new(vec![b]));
         let text = metrics(&bookies).await;
@@ -185,6 +228,17 @@ mod tests {
             assert!(text.contains(line), "missing {line:?} in:\n{text}");
         }
         assert!(gc_now(&bookies).await.starts_with("b0: dropped ledgers []"));
+        let env = folio_log::LogEnv {
+            meta: meta.clone(),
+            client: folio_client::LedgerClient::new(meta.clone(), Default::default()),
+            keys: Default::default(),
+            clock: Arc::new(folio_log::WallClock),
+            owner: "t".into(),
+        };
+        let trash = Trash::new(env, Default::default());
+        let text = trash_metrics(&trash).await;
+        assert!(text.contains("# TYPE folio_trash_ledgers gauge\nfolio_trash_ledgers 0"), "{text}");
+        assert!(text.contains("folio_trash_deletions_total 0"), "{text}");
         let (status, body) = health(&bookies).await;
         assert_eq!(status, "200 OK");
         assert!(body.contains("1 bookies writable"), "{body}");

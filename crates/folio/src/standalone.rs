@@ -69,7 +69,19 @@ pub fn run(args: Args) -> Result<(), String> {
             );
             bookies.write().await.push(b);
         }
-        let http_task = tokio::spawn(crate::http::serve(http, bookies.clone()));
+        // The deleter of trashed ledgers: resumes whatever an earlier run left.
+        let meta_dyn: Arc<dyn folio_meta::MetadataStore> = meta.clone();
+        let keys = folio_meta::keys::Keys::default();
+        let env = folio_log::LogEnv {
+            client: folio_client::LedgerClient::new(meta_dyn.clone(), keys.clone()),
+            meta: meta_dyn,
+            keys,
+            clock: Arc::new(folio_log::WallClock),
+            owner: "standalone".into(),
+        };
+        let trash = folio_log::Trash::new(env, folio_log::TrashConfig::default()).spawn();
+        let http_task =
+            tokio::spawn(crate::http::serve(http, bookies.clone(), Some(trash.trash.clone())));
         tracing::info!(
             data_dir = %args.data_dir.display(),
             bookies = args.bookies,
@@ -80,6 +92,7 @@ pub fn run(args: Args) -> Result<(), String> {
         tokio::signal::ctrl_c().await.map_err(|e| format!("waiting for Ctrl-C: {e}"))?;
         tracing::info!("shutting down: flushing and checkpointing");
         http_task.abort();
+        drop(trash);
         let mut result = Ok(());
         for b in bookies.write().await.drain(..) {
             if let Err(e) = b.shutdown().await {
