@@ -51,6 +51,7 @@ pub struct BookieConfig {
     pub disk_usage_lwm: f64,
     pub inflight_per_connection: usize,
     pub gc: crate::gc::GcConfig,
+    pub integrity: crate::integrity::IntegrityConfig,
 }
 
 impl BookieConfig {
@@ -67,6 +68,7 @@ impl BookieConfig {
             disk_usage_lwm: 0.90,
             inflight_per_connection: 10_000,
             gc: crate::gc::GcConfig::default(),
+            integrity: crate::integrity::IntegrityConfig::default(),
         }
     }
 
@@ -169,7 +171,9 @@ impl Bookie {
         let id = config.bookie_id.clone().unwrap_or_else(|| advertised.clone());
         let keys = Keys::new(config.metadata_root.clone());
         let cluster_id = ensure_cluster_id(meta.as_ref(), &keys).await?;
-        check_cookies(&config, meta.as_ref(), &keys, &id, &cluster_id).await?;
+        let integrity = config.integrity.is_enabled(&config.storage);
+        let stamp = integrity && config.integrity.stamp_missing_cookies;
+        let restamp = check_cookies(&config, meta.as_ref(), &keys, &id, &cluster_id, stamp).await?;
         let ledger_dir = config.storage.ledger_dir.clone();
         let unclean_shutdown = ledger_dir.join(DIRTY_FILE).exists();
         if unclean_shutdown {
@@ -181,6 +185,26 @@ impl Bookie {
             .await
             .map_err(|e| BookieError::Config(e.to_string()))??;
         let storage = Arc::new(storage);
+        // Journal-less after an unclean stop, or a wiped dir being re-stamped: fence and
+        // limbo what this bookie may have lost before serving (see `integrity`).
+        let lost_writes = unclean_shutdown && !config.storage.journal.write_data;
+        if integrity && (lost_writes || !restamp.is_empty()) {
+            let why = if lost_writes { "journal-less unclean shutdown" } else { "missing cookie" };
+            tracing::warn!(bookie = %id, why, "running the pre-boot integrity check");
+            crate::integrity::pre_boot_check(
+                &storage,
+                meta.as_ref(),
+                &keys,
+                &id,
+                &config.integrity,
+            )
+            .await?;
+        }
+        for (dir, cookie) in &restamp {
+            std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+            write_synced(&dir.join(COOKIE_FILE), cookie)?;
+            tracing::warn!(bookie = %id, dir = %dir.display(), "cookie re-stamped after the pre-boot check");
+        }
         let read_only = Arc::new(AtomicBool::new(false));
         let registration = BookieRegistration {
             bookie_id: id.clone(),
@@ -277,6 +301,13 @@ impl Bookie {
     }
 
     /// Whether this start found the DIRTY marker of an unclean shutdown.
+    /// Whether the full integrity check still has work (the persistent storage flag).
+    pub fn needs_integrity_check(&self) -> bool {
+        self.storage
+            .storage_flags()
+            .is_ok_and(|f| f & crate::index::flags::NEEDS_INTEGRITY_CHECK != 0)
+    }
+
     pub fn unclean_shutdown(&self) -> bool {
         self.unclean_shutdown
     }
@@ -354,7 +385,8 @@ async fn check_cookies(
     keys: &Keys,
     id: &str,
     cluster_id: &str,
-) -> Result<(), BookieError> {
+    stamp_missing: bool,
+) -> Result<Vec<(PathBuf, bytes::Bytes)>, BookieError> {
     let dirs = config.dirs();
     let journal_dirs = vec![config.storage.journal_dir.display().to_string()];
     let ledger_dirs = vec![config.storage.ledger_dir.display().to_string()];
@@ -402,7 +434,7 @@ async fn check_cookies(
             write_synced(&d.join(COOKIE_FILE), &cookie.encode())?;
         }
         tracing::info!(bookie = %id, "new bookie: cookies stamped");
-        return Ok(());
+        return Ok(Vec::new());
     }
     let Some(remote) = remote else {
         let (d, _) = local.iter().find(|(_, c)| c.is_some()).expect("some local cookie");
@@ -413,8 +445,14 @@ async fn check_cookies(
             ),
         ));
     };
+    let mut restamp = Vec::new();
     for (d, c) in &local {
         let Some(c) = c else {
+            if stamp_missing {
+                // A wiped (or new, empty) dir of a known bookie: checked, then re-stamped.
+                restamp.push((d.to_path_buf(), remote.encode()));
+                continue;
+            }
             let why = if d.exists() { "has no cookie (wiped or replaced?)" } else { "is missing" };
             return Err(cookie_err(
                 d,
@@ -453,7 +491,7 @@ async fn check_cookies(
             ),
         ));
     }
-    Ok(())
+    Ok(restamp)
 }
 
 /// Runs GC every `config.interval` until stopped.

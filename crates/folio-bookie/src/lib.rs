@@ -17,6 +17,7 @@ mod frame;
 pub mod fs;
 pub mod gc;
 pub mod index;
+pub mod integrity;
 pub mod journal;
 mod read_cache;
 pub mod server;

@@ -273,6 +273,26 @@ impl Storage {
         self.inner.set_limbo(ledger_id, limbo)
     }
 
+    /// Makes the ledger exist with `master_key` (if it has none yet), and sets fenced and
+    /// limbo as asked, durably in the index before returning (the pre-boot check).
+    pub fn prepare_ledger(
+        &self,
+        ledger_id: LedgerId,
+        master_key: MasterKey,
+        fence: bool,
+        limbo: bool,
+    ) -> Result<()> {
+        self.inner.check_poison()?;
+        let mut ledgers = self.inner.lock_ledgers();
+        let ledger = ledgers.entry(ledger_id).or_default();
+        ledger.state.master_key.get_or_insert(master_key);
+        ledger.state.fenced |= fence;
+        ledger.state.limbo |= limbo;
+        let mut b = KvBatch::default();
+        b.put(Table::Ledgers, index::ledger_key(ledger_id), ledger.state.encode());
+        self.inner.kv.commit(b)
+    }
+
     /// Drops a ledger's entries and state locally (used by garbage collection). The entry
     /// log bytes are reclaimed later by entry-log GC.
     pub fn delete_ledger(&self, ledger_id: LedgerId) -> Result<()> {

@@ -29,13 +29,7 @@ use crate::BookieConnection;
 use crate::error::{LedgerError, Result};
 use crate::pool::BookiePool;
 
-/// `SHA1("ledger" ‖ password)`, as BookKeeper derives it.
-pub fn master_key(password: &[u8]) -> MasterKey {
-    let mut h = sha1_smol::Sha1::new();
-    h.update(b"ledger");
-    h.update(password);
-    h.digest().bytes()
-}
+pub use folio_proto::wire::master_key;
 
 #[derive(Debug, Clone)]
 pub struct CreateOptions {
@@ -915,8 +909,12 @@ enum Answer {
     Has(Entry),
     /// An explicit "no such entry / ledger" (this bookie is not in limbo for it).
     Missing,
-    /// No definite answer: an error, a timeout, or `Unknown` (limbo). Never a negative.
+    /// No definite answer: an error or a timeout. Never a negative.
     Unknown(String),
+    /// The bookie answered `Unknown`: it may have lost data of this ledger (limbo). Never a
+    /// negative; but on a fencing read it is definite that the bookie is fenced (it fences
+    /// before it answers), so it counts toward fencing coverage.
+    Limbo(String),
 }
 
 /// For every write set (Qw consecutive positions) of `ensemble_size`, at least
@@ -954,6 +952,7 @@ impl LedgerClient {
                     }
                 }
                 (Status::NoEntry | Status::NoLedger, _) => Answer::Missing,
+                (Status::Unknown, _) => Answer::Limbo(format!("{bookie}: UNKNOWN (limbo)")),
                 (status, _) => Answer::Unknown(format!("{bookie}: {}", status.name())),
             },
             Err(e) => Answer::Unknown(format!("{bookie}: {e}")),
@@ -1003,6 +1002,9 @@ impl LedgerClient {
                     definite.push(true);
                 }
                 Answer::Missing => definite.push(true),
+                // Fenced, but its LAC is unknown: the others' LAC (or the last fragment's
+                // start) is where reading starts, which is only ever earlier.
+                Answer::Limbo(_) => definite.push(true),
                 Answer::Unknown(why) => {
                     definite.push(false);
                     unknown.push(why);
@@ -1047,7 +1049,7 @@ impl LedgerClient {
                 match t.await.unwrap_or(Answer::Unknown("task failed".into())) {
                     Answer::Has(e) => found = Some(e),
                     Answer::Missing => missing += 1,
-                    Answer::Unknown(why) => unknown.push(why),
+                    Answer::Unknown(why) | Answer::Limbo(why) => unknown.push(why),
                 }
             }
             if let Some(entry) = found {

@@ -39,6 +39,16 @@ const _: () = assert!(HEADER_BYTES + MASTER_KEY_BYTES + ENTRY_BYTES_MAX <= FRAME
 
 pub type MasterKey = [u8; MASTER_KEY_BYTES];
 
+/// A ledger's master key from its password: `SHA1("ledger" ‖ password)`, as BookKeeper
+/// derives it. Clients send it with every add; a bookie repairing itself derives it from
+/// the ledger metadata's password.
+pub fn master_key(password: &[u8]) -> MasterKey {
+    let mut h = sha1_smol::Sha1::new();
+    h.update(b"ledger");
+    h.update(password);
+    h.digest().bytes()
+}
+
 pub mod flags {
     pub const RECOVERY: u16 = 1;
     pub const FENCE: u16 = 2;
