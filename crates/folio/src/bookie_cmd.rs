@@ -46,7 +46,13 @@ CONFIG KEYS (TOML file via --config; any key also via --override KEY=VALUE):
   journal.group_bytes_max   integer  default 524288
   journal.file_bytes_max    integer  default 536870912
   journal.prealloc_bytes    integer  default 0
-  journal.direct_io         bool     default true";
+  journal.direct_io         bool     default true
+  integrity.enabled         bool     default: true exactly when journal.write_data = false
+                                     (pre-boot check after an unclean stop, full check
+                                     with repair from peers while the flag is set)
+  integrity.stamp_missing_cookies bool default false (a wiped dir of a known bookie is
+                                     checked and re-stamped instead of refused)
+  integrity.check_interval_ms integer default 3000";
 
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true, after_help = KEYS_HELP)]
@@ -98,6 +104,16 @@ enum BookieCommand {
         /// The bookie's HTTP endpoint (its `http_listen`).
         #[arg(long)]
         http: std::net::SocketAddr,
+    },
+    /// Check a stopped bookie's ledgers against the metadata store: which entries of its
+    /// write sets are missing locally. With `--repair`: recover ledgers in limbo, copy the
+    /// missing entries from peers, and clear the integrity flag when all is whole.
+    #[command(after_help = KEYS_HELP)]
+    Check {
+        #[command(flatten)]
+        settings: Settings,
+        #[arg(long)]
+        repair: bool,
     },
     /// Describe a stopped bookie's data dir: cookie, journal, entry logs, ledgers, flags.
     Inspect {
@@ -257,6 +273,11 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
             "journal.file_bytes_max" => j.file_bytes_max = int()?,
             "journal.prealloc_bytes" => j.prealloc_bytes = int()?,
             "journal.direct_io" => j.direct_io = boolean()?,
+            "integrity.enabled" => c.integrity.enabled = Some(boolean()?),
+            "integrity.stamp_missing_cookies" => {
+                c.integrity.stamp_missing_cookies = boolean()?;
+            }
+            "integrity.check_interval_ms" => c.integrity.check_interval = ms(int()?),
             other => {
                 return Err(format!("unknown config key {other:?} (see `folio bookie --help`)"));
             }
@@ -314,6 +335,9 @@ pub fn run(args: Args) -> Result<(), String> {
             println!("formatted bookie {id}");
             Ok(())
         }),
+        Some(BookieCommand::Check { settings, repair }) => {
+            runtime.block_on(check(settings, repair))
+        }
         Some(BookieCommand::Gc { now, http }) => runtime.block_on(async {
             if !now {
                 return Err("say --now: the pass runs immediately".into());
@@ -334,8 +358,23 @@ pub fn run(args: Args) -> Result<(), String> {
         None => runtime.block_on(async {
             let r = args.settings.resolve()?;
             let meta = open_metadata(&r.metadata).await?;
-            let bookie = Bookie::start(r.bookie, meta).await.map_err(|e| e.to_string())?;
+            let integrity = r.bookie.integrity.clone();
+            let enabled = integrity.is_enabled(&r.bookie.storage);
+            let keys = folio_meta::keys::Keys::new(r.bookie.metadata_root.clone());
+            let bookie = Bookie::start(r.bookie, meta.clone()).await.map_err(|e| e.to_string())?;
             println!("bookie {} listening on {}", bookie.id(), bookie.addr());
+            // The full integrity check: repairs from peers while the storage flag is set.
+            let (stop_check, stop_rx) = tokio::sync::watch::channel(false);
+            let check_task = enabled.then(|| {
+                let check = folio_repair::IntegrityCheck {
+                    storage: bookie.storage().clone(),
+                    client: folio_client::LedgerClient::new(meta.clone(), keys.clone()),
+                    meta: meta.clone(),
+                    keys: keys.clone(),
+                    bookie_id: bookie.id().to_string(),
+                };
+                tokio::spawn(check.serve(integrity.check_interval, stop_rx))
+            });
             let bookies: crate::http::Bookies =
                 std::sync::Arc::new(tokio::sync::RwLock::new(vec![bookie]));
             let http = match r.http_listen {
@@ -351,6 +390,10 @@ pub fn run(args: Args) -> Result<(), String> {
             if let Some(h) = http {
                 h.abort();
             }
+            let _ = stop_check.send(true);
+            if let Some(t) = check_task {
+                let _ = t.await;
+            }
             let mut result = Ok(());
             for b in bookies.write().await.drain(..) {
                 result = b.shutdown().await.map_err(|e| e.to_string());
@@ -358,6 +401,67 @@ pub fn run(args: Args) -> Result<(), String> {
             result
         }),
     }
+}
+
+/// `folio bookie check [--repair]` on a stopped bookie's dirs.
+async fn check(settings: Settings, repair: bool) -> Result<(), String> {
+    use std::io::Write as _;
+    let r = settings.resolve()?;
+    let meta = open_metadata(&r.metadata).await?;
+    let id = r
+        .bookie
+        .bookie_id
+        .clone()
+        .or(r.bookie.advertised_address.clone())
+        .unwrap_or(r.bookie.listen.to_string());
+    let storage_config = r.bookie.storage.clone();
+    let storage = tokio::task::spawn_blocking(move || {
+        folio_bookie::storage::Storage::open_default(storage_config)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("opening the bookie's storage (is it stopped?): {e}"))?;
+    let storage = Arc::new(storage);
+    let keys = folio_meta::keys::Keys::new(r.bookie.metadata_root.clone());
+    let check = folio_repair::IntegrityCheck {
+        storage: storage.clone(),
+        client: folio_client::LedgerClient::new(meta.clone(), keys.clone()),
+        meta,
+        keys,
+        bookie_id: id.clone(),
+    };
+    let t0 = std::time::Instant::now();
+    let progress = |done: u64, total: u64| {
+        let width = 30u64;
+        let filled = if total == 0 { width } else { done * width / total } as usize;
+        let bar = format!("{}{}", "#".repeat(filled), " ".repeat(width as usize - filled));
+        eprint!("\r[{bar}] {done}/{total} ledgers");
+        let _ = std::io::stderr().flush();
+    };
+    let report = check.run(repair, &progress).await?;
+    eprintln!();
+    println!(
+        "bookie {id}: ledgers checked {}, gone {}, limbo cleared {}, entries checked {}, missing {}, copied {}, failed {}, ledgers failed {}, flag cleared {} ({:.1}s)",
+        report.ledgers_checked,
+        report.ledgers_gone,
+        report.limbo_cleared,
+        report.entries_checked,
+        report.entries_missing,
+        report.entries_copied,
+        report.entries_failed,
+        report.ledgers_failed,
+        report.flag_cleared,
+        t0.elapsed().as_secs_f64()
+    );
+    if !repair && report.entries_missing > 0 {
+        println!("run again with --repair to copy the missing entries from peers");
+    }
+    drop(check);
+    match Arc::try_unwrap(storage) {
+        Ok(s) => s.close().map_err(|e| e.to_string())?,
+        Err(_) => return Err("storage still in use at exit".into()),
+    }
+    Ok(())
 }
 
 #[cfg(test)]
