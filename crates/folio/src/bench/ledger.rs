@@ -25,6 +25,10 @@ pub struct Args {
     /// Directory on the disk to measure (a temporary directory is made inside it).
     #[arg(long, default_value = ".")]
     dir: std::path::PathBuf,
+    /// Instead: journal-less bookies against journal bookies (same run), then the full
+    /// integrity check's speed on a bookie holding 1 M entries (200 k with --quick).
+    #[arg(long)]
+    no_journal: bool,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -44,6 +48,14 @@ pub(crate) async fn cluster(
     dir: &std::path::Path,
     n: usize,
 ) -> Result<(LedgerClient, Vec<Bookie>, Meta), String> {
+    cluster_with(dir, n, true).await
+}
+
+pub(crate) async fn cluster_with(
+    dir: &std::path::Path,
+    n: usize,
+    journal: bool,
+) -> Result<(LedgerClient, Vec<Bookie>, Meta), String> {
     let meta: Meta = Arc::new(
         folio_meta::embedded::EmbeddedStore::open(&dir.join("meta")).map_err(|e| e.to_string())?,
     );
@@ -54,6 +66,7 @@ pub(crate) async fn cluster(
             "127.0.0.1:0".parse::<SocketAddr>().expect("addr"),
         );
         c.bookie_id = Some(format!("bookie-{i}"));
+        c.storage.journal.write_data = journal;
         bookies.push(Bookie::start(c, meta.clone()).await.map_err(|e| e.to_string())?);
     }
     Ok((LedgerClient::new(meta.clone(), Keys::default()), bookies, meta))
@@ -99,6 +112,9 @@ pub(crate) async fn measure(
 }
 
 async fn run_async(args: Args) -> Result<(), String> {
+    if args.no_journal {
+        return no_journal(args).await;
+    }
     let tmp = super::temp_dir(&args.dir, ".folio-bench-ledger-")?;
     let d = Duration::from_secs(if args.quick { 4 } else { 15 });
     println!("bench=ledger quick={} seconds_per_run={}", args.quick, d.as_secs());
@@ -122,6 +138,110 @@ async fn run_async(args: Args) -> Result<(), String> {
         );
     }
     for b in b3.into_iter().chain(b1) {
+        b.shutdown().await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Journal-less against journal writes, then the integrity check's speed.
+async fn no_journal(args: Args) -> Result<(), String> {
+    let tmp = super::temp_dir(&args.dir, ".folio-bench-ledger-nj-")?;
+    let d = Duration::from_secs(if args.quick { 4 } else { 15 });
+    let n_entries: u64 = if args.quick { 200_000 } else { 1_000_000 };
+    println!(
+        "bench=ledger_no_journal quick={} seconds_per_run={} check_entries={n_entries}",
+        args.quick,
+        d.as_secs()
+    );
+    let (with, bw, _) = cluster_with(&tmp.path().join("journal"), 3, true).await?;
+    let (without, bn, meta) = cluster_with(&tmp.path().join("no-journal"), 3, false).await?;
+    for (entry_bytes, inflight) in [(1024usize, 512usize), (64 * 1024, 256)] {
+        let j = measure(&with, CreateOptions::new(3, 2, 2), entry_bytes, inflight, d).await?;
+        let nj = measure(&without, CreateOptions::new(3, 2, 2), entry_bytes, inflight, d).await?;
+        for (name, r) in [("journal", &j), ("no_journal", &nj)] {
+            println!(
+                "entry_bytes={entry_bytes} setup={name} entries_per_s={:.0} mb_per_s={:.1} add_latency_p50_us={} add_latency_p99_us={}",
+                r.entries_per_s, r.mb_per_s, r.p50_us, r.p99_us
+            );
+        }
+        println!("entry_bytes={entry_bytes} ratio_vs_journal={:.2}", nj.mb_per_s / j.mb_per_s);
+    }
+    for b in bw {
+        b.shutdown().await.map_err(|e| e.to_string())?;
+    }
+    // The check: fill, then check bookie-0 (nothing missing: pure checking speed), then
+    // kill it (its write cache is lost), restart, and repair.
+    let t0 = Instant::now();
+    let payload = vec![0x33u8; 100];
+    let per_ledger = 100_000u64;
+    let mut written = 0;
+    while written < n_entries {
+        let w =
+            Arc::new(without.create(CreateOptions::new(3, 2, 2)).await.map_err(|e| e.to_string())?);
+        let n = per_ledger.min(n_entries - written);
+        let mut tasks = tokio::task::JoinSet::new();
+        for k in 0..256u64 {
+            let (w, payload) = (w.clone(), payload.clone());
+            tasks.spawn(async move {
+                let mut i = k;
+                while i < n {
+                    w.add(&payload).await.map_err(|e| e.to_string())?;
+                    i += 256;
+                }
+                Ok::<_, String>(())
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.map_err(|e| e.to_string())??;
+        }
+        w.close().await.map_err(|e| e.to_string())?;
+        written += n;
+    }
+    println!("check_fill_entries={written} fill_s={:.1}", t0.elapsed().as_secs_f64());
+    let mut bn = bn;
+    let b0 = bn.remove(0);
+    let check = |storage| folio_repair::IntegrityCheck {
+        storage,
+        client: without.clone(),
+        meta: meta.clone(),
+        keys: Keys::default(),
+        bookie_id: "bookie-0".into(),
+    };
+    let t1 = Instant::now();
+    let r = check(b0.storage().clone()).run(false, &|_, _| {}).await?;
+    let secs = t1.elapsed().as_secs_f64();
+    println!(
+        "check entries_checked={} entries_missing={} seconds={secs:.2} entries_checked_per_s={:.0}",
+        r.entries_checked,
+        r.entries_missing,
+        r.entries_checked as f64 / secs
+    );
+    let config = {
+        let mut c = BookieConfig::new(
+            tmp.path().join("no-journal").join("bookie-0"),
+            "127.0.0.1:0".parse::<SocketAddr>().expect("addr"),
+        );
+        c.bookie_id = Some("bookie-0".into());
+        c.storage.journal.write_data = false;
+        c
+    };
+    b0.abort().await;
+    let b0 = Bookie::start(config, meta.clone()).await.map_err(|e| e.to_string())?;
+    let t2 = Instant::now();
+    let r = check(b0.storage().clone()).run(true, &|_, _| {}).await?;
+    let secs = t2.elapsed().as_secs_f64();
+    println!(
+        "repair entries_checked={} entries_missing={} entries_copied={} entries_failed={} seconds={secs:.2} entries_checked_per_s={:.0} entries_copied_per_s={:.0} flag_cleared={}",
+        r.entries_checked,
+        r.entries_missing,
+        r.entries_copied,
+        r.entries_failed,
+        r.entries_checked as f64 / secs,
+        r.entries_copied as f64 / secs,
+        r.flag_cleared
+    );
+    b0.shutdown().await.map_err(|e| e.to_string())?;
+    for b in bn {
         b.shutdown().await.map_err(|e| e.to_string())?;
     }
     Ok(())
