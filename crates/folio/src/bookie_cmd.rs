@@ -433,7 +433,7 @@ async fn check(settings: Settings, repair: bool) -> Result<(), String> {
     let t0 = std::time::Instant::now();
     let progress = |done: u64, total: u64| {
         let width = 30u64;
-        let filled = if total == 0 { width } else { done * width / total } as usize;
+        let filled = (done * width).checked_div(total).unwrap_or(width) as usize;
         let bar = format!("{}{}", "#".repeat(filled), " ".repeat(width as usize - filled));
         eprint!("\r[{bar}] {done}/{total} ledgers");
         let _ = std::io::stderr().flush();
