@@ -162,6 +162,18 @@ impl Bookie {
         meta: Arc<dyn MetadataStore>,
         disk: Arc<dyn DiskUsage>,
     ) -> Result<Bookie, BookieError> {
+        Bookie::start_on(config, meta, disk, Storage::open_default).await
+    }
+
+    /// Starts on storage made by `open` (tests open it on a fault-injecting file system).
+    pub async fn start_on(
+        config: BookieConfig,
+        meta: Arc<dyn MetadataStore>,
+        disk: Arc<dyn DiskUsage>,
+        open: impl FnOnce(crate::config::StorageConfig) -> crate::error::Result<Storage>
+        + Send
+        + 'static,
+    ) -> Result<Bookie, BookieError> {
         config.validate().map_err(BookieError::Config)?;
         let listener = TcpListener::bind(config.listen)
             .await
@@ -181,7 +193,7 @@ impl Bookie {
         }
         write_synced(&ledger_dir.join(DIRTY_FILE), b"")?;
         let storage_config = config.storage.clone();
-        let storage = tokio::task::spawn_blocking(move || Storage::open_default(storage_config))
+        let storage = tokio::task::spawn_blocking(move || open(storage_config))
             .await
             .map_err(|e| BookieError::Config(e.to_string()))??;
         let storage = Arc::new(storage);
