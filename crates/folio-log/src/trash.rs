@@ -8,10 +8,12 @@
 //! and are retried for ever; every process that runs a deleter resumes the whole trash,
 //! and every log left in the `deleting` state.
 //!
-//! Deleting a log: one CAS marks the record `deleting` (its owner's next CAS fails), the
-//! last ledger is recovered (fencing its writer), then batches of ledgers move to the
-//! trash, one transaction each; the last transaction also removes the cursors and the log
-//! record. A crash anywhere leaves each ledger in the chain or in the trash.
+//! Deleting a log: its last ledger is recovered (fencing its writer); then one transaction,
+//! compared on the record's version (so the owner's next CAS fails), moves every ledger to
+//! the trash and removes the cursors and the log record. A log too big for one transaction
+//! (etcd takes 128 operations) is first marked `deleting`, then moved in batches, the last
+//! of which removes the record. A crash anywhere leaves each ledger in the chain or in the
+//! trash, and a `deleting` log is finished by any deleter.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,31 +38,35 @@ const BACKOFF_MAX_MS: u64 = 5 * 60 * 1000;
 /// resumes a deletion another process started. A missing log is already deleted.
 pub async fn delete_log(env: &LogEnv, name: &str, reason: &str) -> Result<()> {
     let key = env.keys.log(name);
-    let mut fenced_last = false;
+    let mut fenced = std::collections::BTreeSet::new();
     loop {
         let Some(v) = env.meta.get(&key).await? else { return Ok(()) };
         let mut record = LogRecord::decode(&key, &v.value)?;
         let now = env.now_ms();
-        if record.state != LogRecordState::Deleting {
+        if let Some(last) = record.ledgers.last()
+            && !fenced.contains(&last.ledger_id)
+        {
+            // Fence the last ledger's writer, so nothing more is acknowledged in it; then
+            // look again (the owner may have rolled meanwhile).
+            match env.client.recover(last.ledger_id).await {
+                Ok(_) | Err(LedgerError::NoSuchLedger(_)) => fenced.insert(last.ledger_id),
+                Err(e) => return Err(e.into()),
+            };
+            continue;
+        }
+        let cursors = list_all(env.meta.as_ref(), &env.keys.cursors(name)).await?;
+        let small = record.ledgers.len() + cursors.len() < TXN_OPS_MAX;
+        if record.state != LogRecordState::Deleting && !small {
+            // Too big for one transaction: mark it, then move it in batches.
             record.state = LogRecordState::Deleting;
             record.properties.insert("deleting.reason".into(), reason.into());
             match env.meta.put(&key, record.encode(), Expect::Version(v.version)).await {
-                Ok(_) => {
-                    tracing::info!(log = name, reason, "log marked for deletion");
-                    continue;
-                }
-                Err(MetaError::Conflict { .. }) => continue,
+                Ok(_) => tracing::info!(log = name, reason, "log marked for deletion"),
+                Err(MetaError::Conflict { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
+            continue;
         }
-        if !fenced_last && let Some(last) = record.ledgers.last() {
-            // Fence the last ledger's writer, so nothing more is acknowledged in it.
-            match env.client.recover(last.ledger_id).await {
-                Ok(_) | Err(LedgerError::NoSuchLedger(_)) => fenced_last = true,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        let cursors = list_all(env.meta.as_ref(), &env.keys.cursors(name)).await?;
         let n = record.ledgers.len().min(TXN_OPS_MAX);
         let last_batch = n == record.ledgers.len() && cursors.len() + n < TXN_OPS_MAX;
         let mut txn = Txn::new().compare(Compare::Version(key.clone(), v.version));
@@ -69,6 +75,7 @@ pub async fn delete_log(env: &LogEnv, name: &str, reason: &str) -> Result<()> {
             txn = txn.put(env.keys.trash_ledger(l.ledger_id), t.encode());
         }
         if last_batch {
+            // Ledgers, cursors and the log record: one transaction.
             txn = txn.delete(key.clone());
             for c in &cursors {
                 txn = txn.delete(c.key.clone());
@@ -86,7 +93,7 @@ pub async fn delete_log(env: &LogEnv, name: &str, reason: &str) -> Result<()> {
         }
         let out = env.meta.txn(txn).await?;
         if out.succeeded && last_batch {
-            tracing::info!(log = name, "log deleted; its ledgers are in the trash");
+            tracing::info!(log = name, reason, "log deleted; its ledgers are in the trash");
             return Ok(());
         }
     }
