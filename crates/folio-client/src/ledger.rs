@@ -654,6 +654,11 @@ impl WriterInner {
         self.state.lock().expect("writer lock").changing = true;
         let result = self.install_replacement(pos, failed).await;
         self.state.lock().expect("writer lock").changing = false;
+        if result.is_err() {
+            // Acks that arrived while the LAC was frozen count now: nothing else may come
+            // to move it (without this, adds waited for ever when no replacement existed).
+            self.advance_lac();
+        }
         result?;
         let resend: Vec<EntryId> = {
             let mut st = self.state.lock().expect("writer lock");

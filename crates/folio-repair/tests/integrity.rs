@@ -58,6 +58,14 @@ fn check(c: &Cluster, i: usize) -> IntegrityCheck {
     }
 }
 
+/// Awaits `f`, failing with the step's name instead of hanging.
+async fn step<T>(name: &str, f: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(Duration::from_secs(20), f).await {
+        Ok(v) => v,
+        Err(_) => panic!("step {name:?} did not finish within 20 s"),
+    }
+}
+
 fn payload(i: i64) -> Vec<u8> {
     format!("entry-{i}").into_bytes()
 }
@@ -72,16 +80,20 @@ async fn scenario_lost_entries(limbo: bool) -> Result<i64, LedgerError> {
     let ens = w.metadata().ensembles[&0].clone();
     let (b0, b1, b2) = (index(&c, &ens[0]), index(&c, &ens[1]), index(&c, &ens[2]));
     for i in 0..5 {
-        w.add(&payload(i)).await.unwrap();
+        step("add", w.add(&payload(i))).await.unwrap();
     }
     c.nodes[b2].link.set_fault(Fault::Cut);
     for i in 5..10 {
-        assert_eq!(w.add(&payload(i)).await.unwrap(), i, "acknowledged by b0 and b1");
+        assert_eq!(
+            step("add past the cut", w.add(&payload(i))).await.unwrap(),
+            i,
+            "acknowledged by b0 and b1"
+        );
     }
     drop(w);
     let meta = c.meta.clone();
-    c.nodes[b0].kill().await; // journal-less: entries only in its write cache are gone
-    c.nodes[b0].restart(&meta).await;
+    step("kill", c.nodes[b0].kill()).await; // journal-less: entries only in its write cache are gone
+    step("restart", c.nodes[b0].restart(&meta)).await;
     assert!(c.nodes[b0].bookie().unclean_shutdown());
     assert!(c.nodes[b0].bookie().needs_integrity_check());
     c.nodes[b2].link.set_fault(Fault::Pass);
@@ -90,7 +102,7 @@ async fn scenario_lost_entries(limbo: bool) -> Result<i64, LedgerError> {
         let ids = client(&c).list().await.unwrap();
         ids[0]
     };
-    match client(&c).recover(id).await {
+    match step("first recovery", client(&c).recover(id)).await {
         Ok(r) => return Ok(r.last_entry_id().unwrap()),
         Err(e) if limbo => {
             // Blocked, not truncated: b0's unknown is never a negative.
@@ -99,12 +111,12 @@ async fn scenario_lost_entries(limbo: bool) -> Result<i64, LedgerError> {
         Err(e) => return Err(e),
     }
     c.nodes[b1].link.set_fault(Fault::Pass);
-    let r = client(&c).recover(id).await?;
+    let r = step("second recovery", client(&c).recover(id)).await?;
     for i in 0..10 {
         assert_eq!(r.read(i).await.unwrap().payload(), &payload(i)[..]);
     }
     // The full check repairs b0: everything in its write set is back on its disk.
-    let report = check(&c, b0).run(true, &|_, _| {}).await.unwrap();
+    let report = step("repair", check(&c, b0).run(true, &|_, _| {})).await.unwrap();
     assert!(report.flag_cleared, "{report:?}");
     assert_eq!(report.limbo_cleared, 1);
     let local = c.nodes[b0].bookie().storage().list_entries(id).unwrap();
