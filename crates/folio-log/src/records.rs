@@ -347,6 +347,30 @@ mod tests {
         assert!(LogRecord::decode("k", &huge).is_err());
     }
 
+    proptest::proptest! {
+        /// Records come from the metadata store: arbitrary bytes never panic a decoder
+        /// (and a huge count is refused before anything is allocated for it).
+        #[test]
+        fn decoders_never_panic_on_arbitrary_bytes(b in proptest::collection::vec(proptest::num::u8::ANY, 0..400)) {
+            let _ = LogRecord::decode("k", &b);
+            let _ = CursorRecord::decode("k", &b);
+            let _ = TrashRecord::decode("k", &b);
+            let _ = crate::entry::decode(&bytes::Bytes::from(b));
+        }
+
+        /// Flipping any byte of a valid log record either fails to decode or decodes to a
+        /// record that is itself valid (never a chain with gaps).
+        #[test]
+        fn a_damaged_log_record_is_refused_or_still_valid(at in 0usize..200, x in 1u8..=255) {
+            let mut b = chain().encode().to_vec();
+            let at = at % b.len();
+            b[at] ^= x;
+            if let Ok(r) = LogRecord::decode("k", &b) {
+                proptest::prop_assert_eq!(r.validate(), Ok(()));
+            }
+        }
+    }
+
     #[test]
     fn chain_gaps_are_invalid() {
         let mut r = chain();
