@@ -44,13 +44,26 @@ pub struct EntryHeader {
 }
 
 pub fn encode(h: EntryHeader, payload: &[u8]) -> Bytes {
-    let mut b = BytesMut::with_capacity(LOG_ENTRY_HEADER_BYTES + payload.len());
-    b.extend_from_slice(&[LOG_ENTRY_VERSION]);
-    b.extend_from_slice(&h.base_offset.to_le_bytes());
-    b.extend_from_slice(&h.record_count.to_le_bytes());
-    b.extend_from_slice(&h.max_timestamp.to_le_bytes());
-    b.extend_from_slice(payload);
+    let mut b = with_header_room(payload);
+    write_header(&mut b, h);
     b.freeze()
+}
+
+/// The batch behind `LOG_ENTRY_HEADER_BYTES` of room for the header (filled later by
+/// `write_header`, once the offset is known), so an append copies the batch once.
+pub fn with_header_room(payload: &[u8]) -> BytesMut {
+    let mut b = BytesMut::with_capacity(LOG_ENTRY_HEADER_BYTES + payload.len());
+    b.resize(LOG_ENTRY_HEADER_BYTES, 0);
+    b.extend_from_slice(payload);
+    b
+}
+
+/// Fills the header room of a buffer made by `with_header_room`.
+pub fn write_header(b: &mut [u8], h: EntryHeader) {
+    b[0] = LOG_ENTRY_VERSION;
+    b[1..9].copy_from_slice(&h.base_offset.to_le_bytes());
+    b[9..13].copy_from_slice(&h.record_count.to_le_bytes());
+    b[13..21].copy_from_slice(&h.max_timestamp.to_le_bytes());
 }
 
 /// Splits a stored entry into header and payload; `None` if it is not a log entry.

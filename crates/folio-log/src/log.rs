@@ -32,7 +32,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use folio_client::{CreateOptions, LedgerClient, LedgerError, LedgerReader, LedgerWriter};
 use folio_meta::keys::Keys;
 use folio_meta::records::Record;
@@ -140,11 +140,39 @@ struct CursorState {
     persisted: Option<u64>,
 }
 
-#[derive(Debug)]
+/// What readers see: the committed chain (shared, replaced only when the record changes)
+/// and the open ledger's confirmed counters (memory only, updated on every confirm), so a
+/// confirm or a read costs O(1), not a copy of the chain.
+#[derive(Debug, Clone)]
 struct View {
-    /// The chain; the last ledger's counters are the confirmed ones (memory only).
-    ledgers: Vec<LedgerInfo>,
+    chain: Arc<Vec<LedgerInfo>>,
+    /// The chain's last ledger with its confirmed counters, while a writer has it.
+    live: Option<LedgerInfo>,
     current: Option<Arc<LedgerWriter>>,
+}
+
+impl View {
+    fn len(&self) -> usize {
+        self.chain.len()
+    }
+
+    fn get(&self, i: usize) -> Option<LedgerInfo> {
+        match self.live {
+            Some(l) if i + 1 == self.chain.len() => Some(l),
+            _ => self.chain.get(i).copied(),
+        }
+    }
+
+    /// The index of the ledger holding `offset`, which must be below the end of the log:
+    /// the last non-empty ledger starting at or before it (ledgers are contiguous).
+    fn find(&self, offset: u64) -> Option<usize> {
+        let n = self.chain.partition_point(|l| l.first_offset <= offset);
+        (0..n).rev().find(|&i| self.get(i).is_some_and(|l| l.entries > 0))
+    }
+
+    fn ledgers(&self) -> Vec<LedgerInfo> {
+        (0..self.len()).filter_map(|i| self.get(i)).collect()
+    }
 }
 
 #[derive(Debug)]
@@ -173,13 +201,33 @@ type Reply<T> = oneshot::Sender<Result<T>>;
 
 #[derive(Debug)]
 enum Command {
-    Append { data: Bytes, records: u32, timestamp: i64, reply: Reply<u64> },
-    Roll { reply: Reply<()> },
-    Trim { reply: Reply<TrimReport> },
-    DeleteRecords { offset: u64, reply: Reply<u64> },
-    FlushCursors { reply: Reply<()> },
-    Close { reply: Reply<()> },
-    Delete { reason: String, reply: Reply<()> },
+    /// `data`: the batch behind room for the entry header (`entry::with_header_room`).
+    Append {
+        data: BytesMut,
+        records: u32,
+        timestamp: i64,
+        reply: Reply<u64>,
+    },
+    Roll {
+        reply: Reply<()>,
+    },
+    Trim {
+        reply: Reply<TrimReport>,
+    },
+    DeleteRecords {
+        offset: u64,
+        reply: Reply<u64>,
+    },
+    FlushCursors {
+        reply: Reply<()>,
+    },
+    Close {
+        reply: Reply<()>,
+    },
+    Delete {
+        reason: String,
+        reply: Reply<()>,
+    },
 }
 
 /// A handle on an owned managed log. Clones share the log; the actor stops (closing the
@@ -220,7 +268,11 @@ impl ManagedLog {
                 name: name.into(),
                 env: env.clone(),
                 config: config.clone(),
-                view: RwLock::new(View { ledgers: record.ledgers.clone(), current: None }),
+                view: RwLock::new(View {
+                    chain: Arc::new(record.ledgers.clone()),
+                    live: None,
+                    current: None,
+                }),
                 status: watch::channel(LogStatus {
                     start_offset: start,
                     end_offset: start,
@@ -236,6 +288,7 @@ impl ManagedLog {
             let (cmd_tx, cmd_rx) = mpsc::channel(1024);
             let mut actor = Actor {
                 sh: shared.clone(),
+                chain: Arc::new(record.ledgers.clone()),
                 record,
                 version,
                 writer: None,
@@ -254,10 +307,9 @@ impl ManagedLog {
                 uncreated: None,
                 failures_in_row: 0,
             };
-            let mut record = actor.record.clone();
-            put_config(&mut record, &config);
-            record.owner = env.owner.clone();
-            actor.record = record;
+            // Written with the chain by the first commit below.
+            put_config(&mut actor.record, &config);
+            actor.record.owner = env.owner.clone();
             match actor.seal_and_extend(None).await {
                 Ok(()) => {}
                 Err(LogError::Fenced(_)) => {
@@ -312,8 +364,13 @@ impl ManagedLog {
         &self.shared.stats
     }
 
+    /// A snapshot of what readers see (cheap: an `Arc` and a few counters).
+    fn view(&self) -> View {
+        self.shared.view.read().expect("view lock").clone()
+    }
+
     pub fn info(&self) -> LogInfo {
-        let ledgers = self.shared.view.read().expect("view lock").ledgers.clone();
+        let ledgers = self.view().ledgers();
         let cursors = self
             .shared
             .cursors
@@ -358,7 +415,7 @@ impl ManagedLog {
                 batch.len()
             )));
         }
-        let data = Bytes::copy_from_slice(batch);
+        let data = entry::with_header_room(batch);
         self.call(|reply| Command::Append { data, records, timestamp, reply }).await
     }
 
@@ -433,21 +490,20 @@ impl ManagedLog {
         if offset == status.end_offset || max_entries == 0 {
             return Ok(out);
         }
-        let (ledgers, current) = {
-            let v = self.shared.view.read().expect("view lock");
-            (v.ledgers.clone(), v.current.clone())
-        };
-        let Some(mut li) = find_ledger(&ledgers, offset) else {
+        let view = self.view();
+        let current = view.current.clone();
+        let Some(mut li) = view.find(offset) else {
             return Ok(out);
         };
-        let mut entry_id = self.locate(&ledgers[li], current.as_deref(), offset).await?;
+        let first = view.get(li).expect("found ledger exists");
+        let mut entry_id = self.locate(&first, current.as_deref(), offset).await?;
         let mut bytes = 0usize;
         while out.len() < max_entries && (out.is_empty() || bytes < max_bytes) {
-            let info = ledgers[li];
+            let info = view.get(li).expect("ledger index in range");
             if entry_id >= info.entries as i64 {
                 li += 1;
                 entry_id = 0;
-                match ledgers.get(li) {
+                match view.get(li) {
                     Some(l) if l.entries > 0 => continue,
                     _ => break,
                 }
@@ -467,14 +523,15 @@ impl ManagedLog {
     /// after `timestamp`; `None` when every batch is older.
     pub async fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<u64>> {
         let start = self.start_offset();
-        let (ledgers, current) = {
-            let v = self.shared.view.read().expect("view lock");
-            (v.ledgers.clone(), v.current.clone())
-        };
-        let Some(info) = ledgers.iter().find(|l| l.entries > 0 && l.max_publish_ms >= timestamp)
+        let view = self.view();
+        let current = view.current.clone();
+        let Some(info) = (0..view.len())
+            .filter_map(|i| view.get(i))
+            .find(|l| l.entries > 0 && l.max_publish_ms >= timestamp)
         else {
             return Ok(None);
         };
+        let info = &info;
         // Binary search for the first entry with max_timestamp >= timestamp.
         let (mut lo, mut hi) = (0i64, info.entries as i64 - 1);
         while lo < hi {
@@ -619,13 +676,6 @@ impl ManagedLog {
     }
 }
 
-/// The index of the ledger holding `offset`, which must be below the end of the log: the
-/// last non-empty ledger starting at or before it (ledgers are contiguous).
-fn find_ledger(ledgers: &[LedgerInfo], offset: u64) -> Option<usize> {
-    let n = ledgers.partition_point(|l| l.first_offset <= offset);
-    (0..n).rev().find(|&i| ledgers[i].entries > 0)
-}
-
 /// Records the retention settings in the log's properties, so offline tools can say why a
 /// ledger is kept.
 fn put_config(r: &mut LogRecord, c: &LogConfig) {
@@ -681,6 +731,8 @@ struct Actor {
     /// The log record as last committed, and its version.
     record: LogRecord,
     version: Version,
+    /// `record.ledgers`, shared with readers; replaced on every commit.
+    chain: Arc<Vec<LedgerInfo>>,
     writer: Option<Arc<LedgerWriter>>,
     cur: Current,
     /// The offset the next append gets.
@@ -734,20 +786,25 @@ impl Actor {
 
     /// Publishes the chain and status to readers.
     fn publish(&mut self) {
-        let mut ledgers = self.record.ledgers.clone();
-        if self.writer.is_some()
-            && let Some(last) = ledgers.last_mut()
-        {
-            last.entries = self.cur.entries;
-            last.bytes = self.cur.bytes;
-            last.records = self.cur.records;
-            last.first_publish_ms = self.cur.first_ts;
-            last.max_publish_ms = self.cur.max_ts;
-        }
-        let confirmed_end = ledgers.last().map_or(self.start(), |l| l.end_offset());
+        let live = match (&self.writer, self.record.ledgers.last()) {
+            (Some(_), Some(last)) => Some(LedgerInfo {
+                entries: self.cur.entries,
+                bytes: self.cur.bytes,
+                records: self.cur.records,
+                first_publish_ms: self.cur.first_ts,
+                max_publish_ms: self.cur.max_ts,
+                ..*last
+            }),
+            _ => None,
+        };
+        let last = live.or(self.record.ledgers.last().copied());
+        let confirmed_end = last.map_or(self.start(), |l| l.end_offset());
         {
             let mut v = self.sh.view.write().expect("view lock");
-            v.ledgers = ledgers;
+            if !Arc::ptr_eq(&v.chain, &self.chain) {
+                v.chain = self.chain.clone();
+            }
+            v.live = live;
             v.current = self.writer.clone();
         }
         let status = LogStatus {
@@ -856,11 +913,13 @@ impl Actor {
                     max_timestamp: self.max_ts,
                 };
                 self.next_offset += u64::from(records);
+                let mut data = data;
+                entry::write_header(&mut data, h);
                 self.queue.push_back(Pending {
                     base_offset: h.base_offset,
                     records,
                     max_ts: self.max_ts,
-                    data: entry::encode(h, &data),
+                    data: data.freeze(),
                     sent: None,
                     enqueued_ms: self.sh.env.now_ms(),
                     reply: Some(reply),
@@ -1300,6 +1359,7 @@ impl Actor {
             return Err(LogError::Fenced(self.name().into()));
         }
         self.version = out.revision;
+        self.chain = Arc::new(record.ledgers.clone());
         self.record = record;
         let gone: Vec<u64> = trash.iter().map(|t| t.ledger_id).collect();
         if !gone.is_empty() {
