@@ -134,6 +134,15 @@ pub struct Resolved {
     pub http_listen: Option<std::net::SocketAddr>,
 }
 
+impl Resolved {
+    /// The bookie id as configured for a stopped bookie: the id, else the advertised
+    /// address, else the listen address (a running bookie also falls back to the bound one).
+    pub fn bookie_id(&self) -> String {
+        let b = &self.bookie;
+        b.bookie_id.clone().or(b.advertised_address.clone()).unwrap_or(b.listen.to_string())
+    }
+}
+
 fn set(table: &mut toml::Table, key: &str, value: toml::Value) {
     match key.split_once('.') {
         Some((head, rest)) => {
@@ -323,12 +332,7 @@ pub fn run(args: Args) -> Result<(), String> {
         Some(BookieCommand::Format { settings, force }) => runtime.block_on(async {
             let r = settings.resolve()?;
             let meta = open_metadata(&r.metadata).await?;
-            let id = r
-                .bookie
-                .bookie_id
-                .clone()
-                .or(r.bookie.advertised_address.clone())
-                .unwrap_or(r.bookie.listen.to_string());
+            let id = r.bookie_id();
             folio_bookie::bookie::format(&r.bookie, meta.as_ref(), &id, force)
                 .await
                 .map_err(|e| e.to_string())?;
@@ -408,12 +412,7 @@ async fn check(settings: Settings, repair: bool) -> Result<(), String> {
     use std::io::Write as _;
     let r = settings.resolve()?;
     let meta = open_metadata(&r.metadata).await?;
-    let id = r
-        .bookie
-        .bookie_id
-        .clone()
-        .or(r.bookie.advertised_address.clone())
-        .unwrap_or(r.bookie.listen.to_string());
+    let id = r.bookie_id();
     let storage_config = r.bookie.storage.clone();
     let storage = tokio::task::spawn_blocking(move || {
         folio_bookie::storage::Storage::open_default(storage_config)

@@ -2,23 +2,17 @@
 //! metadata store, and say why each ledger is still there.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use folio_client::LedgerClient;
+use crate::ledger_cmd::ClusterArgs;
 use folio_log::records::{CursorRecord, LedgerInfo, LogRecord, LogRecordState, TrashRecord};
 use folio_log::{LogEnv, Trash, TrashConfig, WallClock};
-use folio_meta::keys::Keys;
 use folio_meta::records::Record;
 use folio_meta::{Clock, list_all};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The cluster's metadata: `etcd://host:port[,host:port…]` or `embedded:<dir>`.
-    #[arg(long)]
-    metadata: String,
-    /// Key root in the metadata store.
-    #[arg(long, default_value = "folio")]
-    root: String,
+    #[command(flatten)]
+    cluster: ClusterArgs,
     #[command(subcommand)]
     command: LogCommand,
 }
@@ -40,12 +34,8 @@ enum LogCommand {
 
 #[derive(Debug, clap::Args)]
 pub struct TrashArgs {
-    /// The cluster's metadata: `etcd://host:port[,host:port…]` or `embedded:<dir>`.
-    #[arg(long)]
-    metadata: String,
-    /// Key root in the metadata store.
-    #[arg(long, default_value = "folio")]
-    root: String,
+    #[command(flatten)]
+    cluster: ClusterArgs,
     #[command(subcommand)]
     command: TrashCommand,
 }
@@ -59,12 +49,8 @@ enum TrashCommand {
     Run,
 }
 
-async fn env(metadata: &str, root: &str) -> Result<LogEnv, String> {
-    let spec = metadata.replacen("etcd://", "etcd:", 1);
-    let meta = crate::bookie_cmd::open_metadata(&spec).await?;
-    let keys = Keys::new(root);
-    let client =
-        LedgerClient::new(meta.clone(), keys.clone()).with_request_timeout(Duration::from_secs(5));
+async fn env(cluster: &ClusterArgs) -> Result<LogEnv, String> {
+    let (meta, keys, client) = cluster.connect().await?;
     Ok(LogEnv { meta, client, keys, clock: Arc::new(WallClock), owner: "folio-cli".into() })
 }
 
@@ -86,7 +72,7 @@ fn age(ms: u64) -> String {
 
 pub fn run(args: Args) -> Result<(), String> {
     runtime()?.block_on(async {
-        let env = env(&args.metadata, &args.root).await?;
+        let env = env(&args.cluster).await?;
         let e = |e: folio_meta::MetaError| e.to_string();
         match args.command {
             LogCommand::List => {
@@ -269,7 +255,7 @@ fn trash_line(t: &TrashRecord, now: u64) -> String {
 
 pub fn run_trash(args: TrashArgs) -> Result<(), String> {
     runtime()?.block_on(async {
-        let env = env(&args.metadata, &args.root).await?;
+        let env = env(&args.cluster).await?;
         let trash = Trash::new(env.clone(), TrashConfig::default());
         let e = |e: folio_log::LogError| e.to_string();
         match args.command {
