@@ -20,16 +20,6 @@ use folio_testkit::{Cluster, Fault};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-fn seeds() -> Vec<u64> {
-    match std::env::var("FOLIO_FAULT_SEEDS") {
-        Ok(s) => match s.split_once("..") {
-            Some((a, b)) => (a.parse().unwrap()..b.parse().unwrap()).collect(),
-            None => s.split(',').map(|x| x.trim().parse().unwrap()).collect(),
-        },
-        Err(_) => (0..5).collect(),
-    }
-}
-
 fn payload(i: u64) -> Vec<u8> {
     format!("payload-{i}-").repeat(1 + (i % 5) as usize).into_bytes()
 }
@@ -143,7 +133,7 @@ async fn run(seed: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d1_d3_writes_survive_seeded_kills_partitions_delays_and_cuts() {
-    for seed in seeds() {
+    for seed in folio_testkit::seeds("FOLIO_FAULT_SEEDS", 0..5) {
         println!("fault seed {seed}");
         run(seed).await;
     }

@@ -16,16 +16,9 @@ use folio_proto::{Entry, EntryHeader, Status};
 use folio_repair::IntegrityCheck;
 use folio_testkit::{Cluster, Fault};
 
-fn trace() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-}
-
 /// `n` journal-less bookies; `limbo`/`fence` turn the pre-boot protections on or off.
 async fn journal_less(n: usize, limbo: bool, fence: bool) -> Cluster {
-    trace();
+    folio_testkit::trace();
     let mut c = Cluster::start(n).await;
     let meta = c.meta.clone();
     for node in &mut c.nodes {
@@ -277,7 +270,7 @@ async fn a_crash_in_the_middle_of_the_full_check_resumes_it() {
 /// its ledgers back. Without stamping it refuses to start, naming the dir.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wiped_data_dir_with_a_surviving_cookie_is_repaired() {
-    trace();
+    folio_testkit::trace();
     let mut c = Cluster::start(2).await;
     let w = client(&c).create(CreateOptions::new(2, 2, 2)).await.unwrap();
     for i in 0..25 {
@@ -314,13 +307,7 @@ async fn a_wiped_data_dir_with_a_surviving_cookie_is_repaired() {
 /// puts back every entry of bookie-0's write sets. Seeds `FOLIO_CRASH_SEEDS=a..b` (0..4).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d1_d2_d3_unsynced_writes_thrown_away_by_the_file_layer_are_repaired() {
-    let seeds: Vec<u64> = match std::env::var("FOLIO_CRASH_SEEDS") {
-        Ok(s) => {
-            let (a, b) = s.split_once("..").expect("a..b");
-            (a.parse().unwrap()..b.parse().unwrap()).collect()
-        }
-        Err(_) => (0..4).collect(),
-    };
+    let seeds = folio_testkit::seeds("FOLIO_CRASH_SEEDS", 0..4);
     for seed in seeds {
         faulty_run(seed).await;
     }

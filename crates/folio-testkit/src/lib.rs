@@ -205,3 +205,24 @@ impl Node {
         self.bookie.as_ref().expect("bookie running")
     }
 }
+
+/// Seeds for a seeded test: `$var` as `a..b` or `a,b,c`, else `default`. A failing seed is
+/// printed by the test; set the variable to replay it.
+pub fn seeds(var: &str, default: std::ops::Range<u64>) -> Vec<u64> {
+    let parse = |x: &str| x.trim().parse::<u64>().unwrap_or_else(|e| panic!("{var}: {x:?}: {e}"));
+    match std::env::var(var) {
+        Ok(s) => match s.split_once("..") {
+            Some((a, b)) => (parse(a)..parse(b)).collect(),
+            None => s.split(',').map(parse).collect(),
+        },
+        Err(_) => default.collect(),
+    }
+}
+
+/// Logs to the test's output when `RUST_LOG` is set (once per test binary).
+pub fn trace() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}

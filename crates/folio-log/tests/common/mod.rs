@@ -12,14 +12,6 @@ use folio_meta::records::Record;
 use folio_meta::{Clock, MetadataStore, list_all};
 use folio_testkit::Cluster;
 
-/// Logs to the test output when `RUST_LOG` is set.
-pub fn trace() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-}
-
 pub fn env_with(meta: Arc<dyn MetadataStore>, clock: Arc<dyn Clock>, owner: &str) -> LogEnv {
     let client = LedgerClient::new(meta.clone(), Keys::default())
         .with_request_timeout(Duration::from_millis(500));
@@ -27,7 +19,7 @@ pub fn env_with(meta: Arc<dyn MetadataStore>, clock: Arc<dyn Clock>, owner: &str
 }
 
 pub fn env(c: &Cluster, owner: &str) -> LogEnv {
-    trace();
+    folio_testkit::trace();
     env_with(c.meta.clone(), Arc::new(WallClock), owner)
 }
 
