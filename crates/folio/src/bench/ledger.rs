@@ -81,27 +81,15 @@ pub(crate) async fn measure(
 ) -> Result<Result_, String> {
     let w = Arc::new(client.create(opts).await.map_err(|e| e.to_string())?);
     let payload = Arc::new(vec![0x42u8; entry_bytes]);
-    let start = Instant::now();
-    let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..inflight {
-        let (w, payload) = (w.clone(), payload.clone());
-        workers.spawn(async move {
-            let mut lat = Vec::new();
-            while start.elapsed() < d {
-                let t0 = Instant::now();
-                w.add(&payload).await.map_err(|e| e.to_string())?;
-                lat.push(t0.elapsed().as_micros() as u64);
-            }
-            Ok::<_, String>(lat)
-        });
-    }
-    let mut lat = Vec::new();
-    while let Some(r) = workers.join_next().await {
-        lat.extend(r.map_err(|e| e.to_string())??);
-    }
-    let secs = start.elapsed().as_secs_f64();
+    let (secs, lat) = super::closed_loop(inflight, d, {
+        let w = w.clone();
+        move || {
+            let (w, payload) = (w.clone(), payload.clone());
+            async move { w.add(&payload).await.map(|_| ()).map_err(|e| e.to_string()) }
+        }
+    })
+    .await?;
     w.close().await.map_err(|e| e.to_string())?;
-    lat.sort_unstable();
     let n = lat.len() as f64;
     Ok(Result_ {
         entries_per_s: n / secs,

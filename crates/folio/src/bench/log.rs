@@ -38,25 +38,13 @@ async fn appends(
     d: Duration,
 ) -> Result<(f64, f64, Vec<u64>), String> {
     let payload = Arc::new(vec![0x42u8; entry_bytes]);
-    let start = Instant::now();
-    let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..inflight {
+    let log = log.clone();
+    let (secs, lat) = super::closed_loop(inflight, d, move || {
         let (log, payload) = (log.clone(), payload.clone());
-        workers.spawn(async move {
-            let mut lat = Vec::new();
-            while start.elapsed() < d {
-                let t0 = Instant::now();
-                log.append(&payload, 1, 0).await.map_err(|e| e.to_string())?;
-                lat.push(t0.elapsed().as_micros() as u64);
-            }
-            Ok::<_, String>(lat)
-        });
-    }
-    let mut lat = Vec::new();
-    while let Some(r) = workers.join_next().await {
-        lat.extend(r.map_err(|e| e.to_string())??);
-    }
-    Ok((lat.len() as f64, start.elapsed().as_secs_f64(), lat))
+        async move { log.append(&payload, 1, 0).await.map(|_| ()).map_err(|e| e.to_string()) }
+    })
+    .await?;
+    Ok((lat.len() as f64, secs, lat))
 }
 
 pub fn run(args: Args) -> Result<(), String> {

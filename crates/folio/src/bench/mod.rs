@@ -57,6 +57,39 @@ pub(crate) fn block_on(
         .block_on(f)
 }
 
+/// Runs `inflight` workers, each calling `op` in a loop for `d`; returns the seconds
+/// taken and every call's latency in µs, sorted.
+pub(crate) async fn closed_loop<F, Fut>(
+    inflight: usize,
+    d: std::time::Duration,
+    op: F,
+) -> Result<(f64, Vec<u64>), String>
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), String>> + Send,
+{
+    let start = std::time::Instant::now();
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..inflight {
+        let op = op.clone();
+        workers.spawn(async move {
+            let mut lat = Vec::new();
+            while start.elapsed() < d {
+                let t0 = std::time::Instant::now();
+                op().await?;
+                lat.push(t0.elapsed().as_micros() as u64);
+            }
+            Ok::<_, String>(lat)
+        });
+    }
+    let mut lat = Vec::new();
+    while let Some(r) = workers.join_next().await {
+        lat.extend(r.map_err(|e| e.to_string())??);
+    }
+    lat.sort_unstable();
+    Ok((start.elapsed().as_secs_f64(), lat))
+}
+
 /// A temporary directory inside `dir` (on the disk being measured), removed afterwards.
 pub(crate) fn temp_dir(dir: &std::path::Path, prefix: &str) -> Result<tempfile::TempDir, String> {
     tempfile::Builder::new()
