@@ -22,6 +22,6 @@ pub use entry::LogEntry;
 pub use error::{LogError, Result};
 pub use log::{
     BATCH_BYTES_MAX, LogEnv, LogInfo, LogState, LogStats, LogStatus, ManagedLog, OWNER_TAG,
-    TrimReport, WallClock,
+    PendingAppend, TrimReport, WallClock,
 };
 pub use trash::{Trash, TrashConfig, TrashHandle, TrashPass, TrashStatus};

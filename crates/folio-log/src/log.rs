@@ -180,6 +180,8 @@ struct Shared {
     name: String,
     env: LogEnv,
     config: LogConfig,
+    /// Retention by time and size: set from `config` at open, changed by `set_retention`.
+    retention: Mutex<Retention>,
     view: RwLock<View>,
     status: watch::Sender<LogStatus>,
     readers: Mutex<HashMap<u64, Arc<LedgerReader>>>,
@@ -198,6 +200,26 @@ pub struct TrimReport {
 }
 
 type Reply<T> = oneshot::Sender<Result<T>>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Retention {
+    time: Option<Duration>,
+    bytes: Option<u64>,
+}
+
+/// An append queued by `ManagedLog::append_enqueue`.
+#[derive(Debug)]
+pub struct PendingAppend {
+    rx: oneshot::Receiver<Result<u64>>,
+    log: ManagedLog,
+}
+
+impl PendingAppend {
+    /// Waits until the batch is durable; returns the offset of its first record.
+    pub async fn wait(self) -> Result<u64> {
+        self.rx.await.map_err(|_| self.log.gone())?
+    }
+}
 
 #[derive(Debug)]
 enum Command {
@@ -268,6 +290,10 @@ impl ManagedLog {
                 name: name.into(),
                 env: env.clone(),
                 config: config.clone(),
+                retention: Mutex::new(Retention {
+                    time: config.retention_time,
+                    bytes: config.retention_bytes,
+                }),
                 view: RwLock::new(View {
                     chain: Arc::new(record.ledgers.clone()),
                     live: None,
@@ -394,6 +420,16 @@ impl ManagedLog {
         rx.await.map_err(|_| self.gone())?
     }
 
+    /// Whether appends and reads can still succeed: not fenced, closed or deleted.
+    pub fn is_usable(&self) -> bool {
+        matches!(self.status().state, LogState::Open | LogState::Rolling | LogState::Failed)
+    }
+
+    /// Why the log is not usable (see `is_usable`).
+    pub fn unusable_error(&self) -> LogError {
+        self.gone()
+    }
+
     fn gone(&self) -> LogError {
         match self.status().state {
             LogState::Fenced => LogError::Fenced(self.shared.name.clone()),
@@ -406,6 +442,18 @@ impl ManagedLog {
     /// returns the offset of its first record once it is durable (acknowledged by the ack
     /// quorum of the current ledger's bookies).
     pub async fn append(&self, batch: &[u8], records: u32, timestamp: i64) -> Result<u64> {
+        self.append_enqueue(batch, records, timestamp).await?.wait().await
+    }
+
+    /// Queues one batch like `append` and returns once it is queued, before it is durable:
+    /// batches queued one after another get increasing offsets in that order, so a caller
+    /// can pipeline (queue the next before the previous is acknowledged).
+    pub async fn append_enqueue(
+        &self,
+        batch: &[u8],
+        records: u32,
+        timestamp: i64,
+    ) -> Result<PendingAppend> {
         if records == 0 {
             return Err(LogError::Invalid("a batch holds at least one record".into()));
         }
@@ -416,7 +464,24 @@ impl ManagedLog {
             )));
         }
         let data = entry::with_header_room(batch);
-        self.call(|reply| Command::Append { data, records, timestamp, reply }).await
+        let (reply, rx) = oneshot::channel();
+        self.cmd
+            .send(Command::Append { data, records, timestamp, reply })
+            .await
+            .map_err(|_| self.gone())?;
+        Ok(PendingAppend { rx, log: self.clone() })
+    }
+
+    /// Changes retention by time and size (`None`: unlimited); the next trimming pass
+    /// (on its timer, after a rollover, or `trim`) applies it.
+    pub fn set_retention(&self, time: Option<Duration>, bytes: Option<u64>) {
+        *self.shared.retention.lock().expect("retention lock") = Retention { time, bytes };
+    }
+
+    /// Retention by time and size in force.
+    pub fn retention(&self) -> (Option<Duration>, Option<u64>) {
+        let r = *self.shared.retention.lock().expect("retention lock");
+        (r.time, r.bytes)
     }
 
     /// Closes the current ledger and starts a new one now.
@@ -1377,6 +1442,7 @@ impl Actor {
     /// The closed ledgers at the head of the chain that may go, with why.
     fn trim_candidates(&self, now: u64) -> Vec<(LedgerInfo, &'static str)> {
         let c = &self.sh.config;
+        let retention = *self.sh.retention.lock().expect("retention lock");
         let ledgers = &self.record.ledgers;
         let total: u64 = ledgers.iter().map(|l| l.bytes).sum::<u64>() + self.cur.bytes;
         let slowest = if c.require_consumed {
@@ -1393,14 +1459,14 @@ impl Actor {
             }
             let reason = if l.end_offset() <= self.record.start_offset {
                 "delete-records"
-            } else if c.retention_time.is_some_and(|t| {
+            } else if retention.time.is_some_and(|t| {
                 // A ledger without timestamps ages from its close.
                 let newest =
                     if l.max_publish_ms >= 0 { l.max_publish_ms } else { l.close_ms as i64 };
                 (now as i64).saturating_sub(newest) > t.as_millis() as i64
             }) {
                 "retention-time"
-            } else if c.retention_bytes.is_some_and(|b| total - removed - l.bytes >= b) {
+            } else if retention.bytes.is_some_and(|b| total - removed - l.bytes >= b) {
                 "retention-size"
             } else {
                 break;

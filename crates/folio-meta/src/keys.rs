@@ -97,6 +97,15 @@ impl Keys {
         format!("{}/cursors/{log}/{cursor}", self.root)
     }
 
+    /// The prefix of every topic's record (the name → topic id binding and its settings).
+    pub fn topics(&self) -> String {
+        format!("{}/topics/", self.root)
+    }
+
+    pub fn topic(&self, name: &str) -> String {
+        format!("{}/topics/{name}", self.root)
+    }
+
     pub fn trash(&self) -> String {
         format!("{}/trash/", self.root)
     }

@@ -1,0 +1,53 @@
+//! ApiVersions: what this broker speaks. Unknown versions get the v0 answer with
+//! UNSUPPORTED_VERSION (KIP-511) so the client retries lower; the answer's header is
+//! always v0.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
+use kafka_protocol::protocol::Decodable;
+
+use crate::api::{SUPPORTED, api_name};
+use crate::broker::Inner;
+use crate::errors;
+use crate::server::encode_response;
+
+/// Highest ApiVersions version this broker knows.
+const VERSION_MAX: i16 = 4;
+
+pub(crate) fn answer(
+    inner: &Arc<Inner>,
+    version: i16,
+    correlation: i32,
+    frame: Bytes,
+) -> Result<Option<Bytes>, String> {
+    let mut resp = ApiVersionsResponse::default().with_api_keys(
+        SUPPORTED
+            .iter()
+            .map(|(k, lo, hi)| {
+                ApiVersion::default()
+                    .with_api_key(*k as i16)
+                    .with_min_version(*lo)
+                    .with_max_version(*hi)
+            })
+            .collect(),
+    );
+    let answer_version = if !(0..=VERSION_MAX).contains(&version) {
+        resp.error_code = errors::UNSUPPORTED_VERSION;
+        0
+    } else {
+        let mut body = frame;
+        let decoded =
+            RequestHeader::decode(&mut body, ApiKey::ApiVersions.request_header_version(version))
+                .and_then(|_| ApiVersionsRequest::decode(&mut body, version));
+        if let Err(e) = decoded {
+            tracing::info!(version, error = %e, "malformed ApiVersions request");
+            resp.error_code = errors::INVALID_REQUEST;
+        }
+        version
+    };
+    inner.metrics.request(api_name(ApiKey::ApiVersions), resp.error_code);
+    encode_response(ApiKey::ApiVersions, answer_version, correlation, &resp).map(Some)
+}

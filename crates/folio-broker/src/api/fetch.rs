@@ -1,0 +1,235 @@
+//! Fetch: read batches from each partition's managed log, patch their base offsets, and
+//! long-poll (up to `max_wait_ms`) until `min_bytes` are there. Topics are named up to
+//! v12 and addressed by topic id from v13. A fetch from inside a batch returns the whole
+//! batch (clients skip the records before their offset). No fetch sessions: the answer's
+//! session id is 0, which tells clients to send full requests. Without transactions,
+//! read_committed reads what read_uncommitted does and the last stable offset is the high
+//! watermark.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use folio_log::ManagedLog;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
+use tokio::task::JoinSet;
+
+use crate::api::{Handler, first_error};
+use crate::batch;
+use crate::broker::{FETCH_WAIT_MAX, Inner};
+use crate::errors;
+use crate::topics::Topic;
+
+/// Batches read per partition per fetch, at most.
+const BATCHES_PER_PARTITION_MAX: usize = 10_000;
+
+pub(crate) struct Fetch;
+
+/// A partition the fetch reads, resolved once.
+struct Want {
+    topic: usize,
+    partition: i32,
+    offset: i64,
+    max_bytes: usize,
+    /// The log, or the error code the partition gets.
+    log: Result<ManagedLog, i16>,
+    topic_name: Option<String>,
+}
+
+impl Handler for Fetch {
+    type Request = FetchRequest;
+    type Response = FetchResponse;
+    const KEY: ApiKey = ApiKey::Fetch;
+
+    async fn handle(inner: Arc<Inner>, version: i16, req: FetchRequest) -> FetchResponse {
+        let started = Instant::now();
+        let max_wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(FETCH_WAIT_MAX);
+        let deadline = started + max_wait;
+        let min_bytes = req.min_bytes.max(0) as usize;
+        let max_bytes = if req.max_bytes <= 0 { i32::MAX as usize } else { req.max_bytes as usize };
+        let read_committed = req.isolation_level == 1;
+        let mut wants = Vec::new();
+        let mut heads = Vec::new();
+        for (ti, t) in req.topics.iter().enumerate() {
+            let topic = if version >= 13 {
+                inner
+                    .topics
+                    .by_id(t.topic_id)
+                    .await
+                    .map_err(|_| errors::KAFKA_STORAGE_ERROR)
+                    .and_then(|t| t.ok_or(errors::UNKNOWN_TOPIC_ID))
+            } else {
+                inner
+                    .topics
+                    .get(t.topic.as_str())
+                    .await
+                    .map_err(|_| errors::KAFKA_STORAGE_ERROR)
+                    .and_then(|t| t.ok_or(errors::UNKNOWN_TOPIC_OR_PARTITION))
+            };
+            heads.push(
+                FetchableTopicResponse::default()
+                    .with_topic(t.topic.clone())
+                    .with_topic_id(t.topic_id),
+            );
+            for p in &t.partitions {
+                let log = match &topic {
+                    Err(code) => Err(*code),
+                    Ok(topic) => open(&inner, topic, p.partition).await,
+                };
+                wants.push(Want {
+                    topic: ti,
+                    partition: p.partition,
+                    offset: p.fetch_offset,
+                    max_bytes: p.partition_max_bytes.max(0) as usize,
+                    log,
+                    topic_name: topic.as_ref().ok().map(|t| t.name.clone()),
+                });
+            }
+        }
+        loop {
+            let (parts, bytes, settled) = read_all(&inner, &wants, max_bytes, read_committed).await;
+            let now = Instant::now();
+            if settled || bytes >= min_bytes.max(1) || now >= deadline {
+                let mut resp = FetchResponse::default();
+                for (i, mut head) in heads.into_iter().enumerate() {
+                    head.partitions =
+                        parts.iter().filter(|(t, _)| *t == i).map(|(_, p)| p.clone()).collect();
+                    resp.responses.push(head);
+                }
+                inner.metrics.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
+                inner.metrics.fetch_latency.observe(started.elapsed());
+                return resp;
+            }
+            // Long poll: wait until any partition has more, or the deadline.
+            let mut waits = JoinSet::new();
+            for w in &wants {
+                if let Ok(log) = &w.log {
+                    let (log, offset) = (log.clone(), w.offset.max(0) as u64);
+                    let left = deadline - now;
+                    waits.spawn(async move { log.wait_for(offset, left).await });
+                }
+            }
+            let mut shutdown = inner.shutdown.subscribe();
+            tokio::select! {
+                _ = waits.join_next() => {}
+                _ = tokio::time::sleep_until(deadline.into()) => {}
+                _ = shutdown.wait_for(|s| *s) => {}
+            }
+            waits.abort_all();
+        }
+    }
+
+    fn error(_version: i16, req: &FetchRequest, code: i16) -> FetchResponse {
+        let topics = req.topics.iter().map(|t| {
+            FetchableTopicResponse::default()
+                .with_topic(t.topic.clone())
+                .with_topic_id(t.topic_id)
+                .with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            PartitionData::default()
+                                .with_partition_index(p.partition)
+                                .with_error_code(code)
+                        })
+                        .collect(),
+                )
+        });
+        FetchResponse::default().with_responses(topics.collect())
+    }
+
+    fn error_code(resp: &FetchResponse) -> i16 {
+        first_error(
+            std::iter::once(resp.error_code).chain(
+                resp.responses.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
+            ),
+        )
+    }
+}
+
+async fn open(inner: &Inner, topic: &Topic, partition: i32) -> Result<ManagedLog, i16> {
+    if partition < 0 || partition >= topic.record.partitions as i32 {
+        return Err(errors::UNKNOWN_TOPIC_OR_PARTITION);
+    }
+    inner.log(topic, partition).await.map_err(|e| {
+        tracing::warn!(topic = %topic.name, partition, error = %e, "opening a partition for fetch failed");
+        errors::from_log(&e)
+    })
+}
+
+/// Reads every wanted partition once. Returns the partitions' answers (with the index of
+/// their topic), the record bytes read, and whether an error makes waiting pointless.
+async fn read_all(
+    inner: &Inner,
+    wants: &[Want],
+    max_bytes: usize,
+    read_committed: bool,
+) -> (Vec<(usize, PartitionData)>, usize, bool) {
+    let mut out = Vec::with_capacity(wants.len());
+    let mut total = 0usize;
+    let mut settled = false;
+    for w in wants {
+        let mut p = PartitionData::default().with_partition_index(w.partition);
+        p.aborted_transactions = read_committed.then(Vec::new);
+        let log = match &w.log {
+            Err(code) => {
+                settled = true;
+                out.push((w.topic, p.with_error_code(*code)));
+                continue;
+            }
+            Ok(l) => l,
+        };
+        let status = log.status();
+        p.high_watermark = status.end_offset as i64;
+        p.last_stable_offset = status.end_offset as i64;
+        p.log_start_offset = status.start_offset as i64;
+        if w.offset < status.start_offset as i64 || w.offset > status.end_offset as i64 {
+            settled = true;
+            out.push((w.topic, p.with_error_code(errors::OFFSET_OUT_OF_RANGE)));
+            continue;
+        }
+        // KIP-74: the first batch of the answer goes out even when it is above the limits.
+        let room = w.max_bytes.min(max_bytes.saturating_sub(total));
+        if (w.offset as u64) < status.end_offset && (room > 0 || total == 0) {
+            let read_started = Instant::now();
+            match log.read(w.offset as u64, room.max(1), BATCHES_PER_PARTITION_MAX).await {
+                Ok(entries) => {
+                    let mut records = BytesMut::new();
+                    for e in entries {
+                        if !records.is_empty() && records.len() + e.payload.len() > room {
+                            break;
+                        }
+                        if records.is_empty() && total > 0 && e.payload.len() > room {
+                            break;
+                        }
+                        if e.payload.len() < batch::HEADER_BYTES {
+                            tracing::warn!(
+                                log = log.name(),
+                                offset = e.base_offset,
+                                "skipping a stored batch shorter than a batch header"
+                            );
+                            continue;
+                        }
+                        batch::put_for_fetch(&mut records, &e.payload, e.base_offset);
+                    }
+                    total += records.len();
+                    if let Some(name) = &w.topic_name {
+                        let m = inner.metrics.topic(name);
+                        m.bytes_out.fetch_add(records.len() as u64, Ordering::Relaxed);
+                        m.fetch_latency.observe(read_started.elapsed());
+                    }
+                    p.records = Some(records.freeze());
+                }
+                Err(e) => {
+                    settled = true;
+                    tracing::warn!(log = log.name(), offset = w.offset, error = %e, "fetch read failed");
+                    p.error_code = errors::from_log(&e);
+                }
+            }
+        }
+        out.push((w.topic, p));
+    }
+    (out, total, settled)
+}

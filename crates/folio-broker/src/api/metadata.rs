@@ -1,0 +1,166 @@
+//! Metadata: brokers, the controller, and topics with their partitions (this broker leads
+//! every partition: the data lives on bookies, not here). Unknown topics are created when
+//! `auto.create.topics.enable` is on and the request allows it.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{ApiKey, BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use uuid::Uuid;
+
+use crate::api::{Handler, first_error, str_bytes};
+use crate::broker::Inner;
+use crate::errors;
+use crate::topics::{Topic, validate_name};
+
+pub(crate) struct Metadata;
+
+impl Handler for Metadata {
+    type Request = MetadataRequest;
+    type Response = MetadataResponse;
+    const KEY: ApiKey = ApiKey::Metadata;
+
+    async fn handle(inner: Arc<Inner>, version: i16, req: MetadataRequest) -> MetadataResponse {
+        let mut resp = MetadataResponse::default()
+            .with_brokers(vec![broker(&inner)])
+            .with_controller_id(BrokerId(inner.config.node_id));
+        if version >= 2 {
+            resp.cluster_id = Some(str_bytes(inner.cluster_id.clone()));
+        }
+        // v0: an empty list means every topic; v1+: null does.
+        let all = match &req.topics {
+            None => true,
+            Some(t) => t.is_empty() && version == 0,
+        };
+        if all {
+            match inner.topics.list().await {
+                Ok(topics) => {
+                    resp.topics = topics.iter().map(|t| topic(&inner, version, t)).collect()
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "listing topics failed");
+                    if version >= 13 {
+                        resp.error_code = errors::KAFKA_STORAGE_ERROR;
+                    }
+                }
+            }
+            return resp;
+        }
+        let auto_create =
+            inner.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
+        for wanted in req.topics.unwrap_or_default() {
+            let entry = match (&wanted.name, wanted.topic_id) {
+                (Some(name), _) => by_name(&inner, version, name.as_str(), auto_create).await,
+                (None, id) => by_id(&inner, version, id).await,
+            };
+            resp.topics.push(entry);
+        }
+        resp
+    }
+
+    fn error(_version: i16, req: &MetadataRequest, code: i16) -> MetadataResponse {
+        let topics = req.topics.iter().flatten().map(|t| {
+            MetadataResponseTopic::default()
+                .with_error_code(code)
+                .with_name(t.name.clone())
+                .with_topic_id(t.topic_id)
+        });
+        MetadataResponse::default().with_topics(topics.collect())
+    }
+
+    fn error_code(resp: &MetadataResponse) -> i16 {
+        first_error(
+            std::iter::once(resp.error_code).chain(resp.topics.iter().map(|t| t.error_code)),
+        )
+    }
+}
+
+fn broker(inner: &Inner) -> MetadataResponseBroker {
+    MetadataResponseBroker::default()
+        .with_node_id(BrokerId(inner.config.node_id))
+        .with_host(str_bytes(inner.advertised.0.clone()))
+        .with_port(inner.advertised.1)
+}
+
+async fn by_name(
+    inner: &Arc<Inner>,
+    version: i16,
+    name: &str,
+    auto_create: bool,
+) -> MetadataResponseTopic {
+    let failed = |code| {
+        MetadataResponseTopic::default()
+            .with_error_code(code)
+            .with_name(Some(TopicName(str_bytes(name))))
+    };
+    if validate_name(name).is_err() {
+        return failed(errors::INVALID_TOPIC_EXCEPTION);
+    }
+    match inner.topics.get(name).await {
+        Ok(Some(t)) => topic(inner, version, &t),
+        Ok(None) if auto_create => {
+            let (partitions, replication) =
+                (inner.config.default_partitions, inner.config.default_replication);
+            match crate::api::admin::create_topic(
+                inner,
+                name,
+                partitions,
+                replication,
+                Default::default(),
+            )
+            .await
+            {
+                Ok(t) => {
+                    tracing::info!(topic = name, partitions, "auto-created topic");
+                    topic(inner, version, &t)
+                }
+                Err((code, msg)) => {
+                    tracing::warn!(topic = name, error = %msg, "auto-creating a topic failed");
+                    failed(code)
+                }
+            }
+        }
+        Ok(None) => failed(errors::UNKNOWN_TOPIC_OR_PARTITION),
+        Err(e) => {
+            tracing::warn!(topic = name, error = %e, "reading a topic failed");
+            failed(errors::KAFKA_STORAGE_ERROR)
+        }
+    }
+}
+
+async fn by_id(inner: &Arc<Inner>, version: i16, id: Uuid) -> MetadataResponseTopic {
+    match inner.topics.by_id(id).await {
+        Ok(Some(t)) => topic(inner, version, &t),
+        Ok(None) => MetadataResponseTopic::default()
+            .with_error_code(errors::UNKNOWN_TOPIC_ID)
+            .with_name(None)
+            .with_topic_id(id),
+        Err(e) => {
+            tracing::warn!(%id, error = %e, "reading topics failed");
+            MetadataResponseTopic::default()
+                .with_error_code(errors::KAFKA_STORAGE_ERROR)
+                .with_name(None)
+                .with_topic_id(id)
+        }
+    }
+}
+
+fn topic(inner: &Inner, _version: i16, t: &Topic) -> MetadataResponseTopic {
+    let me = BrokerId(inner.config.node_id);
+    let partitions = (0..t.record.partitions as i32)
+        .map(|p| {
+            MetadataResponsePartition::default()
+                .with_partition_index(p)
+                .with_leader_id(me)
+                .with_leader_epoch(0)
+                .with_replica_nodes(vec![me])
+                .with_isr_nodes(vec![me])
+        })
+        .collect();
+    MetadataResponseTopic::default()
+        .with_name(Some(TopicName(str_bytes(t.name.clone()))))
+        .with_topic_id(t.record.id)
+        .with_partitions(partitions)
+}

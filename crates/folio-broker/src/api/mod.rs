@@ -1,0 +1,134 @@
+//! The Kafka APIs this broker serves, with the versions it advertises, and the one path
+//! every request but Produce and ApiVersions takes: decode, handle (as its own task),
+//! count, encode.
+//!
+//! A request at a version the protocol crate decodes but this broker does not advertise
+//! gets the API's error answer with UNSUPPORTED_VERSION (never a dropped connection).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::{ApiKey, RequestHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+use crate::broker::Inner;
+use crate::errors;
+use crate::server::{Pending, encode_response};
+
+pub mod admin;
+pub mod api_versions;
+pub mod fetch;
+pub mod metadata;
+pub mod offsets;
+pub mod produce;
+
+/// What is advertised: API, lowest and highest version. Minimums are Kafka 4.1's (the
+/// protocol crate's), so Debian's kcat (librdkafka 2.0.2) and aiokafka (non-flexible
+/// versions only) find their versions; maximums are what is implemented here (Fetch
+/// v13+ and Metadata v10+ carry real topic ids).
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 11),
+    (ApiKey::Fetch, 4, 16),
+    (ApiKey::ListOffsets, 1, 7),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DescribeCluster, 0, 2),
+];
+
+pub fn supported(key: ApiKey, version: i16) -> bool {
+    SUPPORTED.iter().any(|(k, lo, hi)| *k == key && (*lo..=*hi).contains(&version))
+}
+
+/// One API: its request and answer types and how it answers.
+pub(crate) trait Handler: 'static {
+    type Request: Decodable + Send + 'static;
+    type Response: Encodable + Send + 'static;
+    const KEY: ApiKey;
+    fn handle(
+        inner: Arc<Inner>,
+        version: i16,
+        req: Self::Request,
+    ) -> impl Future<Output = Self::Response> + Send;
+    /// The answer that fails every part of `req` with `code`.
+    fn error(version: i16, req: &Self::Request, code: i16) -> Self::Response;
+    /// The first non-zero error code of an answer (for metrics).
+    fn error_code(resp: &Self::Response) -> i16;
+}
+
+pub(crate) async fn route(
+    inner: &Arc<Inner>,
+    key: ApiKey,
+    header: RequestHeader,
+    body: Bytes,
+) -> Result<Pending, String> {
+    match key {
+        ApiKey::Produce => produce::start(inner, header, body).await,
+        ApiKey::Fetch => run::<fetch::Fetch>(inner, header, body),
+        ApiKey::ListOffsets => run::<offsets::ListOffsets>(inner, header, body),
+        ApiKey::Metadata => run::<metadata::Metadata>(inner, header, body),
+        ApiKey::CreateTopics => run::<admin::CreateTopics>(inner, header, body),
+        ApiKey::DeleteRecords => run::<offsets::DeleteRecords>(inner, header, body),
+        ApiKey::DescribeConfigs => run::<admin::DescribeConfigs>(inner, header, body),
+        ApiKey::AlterConfigs => run::<admin::AlterConfigs>(inner, header, body),
+        ApiKey::CreatePartitions => run::<admin::CreatePartitions>(inner, header, body),
+        ApiKey::IncrementalAlterConfigs => {
+            run::<admin::IncrementalAlterConfigs>(inner, header, body)
+        }
+        ApiKey::DescribeCluster => run::<admin::DescribeCluster>(inner, header, body),
+        other => Err(format!("{other:?} is not supported by this broker (not advertised)")),
+    }
+}
+
+fn run<H: Handler>(
+    inner: &Arc<Inner>,
+    header: RequestHeader,
+    mut body: Bytes,
+) -> Result<Pending, String> {
+    let version = header.request_api_version;
+    let req = H::Request::decode(&mut body, version)
+        .map_err(|e| format!("{:?} v{version}: malformed request: {e}", H::KEY))?;
+    let inner = inner.clone();
+    Ok(tokio::spawn(async move {
+        let resp = if supported(H::KEY, version) {
+            H::handle(inner.clone(), version, req).await
+        } else {
+            H::error(version, &req, errors::UNSUPPORTED_VERSION)
+        };
+        inner.metrics.request(api_name(H::KEY), H::error_code(&resp));
+        encode_response(H::KEY, version, header.correlation_id, &resp).map(Some)
+    }))
+}
+
+pub(crate) fn api_name(key: ApiKey) -> &'static str {
+    match key {
+        ApiKey::Produce => "Produce",
+        ApiKey::Fetch => "Fetch",
+        ApiKey::ListOffsets => "ListOffsets",
+        ApiKey::Metadata => "Metadata",
+        ApiKey::ApiVersions => "ApiVersions",
+        ApiKey::CreateTopics => "CreateTopics",
+        ApiKey::DeleteRecords => "DeleteRecords",
+        ApiKey::DescribeConfigs => "DescribeConfigs",
+        ApiKey::AlterConfigs => "AlterConfigs",
+        ApiKey::CreatePartitions => "CreatePartitions",
+        ApiKey::IncrementalAlterConfigs => "IncrementalAlterConfigs",
+        ApiKey::DescribeCluster => "DescribeCluster",
+        _ => "Other",
+    }
+}
+
+/// The first non-zero code of `codes` (0 if none).
+pub(crate) fn first_error(codes: impl IntoIterator<Item = i16>) -> i16 {
+    codes.into_iter().find(|c| *c != 0).unwrap_or(0)
+}
+
+pub(crate) fn str_bytes(s: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(s.into())
+}

@@ -1,0 +1,202 @@
+//! ListOffsets (earliest, latest, max timestamp, by time) and DeleteRecords (move the log
+//! start offset).
+//!
+//! Lookups by time are per batch: the answer is the first batch whose (running maximum)
+//! timestamp is at or after the one asked for, and its timestamp. A consumer that seeks
+//! there reads that whole batch, so it may see records just before the time asked for.
+
+use std::sync::Arc;
+
+use folio_log::ManagedLog;
+use kafka_protocol::messages::delete_records_response::{
+    DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+};
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::{
+    ApiKey, DeleteRecordsRequest, DeleteRecordsResponse, ListOffsetsRequest, ListOffsetsResponse,
+};
+
+use crate::api::{Handler, first_error};
+use crate::broker::Inner;
+use crate::errors;
+
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
+
+/// The log of a partition named in a request, or the error code it gets.
+async fn partition_log(inner: &Inner, topic: &str, partition: i32) -> Result<ManagedLog, i16> {
+    let t = match inner.topics.get(topic).await {
+        Ok(Some(t)) => t,
+        Ok(None) => return Err(errors::UNKNOWN_TOPIC_OR_PARTITION),
+        Err(_) => return Err(errors::KAFKA_STORAGE_ERROR),
+    };
+    if partition < 0 || partition >= t.record.partitions as i32 {
+        return Err(errors::UNKNOWN_TOPIC_OR_PARTITION);
+    }
+    inner.log(&t, partition).await.map_err(|e| errors::from_log(&e))
+}
+
+pub(crate) struct ListOffsets;
+
+impl Handler for ListOffsets {
+    type Request = ListOffsetsRequest;
+    type Response = ListOffsetsResponse;
+    const KEY: ApiKey = ApiKey::ListOffsets;
+
+    async fn handle(
+        inner: Arc<Inner>,
+        version: i16,
+        req: ListOffsetsRequest,
+    ) -> ListOffsetsResponse {
+        let mut resp = ListOffsetsResponse::default();
+        for t in req.topics {
+            let mut out = ListOffsetsTopicResponse::default().with_name(t.name.clone());
+            for p in t.partitions {
+                let mut r =
+                    ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
+                if version >= 4 {
+                    r.leader_epoch = 0;
+                }
+                match partition_log(&inner, t.name.as_str(), p.partition_index).await {
+                    Err(code) => r.error_code = code,
+                    Ok(log) => match lookup(&log, p.timestamp).await {
+                        Ok((offset, ts)) => {
+                            r.offset = offset;
+                            r.timestamp = ts;
+                        }
+                        Err(code) => r.error_code = code,
+                    },
+                }
+                out.partitions.push(r);
+            }
+            resp.topics.push(out);
+        }
+        resp
+    }
+
+    fn error(_version: i16, req: &ListOffsetsRequest, code: i16) -> ListOffsetsResponse {
+        let topics = req.topics.iter().map(|t| {
+            ListOffsetsTopicResponse::default().with_name(t.name.clone()).with_partitions(
+                t.partitions
+                    .iter()
+                    .map(|p| {
+                        ListOffsetsPartitionResponse::default()
+                            .with_partition_index(p.partition_index)
+                            .with_error_code(code)
+                    })
+                    .collect(),
+            )
+        });
+        ListOffsetsResponse::default().with_topics(topics.collect())
+    }
+
+    fn error_code(resp: &ListOffsetsResponse) -> i16 {
+        first_error(resp.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)))
+    }
+}
+
+/// (offset, timestamp) for a ListOffsets timestamp; (-1, -1) when no batch qualifies.
+async fn lookup(log: &ManagedLog, timestamp: i64) -> Result<(i64, i64), i16> {
+    let status = log.status();
+    let at = |offset: u64| async move {
+        match log.read(offset, 1, 1).await {
+            Ok(e) => Ok((offset as i64, e.first().map_or(-1, |e| e.max_timestamp))),
+            Err(e) => Err(errors::from_log(&e)),
+        }
+    };
+    match timestamp {
+        LATEST => Ok((status.end_offset as i64, -1)),
+        EARLIEST => Ok((status.start_offset as i64, -1)),
+        MAX_TIMESTAMP => {
+            let max = log.info().ledgers.iter().map(|l| l.max_publish_ms).max().unwrap_or(-1);
+            if max < 0 || status.end_offset == status.start_offset {
+                return Ok((-1, -1));
+            }
+            match log.offset_for_timestamp(max).await {
+                Ok(Some(o)) => at(o.max(status.start_offset)).await,
+                Ok(None) => Ok((-1, -1)),
+                Err(e) => Err(errors::from_log(&e)),
+            }
+        }
+        ts if ts < 0 => Err(errors::INVALID_REQUEST),
+        ts => match log.offset_for_timestamp(ts).await {
+            Ok(Some(o)) if o < status.end_offset => at(o.max(status.start_offset)).await,
+            Ok(_) => Ok((-1, -1)),
+            Err(e) => Err(errors::from_log(&e)),
+        },
+    }
+}
+
+pub(crate) struct DeleteRecords;
+
+impl Handler for DeleteRecords {
+    type Request = DeleteRecordsRequest;
+    type Response = DeleteRecordsResponse;
+    const KEY: ApiKey = ApiKey::DeleteRecords;
+
+    async fn handle(
+        inner: Arc<Inner>,
+        _version: i16,
+        req: DeleteRecordsRequest,
+    ) -> DeleteRecordsResponse {
+        let mut resp = DeleteRecordsResponse::default();
+        for t in req.topics {
+            let mut out = DeleteRecordsTopicResult::default().with_name(t.name.clone());
+            for p in t.partitions {
+                let mut r = DeleteRecordsPartitionResult::default()
+                    .with_partition_index(p.partition_index)
+                    .with_low_watermark(-1);
+                match partition_log(&inner, t.name.as_str(), p.partition_index).await {
+                    Err(code) => r.error_code = code,
+                    Ok(log) => {
+                        let end = log.end_offset() as i64;
+                        // -1: up to the high watermark.
+                        let offset = if p.offset == -1 { end } else { p.offset };
+                        if offset < 0 || offset > end {
+                            r.error_code = errors::OFFSET_OUT_OF_RANGE;
+                        } else {
+                            match log.delete_records(offset as u64).await {
+                                Ok(start) => {
+                                    tracing::info!(
+                                        log = log.name(),
+                                        offset,
+                                        start,
+                                        "records deleted"
+                                    );
+                                    r.low_watermark = start as i64;
+                                }
+                                Err(e) => r.error_code = errors::from_log(&e),
+                            }
+                        }
+                    }
+                }
+                out.partitions.push(r);
+            }
+            resp.topics.push(out);
+        }
+        resp
+    }
+
+    fn error(_version: i16, req: &DeleteRecordsRequest, code: i16) -> DeleteRecordsResponse {
+        let topics = req.topics.iter().map(|t| {
+            DeleteRecordsTopicResult::default().with_name(t.name.clone()).with_partitions(
+                t.partitions
+                    .iter()
+                    .map(|p| {
+                        DeleteRecordsPartitionResult::default()
+                            .with_partition_index(p.partition_index)
+                            .with_error_code(code)
+                    })
+                    .collect(),
+            )
+        });
+        DeleteRecordsResponse::default().with_topics(topics.collect())
+    }
+
+    fn error_code(resp: &DeleteRecordsResponse) -> i16 {
+        first_error(resp.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)))
+    }
+}

@@ -1,0 +1,321 @@
+//! Produce: check each partition's record batches (v2 header, CRC, size, codec), queue
+//! them on the partition's managed log in request order, and answer once every batch is
+//! durable (acks=1 and acks=all both wait for the ledger's ack quorum: a broker holds no
+//! data of its own, so there is no weaker "leader has it" point). acks=0 gets no answer;
+//! a failure then closes the connection, as Kafka does.
+//!
+//! Queuing happens on the connection's task before the next request is read, so
+//! pipelined produces to one partition keep their order; waiting happens in a task of its
+//! own.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use folio_log::PendingAppend;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, RequestHeader};
+use kafka_protocol::protocol::Decodable;
+
+use crate::api::{api_name, first_error, str_bytes, supported};
+use crate::batch::{self, BatchError, Codec};
+use crate::broker::Inner;
+use crate::errors;
+use crate::metrics::TopicMetrics;
+use crate::server::{Pending, encode_response, ready};
+use crate::topics::TimestampType;
+
+/// One partition's part of the answer: settled now, or waiting for its appends.
+enum Part {
+    Done(PartitionProduceResponse),
+    Queued {
+        index: i32,
+        appends: Vec<PendingAppend>,
+        log_append_time: i64,
+        log: folio_log::ManagedLog,
+        bytes: u64,
+        records: u64,
+        metrics: Arc<TopicMetrics>,
+        queued: Instant,
+    },
+}
+
+fn failed(index: i32, code: i16, message: impl Into<String>) -> Part {
+    Part::Done(
+        PartitionProduceResponse::default()
+            .with_index(index)
+            .with_error_code(code)
+            .with_base_offset(-1)
+            .with_error_message(Some(str_bytes(message.into()))),
+    )
+}
+
+pub(crate) async fn start(
+    inner: &Arc<Inner>,
+    header: RequestHeader,
+    mut body: Bytes,
+) -> Result<Pending, String> {
+    let version = header.request_api_version;
+    let correlation = header.correlation_id;
+    let req = ProduceRequest::decode(&mut body, version)
+        .map_err(|e| format!("Produce v{version}: malformed request: {e}"))?;
+    let received = Instant::now();
+    let acks = req.acks;
+    let mut topics: Vec<(TopicProduceResponse, Vec<Part>)> = Vec::new();
+    let unsupported = !supported(ApiKey::Produce, version);
+    let refuse = if unsupported {
+        Some((errors::UNSUPPORTED_VERSION, format!("Produce v{version} is not supported")))
+    } else if !matches!(acks, -1..=1) {
+        Some((errors::INVALID_REQUIRED_ACKS, format!("acks={acks}: use 0, 1 or -1 (all)")))
+    } else if req.transactional_id.is_some() {
+        Some((errors::INVALID_REQUEST, "transactions are not supported".to_string()))
+    } else {
+        None
+    };
+    for t in req.topic_data {
+        let head =
+            TopicProduceResponse::default().with_name(t.name.clone()).with_topic_id(t.topic_id);
+        let mut parts = Vec::with_capacity(t.partition_data.len());
+        if let Some((code, msg)) = &refuse {
+            parts.extend(t.partition_data.iter().map(|p| failed(p.index, *code, msg.clone())));
+            topics.push((head, parts));
+            continue;
+        }
+        let topic = match inner.topics.get(t.name.as_str()).await {
+            Ok(Some(topic)) => topic,
+            Ok(None) => {
+                let msg = format!("topic {} does not exist", t.name.as_str());
+                parts.extend(
+                    t.partition_data
+                        .iter()
+                        .map(|p| failed(p.index, errors::UNKNOWN_TOPIC_OR_PARTITION, msg.clone())),
+                );
+                topics.push((head, parts));
+                continue;
+            }
+            Err(e) => {
+                let msg = format!("reading topic {}: {e}", t.name.as_str());
+                parts.extend(
+                    t.partition_data
+                        .iter()
+                        .map(|p| failed(p.index, errors::KAFKA_STORAGE_ERROR, msg.clone())),
+                );
+                topics.push((head, parts));
+                continue;
+            }
+        };
+        let config = inner.topic_config(&topic);
+        let metrics = inner.metrics.topic(&topic.name);
+        for p in t.partition_data {
+            if p.index < 0 || p.index >= topic.record.partitions as i32 {
+                parts.push(failed(
+                    p.index,
+                    errors::UNKNOWN_TOPIC_OR_PARTITION,
+                    format!("topic {} has {} partitions", topic.name, topic.record.partitions),
+                ));
+                continue;
+            }
+            let records = p.records.unwrap_or_default();
+            let batches = match batch::split(&records, inner.config.batches_per_partition_max) {
+                Ok(b) => b,
+                Err(e @ BatchError::Corrupt(_)) => {
+                    parts.push(failed(p.index, errors::CORRUPT_MESSAGE, e.to_string()));
+                    continue;
+                }
+                Err(e @ BatchError::Invalid(_)) => {
+                    parts.push(failed(p.index, errors::INVALID_RECORD, e.to_string()));
+                    continue;
+                }
+            };
+            if let Some((code, msg)) = check(&batches, version, config.max_message_bytes) {
+                parts.push(failed(p.index, code, msg));
+                continue;
+            }
+            let log = match inner.log(&topic, p.index).await {
+                Ok(l) => l,
+                Err(e) => {
+                    parts.push(failed(p.index, errors::from_log(&e), e.to_string()));
+                    continue;
+                }
+            };
+            let log_append_time = match config.timestamp_type {
+                TimestampType::LogAppendTime => inner.now_ms(),
+                TimestampType::CreateTime => -1,
+            };
+            let mut appends = Vec::with_capacity(batches.len());
+            let (mut bytes, mut n) = (0u64, 0u64);
+            let mut error = None;
+            for (info, b) in &batches {
+                let queued = if log_append_time >= 0 {
+                    let mut owned = b.to_vec();
+                    batch::set_log_append_time(&mut owned, log_append_time);
+                    log.append_enqueue(&owned, info.offsets(), log_append_time).await
+                } else {
+                    log.append_enqueue(b, info.offsets(), info.max_timestamp).await
+                };
+                match queued {
+                    Ok(a) => appends.push(a),
+                    Err(e) => {
+                        error = Some(e);
+                        break;
+                    }
+                }
+                bytes += info.size as u64;
+                n += info.records_count as u64;
+            }
+            if let Some(e) = error {
+                // Batches queued before the failure may still land; the client retries
+                // the whole partition (as after any Kafka produce error).
+                parts.push(failed(p.index, errors::from_log(&e), e.to_string()));
+                continue;
+            }
+            parts.push(Part::Queued {
+                index: p.index,
+                appends,
+                log_append_time,
+                log,
+                bytes,
+                records: n,
+                metrics: metrics.clone(),
+                queued: Instant::now(),
+            });
+        }
+        topics.push((head, parts));
+    }
+    let inner = inner.clone();
+    let timeout = (req.timeout_ms > 0).then(|| Duration::from_millis(req.timeout_ms as u64));
+    if acks == 0 {
+        return Ok(tokio::spawn(async move {
+            let resp = settle(&inner, topics, timeout).await;
+            let code = first_error(partition_codes(&resp));
+            inner.metrics.request(api_name(ApiKey::Produce), code);
+            inner.metrics.produce_latency.observe(received.elapsed());
+            if code != 0 {
+                return Err(format!("acks=0 produce failed with {}", errors::name(code)));
+            }
+            Ok(None)
+        }));
+    }
+    if unsupported {
+        let resp = settle(&inner, topics, timeout).await;
+        inner.metrics.request(api_name(ApiKey::Produce), errors::UNSUPPORTED_VERSION);
+        return Ok(ready(encode_response(ApiKey::Produce, version, correlation, &resp).map(Some)));
+    }
+    Ok(tokio::spawn(async move {
+        let resp = settle(&inner, topics, timeout).await;
+        inner.metrics.request(api_name(ApiKey::Produce), first_error(partition_codes(&resp)));
+        inner.metrics.produce_latency.observe(received.elapsed());
+        encode_response(ApiKey::Produce, version, correlation, &resp).map(Some)
+    }))
+}
+
+/// Size, codec and kind checks of one partition's batches.
+fn check(
+    batches: &[(batch::BatchInfo, Bytes)],
+    version: i16,
+    max_message_bytes: i32,
+) -> Option<(i16, String)> {
+    for (info, _) in batches {
+        if info.size > max_message_bytes as usize {
+            return Some((
+                errors::MESSAGE_TOO_LARGE,
+                format!(
+                    "a batch of {} bytes is above max.message.bytes={max_message_bytes}",
+                    info.size
+                ),
+            ));
+        }
+        match info.codec() {
+            Ok(Codec::Zstd) if version < 7 => {
+                return Some((
+                    errors::UNSUPPORTED_COMPRESSION_TYPE,
+                    "zstd needs Produce v7 or later".to_string(),
+                ));
+            }
+            Ok(_) => {}
+            Err(e) => return Some((errors::CORRUPT_MESSAGE, e.to_string())),
+        }
+        if info.is_transactional() || info.is_control() {
+            return Some((
+                errors::INVALID_RECORD,
+                "transactional and control batches are not supported".to_string(),
+            ));
+        }
+    }
+    None
+}
+
+/// Waits for every queued append and builds the answer.
+async fn settle(
+    inner: &Inner,
+    topics: Vec<(TopicProduceResponse, Vec<Part>)>,
+    timeout: Option<Duration>,
+) -> ProduceResponse {
+    let mut resp = ProduceResponse::default();
+    for (mut head, parts) in topics {
+        for part in parts {
+            let r = match part {
+                Part::Done(r) => r,
+                Part::Queued {
+                    index,
+                    appends,
+                    log_append_time,
+                    log,
+                    bytes,
+                    records,
+                    metrics,
+                    queued,
+                } => {
+                    let wait = async {
+                        let mut base = None;
+                        for a in appends {
+                            let offset = a.wait().await?;
+                            base.get_or_insert(offset);
+                        }
+                        Ok::<_, folio_log::LogError>(base.unwrap_or(0))
+                    };
+                    let waited = match timeout {
+                        Some(t) => tokio::time::timeout(t, wait).await.ok(),
+                        None => Some(wait.await),
+                    };
+                    match waited {
+                        None => PartitionProduceResponse::default()
+                            .with_index(index)
+                            .with_error_code(errors::REQUEST_TIMED_OUT)
+                            .with_base_offset(-1)
+                            .with_error_message(Some(str_bytes(
+                                "not durable within the request timeout",
+                            ))),
+                        Some(Err(e)) => {
+                            tracing::warn!(log = log.name(), error = %e, "produce failed");
+                            PartitionProduceResponse::default()
+                                .with_index(index)
+                                .with_error_code(errors::from_log(&e))
+                                .with_base_offset(-1)
+                                .with_error_message(Some(str_bytes(e.to_string())))
+                        }
+                        Some(Ok(base)) => {
+                            metrics.bytes_in.fetch_add(bytes, Ordering::Relaxed);
+                            metrics.records_in.fetch_add(records, Ordering::Relaxed);
+                            metrics.produce_latency.observe(queued.elapsed());
+                            inner.metrics.bytes_in.fetch_add(bytes, Ordering::Relaxed);
+                            PartitionProduceResponse::default()
+                                .with_index(index)
+                                .with_base_offset(base as i64)
+                                .with_log_append_time_ms(log_append_time)
+                                .with_log_start_offset(log.start_offset() as i64)
+                        }
+                    }
+                }
+            };
+            head.partition_responses.push(r);
+        }
+        resp.responses.push(head);
+    }
+    resp
+}
+
+fn partition_codes(resp: &ProduceResponse) -> impl Iterator<Item = i16> + '_ {
+    resp.responses.iter().flat_map(|t| t.partition_responses.iter().map(|p| p.error_code))
+}

@@ -1,0 +1,319 @@
+//! Kafka record batches (magic 2) as opaque bytes: the broker reads the 61-byte header,
+//! checks the CRC, and patches the offsets; it never decodes records (so duplicate header
+//! keys, compression and any record layout pass through untouched).
+//!
+//! ```text
+//! offset  size  field
+//!      0     8  base offset            (patched on fetch: the log assigns offsets)
+//!      8     4  length                 (bytes after this field)
+//!     12     4  partition leader epoch (patched on fetch: always 0 here)
+//!     16     1  magic = 2
+//!     17     4  CRC-32C of bytes 21..end
+//!     21     2  attributes             (bits 0-2 codec, 3 timestamp type, 4 transactional, 5 control)
+//!     23     4  last offset delta
+//!     27     8  base timestamp
+//!     35     8  max timestamp          (rewritten with the CRC for LogAppendTime topics)
+//!     43     8  producer id
+//!     51     2  producer epoch
+//!     53     4  base sequence
+//!     57     4  records count
+//!     61        records
+//! ```
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+pub const HEADER_BYTES: usize = 61;
+/// Bytes before the length field ends: base offset (8) + length (4).
+pub const LOG_OVERHEAD: usize = 12;
+const MAGIC_AT: usize = 16;
+const CRC_AT: usize = 17;
+const ATTRIBUTES_AT: usize = 21;
+const LAST_OFFSET_DELTA_AT: usize = 23;
+const MAX_TIMESTAMP_AT: usize = 35;
+const PRODUCER_ID_AT: usize = 43;
+const RECORDS_COUNT_AT: usize = 57;
+
+const TIMESTAMP_TYPE_BIT: i16 = 1 << 3;
+const TRANSACTIONAL_BIT: i16 = 1 << 4;
+const CONTROL_BIT: i16 = 1 << 5;
+
+/// Compression codecs (attribute bits 0-2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    None,
+    Gzip,
+    Snappy,
+    Lz4,
+    Zstd,
+}
+
+/// Why a batch was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BatchError {
+    /// Not a well-formed v2 batch or a CRC mismatch: Kafka's CORRUPT_MESSAGE.
+    #[error("corrupt record batch: {0}")]
+    Corrupt(String),
+    /// Well-formed but not acceptable: Kafka's INVALID_RECORD.
+    #[error("invalid record batch: {0}")]
+    Invalid(String),
+}
+
+/// The header fields of one batch the broker cares about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchInfo {
+    /// Bytes of the whole batch, base offset and length fields included.
+    pub size: usize,
+    pub attributes: i16,
+    pub last_offset_delta: i32,
+    pub max_timestamp: i64,
+    pub producer_id: i64,
+    pub records_count: i32,
+}
+
+impl BatchInfo {
+    pub fn codec(&self) -> Result<Codec, BatchError> {
+        match self.attributes & 7 {
+            0 => Ok(Codec::None),
+            1 => Ok(Codec::Gzip),
+            2 => Ok(Codec::Snappy),
+            3 => Ok(Codec::Lz4),
+            4 => Ok(Codec::Zstd),
+            c => Err(BatchError::Corrupt(format!("unknown compression codec {c}"))),
+        }
+    }
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & TRANSACTIONAL_BIT != 0
+    }
+    pub fn is_control(&self) -> bool {
+        self.attributes & CONTROL_BIT != 0
+    }
+    /// Offsets the batch takes in the log.
+    pub fn offsets(&self) -> u32 {
+        self.last_offset_delta as u32 + 1
+    }
+}
+
+fn i16_at(b: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes([b[at], b[at + 1]])
+}
+fn i32_at(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn i64_at(b: &[u8], at: usize) -> i64 {
+    i64::from_be_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Reads and checks the batch at the start of `b`: magic 2, a length inside `b`, the CRC,
+/// a known codec, and offsets that match the record count.
+pub fn parse(b: &[u8]) -> Result<BatchInfo, BatchError> {
+    if b.len() < HEADER_BYTES {
+        return Err(BatchError::Corrupt(format!(
+            "{} bytes is shorter than a batch header ({HEADER_BYTES})",
+            b.len()
+        )));
+    }
+    let magic = b[MAGIC_AT] as i8;
+    if magic != 2 {
+        return Err(BatchError::Corrupt(format!(
+            "message format v{magic} is not supported (only record batches, magic 2)"
+        )));
+    }
+    let length = i32_at(b, 8);
+    let size = (length as i64) + LOG_OVERHEAD as i64;
+    if size < HEADER_BYTES as i64 || size > b.len() as i64 {
+        return Err(BatchError::Corrupt(format!(
+            "batch length {length} does not fit the {} bytes received",
+            b.len()
+        )));
+    }
+    let size = size as usize;
+    let stored = u32::from_be_bytes(b[CRC_AT..CRC_AT + 4].try_into().expect("4 bytes"));
+    let computed = crc32c::crc32c(&b[ATTRIBUTES_AT..size]);
+    if stored != computed {
+        return Err(BatchError::Corrupt(format!(
+            "CRC mismatch: batch says {stored:#010x}, bytes give {computed:#010x}"
+        )));
+    }
+    let info = BatchInfo {
+        size,
+        attributes: i16_at(b, ATTRIBUTES_AT),
+        last_offset_delta: i32_at(b, LAST_OFFSET_DELTA_AT),
+        max_timestamp: i64_at(b, MAX_TIMESTAMP_AT),
+        producer_id: i64_at(b, PRODUCER_ID_AT),
+        records_count: i32_at(b, RECORDS_COUNT_AT),
+    };
+    info.codec()?;
+    if info.records_count <= 0 || info.last_offset_delta < 0 {
+        return Err(BatchError::Invalid(format!(
+            "a batch holds at least one record (count {}, last offset delta {})",
+            info.records_count, info.last_offset_delta
+        )));
+    }
+    if info.last_offset_delta + 1 != info.records_count {
+        return Err(BatchError::Invalid(format!(
+            "last offset delta {} does not match the record count {}",
+            info.last_offset_delta, info.records_count
+        )));
+    }
+    Ok(info)
+}
+
+/// Splits a produce request's records into batches, each checked by `parse`. At most
+/// `max_batches` (a limit on work per request).
+pub fn split(b: &Bytes, max_batches: usize) -> Result<Vec<(BatchInfo, Bytes)>, BatchError> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < b.len() {
+        if out.len() == max_batches {
+            return Err(BatchError::Invalid(format!("more than {max_batches} batches")));
+        }
+        let info = parse(&b[at..])?;
+        out.push((info, b.slice(at..at + info.size)));
+        at += info.size;
+    }
+    if out.is_empty() {
+        return Err(BatchError::Corrupt("no record batch".into()));
+    }
+    Ok(out)
+}
+
+/// Marks the batch as timestamped by the log at `now_ms` (LogAppendTime): sets the
+/// timestamp-type bit, the max timestamp, and a new CRC.
+pub fn set_log_append_time(b: &mut [u8], now_ms: i64) {
+    assert!(b.len() >= HEADER_BYTES, "a parsed batch");
+    let attributes = i16_at(b, ATTRIBUTES_AT) | TIMESTAMP_TYPE_BIT;
+    b[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&attributes.to_be_bytes());
+    b[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8].copy_from_slice(&now_ms.to_be_bytes());
+    let crc = crc32c::crc32c(&b[ATTRIBUTES_AT..]);
+    b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// Appends `batch` to `out` as a fetch returns it: with its base offset (which the CRC
+/// does not cover) and partition leader epoch 0.
+pub fn put_for_fetch(out: &mut BytesMut, batch: &[u8], base_offset: u64) {
+    assert!(batch.len() >= HEADER_BYTES, "stored batches were parsed on produce");
+    out.reserve(batch.len());
+    out.put_i64(base_offset as i64);
+    out.put_slice(&batch[8..12]);
+    out.put_i32(0);
+    out.put_slice(&batch[16..]);
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A v2 batch of `count` uncompressed records with values `value`, built by hand.
+    pub fn batch(count: i32, value: &[u8], timestamp: i64) -> Vec<u8> {
+        let mut records = Vec::new();
+        for i in 0..count {
+            let mut r = Vec::new();
+            r.push(0u8); // attributes
+            put_varint(&mut r, 0); // timestamp delta
+            put_varint(&mut r, i as i64); // offset delta
+            put_varint(&mut r, -1); // null key
+            put_varint(&mut r, value.len() as i64);
+            r.extend_from_slice(value);
+            put_varint(&mut r, 0); // headers
+            put_varint(&mut records, r.len() as i64);
+            records.extend_from_slice(&r);
+        }
+        let mut b = Vec::new();
+        b.extend_from_slice(&0i64.to_be_bytes());
+        b.extend_from_slice(&((HEADER_BYTES - LOG_OVERHEAD + records.len()) as i32).to_be_bytes());
+        b.extend_from_slice(&(-1i32).to_be_bytes());
+        b.push(2);
+        b.extend_from_slice(&[0; 4]);
+        b.extend_from_slice(&0i16.to_be_bytes());
+        b.extend_from_slice(&(count - 1).to_be_bytes());
+        b.extend_from_slice(&timestamp.to_be_bytes());
+        b.extend_from_slice(&timestamp.to_be_bytes());
+        b.extend_from_slice(&(-1i64).to_be_bytes());
+        b.extend_from_slice(&(-1i16).to_be_bytes());
+        b.extend_from_slice(&(-1i32).to_be_bytes());
+        b.extend_from_slice(&count.to_be_bytes());
+        b.extend_from_slice(&records);
+        let crc = crc32c::crc32c(&b[ATTRIBUTES_AT..]);
+        b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+        b
+    }
+
+    fn put_varint(v: &mut Vec<u8>, x: i64) {
+        let mut z = ((x << 1) ^ (x >> 63)) as u64;
+        while z >= 0x80 {
+            v.push((z as u8) | 0x80);
+            z >>= 7;
+        }
+        v.push(z as u8);
+    }
+
+    #[test]
+    fn parses_a_batch_and_refuses_every_corruption() {
+        let b = batch(3, b"hello", 1_700_000_000_000);
+        let info = parse(&b).unwrap();
+        assert_eq!(info.size, b.len());
+        assert_eq!(info.records_count, 3);
+        assert_eq!(info.offsets(), 3);
+        assert_eq!(info.max_timestamp, 1_700_000_000_000);
+        assert_eq!(info.codec().unwrap(), Codec::None);
+        // Any flipped byte the CRC covers, a wrong magic, or a truncation is refused.
+        for i in MAGIC_AT..b.len() {
+            let mut c = b.clone();
+            c[i] ^= 0x40;
+            assert!(parse(&c).is_err(), "flipping byte {i} went unnoticed");
+        }
+        for n in 0..b.len() {
+            assert!(matches!(parse(&b[..n]), Err(BatchError::Corrupt(_))), "truncated to {n}");
+        }
+        // Base offset and leader epoch are outside the CRC.
+        let mut c = b.clone();
+        c[0..8].copy_from_slice(&77i64.to_be_bytes());
+        c[12..16].copy_from_slice(&5i32.to_be_bytes());
+        assert!(parse(&c).is_ok());
+    }
+
+    #[test]
+    fn split_reads_concatenated_batches_and_caps_their_number() {
+        let mut all = batch(2, b"a", 1);
+        all.extend(batch(5, b"bb", 2));
+        let all = Bytes::from(all);
+        let parts = split(&all, 10).unwrap();
+        assert_eq!(parts.iter().map(|(i, _)| i.records_count).collect::<Vec<_>>(), vec![2, 5]);
+        assert_eq!(parts[1].1.len(), parts[1].0.size);
+        assert!(matches!(split(&all, 1), Err(BatchError::Invalid(_))));
+        assert!(matches!(split(&Bytes::new(), 10), Err(BatchError::Corrupt(_))));
+        // Trailing garbage after a good batch is refused, not ignored.
+        let mut bad = all.to_vec();
+        bad.extend_from_slice(&[1, 2, 3]);
+        assert!(split(&Bytes::from(bad), 10).is_err());
+    }
+
+    #[test]
+    fn mismatched_counts_are_invalid() {
+        let mut b = batch(3, b"x", 1);
+        b[LAST_OFFSET_DELTA_AT..LAST_OFFSET_DELTA_AT + 4].copy_from_slice(&5i32.to_be_bytes());
+        let crc = crc32c::crc32c(&b[ATTRIBUTES_AT..]);
+        b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+        assert!(matches!(parse(&b), Err(BatchError::Invalid(_))));
+    }
+
+    #[test]
+    fn log_append_time_rewrites_the_timestamp_with_a_valid_crc() {
+        let mut b = batch(2, b"v", 1000);
+        set_log_append_time(&mut b, 99_000);
+        let info = parse(&b).unwrap();
+        assert_eq!(info.max_timestamp, 99_000);
+        assert_ne!(info.attributes & TIMESTAMP_TYPE_BIT, 0);
+    }
+
+    #[test]
+    fn fetch_patches_base_offset_and_epoch_only() {
+        let b = batch(2, b"v", 1000);
+        let mut out = BytesMut::new();
+        put_for_fetch(&mut out, &b, 42);
+        assert_eq!(i64_at(&out, 0), 42);
+        assert_eq!(i32_at(&out, 12), 0);
+        assert_eq!(&out[16..], &b[16..]);
+        assert_eq!(parse(&out).unwrap(), parse(&b).unwrap());
+    }
+}

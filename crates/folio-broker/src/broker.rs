@@ -1,0 +1,247 @@
+//! The broker: its settings, the topics it serves, and the managed log behind each
+//! partition (opened on first use, closed on shutdown).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use folio_log::{LogConfig, LogEnv, ManagedLog};
+use tokio::net::TcpListener;
+use tokio::sync::{OnceCell, watch};
+use uuid::Uuid;
+
+use crate::metrics::Metrics;
+use crate::topics::{Topic, TopicConfig, Topics, log_name};
+
+/// What a broker is and how it behaves; every field has the default a Kafka user expects.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// `node.id`: the broker's id in Metadata answers.
+    pub node_id: i32,
+    /// Where the Kafka listener binds (port 0: any free port).
+    pub listen: SocketAddr,
+    /// The host and port clients are told to connect to (`advertised.listeners`); by default
+    /// the bound address.
+    pub advertised: Option<(String, u16)>,
+    /// `auto.create.topics.enable`: Metadata for an unknown topic creates it.
+    pub auto_create_topics: bool,
+    /// `num.partitions`: partitions of auto-created topics and of CreateTopics with -1.
+    pub default_partitions: u32,
+    /// `default.replication.factor`: copies of each batch (ledger ensemble = write quorum).
+    pub default_replication: u16,
+    /// The most copies a topic may ask for (the bookies there are).
+    pub replication_max: u16,
+    /// Topic config defaults (`log.retention.ms`, `message.max.bytes`, ...).
+    pub topic_defaults: TopicConfig,
+    /// Rollover, trimming and append settings of every partition's log (quorums and
+    /// retention come from the topic).
+    pub log: LogConfig,
+    /// `socket.request.max.bytes`: larger requests close the connection.
+    pub request_bytes_max: usize,
+    /// Requests of one connection being worked on at once (later ones wait: backpressure).
+    pub inflight_per_connection: usize,
+    /// Open client connections; more are refused.
+    pub connections_max: usize,
+    /// Batches per partition in one produce request.
+    pub batches_per_partition_max: usize,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            node_id: 1,
+            listen: "127.0.0.1:9092".parse().expect("address"),
+            advertised: None,
+            auto_create_topics: true,
+            default_partitions: 1,
+            default_replication: 1,
+            replication_max: 1,
+            topic_defaults: TopicConfig::default(),
+            log: LogConfig::default(),
+            request_bytes_max: 100 * 1024 * 1024,
+            inflight_per_connection: 256,
+            connections_max: 4096,
+            batches_per_partition_max: 1024,
+        }
+    }
+}
+
+type LogCell = Arc<OnceCell<ManagedLog>>;
+
+pub(crate) struct Inner {
+    pub config: BrokerConfig,
+    pub env: LogEnv,
+    pub topics: Topics,
+    pub metrics: Metrics,
+    pub cluster_id: String,
+    /// Host and port in Metadata answers.
+    pub advertised: (String, i32),
+    logs: Mutex<HashMap<(Uuid, i32), LogCell>>,
+    pub shutdown: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker")
+            .field("node_id", &self.config.node_id)
+            .field("advertised", &self.advertised)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A running broker. Clones share it.
+#[derive(Debug, Clone)]
+pub struct Broker {
+    pub(crate) inner: Arc<Inner>,
+    addr: SocketAddr,
+}
+
+impl Broker {
+    /// Binds the listener and starts serving.
+    pub async fn start(config: BrokerConfig, env: LogEnv) -> Result<Broker, String> {
+        if config.default_partitions == 0
+            || config.default_partitions > crate::topics::PARTITIONS_MAX as u32
+        {
+            return Err(format!(
+                "num.partitions must be 1..={}, not {}",
+                crate::topics::PARTITIONS_MAX,
+                config.default_partitions
+            ));
+        }
+        if config.default_replication == 0 || config.default_replication > config.replication_max {
+            return Err(format!(
+                "default replication factor {} must be 1..={} (the bookies there are)",
+                config.default_replication, config.replication_max
+            ));
+        }
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| format!("binding the Kafka listener on {}: {e}", config.listen))?;
+        let addr = listener.local_addr().map_err(|e| format!("listener address: {e}"))?;
+        let advertised = match &config.advertised {
+            Some((h, p)) => (h.clone(), *p as i32),
+            None if addr.ip().is_unspecified() => {
+                return Err(format!(
+                    "listening on {addr} needs an advertised address clients can reach (--advertise host:port)"
+                ));
+            }
+            None => (addr.ip().to_string(), addr.port() as i32),
+        };
+        let cluster_id = folio_meta::records::ensure_cluster_id(env.meta.as_ref(), &env.keys)
+            .await
+            .map_err(|e| format!("reading the cluster id: {e}"))?;
+        let inner = Arc::new(Inner {
+            topics: Topics::new(env.meta.clone(), env.keys.clone()),
+            config,
+            env,
+            metrics: Metrics::default(),
+            cluster_id,
+            advertised,
+            logs: Mutex::new(HashMap::new()),
+            shutdown: watch::channel(false).0,
+        });
+        tracing::info!(
+            node_id = inner.config.node_id,
+            %addr,
+            advertised = %format!("{}:{}", inner.advertised.0, inner.advertised.1),
+            cluster_id = %inner.cluster_id,
+            "Kafka listener up"
+        );
+        tokio::spawn(crate::server::accept(inner.clone(), listener));
+        Ok(Broker { inner, addr })
+    }
+
+    /// The bound listener address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// Stops accepting, ends connections, and closes every open partition log (pending
+    /// appends finish first).
+    pub async fn shutdown(&self) {
+        self.inner.shutdown.send_replace(true);
+        let logs: Vec<LogCell> =
+            self.inner.logs.lock().expect("logs lock").drain().map(|(_, l)| l).collect();
+        for cell in logs {
+            if let Some(log) = cell.get()
+                && let Err(e) = log.close().await
+            {
+                tracing::warn!(log = log.name(), error = %e, "closing a partition log failed");
+            }
+        }
+        tracing::info!(node_id = self.inner.config.node_id, "broker stopped");
+    }
+}
+
+impl Inner {
+    /// The effective config of `topic`.
+    pub fn topic_config(&self, topic: &Topic) -> TopicConfig {
+        TopicConfig::resolve(&self.config.topic_defaults, &topic.record.configs)
+    }
+
+    /// The log of `topic`'s `partition`, opened (and so owned) on first use.
+    pub async fn log(
+        &self,
+        topic: &Topic,
+        partition: i32,
+    ) -> Result<ManagedLog, folio_log::LogError> {
+        let key = (topic.record.id, partition);
+        let cell = self.logs.lock().expect("logs lock").entry(key).or_default().clone();
+        let log = cell
+            .get_or_try_init(|| async {
+                let tc = self.topic_config(topic);
+                let (retention_time, retention_bytes) = tc.retention();
+                let quorums = LogConfig::for_bookies(topic.record.replication as usize);
+                let mut lc = self.config.log.clone();
+                lc.ensemble_size = quorums.ensemble_size;
+                lc.write_quorum = quorums.write_quorum;
+                lc.ack_quorum = quorums.ack_quorum;
+                lc.retention_time = retention_time;
+                lc.retention_bytes = retention_bytes;
+                ManagedLog::open(self.env.clone(), &log_name(topic.record.id, partition), lc).await
+            })
+            .await;
+        match log {
+            Ok(l) if !l.is_usable() => {
+                // Fenced or deleted under us: forget it so the next use opens it afresh.
+                self.logs.lock().expect("logs lock").remove(&key);
+                Err(l.unusable_error())
+            }
+            Ok(l) => Ok(l.clone()),
+            Err(e) => {
+                self.logs.lock().expect("logs lock").remove(&key);
+                Err(e)
+            }
+        }
+    }
+
+    /// The open log of a partition, if this broker has opened it (no metadata access).
+    pub fn open_log(&self, id: Uuid, partition: i32) -> Option<ManagedLog> {
+        self.logs.lock().expect("logs lock").get(&(id, partition)).and_then(|c| c.get().cloned())
+    }
+
+    /// Applies a topic's (new) retention to its open logs and trims them now.
+    pub async fn apply_retention(&self, topic: &Topic) {
+        let (time, bytes) = self.topic_config(topic).retention();
+        for p in 0..topic.record.partitions as i32 {
+            if let Some(log) = self.open_log(topic.record.id, p) {
+                log.set_retention(time, bytes);
+                if let Err(e) = log.trim().await {
+                    tracing::warn!(log = log.name(), error = %e, "trim after a retention change failed");
+                }
+            }
+        }
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.env.now_ms() as i64
+    }
+}
+
+/// How long a long poll may be asked to wait at most.
+pub const FETCH_WAIT_MAX: Duration = Duration::from_secs(60);

@@ -1,0 +1,25 @@
+//! Folio's Kafka-compatible broker: Kafka clients produce to and fetch from topics whose
+//! partitions are managed logs (`folio-log`) on bookies; the broker keeps no data itself.
+//!
+//! - [`Broker`] (`broker.rs`): settings, the topics served, the partition logs it owns.
+//! - `server.rs`: connections, framing, answers in request order.
+//! - `api/`: one module per group of Kafka APIs; `api::SUPPORTED` lists what is advertised.
+//! - [`batch`]: record batches as opaque bytes (header, CRC, offset patching).
+//! - [`topics`]: the topic record (name → topic id binding) and topic configs.
+//! - [`metrics`]: Prometheus metrics per broker and per topic.
+//!
+//! **Architecture invariant:** record batches are never decoded into records (the
+//! protocol crate's record types drop duplicate header keys): the broker reads the 61-byte
+//! header, checks the CRC, and patches offsets. The broker reaches bookies only through
+//! `folio-log` and never writes a managed log it has not opened (and so fenced).
+
+pub mod api;
+pub mod batch;
+mod broker;
+pub mod errors;
+pub mod metrics;
+mod server;
+pub mod topics;
+
+pub use broker::{Broker, BrokerConfig};
+pub use topics::{TopicConfig, TopicRecord};

@@ -1,0 +1,174 @@
+//! The broker's Prometheus metrics: requests by API and error code, bytes in and out, and
+//! produce and fetch latency histograms, per broker and per topic.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Upper bounds (seconds) of the latency buckets.
+const BUCKETS: [f64; 14] =
+    [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// A fixed-bucket latency histogram.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    counts: [AtomicU64; BUCKETS.len() + 1],
+    sum_us: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = BUCKETS.iter().position(|b| s <= *b).unwrap_or(BUCKETS.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cumulative = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            cumulative += c.load(Ordering::Relaxed);
+            let le = BUCKETS.get(i).map_or("+Inf".to_string(), |b| b.to_string());
+            let _ = writeln!(out, "{name}_bucket{{{labels}le=\"{le}\"}} {cumulative}");
+        }
+        let sum = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
+        let labels = labels.trim_end_matches(',');
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
+        let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
+    }
+}
+
+/// Counters of one topic.
+#[derive(Debug, Default)]
+pub struct TopicMetrics {
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub records_in: AtomicU64,
+    pub produce_latency: Histogram,
+    pub fetch_latency: Histogram,
+}
+
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// (API name, error code) → requests answered.
+    requests: Mutex<BTreeMap<(&'static str, i16), u64>>,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub connections: AtomicU64,
+    pub produce_latency: Histogram,
+    pub fetch_latency: Histogram,
+    topics: Mutex<HashMap<String, std::sync::Arc<TopicMetrics>>>,
+}
+
+impl Metrics {
+    /// Counts one answered request; `error`: the first non-zero error code in the answer.
+    pub fn request(&self, api: &'static str, error: i16) {
+        *self.requests.lock().expect("metrics lock").entry((api, error)).or_default() += 1;
+    }
+
+    /// Requests answered for `api` with `error` so far.
+    pub fn requests(&self, api: &str, error: i16) -> u64 {
+        let m = self.requests.lock().expect("metrics lock");
+        m.iter().filter(|((a, e), _)| *a == api && *e == error).map(|(_, n)| *n).sum()
+    }
+
+    pub fn topic(&self, name: &str) -> std::sync::Arc<TopicMetrics> {
+        let mut t = self.topics.lock().expect("metrics lock");
+        if let Some(m) = t.get(name) {
+            return m.clone();
+        }
+        t.entry(name.to_string()).or_default().clone()
+    }
+
+    /// Prometheus text format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        out.push_str("# HELP folio_kafka_requests_total Kafka requests answered, by API and error code.\n# TYPE folio_kafka_requests_total counter\n");
+        for ((api, code), n) in self.requests.lock().expect("metrics lock").iter() {
+            let _ = writeln!(
+                out,
+                "folio_kafka_requests_total{{api=\"{api}\",error=\"{}\"}} {n}",
+                crate::errors::name(*code)
+            );
+        }
+        for (name, help, v) in [
+            ("folio_kafka_bytes_in_total", "Record-batch bytes produced.", &self.bytes_in),
+            ("folio_kafka_bytes_out_total", "Record-batch bytes fetched.", &self.bytes_out),
+            ("folio_kafka_connections_total", "Client connections accepted.", &self.connections),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            let _ = writeln!(out, "{name} {}", v.load(Ordering::Relaxed));
+        }
+        out.push_str("# HELP folio_kafka_produce_latency_seconds Produce requests, received to answered.\n# TYPE folio_kafka_produce_latency_seconds histogram\n");
+        self.produce_latency.render(&mut out, "folio_kafka_produce_latency_seconds", "");
+        out.push_str("# HELP folio_kafka_fetch_latency_seconds Fetch requests, received to answered (long polls included).\n# TYPE folio_kafka_fetch_latency_seconds histogram\n");
+        self.fetch_latency.render(&mut out, "folio_kafka_fetch_latency_seconds", "");
+        let topics = self.topics.lock().expect("metrics lock");
+        let mut names: Vec<&String> = topics.keys().collect();
+        names.sort();
+        out.push_str("# HELP folio_kafka_topic_bytes_in_total Record-batch bytes produced, per topic.\n# TYPE folio_kafka_topic_bytes_in_total counter\n");
+        out.push_str("# HELP folio_kafka_topic_bytes_out_total Record-batch bytes fetched, per topic.\n# TYPE folio_kafka_topic_bytes_out_total counter\n");
+        out.push_str("# HELP folio_kafka_topic_records_in_total Records produced, per topic.\n# TYPE folio_kafka_topic_records_in_total counter\n");
+        for n in &names {
+            let t = &topics[*n];
+            let _ = writeln!(
+                out,
+                "folio_kafka_topic_bytes_in_total{{topic=\"{n}\"}} {}",
+                t.bytes_in.load(Ordering::Relaxed)
+            );
+            let _ = writeln!(
+                out,
+                "folio_kafka_topic_bytes_out_total{{topic=\"{n}\"}} {}",
+                t.bytes_out.load(Ordering::Relaxed)
+            );
+            let _ = writeln!(
+                out,
+                "folio_kafka_topic_records_in_total{{topic=\"{n}\"}} {}",
+                t.records_in.load(Ordering::Relaxed)
+            );
+        }
+        out.push_str("# HELP folio_kafka_topic_produce_latency_seconds Appends per topic and partition, queued to durable.\n# TYPE folio_kafka_topic_produce_latency_seconds histogram\n");
+        for n in &names {
+            topics[*n].produce_latency.render(
+                &mut out,
+                "folio_kafka_topic_produce_latency_seconds",
+                &format!("topic=\"{n}\","),
+            );
+        }
+        out.push_str("# HELP folio_kafka_topic_fetch_latency_seconds Fetch reads per topic and partition.\n# TYPE folio_kafka_topic_fetch_latency_seconds histogram\n");
+        for n in &names {
+            topics[*n].fetch_latency.render(
+                &mut out,
+                "folio_kafka_topic_fetch_latency_seconds",
+                &format!("topic=\"{n}\","),
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let h = Histogram::default();
+        h.observe(Duration::from_micros(300));
+        h.observe(Duration::from_millis(30));
+        h.observe(Duration::from_secs(60));
+        let mut s = String::new();
+        h.render(&mut s, "x", "");
+        assert!(s.contains("x_bucket{le=\"0.0005\"} 1"), "{s}");
+        assert!(s.contains("x_bucket{le=\"0.05\"} 2"), "{s}");
+        assert!(s.contains("x_bucket{le=\"+Inf\"} 3"), "{s}");
+        assert!(s.contains("x_count{} 3"), "{s}");
+        assert_eq!(h.count(), 3);
+    }
+}

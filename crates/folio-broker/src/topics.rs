@@ -1,0 +1,430 @@
+//! Topics: the name → topic-id binding, the partition count and the topic's config
+//! overrides, one metadata record per topic; and the config keys a topic accepts.
+//!
+//! ```text
+//! TopicRecord  "FTP" 1 | id [16] | partitions u32 | replication u16 | created_ms u64
+//!              | n u32 | n × (key str, value str)          (strings: u16 length + UTF-8)
+//! ```
+//!
+//! A topic's partitions are managed logs named `kafka-<topic id hex>-<partition>`: data is
+//! keyed by the topic id, so a topic deleted and created again under the same name never
+//! sees the old one's data (L3).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use folio_meta::keys::Keys;
+use folio_meta::records::{Reader, Record, corrupt, put_string};
+use folio_meta::{Expect, MetaError, MetadataStore, Version, list_all};
+use uuid::Uuid;
+
+const TOPIC_MAGIC: &[u8; 3] = b"FTP";
+const VERSION: u8 = 1;
+
+/// Kafka's limit on topic names.
+pub const TOPIC_NAME_BYTES_MAX: usize = 249;
+/// Partitions per topic (each one is a managed log).
+pub const PARTITIONS_MAX: i32 = 10_000;
+/// Config overrides per topic.
+const CONFIGS_MAX: usize = 64;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicRecord {
+    pub id: Uuid,
+    pub partitions: u32,
+    /// Copies of each batch: the log's ensemble and write quorum.
+    pub replication: u16,
+    pub created_ms: u64,
+    /// Config overrides (only keys `TopicConfig` knows, validated).
+    pub configs: BTreeMap<String, String>,
+}
+
+impl Record for TopicRecord {
+    fn encode(&self) -> Bytes {
+        let mut v = Vec::with_capacity(64);
+        v.extend_from_slice(TOPIC_MAGIC);
+        v.push(VERSION);
+        v.extend_from_slice(self.id.as_bytes());
+        v.extend_from_slice(&self.partitions.to_le_bytes());
+        v.extend_from_slice(&self.replication.to_le_bytes());
+        v.extend_from_slice(&self.created_ms.to_le_bytes());
+        v.extend_from_slice(&(self.configs.len() as u32).to_le_bytes());
+        for (k, val) in &self.configs {
+            put_string(&mut v, k);
+            put_string(&mut v, val);
+        }
+        v.into()
+    }
+
+    fn decode(key: &str, b: &[u8]) -> folio_meta::Result<Self> {
+        let mut r = Reader::new(key, b);
+        if r.take(3)? != TOPIC_MAGIC {
+            return Err(corrupt(key, "not a topic record"));
+        }
+        let version = r.u8()?;
+        if version != VERSION {
+            return Err(corrupt(key, format!("unknown topic record version {version}")));
+        }
+        let id = Uuid::from_bytes(r.take(16)?.try_into().expect("16 bytes"));
+        let partitions = r.u32()?;
+        let replication = r.u16()?;
+        let created_ms = r.u64()?;
+        let n = r.u32()? as usize;
+        if n > CONFIGS_MAX {
+            return Err(corrupt(key, format!("{n} configs")));
+        }
+        let mut configs = BTreeMap::new();
+        for _ in 0..n {
+            let k = r.string()?;
+            configs.insert(k, r.string()?);
+        }
+        r.done()?;
+        Ok(TopicRecord { id, partitions, replication, created_ms, configs })
+    }
+}
+
+/// The managed log holding one partition.
+pub fn log_name(id: Uuid, partition: i32) -> String {
+    format!("kafka-{}-{partition}", id.simple())
+}
+
+/// Kafka's rule: 1..=249 bytes of `[a-zA-Z0-9._-]`, not `.` or `..`.
+pub fn validate_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > TOPIC_NAME_BYTES_MAX {
+        return Err(format!("topic name must be 1..={TOPIC_NAME_BYTES_MAX} bytes"));
+    }
+    if name == "." || name == ".." {
+        return Err(format!("topic name cannot be {name:?}"));
+    }
+    if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || "._-".contains(*c))) {
+        return Err(format!(
+            "topic name {name:?} has {c:?}; only ASCII letters, digits, '.', '_' and '-' are allowed"
+        ));
+    }
+    Ok(())
+}
+
+/// `message.timestamp.type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimestampType {
+    CreateTime,
+    LogAppendTime,
+}
+
+/// A topic's effective settings: broker defaults with the topic's overrides applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicConfig {
+    /// `retention.ms`: -1 keeps forever.
+    pub retention_ms: i64,
+    /// `retention.bytes`: per partition; -1 is no limit.
+    pub retention_bytes: i64,
+    /// `max.message.bytes`: the largest batch accepted.
+    pub max_message_bytes: i32,
+    pub timestamp_type: TimestampType,
+}
+
+/// The config keys topics accept, with their documentation.
+pub const TOPIC_CONFIG_KEYS: &[(&str, &str)] = &[
+    ("cleanup.policy", "Only \"delete\": old ledgers are trimmed by retention (no compaction)."),
+    ("max.message.bytes", "The largest record batch (bytes) a produce may send."),
+    (
+        "message.timestamp.type",
+        "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches on append.",
+    ),
+    ("retention.bytes", "Per partition: trim the oldest ledgers beyond this size (-1: no limit)."),
+    ("retention.ms", "Trim ledgers whose newest record is older than this (-1: keep forever)."),
+];
+
+impl TopicConfig {
+    /// `defaults` with `overrides` applied (overrides were validated when written; a bad one
+    /// read back from the store is ignored with a warning rather than failing the topic).
+    pub fn resolve(defaults: &TopicConfig, overrides: &BTreeMap<String, String>) -> TopicConfig {
+        let mut c = defaults.clone();
+        for (k, v) in overrides {
+            if let Err(e) = c.set(k, v) {
+                tracing::warn!(key = %k, value = %v, error = %e, "ignoring a stored topic config");
+            }
+        }
+        c
+    }
+
+    /// Applies one setting, checking it.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        let int = |min: i64, max: i64| -> Result<i64, String> {
+            let v: i64 =
+                value.trim().parse().map_err(|_| format!("{key}={value:?} is not an integer"))?;
+            if v < min || v > max {
+                return Err(format!("{key}={v} is outside [{min}, {max}]"));
+            }
+            Ok(v)
+        };
+        match key {
+            "retention.ms" => self.retention_ms = int(-1, i64::MAX)?,
+            "retention.bytes" => self.retention_bytes = int(-1, i64::MAX)?,
+            "max.message.bytes" => {
+                let max = folio_log::BATCH_BYTES_MAX as i64;
+                self.max_message_bytes = int(0, max)? as i32;
+            }
+            "cleanup.policy" => {
+                let policies: Vec<&str> = value.split(',').map(str::trim).collect();
+                if policies != ["delete"] {
+                    return Err(format!(
+                        "cleanup.policy={value:?} is not supported: only \"delete\" (no compaction)"
+                    ));
+                }
+            }
+            "message.timestamp.type" => {
+                self.timestamp_type = match value.trim() {
+                    "CreateTime" => TimestampType::CreateTime,
+                    "LogAppendTime" => TimestampType::LogAppendTime,
+                    _ => {
+                        return Err(format!(
+                            "message.timestamp.type={value:?}: use CreateTime or LogAppendTime"
+                        ));
+                    }
+                }
+            }
+            _ => {
+                let known: Vec<&str> = TOPIC_CONFIG_KEYS.iter().map(|(k, _)| *k).collect();
+                return Err(format!(
+                    "unknown or unsupported topic config {key:?} (supported: {})",
+                    known.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The value of a known key as Kafka prints it.
+    pub fn get(&self, key: &str) -> Option<String> {
+        Some(match key {
+            "retention.ms" => self.retention_ms.to_string(),
+            "retention.bytes" => self.retention_bytes.to_string(),
+            "max.message.bytes" => self.max_message_bytes.to_string(),
+            "cleanup.policy" => "delete".to_string(),
+            "message.timestamp.type" => match self.timestamp_type {
+                TimestampType::CreateTime => "CreateTime".to_string(),
+                TimestampType::LogAppendTime => "LogAppendTime".to_string(),
+            },
+            _ => return None,
+        })
+    }
+
+    /// Retention as the managed log takes it.
+    pub fn retention(&self) -> (Option<Duration>, Option<u64>) {
+        let time =
+            (self.retention_ms >= 0).then(|| Duration::from_millis(self.retention_ms as u64));
+        let bytes = (self.retention_bytes >= 0).then_some(self.retention_bytes as u64);
+        (time, bytes)
+    }
+}
+
+impl Default for TopicConfig {
+    /// Kafka's defaults: 7 days, no size limit, 1 MiB + 12 bytes per batch, CreateTime.
+    fn default() -> Self {
+        TopicConfig {
+            retention_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: -1,
+            max_message_bytes: 1_048_588,
+            timestamp_type: TimestampType::CreateTime,
+        }
+    }
+}
+
+/// Validates a set of overrides; returns them normalised (trimmed values).
+pub fn validate_configs<'a>(
+    pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<BTreeMap<String, String>, String> {
+    let mut scratch = TopicConfig::default();
+    let mut out = BTreeMap::new();
+    for (k, v) in pairs {
+        scratch.set(k, v)?;
+        out.insert(k.to_string(), v.trim().to_string());
+    }
+    if out.len() > CONFIGS_MAX {
+        return Err(format!("more than {CONFIGS_MAX} configs"));
+    }
+    Ok(out)
+}
+
+/// One topic as the broker serves it.
+#[derive(Debug, Clone)]
+pub struct Topic {
+    pub name: String,
+    pub record: TopicRecord,
+    pub version: Version,
+}
+
+/// The topics of the cluster, read through from the metadata store with a cache of what
+/// this broker has seen.
+#[derive(Debug)]
+pub struct Topics {
+    meta: Arc<dyn MetadataStore>,
+    keys: Keys,
+    cache: RwLock<HashMap<String, Arc<Topic>>>,
+}
+
+impl Topics {
+    pub fn new(meta: Arc<dyn MetadataStore>, keys: Keys) -> Topics {
+        Topics { meta, keys, cache: RwLock::new(HashMap::new()) }
+    }
+
+    /// The topic `name`, from the cache or the store; `None` if there is none.
+    pub async fn get(&self, name: &str) -> Result<Option<Arc<Topic>>, MetaError> {
+        if let Some(t) = self.cache.read().expect("topic cache").get(name) {
+            return Ok(Some(t.clone()));
+        }
+        self.load(name).await
+    }
+
+    /// Reads `name` from the store (refreshing the cache).
+    pub async fn load(&self, name: &str) -> Result<Option<Arc<Topic>>, MetaError> {
+        let key = self.keys.topic(name);
+        let Some(v) = self.meta.get(&key).await? else {
+            self.cache.write().expect("topic cache").remove(name);
+            return Ok(None);
+        };
+        let record = TopicRecord::decode(&key, &v.value)?;
+        Ok(Some(self.remember(name, record, v.version)))
+    }
+
+    fn remember(&self, name: &str, record: TopicRecord, version: Version) -> Arc<Topic> {
+        let t = Arc::new(Topic { name: name.to_string(), record, version });
+        self.cache.write().expect("topic cache").insert(name.to_string(), t.clone());
+        t
+    }
+
+    /// Every topic, sorted by name (read from the store).
+    pub async fn list(&self) -> Result<Vec<Arc<Topic>>, MetaError> {
+        let prefix = self.keys.topics();
+        let mut out = Vec::new();
+        for v in list_all(self.meta.as_ref(), &prefix).await? {
+            let name = &v.key[prefix.len()..];
+            match TopicRecord::decode(&v.key, &v.value) {
+                Ok(r) => out.push(self.remember(name, r, v.version)),
+                Err(e) => {
+                    tracing::warn!(key = %v.key, error = %e, "skipping a corrupt topic record")
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The topic with id `id` (cache first, then a listing).
+    pub async fn by_id(&self, id: Uuid) -> Result<Option<Arc<Topic>>, MetaError> {
+        let cached =
+            self.cache.read().expect("topic cache").values().find(|t| t.record.id == id).cloned();
+        if cached.is_some() {
+            return Ok(cached);
+        }
+        Ok(self.list().await?.into_iter().find(|t| t.record.id == id))
+    }
+
+    /// Creates `name`; `Ok(None)` if it already exists.
+    pub async fn create(
+        &self,
+        name: &str,
+        record: TopicRecord,
+    ) -> Result<Option<Arc<Topic>>, MetaError> {
+        match self.meta.put(&self.keys.topic(name), record.encode(), Expect::Absent).await {
+            Ok(version) => Ok(Some(self.remember(name, record, version))),
+            Err(MetaError::Conflict { .. }) => {
+                self.load(name).await?;
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Replaces `topic`'s record if nobody changed it since it was read.
+    pub async fn update(
+        &self,
+        topic: &Topic,
+        record: TopicRecord,
+    ) -> Result<Arc<Topic>, MetaError> {
+        let key = self.keys.topic(&topic.name);
+        match self.meta.put(&key, record.encode(), Expect::Version(topic.version)).await {
+            Ok(version) => Ok(self.remember(&topic.name, record, version)),
+            Err(e) => {
+                self.load(&topic.name).await?;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// A fresh random topic id (never the nil id Kafka reserves for "none").
+pub fn new_topic_id() -> Uuid {
+    loop {
+        let id = Uuid::from_bytes(rand::random());
+        if !id.is_nil() {
+            return id;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_record_round_trips_and_rejects_damage() {
+        let mut configs = BTreeMap::new();
+        configs.insert("retention.ms".to_string(), "1000".to_string());
+        let r = TopicRecord {
+            id: new_topic_id(),
+            partitions: 4,
+            replication: 3,
+            created_ms: 7,
+            configs,
+        };
+        let b = r.encode();
+        assert_eq!(TopicRecord::decode("k", &b).unwrap(), r);
+        for n in 0..b.len() {
+            assert!(TopicRecord::decode("k", &b[..n]).is_err(), "truncated to {n}");
+        }
+        let mut extra = b.to_vec();
+        extra.push(0);
+        assert!(TopicRecord::decode("k", &extra).is_err());
+    }
+
+    #[test]
+    fn names_follow_kafka_rules() {
+        assert!(validate_name("orders.v1_x-2").is_ok());
+        for bad in ["", ".", "..", "a b", "a/b", "ü", &"x".repeat(250)] {
+            assert!(validate_name(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn configs_are_validated_and_resolved() {
+        assert!(validate_configs([("retention.ms", "-1"), ("cleanup.policy", "delete")]).is_ok());
+        for (k, v) in [
+            ("retention.ms", "-2"),
+            ("retention.ms", "soon"),
+            ("retention.bytes", "-5"),
+            ("max.message.bytes", "-1"),
+            ("max.message.bytes", "999999999"),
+            ("cleanup.policy", "compact"),
+            ("cleanup.policy", "delete,compact"),
+            ("message.timestamp.type", "Later"),
+            ("segment.bytes", "1"),
+        ] {
+            assert!(validate_configs([(k, v)]).is_err(), "{k}={v} accepted");
+        }
+        let o = validate_configs([
+            ("retention.bytes", " 100 "),
+            ("message.timestamp.type", "LogAppendTime"),
+        ])
+        .unwrap();
+        let c = TopicConfig::resolve(&TopicConfig::default(), &o);
+        assert_eq!(c.retention_bytes, 100);
+        assert_eq!(c.timestamp_type, TimestampType::LogAppendTime);
+        assert_eq!(c.retention(), (Some(Duration::from_secs(7 * 24 * 3600)), Some(100)));
+        assert_eq!(c.get("retention.bytes").as_deref(), Some("100"));
+        let forever = TopicConfig { retention_ms: -1, ..c };
+        assert_eq!(forever.retention().0, None);
+    }
+}
