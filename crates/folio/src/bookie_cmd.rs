@@ -386,6 +386,7 @@ pub fn run(args: Args) -> Result<(), String> {
                     crate::http::bind(addr).await?,
                     bookies.clone(),
                     None,
+                    None,
                 ))),
                 None => None,
             };

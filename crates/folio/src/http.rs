@@ -17,10 +17,16 @@ pub type Bookies = Arc<RwLock<Vec<Bookie>>>;
 /// A metric: name, help text, and how to read it from one bookie.
 type Metric<'a> = (&'a str, &'a str, &'a dyn Fn(&Bookie) -> u64);
 
-/// Serves until the task is dropped. `trash`: the deleter this process runs, if any.
-pub async fn serve(listener: TcpListener, bookies: Bookies, trash: Option<Trash>) {
+/// Serves until the task is dropped. `trash`: the deleter this process runs, if any;
+/// `broker`: the Kafka broker it runs, if any.
+pub async fn serve(
+    listener: TcpListener,
+    bookies: Bookies,
+    trash: Option<Trash>,
+    broker: Option<folio_broker::Broker>,
+) {
     while let Ok((mut stream, _)) = listener.accept().await {
-        let (bookies, trash) = (bookies.clone(), trash.clone());
+        let (bookies, trash, broker) = (bookies.clone(), trash.clone(), broker.clone());
         tokio::spawn(async move {
             let mut buf = vec![0u8; 4096];
             let Ok(n) = stream.read(&mut buf).await else { return };
@@ -33,6 +39,9 @@ pub async fn serve(listener: TcpListener, bookies: Bookies, trash: Option<Trash>
                     let mut m = metrics(&bookies).await;
                     if let Some(t) = &trash {
                         m.push_str(&trash_metrics(t).await);
+                    }
+                    if let Some(b) = &broker {
+                        m.push_str(&b.metrics().render());
                     }
                     ("200 OK", m)
                 }

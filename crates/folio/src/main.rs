@@ -2,6 +2,7 @@
 
 mod bench;
 mod bookie_cmd;
+mod broker_cmd;
 mod debug;
 mod http;
 mod inspect;
@@ -34,8 +35,11 @@ enum Command {
     /// The trash of ledgers removed from logs: list (why each is still there), run the
     /// deleter once.
     Trash(log_cmd::TrashArgs),
-    /// Run Folio in one process with embedded defaults.
+    /// Run Folio in one process with embedded defaults: metadata, bookies and a Kafka
+    /// broker (listening on 127.0.0.1:9092).
     Standalone(standalone::Args),
+    /// Run a Kafka-compatible broker on a cluster's metadata and bookies.
+    Broker(Box<broker_cmd::Args>),
     /// Benchmarks; each prints key=value figures and ratios against a baseline measured in
     /// the same run.
     Bench {
@@ -63,6 +67,7 @@ fn main() -> ExitCode {
         Command::Log(args) => log_cmd::run(args),
         Command::Trash(args) => log_cmd::run_trash(args),
         Command::Standalone(args) => standalone::run(args),
+        Command::Broker(args) => broker_cmd::run(*args),
         Command::Bench { what } => bench::run(what),
         Command::Debug { what } => debug::run(what),
     };

@@ -1,11 +1,12 @@
 //! `folio standalone`: everything in one process on embedded defaults.
 //!
-//! Today: the embedded metadata store, `--bookies N` bookies serving the wire protocol on
-//! consecutive ports from `--listen`, and an HTTP endpoint (`/health`, `/metrics`). Ledgers
-//! created here default to E = Qw = Qa = 1 with one bookie and E = 3, Qw = 2, Qa = 2 with
-//! three or more (see `folio ledger`). It recovers after a crash (journal replay per bookie)
-//! and on Ctrl-C flushes, checkpoints and shuts down cleanly. The Kafka listener joins this
-//! process with the broker (see ARCHITECTURE.md).
+//! The embedded metadata store, `--bookies N` bookies serving the bookie wire protocol on
+//! consecutive ports from `--listen`, the deleter of trashed ledgers, a Kafka broker
+//! (`--kafka-listen`, default 127.0.0.1:9092), and an HTTP endpoint (`/health`,
+//! `/metrics`). Topics get E = Qw = min(bookies, 3) copies by default. It recovers after a
+//! crash (journal replay per bookie, then each partition log is fenced and recovered on
+//! first use) and on Ctrl-C closes the partition logs, flushes, checkpoints and shuts down
+//! cleanly.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -28,6 +29,8 @@ pub struct Args {
     /// Health and Prometheus metrics endpoint.
     #[arg(long, default_value = "127.0.0.1:8081")]
     http: SocketAddr,
+    #[command(flatten)]
+    kafka: crate::broker_cmd::KafkaArgs,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -79,19 +82,28 @@ pub fn run(args: Args) -> Result<(), String> {
             clock: Arc::new(folio_log::WallClock),
             owner: "standalone".into(),
         };
-        let trash = folio_log::Trash::new(env, folio_log::TrashConfig::default()).spawn();
-        let http_task =
-            tokio::spawn(crate::http::serve(http, bookies.clone(), Some(trash.trash.clone())));
+        let trash = folio_log::Trash::new(env.clone(), folio_log::TrashConfig::default()).spawn();
+        let broker_config = args.kafka.config(args.bookies as usize)?;
+        let broker = folio_broker::Broker::start(broker_config, env).await?;
+        let http_task = tokio::spawn(crate::http::serve(
+            http,
+            bookies.clone(),
+            Some(trash.trash.clone()),
+            Some(broker.clone()),
+        ));
         tracing::info!(
             data_dir = %args.data_dir.display(),
             bookies = args.bookies,
+            kafka = %broker.addr(),
             http = %args.http,
-            "folio standalone up: embedded metadata + {} bookie(s); Ctrl-C to stop",
-            args.bookies
+            "folio standalone up: embedded metadata, {} bookie(s), Kafka on {}; Ctrl-C to stop",
+            args.bookies,
+            broker.addr()
         );
         tokio::signal::ctrl_c().await.map_err(|e| format!("waiting for Ctrl-C: {e}"))?;
         tracing::info!("shutting down: flushing and checkpointing");
         http_task.abort();
+        broker.shutdown().await;
         drop(trash);
         let mut result = Ok(());
         for b in bookies.write().await.drain(..) {

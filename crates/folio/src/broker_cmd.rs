@@ -1,0 +1,145 @@
+//! `folio broker`: a Kafka-compatible broker on a cluster's metadata and bookies; and the
+//! Kafka settings `folio standalone` shares.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use folio_broker::{Broker, BrokerConfig, TopicConfig};
+use folio_log::{LogEnv, WallClock};
+
+use crate::ledger_cmd::ClusterArgs;
+
+/// The Kafka listener and topic defaults (Kafka's names in brackets).
+#[derive(Debug, Clone, clap::Args)]
+pub struct KafkaArgs {
+    /// Where the Kafka listener binds (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    pub kafka_listen: SocketAddr,
+    /// The `host:port` clients are told to connect to [advertised.listeners]; default: the
+    /// bound address (required when binding 0.0.0.0).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub advertise: Option<String>,
+    /// This broker's id in Metadata answers [node.id].
+    #[arg(long, default_value_t = 1)]
+    pub node_id: i32,
+    /// Partitions of auto-created topics and of CreateTopics with -1 [num.partitions].
+    #[arg(long, default_value_t = 1)]
+    pub num_partitions: u32,
+    /// Copies of each batch for new topics [default.replication.factor]; default: the
+    /// writable bookies, at most 3.
+    #[arg(long)]
+    pub default_replication_factor: Option<u16>,
+    /// Do not create unknown topics on Metadata requests [auto.create.topics.enable=false].
+    #[arg(long)]
+    pub no_auto_create_topics: bool,
+    /// Default retention of topics in ms, -1 for ever [log.retention.ms].
+    #[arg(long, default_value_t = 7 * 24 * 3600 * 1000, allow_hyphen_values = true)]
+    pub log_retention_ms: i64,
+    /// Default retention per partition in bytes, -1 for no limit [log.retention.bytes].
+    #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
+    pub log_retention_bytes: i64,
+    /// Default largest record batch in bytes [message.max.bytes].
+    #[arg(long, default_value_t = 1_048_588)]
+    pub message_max_bytes: i32,
+}
+
+impl KafkaArgs {
+    /// The broker's config for a cluster with `bookies` writable bookies.
+    pub fn config(&self, bookies: usize) -> Result<BrokerConfig, String> {
+        if bookies == 0 {
+            return Err("no writable bookies are registered: start bookies first".into());
+        }
+        let replication_max = bookies.min(u16::MAX as usize) as u16;
+        let default_replication = self.default_replication_factor.unwrap_or(replication_max.min(3));
+        let advertised = match &self.advertise {
+            None => None,
+            Some(a) => {
+                let (host, port) = a
+                    .rsplit_once(':')
+                    .ok_or_else(|| format!("--advertise {a:?}: expected host:port"))?;
+                let port: u16 =
+                    port.parse().map_err(|_| format!("--advertise {a:?}: bad port {port:?}"))?;
+                if host.is_empty() {
+                    return Err(format!("--advertise {a:?}: empty host"));
+                }
+                Some((host.to_string(), port))
+            }
+        };
+        let mut topic_defaults = TopicConfig::default();
+        for (k, v) in [
+            ("retention.ms", self.log_retention_ms.to_string()),
+            ("retention.bytes", self.log_retention_bytes.to_string()),
+            ("max.message.bytes", self.message_max_bytes.to_string()),
+        ] {
+            topic_defaults.set(k, &v).map_err(|e| format!("broker default: {e}"))?;
+        }
+        Ok(BrokerConfig {
+            node_id: self.node_id,
+            listen: self.kafka_listen,
+            advertised,
+            auto_create_topics: !self.no_auto_create_topics,
+            default_partitions: self.num_partitions,
+            default_replication,
+            replication_max,
+            topic_defaults,
+            ..BrokerConfig::default()
+        })
+    }
+}
+
+/// `folio broker`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    #[command(flatten)]
+    kafka: KafkaArgs,
+    /// Health and Prometheus metrics endpoint.
+    #[arg(long, default_value = "127.0.0.1:8082")]
+    http: SocketAddr,
+}
+
+/// Writable bookies registered in the cluster.
+pub async fn writable_bookies(
+    meta: &dyn folio_meta::MetadataStore,
+    keys: &folio_meta::keys::Keys,
+) -> Result<usize, String> {
+    folio_meta::list_all(meta, &keys.bookies_writable())
+        .await
+        .map(|v| v.len())
+        .map_err(|e| format!("listing bookies: {e}"))
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting runtime: {e}"))?;
+    runtime.block_on(async {
+        let (meta, keys, client) = args.cluster.connect().await?;
+        let bookies = writable_bookies(meta.as_ref(), &keys).await?;
+        let config = args.kafka.config(bookies)?;
+        let env = LogEnv {
+            meta,
+            client,
+            keys,
+            clock: Arc::new(WallClock),
+            owner: format!("broker-{}", args.kafka.node_id),
+        };
+        let http = crate::http::bind(args.http).await?;
+        let broker = Broker::start(config, env).await?;
+        let http_task = tokio::spawn(crate::http::serve(
+            http,
+            Arc::new(tokio::sync::RwLock::new(Vec::new())),
+            None,
+            Some(broker.clone()),
+        ));
+        tracing::info!(kafka = %broker.addr(), http = %args.http, "folio broker up; Ctrl-C to stop");
+        tokio::signal::ctrl_c().await.map_err(|e| format!("waiting for Ctrl-C: {e}"))?;
+        http_task.abort();
+        tokio::time::timeout(Duration::from_secs(30), broker.shutdown())
+            .await
+            .map_err(|_| "closing partition logs took over 30 s".to_string())
+    })
+}

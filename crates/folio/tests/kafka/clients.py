@@ -1,0 +1,434 @@
+#!/usr/bin/env python3
+"""Real Kafka clients against a Folio broker: one scenario per invocation.
+
+    clients.py <scenario> <bootstrap> [args...]
+
+Every scenario asserts what it sees and exits non-zero (with the reason) on a mismatch.
+Run by crates/folio/tests/kafka_clients.rs against `folio standalone`; the clients come
+from pip (confluent-kafka, kafka-python, aiokafka), installed by scripts/test.sh.
+"""
+
+import asyncio
+import sys
+import time
+import uuid
+
+
+def fail(msg):
+    print(f"FAIL: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+def topic_name(prefix):
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+# ---------------------------------------------------------------- confluent-kafka (librdkafka)
+
+def ck():
+    import confluent_kafka
+    return confluent_kafka
+
+
+def admin(bootstrap):
+    from confluent_kafka.admin import AdminClient
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def create_topic(bootstrap, name, partitions=1, config=None):
+    from confluent_kafka.admin import NewTopic
+    a = admin(bootstrap)  # kept alive until the future resolves
+    futures = a.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=-1, config=config or {})],
+        operation_timeout=10)
+    futures[name].result(timeout=20)
+
+
+def consume_all(bootstrap, topic, partition, start, count, timeout=30.0):
+    """Reads `count` records of one partition from offset `start` (assign, no group)."""
+    c = ck().Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": "unused",
+        "enable.auto.commit": False,
+        "fetch.wait.max.ms": 100,
+    })
+    c.assign([ck().TopicPartition(topic, partition, start)])
+    out = []
+    deadline = time.time() + timeout
+    while len(out) < count and time.time() < deadline:
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        if m.error():
+            if m.error().code() == ck().KafkaError._PARTITION_EOF:
+                continue
+            fail(f"consume error: {m.error()}")
+        out.append(m)
+    c.close()
+    check(len(out) == count, f"{topic}[{partition}]: read {len(out)} of {count} records from {start}")
+    return out
+
+
+def produce(bootstrap, topic, records, **conf):
+    """Produces (key, value, headers, partition, timestamp) tuples; returns delivery reports."""
+    p = ck().Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **conf})
+    reports = []
+
+    def on_delivery(err, msg):
+        reports.append((err, msg.offset() if err is None else None))
+
+    for key, value, headers, partition, ts in records:
+        kw = {"partition": partition} if partition is not None else {}
+        if ts is not None:
+            kw["timestamp"] = ts
+        p.produce(topic, value=value, key=key, headers=headers, on_delivery=on_delivery, **kw)
+        p.poll(0)
+    left = p.flush(30)
+    check(left == 0, f"{left} records still queued after flush")
+    return reports
+
+
+def scenario_confluent_codecs(bootstrap):
+    """acks 0/1/all x every codec: values, keys, duplicate header keys and order survive."""
+    for acks in ["0", "1", "all"]:
+        for codec in ["none", "gzip", "snappy", "lz4", "zstd"]:
+            topic = topic_name(f"codec-{codec}-acks{acks}")
+            create_topic(bootstrap, topic)
+            n = 300
+            records = [
+                (f"k{i}".encode(), f"value-{i}-".encode() * (1 + i % 7),
+                 [("h", b"first"), ("h", f"second-{i}".encode()), ("other", None)], 0, None)
+                for i in range(n)
+            ]
+            reports = produce(bootstrap, topic, records, acks=acks, **{"compression.codec": codec})
+            errors = [e for e, _ in reports if e is not None]
+            check(not errors, f"acks={acks} codec={codec}: delivery errors {errors[:3]}")
+            if acks != "0":
+                offsets = [o for _, o in reports]
+                check(sorted(offsets) == list(range(n)), f"acks={acks} codec={codec}: offsets {offsets[:10]}...")
+            got = consume_all(bootstrap, topic, 0, 0, n)
+            for i, m in enumerate(got):
+                check(m.offset() == i, f"{topic}: offset {m.offset()} at position {i}")
+                check(m.key() == f"k{i}".encode(), f"{topic}: key {m.key()} at {i}")
+                check(m.value() == records[i][1], f"{topic}: value mismatch at {i}")
+                check(m.headers() == records[i][2], f"{topic}: headers {m.headers()} at {i}")
+            print(f"ok acks={acks} codec={codec} records={n}")
+
+
+def scenario_large_batches(bootstrap):
+    """A batch near max.message.bytes is stored; one above it gets MESSAGE_TOO_LARGE."""
+    topic = topic_name("large")
+    create_topic(bootstrap, topic)
+    limit = 1_048_588
+    conf = {"message.max.bytes": 10_000_000, "compression.codec": "none", "linger.ms": 0,
+            "batch.num.messages": 1}
+    near = b"x" * (limit - 200)
+    reports = produce(bootstrap, topic, [(None, near, None, 0, None)], **conf)
+    check(reports[0][0] is None, f"a batch just under the limit failed: {reports[0][0]}")
+    above = b"y" * (limit + 1000)
+    reports = produce(bootstrap, topic, [(None, above, None, 0, None)], **conf)
+    err = reports[0][0]
+    check(err is not None and err.code() == ck().KafkaError.MSG_SIZE_TOO_LARGE,
+          f"a batch above max.message.bytes: expected MSG_SIZE_TOO_LARGE, got {err}")
+    got = consume_all(bootstrap, topic, 0, 0, 1)
+    check(got[0].value() == near, "the large record came back different")
+    # Raising the topic's max.message.bytes lets the big batch in.
+    from confluent_kafka.admin import ConfigResource, ConfigEntry, AlterConfigOpType
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("max.message.bytes", str(2 * limit), incremental_operation=AlterConfigOpType.SET)])
+    a = admin(bootstrap)
+    a.incremental_alter_configs([res])[res].result(timeout=20)
+    reports = produce(bootstrap, topic, [(None, above, None, 0, None)], **conf)
+    check(reports[0][0] is None, f"after raising max.message.bytes: {reports[0][0]}")
+    print("ok large batches")
+
+
+def scenario_offsets_by_time(bootstrap):
+    """ListOffsets: earliest, latest, and by timestamp (one batch per record here)."""
+    topic = topic_name("bytime")
+    create_topic(bootstrap, topic)
+    t0 = int(time.time() * 1000) - 100_000
+    for i in range(10):
+        reports = produce(bootstrap, topic, [(None, f"v{i}".encode(), None, 0, t0 + i * 1000)], **{"linger.ms": 0})
+        check(reports[0][0] is None, f"produce {i}: {reports[0][0]}")
+    c = ck().Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    lo, hi = c.get_watermark_offsets(ck().TopicPartition(topic, 0), timeout=10)
+    check((lo, hi) == (0, 10), f"watermarks {(lo, hi)}")
+    for ts, want in [(t0 + 2500, 3), (t0, 0), (t0 - 5, 0), (t0 + 9000, 9), (t0 + 9001, -1)]:
+        r = c.offsets_for_times([ck().TopicPartition(topic, 0, ts)], timeout=10)
+        check(r[0].offset == want, f"offset for time {ts - t0}: {r[0].offset}, expected {want}")
+    got = consume_all(bootstrap, topic, 0, 0, 10)
+    check([m.timestamp()[1] for m in got] == [t0 + i * 1000 for i in range(10)], "timestamps came back different")
+    c.close()
+    print("ok offsets by time")
+
+
+def scenario_delete_records(bootstrap):
+    """DeleteRecords moves the log start offset; reads start there."""
+    topic = topic_name("delrec")
+    create_topic(bootstrap, topic)
+    produce(bootstrap, topic, [(None, f"v{i}".encode(), None, 0, None) for i in range(20)])
+    a = admin(bootstrap)
+    tp = ck().TopicPartition(topic, 0, 7)
+    result = a.delete_records([tp])[tp].result(timeout=20)
+    check(result.low_watermark == 7, f"low watermark after delete_records: {result.low_watermark}")
+    c = ck().Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    lo, hi = c.get_watermark_offsets(ck().TopicPartition(topic, 0), timeout=10)
+    check((lo, hi) == (7, 20), f"watermarks after delete_records {(lo, hi)}")
+    c.close()
+    got = consume_all(bootstrap, topic, 0, ck().OFFSET_BEGINNING, 13)
+    check(got[0].offset() == 7 and got[0].value() == b"v7", f"first record after delete: {got[0].offset()}")
+    # Beyond the high watermark: OFFSET_OUT_OF_RANGE.
+    bad = ck().TopicPartition(topic, 0, 100)
+    try:
+        a.delete_records([bad])[bad].result(timeout=20)
+        fail("delete_records beyond the high watermark succeeded")
+    except ck().KafkaException as e:
+        check(e.args[0].code() == ck().KafkaError.OFFSET_OUT_OF_RANGE, f"wrong error: {e}")
+    print("ok delete records")
+
+
+def scenario_create_partitions(bootstrap):
+    from confluent_kafka.admin import NewPartitions
+    topic = topic_name("parts")
+    create_topic(bootstrap, topic, partitions=1)
+    a = admin(bootstrap)
+    a.create_partitions([NewPartitions(topic, 3)])[topic].result(timeout=20)
+    md = a.list_topics(topic, timeout=10)
+    check(len(md.topics[topic].partitions) == 3, f"partitions after create_partitions: {md.topics[topic].partitions}")
+    try:
+        a.create_partitions([NewPartitions(topic, 2)])[topic].result(timeout=20)
+        fail("shrinking partitions succeeded")
+    except ck().KafkaException as e:
+        check(e.args[0].code() == ck().KafkaError.INVALID_PARTITIONS, f"wrong error: {e}")
+    reports = produce(bootstrap, topic, [(None, b"p2", None, 2, None)])
+    check(reports[0] == (None, 0), f"produce to the new partition: {reports}")
+    check(consume_all(bootstrap, topic, 2, 0, 1)[0].value() == b"p2", "new partition read back wrong")
+    # An existing topic cannot be created again; a bad name is refused.
+    from confluent_kafka.admin import NewTopic
+    for name, code in [(topic, ck().KafkaError.TOPIC_ALREADY_EXISTS), ("bad/name", ck().KafkaError.TOPIC_EXCEPTION)]:
+        try:
+            a.create_topics([NewTopic(name, 1, -1)])[name].result(timeout=20)
+            fail(f"create_topics {name} succeeded")
+        except ck().KafkaException as e:
+            check(e.args[0].code() == code, f"create {name}: wrong error {e}")
+    print("ok create partitions")
+
+
+def scenario_configs(bootstrap):
+    """DescribeConfigs, IncrementalAlterConfigs and AlterConfigs round trip, with validation."""
+    from confluent_kafka.admin import ConfigResource, ConfigEntry, AlterConfigOpType, ConfigSource
+    topic = topic_name("configs")
+    create_topic(bootstrap, topic, config={"retention.ms": "3600000"})
+    a = admin(bootstrap)
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+
+    def describe():
+        return a.describe_configs([res])[res].result(timeout=20)
+
+    d = describe()
+    check(d["retention.ms"].value == "3600000", f"retention.ms {d['retention.ms'].value}")
+    check(d["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value, f"source {d['retention.ms'].source}")
+    check(d["retention.bytes"].value == "-1" and d["retention.bytes"].source == ConfigSource.DEFAULT_CONFIG.value,
+          f"retention.bytes {d['retention.bytes']}")
+    check(d["cleanup.policy"].value == "delete", "cleanup.policy")
+    inc = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.bytes", "1048576", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)])
+    a.incremental_alter_configs([inc])[inc].result(timeout=20)
+    d = describe()
+    check(d["retention.bytes"].value == "1048576", f"retention.bytes after SET: {d['retention.bytes'].value}")
+    check(d["retention.ms"].value == "604800000", f"retention.ms after DELETE: {d['retention.ms'].value}")
+    for key, value in [("cleanup.policy", "compact"), ("retention.ms", "-5"), ("segment.bytes", "100"),
+                       ("max.message.bytes", "nope")]:
+        bad = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+            ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)])
+        try:
+            a.incremental_alter_configs([bad])[bad].result(timeout=20)
+            fail(f"{key}={value} was accepted")
+        except ck().KafkaException as e:
+            check(e.args[0].code() == ck().KafkaError.INVALID_CONFIG, f"{key}={value}: wrong error {e}")
+    check(describe()["retention.bytes"].value == "1048576", "a refused change altered the topic")
+    # AlterConfigs (not incremental) replaces every override.
+    full = ConfigResource(ConfigResource.Type.TOPIC, topic, set_config={"message.timestamp.type": "LogAppendTime"})
+    a.alter_configs([full])[full].result(timeout=20)
+    d = describe()
+    check(d["message.timestamp.type"].value == "LogAppendTime", "message.timestamp.type")
+    check(d["retention.bytes"].value == "-1", f"AlterConfigs kept retention.bytes={d['retention.bytes'].value}")
+    before = int(time.time() * 1000)
+    produce(bootstrap, topic, [(None, b"stamped", None, 0, 1000)])
+    m = consume_all(bootstrap, topic, 0, 0, 1)[0]
+    kind, ts = m.timestamp()
+    check(kind == ck().TIMESTAMP_LOG_APPEND_TIME and ts >= before, f"LogAppendTime not applied: {m.timestamp()}")
+    # The broker's own configs are described, read-only.
+    b = ConfigResource(ConfigResource.Type.BROKER, "1")
+    bc = a.describe_configs([b])[b].result(timeout=20)
+    check("num.partitions" in bc and bc["num.partitions"].is_read_only, f"broker configs {list(bc)}")
+    print("ok configs")
+
+
+def produce_stream(bootstrap, topic):
+    """Produces numbered records (acks=all) until killed; prints `acked <n>` per acknowledgement."""
+    p = ck().Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 1,
+                       "message.timeout.ms": 5000})
+
+    def on_delivery(err, msg):
+        if err is None:
+            print(f"acked {int(msg.value())}", flush=True)
+
+    i = 0
+    while True:
+        try:
+            p.produce(topic, value=str(i).encode(), partition=0, on_delivery=on_delivery)
+            i += 1
+        except BufferError:
+            pass
+        p.poll(0.001)
+
+
+def dump(bootstrap, topic):
+    """Prints every value of partition 0, one per line, from the start to the high watermark."""
+    c = ck().Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    lo, hi = c.get_watermark_offsets(ck().TopicPartition(topic, 0), timeout=30)
+    c.close()
+    for m in consume_all(bootstrap, topic, 0, lo, hi - lo, timeout=60):
+        print(m.value().decode())
+
+
+def produce_count(bootstrap, topic, n):
+    """Produces n numbered records with acks=all; prints how many were acknowledged."""
+    p = ck().Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2})
+    acked = []
+
+    def on_delivery(err, msg):
+        if err is None:
+            acked.append(int(msg.value()))
+
+    for i in range(int(n)):
+        p.produce(topic, value=str(i).encode(), partition=0, on_delivery=on_delivery)
+        p.poll(0)
+    p.flush(60)
+    print(f"acked={len(acked)}")
+    check(sorted(acked) == list(range(int(n))), f"acked {len(acked)} of {n}")
+
+
+def consume_count(bootstrap, topic, n):
+    got = consume_all(bootstrap, topic, 0, 0, int(n), timeout=60)
+    values = [int(m.value()) for m in got]
+    check(values == list(range(int(n))), f"values read back out of order or missing: {values[:20]}")
+    print(f"ok consumed={len(values)}")
+
+
+# ---------------------------------------------------------------- kafka-python
+
+def scenario_kafka_python(bootstrap):
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.admin import KafkaAdminClient, NewTopic, ConfigResource, ConfigResourceType
+    a = KafkaAdminClient(bootstrap_servers=bootstrap)
+    topic = topic_name("kpy")
+    a.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
+    for acks in [0, 1, "all"]:
+        p = KafkaProducer(bootstrap_servers=bootstrap, acks=acks, enable_idempotence=False,
+                          compression_type="gzip")
+        futures = [p.send(topic, key=b"k", value=f"{acks}-{i}".encode(), partition=1,
+                          headers=[("h", b"1"), ("h", b"2")]) for i in range(50)]
+        p.flush()
+        if acks != 0:
+            offsets = [f.get(timeout=20).offset for f in futures]
+            check(offsets == sorted(offsets) and len(set(offsets)) == 50, f"kafka-python offsets {offsets[:5]}")
+        p.close()
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
+                      consumer_timeout_ms=10000)
+    tp = TopicPartition(topic, 1)
+    c.assign([tp])
+    c.seek_to_beginning(tp)
+    got = [m for _, ms in c.poll(timeout_ms=5000, max_records=500).items() for m in ms]
+    while len(got) < 150:
+        batch = c.poll(timeout_ms=5000, max_records=500)
+        if not batch:
+            break
+        got += [m for _, ms in batch.items() for m in ms]
+    check(len(got) == 150, f"kafka-python read {len(got)} of 150")
+    check([m.value.decode() for m in got] == [f"{a}-{i}" for a in [0, 1, "all"] for i in range(50)], "kafka-python values")
+    check(got[0].headers == [("h", b"1"), ("h", b"2")], f"kafka-python headers {got[0].headers}")
+    end = c.end_offsets([tp])[tp]
+    check(end == 150, f"end offset {end}")
+    c.close()
+    res = a.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+    check(res is not None, "describe_configs")
+    a.close()
+    print("ok kafka-python")
+
+
+# ---------------------------------------------------------------- aiokafka
+
+def scenario_aiokafka(bootstrap):
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    topic = topic_name("aio")
+    create_topic(bootstrap, topic)
+
+    async def run():
+        p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", compression_type="gzip")
+        await p.start()
+        try:
+            offsets = []
+            for i in range(100):
+                md = await p.send_and_wait(topic, f"aio-{i}".encode(), partition=0)
+                offsets.append(md.offset)
+            check(offsets == list(range(100)), f"aiokafka offsets {offsets[:5]}")
+            batch = p.create_batch()
+            for i in range(10):
+                batch.append(key=None, value=f"b-{i}".encode(), timestamp=None)
+            fut = await p.send_batch(batch, topic, partition=0)
+            check((await fut).offset == 100, "aiokafka batch offset")
+        finally:
+            await p.stop()
+        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
+        await c.start()
+        try:
+            tp = TopicPartition(topic, 0)
+            c.assign([tp])
+            await c.seek_to_beginning(tp)
+            got = []
+            deadline = time.time() + 30
+            while len(got) < 110 and time.time() < deadline:
+                r = await c.getmany(tp, timeout_ms=1000)
+                got += r.get(tp, [])
+            check([m.value.decode() for m in got] == [f"aio-{i}" for i in range(100)] + [f"b-{i}" for i in range(10)],
+                  f"aiokafka read {len(got)}")
+            ts = int(time.time() * 1000) + 60_000
+            r = await c.offsets_for_times({tp: ts})
+            check(r[tp] is None, f"offsets_for_times in the future: {r[tp]}")
+        finally:
+            await c.stop()
+
+    asyncio.run(run())
+    print("ok aiokafka")
+
+
+SCENARIOS = {
+    "confluent_codecs": scenario_confluent_codecs,
+    "large_batches": scenario_large_batches,
+    "offsets_by_time": scenario_offsets_by_time,
+    "delete_records": scenario_delete_records,
+    "create_partitions": scenario_create_partitions,
+    "configs": scenario_configs,
+    "kafka_python": scenario_kafka_python,
+    "aiokafka": scenario_aiokafka,
+    "produce_count": produce_count,
+    "consume_count": consume_count,
+    "produce_stream": produce_stream,
+    "dump": dump,
+}
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3 or sys.argv[1] not in SCENARIOS:
+        print(__doc__)
+        print("scenarios:", ", ".join(SCENARIOS))
+        sys.exit(2)
+    SCENARIOS[sys.argv[1]](*sys.argv[2:])

@@ -1,0 +1,256 @@
+//! Real Kafka clients against `folio standalone`: kcat (librdkafka 2.0.2 from Debian) and,
+//! from pip, confluent-kafka (librdkafka 2.16), kafka-python and aiokafka. Each test
+//! starts its own standalone process on free ports; the Python scenarios are in
+//! `tests/kafka/clients.py` and assert what they read back.
+//!
+//! The clients are installed by `scripts/test.sh`; a missing client fails the test with
+//! what to install (it is never skipped silently).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// A `folio standalone` process, killed when dropped.
+struct Standalone {
+    child: Child,
+    kafka: String,
+}
+
+impl Drop for Standalone {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Standalone {
+    fn start(dir: &Path, bookies: u16) -> Standalone {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))
+            .args(["standalone", "--data-dir"])
+            .arg(dir)
+            .args(["--bookies", &bookies.to_string()])
+            .args(["--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+            .args(["--kafka-listen", "127.0.0.1:0"])
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn folio standalone");
+        // Wait for "Kafka listener up ... addr=127.0.0.1:PORT"; keep draining stderr after.
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let plain = strip_ansi(&line);
+                if plain.contains("Kafka listener up")
+                    && let Some(addr) =
+                        plain.split_whitespace().find_map(|w| w.strip_prefix("addr="))
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(addr.to_string());
+                }
+                if std::env::var_os("FOLIO_TEST_VERBOSE").is_some() {
+                    eprintln!("[standalone] {plain}");
+                }
+            }
+        });
+        let kafka = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("standalone did not start its Kafka listener");
+        Standalone { child, kafka }
+    }
+
+    fn kill(mut self) {
+        // SIGKILL: no clean shutdown, no flush.
+        self.child.kill().expect("kill");
+        self.child.wait().expect("wait");
+    }
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka/clients.py")
+}
+
+fn python() -> Command {
+    let ok = Command::new("python3")
+        .args(["-c", "import confluent_kafka, kafka, aiokafka"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "the Kafka client tests need python3 with confluent-kafka, kafka-python and aiokafka (pip install confluent-kafka kafka-python aiokafka; scripts/test.sh does this)"
+    );
+    Command::new("python3")
+}
+
+/// Runs one scenario of clients.py against `kafka`; panics with its output on failure.
+fn scenario(kafka: &str, name: &str, args: &[&str]) -> String {
+    let out = python().arg(script()).arg(name).arg(kafka).args(args).output().expect("run python3");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "scenario {name} failed:\n--- stdout\n{stdout}\n--- stderr\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn run_scenario(name: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Standalone::start(dir.path(), 1);
+    let out = scenario(&s.kafka, name, &[]);
+    print!("{out}");
+}
+
+#[test]
+fn confluent_kafka_acks_0_1_all_with_every_codec() {
+    run_scenario("confluent_codecs");
+}
+
+#[test]
+fn batches_near_and_above_max_message_bytes() {
+    run_scenario("large_batches");
+}
+
+#[test]
+fn list_offsets_by_time_earliest_and_latest() {
+    run_scenario("offsets_by_time");
+}
+
+#[test]
+fn delete_records_moves_the_log_start_offset() {
+    run_scenario("delete_records");
+}
+
+#[test]
+fn create_partitions_and_create_topics_errors() {
+    run_scenario("create_partitions");
+}
+
+#[test]
+fn configs_round_trip_with_validation() {
+    run_scenario("configs");
+}
+
+#[test]
+fn kafka_python_produces_and_consumes() {
+    run_scenario("kafka_python");
+}
+
+#[test]
+fn aiokafka_produces_and_consumes() {
+    run_scenario("aiokafka");
+}
+
+fn kcat() -> Command {
+    assert!(
+        Command::new("kcat").arg("-V").output().is_ok_and(|o| o.status.success()),
+        "the kcat test needs kcat (apt-get install kcat; scripts/test.sh does this)"
+    );
+    Command::new("kcat")
+}
+
+#[test]
+fn kcat_produces_and_consumes_with_every_codec() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Standalone::start(dir.path(), 1);
+    for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
+        let topic = format!("kcat-{codec}");
+        let lines: Vec<String> = (0..100).map(|i| format!("{codec}-line-{i}")).collect();
+        let mut p = kcat()
+            .args(["-P", "-b", &s.kafka, "-t", &topic, "-z", codec, "-X", "acks=all"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        p.stdin.take().unwrap().write_all((lines.join("\n") + "\n").as_bytes()).unwrap();
+        assert!(p.wait().unwrap().success(), "kcat -P -z {codec} failed");
+        let out = kcat()
+            .args(["-C", "-b", &s.kafka, "-t", &topic, "-o", "beginning", "-e", "-f", "%o %s\n"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "kcat -C failed: {}", String::from_utf8_lossy(&out.stderr));
+        let want: Vec<String> = lines.iter().enumerate().map(|(i, l)| format!("{i} {l}")).collect();
+        let got: Vec<String> =
+            String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+        assert_eq!(got, want, "kcat read back codec {codec}");
+    }
+    // Metadata (-L) and offset queries (-Q: ListOffsets by time) work too.
+    let out = kcat().args(["-L", "-b", &s.kafka, "-t", "kcat-zstd"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("topic \"kcat-zstd\" with 1 partitions"), "{text}");
+    let out = kcat().args(["-Q", "-b", &s.kafka, "-t", "kcat-zstd:0:-1"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("offset 100"), "kcat -Q latest: {text}");
+}
+
+/// D1 through the Kafka API: every record a producer saw acknowledged (acks=all) is there
+/// after `folio standalone` is SIGKILLed mid-stream and restarted.
+#[test]
+fn d1_every_acknowledged_record_survives_a_standalone_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Standalone::start(dir.path(), 3);
+    let topic = "restart";
+    let mut producer = python()
+        .arg(script())
+        .args(["produce_stream", &s.kafka, topic])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = producer.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(n) = line.strip_prefix("acked ").and_then(|n| n.parse::<u64>().ok())
+                && tx.send(n).is_err()
+            {
+                break;
+            }
+        }
+    });
+    let mut acked = Vec::new();
+    while acked.len() < 2000 {
+        acked.push(rx.recv_timeout(Duration::from_secs(60)).expect("the producer stalled"));
+    }
+    s.kill();
+    // Acknowledgements already on their way count too.
+    while let Ok(n) = rx.recv_timeout(Duration::from_millis(500)) {
+        acked.push(n);
+    }
+    let _ = producer.kill();
+    let _ = producer.wait();
+    let s = Standalone::start(dir.path(), 3);
+    let out = scenario(&s.kafka, "dump", &[topic]);
+    let stored: std::collections::HashSet<u64> =
+        out.lines().filter_map(|l| l.parse().ok()).collect();
+    let lost: Vec<u64> = acked.iter().copied().filter(|n| !stored.contains(n)).collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged records lost, e.g. {:?}",
+        lost.len(),
+        acked.len(),
+        &lost[..lost.len().min(10)]
+    );
+    // And the log is appendable again after recovery.
+    scenario(&s.kafka, "produce_count", &["after-restart", "10"]);
+}
