@@ -3,7 +3,8 @@
 # including the metadata store's etcd backend against a real etcd.
 #
 # On a fresh machine it installs what the tests need (Debian: etcd-server for the etcd
-# backend, protobuf-compiler to build etcd-client), starts etcd on 127.0.0.1 with a
+# backend, protobuf-compiler to build etcd-client, kcat; pip: confluent-kafka,
+# kafka-python and aiokafka as real Kafka clients), starts etcd on 127.0.0.1 with a
 # temporary data dir, waits until it is healthy, runs everything with the `etcd` feature,
 # and stops etcd when done (also on failure or Ctrl-C).
 #
@@ -15,11 +16,22 @@ need=()
 command -v etcd >/dev/null || need+=(etcd-server)
 command -v protoc >/dev/null || need+=(protobuf-compiler)
 command -v curl >/dev/null || need+=(curl)
+command -v kcat >/dev/null || need+=(kcat)
+command -v python3 >/dev/null || need+=(python3)
+python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 if ((${#need[@]})); then
     echo "== installing ${need[*]}"
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# The real Kafka clients the broker is tested with (crates/folio/tests/kafka_clients.rs).
+if ! python3 -c 'import confluent_kafka, kafka, aiokafka' 2>/dev/null; then
+    echo "== installing confluent-kafka, kafka-python, aiokafka (pip)"
+    pkgs=(confluent-kafka kafka-python aiokafka)
+    python3 -m pip install --quiet "${pkgs[@]}" 2>/dev/null ||
+        python3 -m pip install --quiet --break-system-packages "${pkgs[@]}"
 fi
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

@@ -13,6 +13,9 @@
 //! header, checks the CRC, and patches offsets. The broker reaches bookies only through
 //! `folio-log` and never writes a managed log it has not opened (and so fenced).
 
+// Kafka's wire format is big-endian (Folio's own formats are little-endian).
+#![allow(clippy::big_endian_bytes)]
+
 pub mod api;
 pub mod batch;
 mod broker;

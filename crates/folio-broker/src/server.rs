@@ -111,15 +111,34 @@ async fn connection(inner: Arc<Inner>, stream: TcpStream) -> Result<(), String> 
     writer.await.map_err(|e| e.to_string())?
 }
 
-/// Decodes the header and starts the request's work.
-async fn dispatch(inner: &Arc<Inner>, frame: Bytes) -> Result<Pending, String> {
+/// A request frame after its header.
+pub(crate) enum Parsed {
+    /// ApiVersions decodes its own header: it must answer versions it does not know.
+    ApiVersions {
+        version: i16,
+        correlation: i32,
+        frame: Bytes,
+    },
+    Request {
+        key: ApiKey,
+        header: RequestHeader,
+        body: Bytes,
+    },
+}
+
+/// Reads a frame's header: the API key must be known and the version one the protocol
+/// crate decodes.
+pub(crate) fn parse_header(frame: Bytes) -> Result<Parsed, String> {
+    if frame.len() < HEADER_PREFIX_BYTES {
+        return Err(format!("a {}-byte request is shorter than a request header", frame.len()));
+    }
     let mut prefix = &frame[..HEADER_PREFIX_BYTES];
     let (api_key, version, correlation) = (prefix.get_i16(), prefix.get_i16(), prefix.get_i32());
     let Ok(key) = ApiKey::try_from(api_key) else {
         return Err(format!("unknown API key {api_key}"));
     };
     if key == ApiKey::ApiVersions {
-        return Ok(ready(crate::api::api_versions::answer(inner, version, correlation, frame)));
+        return Ok(Parsed::ApiVersions { version, correlation, frame });
     }
     let known = key.valid_versions();
     if !(known.min..=known.max).contains(&version) {
@@ -128,8 +147,20 @@ async fn dispatch(inner: &Arc<Inner>, frame: Bytes) -> Result<Pending, String> {
     let mut body = frame;
     let header = RequestHeader::decode(&mut body, key.request_header_version(version))
         .map_err(|e| format!("{key:?} v{version}: bad request header: {e}"))?;
-    tracing::trace!(api = ?key, version, correlation, client = ?header.client_id, "request");
-    crate::api::route(inner, key, header, body).await
+    Ok(Parsed::Request { key, header, body })
+}
+
+/// Decodes the header and starts the request's work.
+async fn dispatch(inner: &Arc<Inner>, frame: Bytes) -> Result<Pending, String> {
+    match parse_header(frame)? {
+        Parsed::ApiVersions { version, correlation, frame } => {
+            Ok(ready(crate::api::api_versions::answer(inner, version, correlation, frame)))
+        }
+        Parsed::Request { key, header, body } => {
+            tracing::trace!(api = ?key, version = header.request_api_version, correlation = header.correlation_id, client = ?header.client_id, "request");
+            crate::api::route(inner, key, header, body).await
+        }
+    }
 }
 
 /// An answer that is already known.

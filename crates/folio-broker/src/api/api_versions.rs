@@ -15,7 +15,7 @@ use crate::errors;
 use crate::server::encode_response;
 
 /// Highest ApiVersions version this broker knows.
-const VERSION_MAX: i16 = 4;
+pub(crate) const VERSION_MAX: i16 = 4;
 
 pub(crate) fn answer(
     inner: &Arc<Inner>,

@@ -106,6 +106,52 @@ fn run<H: Handler>(
     }))
 }
 
+/// Decodes a request frame (without its size prefix) as the broker does: the header, then
+/// the body by API. The fuzz target of the request decoder: it must return, never panic or
+/// allocate by an unchecked length, whatever the bytes.
+pub fn decode_request(frame: Bytes) -> Result<(ApiKey, i16), String> {
+    use kafka_protocol::messages as m;
+    fn body<T: Decodable>(
+        mut b: Bytes,
+        key: ApiKey,
+        version: i16,
+    ) -> Result<(ApiKey, i16), String> {
+        T::decode(&mut b, version)
+            .map(|_| (key, version))
+            .map_err(|e| format!("{key:?} v{version}: {e}"))
+    }
+    match crate::server::parse_header(frame)? {
+        crate::server::Parsed::ApiVersions { version, frame, .. } => {
+            if !(0..=api_versions::VERSION_MAX).contains(&version) {
+                return Ok((ApiKey::ApiVersions, version));
+            }
+            let mut b = frame;
+            RequestHeader::decode(&mut b, ApiKey::ApiVersions.request_header_version(version))
+                .map_err(|e| e.to_string())?;
+            body::<m::ApiVersionsRequest>(b, ApiKey::ApiVersions, version)
+        }
+        crate::server::Parsed::Request { key, header, body: b } => {
+            let v = header.request_api_version;
+            match key {
+                ApiKey::Produce => body::<m::ProduceRequest>(b, key, v),
+                ApiKey::Fetch => body::<m::FetchRequest>(b, key, v),
+                ApiKey::ListOffsets => body::<m::ListOffsetsRequest>(b, key, v),
+                ApiKey::Metadata => body::<m::MetadataRequest>(b, key, v),
+                ApiKey::CreateTopics => body::<m::CreateTopicsRequest>(b, key, v),
+                ApiKey::DeleteRecords => body::<m::DeleteRecordsRequest>(b, key, v),
+                ApiKey::DescribeConfigs => body::<m::DescribeConfigsRequest>(b, key, v),
+                ApiKey::AlterConfigs => body::<m::AlterConfigsRequest>(b, key, v),
+                ApiKey::CreatePartitions => body::<m::CreatePartitionsRequest>(b, key, v),
+                ApiKey::IncrementalAlterConfigs => {
+                    body::<m::IncrementalAlterConfigsRequest>(b, key, v)
+                }
+                ApiKey::DescribeCluster => body::<m::DescribeClusterRequest>(b, key, v),
+                other => Err(format!("{other:?} is not supported")),
+            }
+        }
+    }
+}
+
 pub(crate) fn api_name(key: ApiKey) -> &'static str {
     match key {
         ApiKey::Produce => "Produce",

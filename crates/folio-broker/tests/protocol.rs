@@ -1,0 +1,439 @@
+//! The broker on the wire, with a raw client: version negotiation, produce validation,
+//! pipelining order, acks=0, topic ids, retention configs, and malformed requests.
+
+// Kafka's wire format is big-endian.
+#![allow(clippy::big_endian_bytes)]
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use folio_broker::errors;
+use kafka_protocol::messages::api_versions_response::ApiVersionsResponse;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use rand::{Rng, SeedableRng};
+
+fn produce_req(topic: &str, partition: i32, records: Vec<u8>, acks: i16) -> ProduceRequest {
+    ProduceRequest::default().with_acks(acks).with_timeout_ms(10_000).with_topic_data(vec![
+        TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.into())))
+            .with_partition_data(vec![
+                PartitionProduceData::default()
+                    .with_index(partition)
+                    .with_records(Some(records.into())),
+            ]),
+    ])
+}
+
+fn produced(r: &ProduceResponse) -> (i16, i64) {
+    let p = &r.responses[0].partition_responses[0];
+    (p.error_code, p.base_offset)
+}
+
+fn metadata_req(topics: &[&str]) -> MetadataRequest {
+    MetadataRequest::default().with_allow_auto_topic_creation(true).with_topics(Some(
+        topics
+            .iter()
+            .map(|t| {
+                MetadataRequestTopic::default()
+                    .with_name(Some(TopicName(StrBytes::from_string(t.to_string()))))
+            })
+            .collect(),
+    ))
+}
+
+fn fetch_req(topic: &str, id: uuid::Uuid, offset: i64) -> FetchRequest {
+    FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![
+            FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_string(topic.into())))
+                .with_topic_id(id)
+                .with_partitions(vec![
+                    FetchPartition::default()
+                        .with_fetch_offset(offset)
+                        .with_partition_max_bytes(1 << 20),
+                ]),
+        ])
+}
+
+fn list_offsets_req(topic: &str, timestamp: i64) -> ListOffsetsRequest {
+    ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+        ListOffsetsTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.into())))
+            .with_partitions(vec![ListOffsetsPartition::default().with_timestamp(timestamp)]),
+    ])
+}
+
+#[tokio::test]
+async fn api_versions_answers_unknown_versions_in_v0_with_unsupported_version() {
+    let s = start(1, |_| {}).await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    // A future ApiVersions version: the v0 answer, error 35, the ApiVersions range inside.
+    let mut frame = Vec::new();
+    frame.extend_from_slice(&18i16.to_be_bytes());
+    frame.extend_from_slice(&99i16.to_be_bytes());
+    frame.extend_from_slice(&7i32.to_be_bytes());
+    frame.extend_from_slice(&(-1i16).to_be_bytes()); // null client id
+    c.send_raw(&frame).await;
+    let (corr, r) = c.recv::<ApiVersionsResponse>(ApiKey::ApiVersions, 0).await;
+    assert_eq!(corr, 7);
+    assert_eq!(r.error_code, errors::UNSUPPORTED_VERSION);
+    assert!(
+        r.api_keys.iter().any(|k| k.api_key == ApiKey::ApiVersions as i16 && k.max_version >= 3)
+    );
+    // v3 (flexible body) still has a v0 answer header; every advertised range is there.
+    let r: ApiVersionsResponse =
+        c.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()).await;
+    assert_eq!(r.error_code, 0);
+    for (key, lo, hi) in folio_broker::api::SUPPORTED {
+        let k = r.api_keys.iter().find(|k| k.api_key == *key as i16).expect("advertised");
+        assert_eq!((k.min_version, k.max_version), (*lo, *hi), "{key:?}");
+        // Never above Kafka 4.1's minimums (librdkafka 2.0.2 and aiokafka need the low ones).
+        assert!(*lo <= key.valid_versions().min.max(0), "{key:?} minimum {lo}");
+    }
+}
+
+#[tokio::test]
+async fn versions_not_advertised_get_unsupported_version_on_an_open_connection() {
+    let s = start(1, |_| {}).await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    let _: MetadataResponse = c.call(ApiKey::Metadata, 12, &metadata_req(&["t"])).await;
+    // Produce v12 decodes but is above what is advertised (11).
+    let r: ProduceResponse =
+        c.call(ApiKey::Produce, 12, &produce_req("t", 0, batch(1, 1), -1)).await;
+    assert_eq!(produced(&r).0, errors::UNSUPPORTED_VERSION);
+    let r: MetadataResponse = c.call(ApiKey::Metadata, 13, &metadata_req(&["t"])).await;
+    assert_eq!(r.topics[0].error_code, errors::UNSUPPORTED_VERSION);
+    // The connection is still good.
+    let r: ProduceResponse =
+        c.call(ApiKey::Produce, 9, &produce_req("t", 0, batch(1, 1), -1)).await;
+    assert_eq!(produced(&r), (0, 0));
+    assert!(s.broker.metrics().requests("Produce", errors::UNSUPPORTED_VERSION) >= 1);
+}
+
+#[tokio::test]
+async fn produce_refuses_bad_batches_with_kafka_error_codes() {
+    let s = start(1, |c| c.topic_defaults.max_message_bytes = 2000).await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    let _: MetadataResponse = c.call(ApiKey::Metadata, 9, &metadata_req(&["t"])).await;
+    let mut corrupt = batch(3, 1);
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 1;
+    let mut mismatch = batch(3, 1);
+    mismatch[57..61].copy_from_slice(&5i32.to_be_bytes());
+    let crc = crc32c::crc32c(&mismatch[21..]);
+    mismatch[17..21].copy_from_slice(&crc.to_be_bytes());
+    let mut v1 = batch(1, 1);
+    v1[16] = 1;
+    let cases: Vec<(&str, ProduceRequest, i16, i16)> = vec![
+        ("crc", produce_req("t", 0, corrupt, -1), 9, errors::CORRUPT_MESSAGE),
+        ("magic 1", produce_req("t", 0, v1, -1), 9, errors::CORRUPT_MESSAGE),
+        (
+            "truncated",
+            produce_req("t", 0, batch(2, 1)[..40].to_vec(), -1),
+            9,
+            errors::CORRUPT_MESSAGE,
+        ),
+        ("count", produce_req("t", 0, mismatch, -1), 9, errors::INVALID_RECORD),
+        ("too large", produce_req("t", 0, batch(200, 1), -1), 9, errors::MESSAGE_TOO_LARGE),
+        (
+            "zstd below v7",
+            produce_req("t", 0, batch_with(1, 1, 4), -1),
+            6,
+            errors::UNSUPPORTED_COMPRESSION_TYPE,
+        ),
+        (
+            "transactional",
+            produce_req("t", 0, batch_with(1, 1, 1 << 4), -1),
+            9,
+            errors::INVALID_RECORD,
+        ),
+        ("partition", produce_req("t", 5, batch(1, 1), -1), 9, errors::UNKNOWN_TOPIC_OR_PARTITION),
+        ("topic", produce_req("nope", 0, batch(1, 1), -1), 9, errors::UNKNOWN_TOPIC_OR_PARTITION),
+        ("acks", produce_req("t", 0, batch(1, 1), 2), 9, errors::INVALID_REQUIRED_ACKS),
+    ];
+    for (what, req, version, code) in cases {
+        let r: ProduceResponse = c.call(ApiKey::Produce, version, &req).await;
+        assert_eq!(produced(&r).0, code, "{what}");
+    }
+    // Nothing of the refused batches was stored: the next batch gets offset 0.
+    let r: ProduceResponse =
+        c.call(ApiKey::Produce, 9, &produce_req("t", 0, batch(2, 1), -1)).await;
+    assert_eq!(produced(&r), (0, 0));
+    // zstd from v7 on is fine (the broker never decompresses).
+    let r: ProduceResponse =
+        c.call(ApiKey::Produce, 7, &produce_req("t", 0, batch_with(1, 1, 4), -1)).await;
+    assert_eq!(produced(&r), (0, 2));
+}
+
+#[tokio::test]
+async fn pipelined_produces_to_one_partition_keep_their_order() {
+    let s = start(3, |_| {}).await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    let _: MetadataResponse = c.call(ApiKey::Metadata, 9, &metadata_req(&["p"])).await;
+    let n = 300;
+    let mut sent = Vec::new();
+    for i in 0..n {
+        sent.push(
+            c.send(ApiKey::Produce, 9, &produce_req("p", 0, batch(1 + i % 3, i as i64), -1)).await,
+        );
+    }
+    let mut expect_base = 0i64;
+    for (i, corr) in sent.into_iter().enumerate() {
+        let (got, r) = c.recv::<ProduceResponse>(ApiKey::Produce, 9).await;
+        assert_eq!(got, corr, "answer {i} out of order");
+        assert_eq!(produced(&r), (0, expect_base), "request {i}");
+        expect_base += 1 + (i as i64 % 3);
+    }
+    // Fetch returns the batches with their offsets patched in, in order.
+    let r: FetchResponse = c.call(ApiKey::Fetch, 12, &fetch_req("p", uuid::Uuid::nil(), 0)).await;
+    let p = &r.responses[0].partitions[0];
+    assert_eq!(p.high_watermark, expect_base);
+    let bases = base_offsets(p.records.as_ref().unwrap());
+    assert_eq!(bases.len(), n as usize);
+    assert!(bases.windows(2).all(|w| w[0] < w[1]), "{bases:?}");
+    // A fetch from inside a batch returns that whole batch.
+    let r: FetchResponse = c.call(ApiKey::Fetch, 12, &fetch_req("p", uuid::Uuid::nil(), 2)).await;
+    assert_eq!(base_offsets(r.responses[0].partitions[0].records.as_ref().unwrap())[0], 1);
+}
+
+#[tokio::test]
+async fn acks_0_gets_no_answer_and_a_failure_closes_the_connection() {
+    let s = start(1, |_| {}).await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    let _: MetadataResponse = c.call(ApiKey::Metadata, 9, &metadata_req(&["z"])).await;
+    c.send(ApiKey::Produce, 9, &produce_req("z", 0, batch(1, 1), 0)).await;
+    // The next answer is the Metadata one: the produce got none.
+    let corr = c.send(ApiKey::Metadata, 9, &metadata_req(&["z"])).await;
+    let (got, _) = c.recv::<MetadataResponse>(ApiKey::Metadata, 9).await;
+    assert_eq!(got, corr);
+    let r: ListOffsetsResponse = c.call(ApiKey::ListOffsets, 5, &list_offsets_req("z", -1)).await;
+    assert_eq!(r.topics[0].partitions[0].offset, 1, "the acks=0 batch was stored");
+    // acks=0 to a topic that does not exist: the broker closes the connection.
+    c.send(ApiKey::Produce, 9, &produce_req("missing", 0, batch(1, 1), 0)).await;
+    assert!(c.recv_raw().await.is_none(), "connection closed");
+}
+
+#[tokio::test]
+async fn topic_ids_from_metadata_address_fetch_v13() {
+    let s = start(1, |_| {}).await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    let md: MetadataResponse = c.call(ApiKey::Metadata, 12, &metadata_req(&["ids"])).await;
+    let id = md.topics[0].topic_id;
+    assert!(!id.is_nil(), "Metadata v10+ carries the topic id");
+    let r: ProduceResponse =
+        c.call(ApiKey::Produce, 9, &produce_req("ids", 0, batch(4, 1), -1)).await;
+    assert_eq!(produced(&r), (0, 0));
+    let r: FetchResponse = c.call(ApiKey::Fetch, 16, &fetch_req("", id, 0)).await;
+    assert_eq!(r.responses[0].topic_id, id);
+    assert_eq!(r.responses[0].partitions[0].error_code, 0);
+    assert_eq!(base_offsets(r.responses[0].partitions[0].records.as_ref().unwrap()), vec![0]);
+    let r: FetchResponse =
+        c.call(ApiKey::Fetch, 16, &fetch_req("", uuid::Uuid::from_u128(42), 0)).await;
+    assert_eq!(r.responses[0].partitions[0].error_code, errors::UNKNOWN_TOPIC_ID);
+    // Metadata by id, known and unknown.
+    let by_id = |id| {
+        MetadataRequest::default().with_topics(Some(vec![
+            MetadataRequestTopic::default().with_name(None).with_topic_id(id),
+        ]))
+    };
+    let r: MetadataResponse = c.call(ApiKey::Metadata, 12, &by_id(id)).await;
+    assert_eq!(r.topics[0].name.as_ref().map(|n| n.as_str()), Some("ids"));
+    let r: MetadataResponse = c.call(ApiKey::Metadata, 12, &by_id(uuid::Uuid::from_u128(42))).await;
+    assert_eq!(r.topics[0].error_code, errors::UNKNOWN_TOPIC_ID);
+    // Fetch beyond the end: OFFSET_OUT_OF_RANGE with the watermarks.
+    let r: FetchResponse =
+        c.call(ApiKey::Fetch, 12, &fetch_req("ids", uuid::Uuid::nil(), 99)).await;
+    let p = &r.responses[0].partitions[0];
+    assert_eq!(
+        (p.error_code, p.high_watermark, p.log_start_offset),
+        (errors::OFFSET_OUT_OF_RANGE, 4, 0)
+    );
+}
+
+#[tokio::test]
+async fn retention_configs_trim_partition_logs() {
+    let s = start(1, |c| {
+        c.log.rollover_entries = 5;
+    })
+    .await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    let _: MetadataResponse = c.call(ApiKey::Metadata, 9, &metadata_req(&["r"])).await;
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
+            as i64;
+    for i in 0..30 {
+        let r: ProduceResponse =
+            c.call(ApiKey::Produce, 9, &produce_req("r", 0, batch(2, now + i), -1)).await;
+        assert_eq!(produced(&r).0, 0);
+    }
+    let earliest = |r: &ListOffsetsResponse| r.topics[0].partitions[0].offset;
+    let r: ListOffsetsResponse = c.call(ApiKey::ListOffsets, 5, &list_offsets_req("r", -2)).await;
+    assert_eq!(earliest(&r), 0, "7-day retention keeps everything");
+    let alter = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("r"))
+            .with_configs(vec![
+                AlterableConfig::default()
+                    .with_name(StrBytes::from_static_str("retention.bytes"))
+                    .with_config_operation(0)
+                    .with_value(Some(StrBytes::from_static_str("0"))),
+            ]),
+    ]);
+    let r: IncrementalAlterConfigsResponse =
+        c.call(ApiKey::IncrementalAlterConfigs, 1, &alter).await;
+    assert_eq!(r.responses[0].error_code, 0);
+    let r: ListOffsetsResponse = c.call(ApiKey::ListOffsets, 5, &list_offsets_req("r", -2)).await;
+    assert!(
+        earliest(&r) >= 50,
+        "retention.bytes=0 trims every closed ledger: start {}",
+        earliest(&r)
+    );
+    let r: ListOffsetsResponse = c.call(ApiKey::ListOffsets, 5, &list_offsets_req("r", -1)).await;
+    assert_eq!(earliest(&r), 60, "the end stays");
+}
+
+/// Mutated valid requests, random frames and huge counts: every one gets an answer or a
+/// closed connection, and the broker keeps serving (the decoder fuzz target in-process
+/// and over the network).
+#[tokio::test]
+async fn malformed_requests_get_an_error_or_a_closed_connection_never_a_crash() {
+    let s = start(1, |_| {}).await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    let _: MetadataResponse = c.call(ApiKey::Metadata, 9, &metadata_req(&["f"])).await;
+    // Valid frames of several APIs and versions, captured by encoding them.
+    let valid: Vec<Vec<u8>> = {
+        use kafka_protocol::protocol::Encodable;
+        let mut v = Vec::new();
+        let mut put = |key: ApiKey, version: i16, body: &dyn Fn(&mut bytes::BytesMut)| {
+            let mut b = bytes::BytesMut::new();
+            RequestHeader::default()
+                .with_request_api_key(key as i16)
+                .with_request_api_version(version)
+                .with_correlation_id(1)
+                .encode(&mut b, key.request_header_version(version))
+                .unwrap();
+            body(&mut b);
+            v.push(b.to_vec());
+        };
+        for version in [3, 7, 9, 11] {
+            put(ApiKey::Produce, version, &|b| {
+                produce_req("f", 0, batch(3, 1), -1).encode(b, version).unwrap()
+            });
+        }
+        for version in [4, 11, 12, 13, 16] {
+            put(ApiKey::Fetch, version, &|b| {
+                fetch_req("f", uuid::Uuid::nil(), 0).encode(b, version).unwrap()
+            });
+        }
+        for version in [0, 4, 9, 12] {
+            put(ApiKey::Metadata, version, &|b| metadata_req(&["f"]).encode(b, version).unwrap());
+        }
+        for version in [1, 5, 7] {
+            put(ApiKey::ListOffsets, version, &|b| {
+                list_offsets_req("f", -1).encode(b, version).unwrap()
+            });
+        }
+        put(ApiKey::ApiVersions, 3, &|b| ApiVersionsRequest::default().encode(b, 3).unwrap());
+        v
+    };
+    for seed in folio_testkit::seeds("FOLIO_FUZZ_SEEDS", 0..4) {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+        // In-process: the decoder alone, many cases.
+        for _ in 0..20_000 {
+            let mut f = valid[rng.random_range(0..valid.len())].clone();
+            mutate(&mut rng, &mut f);
+            let _ = folio_broker::api::decode_request(Bytes::from(f));
+        }
+        // Over the network: fewer, each on a fresh connection when the last one closed.
+        for i in 0..300 {
+            let mut f = valid[rng.random_range(0..valid.len())].clone();
+            mutate(&mut rng, &mut f);
+            c.send_raw(&f).await;
+            match tokio::time::timeout(std::time::Duration::from_secs(5), c.recv_raw()).await {
+                Ok(Some(_)) => {}
+                Ok(None) => c = Conn::open(s.broker.addr()).await,
+                Err(_) => {
+                    // Only a long poll (Fetch, max_wait_ms mutated) or an acks=0 Produce may
+                    // legitimately stay unanswered.
+                    assert!(
+                        f[..2] == [0, 1] || f[..2] == [0, 0],
+                        "seed {seed}: no answer to {:?}",
+                        &f[..8]
+                    );
+                    c = Conn::open(s.broker.addr()).await;
+                }
+            }
+            if i % 50 == 0 {
+                // Still serving.
+                let r: ApiVersionsResponse =
+                    c.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()).await;
+                assert_eq!(r.error_code, 0, "seed {seed}");
+            }
+        }
+    }
+    // Frames too large or too small for a header close the connection; nothing else dies.
+    let mut raw = Conn::open(s.broker.addr()).await;
+    tokio::io::AsyncWriteExt::write_all(&mut raw.stream, &i32::MAX.to_be_bytes()).await.unwrap();
+    assert!(raw.recv_raw().await.is_none());
+    let mut raw = Conn::open(s.broker.addr()).await;
+    raw.send_raw(&[0, 3]).await;
+    assert!(raw.recv_raw().await.is_none());
+    let mut c = Conn::open(s.broker.addr()).await;
+    let r: ApiVersionsResponse =
+        c.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()).await;
+    assert_eq!(r.error_code, 0);
+}
+
+/// Flips, truncates, inserts, or plants a huge count in a frame (after its API key, so the
+/// API stays a known one more often than not).
+fn mutate(rng: &mut impl Rng, f: &mut Vec<u8>) {
+    for _ in 0..rng.random_range(1..4) {
+        if f.len() < 9 {
+            f.extend_from_slice(&[0xff; 8]);
+        }
+        let at = rng.random_range(2..f.len());
+        match rng.random_range(0..5) {
+            0 => f[at] ^= 1 << rng.random_range(0..8),
+            1 => f.truncate(at),
+            2 => f.insert(at, rng.random()),
+            3 => {
+                let end = (at + 4).min(f.len());
+                f[at..end].copy_from_slice(&[0x7f, 0xff, 0xff, 0xff][..end - at]);
+            }
+            _ => {
+                let end = (at + 5).min(f.len());
+                f[at..end].copy_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f][..end - at]);
+            }
+        }
+    }
+}
+
+#[test]
+fn decode_request_survives_adversarial_counts() {
+    // Metadata v0 with a topic count of 2^31-1 and nothing after it.
+    let mut f = vec![0, 3, 0, 0, 0, 0, 0, 1, 0xff, 0xff];
+    f.extend_from_slice(&0x7fff_ffffi32.to_be_bytes());
+    assert!(folio_broker::api::decode_request(Bytes::from(f)).is_err());
+    // A compact (flexible) array count of 2^32-1 in Metadata v9.
+    let mut f = vec![0, 3, 0, 9, 0, 0, 0, 1, 0xff, 0xff, 0];
+    f.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
+    assert!(folio_broker::api::decode_request(Bytes::from(f)).is_err());
+    // A produce whose records length says 2 GiB.
+    let mut f = vec![0, 0, 0, 9, 0, 0, 0, 1, 0xff, 0xff, 0, 0];
+    f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0x27, 0x10, 2, 2, b'f', 2, 0, 0, 0, 0]);
+    f.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x07]);
+    assert!(folio_broker::api::decode_request(Bytes::from(f)).is_err());
+}
