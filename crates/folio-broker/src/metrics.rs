@@ -50,6 +50,8 @@ pub struct TopicMetrics {
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     pub records_in: AtomicU64,
+    /// Record batches produced (each one ledger entry).
+    pub batches_in: AtomicU64,
     pub produce_latency: Histogram,
     pub fetch_latency: Histogram,
 }

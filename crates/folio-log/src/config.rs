@@ -32,6 +32,8 @@ pub struct LogConfig {
     pub cursor_flush_interval: Duration,
     /// Appends accepted but not yet confirmed; beyond, `append` waits (backpressure).
     pub pending_appends_max: usize,
+    /// ...and bytes of them (large batches fill the bookies' queues long before 4096 do).
+    pub pending_bytes_max: usize,
     /// Ledgers moved to the trash per metadata transaction (etcd allows 128 operations).
     pub trash_batch_max: usize,
     /// While no ledger can be created, appends wait this long before they fail.
@@ -54,6 +56,7 @@ impl Default for LogConfig {
             trim_interval: Duration::from_secs(60),
             cursor_flush_interval: Duration::from_secs(1),
             pending_appends_max: 4096,
+            pending_bytes_max: 32 * 1024 * 1024,
             trash_batch_max: 100,
             append_timeout: Duration::from_secs(30),
         }

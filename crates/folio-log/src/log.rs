@@ -50,6 +50,8 @@ use crate::records::{CursorRecord, LedgerInfo, LogRecord, LogRecordState, TrashR
 pub const OWNER_TAG: &str = "folio.log";
 /// Every this-many entries of a ledger go into its sparse offset index.
 const INDEX_EVERY: i64 = 16;
+/// Entries one `read` asks for at once, at most.
+const READ_AHEAD_MAX: usize = 16;
 /// Closed-ledger readers kept open per log.
 const READERS_MAX: usize = 64;
 /// Attempts to open a log while other owners race for it.
@@ -322,6 +324,7 @@ impl ManagedLog {
                 next_offset: 0,
                 max_ts: -1,
                 queue: VecDeque::new(),
+                queue_bytes: 0,
                 inflight: 0,
                 lac_rx: None,
                 cmd_rx,
@@ -573,13 +576,38 @@ impl ManagedLog {
                     _ => break,
                 }
             }
-            let e = self.read_entry(&info, current.as_deref(), entry_id).await?;
-            if e.next_offset() > status.end_offset {
+            // Read ahead: as many entries at once as the bytes left probably hold (by the
+            // average size so far), within this ledger and the limits.
+            let window = if out.is_empty() {
+                1
+            } else {
+                let average = (bytes / out.len()).max(1);
+                (max_bytes.saturating_sub(bytes) / average)
+                    .clamp(1, READ_AHEAD_MAX)
+                    .min(max_entries - out.len())
+                    .min((info.entries as i64 - entry_id) as usize)
+            };
+            let mut reads = Vec::with_capacity(window);
+            for id in entry_id..entry_id + window as i64 {
+                let (me, current) = (self.clone(), current.clone());
+                reads.push(tokio::spawn(async move {
+                    me.read_entry(&info, current.as_deref(), id).await
+                }));
+            }
+            let mut done = false;
+            for r in reads {
+                let e = r.await.map_err(|e| LogError::Ledger(format!("read task: {e}")))??;
+                if done || e.next_offset() > status.end_offset {
+                    done = true;
+                    continue;
+                }
+                bytes += e.payload.len();
+                out.push(e);
+                entry_id += 1;
+            }
+            if done {
                 break;
             }
-            bytes += e.payload.len();
-            out.push(e);
-            entry_id += 1;
         }
         Ok(out)
     }
@@ -805,6 +833,8 @@ struct Actor {
     /// The running maximum timestamp over every append.
     max_ts: i64,
     queue: VecDeque<Pending>,
+    /// Bytes of the entries in `queue` (bounded by `pending_bytes_max`).
+    queue_bytes: usize,
     /// Entries sent to the current writer and not yet confirmed.
     inflight: usize,
     /// The current writer's LAC (and failure) as it changes.
@@ -906,7 +936,8 @@ impl Actor {
     async fn run(mut self) {
         loop {
             let deadline = self.next_deadline();
-            let accepting = self.queue.len() < self.sh.config.pending_appends_max;
+            let accepting = self.queue.len() < self.sh.config.pending_appends_max
+                && self.queue_bytes < self.sh.config.pending_bytes_max;
             let clock = self.sh.env.clock.clone();
             tokio::select! {
                 true = lac_changed(&mut self.lac_rx) => self.on_lac().await,
@@ -980,6 +1011,7 @@ impl Actor {
                 self.next_offset += u64::from(records);
                 let mut data = data;
                 entry::write_header(&mut data, h);
+                self.queue_bytes += data.len();
                 self.queue.push_back(Pending {
                     base_offset: h.base_offset,
                     records,
@@ -1096,6 +1128,7 @@ impl Actor {
         while self.queue.front().is_some_and(|p| p.sent.is_some_and(|(l, e)| l == lid && e <= lac))
         {
             let mut p = self.queue.pop_front().expect("front exists");
+            self.queue_bytes -= p.data.len();
             let (lid, entry_id) = p.sent.expect("confirmed appends were sent");
             self.inflight -= 1;
             debug_assert_eq!(entry_id as u64, self.cur.entries, "confirmed out of order");
@@ -1128,6 +1161,7 @@ impl Actor {
     }
 
     fn fail_pending(&mut self, e: LogError) {
+        self.queue_bytes = 0;
         for mut p in self.queue.drain(..) {
             if let Some(reply) = p.reply.take() {
                 let _ = reply.send(Err(e.clone()));

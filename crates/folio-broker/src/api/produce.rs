@@ -36,6 +36,7 @@ enum Part {
         log: folio_log::ManagedLog,
         bytes: u64,
         records: u64,
+        batches: u64,
         metrics: Arc<TopicMetrics>,
         queued: Instant,
     },
@@ -177,6 +178,7 @@ pub(crate) async fn start(
                 log,
                 bytes,
                 records: n,
+                batches: batches.len() as u64,
                 metrics: metrics.clone(),
                 queued: Instant::now(),
             });
@@ -264,6 +266,7 @@ async fn settle(
                     log,
                     bytes,
                     records,
+                    batches,
                     metrics,
                     queued,
                 } => {
@@ -298,6 +301,7 @@ async fn settle(
                         Some(Ok(base)) => {
                             metrics.bytes_in.fetch_add(bytes, Ordering::Relaxed);
                             metrics.records_in.fetch_add(records, Ordering::Relaxed);
+                            metrics.batches_in.fetch_add(batches, Ordering::Relaxed);
                             metrics.produce_latency.observe(queued.elapsed());
                             inner.metrics.bytes_in.fetch_add(bytes, Ordering::Relaxed);
                             PartitionProduceResponse::default()

@@ -3,6 +3,7 @@
 
 mod bookie;
 mod gc;
+mod kafka;
 mod ledger;
 mod log;
 mod meta;
@@ -25,6 +26,9 @@ pub enum Bench {
     /// Managed-log appends against raw ledger adds, and the time to trim and reclaim
     /// many ledgers.
     Log(log::Args),
+    /// A real Kafka client (librdkafka via confluent-kafka) producing 1 KiB records with
+    /// acks=all to a broker on 3 bookies, against raw ledger adds on the same bookies.
+    Kafka(kafka::Args),
 }
 
 pub fn run(what: Bench) -> Result<(), String> {
@@ -35,6 +39,7 @@ pub fn run(what: Bench) -> Result<(), String> {
         Bench::Ledger(args) => ledger::run(args),
         Bench::Gc(args) => gc::run(args),
         Bench::Log(args) => log::run(args),
+        Bench::Kafka(args) => kafka::run(args),
     }
 }
 
