@@ -7,6 +7,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use kafka_protocol::messages::ApiKey;
+
 /// Upper bounds (seconds) of the latency buckets.
 const BUCKETS: [f64; 14] =
     [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -58,8 +60,8 @@ pub struct TopicMetrics {
 
 #[derive(Debug, Default)]
 pub struct Metrics {
-    /// (API name, error code) → requests answered.
-    requests: Mutex<BTreeMap<(&'static str, i16), u64>>,
+    /// (API key, error code) → requests answered.
+    requests: Mutex<BTreeMap<(i16, i16), u64>>,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     pub connections: AtomicU64,
@@ -70,14 +72,14 @@ pub struct Metrics {
 
 impl Metrics {
     /// Counts one answered request; `error`: the first non-zero error code in the answer.
-    pub fn request(&self, api: &'static str, error: i16) {
-        *self.requests.lock().expect("metrics lock").entry((api, error)).or_default() += 1;
+    pub fn request(&self, api: ApiKey, error: i16) {
+        *self.requests.lock().expect("metrics lock").entry((api as i16, error)).or_default() += 1;
     }
 
     /// Requests answered for `api` with `error` so far.
-    pub fn requests(&self, api: &str, error: i16) -> u64 {
+    pub fn requests(&self, api: ApiKey, error: i16) -> u64 {
         let m = self.requests.lock().expect("metrics lock");
-        m.iter().filter(|((a, e), _)| *a == api && *e == error).map(|(_, n)| *n).sum()
+        m.get(&(api as i16, error)).copied().unwrap_or(0)
     }
 
     pub fn topic(&self, name: &str) -> std::sync::Arc<TopicMetrics> {
@@ -93,6 +95,7 @@ impl Metrics {
         let mut out = String::new();
         out.push_str("# HELP folio_kafka_requests_total Kafka requests answered, by API and error code.\n# TYPE folio_kafka_requests_total counter\n");
         for ((api, code), n) in self.requests.lock().expect("metrics lock").iter() {
+            let api = ApiKey::try_from(*api).map_or_else(|_| api.to_string(), |k| format!("{k:?}"));
             let _ = writeln!(
                 out,
                 "folio_kafka_requests_total{{api=\"{api}\",error=\"{}\"}} {n}",

@@ -50,6 +50,7 @@ pub fn run(args: Args) -> Result<(), String> {
                 .map_err(|e| format!("opening metadata in {}: {e}", meta_dir.display()))?,
         );
         let http = crate::http::bind(args.http).await?;
+        let http_addr = http.local_addr().map_err(|e| format!("HTTP listener: {e}"))?;
         let bookies: crate::http::Bookies = Arc::new(RwLock::new(Vec::new()));
         for i in 0..args.bookies {
             let mut listen = args.listen;
@@ -95,7 +96,7 @@ pub fn run(args: Args) -> Result<(), String> {
             data_dir = %args.data_dir.display(),
             bookies = args.bookies,
             kafka = %broker.addr(),
-            http = %args.http,
+            http = %http_addr,
             "folio standalone up: embedded metadata, {} bookie(s), Kafka on {}; Ctrl-C to stop",
             args.bookies,
             broker.addr()

@@ -9,7 +9,7 @@ use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
 use kafka_protocol::protocol::Decodable;
 
-use crate::api::{SUPPORTED, api_name};
+use crate::api::SUPPORTED;
 use crate::broker::Inner;
 use crate::errors;
 use crate::server::encode_response;
@@ -48,6 +48,6 @@ pub(crate) fn answer(
         }
         version
     };
-    inner.metrics.request(api_name(ApiKey::ApiVersions), resp.error_code);
+    inner.metrics.request(ApiKey::ApiVersions, resp.error_code);
     encode_response(ApiKey::ApiVersions, answer_version, correlation, &resp).map(Some)
 }

@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use kafka_protocol::messages::{ApiKey, RequestHeader};
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ProduceRequest, RequestHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use crate::broker::Inner;
@@ -62,28 +62,46 @@ pub(crate) trait Handler: 'static {
     fn error_code(resp: &Self::Response) -> i16;
 }
 
-pub(crate) async fn route(
-    inner: &Arc<Inner>,
-    key: ApiKey,
-    header: RequestHeader,
-    body: Bytes,
-) -> Result<Pending, String> {
-    match key {
-        ApiKey::Produce => produce::start(inner, header, body).await,
-        ApiKey::Fetch => run::<fetch::Fetch>(inner, header, body),
-        ApiKey::ListOffsets => run::<offsets::ListOffsets>(inner, header, body),
-        ApiKey::Metadata => run::<metadata::Metadata>(inner, header, body),
-        ApiKey::CreateTopics => run::<admin::CreateTopics>(inner, header, body),
-        ApiKey::DeleteRecords => run::<offsets::DeleteRecords>(inner, header, body),
-        ApiKey::DescribeConfigs => run::<admin::DescribeConfigs>(inner, header, body),
-        ApiKey::AlterConfigs => run::<admin::AlterConfigs>(inner, header, body),
-        ApiKey::CreatePartitions => run::<admin::CreatePartitions>(inner, header, body),
-        ApiKey::IncrementalAlterConfigs => {
-            run::<admin::IncrementalAlterConfigs>(inner, header, body)
+/// The APIs served through `Handler` (Produce and ApiVersions have paths of their own):
+/// one list makes both the router and the decoder fuzz target.
+macro_rules! handlers {
+    ($($key:ident => $handler:ty),* $(,)?) => {
+        pub(crate) async fn route(
+            inner: &Arc<Inner>,
+            key: ApiKey,
+            header: RequestHeader,
+            body: Bytes,
+        ) -> Result<Pending, String> {
+            match key {
+                ApiKey::Produce => produce::start(inner, header, body).await,
+                $(ApiKey::$key => run::<$handler>(inner, header, body),)*
+                other => Err(format!("{other:?} is not supported by this broker (not advertised)")),
+            }
         }
-        ApiKey::DescribeCluster => run::<admin::DescribeCluster>(inner, header, body),
-        other => Err(format!("{other:?} is not supported by this broker (not advertised)")),
-    }
+
+        /// Decodes the body of a request of `key` at `version`.
+        fn decode_body(key: ApiKey, version: i16, mut b: Bytes) -> Result<(), String> {
+            let decoded = match key {
+                ApiKey::Produce => ProduceRequest::decode(&mut b, version).map(drop),
+                $(ApiKey::$key => <$handler as Handler>::Request::decode(&mut b, version).map(drop),)*
+                other => return Err(format!("{other:?} is not supported")),
+            };
+            decoded.map_err(|e| format!("{key:?} v{version}: {e}"))
+        }
+    };
+}
+
+handlers! {
+    Fetch => fetch::Fetch,
+    ListOffsets => offsets::ListOffsets,
+    Metadata => metadata::Metadata,
+    CreateTopics => admin::CreateTopics,
+    DeleteRecords => offsets::DeleteRecords,
+    DescribeConfigs => admin::DescribeConfigs,
+    AlterConfigs => admin::AlterConfigs,
+    CreatePartitions => admin::CreatePartitions,
+    IncrementalAlterConfigs => admin::IncrementalAlterConfigs,
+    DescribeCluster => admin::DescribeCluster,
 }
 
 fn run<H: Handler>(
@@ -101,7 +119,7 @@ fn run<H: Handler>(
         } else {
             H::error(version, &req, errors::UNSUPPORTED_VERSION)
         };
-        inner.metrics.request(api_name(H::KEY), H::error_code(&resp));
+        inner.metrics.request(H::KEY, H::error_code(&resp));
         encode_response(H::KEY, version, header.correlation_id, &resp).map(Some)
     }))
 }
@@ -110,16 +128,6 @@ fn run<H: Handler>(
 /// the body by API. The fuzz target of the request decoder: it must return, never panic or
 /// allocate by an unchecked length, whatever the bytes.
 pub fn decode_request(frame: Bytes) -> Result<(ApiKey, i16), String> {
-    use kafka_protocol::messages as m;
-    fn body<T: Decodable>(
-        mut b: Bytes,
-        key: ApiKey,
-        version: i16,
-    ) -> Result<(ApiKey, i16), String> {
-        T::decode(&mut b, version)
-            .map(|_| (key, version))
-            .map_err(|e| format!("{key:?} v{version}: {e}"))
-    }
     match crate::server::parse_header(frame)? {
         crate::server::Parsed::ApiVersions { version, frame, .. } => {
             if !(0..=api_versions::VERSION_MAX).contains(&version) {
@@ -128,45 +136,13 @@ pub fn decode_request(frame: Bytes) -> Result<(ApiKey, i16), String> {
             let mut b = frame;
             RequestHeader::decode(&mut b, ApiKey::ApiVersions.request_header_version(version))
                 .map_err(|e| e.to_string())?;
-            body::<m::ApiVersionsRequest>(b, ApiKey::ApiVersions, version)
+            ApiVersionsRequest::decode(&mut b, version).map_err(|e| e.to_string())?;
+            Ok((ApiKey::ApiVersions, version))
         }
-        crate::server::Parsed::Request { key, header, body: b } => {
-            let v = header.request_api_version;
-            match key {
-                ApiKey::Produce => body::<m::ProduceRequest>(b, key, v),
-                ApiKey::Fetch => body::<m::FetchRequest>(b, key, v),
-                ApiKey::ListOffsets => body::<m::ListOffsetsRequest>(b, key, v),
-                ApiKey::Metadata => body::<m::MetadataRequest>(b, key, v),
-                ApiKey::CreateTopics => body::<m::CreateTopicsRequest>(b, key, v),
-                ApiKey::DeleteRecords => body::<m::DeleteRecordsRequest>(b, key, v),
-                ApiKey::DescribeConfigs => body::<m::DescribeConfigsRequest>(b, key, v),
-                ApiKey::AlterConfigs => body::<m::AlterConfigsRequest>(b, key, v),
-                ApiKey::CreatePartitions => body::<m::CreatePartitionsRequest>(b, key, v),
-                ApiKey::IncrementalAlterConfigs => {
-                    body::<m::IncrementalAlterConfigsRequest>(b, key, v)
-                }
-                ApiKey::DescribeCluster => body::<m::DescribeClusterRequest>(b, key, v),
-                other => Err(format!("{other:?} is not supported")),
-            }
+        crate::server::Parsed::Request { key, header, body } => {
+            let version = header.request_api_version;
+            decode_body(key, version, body).map(|()| (key, version))
         }
-    }
-}
-
-pub(crate) fn api_name(key: ApiKey) -> &'static str {
-    match key {
-        ApiKey::Produce => "Produce",
-        ApiKey::Fetch => "Fetch",
-        ApiKey::ListOffsets => "ListOffsets",
-        ApiKey::Metadata => "Metadata",
-        ApiKey::ApiVersions => "ApiVersions",
-        ApiKey::CreateTopics => "CreateTopics",
-        ApiKey::DeleteRecords => "DeleteRecords",
-        ApiKey::DescribeConfigs => "DescribeConfigs",
-        ApiKey::AlterConfigs => "AlterConfigs",
-        ApiKey::CreatePartitions => "CreatePartitions",
-        ApiKey::IncrementalAlterConfigs => "IncrementalAlterConfigs",
-        ApiKey::DescribeCluster => "DescribeCluster",
-        _ => "Other",
     }
 }
 

@@ -18,7 +18,7 @@ use kafka_protocol::messages::produce_response::{PartitionProduceResponse, Topic
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, RequestHeader};
 use kafka_protocol::protocol::Decodable;
 
-use crate::api::{api_name, first_error, str_bytes, supported};
+use crate::api::{first_error, str_bytes, supported};
 use crate::batch::{self, BatchError, Codec};
 use crate::broker::Inner;
 use crate::errors;
@@ -191,7 +191,7 @@ pub(crate) async fn start(
         return Ok(tokio::spawn(async move {
             let resp = settle(&inner, topics, timeout).await;
             let code = first_error(partition_codes(&resp));
-            inner.metrics.request(api_name(ApiKey::Produce), code);
+            inner.metrics.request(ApiKey::Produce, code);
             inner.metrics.produce_latency.observe(received.elapsed());
             if code != 0 {
                 return Err(format!("acks=0 produce failed with {}", errors::name(code)));
@@ -201,12 +201,12 @@ pub(crate) async fn start(
     }
     if unsupported {
         let resp = settle(&inner, topics, timeout).await;
-        inner.metrics.request(api_name(ApiKey::Produce), errors::UNSUPPORTED_VERSION);
+        inner.metrics.request(ApiKey::Produce, errors::UNSUPPORTED_VERSION);
         return Ok(ready(encode_response(ApiKey::Produce, version, correlation, &resp).map(Some)));
     }
     Ok(tokio::spawn(async move {
         let resp = settle(&inner, topics, timeout).await;
-        inner.metrics.request(api_name(ApiKey::Produce), first_error(partition_codes(&resp)));
+        inner.metrics.request(ApiKey::Produce, first_error(partition_codes(&resp)));
         inner.metrics.produce_latency.observe(received.elapsed());
         encode_response(ApiKey::Produce, version, correlation, &resp).map(Some)
     }))
