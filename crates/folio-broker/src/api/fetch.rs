@@ -91,7 +91,7 @@ impl Handler for Fetch {
         loop {
             let (parts, bytes, settled) = read_all(&inner, &wants, max_bytes, read_committed).await;
             let now = Instant::now();
-            if settled || bytes >= min_bytes.max(1) || now >= deadline {
+            if settled || bytes >= min_bytes || now >= deadline {
                 let mut resp = FetchResponse::default();
                 for (i, mut head) in heads.into_iter().enumerate() {
                     head.partitions =
