@@ -2,8 +2,11 @@
 //! (E=3, Qw=2, Qa=2) while one bookie is killed with SIGKILL. With no spare bookie the
 //! writer cannot replace it and stops. The killed bookie restarts on its dirs (its journal
 //! must still hold everything it acknowledged), a fresh client recovers the ledger, and every
-//! acknowledged entry reads back byte-identical.
+//! acknowledged entry reads back byte-identical. Also: `folio broker` on the same kind of
+//! cluster, killed and replaced.
 #![cfg(feature = "etcd")]
+
+mod common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -104,4 +107,64 @@ async fn d1_three_bookie_processes_on_etcd_one_sigkilled_during_writes() {
         assert_eq!(r.read(*id).await.unwrap().payload(), &payload(*i)[..], "entry {id}");
     }
     drop(procs);
+}
+
+fn start_broker(etcd: &str, root: &str, node_id: u16) -> (Proc, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))
+        .args(["broker", "--metadata", &format!("etcd://{etcd}"), "--root", root])
+        .args(["--kafka-listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .args(["--node-id", &node_id.to_string()])
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn folio broker");
+    let addr = common::kafka_addr(&mut child);
+    (Proc(child), addr)
+}
+
+fn kcat(args: &[&str], stdin: Option<&str>) -> String {
+    use std::io::Write;
+    let mut c = Command::new("kcat")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kcat (apt-get install kcat; scripts/test.sh does this)");
+    let mut input = c.stdin.take().unwrap();
+    if let Some(s) = stdin {
+        input.write_all(s.as_bytes()).unwrap();
+    }
+    drop(input);
+    let out = c.wait_with_output().unwrap();
+    assert!(out.status.success(), "kcat {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// `folio broker` on etcd with two `folio bookie` processes: kcat produces and consumes; the
+/// broker is SIGKILLed and a new broker process serves every acknowledged record (it fences
+/// and recovers the partition's last ledger) and takes new ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d1_d3_a_broker_process_on_etcd_restarted_after_sigkill_keeps_every_record() {
+    let etcd = std::env::var("FOLIO_ETCD_ENDPOINTS")
+        .expect("FOLIO_ETCD_ENDPOINTS (scripts/test.sh sets it)");
+    let root = format!("broker-test-{:x}", rand::random::<u64>());
+    let tmp = tempfile::tempdir().unwrap();
+    let _bookies: Vec<Proc> =
+        (0..2).map(|i| start_bookie(tmp.path(), &format!("bookie-{i}"), &etcd, &root)).collect();
+    let (broker, addr) = start_broker(&etcd, &root, 1);
+    let lines: String = (0..200).map(|i| format!("record-{i}\n")).collect();
+    kcat(&["-P", "-b", &addr, "-t", "orders", "-X", "acks=all"], Some(&lines));
+    let read = |addr: &str| {
+        kcat(&["-C", "-b", addr, "-t", "orders", "-o", "beginning", "-e", "-f", "%o %s\n"], None)
+    };
+    let want: String = (0..200).map(|i| format!("{i} record-{i}\n")).collect();
+    assert_eq!(read(&addr), want);
+    drop(broker); // SIGKILL
+    let (_broker, addr) = start_broker(&etcd, &root, 2);
+    assert_eq!(read(&addr), want, "a new broker serves every acknowledged record");
+    kcat(&["-P", "-b", &addr, "-t", "orders", "-X", "acks=all"], Some("after\n"));
+    assert!(read(&addr).ends_with("200 after\n"));
+    let md = kcat(&["-L", "-b", &addr, "-t", "orders"], None);
+    assert!(md.contains("broker 2 at"), "{md}");
 }

@@ -6,6 +6,8 @@
 //! The clients are installed by `scripts/test.sh`; a missing client fails the test with
 //! what to install (it is never skipped silently).
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -38,28 +40,7 @@ impl Standalone {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn folio standalone");
-        // Wait for "Kafka listener up ... addr=127.0.0.1:PORT"; keep draining stderr after.
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let plain = strip_ansi(&line);
-                if plain.contains("Kafka listener up")
-                    && let Some(addr) =
-                        plain.split_whitespace().find_map(|w| w.strip_prefix("addr="))
-                    && let Some(tx) = tx.take()
-                {
-                    let _ = tx.send(addr.to_string());
-                }
-                if std::env::var_os("FOLIO_TEST_VERBOSE").is_some() {
-                    eprintln!("[standalone] {plain}");
-                }
-            }
-        });
-        let kafka = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("standalone did not start its Kafka listener");
+        let kafka = common::kafka_addr(&mut child);
         Standalone { child, kafka }
     }
 
@@ -68,23 +49,6 @@ impl Standalone {
         self.child.kill().expect("kill");
         self.child.wait().expect("wait");
     }
-}
-
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 fn script() -> PathBuf {
