@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{OnceCell, watch};
 use uuid::Uuid;
 
+use crate::group::{Coordinator, GroupConfig};
 use crate::metrics::Metrics;
 use crate::topics::{Topic, TopicConfig, Topics, log_name};
 
@@ -45,6 +46,8 @@ pub struct BrokerConfig {
     pub connections_max: usize,
     /// Batches per partition in one produce request.
     pub batches_per_partition_max: usize,
+    /// The group coordinator's settings.
+    pub groups: GroupConfig,
 }
 
 impl Default for BrokerConfig {
@@ -63,6 +66,7 @@ impl Default for BrokerConfig {
             inflight_per_connection: 256,
             connections_max: 4096,
             batches_per_partition_max: 1024,
+            groups: GroupConfig::default(),
         }
     }
 }
@@ -74,6 +78,8 @@ pub(crate) struct Inner {
     pub env: LogEnv,
     pub topics: Topics,
     pub metrics: Metrics,
+    pub groups: Arc<Coordinator>,
+    pub groups_config: GroupConfig,
     pub cluster_id: String,
     /// Host and port in Metadata answers.
     pub advertised: (String, i32),
@@ -133,6 +139,8 @@ impl Broker {
             .map_err(|e| format!("reading the cluster id: {e}"))?;
         let inner = Arc::new(Inner {
             topics: Topics::new(env.meta.clone(), env.keys.clone()),
+            groups: Coordinator::new(config.groups.clone(), env.meta.clone(), env.keys.clone()),
+            groups_config: config.groups.clone(),
             config,
             env,
             metrics: Metrics::default(),
@@ -149,6 +157,7 @@ impl Broker {
             "Kafka listener up"
         );
         tokio::spawn(crate::server::accept(inner.clone(), listener));
+        tokio::spawn(inner.groups.clone().tick(inner.shutdown.subscribe()));
         Ok(Broker { inner, addr })
     }
 

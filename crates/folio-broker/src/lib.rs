@@ -20,6 +20,7 @@ pub mod api;
 pub mod batch;
 mod broker;
 pub mod errors;
+pub mod group;
 pub mod metrics;
 mod server;
 pub mod topics;

@@ -116,6 +116,14 @@ fn configs_round_trip_with_validation() {
     run_scenario("configs");
 }
 
+/// A group of two confluent-kafka consumers, one joining and one leaving: every record is
+/// read and no record whose commit succeeded is read again; committed offsets, describe and
+/// delete of the group.
+#[test]
+fn consumer_group_rebalances_read_every_record_once_after_commits() {
+    run_scenario("group_rebalance");
+}
+
 #[test]
 fn kafka_python_produces_and_consumes() {
     run_scenario("kafka_python");

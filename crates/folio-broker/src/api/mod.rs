@@ -19,6 +19,7 @@ use crate::server::{Pending, encode_response};
 pub mod admin;
 pub mod api_versions;
 pub mod fetch;
+pub mod groups;
 pub mod metadata;
 pub mod offsets;
 pub mod produce;
@@ -40,6 +41,16 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 2),
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::JoinGroup, 0, 7),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 8),
+    (ApiKey::ListGroups, 0, 5),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::DeleteGroups, 0, 2),
 ];
 
 pub fn supported(key: ApiKey, version: i16) -> bool {
@@ -102,6 +113,16 @@ handlers! {
     CreatePartitions => admin::CreatePartitions,
     IncrementalAlterConfigs => admin::IncrementalAlterConfigs,
     DescribeCluster => admin::DescribeCluster,
+    FindCoordinator => groups::FindCoordinator,
+    JoinGroup => groups::JoinGroup,
+    SyncGroup => groups::SyncGroup,
+    Heartbeat => groups::Heartbeat,
+    LeaveGroup => groups::LeaveGroup,
+    OffsetCommit => groups::OffsetCommit,
+    OffsetFetch => groups::OffsetFetch,
+    ListGroups => groups::ListGroups,
+    DescribeGroups => groups::DescribeGroups,
+    DeleteGroups => groups::DeleteGroups,
 }
 
 fn run<H: Handler>(

@@ -324,6 +324,88 @@ def consume_count(bootstrap, topic, n):
     print(f"ok consumed={len(values)}")
 
 
+def scenario_group_rebalance(bootstrap):
+    """Two consumers in a group: one joins, one leaves; with a synchronous commit after every
+    record, every record is read, and no record whose commit succeeded is read again (a
+    commit refused during a rebalance leaves its record to be read again, as in Kafka)."""
+    topic = topic_name("group")
+    create_topic(bootstrap, topic, partitions=4)
+    n = 2000
+    produce(bootstrap, topic, [(f"k{i}".encode(), str(i).encode(), None, i % 4, None) for i in range(n)])
+    group = topic_name("g")
+
+    def consumer(name):
+        c = ck().Consumer({
+            "bootstrap.servers": bootstrap, "group.id": group, "client.id": name,
+            "enable.auto.commit": False, "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+            "fetch.wait.max.ms": 100,
+        })
+        c.subscribe([topic])
+        return c
+
+    seen = {}
+    committed_ok = set()
+    dups = []
+    refused = []
+
+    def poll(c, name):
+        m = c.poll(0.1)
+        if m is None or m.error():
+            return False
+        key = (m.partition(), m.offset())
+        if key in committed_ok:
+            dups.append((key, seen[key], name))
+        seen[key] = name
+        try:
+            c.commit(message=m, asynchronous=False)
+            committed_ok.add(key)
+        except ck().KafkaException as e:
+            code = e.args[0].code()
+            check(code in (ck().KafkaError.REBALANCE_IN_PROGRESS, ck().KafkaError.ILLEGAL_GENERATION,
+                           ck().KafkaError.UNKNOWN_MEMBER_ID), f"commit failed: {e}")
+            refused.append(key)
+        return True
+
+    a = consumer("a")
+    deadline = time.time() + 60
+    while len(seen) < 500 and time.time() < deadline:
+        poll(a, "a")
+    check(len(seen) >= 500, f"a alone read {len(seen)}")
+    b = consumer("b")
+    got_b = 0
+    while (got_b < 300 or len(seen) < 1500) and time.time() < deadline + 60:
+        poll(a, "a")
+        if poll(b, "b"):
+            got_b += 1
+    check(got_b >= 300, f"b joined but read {got_b}")
+    b.close()  # LeaveGroup: a takes every partition again
+    while len(seen) < n and time.time() < deadline + 120:
+        poll(a, "a")
+    # Nothing more arrives.
+    for _ in range(20):
+        poll(a, "a")
+    a.close()
+    check(not dups, f"{len(dups)} committed records read again, e.g. {dups[:5]}")
+    check(len(seen) == n, f"read {len(seen)} of {n} records")
+    values = set()
+    per_part = {}
+    for (p, o) in seen:
+        per_part.setdefault(p, []).append(o)
+    for p, offs in per_part.items():
+        check(sorted(offs) == list(range(len(offs))), f"partition {p}: offsets not contiguous")
+    # Committed offsets are the ends; the group is empty and can be described and deleted.
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    adm = admin(bootstrap)
+    res = adm.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(timeout=20)
+    committed = {tp.partition: tp.offset for tp in res.topic_partitions if tp.topic == topic}
+    check(committed == {p: len(per_part[p]) for p in per_part}, f"committed offsets {committed}")
+    desc = adm.describe_consumer_groups([group])[group].result(timeout=20)
+    check(str(desc.state).endswith("EMPTY"), f"group state {desc.state}")
+    adm.delete_consumer_groups([group])[group].result(timeout=20)
+    print(f"ok group: {n} records, b read {got_b}, commits refused in rebalances {len(refused)}, no committed record read again")
+
+
 # ---------------------------------------------------------------- kafka-python
 
 def scenario_kafka_python(bootstrap):
@@ -418,6 +500,7 @@ SCENARIOS = {
     "delete_records": scenario_delete_records,
     "create_partitions": scenario_create_partitions,
     "configs": scenario_configs,
+    "group_rebalance": scenario_group_rebalance,
     "kafka_python": scenario_kafka_python,
     "aiokafka": scenario_aiokafka,
     "produce_count": produce_count,

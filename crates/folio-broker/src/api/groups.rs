@@ -1,0 +1,649 @@
+//! Consumer groups on the wire: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+//! LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups. The
+//! state machine is in `group.rs`; this broker coordinates every group.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::find_coordinator_response::Coordinator as CoordinatorEntry;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+use crate::api::{Handler, first_error, str_bytes};
+use crate::broker::Inner;
+use crate::errors;
+use crate::group::OffsetRecord;
+
+fn s(v: &StrBytes) -> &str {
+    v.as_str()
+}
+
+pub(crate) struct FindCoordinator;
+
+impl Handler for FindCoordinator {
+    type Request = FindCoordinatorRequest;
+    type Response = FindCoordinatorResponse;
+    const KEY: ApiKey = ApiKey::FindCoordinator;
+
+    async fn handle(
+        inner: Arc<Inner>,
+        version: i16,
+        req: FindCoordinatorRequest,
+    ) -> FindCoordinatorResponse {
+        // Key type 0: a group. Transactions (1) are not coordinated here.
+        let code = if req.key_type == 0 { errors::NONE } else { errors::COORDINATOR_NOT_AVAILABLE };
+        let me = BrokerId(inner.config.node_id);
+        let (host, port) = (str_bytes(inner.advertised.0.clone()), inner.advertised.1);
+        if version >= 4 {
+            let coordinators = req
+                .coordinator_keys
+                .iter()
+                .map(|k| {
+                    CoordinatorEntry::default()
+                        .with_key(k.clone())
+                        .with_node_id(if code == 0 { me } else { BrokerId(-1) })
+                        .with_host(if code == 0 { host.clone() } else { StrBytes::default() })
+                        .with_port(if code == 0 { port } else { -1 })
+                        .with_error_code(code)
+                })
+                .collect();
+            return FindCoordinatorResponse::default().with_coordinators(coordinators);
+        }
+        if code != 0 {
+            return FindCoordinatorResponse::default()
+                .with_error_code(code)
+                .with_node_id(BrokerId(-1))
+                .with_port(-1);
+        }
+        FindCoordinatorResponse::default().with_node_id(me).with_host(host).with_port(port)
+    }
+
+    fn error(version: i16, req: &FindCoordinatorRequest, code: i16) -> FindCoordinatorResponse {
+        if version >= 4 {
+            return FindCoordinatorResponse::default().with_coordinators(
+                req.coordinator_keys
+                    .iter()
+                    .map(|k| CoordinatorEntry::default().with_key(k.clone()).with_error_code(code))
+                    .collect(),
+            );
+        }
+        FindCoordinatorResponse::default().with_error_code(code)
+    }
+
+    fn error_code(resp: &FindCoordinatorResponse) -> i16 {
+        first_error(
+            std::iter::once(resp.error_code).chain(resp.coordinators.iter().map(|c| c.error_code)),
+        )
+    }
+}
+
+pub(crate) struct JoinGroup;
+
+impl Handler for JoinGroup {
+    type Request = JoinGroupRequest;
+    type Response = JoinGroupResponse;
+    const KEY: ApiKey = ApiKey::JoinGroup;
+
+    async fn handle(inner: Arc<Inner>, version: i16, req: JoinGroupRequest) -> JoinGroupResponse {
+        let session = std::time::Duration::from_millis(req.session_timeout_ms.max(0) as u64);
+        // v0 has no rebalance timeout: it is the session timeout.
+        let rebalance = if version >= 1 && req.rebalance_timeout_ms > 0 {
+            std::time::Duration::from_millis(req.rebalance_timeout_ms as u64)
+        } else {
+            session
+        };
+        let protocols = req
+            .protocols
+            .iter()
+            .map(|p| (p.name.as_str().to_string(), p.metadata.clone()))
+            .collect();
+        let r = inner
+            .groups
+            .join(
+                s(&req.group_id),
+                s(&req.member_id),
+                s(&req.protocol_type),
+                protocols,
+                session,
+                rebalance,
+            )
+            .await;
+        let mut resp = JoinGroupResponse::default()
+            .with_error_code(r.error)
+            .with_generation_id(r.generation)
+            .with_leader(str_bytes(r.leader))
+            .with_member_id(str_bytes(r.member_id))
+            .with_members(
+                r.members
+                    .into_iter()
+                    .map(|(id, meta)| {
+                        JoinGroupResponseMember::default()
+                            .with_member_id(str_bytes(id))
+                            .with_metadata(meta)
+                    })
+                    .collect(),
+            );
+        resp.protocol_name = r.protocol.map(str_bytes);
+        if version >= 7 {
+            resp.protocol_type = r.protocol_type.map(str_bytes);
+        }
+        resp
+    }
+
+    fn error(_version: i16, req: &JoinGroupRequest, code: i16) -> JoinGroupResponse {
+        JoinGroupResponse::default().with_error_code(code).with_member_id(req.member_id.clone())
+    }
+
+    fn error_code(resp: &JoinGroupResponse) -> i16 {
+        resp.error_code
+    }
+}
+
+pub(crate) struct SyncGroup;
+
+impl Handler for SyncGroup {
+    type Request = SyncGroupRequest;
+    type Response = SyncGroupResponse;
+    const KEY: ApiKey = ApiKey::SyncGroup;
+
+    async fn handle(inner: Arc<Inner>, version: i16, req: SyncGroupRequest) -> SyncGroupResponse {
+        let assignments = req
+            .assignments
+            .iter()
+            .map(|a| (a.member_id.as_str().to_string(), a.assignment.clone()))
+            .collect();
+        let r = inner
+            .groups
+            .sync(s(&req.group_id), req.generation_id, s(&req.member_id), assignments)
+            .await;
+        let mut resp =
+            SyncGroupResponse::default().with_error_code(r.error).with_assignment(r.assignment);
+        if version >= 5 {
+            resp.protocol_type = r.protocol_type.map(str_bytes);
+            resp.protocol_name = r.protocol.map(str_bytes);
+        }
+        resp
+    }
+
+    fn error(_version: i16, _req: &SyncGroupRequest, code: i16) -> SyncGroupResponse {
+        SyncGroupResponse::default().with_error_code(code)
+    }
+
+    fn error_code(resp: &SyncGroupResponse) -> i16 {
+        resp.error_code
+    }
+}
+
+pub(crate) struct Heartbeat;
+
+impl Handler for Heartbeat {
+    type Request = HeartbeatRequest;
+    type Response = HeartbeatResponse;
+    const KEY: ApiKey = ApiKey::Heartbeat;
+
+    async fn handle(inner: Arc<Inner>, _version: i16, req: HeartbeatRequest) -> HeartbeatResponse {
+        HeartbeatResponse::default().with_error_code(inner.groups.heartbeat(
+            s(&req.group_id),
+            req.generation_id,
+            s(&req.member_id),
+        ))
+    }
+
+    fn error(_version: i16, _req: &HeartbeatRequest, code: i16) -> HeartbeatResponse {
+        HeartbeatResponse::default().with_error_code(code)
+    }
+
+    fn error_code(resp: &HeartbeatResponse) -> i16 {
+        resp.error_code
+    }
+}
+
+pub(crate) struct LeaveGroup;
+
+impl Handler for LeaveGroup {
+    type Request = LeaveGroupRequest;
+    type Response = LeaveGroupResponse;
+    const KEY: ApiKey = ApiKey::LeaveGroup;
+
+    async fn handle(inner: Arc<Inner>, version: i16, req: LeaveGroupRequest) -> LeaveGroupResponse {
+        if version < 3 {
+            let code =
+                inner.groups.leave(s(&req.group_id), &[req.member_id.as_str().to_string()])[0];
+            return LeaveGroupResponse::default().with_error_code(code);
+        }
+        let ids: Vec<String> =
+            req.members.iter().map(|m| m.member_id.as_str().to_string()).collect();
+        let codes = inner.groups.leave(s(&req.group_id), &ids);
+        LeaveGroupResponse::default().with_members(
+            req.members
+                .iter()
+                .zip(codes)
+                .map(|(m, code)| {
+                    MemberResponse::default()
+                        .with_member_id(m.member_id.clone())
+                        .with_group_instance_id(m.group_instance_id.clone())
+                        .with_error_code(code)
+                })
+                .collect(),
+        )
+    }
+
+    fn error(_version: i16, _req: &LeaveGroupRequest, code: i16) -> LeaveGroupResponse {
+        LeaveGroupResponse::default().with_error_code(code)
+    }
+
+    fn error_code(resp: &LeaveGroupResponse) -> i16 {
+        first_error(
+            std::iter::once(resp.error_code).chain(resp.members.iter().map(|m| m.error_code)),
+        )
+    }
+}
+
+pub(crate) struct OffsetCommit;
+
+impl Handler for OffsetCommit {
+    type Request = OffsetCommitRequest;
+    type Response = OffsetCommitResponse;
+    const KEY: ApiKey = ApiKey::OffsetCommit;
+
+    async fn handle(
+        inner: Arc<Inner>,
+        _version: i16,
+        req: OffsetCommitRequest,
+    ) -> OffsetCommitResponse {
+        let group = s(&req.group_id).to_string();
+        let check = if group.is_empty() {
+            errors::INVALID_GROUP_ID
+        } else {
+            inner.groups.check_commit(&group, req.generation_id_or_member_epoch, s(&req.member_id))
+        };
+        let now = inner.now_ms() as u64;
+        let mut resp = OffsetCommitResponse::default();
+        let mut writes = Vec::new();
+        // (topic index, partition index) of each write, to fail them together.
+        let mut written = Vec::new();
+        for (ti, t) in req.topics.iter().enumerate() {
+            let topic = inner.topics.get(t.name.as_str()).await.ok().flatten();
+            let mut out = OffsetCommitResponseTopic::default().with_name(t.name.clone());
+            for (pi, p) in t.partitions.iter().enumerate() {
+                let code = if check != 0 {
+                    check
+                } else if let Some(topic) = topic.as_ref().filter(|tp| {
+                    p.partition_index >= 0 && p.partition_index < tp.record.partitions as i32
+                }) {
+                    let metadata = p
+                        .committed_metadata
+                        .as_ref()
+                        .map(|m| m.as_str().to_string())
+                        .unwrap_or_default();
+                    if metadata.len() > inner.groups_config.offset_metadata_max_bytes {
+                        errors::OFFSET_METADATA_TOO_LARGE
+                    } else {
+                        let r = OffsetRecord {
+                            offset: p.committed_offset,
+                            leader_epoch: p.committed_leader_epoch,
+                            commit_ms: now,
+                            metadata,
+                        };
+                        writes.push((topic.record.id, p.partition_index, r));
+                        written.push((ti, pi));
+                        errors::NONE
+                    }
+                } else {
+                    errors::UNKNOWN_TOPIC_OR_PARTITION
+                };
+                out.partitions.push(
+                    OffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(code),
+                );
+            }
+            resp.topics.push(out);
+        }
+        if !writes.is_empty()
+            && let Err(e) = inner.groups.commit(&group, &writes).await
+        {
+            tracing::warn!(group = %group, error = %e, "writing committed offsets failed");
+            for (ti, pi) in written {
+                resp.topics[ti].partitions[pi].error_code = errors::COORDINATOR_NOT_AVAILABLE;
+            }
+        }
+        resp
+    }
+
+    fn error(_version: i16, req: &OffsetCommitRequest, code: i16) -> OffsetCommitResponse {
+        OffsetCommitResponse::default().with_topics(
+            req.topics
+                .iter()
+                .map(|t| {
+                    OffsetCommitResponseTopic::default().with_name(t.name.clone()).with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|p| {
+                                OffsetCommitResponsePartition::default()
+                                    .with_partition_index(p.partition_index)
+                                    .with_error_code(code)
+                            })
+                            .collect(),
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    fn error_code(resp: &OffsetCommitResponse) -> i16 {
+        first_error(resp.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)))
+    }
+}
+
+pub(crate) struct OffsetFetch;
+
+/// One group's committed offsets for the topics asked (all when `None`):
+/// (topic name, [(partition, offset, leader epoch, metadata, error)]).
+type Fetched = Vec<(String, Vec<Committed>)>;
+/// (partition, offset, leader epoch, metadata, error code).
+type Committed = (i32, i64, i32, String, i16);
+
+async fn fetch_group(
+    inner: &Inner,
+    group: &str,
+    topics: Option<Vec<(String, Vec<i32>)>>,
+) -> Result<Fetched, i16> {
+    let committed =
+        inner.groups.committed(group).await.map_err(|_| errors::COORDINATOR_NOT_AVAILABLE)?;
+    let mut out = Vec::new();
+    match topics {
+        Some(wanted) => {
+            for (name, partitions) in wanted {
+                let id = inner.topics.get(&name).await.ok().flatten().map(|t| t.record.id);
+                let parts = partitions
+                    .into_iter()
+                    .map(|p| match id.and_then(|id| committed.get(&(id, p))) {
+                        Some(r) => (p, r.offset, r.leader_epoch, r.metadata.clone(), 0),
+                        None => (p, -1, -1, String::new(), 0),
+                    })
+                    .collect();
+                out.push((name, parts));
+            }
+        }
+        None => {
+            let mut by_topic: std::collections::BTreeMap<String, Vec<Committed>> =
+                Default::default();
+            for ((id, p), r) in committed {
+                if let Ok(Some(t)) = inner.topics.by_id(id).await {
+                    by_topic.entry(t.name.clone()).or_default().push((
+                        p,
+                        r.offset,
+                        r.leader_epoch,
+                        r.metadata.clone(),
+                        0,
+                    ));
+                }
+            }
+            out.extend(by_topic);
+        }
+    }
+    Ok(out)
+}
+
+impl Handler for OffsetFetch {
+    type Request = OffsetFetchRequest;
+    type Response = OffsetFetchResponse;
+    const KEY: ApiKey = ApiKey::OffsetFetch;
+
+    async fn handle(
+        inner: Arc<Inner>,
+        version: i16,
+        req: OffsetFetchRequest,
+    ) -> OffsetFetchResponse {
+        if version >= 8 {
+            let mut resp = OffsetFetchResponse::default();
+            for g in req.groups {
+                let topics = g.topics.map(|ts| {
+                    ts.into_iter()
+                        .map(|t| (t.name.as_str().to_string(), t.partition_indexes))
+                        .collect()
+                });
+                let mut out = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
+                match fetch_group(&inner, s(&g.group_id), topics).await {
+                    Ok(fetched) => {
+                        out.topics = fetched
+                            .into_iter()
+                            .map(|(name, parts)| {
+                                OffsetFetchResponseTopics::default()
+                                    .with_name(TopicName(str_bytes(name)))
+                                    .with_partitions(
+                                        parts
+                                            .into_iter()
+                                            .map(|(p, o, e, m, c)| {
+                                                OffsetFetchResponsePartitions::default()
+                                                    .with_partition_index(p)
+                                                    .with_committed_offset(o)
+                                                    .with_committed_leader_epoch(e)
+                                                    .with_metadata(Some(str_bytes(m)))
+                                                    .with_error_code(c)
+                                            })
+                                            .collect(),
+                                    )
+                            })
+                            .collect()
+                    }
+                    Err(code) => out.error_code = code,
+                }
+                resp.groups.push(out);
+            }
+            return resp;
+        }
+        let topics = req.topics.map(|ts| {
+            ts.into_iter().map(|t| (t.name.as_str().to_string(), t.partition_indexes)).collect()
+        });
+        let mut resp = OffsetFetchResponse::default();
+        match fetch_group(&inner, s(&req.group_id), topics).await {
+            Ok(fetched) => {
+                resp.topics = fetched
+                    .into_iter()
+                    .map(|(name, parts)| {
+                        OffsetFetchResponseTopic::default()
+                            .with_name(TopicName(str_bytes(name)))
+                            .with_partitions(
+                                parts
+                                    .into_iter()
+                                    .map(|(p, o, e, m, c)| {
+                                        let mut r = OffsetFetchResponsePartition::default()
+                                            .with_partition_index(p)
+                                            .with_committed_offset(o)
+                                            .with_metadata(Some(str_bytes(m)))
+                                            .with_error_code(c);
+                                        if version >= 5 {
+                                            r.committed_leader_epoch = e;
+                                        }
+                                        r
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect()
+            }
+            Err(code) if version >= 2 => resp.error_code = code,
+            Err(_) => {}
+        }
+        resp
+    }
+
+    fn error(version: i16, req: &OffsetFetchRequest, code: i16) -> OffsetFetchResponse {
+        if version >= 8 {
+            return OffsetFetchResponse::default().with_groups(
+                req.groups
+                    .iter()
+                    .map(|g| {
+                        OffsetFetchResponseGroup::default()
+                            .with_group_id(g.group_id.clone())
+                            .with_error_code(code)
+                    })
+                    .collect(),
+            );
+        }
+        OffsetFetchResponse::default().with_error_code(if version >= 2 { code } else { 0 })
+    }
+
+    fn error_code(resp: &OffsetFetchResponse) -> i16 {
+        first_error(
+            std::iter::once(resp.error_code).chain(resp.groups.iter().map(|g| g.error_code)),
+        )
+    }
+}
+
+pub(crate) struct ListGroups;
+
+impl Handler for ListGroups {
+    type Request = ListGroupsRequest;
+    type Response = ListGroupsResponse;
+    const KEY: ApiKey = ApiKey::ListGroups;
+
+    async fn handle(inner: Arc<Inner>, version: i16, req: ListGroupsRequest) -> ListGroupsResponse {
+        match inner.groups.list().await {
+            Ok(groups) => ListGroupsResponse::default().with_groups(
+                groups
+                    .into_iter()
+                    .filter(|(_, state, _)| {
+                        req.states_filter.is_empty()
+                            || req
+                                .states_filter
+                                .iter()
+                                .any(|f| f.as_str().eq_ignore_ascii_case(state.name()))
+                    })
+                    .map(|(name, state, ptype)| {
+                        let mut g = ListedGroup::default()
+                            .with_group_id(GroupId(str_bytes(name)))
+                            .with_protocol_type(str_bytes(ptype));
+                        if version >= 4 {
+                            g.group_state = str_bytes(state.name());
+                        }
+                        if version >= 5 {
+                            g.group_type = str_bytes("classic");
+                        }
+                        g
+                    })
+                    .collect(),
+            ),
+            Err(_) => {
+                ListGroupsResponse::default().with_error_code(errors::COORDINATOR_NOT_AVAILABLE)
+            }
+        }
+    }
+
+    fn error(_version: i16, _req: &ListGroupsRequest, code: i16) -> ListGroupsResponse {
+        ListGroupsResponse::default().with_error_code(code)
+    }
+
+    fn error_code(resp: &ListGroupsResponse) -> i16 {
+        resp.error_code
+    }
+}
+
+pub(crate) struct DescribeGroups;
+
+impl Handler for DescribeGroups {
+    type Request = DescribeGroupsRequest;
+    type Response = DescribeGroupsResponse;
+    const KEY: ApiKey = ApiKey::DescribeGroups;
+
+    async fn handle(
+        inner: Arc<Inner>,
+        _version: i16,
+        req: DescribeGroupsRequest,
+    ) -> DescribeGroupsResponse {
+        let mut resp = DescribeGroupsResponse::default();
+        for g in req.groups {
+            let mut out = DescribedGroup::default().with_group_id(g.clone());
+            match inner.groups.describe(g.as_str()) {
+                Some(info) => {
+                    out.group_state = str_bytes(info.state.name());
+                    out.protocol_type = str_bytes(info.protocol_type);
+                    out.protocol_data = str_bytes(info.protocol.clone());
+                    out.members = info
+                        .members
+                        .into_iter()
+                        .map(|m| {
+                            let meta = m
+                                .protocols
+                                .iter()
+                                .find(|(p, _)| *p == info.protocol)
+                                .map(|(_, b)| b.clone())
+                                .unwrap_or_default();
+                            DescribedGroupMember::default()
+                                .with_member_id(str_bytes(m.id))
+                                .with_member_metadata(meta)
+                                .with_member_assignment(m.assignment)
+                        })
+                        .collect();
+                }
+                // Unknown here: Kafka describes it as Dead with no members.
+                None => out.group_state = str_bytes("Dead"),
+            }
+            resp.groups.push(out);
+        }
+        resp
+    }
+
+    fn error(_version: i16, req: &DescribeGroupsRequest, code: i16) -> DescribeGroupsResponse {
+        DescribeGroupsResponse::default().with_groups(
+            req.groups
+                .iter()
+                .map(|g| DescribedGroup::default().with_group_id(g.clone()).with_error_code(code))
+                .collect(),
+        )
+    }
+
+    fn error_code(resp: &DescribeGroupsResponse) -> i16 {
+        first_error(resp.groups.iter().map(|g| g.error_code))
+    }
+}
+
+pub(crate) struct DeleteGroups;
+
+impl Handler for DeleteGroups {
+    type Request = DeleteGroupsRequest;
+    type Response = DeleteGroupsResponse;
+    const KEY: ApiKey = ApiKey::DeleteGroups;
+
+    async fn handle(
+        inner: Arc<Inner>,
+        _version: i16,
+        req: DeleteGroupsRequest,
+    ) -> DeleteGroupsResponse {
+        let mut resp = DeleteGroupsResponse::default();
+        for g in req.groups_names {
+            let code = inner.groups.delete(g.as_str()).await;
+            resp.results
+                .push(DeletableGroupResult::default().with_group_id(g).with_error_code(code));
+        }
+        resp
+    }
+
+    fn error(_version: i16, req: &DeleteGroupsRequest, code: i16) -> DeleteGroupsResponse {
+        DeleteGroupsResponse::default().with_results(
+            req.groups_names
+                .iter()
+                .map(|g| {
+                    DeletableGroupResult::default().with_group_id(g.clone()).with_error_code(code)
+                })
+                .collect(),
+        )
+    }
+
+    fn error_code(resp: &DeleteGroupsResponse) -> i16 {
+        first_error(resp.results.iter().map(|r| r.error_code))
+    }
+}

@@ -1,0 +1,703 @@
+//! The group coordinator (Kafka's classic consumer-group protocol): membership, rebalances
+//! with generations, and committed offsets.
+//!
+//! ## States
+//! ```text
+//!            join                    every member rejoined (or the rebalance timeout)
+//!   Empty ─────────► PreparingRebalance ─────────────────────► CompletingRebalance
+//!     ▲                  ▲   ▲                                        │ leader's SyncGroup
+//!     │ last member      │   └───────── join / leave / expiry ─────── ▼
+//!     └──── leaves ──────┴────────────── join / leave / expiry ◄──── Stable
+//!   Dead: deleted (DeleteGroups on an empty group)
+//! ```
+//! Members that miss their session timeout are removed (a rebalance follows); members that
+//! do not rejoin within the rebalance timeout are dropped from the new generation. The first
+//! join of an empty group waits `initial_rebalance_delay` so that members starting together
+//! land in one generation.
+//!
+//! Membership lives in memory only: when the coordinator moves, members rejoin (as with
+//! Kafka after a coordinator failover). Committed offsets are durable, one metadata record
+//! per group and partition, keyed by topic id:
+//! ```text
+//! groups/<group, '/' and '%' escaped>/<topic id hex>/<partition>
+//! OffsetRecord  "FGO" 1 | offset i64 | leader_epoch i32 | commit_ms u64 | metadata str
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use folio_meta::keys::Keys;
+use folio_meta::records::{Reader, Record, corrupt, put_string};
+use folio_meta::{MetaError, MetadataStore, Txn, list_all};
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+use crate::errors;
+
+/// Settings of the coordinator (Kafka's names).
+#[derive(Debug, Clone)]
+pub struct GroupConfig {
+    /// `group.initial.rebalance.delay.ms`.
+    pub initial_rebalance_delay: Duration,
+    /// `group.min.session.timeout.ms` / `group.max.session.timeout.ms`.
+    pub min_session_timeout: Duration,
+    pub max_session_timeout: Duration,
+    /// `offset.metadata.max.bytes`.
+    pub offset_metadata_max_bytes: usize,
+    /// `group.max.size`.
+    pub max_members: usize,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        GroupConfig {
+            initial_rebalance_delay: Duration::from_secs(3),
+            min_session_timeout: Duration::from_secs(6),
+            max_session_timeout: Duration::from_secs(1800),
+            offset_metadata_max_bytes: 4096,
+            max_members: 1000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupState {
+    Empty,
+    PreparingRebalance,
+    CompletingRebalance,
+    Stable,
+    Dead,
+}
+
+impl GroupState {
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupState::Empty => "Empty",
+            GroupState::PreparingRebalance => "PreparingRebalance",
+            GroupState::CompletingRebalance => "CompletingRebalance",
+            GroupState::Stable => "Stable",
+            GroupState::Dead => "Dead",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Member {
+    pub id: String,
+    pub session_timeout: Duration,
+    pub rebalance_timeout: Duration,
+    /// (protocol name, metadata), in the member's order of preference.
+    pub protocols: Vec<(String, Bytes)>,
+    pub assignment: Bytes,
+    last_seen: Instant,
+}
+
+/// What a JoinGroup gets.
+#[derive(Debug, Clone, Default)]
+pub struct JoinResult {
+    pub error: i16,
+    pub generation: i32,
+    pub protocol_type: Option<String>,
+    pub protocol: Option<String>,
+    pub leader: String,
+    pub member_id: String,
+    /// For the leader: every member with its metadata for the chosen protocol.
+    pub members: Vec<(String, Bytes)>,
+}
+
+/// What a SyncGroup gets.
+#[derive(Debug, Clone, Default)]
+pub struct SyncResult {
+    pub error: i16,
+    pub protocol_type: Option<String>,
+    pub protocol: Option<String>,
+    pub assignment: Bytes,
+}
+
+#[derive(Debug)]
+struct Group {
+    state: GroupState,
+    generation: i32,
+    protocol_type: Option<String>,
+    protocol: Option<String>,
+    leader: Option<String>,
+    members: BTreeMap<String, Member>,
+    joins: HashMap<String, oneshot::Sender<JoinResult>>,
+    syncs: HashMap<String, oneshot::Sender<SyncResult>>,
+    /// While preparing: no completion before this (the initial delay) ...
+    not_before: Instant,
+    /// ... and completion (dropping who did not rejoin) at this.
+    deadline: Instant,
+    rebalances: u64,
+}
+
+impl Group {
+    fn new(now: Instant) -> Group {
+        Group {
+            state: GroupState::Empty,
+            generation: 0,
+            protocol_type: None,
+            protocol: None,
+            leader: None,
+            members: BTreeMap::new(),
+            joins: HashMap::new(),
+            syncs: HashMap::new(),
+            not_before: now,
+            deadline: now,
+            rebalances: 0,
+        }
+    }
+}
+
+/// A snapshot of a group, for DescribeGroups and metrics.
+#[derive(Debug, Clone)]
+pub struct GroupInfo {
+    pub state: GroupState,
+    pub generation: i32,
+    pub protocol_type: String,
+    pub protocol: String,
+    pub members: Vec<Member>,
+    pub rebalances: u64,
+}
+
+/// A committed offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetRecord {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub commit_ms: u64,
+    pub metadata: String,
+}
+
+const OFFSET_MAGIC: &[u8; 3] = b"FGO";
+
+impl Record for OffsetRecord {
+    fn encode(&self) -> Bytes {
+        let mut v = Vec::with_capacity(32 + self.metadata.len());
+        v.extend_from_slice(OFFSET_MAGIC);
+        v.push(1);
+        v.extend_from_slice(&self.offset.to_le_bytes());
+        v.extend_from_slice(&self.leader_epoch.to_le_bytes());
+        v.extend_from_slice(&self.commit_ms.to_le_bytes());
+        put_string(&mut v, &self.metadata);
+        v.into()
+    }
+
+    fn decode(key: &str, b: &[u8]) -> folio_meta::Result<Self> {
+        let mut r = Reader::new(key, b);
+        if r.take(3)? != OFFSET_MAGIC || r.u8()? != 1 {
+            return Err(corrupt(key, "not a committed-offset record"));
+        }
+        let offset = r.u64()? as i64;
+        let leader_epoch = r.u32()? as i32;
+        let commit_ms = r.u64()?;
+        let metadata = r.string()?;
+        r.done()?;
+        Ok(OffsetRecord { offset, leader_epoch, commit_ms, metadata })
+    }
+}
+
+/// `/` and `%` escaped, so a group id is one key segment.
+fn escape(group: &str) -> String {
+    group.replace('%', "%25").replace('/', "%2F")
+}
+
+fn unescape(s: &str) -> String {
+    s.replace("%2F", "/").replace("%25", "%")
+}
+
+#[derive(Debug)]
+pub struct Coordinator {
+    config: GroupConfig,
+    meta: Arc<dyn MetadataStore>,
+    keys: Keys,
+    groups: Mutex<HashMap<String, Group>>,
+}
+
+/// Etcd takes at most 128 operations per transaction.
+const COMMIT_TXN_OPS_MAX: usize = 100;
+
+impl Coordinator {
+    pub fn new(config: GroupConfig, meta: Arc<dyn MetadataStore>, keys: Keys) -> Arc<Coordinator> {
+        Arc::new(Coordinator { config, meta, keys, groups: Mutex::new(HashMap::new()) })
+    }
+
+    fn prefix(&self) -> String {
+        format!("{}/groups/", self.keys.root())
+    }
+
+    fn group_prefix(&self, group: &str) -> String {
+        format!("{}{}/", self.prefix(), escape(group))
+    }
+
+    fn offset_key(&self, group: &str, topic: Uuid, partition: i32) -> String {
+        format!("{}{}/{partition}", self.group_prefix(group), topic.simple())
+    }
+
+    /// Expires sessions and completes rebalances whose time has come; runs until dropped.
+    pub async fn tick(self: Arc<Self>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        let mut interval = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tokio::select! {
+                _ = interval.tick() => {}
+                _ = shutdown.wait_for(|s| *s) => return,
+            }
+            let now = Instant::now();
+            let mut groups = self.groups.lock().expect("groups lock");
+            for (name, g) in groups.iter_mut() {
+                let expired: Vec<String> = g
+                    .members
+                    .values()
+                    .filter(|m| {
+                        !g.joins.contains_key(&m.id) && m.last_seen + m.session_timeout < now
+                    })
+                    .map(|m| m.id.clone())
+                    .collect();
+                for id in expired {
+                    tracing::info!(group = %name, member = %id, "member session expired");
+                    remove_member(g, &id, now);
+                }
+                maybe_complete_join(name, g, now);
+            }
+        }
+    }
+
+    pub async fn join(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        protocol_type: &str,
+        protocols: Vec<(String, Bytes)>,
+        session_timeout: Duration,
+        rebalance_timeout: Duration,
+    ) -> JoinResult {
+        let fail =
+            |error| JoinResult { error, member_id: member_id.to_string(), ..JoinResult::default() };
+        if group_id.is_empty() {
+            return fail(errors::INVALID_GROUP_ID);
+        }
+        if session_timeout < self.config.min_session_timeout
+            || session_timeout > self.config.max_session_timeout
+        {
+            return fail(errors::INVALID_SESSION_TIMEOUT);
+        }
+        if protocols.is_empty() || protocol_type.is_empty() {
+            return fail(errors::INCONSISTENT_GROUP_PROTOCOL);
+        }
+        let now = Instant::now();
+        let rx = {
+            let mut groups = self.groups.lock().expect("groups lock");
+            let g = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(now));
+            if g.state == GroupState::Dead {
+                *g = Group::new(now);
+            }
+            if !g.members.is_empty() && g.protocol_type.as_deref() != Some(protocol_type) {
+                return fail(errors::INCONSISTENT_GROUP_PROTOCOL);
+            }
+            // Every current member must support at least one of the new member's protocols.
+            if !g.members.is_empty()
+                && !protocols.iter().any(|(p, _)| {
+                    g.members
+                        .values()
+                        .filter(|m| m.id != member_id)
+                        .all(|m| m.protocols.iter().any(|(q, _)| q == p))
+                })
+            {
+                return fail(errors::INCONSISTENT_GROUP_PROTOCOL);
+            }
+            let id = if member_id.is_empty() {
+                if g.members.len() >= self.config.max_members {
+                    return fail(errors::GROUP_MAX_SIZE_REACHED);
+                }
+                format!("member-{}", Uuid::from_bytes(rand::random()).simple())
+            } else if !g.members.contains_key(member_id) {
+                return fail(errors::UNKNOWN_MEMBER_ID);
+            } else {
+                member_id.to_string()
+            };
+            g.protocol_type = Some(protocol_type.to_string());
+            let assignment = g.members.get(&id).map(|m| m.assignment.clone()).unwrap_or_default();
+            g.members.insert(
+                id.clone(),
+                Member {
+                    id: id.clone(),
+                    session_timeout,
+                    rebalance_timeout,
+                    protocols,
+                    assignment,
+                    last_seen: now,
+                },
+            );
+            let (tx, rx) = oneshot::channel();
+            if let Some(old) = g.joins.insert(id.clone(), tx) {
+                // A repeated join replaces the earlier one.
+                let _ = old.send(JoinResult {
+                    error: errors::REBALANCE_IN_PROGRESS,
+                    member_id: id.clone(),
+                    ..JoinResult::default()
+                });
+            }
+            if g.state != GroupState::PreparingRebalance {
+                let delay = if g.state == GroupState::Empty {
+                    self.config.initial_rebalance_delay
+                } else {
+                    Duration::ZERO
+                };
+                prepare_rebalance(g, now, delay);
+            }
+            maybe_complete_join(group_id, g, now);
+            rx
+        };
+        rx.await.unwrap_or_else(|_| fail(errors::REBALANCE_IN_PROGRESS))
+    }
+
+    pub async fn sync(
+        &self,
+        group_id: &str,
+        generation: i32,
+        member_id: &str,
+        assignments: Vec<(String, Bytes)>,
+    ) -> SyncResult {
+        let fail = |error| SyncResult { error, ..SyncResult::default() };
+        let rx = {
+            let mut groups = self.groups.lock().expect("groups lock");
+            let Some(g) = groups.get_mut(group_id) else {
+                return fail(errors::UNKNOWN_MEMBER_ID);
+            };
+            let Some(m) = g.members.get_mut(member_id) else {
+                return fail(errors::UNKNOWN_MEMBER_ID);
+            };
+            m.last_seen = Instant::now();
+            if generation != g.generation {
+                return fail(errors::ILLEGAL_GENERATION);
+            }
+            match g.state {
+                GroupState::PreparingRebalance | GroupState::Empty | GroupState::Dead => {
+                    return fail(errors::REBALANCE_IN_PROGRESS);
+                }
+                GroupState::Stable => {
+                    let a = g.members[member_id].assignment.clone();
+                    return SyncResult {
+                        error: 0,
+                        protocol_type: g.protocol_type.clone(),
+                        protocol: g.protocol.clone(),
+                        assignment: a,
+                    };
+                }
+                GroupState::CompletingRebalance => {}
+            }
+            let (tx, rx) = oneshot::channel();
+            g.syncs.insert(member_id.to_string(), tx);
+            if g.leader.as_deref() == Some(member_id) {
+                let given: HashMap<String, Bytes> = assignments.into_iter().collect();
+                for m in g.members.values_mut() {
+                    m.assignment = given.get(&m.id).cloned().unwrap_or_default();
+                }
+                g.state = GroupState::Stable;
+                tracing::info!(
+                    group = group_id,
+                    generation = g.generation,
+                    members = g.members.len(),
+                    "group stable"
+                );
+                for (id, tx) in g.syncs.drain() {
+                    let assignment =
+                        g.members.get(&id).map(|m| m.assignment.clone()).unwrap_or_default();
+                    let _ = tx.send(SyncResult {
+                        error: 0,
+                        protocol_type: g.protocol_type.clone(),
+                        protocol: g.protocol.clone(),
+                        assignment,
+                    });
+                }
+            }
+            rx
+        };
+        rx.await.unwrap_or_else(|_| fail(errors::REBALANCE_IN_PROGRESS))
+    }
+
+    pub fn heartbeat(&self, group_id: &str, generation: i32, member_id: &str) -> i16 {
+        let mut groups = self.groups.lock().expect("groups lock");
+        let Some(g) = groups.get_mut(group_id) else {
+            return errors::UNKNOWN_MEMBER_ID;
+        };
+        let Some(m) = g.members.get_mut(member_id) else {
+            return errors::UNKNOWN_MEMBER_ID;
+        };
+        m.last_seen = Instant::now();
+        if g.state == GroupState::PreparingRebalance {
+            return errors::REBALANCE_IN_PROGRESS;
+        }
+        if generation != g.generation {
+            return errors::ILLEGAL_GENERATION;
+        }
+        errors::NONE
+    }
+
+    /// Removes members; returns an error code per member.
+    pub fn leave(&self, group_id: &str, members: &[String]) -> Vec<i16> {
+        let mut groups = self.groups.lock().expect("groups lock");
+        let now = Instant::now();
+        let Some(g) = groups.get_mut(group_id) else {
+            return vec![errors::UNKNOWN_MEMBER_ID; members.len()];
+        };
+        members
+            .iter()
+            .map(|id| {
+                if g.members.contains_key(id) {
+                    tracing::info!(group = group_id, member = %id, "member left");
+                    remove_member(g, id, now);
+                    maybe_complete_join(group_id, g, now);
+                    errors::NONE
+                } else {
+                    errors::UNKNOWN_MEMBER_ID
+                }
+            })
+            .collect()
+    }
+
+    /// Checks that an offset commit comes from a current member (or from outside the group
+    /// protocol: generation -1 and no member id, on a group with no members). As in Kafka,
+    /// members may commit while a rebalance is being prepared (before they rejoin), not
+    /// while it completes.
+    pub fn check_commit(&self, group_id: &str, generation: i32, member_id: &str) -> i16 {
+        let mut groups = self.groups.lock().expect("groups lock");
+        let Some(g) = groups.get_mut(group_id) else {
+            return if generation < 0 { errors::NONE } else { errors::ILLEGAL_GENERATION };
+        };
+        if generation < 0 && member_id.is_empty() {
+            return if g.members.is_empty() { errors::NONE } else { errors::UNKNOWN_MEMBER_ID };
+        }
+        let Some(m) = g.members.get_mut(member_id) else {
+            return errors::UNKNOWN_MEMBER_ID;
+        };
+        m.last_seen = Instant::now();
+        if g.state == GroupState::CompletingRebalance {
+            return errors::REBALANCE_IN_PROGRESS;
+        }
+        if generation != g.generation {
+            return errors::ILLEGAL_GENERATION;
+        }
+        errors::NONE
+    }
+
+    /// Writes committed offsets (one transaction per 100).
+    pub async fn commit(
+        &self,
+        group_id: &str,
+        offsets: &[(Uuid, i32, OffsetRecord)],
+    ) -> Result<(), MetaError> {
+        for chunk in offsets.chunks(COMMIT_TXN_OPS_MAX) {
+            let mut txn = Txn::new();
+            for (topic, p, r) in chunk {
+                txn = txn.put(self.offset_key(group_id, *topic, *p), r.encode());
+            }
+            self.meta.txn(txn).await?;
+        }
+        Ok(())
+    }
+
+    /// Every committed offset of a group: (topic id, partition) → record.
+    pub async fn committed(
+        &self,
+        group_id: &str,
+    ) -> Result<BTreeMap<(Uuid, i32), OffsetRecord>, MetaError> {
+        let prefix = self.group_prefix(group_id);
+        let mut out = BTreeMap::new();
+        for v in list_all(self.meta.as_ref(), &prefix).await? {
+            let rest = &v.key[prefix.len()..];
+            let Some((topic, p)) = rest.split_once('/') else { continue };
+            let (Ok(topic), Ok(p)) = (Uuid::try_parse(topic), p.parse::<i32>()) else { continue };
+            match OffsetRecord::decode(&v.key, &v.value) {
+                Ok(r) => {
+                    out.insert((topic, p), r);
+                }
+                Err(e) => {
+                    tracing::warn!(key = %v.key, error = %e, "skipping a corrupt committed offset")
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Groups known here (with members) or with committed offsets.
+    pub async fn list(&self) -> Result<Vec<(String, GroupState, String)>, MetaError> {
+        let mut out: BTreeMap<String, (GroupState, String)> = BTreeMap::new();
+        let prefix = self.prefix();
+        for v in list_all(self.meta.as_ref(), &prefix).await? {
+            if let Some((g, _)) = v.key[prefix.len()..].split_once('/') {
+                out.insert(unescape(g), (GroupState::Empty, "consumer".to_string()));
+            }
+        }
+        for (name, g) in self.groups.lock().expect("groups lock").iter() {
+            if g.state == GroupState::Dead {
+                continue;
+            }
+            out.insert(name.clone(), (g.state, g.protocol_type.clone().unwrap_or_default()));
+        }
+        Ok(out.into_iter().map(|(n, (s, t))| (n, s, t)).collect())
+    }
+
+    pub fn describe(&self, group_id: &str) -> Option<GroupInfo> {
+        let groups = self.groups.lock().expect("groups lock");
+        groups.get(group_id).map(|g| GroupInfo {
+            state: g.state,
+            generation: g.generation,
+            protocol_type: g.protocol_type.clone().unwrap_or_default(),
+            protocol: if g.state == GroupState::Stable {
+                g.protocol.clone().unwrap_or_default()
+            } else {
+                String::new()
+            },
+            members: g.members.values().cloned().collect(),
+            rebalances: g.rebalances,
+        })
+    }
+
+    /// Every group in memory (for metrics).
+    pub fn snapshot(&self) -> Vec<(String, GroupInfo)> {
+        let names: Vec<String> = self.groups.lock().expect("groups lock").keys().cloned().collect();
+        names.into_iter().filter_map(|n| self.describe(&n).map(|i| (n, i))).collect()
+    }
+
+    /// Deletes an empty group and its committed offsets.
+    pub async fn delete(&self, group_id: &str) -> i16 {
+        {
+            let mut groups = self.groups.lock().expect("groups lock");
+            if let Some(g) = groups.get_mut(group_id) {
+                if !g.members.is_empty() {
+                    return errors::NON_EMPTY_GROUP;
+                }
+                g.state = GroupState::Dead;
+            }
+        }
+        let prefix = self.group_prefix(group_id);
+        let keys = match list_all(self.meta.as_ref(), &prefix).await {
+            Ok(v) => v,
+            Err(_) => return errors::COORDINATOR_NOT_AVAILABLE,
+        };
+        let known = self.groups.lock().expect("groups lock").remove(group_id).is_some();
+        if keys.is_empty() && !known {
+            return errors::GROUP_ID_NOT_FOUND;
+        }
+        for chunk in keys.chunks(COMMIT_TXN_OPS_MAX) {
+            let txn = chunk.iter().fold(Txn::new(), |t, v| t.delete(v.key.clone()));
+            if self.meta.txn(txn).await.is_err() {
+                return errors::COORDINATOR_NOT_AVAILABLE;
+            }
+        }
+        tracing::info!(group = group_id, offsets = keys.len(), "group deleted");
+        errors::NONE
+    }
+}
+
+fn prepare_rebalance(g: &mut Group, now: Instant, delay: Duration) {
+    g.state = GroupState::PreparingRebalance;
+    g.rebalances += 1;
+    let timeout = g.members.values().map(|m| m.rebalance_timeout).max().unwrap_or_default();
+    g.not_before = now + delay;
+    g.deadline = now + timeout.max(delay);
+    // Members waiting in SyncGroup must rejoin.
+    for (_, tx) in g.syncs.drain() {
+        let _ =
+            tx.send(SyncResult { error: errors::REBALANCE_IN_PROGRESS, ..SyncResult::default() });
+    }
+}
+
+fn remove_member(g: &mut Group, id: &str, now: Instant) {
+    g.members.remove(id);
+    if let Some(tx) = g.joins.remove(id) {
+        let _ = tx.send(JoinResult { error: errors::UNKNOWN_MEMBER_ID, ..JoinResult::default() });
+    }
+    if let Some(tx) = g.syncs.remove(id) {
+        let _ = tx.send(SyncResult { error: errors::UNKNOWN_MEMBER_ID, ..SyncResult::default() });
+    }
+    if g.leader.as_deref() == Some(id) {
+        g.leader = None;
+    }
+    if g.state != GroupState::PreparingRebalance {
+        prepare_rebalance(g, now, Duration::ZERO);
+    }
+}
+
+/// Ends the join phase when every member has rejoined (after the initial delay) or the
+/// rebalance timeout has passed: a new generation, a leader, a protocol.
+fn maybe_complete_join(name: &str, g: &mut Group, now: Instant) {
+    if g.state != GroupState::PreparingRebalance {
+        return;
+    }
+    let all_joined = g.members.keys().all(|id| g.joins.contains_key(id));
+    if !((all_joined && now >= g.not_before) || now >= g.deadline) {
+        return;
+    }
+    // Who did not rejoin is out.
+    let gone: Vec<String> =
+        g.members.keys().filter(|id| !g.joins.contains_key(*id)).cloned().collect();
+    for id in gone {
+        g.members.remove(&id);
+    }
+    g.generation += 1;
+    if g.members.is_empty() {
+        g.state = GroupState::Empty;
+        g.leader = None;
+        g.protocol = None;
+        tracing::info!(group = name, generation = g.generation, "group empty");
+        return;
+    }
+    if g.leader.as_ref().is_none_or(|l| !g.members.contains_key(l)) {
+        g.leader = g.members.keys().next().cloned();
+    }
+    let leader = g.leader.clone().expect("a member leads");
+    // The leader's most preferred protocol that every member supports.
+    let protocol = g.members[&leader]
+        .protocols
+        .iter()
+        .map(|(p, _)| p.clone())
+        .find(|p| g.members.values().all(|m| m.protocols.iter().any(|(q, _)| q == p)))
+        .unwrap_or_else(|| g.members[&leader].protocols[0].0.clone());
+    g.protocol = Some(protocol.clone());
+    g.state = GroupState::CompletingRebalance;
+    tracing::info!(group = name, generation = g.generation, members = g.members.len(), %leader, %protocol, "rebalance: new generation");
+    let members: Vec<(String, Bytes)> = g
+        .members
+        .values()
+        .map(|m| {
+            let meta = m
+                .protocols
+                .iter()
+                .find(|(p, _)| *p == protocol)
+                .map(|(_, b)| b.clone())
+                .unwrap_or_default();
+            (m.id.clone(), meta)
+        })
+        .collect();
+    for (id, tx) in g.joins.drain() {
+        let _ = tx.send(JoinResult {
+            error: 0,
+            generation: g.generation,
+            protocol_type: g.protocol_type.clone(),
+            protocol: Some(protocol.clone()),
+            leader: leader.clone(),
+            members: if id == leader { members.clone() } else { Vec::new() },
+            member_id: id,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offset_records_round_trip_and_group_ids_escape() {
+        let r = OffsetRecord { offset: 42, leader_epoch: -1, commit_ms: 7, metadata: "m".into() };
+        assert_eq!(OffsetRecord::decode("k", &r.encode()).unwrap(), r);
+        assert!(OffsetRecord::decode("k", &r.encode()[..10]).is_err());
+        for g in ["a/b", "100%", "%2F", "plain"] {
+            assert_eq!(unescape(&escape(g)), g);
+            assert!(!escape(g).contains('/'));
+        }
+    }
+}
