@@ -31,6 +31,8 @@ const ATTRIBUTES_AT: usize = 21;
 const LAST_OFFSET_DELTA_AT: usize = 23;
 const MAX_TIMESTAMP_AT: usize = 35;
 const PRODUCER_ID_AT: usize = 43;
+const PRODUCER_EPOCH_AT: usize = 51;
+const BASE_SEQUENCE_AT: usize = 53;
 const RECORDS_COUNT_AT: usize = 57;
 
 const TIMESTAMP_TYPE_BIT: i16 = 1 << 3;
@@ -67,6 +69,8 @@ pub struct BatchInfo {
     pub last_offset_delta: i32,
     pub max_timestamp: i64,
     pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
     pub records_count: i32,
 }
 
@@ -90,6 +94,14 @@ impl BatchInfo {
     /// Offsets the batch takes in the log.
     pub fn offsets(&self) -> u32 {
         self.last_offset_delta as u32 + 1
+    }
+    /// From an idempotent producer (it numbers its batches).
+    pub fn is_idempotent(&self) -> bool {
+        self.producer_id >= 0
+    }
+    /// The sequence number of the batch's last record (sequences wrap at i32::MAX).
+    pub fn last_sequence(&self) -> i32 {
+        ((self.base_sequence as i64 + self.last_offset_delta as i64) % (i32::MAX as i64 + 1)) as i32
     }
 }
 
@@ -140,6 +152,8 @@ pub fn parse(b: &[u8]) -> Result<BatchInfo, BatchError> {
         last_offset_delta: i32_at(b, LAST_OFFSET_DELTA_AT),
         max_timestamp: i64_at(b, MAX_TIMESTAMP_AT),
         producer_id: i64_at(b, PRODUCER_ID_AT),
+        producer_epoch: i16_at(b, PRODUCER_EPOCH_AT),
+        base_sequence: i32_at(b, BASE_SEQUENCE_AT),
         records_count: i32_at(b, RECORDS_COUNT_AT),
     };
     info.codec()?;

@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use crate::group::{Coordinator, GroupConfig};
 use crate::metrics::Metrics;
+use crate::producers::{Producers, REBUILD_OFFSETS};
 use crate::topics::{Topic, TopicConfig, Topics, log_name};
 
 /// What a broker is and how it behaves; every field has the default a Kafka user expects.
@@ -71,7 +72,14 @@ impl Default for BrokerConfig {
     }
 }
 
-type LogCell = Arc<OnceCell<ManagedLog>>;
+/// A partition this broker has opened: its log and its idempotent producers.
+#[derive(Debug)]
+pub(crate) struct Partition {
+    pub log: ManagedLog,
+    pub producers: Mutex<Producers>,
+}
+
+type LogCell = Arc<OnceCell<Arc<Partition>>>;
 
 pub(crate) struct Inner {
     pub config: BrokerConfig,
@@ -177,7 +185,7 @@ impl Broker {
         let logs: Vec<LogCell> =
             self.inner.logs.lock().expect("logs lock").drain().map(|(_, l)| l).collect();
         for cell in logs {
-            if let Some(log) = cell.get()
+            if let Some(log) = cell.get().map(|p| &p.log)
                 && let Err(e) = log.close().await
             {
                 tracing::warn!(log = log.name(), error = %e, "closing a partition log failed");
@@ -199,6 +207,16 @@ impl Inner {
         topic: &Topic,
         partition: i32,
     ) -> Result<ManagedLog, folio_log::LogError> {
+        Ok(self.partition(topic, partition).await?.log.clone())
+    }
+
+    /// `topic`'s `partition`, opened on first use: the log is fenced and recovered, then
+    /// the idempotent producers' state is rebuilt from its tail.
+    pub async fn partition(
+        &self,
+        topic: &Topic,
+        partition: i32,
+    ) -> Result<Arc<Partition>, folio_log::LogError> {
         let key = (topic.record.id, partition);
         let cell = self.logs.lock().expect("logs lock").entry(key).or_default().clone();
         let log = cell
@@ -212,16 +230,23 @@ impl Inner {
                 lc.ack_quorum = quorums.ack_quorum;
                 lc.retention_time = retention_time;
                 lc.retention_bytes = retention_bytes;
-                ManagedLog::open(self.env.clone(), &log_name(topic.record.id, partition), lc).await
+                let log =
+                    ManagedLog::open(self.env.clone(), &log_name(topic.record.id, partition), lc)
+                        .await?;
+                let producers = rebuild_producers(&log).await?;
+                Ok::<_, folio_log::LogError>(Arc::new(Partition {
+                    log,
+                    producers: Mutex::new(producers),
+                }))
             })
             .await;
         match log {
-            Ok(l) if !l.is_usable() => {
+            Ok(p) if !p.log.is_usable() => {
                 // Fenced or deleted under us: forget it so the next use opens it afresh.
                 self.logs.lock().expect("logs lock").remove(&key);
-                Err(l.unusable_error())
+                Err(p.log.unusable_error())
             }
-            Ok(l) => Ok(l.clone()),
+            Ok(p) => Ok(p.clone()),
             Err(e) => {
                 self.logs.lock().expect("logs lock").remove(&key);
                 Err(e)
@@ -231,7 +256,11 @@ impl Inner {
 
     /// The open log of a partition, if this broker has opened it (no metadata access).
     pub fn open_log(&self, id: Uuid, partition: i32) -> Option<ManagedLog> {
-        self.logs.lock().expect("logs lock").get(&(id, partition)).and_then(|c| c.get().cloned())
+        self.logs
+            .lock()
+            .expect("logs lock")
+            .get(&(id, partition))
+            .and_then(|c| c.get().map(|p| p.log.clone()))
     }
 
     /// Applies a topic's (new) retention to its open logs and trims them now.
@@ -250,6 +279,35 @@ impl Inner {
     pub fn now_ms(&self) -> i64 {
         self.env.now_ms() as i64
     }
+}
+
+/// The idempotent producers' state, from the batch headers of the log's last
+/// `REBUILD_OFFSETS` offsets.
+async fn rebuild_producers(log: &ManagedLog) -> Result<Producers, folio_log::LogError> {
+    let mut producers = Producers::default();
+    let status = log.status();
+    let mut offset = status.start_offset.max(status.end_offset.saturating_sub(REBUILD_OFFSETS));
+    while offset < status.end_offset {
+        let entries = log.read(offset, 8 << 20, 4096).await?;
+        let Some(last) = entries.last() else { break };
+        offset = last.next_offset();
+        for e in &entries {
+            match crate::batch::parse(&e.payload) {
+                Ok(info) => producers.restore(&info, e.base_offset as i64),
+                Err(err) => {
+                    tracing::warn!(log = log.name(), offset = e.base_offset, error = %err, "a stored batch does not parse")
+                }
+            }
+        }
+    }
+    if !producers.is_empty() {
+        tracing::info!(
+            log = log.name(),
+            producers = producers.len(),
+            "idempotent producer state rebuilt"
+        );
+    }
+    Ok(producers)
 }
 
 /// How long a long poll may be asked to wait at most.

@@ -22,6 +22,7 @@ mod broker;
 pub mod errors;
 pub mod group;
 pub mod metrics;
+pub mod producers;
 mod server;
 pub mod topics;
 

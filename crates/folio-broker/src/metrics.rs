@@ -54,6 +54,8 @@ pub struct TopicMetrics {
     pub records_in: AtomicU64,
     /// Record batches produced (each one ledger entry).
     pub batches_in: AtomicU64,
+    /// Retried batches of idempotent producers answered without storing them again.
+    pub duplicate_batches: AtomicU64,
     pub produce_latency: Histogram,
     pub fetch_latency: Histogram,
 }
@@ -136,6 +138,14 @@ impl Metrics {
                 out,
                 "folio_kafka_topic_records_in_total{{topic=\"{n}\"}} {}",
                 t.records_in.load(Ordering::Relaxed)
+            );
+        }
+        out.push_str("# HELP folio_kafka_topic_duplicate_batches_total Retried idempotent batches answered with their first offset, not stored again.\n# TYPE folio_kafka_topic_duplicate_batches_total counter\n");
+        for n in &names {
+            let _ = writeln!(
+                out,
+                "folio_kafka_topic_duplicate_batches_total{{topic=\"{n}\"}} {}",
+                topics[*n].duplicate_batches.load(Ordering::Relaxed)
             );
         }
         out.push_str("# HELP folio_kafka_topic_produce_latency_seconds Appends per topic and partition, queued to durable.\n# TYPE folio_kafka_topic_produce_latency_seconds histogram\n");

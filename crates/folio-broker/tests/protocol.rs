@@ -451,3 +451,75 @@ fn decode_request_survives_adversarial_counts() {
     f.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x07]);
     assert!(folio_broker::api::decode_request(Bytes::from(f)).is_err());
 }
+
+/// Idempotent producers: a retried batch is answered with its first offset and stored
+/// once, a gap or an older epoch is refused, and a new broker on the same partition
+/// (restart or move) rebuilds the state from the log and still recognises the retry.
+#[tokio::test]
+async fn idempotent_retries_are_stored_once_even_across_a_new_broker() {
+    let s = start(1, |_| {}).await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    let _: MetadataResponse = c.call(ApiKey::Metadata, 9, &metadata_req(&["idem"])).await;
+    let init = |pid: i64, epoch: i16| {
+        InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch)
+    };
+    let r: InitProducerIdResponse = c.call(ApiKey::InitProducerId, 4, &init(-1, -1)).await;
+    assert_eq!((r.error_code, r.producer_epoch), (0, 0));
+    let pid = r.producer_id.0;
+    assert!(pid >= 0);
+    let send = |seq: i32, count: i32, epoch: i16| {
+        produce_req("idem", 0, idempotent(batch(count, 1), pid, epoch, seq), -1)
+    };
+    let end = async |c: &mut Conn| {
+        let r: ListOffsetsResponse =
+            c.call(ApiKey::ListOffsets, 5, &list_offsets_req("idem", -1)).await;
+        r.topics[0].partitions[0].offset
+    };
+    let r: ProduceResponse = c.call(ApiKey::Produce, 9, &send(0, 3, 0)).await;
+    assert_eq!(produced(&r), (0, 0));
+    let r: ProduceResponse = c.call(ApiKey::Produce, 9, &send(0, 3, 0)).await;
+    assert_eq!(produced(&r), (0, 0), "a retry gets the original offset");
+    assert_eq!(end(&mut c).await, 3, "and is not stored again");
+    let r: ProduceResponse = c.call(ApiKey::Produce, 9, &send(3, 2, 0)).await;
+    assert_eq!(produced(&r), (0, 3));
+    let r: ProduceResponse = c.call(ApiKey::Produce, 9, &send(9, 1, 0)).await;
+    assert_eq!(produced(&r).0, errors::OUT_OF_ORDER_SEQUENCE_NUMBER);
+    // A bumped epoch starts over; the old epoch is refused.
+    let r: InitProducerIdResponse = c.call(ApiKey::InitProducerId, 4, &init(pid, 0)).await;
+    assert_eq!((r.producer_id.0, r.producer_epoch), (pid, 1));
+    let r: ProduceResponse = c.call(ApiKey::Produce, 9, &send(0, 1, 1)).await;
+    assert_eq!(produced(&r), (0, 5));
+    let r: ProduceResponse = c.call(ApiKey::Produce, 9, &send(5, 1, 0)).await;
+    assert_eq!(produced(&r).0, errors::INVALID_PRODUCER_EPOCH);
+    assert_eq!(end(&mut c).await, 6);
+    assert_eq!(
+        s.broker
+            .metrics()
+            .topic("idem")
+            .duplicate_batches
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    // Another broker takes the partition over (fencing this one) and rebuilds the state.
+    s.broker.shutdown().await;
+    let b2 = broker_on(&s.cluster, |_| {}).await;
+    let mut c = Conn::open(b2.addr()).await;
+    let r: ProduceResponse = c.call(ApiKey::Produce, 9, &send(0, 1, 1)).await;
+    assert_eq!(produced(&r), (0, 5), "the new broker recognises the retry");
+    let r: ProduceResponse = c.call(ApiKey::Produce, 9, &send(1, 1, 1)).await;
+    assert_eq!(produced(&r), (0, 6));
+    assert_eq!(end(&mut c).await, 7);
+    // Transactional producers are refused clearly.
+    let r: InitProducerIdResponse = c
+        .call(
+            ApiKey::InitProducerId,
+            4,
+            &init(-1, -1)
+                .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("tx")))),
+        )
+        .await;
+    assert_eq!(r.error_code, errors::INVALID_REQUEST);
+}

@@ -29,12 +29,17 @@ impl Drop for Standalone {
 
 impl Standalone {
     fn start(dir: &Path, bookies: u16) -> Standalone {
+        Standalone::start_with(dir, bookies, &[])
+    }
+
+    fn start_with(dir: &Path, bookies: u16, extra: &[&str]) -> Standalone {
         let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))
             .args(["standalone", "--data-dir"])
             .arg(dir)
             .args(["--bookies", &bookies.to_string()])
             .args(["--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
             .args(["--kafka-listen", "127.0.0.1:0"])
+            .args(extra)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stderr(Stdio::piped())
@@ -122,6 +127,24 @@ fn configs_round_trip_with_validation() {
 #[test]
 fn consumer_group_rebalances_read_every_record_once_after_commits() {
     run_scenario("group_rebalance");
+}
+
+/// Idempotent producers (kafka-python's default; librdkafka with enable.idempotence)
+/// through a proxy that drops every 7th Produce answer after the broker carried it out:
+/// the retries are recognised, every record is stored once, in order.
+#[test]
+fn idempotent_producers_retrying_dropped_answers_store_each_record_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // The proxy's port: the broker advertises it, so every client goes through the proxy.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let advertise = format!("127.0.0.1:{port}");
+    let s = Standalone::start_with(dir.path(), 1, &["--advertise", &advertise]);
+    print!("{}", scenario(&s.kafka, "idempotent_retries", &[&port]));
 }
 
 #[test]

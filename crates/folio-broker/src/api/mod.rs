@@ -51,6 +51,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::InitProducerId, 0, 4),
 ];
 
 pub fn supported(key: ApiKey, version: i16) -> bool {
@@ -123,6 +124,7 @@ handlers! {
     ListGroups => groups::ListGroups,
     DescribeGroups => groups::DescribeGroups,
     DeleteGroups => groups::DeleteGroups,
+    InitProducerId => produce::InitProducerId,
 }
 
 fn run<H: Handler>(

@@ -23,15 +23,40 @@ use crate::batch::{self, BatchError, Codec};
 use crate::broker::Inner;
 use crate::errors;
 use crate::metrics::TopicMetrics;
+use crate::producers::{Check, Outcome};
 use crate::server::{Pending, encode_response, ready};
 use crate::topics::TimestampType;
+use tokio::sync::watch;
+
+/// One batch on its way: an append, or (idempotent producers) an outcome to wait for.
+enum Queued {
+    Append(PendingAppend),
+    Outcome(watch::Receiver<Outcome>),
+}
+
+impl Queued {
+    async fn wait(self) -> Result<u64, (i16, String)> {
+        match self {
+            Queued::Append(a) => a.wait().await.map_err(|e| (errors::from_log(&e), e.to_string())),
+            Queued::Outcome(mut rx) => match rx.wait_for(Option::is_some).await {
+                Ok(o) => match (*o).expect("waited for an outcome") {
+                    Ok(offset) => Ok(offset as u64),
+                    Err(code) => Err((code, "the append failed".to_string())),
+                },
+                Err(_) => {
+                    Err((errors::KAFKA_STORAGE_ERROR, "the append was abandoned".to_string()))
+                }
+            },
+        }
+    }
+}
 
 /// One partition's part of the answer: settled now, or waiting for its appends.
 enum Part {
     Done(PartitionProduceResponse),
     Queued {
         index: i32,
-        appends: Vec<PendingAppend>,
+        appends: Vec<Queued>,
         log_append_time: i64,
         log: folio_log::ManagedLog,
         bytes: u64,
@@ -133,13 +158,14 @@ pub(crate) async fn start(
                 parts.push(failed(p.index, code, msg));
                 continue;
             }
-            let log = match inner.log(&topic, p.index).await {
+            let partition = match inner.partition(&topic, p.index).await {
                 Ok(l) => l,
                 Err(e) => {
                     parts.push(failed(p.index, errors::from_log(&e), e.to_string()));
                     continue;
                 }
             };
+            let log = partition.log.clone();
             let log_append_time = match config.timestamp_type {
                 TimestampType::LogAppendTime => inner.now_ms(),
                 TimestampType::CreateTime => -1,
@@ -148,6 +174,25 @@ pub(crate) async fn start(
             let (mut bytes, mut n) = (0u64, 0u64);
             let mut error = None;
             for (info, b) in &batches {
+                // Idempotent producers: a retry is answered with the original's outcome,
+                // a gap or an old epoch is refused.
+                let publish = if info.is_idempotent() {
+                    match partition.producers.lock().expect("producers lock").check(info) {
+                        Check::Append(tx) => Some(tx),
+                        Check::Duplicate(rx) => {
+                            metrics.duplicate_batches.fetch_add(1, Ordering::Relaxed);
+                            appends.push(Queued::Outcome(rx));
+                            continue;
+                        }
+                        Check::Refuse(code, msg) => {
+                            tracing::info!(topic = %topic.name, partition = p.index, error = %msg, "idempotent batch refused");
+                            error = Some((code, msg));
+                            break;
+                        }
+                    }
+                } else {
+                    None
+                };
                 let queued = if log_append_time >= 0 {
                     let mut owned = b.to_vec();
                     batch::set_log_append_time(&mut owned, log_append_time);
@@ -155,20 +200,48 @@ pub(crate) async fn start(
                 } else {
                     log.append_enqueue(b, info.offsets(), info.max_timestamp).await
                 };
-                match queued {
-                    Ok(a) => appends.push(a),
-                    Err(e) => {
-                        error = Some(e);
+                match (queued, publish) {
+                    (Ok(a), None) => appends.push(Queued::Append(a)),
+                    (Ok(a), Some(tx)) => {
+                        // The outcome is published whoever waits for it (the retry too).
+                        let (partition, pid, seq) =
+                            (partition.clone(), info.producer_id, info.base_sequence);
+                        let rx = tx.subscribe();
+                        tokio::spawn(async move {
+                            let outcome = match a.wait().await {
+                                Ok(offset) => Ok(offset as i64),
+                                Err(e) => {
+                                    partition
+                                        .producers
+                                        .lock()
+                                        .expect("producers lock")
+                                        .forget(pid, seq);
+                                    Err(errors::from_log(&e))
+                                }
+                            };
+                            tx.send_replace(Some(outcome));
+                        });
+                        appends.push(Queued::Outcome(rx));
+                    }
+                    (Err(e), publish) => {
+                        if publish.is_some() {
+                            partition
+                                .producers
+                                .lock()
+                                .expect("producers lock")
+                                .forget(info.producer_id, info.base_sequence);
+                        }
+                        error = Some((errors::from_log(&e), e.to_string()));
                         break;
                     }
                 }
                 bytes += info.size as u64;
                 n += info.records_count as u64;
             }
-            if let Some(e) = error {
+            if let Some((code, msg)) = error {
                 // Batches queued before the failure may still land; the client retries
                 // the whole partition (as after any Kafka produce error).
-                parts.push(failed(p.index, errors::from_log(&e), e.to_string()));
+                parts.push(failed(p.index, code, msg));
                 continue;
             }
             parts.push(Part::Queued {
@@ -276,7 +349,7 @@ async fn settle(
                             let offset = a.wait().await?;
                             base.get_or_insert(offset);
                         }
-                        Ok::<_, folio_log::LogError>(base.unwrap_or(0))
+                        Ok::<_, (i16, String)>(base.unwrap_or(0))
                     };
                     let waited = match timeout {
                         Some(t) => tokio::time::timeout(t, wait).await.ok(),
@@ -290,13 +363,13 @@ async fn settle(
                             .with_error_message(Some(str_bytes(
                                 "not durable within the request timeout",
                             ))),
-                        Some(Err(e)) => {
-                            tracing::warn!(log = log.name(), error = %e, "produce failed");
+                        Some(Err((code, msg))) => {
+                            tracing::warn!(log = log.name(), error = %msg, "produce failed");
                             PartitionProduceResponse::default()
                                 .with_index(index)
-                                .with_error_code(errors::from_log(&e))
+                                .with_error_code(code)
                                 .with_base_offset(-1)
-                                .with_error_message(Some(str_bytes(e.to_string())))
+                                .with_error_message(Some(str_bytes(msg)))
                         }
                         Some(Ok(base)) => {
                             metrics.bytes_in.fetch_add(bytes, Ordering::Relaxed);
@@ -322,4 +395,54 @@ async fn settle(
 
 fn partition_codes(resp: &ProduceResponse) -> impl Iterator<Item = i16> + '_ {
     resp.responses.iter().flat_map(|t| t.partition_responses.iter().map(|p| p.error_code))
+}
+
+/// InitProducerId for idempotent producers: a producer id unique in the cluster (from the
+/// metadata store's id sequence `producer`), epoch 0; with an id and epoch given (v3+),
+/// the same id with the next epoch. Transactional ids are not supported yet.
+pub(crate) struct InitProducerId;
+
+impl crate::api::Handler for InitProducerId {
+    type Request = kafka_protocol::messages::InitProducerIdRequest;
+    type Response = kafka_protocol::messages::InitProducerIdResponse;
+    const KEY: ApiKey = ApiKey::InitProducerId;
+
+    async fn handle(inner: Arc<Inner>, version: i16, req: Self::Request) -> Self::Response {
+        use kafka_protocol::messages::ProducerId;
+        let resp = Self::Response::default();
+        if req.transactional_id.is_some() {
+            tracing::info!(
+                "InitProducerId with a transactional id refused: transactions are not supported"
+            );
+            return resp.with_error_code(errors::INVALID_REQUEST);
+        }
+        if version >= 3
+            && req.producer_id.0 >= 0
+            && req.producer_epoch >= 0
+            && req.producer_epoch < i16::MAX - 1
+        {
+            return resp
+                .with_producer_id(req.producer_id)
+                .with_producer_epoch(req.producer_epoch + 1);
+        }
+        let key = inner.env.keys.id_sequence("producer");
+        match inner.env.meta.next_id(&key).await {
+            Ok(id) if id <= i64::MAX as u64 => {
+                resp.with_producer_id(ProducerId(id as i64)).with_producer_epoch(0)
+            }
+            Ok(_) => resp.with_error_code(errors::KAFKA_STORAGE_ERROR),
+            Err(e) => {
+                tracing::warn!(error = %e, "allocating a producer id failed");
+                resp.with_error_code(errors::COORDINATOR_NOT_AVAILABLE)
+            }
+        }
+    }
+
+    fn error(_version: i16, _req: &Self::Request, code: i16) -> Self::Response {
+        Self::Response::default().with_error_code(code)
+    }
+
+    fn error_code(resp: &Self::Response) -> i16 {
+        resp.error_code
+    }
 }

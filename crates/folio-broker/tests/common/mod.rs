@@ -24,6 +24,13 @@ pub struct Setup {
 pub async fn start(bookies: usize, tune: impl FnOnce(&mut BrokerConfig)) -> Setup {
     folio_testkit::trace();
     let cluster = Cluster::start(bookies).await;
+    let broker = broker_on(&cluster, tune).await;
+    Setup { cluster, broker }
+}
+
+/// A broker on `cluster`'s metadata and bookies (several may run on one cluster).
+pub async fn broker_on(cluster: &Cluster, tune: impl FnOnce(&mut BrokerConfig)) -> Broker {
+    let bookies = cluster.nodes.len();
     let meta = cluster.meta.clone();
     let client = LedgerClient::new(meta.clone(), Keys::default())
         .with_request_timeout(Duration::from_secs(2));
@@ -41,8 +48,7 @@ pub async fn start(bookies: usize, tune: impl FnOnce(&mut BrokerConfig)) -> Setu
         ..BrokerConfig::default()
     };
     tune(&mut config);
-    let broker = Broker::start(config, env).await.unwrap();
-    Setup { cluster, broker }
+    Broker::start(config, env).await.unwrap()
 }
 
 /// A raw client connection: frames requests, reads answers.
@@ -157,6 +163,16 @@ pub fn batch_with(count: i32, ts: i64, attributes: i16) -> Vec<u8> {
     b.extend_from_slice(&(-1i32).to_be_bytes());
     b.extend_from_slice(&count.to_be_bytes());
     b.extend_from_slice(&records);
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
+/// `b` as a batch of idempotent producer `pid` at `epoch`, first sequence `seq`.
+pub fn idempotent(mut b: Vec<u8>, pid: i64, epoch: i16, seq: i32) -> Vec<u8> {
+    b[43..51].copy_from_slice(&pid.to_be_bytes());
+    b[51..53].copy_from_slice(&epoch.to_be_bytes());
+    b[53..57].copy_from_slice(&seq.to_be_bytes());
     let crc = crc32c::crc32c(&b[21..]);
     b[17..21].copy_from_slice(&crc.to_be_bytes());
     b

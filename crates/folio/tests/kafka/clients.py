@@ -447,6 +447,152 @@ def scenario_kafka_python(bootstrap):
     print("ok kafka-python")
 
 
+def dropping_proxy(listen_port, target, drop_every):
+    """A TCP proxy in front of the broker that forwards every request but drops the
+    connection instead of returning every `drop_every`-th Produce answer: the request was
+    carried out, the client never hears of it and retries."""
+    import socket
+    import struct
+    import threading
+
+    host, port = target.rsplit(":", 1)
+    state = {"produce": 0, "dropped": 0}
+    lock = threading.Lock()
+
+    def read_frame(sock):
+        head = b""
+        while len(head) < 4:
+            chunk = sock.recv(4 - len(head))
+            if not chunk:
+                return None
+            head += chunk
+        n = struct.unpack(">i", head)[0]
+        body = b""
+        while len(body) < n:
+            chunk = sock.recv(min(1 << 20, n - len(body)))
+            if not chunk:
+                return None
+            body += chunk
+        return body
+
+    def serve(client):
+        server = socket.create_connection((host, int(port)))
+        pending = {}
+
+        def close():
+            # shutdown first: a plain close() does not end a socket another thread is
+            # blocked reading, and the client would never see the connection drop.
+            for s_ in (client, server):
+                try:
+                    s_.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                try:
+                    s_.close()
+                except OSError:
+                    pass
+
+        def up():
+            try:
+                while True:
+                    frame = read_frame(client)
+                    if frame is None:
+                        break
+                    api, corr = struct.unpack(">h", frame[:2])[0], struct.unpack(">i", frame[4:8])[0]
+                    with lock:
+                        pending[corr] = api
+                    server.sendall(struct.pack(">i", len(frame)) + frame)
+            except OSError:
+                pass
+            close()
+
+        def down():
+            try:
+                while True:
+                    frame = read_frame(server)
+                    if frame is None:
+                        break
+                    corr = struct.unpack(">i", frame[:4])[0]
+                    with lock:
+                        api = pending.pop(corr, None)
+                        drop = False
+                        if api == 0:
+                            state["produce"] += 1
+                            drop = state["produce"] % drop_every == 0
+                            state["dropped"] += drop
+                    if drop:
+                        break
+                    client.sendall(struct.pack(">i", len(frame)) + frame)
+            except OSError:
+                pass
+            close()
+
+        threading.Thread(target=up, daemon=True).start()
+        threading.Thread(target=down, daemon=True).start()
+
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", int(listen_port)))
+    srv.listen(64)
+
+    def accept():
+        while True:
+            c, _ = srv.accept()
+            serve(c)
+
+    threading.Thread(target=accept, daemon=True).start()
+    return state
+
+
+def scenario_idempotent_retries(kafka, proxy_port):
+    """kafka-python's default producer (idempotent, acks=all) through a proxy that drops
+    Produce answers: every retry is recognised, nothing is stored twice, order is kept."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    state = dropping_proxy(proxy_port, kafka, drop_every=7)
+    bootstrap = f"127.0.0.1:{proxy_port}"
+    topic = topic_name("idem")
+    create_topic(bootstrap, topic)
+    # One record per batch, several batches in flight: many Produce requests to drop.
+    p = KafkaProducer(bootstrap_servers=bootstrap, retries=20, linger_ms=0, batch_size=1, request_timeout_ms=5000,
+                      reconnect_backoff_ms=20, reconnect_backoff_max_ms=100,
+                      retry_backoff_ms=50)
+    check(p.config["enable_idempotence"], "kafka-python is idempotent by default")
+    n = 300
+    futures = [p.send(topic, value=str(i).encode(), partition=0) for i in range(n)]
+    p.flush()
+    offsets = [f.get(timeout=60).offset for f in futures]
+    p.close()
+    check(state["dropped"] > 0, f"the proxy dropped no answer ({state})")
+    check(offsets == list(range(n)), f"acknowledged offsets are not 0..{n}: {offsets[:20]}")
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=10000)
+    tp = TopicPartition(topic, 0)
+    c.assign([tp])
+    c.seek_to_beginning(tp)
+    got = []
+    deadline = time.time() + 30
+    while len(got) < n + 1 and time.time() < deadline:
+        for _, ms in c.poll(timeout_ms=1000).items():
+            got += [int(m.value) for m in ms]
+        if len(got) >= n and c.end_offsets([tp])[tp] == len(got):
+            break
+    c.close()
+    check(got == list(range(n)), f"read {len(got)} records; duplicates or gaps: {got[:20]}...")
+    print(f"ok idempotent kafka-python: {n} records, {state['dropped']} answers dropped, stored once each")
+    # librdkafka with enable.idempotence through the same proxy.
+    dropped = state["dropped"]
+    topic = topic_name("idem-rd")
+    create_topic(bootstrap, topic)
+    reports = produce(bootstrap, topic, [(None, str(i).encode(), None, 0, None) for i in range(n)],
+                      **{"enable.idempotence": True, "linger.ms": 0, "batch.num.messages": 1,
+                         "reconnect.backoff.ms": 20, "reconnect.backoff.max.ms": 100})
+    check(all(e is None for e, _ in reports), f"librdkafka delivery errors: {[e for e, _ in reports if e][:3]}")
+    check(sorted(o for _, o in reports) == list(range(n)), "librdkafka offsets are not dense")
+    check(state["dropped"] > dropped, "the proxy dropped no librdkafka answer")
+    got = [int(m.value()) for m in consume_all(bootstrap, topic, 0, 0, n)]
+    check(got == list(range(n)), "librdkafka records stored twice or out of order")
+    print(f"ok idempotent librdkafka: {n} records, {state['dropped'] - dropped} answers dropped, stored once each")
+
+
 # ---------------------------------------------------------------- aiokafka
 
 def scenario_aiokafka(bootstrap):
@@ -502,6 +648,7 @@ SCENARIOS = {
     "configs": scenario_configs,
     "group_rebalance": scenario_group_rebalance,
     "kafka_python": scenario_kafka_python,
+    "idempotent_retries": scenario_idempotent_retries,
     "aiokafka": scenario_aiokafka,
     "produce_count": produce_count,
     "consume_count": consume_count,
