@@ -178,6 +178,42 @@ impl Broker {
         &self.inner.metrics
     }
 
+    /// Every metric in Prometheus text: requests, bytes, latencies, topics, and the groups
+    /// this broker coordinates (state, members, rebalances, lag per partition).
+    pub fn render_metrics(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = self.inner.metrics.render();
+        out.push_str("# HELP folio_kafka_group_members Members of a group this broker coordinates.\n# TYPE folio_kafka_group_members gauge\n");
+        let groups = self.inner.groups.snapshot();
+        for (name, g) in &groups {
+            let _ = writeln!(
+                out,
+                "folio_kafka_group_members{{group=\"{name}\",state=\"{}\"}} {}",
+                g.state.name(),
+                g.members.len()
+            );
+        }
+        out.push_str("# HELP folio_kafka_group_rebalances_total Rebalances a group has started here.\n# TYPE folio_kafka_group_rebalances_total counter\n");
+        for (name, g) in &groups {
+            let _ = writeln!(
+                out,
+                "folio_kafka_group_rebalances_total{{group=\"{name}\"}} {}",
+                g.rebalances
+            );
+        }
+        out.push_str("# HELP folio_kafka_group_lag Records between a group's committed offset and the end of a partition this broker serves.\n# TYPE folio_kafka_group_lag gauge\n");
+        for (group, topic, id, p, committed) in self.inner.groups.last_commits() {
+            if let Some(log) = self.inner.open_log(id, p) {
+                let lag = (log.end_offset() as i64 - committed).max(0);
+                let _ = writeln!(
+                    out,
+                    "folio_kafka_group_lag{{group=\"{group}\",topic=\"{topic}\",partition=\"{p}\"}} {lag}"
+                );
+            }
+        }
+        out
+    }
+
     /// Stops accepting, ends connections, and closes every open partition log (pending
     /// appends finish first).
     pub async fn shutdown(&self) {

@@ -214,6 +214,9 @@ pub struct Coordinator {
     meta: Arc<dyn MetadataStore>,
     keys: Keys,
     groups: Mutex<HashMap<String, Group>>,
+    /// The last offset committed through this coordinator: (group, topic, topic id,
+    /// partition) → offset, for lag metrics.
+    last_commits: Mutex<BTreeMap<(String, String, Uuid, i32), i64>>,
 }
 
 /// Etcd takes at most 128 operations per transaction.
@@ -221,7 +224,13 @@ const COMMIT_TXN_OPS_MAX: usize = 100;
 
 impl Coordinator {
     pub fn new(config: GroupConfig, meta: Arc<dyn MetadataStore>, keys: Keys) -> Arc<Coordinator> {
-        Arc::new(Coordinator { config, meta, keys, groups: Mutex::new(HashMap::new()) })
+        Arc::new(Coordinator {
+            config,
+            meta,
+            keys,
+            groups: Mutex::new(HashMap::new()),
+            last_commits: Mutex::new(BTreeMap::new()),
+        })
     }
 
     fn prefix(&self) -> String {
@@ -483,20 +492,31 @@ impl Coordinator {
         errors::NONE
     }
 
-    /// Writes committed offsets (one transaction per 100).
+    /// Writes committed offsets (one transaction per 100): (topic name, topic id,
+    /// partition, record).
     pub async fn commit(
         &self,
         group_id: &str,
-        offsets: &[(Uuid, i32, OffsetRecord)],
+        offsets: &[(String, Uuid, i32, OffsetRecord)],
     ) -> Result<(), MetaError> {
         for chunk in offsets.chunks(COMMIT_TXN_OPS_MAX) {
             let mut txn = Txn::new();
-            for (topic, p, r) in chunk {
+            for (_, topic, p, r) in chunk {
                 txn = txn.put(self.offset_key(group_id, *topic, *p), r.encode());
             }
             self.meta.txn(txn).await?;
         }
+        let mut last = self.last_commits.lock().expect("commits lock");
+        for (name, topic, p, r) in offsets {
+            last.insert((group_id.to_string(), name.clone(), *topic, *p), r.offset);
+        }
         Ok(())
+    }
+
+    /// The last offsets committed here: (group, topic, topic id, partition, offset).
+    pub fn last_commits(&self) -> Vec<(String, String, Uuid, i32, i64)> {
+        let last = self.last_commits.lock().expect("commits lock");
+        last.iter().map(|((g, t, id, p), o)| (g.clone(), t.clone(), *id, *p, *o)).collect()
     }
 
     /// Every committed offset of a group: (topic id, partition) → record.

@@ -523,3 +523,127 @@ async fn idempotent_retries_are_stored_once_even_across_a_new_broker() {
         .await;
     assert_eq!(r.error_code, errors::INVALID_REQUEST);
 }
+
+/// The group coordinator on the wire: join, sync, heartbeat, commit and fetch offsets,
+/// errors for stale generations and unknown members, and the group metrics (state,
+/// members, lag).
+#[tokio::test]
+async fn a_group_joins_syncs_commits_and_reports_lag() {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+    let s = start(1, |c| c.groups.initial_rebalance_delay = std::time::Duration::ZERO).await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    let _: MetadataResponse = c.call(ApiKey::Metadata, 9, &metadata_req(&["gt"])).await;
+    let r: ProduceResponse =
+        c.call(ApiKey::Produce, 9, &produce_req("gt", 0, batch(5, 1), -1)).await;
+    assert_eq!(produced(&r), (0, 0));
+    let g = || GroupId(StrBytes::from_static_str("g1"));
+    let r: FindCoordinatorResponse = c
+        .call(
+            ApiKey::FindCoordinator,
+            2,
+            &FindCoordinatorRequest::default().with_key(StrBytes::from_static_str("g1")),
+        )
+        .await;
+    assert_eq!((r.error_code, r.node_id.0), (0, 1));
+    let join = |member: &str, session_ms: i32| {
+        JoinGroupRequest::default()
+            .with_group_id(g())
+            .with_session_timeout_ms(session_ms)
+            .with_rebalance_timeout_ms(10_000)
+            .with_member_id(StrBytes::from_string(member.into()))
+            .with_protocol_type(StrBytes::from_static_str("consumer"))
+            .with_protocols(vec![
+                JoinGroupRequestProtocol::default()
+                    .with_name(StrBytes::from_static_str("range"))
+                    .with_metadata(Bytes::from_static(b"meta")),
+            ])
+    };
+    let r: JoinGroupResponse = c.call(ApiKey::JoinGroup, 5, &join("", 1000)).await;
+    assert_eq!(r.error_code, errors::INVALID_SESSION_TIMEOUT, "below group.min.session.timeout.ms");
+    let r: JoinGroupResponse = c.call(ApiKey::JoinGroup, 5, &join("", 10_000)).await;
+    assert_eq!((r.error_code, r.generation_id), (0, 1));
+    let me = r.member_id.clone();
+    assert_eq!(r.leader, me, "the only member leads");
+    assert_eq!(r.members.len(), 1);
+    let sync = |generation: i32| {
+        SyncGroupRequest::default()
+            .with_group_id(g())
+            .with_generation_id(generation)
+            .with_member_id(me.clone())
+            .with_assignments(vec![
+                SyncGroupRequestAssignment::default()
+                    .with_member_id(me.clone())
+                    .with_assignment(Bytes::from_static(b"all of it")),
+            ])
+    };
+    let r: SyncGroupResponse = c.call(ApiKey::SyncGroup, 3, &sync(7)).await;
+    assert_eq!(r.error_code, errors::ILLEGAL_GENERATION);
+    let r: SyncGroupResponse = c.call(ApiKey::SyncGroup, 3, &sync(1)).await;
+    assert_eq!((r.error_code, &r.assignment[..]), (0, &b"all of it"[..]));
+    let hb = |member: StrBytes, generation: i32| {
+        HeartbeatRequest::default()
+            .with_group_id(g())
+            .with_generation_id(generation)
+            .with_member_id(member)
+    };
+    let r: HeartbeatResponse = c.call(ApiKey::Heartbeat, 3, &hb(me.clone(), 1)).await;
+    assert_eq!(r.error_code, 0);
+    let r: HeartbeatResponse =
+        c.call(ApiKey::Heartbeat, 3, &hb(StrBytes::from_static_str("stranger"), 1)).await;
+    assert_eq!(r.error_code, errors::UNKNOWN_MEMBER_ID);
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(g())
+        .with_generation_id_or_member_epoch(1)
+        .with_member_id(me.clone())
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("gt")))
+                .with_partitions(vec![
+                    OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(2)
+                        .with_committed_metadata(Some(StrBytes::from_static_str("m"))),
+                ]),
+        ]);
+    let r: OffsetCommitResponse = c.call(ApiKey::OffsetCommit, 7, &commit).await;
+    assert_eq!(r.topics[0].partitions[0].error_code, 0);
+    let fetch = OffsetFetchRequest::default().with_group_id(g()).with_topics(Some(vec![
+        OffsetFetchRequestTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("gt")))
+            .with_partition_indexes(vec![0, 1]),
+    ]));
+    let r: OffsetFetchResponse = c.call(ApiKey::OffsetFetch, 6, &fetch).await;
+    let parts = &r.topics[0].partitions;
+    assert_eq!(
+        (parts[0].committed_offset, parts[0].metadata.as_ref().map(|m| m.as_str())),
+        (2, Some("m"))
+    );
+    assert_eq!(parts[1].committed_offset, -1, "nothing committed");
+    let text = s.broker.render_metrics();
+    assert!(text.contains("folio_kafka_group_members{group=\"g1\",state=\"Stable\"} 1"), "{text}");
+    assert!(
+        text.contains("folio_kafka_group_lag{group=\"g1\",topic=\"gt\",partition=\"0\"} 3"),
+        "{text}"
+    );
+    // A group with members cannot be deleted; after the member leaves it can.
+    let del = DeleteGroupsRequest::default().with_groups_names(vec![g()]);
+    let r: DeleteGroupsResponse = c.call(ApiKey::DeleteGroups, 1, &del).await;
+    assert_eq!(r.results[0].error_code, errors::NON_EMPTY_GROUP);
+    let r: LeaveGroupResponse = c
+        .call(
+            ApiKey::LeaveGroup,
+            1,
+            &LeaveGroupRequest::default().with_group_id(g()).with_member_id(me.clone()),
+        )
+        .await;
+    assert_eq!(r.error_code, 0);
+    let r: DeleteGroupsResponse = c.call(ApiKey::DeleteGroups, 1, &del).await;
+    assert_eq!(r.results[0].error_code, 0);
+    let r: OffsetFetchResponse = c.call(ApiKey::OffsetFetch, 6, &fetch).await;
+    assert_eq!(r.topics[0].partitions[0].committed_offset, -1, "deleted with the group");
+}

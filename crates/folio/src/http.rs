@@ -41,7 +41,7 @@ pub async fn serve(
                         m.push_str(&trash_metrics(t).await);
                     }
                     if let Some(b) = &broker {
-                        m.push_str(&b.metrics().render());
+                        m.push_str(&b.render_metrics());
                     }
                     ("200 OK", m)
                 }

@@ -296,7 +296,7 @@ impl Handler for OffsetCommit {
                             commit_ms: now,
                             metadata,
                         };
-                        writes.push((topic.record.id, p.partition_index, r));
+                        writes.push((topic.name.clone(), topic.record.id, p.partition_index, r));
                         written.push((ti, pi));
                         errors::NONE
                     }
