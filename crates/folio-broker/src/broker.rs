@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{OnceCell, watch};
 use uuid::Uuid;
 
+use crate::cluster::{self, BrokerInfo, Membership};
 use crate::group::{Coordinator, GroupConfig};
 use crate::metrics::Metrics;
 use crate::producers::{Producers, REBUILD_OFFSETS};
@@ -49,6 +50,10 @@ pub struct BrokerConfig {
     pub batches_per_partition_max: usize,
     /// The group coordinator's settings.
     pub groups: GroupConfig,
+    /// The broker's registration lease: when it dies, its partitions move this long after.
+    pub lease_ttl: Duration,
+    /// How often the live brokers are listed.
+    pub membership_poll: Duration,
 }
 
 impl Default for BrokerConfig {
@@ -68,6 +73,8 @@ impl Default for BrokerConfig {
             connections_max: 4096,
             batches_per_partition_max: 1024,
             groups: GroupConfig::default(),
+            lease_ttl: Duration::from_secs(10),
+            membership_poll: Duration::from_millis(500),
         }
     }
 }
@@ -88,6 +95,7 @@ pub(crate) struct Inner {
     pub metrics: Metrics,
     pub groups: Arc<Coordinator>,
     pub groups_config: GroupConfig,
+    pub membership: Arc<Membership>,
     pub cluster_id: String,
     /// Host and port in Metadata answers.
     pub advertised: (String, i32),
@@ -145,10 +153,15 @@ impl Broker {
         let cluster_id = folio_meta::records::ensure_cluster_id(env.meta.as_ref(), &env.keys)
             .await
             .map_err(|e| format!("reading the cluster id: {e}"))?;
+        let me =
+            BrokerInfo { node_id: config.node_id, host: advertised.0.clone(), port: advertised.1 };
+        let lease = cluster::register(env.meta.as_ref(), &env.keys, &me, config.lease_ttl).await?;
+        let membership = Membership::new(me);
         let inner = Arc::new(Inner {
             topics: Topics::new(env.meta.clone(), env.keys.clone()),
             groups: Coordinator::new(config.groups.clone(), env.meta.clone(), env.keys.clone()),
             groups_config: config.groups.clone(),
+            membership,
             config,
             env,
             metrics: Metrics::default(),
@@ -166,6 +179,16 @@ impl Broker {
         );
         tokio::spawn(crate::server::accept(inner.clone(), listener));
         tokio::spawn(inner.groups.clone().tick(inner.shutdown.subscribe()));
+        tokio::spawn(cluster::maintain(
+            inner.env.meta.clone(),
+            inner.env.keys.clone(),
+            inner.membership.clone(),
+            lease,
+            inner.config.lease_ttl,
+            inner.config.membership_poll,
+            inner.shutdown.subscribe(),
+        ));
+        tokio::spawn(release_moved(inner.clone()));
         Ok(Broker { inner, addr })
     }
 
@@ -218,6 +241,12 @@ impl Broker {
     /// appends finish first).
     pub async fn shutdown(&self) {
         self.inner.shutdown.send_replace(true);
+        cluster::unregister(
+            self.inner.env.meta.as_ref(),
+            &self.inner.env.keys,
+            self.inner.config.node_id,
+        )
+        .await;
         let logs: Vec<LogCell> =
             self.inner.logs.lock().expect("logs lock").drain().map(|(_, l)| l).collect();
         for cell in logs {
@@ -254,6 +283,13 @@ impl Inner {
         partition: i32,
     ) -> Result<Arc<Partition>, folio_log::LogError> {
         let key = (topic.record.id, partition);
+        let owner = self.membership.owner(&cluster::partition_key(topic.record.id, partition));
+        if owner.node_id != self.config.node_id {
+            return Err(folio_log::LogError::Fenced(format!(
+                "{} partition {partition}: served by broker {}",
+                topic.name, owner.node_id
+            )));
+        }
         let cell = self.logs.lock().expect("logs lock").entry(key).or_default().clone();
         let log = cell
             .get_or_try_init(|| async {
@@ -270,6 +306,7 @@ impl Inner {
                     ManagedLog::open(self.env.clone(), &log_name(topic.record.id, partition), lc)
                         .await?;
                 let producers = rebuild_producers(&log).await?;
+                self.metrics.partitions_opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 Ok::<_, folio_log::LogError>(Arc::new(Partition {
                     log,
                     producers: Mutex::new(producers),
@@ -344,6 +381,42 @@ async fn rebuild_producers(log: &ManagedLog) -> Result<Producers, folio_log::Log
         );
     }
     Ok(producers)
+}
+
+/// When the live brokers change: closes the partitions and forgets the groups this broker
+/// no longer owns, so their new owners take over without a fight.
+async fn release_moved(inner: Arc<Inner>) {
+    let mut changes = inner.membership.changes.subscribe();
+    let mut shutdown = inner.shutdown.subscribe();
+    loop {
+        tokio::select! {
+            r = changes.changed() => if r.is_err() { return },
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        let moved: Vec<((Uuid, i32), LogCell)> = {
+            let mut logs = inner.logs.lock().expect("logs lock");
+            let keys: Vec<(Uuid, i32)> = logs
+                .keys()
+                .filter(|(id, p)| !inner.membership.owns(&cluster::partition_key(*id, *p)))
+                .copied()
+                .collect();
+            keys.into_iter().filter_map(|k| logs.remove(&k).map(|c| (k, c))).collect()
+        };
+        for ((id, p), cell) in moved {
+            if let Some(part) = cell.get() {
+                tracing::info!(log = part.log.name(), partition = p, topic_id = %id, "partition moved to another broker; closing it here");
+                inner
+                    .metrics
+                    .partitions_released
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if let Err(e) = part.log.close().await {
+                    tracing::warn!(log = part.log.name(), error = %e, "closing a moved partition failed");
+                }
+            }
+        }
+        let membership = inner.membership.clone();
+        inner.groups.forget_unless(|g| membership.owns(&cluster::group_key(g)));
+    }
 }
 
 /// How long a long poll may be asked to wait at most.

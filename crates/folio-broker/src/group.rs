@@ -576,6 +576,30 @@ impl Coordinator {
         })
     }
 
+    /// Forgets the groups `keep` says no (they moved to another coordinator): their
+    /// members' waits end with NOT_COORDINATOR and they rejoin there.
+    pub fn forget_unless(&self, keep: impl Fn(&str) -> bool) {
+        let mut groups = self.groups.lock().expect("groups lock");
+        let gone: Vec<String> = groups.keys().filter(|g| !keep(g)).cloned().collect();
+        for name in gone {
+            if let Some(mut g) = groups.remove(&name) {
+                tracing::info!(group = %name, "group moved to another coordinator");
+                for (_, tx) in g.joins.drain() {
+                    let _ = tx.send(JoinResult {
+                        error: errors::NOT_COORDINATOR,
+                        ..JoinResult::default()
+                    });
+                }
+                for (_, tx) in g.syncs.drain() {
+                    let _ = tx.send(SyncResult {
+                        error: errors::NOT_COORDINATOR,
+                        ..SyncResult::default()
+                    });
+                }
+            }
+        }
+    }
+
     /// Every group in memory (for metrics).
     pub fn snapshot(&self) -> Vec<(String, GroupInfo)> {
         let names: Vec<String> = self.groups.lock().expect("groups lock").keys().cloned().collect();

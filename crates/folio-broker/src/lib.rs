@@ -19,6 +19,7 @@
 pub mod api;
 pub mod batch;
 mod broker;
+pub mod cluster;
 pub mod errors;
 pub mod group;
 pub mod metrics;

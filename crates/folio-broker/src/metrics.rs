@@ -67,6 +67,10 @@ pub struct Metrics {
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     pub connections: AtomicU64,
+    /// Partitions this broker opened (took ownership of: fencing the previous owner).
+    pub partitions_opened: AtomicU64,
+    /// Partitions it closed because they moved to another broker.
+    pub partitions_released: AtomicU64,
     pub produce_latency: Histogram,
     pub fetch_latency: Histogram,
     topics: Mutex<HashMap<String, std::sync::Arc<TopicMetrics>>>,
@@ -108,6 +112,16 @@ impl Metrics {
             ("folio_kafka_bytes_in_total", "Record-batch bytes produced.", &self.bytes_in),
             ("folio_kafka_bytes_out_total", "Record-batch bytes fetched.", &self.bytes_out),
             ("folio_kafka_connections_total", "Client connections accepted.", &self.connections),
+            (
+                "folio_kafka_partitions_opened_total",
+                "Partitions this broker took over (opened, fencing any previous owner).",
+                &self.partitions_opened,
+            ),
+            (
+                "folio_kafka_partitions_released_total",
+                "Partitions closed here because they moved to another broker.",
+                &self.partitions_released,
+            ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
             let _ = writeln!(out, "{name} {}", v.load(Ordering::Relaxed));

@@ -42,6 +42,10 @@ pub struct KafkaArgs {
     /// Default largest record batch in bytes [message.max.bytes].
     #[arg(long, default_value_t = 1_048_588)]
     pub message_max_bytes: i32,
+    /// The broker's registration lease in ms: when a broker dies, its partitions and
+    /// groups move to the others this long after.
+    #[arg(long, default_value_t = 10_000)]
+    pub broker_lease_ms: u64,
 }
 
 impl KafkaArgs {
@@ -74,7 +78,11 @@ impl KafkaArgs {
         ] {
             topic_defaults.set(k, &v).map_err(|e| format!("broker default: {e}"))?;
         }
+        if self.broker_lease_ms < 1000 {
+            return Err("--broker-lease-ms must be at least 1000".into());
+        }
         Ok(BrokerConfig {
+            lease_ttl: Duration::from_millis(self.broker_lease_ms),
             node_id: self.node_id,
             listen: self.kafka_listen,
             advertised,

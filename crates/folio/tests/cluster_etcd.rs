@@ -109,17 +109,9 @@ async fn d1_three_bookie_processes_on_etcd_one_sigkilled_during_writes() {
     drop(procs);
 }
 
+/// A broker whose partitions move 2 s after it dies.
 fn start_broker(etcd: &str, root: &str, node_id: u16) -> (Proc, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))
-        .args(["broker", "--metadata", &format!("etcd://{etcd}"), "--root", root])
-        .args(["--kafka-listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
-        .args(["--node-id", &node_id.to_string()])
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn folio broker");
-    let addr = common::kafka_addr(&mut child);
-    (Proc(child), addr)
+    start_broker_with(etcd, root, node_id, &["--broker-lease-ms", "2000"])
 }
 
 fn kcat(args: &[&str], stdin: Option<&str>) -> String {
@@ -167,4 +159,118 @@ async fn d1_d3_a_broker_process_on_etcd_restarted_after_sigkill_keeps_every_reco
     assert!(read(&addr).ends_with("200 after\n"));
     let md = kcat(&["-L", "-b", &addr, "-t", "orders"], None);
     assert!(md.contains("broker 2 at"), "{md}");
+}
+
+fn start_broker_with(etcd: &str, root: &str, node_id: u16, extra: &[&str]) -> (Proc, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))
+        .args(["broker", "--metadata", &format!("etcd://{etcd}"), "--root", root])
+        .args(["--kafka-listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .args(["--node-id", &node_id.to_string()])
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn folio broker");
+    let addr = common::kafka_addr(&mut child);
+    (Proc(child), addr)
+}
+
+fn python_script() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka/clients.py")
+}
+
+/// Two `folio broker` processes on etcd with three bookies; an idempotent acks=all
+/// producer spreads records over 4 partitions; one broker is SIGKILLed mid-stream. After
+/// its lease expires its partitions move to the other broker (which fences and recovers
+/// their ledgers), the producer carries on there, and every acknowledged record is read
+/// back exactly once and in order per partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d1_d3_partitions_move_when_a_broker_dies_and_nothing_acknowledged_is_lost() {
+    use std::collections::{BTreeMap, HashSet};
+    let etcd = std::env::var("FOLIO_ETCD_ENDPOINTS")
+        .expect("FOLIO_ETCD_ENDPOINTS (scripts/test.sh sets it)");
+    let root = format!("move-test-{:x}", rand::random::<u64>());
+    let tmp = tempfile::tempdir().unwrap();
+    let _bookies: Vec<Proc> =
+        (0..3).map(|i| start_bookie(tmp.path(), &format!("bookie-{i}"), &etcd, &root)).collect();
+    let lease = ["--broker-lease-ms", "3000", "--num-partitions", "4"];
+    let (b1, a1) = start_broker_with(&etcd, &root, 1, &lease);
+    let (_b2, a2) = start_broker_with(&etcd, &root, 2, &lease);
+    let bootstrap = format!("{a1},{a2}");
+    // Both brokers see each other before the topic is used.
+    let md = |addr: &str| kcat(&["-L", "-b", addr], None);
+    for _ in 0..100 {
+        if md(&a1).contains(" 2 brokers:") && md(&a2).contains(" 2 brokers:") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut producer = Command::new("python3")
+        .arg(python_script())
+        .args(["produce_spread", &bootstrap, "moving", "4"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3 with confluent-kafka");
+    let stdout = producer.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let mut w = line.split_whitespace();
+            if w.next() == Some("acked")
+                && let (Some(p), Some(v)) = (w.next(), w.next())
+                && tx.send((p.parse::<i32>().unwrap(), v.parse::<u64>().unwrap())).is_err()
+            {
+                break;
+            }
+        }
+    });
+    let mut acked = Vec::new();
+    while acked.len() < 3000 {
+        acked.push(rx.recv_timeout(Duration::from_secs(60)).expect("the producer stalled"));
+    }
+    drop(b1); // SIGKILL broker 1 mid-stream
+    let killed_at = acked.len();
+    // The producer carries on once the partitions have moved.
+    while acked.len() < killed_at + 3000 {
+        acked.push(
+            rx.recv_timeout(Duration::from_secs(60))
+                .expect("the producer did not continue after the move"),
+        );
+    }
+    let _ = producer.kill();
+    let _ = producer.wait();
+    while let Ok(a) = rx.try_recv() {
+        acked.push(a);
+    }
+    let out = Command::new("python3")
+        .arg(python_script())
+        .args(["dump_all", &a2, "moving", "4"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "dump_all: {}", String::from_utf8_lossy(&out.stderr));
+    let mut stored: BTreeMap<i32, Vec<u64>> = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let (p, v) = line.split_once(' ').unwrap();
+        stored.entry(p.parse().unwrap()).or_default().push(v.parse().unwrap());
+    }
+    let mut all = HashSet::new();
+    for (p, values) in &stored {
+        assert!(values.windows(2).all(|w| w[0] < w[1]), "partition {p}: out of order or repeated");
+        for v in values {
+            assert!(all.insert(*v), "value {v} stored twice");
+            assert_eq!(*v as i32 % 4, *p, "value {v} in partition {p}");
+        }
+    }
+    let lost: Vec<_> = acked.iter().filter(|(_, v)| !all.contains(v)).collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged records lost, e.g. {:?}",
+        lost.len(),
+        acked.len(),
+        &lost[..lost.len().min(5)]
+    );
+    // Broker 2 now serves every partition.
+    let md2 = md(&a2);
+    assert!(md2.contains(" 1 brokers:") && !md2.contains("leader 1,"), "{md2}");
 }

@@ -742,13 +742,20 @@ impl Handler for DescribeCluster {
     ) -> DescribeClusterResponse {
         let mut resp = DescribeClusterResponse::default()
             .with_cluster_id(str_bytes(inner.cluster_id.clone()))
-            .with_controller_id(BrokerId(inner.config.node_id))
-            .with_brokers(vec![
-                DescribeClusterBroker::default()
-                    .with_broker_id(BrokerId(inner.config.node_id))
-                    .with_host(str_bytes(inner.advertised.0.clone()))
-                    .with_port(inner.advertised.1),
-            ]);
+            .with_controller_id(BrokerId(inner.membership.controller()))
+            .with_brokers(
+                inner
+                    .membership
+                    .live()
+                    .into_iter()
+                    .map(|b| {
+                        DescribeClusterBroker::default()
+                            .with_broker_id(BrokerId(b.node_id))
+                            .with_host(str_bytes(b.host))
+                            .with_port(b.port)
+                    })
+                    .collect(),
+            );
         if req.endpoint_type != 1 {
             resp.error_code = errors::INVALID_REQUEST;
             resp.error_message = Some(str_bytes("only broker endpoints (type 1) are served"));

@@ -22,8 +22,14 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::api::{Handler, first_error, str_bytes};
 use crate::broker::Inner;
+use crate::cluster::group_key;
 use crate::errors;
 use crate::group::OffsetRecord;
+
+/// NOT_COORDINATOR when another broker coordinates `group`.
+fn elsewhere(inner: &Inner, group: &str) -> Option<i16> {
+    (!inner.membership.owns(&group_key(group))).then_some(errors::NOT_COORDINATOR)
+}
 
 fn s(v: &StrBytes) -> &str {
     v.as_str()
@@ -43,19 +49,20 @@ impl Handler for FindCoordinator {
     ) -> FindCoordinatorResponse {
         // Key type 0: a group. Transactions (1) are not coordinated here.
         let code = if req.key_type == 0 { errors::NONE } else { errors::COORDINATOR_NOT_AVAILABLE };
-        let me = BrokerId(inner.config.node_id);
-        let (host, port) = (str_bytes(inner.advertised.0.clone()), inner.advertised.1);
+        let owner = |key: &str| inner.membership.owner(&group_key(key));
         if version >= 4 {
             let coordinators = req
                 .coordinator_keys
                 .iter()
                 .map(|k| {
-                    CoordinatorEntry::default()
-                        .with_key(k.clone())
-                        .with_node_id(if code == 0 { me } else { BrokerId(-1) })
-                        .with_host(if code == 0 { host.clone() } else { StrBytes::default() })
-                        .with_port(if code == 0 { port } else { -1 })
-                        .with_error_code(code)
+                    let e = CoordinatorEntry::default().with_key(k.clone()).with_error_code(code);
+                    if code != 0 {
+                        return e.with_node_id(BrokerId(-1)).with_port(-1);
+                    }
+                    let b = owner(k.as_str());
+                    e.with_node_id(BrokerId(b.node_id))
+                        .with_host(str_bytes(b.host))
+                        .with_port(b.port)
                 })
                 .collect();
             return FindCoordinatorResponse::default().with_coordinators(coordinators);
@@ -66,7 +73,11 @@ impl Handler for FindCoordinator {
                 .with_node_id(BrokerId(-1))
                 .with_port(-1);
         }
-        FindCoordinatorResponse::default().with_node_id(me).with_host(host).with_port(port)
+        let b = owner(req.key.as_str());
+        FindCoordinatorResponse::default()
+            .with_node_id(BrokerId(b.node_id))
+            .with_host(str_bytes(b.host))
+            .with_port(b.port)
     }
 
     fn error(version: i16, req: &FindCoordinatorRequest, code: i16) -> FindCoordinatorResponse {
@@ -96,6 +107,9 @@ impl Handler for JoinGroup {
     const KEY: ApiKey = ApiKey::JoinGroup;
 
     async fn handle(inner: Arc<Inner>, version: i16, req: JoinGroupRequest) -> JoinGroupResponse {
+        if let Some(code) = elsewhere(&inner, s(&req.group_id)) {
+            return Self::error(version, &req, code);
+        }
         let session = std::time::Duration::from_millis(req.session_timeout_ms.max(0) as u64);
         // v0 has no rebalance timeout: it is the session timeout.
         let rebalance = if version >= 1 && req.rebalance_timeout_ms > 0 {
@@ -158,6 +172,9 @@ impl Handler for SyncGroup {
     const KEY: ApiKey = ApiKey::SyncGroup;
 
     async fn handle(inner: Arc<Inner>, version: i16, req: SyncGroupRequest) -> SyncGroupResponse {
+        if let Some(code) = elsewhere(&inner, s(&req.group_id)) {
+            return Self::error(version, &req, code);
+        }
         let assignments = req
             .assignments
             .iter()
@@ -193,6 +210,9 @@ impl Handler for Heartbeat {
     const KEY: ApiKey = ApiKey::Heartbeat;
 
     async fn handle(inner: Arc<Inner>, _version: i16, req: HeartbeatRequest) -> HeartbeatResponse {
+        if let Some(code) = elsewhere(&inner, s(&req.group_id)) {
+            return Self::error(_version, &req, code);
+        }
         HeartbeatResponse::default().with_error_code(inner.groups.heartbeat(
             s(&req.group_id),
             req.generation_id,
@@ -217,6 +237,9 @@ impl Handler for LeaveGroup {
     const KEY: ApiKey = ApiKey::LeaveGroup;
 
     async fn handle(inner: Arc<Inner>, version: i16, req: LeaveGroupRequest) -> LeaveGroupResponse {
+        if let Some(code) = elsewhere(&inner, s(&req.group_id)) {
+            return Self::error(version, &req, code);
+        }
         if version < 3 {
             let code =
                 inner.groups.leave(s(&req.group_id), &[req.member_id.as_str().to_string()])[0];
@@ -262,6 +285,9 @@ impl Handler for OffsetCommit {
         _version: i16,
         req: OffsetCommitRequest,
     ) -> OffsetCommitResponse {
+        if let Some(code) = elsewhere(&inner, s(&req.group_id)) {
+            return Self::error(_version, &req, code);
+        }
         let group = s(&req.group_id).to_string();
         let check = if group.is_empty() {
             errors::INVALID_GROUP_ID
@@ -567,6 +593,10 @@ impl Handler for DescribeGroups {
         let mut resp = DescribeGroupsResponse::default();
         for g in req.groups {
             let mut out = DescribedGroup::default().with_group_id(g.clone());
+            if let Some(code) = elsewhere(&inner, g.as_str()) {
+                resp.groups.push(out.with_error_code(code));
+                continue;
+            }
             match inner.groups.describe(g.as_str()) {
                 Some(info) => {
                     out.group_state = str_bytes(info.state.name());
@@ -625,7 +655,10 @@ impl Handler for DeleteGroups {
     ) -> DeleteGroupsResponse {
         let mut resp = DeleteGroupsResponse::default();
         for g in req.groups_names {
-            let code = inner.groups.delete(g.as_str()).await;
+            let code = match elsewhere(&inner, g.as_str()) {
+                Some(code) => code,
+                None => inner.groups.delete(g.as_str()).await,
+            };
             resp.results
                 .push(DeletableGroupResult::default().with_group_id(g).with_error_code(code));
         }

@@ -24,8 +24,8 @@ impl Handler for Metadata {
 
     async fn handle(inner: Arc<Inner>, version: i16, req: MetadataRequest) -> MetadataResponse {
         let mut resp = MetadataResponse::default()
-            .with_brokers(vec![broker(&inner)])
-            .with_controller_id(BrokerId(inner.config.node_id));
+            .with_brokers(brokers(&inner))
+            .with_controller_id(BrokerId(inner.membership.controller()));
         if version >= 2 {
             resp.cluster_id = Some(str_bytes(inner.cluster_id.clone()));
         }
@@ -77,11 +77,19 @@ impl Handler for Metadata {
     }
 }
 
-fn broker(inner: &Inner) -> MetadataResponseBroker {
-    MetadataResponseBroker::default()
-        .with_node_id(BrokerId(inner.config.node_id))
-        .with_host(str_bytes(inner.advertised.0.clone()))
-        .with_port(inner.advertised.1)
+/// The live brokers.
+fn brokers(inner: &Inner) -> Vec<MetadataResponseBroker> {
+    inner
+        .membership
+        .live()
+        .into_iter()
+        .map(|b| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(b.node_id))
+                .with_host(str_bytes(b.host))
+                .with_port(b.port)
+        })
+        .collect()
 }
 
 async fn by_name(
@@ -148,9 +156,13 @@ async fn by_id(inner: &Arc<Inner>, version: i16, id: Uuid) -> MetadataResponseTo
 }
 
 fn topic(inner: &Inner, _version: i16, t: &Topic) -> MetadataResponseTopic {
-    let me = BrokerId(inner.config.node_id);
     let partitions = (0..t.record.partitions as i32)
         .map(|p| {
+            // The partition's owner among the live brokers leads it; the data is on the
+            // bookies, so it is also the only replica Kafka clients need to know.
+            let me = BrokerId(
+                inner.membership.owner(&crate::cluster::partition_key(t.record.id, p)).node_id,
+            );
             MetadataResponsePartition::default()
                 .with_partition_index(p)
                 .with_leader_id(me)

@@ -291,6 +291,41 @@ def produce_stream(bootstrap, topic):
         p.poll(0.001)
 
 
+def produce_spread(bootstrap, topic, partitions):
+    """Idempotent acks=all producer of numbered records over `partitions` partitions (value
+    i to partition i % partitions) until killed; prints `acked <partition> <value>`."""
+    partitions = int(partitions)
+    p = ck().Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
+                       "message.timeout.ms": 120000, "reconnect.backoff.max.ms": 500})
+
+    def on_delivery(err, msg):
+        if err is None:
+            print(f"acked {msg.partition()} {int(msg.value())}", flush=True)
+        else:
+            print(f"failed {msg.partition()} {int(msg.value())} {err}", flush=True)
+
+    i = 0
+    while True:
+        try:
+            p.produce(topic, value=str(i).encode(), partition=i % partitions, on_delivery=on_delivery)
+            i += 1
+        except BufferError:
+            pass
+        p.poll(0.002)
+
+
+def dump_all(bootstrap, topic, partitions):
+    """Prints `<partition> <value>` for every record of every partition, in offset order."""
+    c = ck().Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    ends = {}
+    for p in range(int(partitions)):
+        ends[p] = c.get_watermark_offsets(ck().TopicPartition(topic, p), timeout=30)
+    c.close()
+    for p, (lo, hi) in ends.items():
+        for m in consume_all(bootstrap, topic, p, lo, hi - lo, timeout=60):
+            print(f"{p} {m.value().decode()}")
+
+
 def dump(bootstrap, topic):
     """Prints every value of partition 0, one per line, from the start to the high watermark."""
     c = ck().Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
@@ -654,6 +689,8 @@ SCENARIOS = {
     "consume_count": consume_count,
     "produce_stream": produce_stream,
     "dump": dump,
+    "produce_spread": produce_spread,
+    "dump_all": dump_all,
 }
 
 if __name__ == "__main__":

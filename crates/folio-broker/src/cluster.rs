@@ -1,0 +1,278 @@
+//! Brokers of a cluster and who serves what.
+//!
+//! Each broker registers `brokers/<node id>` → `host:port` on a lease it keeps alive; the
+//! live brokers are the registrations that exist. Every partition and every group has one
+//! owner among the live brokers, chosen by rendezvous hashing (the live broker with the
+//! highest hash of (key, node id)), so every broker computes the same owner from the same
+//! list, and a broker joining or leaving moves only its share.
+//!
+//! A broker that dies stops renewing its lease; once the lease expires its registration
+//! disappears, the others recompute, and each new owner opens the partition's managed log,
+//! which fences the dead owner's last ledger and recovers it before appending (D3): nothing
+//! is copied, nothing acknowledged is lost. A broker that sees it no longer owns an open
+//! partition closes it (so the new owner's fence finds it idle); if it is slower than
+//! that, the fence stops it anyway. Group membership moves the same way (members rejoin
+//! at the new coordinator; committed offsets are in the metadata store).
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use folio_meta::keys::Keys;
+use folio_meta::{LeaseId, MetaError, MetadataStore, Txn, list_all};
+use tokio::sync::watch;
+
+/// A live broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerInfo {
+    pub node_id: i32,
+    pub host: String,
+    pub port: i32,
+}
+
+/// The live brokers as this broker last saw them (sorted by node id).
+#[derive(Debug)]
+pub struct Membership {
+    me: BrokerInfo,
+    live: RwLock<Vec<BrokerInfo>>,
+    /// Bumped whenever the live set changes.
+    pub changes: watch::Sender<u64>,
+}
+
+fn key(keys: &Keys, node_id: i32) -> String {
+    format!("{}/brokers/{node_id}", keys.root())
+}
+
+fn prefix(keys: &Keys) -> String {
+    format!("{}/brokers/", keys.root())
+}
+
+/// FNV-1a over `key` then `node_id`: stable across processes and versions.
+fn score(key: &[u8], node_id: i32) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.iter().chain(node_id.to_le_bytes().iter()) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    // Finalise (splitmix64) so nearby keys spread.
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+impl Membership {
+    pub fn new(me: BrokerInfo) -> Arc<Membership> {
+        Arc::new(Membership {
+            live: RwLock::new(vec![me.clone()]),
+            me,
+            changes: watch::channel(0).0,
+        })
+    }
+
+    pub fn me(&self) -> &BrokerInfo {
+        &self.me
+    }
+
+    /// The live brokers (this one always among them while it runs).
+    pub fn live(&self) -> Vec<BrokerInfo> {
+        self.live.read().expect("live lock").clone()
+    }
+
+    /// The owner of `key` among the live brokers.
+    pub fn owner(&self, key: &[u8]) -> BrokerInfo {
+        let live = self.live.read().expect("live lock");
+        live.iter()
+            .max_by_key(|b| (score(key, b.node_id), b.node_id))
+            .cloned()
+            .unwrap_or_else(|| self.me.clone())
+    }
+
+    pub fn owns(&self, key: &[u8]) -> bool {
+        self.owner(key).node_id == self.me.node_id
+    }
+
+    /// The controller named in Metadata: the lowest live node id.
+    pub fn controller(&self) -> i32 {
+        self.live
+            .read()
+            .expect("live lock")
+            .iter()
+            .map(|b| b.node_id)
+            .min()
+            .unwrap_or(self.me.node_id)
+    }
+
+    fn set_live(&self, mut live: Vec<BrokerInfo>) -> bool {
+        if !live.iter().any(|b| b.node_id == self.me.node_id) {
+            live.push(self.me.clone());
+        }
+        live.sort_by_key(|b| b.node_id);
+        let mut cur = self.live.write().expect("live lock");
+        if *cur == live {
+            return false;
+        }
+        tracing::info!(
+            brokers = ?live.iter().map(|b| b.node_id).collect::<Vec<_>>(),
+            "live brokers changed"
+        );
+        *cur = live;
+        self.changes.send_modify(|n| *n += 1);
+        true
+    }
+}
+
+/// The ownership key of a partition.
+pub fn partition_key(topic: uuid::Uuid, partition: i32) -> Vec<u8> {
+    let mut k = topic.as_bytes().to_vec();
+    k.extend_from_slice(&partition.to_le_bytes());
+    k
+}
+
+/// The ownership key of a group.
+pub fn group_key(group: &str) -> Vec<u8> {
+    let mut k = b"group:".to_vec();
+    k.extend_from_slice(group.as_bytes());
+    k
+}
+
+/// Registers this broker on a fresh lease. While a registration of the same node id with
+/// another address exists (this broker before a crash, whose lease has not expired yet, or
+/// another broker with the same id), it waits, up to twice the lease TTL, then refuses.
+pub async fn register(
+    meta: &dyn MetadataStore,
+    keys: &Keys,
+    me: &BrokerInfo,
+    ttl: Duration,
+) -> Result<LeaseId, String> {
+    let k = key(keys, me.node_id);
+    let value = format!("{}:{}", me.host, me.port);
+    let deadline = tokio::time::Instant::now() + 2 * ttl;
+    let mut logged = false;
+    loop {
+        match meta.get(&k).await.map_err(|e| format!("reading {k}: {e}"))? {
+            Some(v) if v.value != value.as_bytes() => {
+                let holder = String::from_utf8_lossy(&v.value).to_string();
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(format!(
+                        "node id {} is registered by {holder} and stayed so for twice the lease TTL ({ttl:?}): another broker runs with this id; use another --node-id",
+                        me.node_id
+                    ));
+                }
+                if !logged {
+                    tracing::info!(node_id = me.node_id, %holder, ?ttl, "node id still registered (an earlier run that died?); waiting for its lease to expire");
+                    logged = true;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            _ => break,
+        }
+    }
+    let lease = meta.grant_lease(ttl).await.map_err(|e| format!("granting a lease: {e}"))?;
+    meta.txn(Txn::new().put_with_lease(k.clone(), value.into_bytes(), lease))
+        .await
+        .map_err(|e| format!("registering {k}: {e}"))?;
+    Ok(lease)
+}
+
+/// Removes this broker's registration (a clean stop: its partitions move at once).
+pub async fn unregister(meta: &dyn MetadataStore, keys: &Keys, node_id: i32) {
+    if let Err(e) = meta.delete(&key(keys, node_id), folio_meta::Expect::Any).await {
+        tracing::warn!(node_id, error = %e, "removing the broker registration failed; it expires with its lease");
+    }
+}
+
+async fn refresh(
+    meta: &dyn MetadataStore,
+    keys: &Keys,
+    membership: &Membership,
+) -> Result<bool, MetaError> {
+    let p = prefix(keys);
+    let mut live = Vec::new();
+    for v in list_all(meta, &p).await? {
+        let Ok(node_id) = v.key[p.len()..].parse::<i32>() else { continue };
+        let addr = String::from_utf8_lossy(&v.value).to_string();
+        let Some((host, port)) = addr.rsplit_once(':') else { continue };
+        let Ok(port) = port.parse::<i32>() else { continue };
+        live.push(BrokerInfo { node_id, host: host.to_string(), port });
+    }
+    Ok(membership.set_live(live))
+}
+
+/// Keeps the lease alive (registering again if it expired) and the live list fresh (every
+/// `poll`), until `stop`.
+pub async fn maintain(
+    meta: Arc<dyn MetadataStore>,
+    keys: Keys,
+    membership: Arc<Membership>,
+    mut lease: LeaseId,
+    ttl: Duration,
+    poll: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut last_renew = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(poll) => {}
+            () = async { let _ = stop.wait_for(|s| *s).await; } => {
+                let _ = meta.revoke_lease(lease).await;
+                return;
+            }
+        }
+        if last_renew.elapsed() >= ttl / 3 {
+            last_renew = tokio::time::Instant::now();
+            match meta.keep_alive(lease).await {
+                Ok(()) => {}
+                Err(MetaError::LeaseNotFound(_)) => {
+                    tracing::warn!(
+                        node_id = membership.me.node_id,
+                        "broker lease expired; registering again"
+                    );
+                    match register(meta.as_ref(), &keys, &membership.me, ttl).await {
+                        Ok(l) => lease = l,
+                        Err(e) => tracing::warn!(error = %e, "registering again failed"),
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "broker lease keep-alive failed; retrying"),
+            }
+        }
+        if let Err(e) = refresh(meta.as_ref(), &keys, &membership).await {
+            tracing::warn!(error = %e, "listing live brokers failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(id: i32) -> BrokerInfo {
+        BrokerInfo { node_id: id, host: "h".into(), port: id }
+    }
+
+    #[test]
+    fn owners_spread_and_only_the_leavers_share_moves() {
+        let m = Membership::new(b(1));
+        m.set_live(vec![b(1), b(2), b(3)]);
+        let keys: Vec<Vec<u8>> =
+            (0..300).map(|p| partition_key(uuid::Uuid::from_u128(9), p)).collect();
+        let before: Vec<i32> = keys.iter().map(|k| m.owner(k).node_id).collect();
+        for id in [1, 2, 3] {
+            let n = before.iter().filter(|o| **o == id).count();
+            assert!(n > 60, "broker {id} owns only {n} of 300");
+        }
+        m.set_live(vec![b(1), b(3)]);
+        for (k, was) in keys.iter().zip(&before) {
+            let now = m.owner(k).node_id;
+            if *was != 2 {
+                assert_eq!(now, *was, "a partition of a surviving broker moved");
+            } else {
+                assert_ne!(now, 2);
+            }
+        }
+        assert_eq!(m.controller(), 1);
+        // The broker itself is always live in its own view.
+        m.set_live(vec![b(3)]);
+        assert_eq!(m.live().len(), 2);
+    }
+}
