@@ -237,6 +237,42 @@ impl Broker {
         out
     }
 
+    /// A simulated crash (benchmarks and tests): stops serving and renewing the lease, but
+    /// neither unregisters nor closes its partition logs, so the others take over only when
+    /// the lease expires, fencing the logs left open.
+    pub fn abort(&self) {
+        self.inner.membership.revoke_on_stop.store(false, std::sync::atomic::Ordering::SeqCst);
+        self.inner.shutdown.send_replace(true);
+    }
+
+    /// Whether this broker serves `topic`'s `partition` now (by the live brokers it sees).
+    pub fn owns_partition(&self, topic_id: Uuid, partition: i32) -> bool {
+        self.inner.membership.owns(&cluster::partition_key(topic_id, partition))
+    }
+
+    /// The live brokers this broker sees (node ids).
+    pub fn live_brokers(&self) -> Vec<i32> {
+        self.inner.membership.live().iter().map(|b| b.node_id).collect()
+    }
+
+    /// Takes `topic`'s `partition` over now if this broker owns it: opens the log (fencing
+    /// and recovering the previous owner's last ledger) and rebuilds producer state.
+    pub async fn open_partition(&self, topic: &str, partition: i32) -> Result<(), String> {
+        let t = self
+            .inner
+            .topics
+            .get(topic)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("no topic {topic}"))?;
+        self.inner.partition(&t, partition).await.map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// The id of `topic`, if it exists.
+    pub async fn topic_id(&self, topic: &str) -> Option<Uuid> {
+        self.inner.topics.get(topic).await.ok().flatten().map(|t| t.record.id)
+    }
+
     /// Stops accepting, ends connections, and closes every open partition log (pending
     /// appends finish first).
     pub async fn shutdown(&self) {

@@ -36,6 +36,8 @@ pub struct Membership {
     live: RwLock<Vec<BrokerInfo>>,
     /// Bumped whenever the live set changes.
     pub changes: watch::Sender<u64>,
+    /// Revoke the lease when stopping (false after `Broker::abort`: a simulated crash).
+    pub revoke_on_stop: std::sync::atomic::AtomicBool,
 }
 
 fn key(keys: &Keys, node_id: i32) -> String {
@@ -67,6 +69,7 @@ impl Membership {
             live: RwLock::new(vec![me.clone()]),
             me,
             changes: watch::channel(0).0,
+            revoke_on_stop: std::sync::atomic::AtomicBool::new(true),
         })
     }
 
@@ -215,7 +218,9 @@ pub async fn maintain(
         tokio::select! {
             () = tokio::time::sleep(poll) => {}
             () = async { let _ = stop.wait_for(|s| *s).await; } => {
-                let _ = meta.revoke_lease(lease).await;
+                if membership.revoke_on_stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let _ = meta.revoke_lease(lease).await;
+                }
                 return;
             }
         }

@@ -4,6 +4,11 @@
 //! (E=3 Qw=3 Qa=2, as a topic with replication factor 3 gets), measured in the same run.
 //! `ratio_vs_ledger` compares bytes per second (target >= 0.6).
 //!
+//! Then, with 4 partitions: one broker against two on the same bookies
+//! (`ratio_vs_one_broker`), and the time for partitions to move when broker 1 dies (its
+//! lease expires, broker 2 sees it, opens the partitions: fences and recovers their
+//! ledgers).
+//!
 //! The client driver is `kafka_driver.py`, embedded in the binary and run with python3
 //! (needs `pip install confluent-kafka`).
 
@@ -78,42 +83,28 @@ async fn run_async(args: Args) -> Result<(), String> {
         clock: Arc::new(WallClock),
         owner: "bench".into(),
     };
-    let config = BrokerConfig {
+    let lease_ttl = Duration::from_secs(5);
+    let config = |node_id| BrokerConfig {
+        node_id,
         listen: "127.0.0.1:0".parse().expect("address"),
         default_replication: 3,
         replication_max: 3,
+        default_partitions: PARTITIONS as u32,
+        lease_ttl,
         ..BrokerConfig::default()
     };
-    let broker = Broker::start(config, env).await?;
+    let broker = Broker::start(config(1), env.clone()).await?;
     let driver = tmp.path().join("kafka_driver.py");
     std::fs::write(&driver, DRIVER).map_err(|e| format!("writing {}: {e}", driver.display()))?;
-    let bootstrap = broker.addr().to_string();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new("python3")
-            .arg(&driver)
-            .args([bootstrap.as_str(), "bench", &secs.to_string(), &record_bytes.to_string()])
-            .output()
-    })
-    .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| format!("running python3: {e}"))?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        return Err(format!(
-            "the Kafka client driver failed: {stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    let line = stdout.lines().last().unwrap_or_default();
+    let run = |bootstrap: String, topic: &'static str, partitions: usize| {
+        drive(driver.clone(), bootstrap, topic, secs, record_bytes, partitions)
+    };
+    let line = run(broker.addr().to_string(), "bench", 1).await?;
     println!(
         "setup=kafka client=librdkafka-{} acks=all partitions=1 replication=3 {line}",
         librdkafka_version()
     );
-    let mb: f64 = figures(line)
-        .into_iter()
-        .find(|(k, _)| k == "mb_per_s")
-        .and_then(|(_, v)| v.parse().ok())
-        .ok_or_else(|| format!("no mb_per_s in the driver's output: {line}"))?;
+    let mb = mb_per_s(&line)?;
     println!("ratio_vs_ledger={:.2}", mb / raw.mb_per_s);
     // The client batches: compare with ledger adds of the batches' size as well, at the
     // depth the partition log keeps in flight (32 MiB).
@@ -135,11 +126,106 @@ async fn run_async(args: Args) -> Result<(), String> {
         same.entries_per_s, same.mb_per_s
     );
     println!("ratio_vs_ledger_same_entry_bytes={:.2}", mb / same.mb_per_s);
+
+    // Two brokers against one, 4 partitions each time, same bookies.
+    let line = run(broker.addr().to_string(), "spread-one", PARTITIONS).await?;
+    let one = mb_per_s(&line)?;
+    println!("setup=kafka_brokers_1 partitions={PARTITIONS} {line}");
+    let env2 = LogEnv { owner: "bench-2".into(), ..env };
+    let broker2 = Broker::start(config(2), env2).await?;
+    let seen = tokio::time::Instant::now();
+    while broker.live_brokers().len() < 2 || broker2.live_brokers().len() < 2 {
+        if seen.elapsed() > Duration::from_secs(10) {
+            return Err("the two brokers did not see each other within 10 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let line =
+        run(format!("{},{}", broker.addr(), broker2.addr()), "spread-two", PARTITIONS).await?;
+    let two = mb_per_s(&line)?;
+    println!("setup=kafka_brokers_2 partitions={PARTITIONS} {line}");
+    println!("ratio_vs_one_broker={:.2}", two / one);
+
+    // Broker 1 dies: how long until broker 2 serves its partitions.
+    let id = broker.topic_id("spread-two").await.ok_or("no topic spread-two")?;
+    let moving: Vec<i32> =
+        (0..PARTITIONS as i32).filter(|p| broker.owns_partition(id, *p)).collect();
+    if moving.is_empty() {
+        println!("move skipped: broker 1 owned none of the {PARTITIONS} partitions");
+    } else {
+        broker.abort();
+        let t0 = tokio::time::Instant::now();
+        while !moving.iter().all(|p| broker2.owns_partition(id, *p)) {
+            if t0.elapsed() > 3 * lease_ttl {
+                return Err("broker 2 did not take the partitions over within 3 lease TTLs".into());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let detect = t0.elapsed();
+        for p in &moving {
+            broker2.open_partition("spread-two", *p).await?;
+        }
+        let moved = t0.elapsed();
+        println!(
+            "move partitions={} lease_ttl_s={:.1} detect_s={:.2} fence_and_open_s={:.2} move_s={:.2}",
+            moving.len(),
+            lease_ttl.as_secs_f64(),
+            detect.as_secs_f64(),
+            (moved - detect).as_secs_f64(),
+            moved.as_secs_f64()
+        );
+    }
+    broker2.shutdown().await;
     broker.shutdown().await;
     for b in bookies {
         b.shutdown().await.map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// Partitions of the two-broker phase.
+const PARTITIONS: usize = 4;
+
+/// Runs the client driver; returns its figures line.
+async fn drive(
+    driver: std::path::PathBuf,
+    bootstrap: String,
+    topic: &'static str,
+    secs: u64,
+    record_bytes: usize,
+    partitions: usize,
+) -> Result<String, String> {
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("python3")
+            .arg(&driver)
+            .args([
+                bootstrap.as_str(),
+                topic,
+                &secs.to_string(),
+                &record_bytes.to_string(),
+                &partitions.to_string(),
+            ])
+            .output()
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("running python3: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "the Kafka client driver failed: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(stdout.lines().last().unwrap_or_default().to_string())
+}
+
+fn mb_per_s(line: &str) -> Result<f64, String> {
+    figures(line)
+        .into_iter()
+        .find(|(k, _)| k == "mb_per_s")
+        .and_then(|(_, v)| v.parse().ok())
+        .ok_or_else(|| format!("no mb_per_s in the driver's output: {line}"))
 }
 
 fn librdkafka_version() -> String {

@@ -1,6 +1,6 @@
 """The client side of `folio bench kafka` (embedded in the folio binary, run with python3).
 
-    kafka_driver.py <bootstrap> <topic> <seconds> <record_bytes>
+    kafka_driver.py <bootstrap> <topic> <seconds> <record_bytes> [partitions]
 
 Produces records of <record_bytes> with librdkafka (confluent-kafka; acks=all, batching)
 for <seconds>, waits for every delivery report, then reads everything back from the
@@ -12,6 +12,7 @@ import time
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 bootstrap, topic, seconds, size = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+partitions = int(sys.argv[5]) if len(sys.argv) > 5 else 1
 payload = b"\x42" * size
 latencies = []
 errors = []
@@ -40,7 +41,7 @@ sent = 0
 while time.perf_counter() < deadline:
     try:
         for _ in range(1000):
-            p.produce(topic, payload, partition=0, on_delivery=on_delivery)
+            p.produce(topic, payload, partition=sent % partitions, on_delivery=on_delivery)
             sent += 1
     except BufferError:
         p.poll(0.001)
@@ -59,7 +60,7 @@ def pct(q):
 
 c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
               "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760})
-c.assign([TopicPartition(topic, 0, 0)])
+c.assign([TopicPartition(topic, i, 0) for i in range(partitions)])
 got = 0
 t0 = time.perf_counter()
 while got < sent and time.perf_counter() - t0 < 300:
