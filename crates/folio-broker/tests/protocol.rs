@@ -647,3 +647,107 @@ async fn a_group_joins_syncs_commits_and_reports_lag() {
     let r: OffsetFetchResponse = c.call(ApiKey::OffsetFetch, 6, &fetch).await;
     assert_eq!(r.topics[0].partitions[0].committed_offset, -1, "deleted with the group");
 }
+
+/// A group's coordinator dies: after its lease expires another broker coordinates the
+/// group, the committed offsets are there (they live in the metadata store), and members
+/// join it; before the move the other broker answers NOT_COORDINATOR.
+#[tokio::test]
+async fn committed_offsets_survive_the_coordinator_moving() {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    let tune = |id: i32| {
+        move |c: &mut folio_broker::BrokerConfig| {
+            c.node_id = id;
+            c.lease_ttl = std::time::Duration::from_secs(1);
+            c.membership_poll = std::time::Duration::from_millis(50);
+            c.groups.initial_rebalance_delay = std::time::Duration::ZERO;
+        }
+    };
+    let s = start(1, tune(1)).await;
+    let b2 = broker_on(&s.cluster, tune(2)).await;
+    let brokers = [&s.broker, &b2];
+    while brokers.iter().any(|b| b.live_brokers().len() < 2) {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let mut c1 = Conn::open(s.broker.addr()).await;
+    let _: MetadataResponse = c1.call(ApiKey::Metadata, 9, &metadata_req(&["mv"])).await;
+    // A group coordinated by broker 1.
+    let mut group = String::new();
+    for i in 0.. {
+        let name = format!("group-{i}");
+        let r: FindCoordinatorResponse = c1
+            .call(
+                ApiKey::FindCoordinator,
+                2,
+                &FindCoordinatorRequest::default().with_key(StrBytes::from_string(name.clone())),
+            )
+            .await;
+        if r.node_id.0 == 1 {
+            group = name;
+            break;
+        }
+    }
+    let g = || GroupId(StrBytes::from_string(group.clone()));
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(g())
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("mv")))
+                .with_partitions(vec![
+                    OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(42),
+                ]),
+        ]);
+    let r: OffsetCommitResponse = c1.call(ApiKey::OffsetCommit, 7, &commit).await;
+    assert_eq!(r.topics[0].partitions[0].error_code, 0);
+    let mut c2 = Conn::open(b2.addr()).await;
+    let r: OffsetCommitResponse = c2.call(ApiKey::OffsetCommit, 7, &commit).await;
+    assert_eq!(
+        r.topics[0].partitions[0].error_code,
+        errors::NOT_COORDINATOR,
+        "broker 2 does not coordinate it yet"
+    );
+    s.broker.abort();
+    while b2.live_brokers() != vec![2] {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let r: FindCoordinatorResponse = c2
+        .call(
+            ApiKey::FindCoordinator,
+            2,
+            &FindCoordinatorRequest::default().with_key(StrBytes::from_string(group.clone())),
+        )
+        .await;
+    assert_eq!(r.node_id.0, 2, "the group moved");
+    let fetch = OffsetFetchRequest::default().with_group_id(g()).with_topics(Some(vec![
+        OffsetFetchRequestTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("mv")))
+            .with_partition_indexes(vec![0]),
+    ]));
+    let r: OffsetFetchResponse = c2.call(ApiKey::OffsetFetch, 6, &fetch).await;
+    assert_eq!(
+        r.topics[0].partitions[0].committed_offset, 42,
+        "committed offsets moved with the group"
+    );
+    let join = JoinGroupRequest::default()
+        .with_group_id(g())
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(10_000)
+        .with_member_id(StrBytes::default())
+        .with_protocol_type(StrBytes::from_static_str("consumer"))
+        .with_protocols(vec![
+            JoinGroupRequestProtocol::default().with_name(StrBytes::from_static_str("range")),
+        ]);
+    let r: JoinGroupResponse = c2.call(ApiKey::JoinGroup, 5, &join).await;
+    assert_eq!((r.error_code, r.generation_id), (0, 1));
+    // And the partition moved too: broker 2 appends to it.
+    let r: ProduceResponse =
+        c2.call(ApiKey::Produce, 9, &produce_req("mv", 0, batch(1, 1), -1)).await;
+    assert_eq!(produced(&r).0, 0);
+    assert!(b2.render_metrics().contains("folio_kafka_partitions_opened_total 1"));
+}
