@@ -601,6 +601,47 @@ async fn alter(
     }
 }
 
+/// Applies each resource's change in turn: (resource type, name, failure if any).
+async fn alter_each(
+    inner: &Inner,
+    changes: Vec<(i8, StrBytes, Change)>,
+    validate_only: bool,
+) -> Vec<(i8, StrBytes, Option<Failure>)> {
+    let mut out = Vec::with_capacity(changes.len());
+    for (kind, name, change) in changes {
+        let failure = alter(inner, kind, &name, change, validate_only).await.err();
+        out.push((kind, name, failure));
+    }
+    out
+}
+
+/// Per-resource answers of AlterConfigs and IncrementalAlterConfigs (two types of one shape).
+macro_rules! alter_answers {
+    ($answer:ty, $results:expr) => {
+        $results
+            .into_iter()
+            .map(|(kind, name, failure): (i8, StrBytes, Option<Failure>)| {
+                let mut r = <$answer>::default().with_resource_type(kind).with_resource_name(name);
+                if let Some((code, msg)) = failure {
+                    r.error_code = code;
+                    r.error_message = Some(str_bytes(msg));
+                }
+                r
+            })
+            .collect()
+    };
+}
+
+/// Every resource of a request failed with `code`.
+fn all_failed<'a>(
+    resources: impl Iterator<Item = (i8, &'a StrBytes)>,
+    code: i16,
+) -> Vec<(i8, StrBytes, Option<Failure>)> {
+    resources
+        .map(|(kind, name)| (kind, name.clone(), Some((code, errors::name(code).to_string()))))
+        .collect()
+}
+
 pub(crate) struct AlterConfigs;
 
 impl Handler for AlterConfigs {
@@ -614,10 +655,12 @@ impl Handler for AlterConfigs {
         req: AlterConfigsRequest,
     ) -> AlterConfigsResponse {
         use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse as R;
-        let mut resp = AlterConfigsResponse::default();
-        for res in req.resources {
-            let change = Change::Replace(
-                res.configs
+        let changes = req
+            .resources
+            .into_iter()
+            .map(|res| {
+                let pairs = res
+                    .configs
                     .iter()
                     .map(|c| {
                         (
@@ -625,36 +668,19 @@ impl Handler for AlterConfigs {
                             c.value.as_ref().map(|v| v.as_str().to_string()),
                         )
                     })
-                    .collect(),
-            );
-            let mut r = R::default()
-                .with_resource_type(res.resource_type)
-                .with_resource_name(res.resource_name.clone());
-            if let Err((code, msg)) =
-                alter(&inner, res.resource_type, &res.resource_name, change, req.validate_only)
-                    .await
-            {
-                r.error_code = code;
-                r.error_message = Some(str_bytes(msg));
-            }
-            resp.responses.push(r);
-        }
-        resp
+                    .collect();
+                (res.resource_type, res.resource_name, Change::Replace(pairs))
+            })
+            .collect();
+        let results = alter_each(&inner, changes, req.validate_only).await;
+        AlterConfigsResponse::default().with_responses(alter_answers!(R, results))
     }
 
     fn error(_version: i16, req: &AlterConfigsRequest, code: i16) -> AlterConfigsResponse {
         use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse as R;
-        AlterConfigsResponse::default().with_responses(
-            req.resources
-                .iter()
-                .map(|r| {
-                    R::default()
-                        .with_resource_type(r.resource_type)
-                        .with_resource_name(r.resource_name.clone())
-                        .with_error_code(code)
-                })
-                .collect(),
-        )
+        let results =
+            all_failed(req.resources.iter().map(|r| (r.resource_type, &r.resource_name)), code);
+        AlterConfigsResponse::default().with_responses(alter_answers!(R, results))
     }
 
     fn error_code(resp: &AlterConfigsResponse) -> i16 {
@@ -675,10 +701,12 @@ impl Handler for IncrementalAlterConfigs {
         req: IncrementalAlterConfigsRequest,
     ) -> IncrementalAlterConfigsResponse {
         use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse as R;
-        let mut resp = IncrementalAlterConfigsResponse::default();
-        for res in req.resources {
-            let change = Change::Incremental(
-                res.configs
+        let changes = req
+            .resources
+            .into_iter()
+            .map(|res| {
+                let ops = res
+                    .configs
                     .iter()
                     .map(|c| {
                         (
@@ -687,21 +715,12 @@ impl Handler for IncrementalAlterConfigs {
                             c.value.as_ref().map(|v| v.as_str().to_string()),
                         )
                     })
-                    .collect(),
-            );
-            let mut r = R::default()
-                .with_resource_type(res.resource_type)
-                .with_resource_name(res.resource_name.clone());
-            if let Err((code, msg)) =
-                alter(&inner, res.resource_type, &res.resource_name, change, req.validate_only)
-                    .await
-            {
-                r.error_code = code;
-                r.error_message = Some(str_bytes(msg));
-            }
-            resp.responses.push(r);
-        }
-        resp
+                    .collect();
+                (res.resource_type, res.resource_name, Change::Incremental(ops))
+            })
+            .collect();
+        let results = alter_each(&inner, changes, req.validate_only).await;
+        IncrementalAlterConfigsResponse::default().with_responses(alter_answers!(R, results))
     }
 
     fn error(
@@ -710,17 +729,9 @@ impl Handler for IncrementalAlterConfigs {
         code: i16,
     ) -> IncrementalAlterConfigsResponse {
         use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse as R;
-        IncrementalAlterConfigsResponse::default().with_responses(
-            req.resources
-                .iter()
-                .map(|r| {
-                    R::default()
-                        .with_resource_type(r.resource_type)
-                        .with_resource_name(r.resource_name.clone())
-                        .with_error_code(code)
-                })
-                .collect(),
-        )
+        let results =
+            all_failed(req.resources.iter().map(|r| (r.resource_type, &r.resource_name)), code);
+        IncrementalAlterConfigsResponse::default().with_responses(alter_answers!(R, results))
     }
 
     fn error_code(resp: &IncrementalAlterConfigsResponse) -> i16 {
