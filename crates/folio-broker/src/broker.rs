@@ -189,6 +189,7 @@ impl Broker {
             inner.shutdown.subscribe(),
         ));
         tokio::spawn(release_moved(inner.clone()));
+        tokio::spawn(refresh_topics(inner.clone()));
         Ok(Broker { inner, addr })
     }
 
@@ -454,6 +455,32 @@ async fn release_moved(inner: Arc<Inner>) {
         inner.groups.forget_unless(|g| membership.owns(&cluster::group_key(g)));
     }
 }
+
+/// Re-reads the topics every second: partition counts and configs changed through another
+/// broker reach this one, and new retention applies to the partitions it serves.
+async fn refresh_topics(inner: Arc<Inner>) {
+    let mut shutdown = inner.shutdown.subscribe();
+    let mut first = true;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(TOPIC_REFRESH) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        match inner.topics.refresh().await {
+            Ok(changed) if !first => {
+                for t in changed {
+                    inner.apply_retention(&t).await;
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "re-reading topics failed"),
+        }
+        first = false;
+    }
+}
+
+/// How often topics are re-read from the metadata store.
+const TOPIC_REFRESH: Duration = Duration::from_secs(1);
 
 /// How long a long poll may be asked to wait at most.
 pub const FETCH_WAIT_MAX: Duration = Duration::from_secs(60);

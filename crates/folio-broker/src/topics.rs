@@ -312,6 +312,22 @@ impl Topics {
         Ok(out)
     }
 
+    /// Re-reads every topic, so changes made through other brokers reach this one; returns
+    /// the topics that are new or changed since the cache last saw them.
+    pub async fn refresh(&self) -> Result<Vec<Arc<Topic>>, MetaError> {
+        let before: HashMap<String, Version> = self
+            .cache
+            .read()
+            .expect("topic cache")
+            .iter()
+            .map(|(n, t)| (n.clone(), t.version))
+            .collect();
+        let now = self.list().await?;
+        let names: std::collections::HashSet<&str> = now.iter().map(|t| t.name.as_str()).collect();
+        self.cache.write().expect("topic cache").retain(|n, _| names.contains(n.as_str()));
+        Ok(now.iter().filter(|t| before.get(&t.name) != Some(&t.version)).cloned().collect())
+    }
+
     /// The topic with id `id` (cache first, then a listing).
     pub async fn by_id(&self, id: Uuid) -> Result<Option<Arc<Topic>>, MetaError> {
         let cached =

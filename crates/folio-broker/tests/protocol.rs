@@ -751,3 +751,67 @@ async fn committed_offsets_survive_the_coordinator_moving() {
     assert_eq!(produced(&r).0, 0);
     assert!(b2.render_metrics().contains("folio_kafka_partitions_opened_total 1"));
 }
+
+/// Topic changes made through one broker reach the others: partitions added and configs
+/// altered on broker 1 show in broker 2's Metadata and DescribeConfigs.
+#[tokio::test]
+async fn topic_changes_on_one_broker_reach_the_others() {
+    use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    let tune = |id: i32| move |c: &mut folio_broker::BrokerConfig| c.node_id = id;
+    let s = start(1, tune(1)).await;
+    let b2 = broker_on(&s.cluster, tune(2)).await;
+    let mut c1 = Conn::open(s.broker.addr()).await;
+    let mut c2 = Conn::open(b2.addr()).await;
+    let _: MetadataResponse = c1.call(ApiKey::Metadata, 9, &metadata_req(&["shared"])).await;
+    let r: MetadataResponse = c2.call(ApiKey::Metadata, 9, &metadata_req(&["shared"])).await;
+    assert_eq!(r.topics[0].partitions.len(), 1, "broker 2 reads the topic broker 1 created");
+    let grow = CreatePartitionsRequest::default().with_timeout_ms(5000).with_topics(vec![
+        CreatePartitionsTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("shared")))
+            .with_count(3)
+            .with_assignments(None),
+    ]);
+    let r: CreatePartitionsResponse = c1.call(ApiKey::CreatePartitions, 1, &grow).await;
+    assert_eq!(r.results[0].error_code, 0);
+    let alter = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("shared"))
+            .with_configs(vec![
+                AlterableConfig::default()
+                    .with_name(StrBytes::from_static_str("retention.ms"))
+                    .with_config_operation(0)
+                    .with_value(Some(StrBytes::from_static_str("1234"))),
+            ]),
+    ]);
+    let r: IncrementalAlterConfigsResponse =
+        c1.call(ApiKey::IncrementalAlterConfigs, 1, &alter).await;
+    assert_eq!(r.responses[0].error_code, 0);
+    let describe = DescribeConfigsRequest::default().with_resources(vec![
+        DescribeConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("shared"))
+            .with_configuration_keys(Some(vec![StrBytes::from_static_str("retention.ms")])),
+    ]);
+    // Broker 2 re-reads topics every second.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let md: MetadataResponse = c2.call(ApiKey::Metadata, 9, &metadata_req(&["shared"])).await;
+        let dc: DescribeConfigsResponse = c2.call(ApiKey::DescribeConfigs, 2, &describe).await;
+        let value = dc.results[0]
+            .configs
+            .first()
+            .and_then(|c| c.value.as_ref())
+            .map(|v| v.as_str().to_string());
+        if md.topics[0].partitions.len() == 3 && value.as_deref() == Some("1234") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "broker 2 never saw the change: {} partitions, retention.ms {value:?}",
+            md.topics[0].partitions.len()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
