@@ -54,6 +54,8 @@ pub struct BrokerConfig {
     pub lease_ttl: Duration,
     /// How often the live brokers are listed.
     pub membership_poll: Duration,
+    /// `delete.topic.enable`.
+    pub delete_topic_enable: bool,
 }
 
 impl Default for BrokerConfig {
@@ -75,6 +77,7 @@ impl Default for BrokerConfig {
             groups: GroupConfig::default(),
             lease_ttl: Duration::from_secs(10),
             membership_poll: Duration::from_millis(500),
+            delete_topic_enable: true,
         }
     }
 }
@@ -96,6 +99,8 @@ pub(crate) struct Inner {
     pub groups: Arc<Coordinator>,
     pub groups_config: GroupConfig,
     pub membership: Arc<Membership>,
+    /// Wakes the topic deleter.
+    pub deletions: tokio::sync::Notify,
     pub cluster_id: String,
     /// Host and port in Metadata answers.
     pub advertised: (String, i32),
@@ -162,6 +167,7 @@ impl Broker {
             groups: Coordinator::new(config.groups.clone(), env.meta.clone(), env.keys.clone()),
             groups_config: config.groups.clone(),
             membership,
+            deletions: tokio::sync::Notify::new(),
             config,
             env,
             metrics: Metrics::default(),
@@ -190,6 +196,7 @@ impl Broker {
         ));
         tokio::spawn(release_moved(inner.clone()));
         tokio::spawn(refresh_topics(inner.clone()));
+        tokio::spawn(crate::deletion::run(inner.clone()));
         Ok(Broker { inner, addr })
     }
 
@@ -364,6 +371,16 @@ impl Inner {
         }
     }
 
+    /// Stops serving a partition (deleted or moved): closes its log if it is open here.
+    pub async fn forget_partition(&self, id: Uuid, partition: i32) {
+        let cell = self.logs.lock().expect("logs lock").remove(&(id, partition));
+        if let Some(part) = cell.as_ref().and_then(|c| c.get())
+            && let Err(e) = part.log.close().await
+        {
+            tracing::debug!(log = part.log.name(), error = %e, "closing a partition that went away");
+        }
+    }
+
     /// The open log of a partition, if this broker has opened it (no metadata access).
     pub fn open_log(&self, id: Uuid, partition: i32) -> Option<ManagedLog> {
         self.logs
@@ -467,12 +484,27 @@ async fn refresh_topics(inner: Arc<Inner>) {
             _ = shutdown.wait_for(|s| *s) => return,
         }
         match inner.topics.refresh().await {
-            Ok(changed) if !first => {
-                for t in changed {
-                    inner.apply_retention(&t).await;
+            Ok(changed) => {
+                if !first {
+                    for t in changed {
+                        inner.apply_retention(&t).await;
+                    }
+                }
+                // Partitions of topics deleted (through any broker) stop being served.
+                let ids = inner.topics.cached_ids();
+                let gone: Vec<(Uuid, i32)> = inner
+                    .logs
+                    .lock()
+                    .expect("logs lock")
+                    .keys()
+                    .filter(|(id, _)| !ids.contains(id))
+                    .copied()
+                    .collect();
+                for (id, p) in gone {
+                    tracing::info!(topic_id = %id, partition = p, "topic deleted: no longer serving its partition");
+                    inner.forget_partition(id, p).await;
                 }
             }
-            Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "re-reading topics failed"),
         }
         first = false;

@@ -519,6 +519,23 @@ impl Coordinator {
         last.iter().map(|((g, t, id, p), o)| (g.clone(), t.clone(), *id, *p, *o)).collect()
     }
 
+    /// Removes every group's committed offsets of a deleted topic.
+    pub async fn forget_topic(&self, topic: Uuid) -> Result<(), MetaError> {
+        let prefix = self.prefix();
+        let segment = format!("/{}/", topic.simple());
+        let keys: Vec<String> = list_all(self.meta.as_ref(), &prefix)
+            .await?
+            .into_iter()
+            .map(|v| v.key)
+            .filter(|k| k[prefix.len()..].contains(&segment))
+            .collect();
+        for chunk in keys.chunks(COMMIT_TXN_OPS_MAX) {
+            self.meta.txn(chunk.iter().fold(Txn::new(), |t, k| t.delete(k.clone()))).await?;
+        }
+        self.last_commits.lock().expect("commits lock").retain(|(_, _, id, _), _| *id != topic);
+        Ok(())
+    }
+
     /// Every committed offset of a group: (topic id, partition) → record.
     pub async fn committed(
         &self,

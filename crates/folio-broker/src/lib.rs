@@ -20,6 +20,7 @@ pub mod api;
 pub mod batch;
 mod broker;
 pub mod cluster;
+pub mod deletion;
 pub mod errors;
 pub mod group;
 pub mod metrics;

@@ -71,6 +71,10 @@ pub struct Metrics {
     pub partitions_opened: AtomicU64,
     /// Partitions it closed because they moved to another broker.
     pub partitions_released: AtomicU64,
+    /// Topics whose data this broker (as controller) deleted.
+    pub topics_deleted: AtomicU64,
+    /// Partitions of the topic being deleted not yet in the trash.
+    pub partitions_being_deleted: AtomicU64,
     pub produce_latency: Histogram,
     pub fetch_latency: Histogram,
     topics: Mutex<HashMap<String, std::sync::Arc<TopicMetrics>>>,
@@ -122,10 +126,20 @@ impl Metrics {
                 "Partitions closed here because they moved to another broker.",
                 &self.partitions_released,
             ),
+            (
+                "folio_kafka_topics_deleted_total",
+                "Deleted topics whose partitions this broker (as controller) moved to the trash.",
+                &self.topics_deleted,
+            ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
             let _ = writeln!(out, "{name} {}", v.load(Ordering::Relaxed));
         }
+        let _ = writeln!(
+            out,
+            "# HELP folio_kafka_partitions_being_deleted Partitions of the topic being deleted not in the trash yet.\n# TYPE folio_kafka_partitions_being_deleted gauge\nfolio_kafka_partitions_being_deleted {}",
+            self.partitions_being_deleted.load(Ordering::Relaxed)
+        );
         out.push_str("# HELP folio_kafka_produce_latency_seconds Produce requests, received to answered.\n# TYPE folio_kafka_produce_latency_seconds histogram\n");
         self.produce_latency.render(&mut out, "folio_kafka_produce_latency_seconds", "");
         out.push_str("# HELP folio_kafka_fetch_latency_seconds Fetch requests, received to answered (long polls included).\n# TYPE folio_kafka_fetch_latency_seconds histogram\n");

@@ -312,6 +312,16 @@ impl Topics {
         Ok(out)
     }
 
+    /// Drops `name` from the cache (it was deleted here).
+    pub fn forget(&self, name: &str) {
+        self.cache.write().expect("topic cache").remove(name);
+    }
+
+    /// The ids of the topics in the cache.
+    pub fn cached_ids(&self) -> std::collections::HashSet<Uuid> {
+        self.cache.read().expect("topic cache").values().map(|t| t.record.id).collect()
+    }
+
     /// Re-reads every topic, so changes made through other brokers reach this one; returns
     /// the topics that are new or changed since the cache last saw them.
     pub async fn refresh(&self) -> Result<Vec<Arc<Topic>>, MetaError> {

@@ -19,9 +19,10 @@ use kafka_protocol::messages::describe_configs_response::{
 };
 use kafka_protocol::messages::{
     AlterConfigsRequest, AlterConfigsResponse, ApiKey, BrokerId, CreatePartitionsRequest,
-    CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse, DescribeClusterRequest,
-    DescribeClusterResponse, DescribeConfigsRequest, DescribeConfigsResponse,
-    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+    CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest,
+    DeleteTopicsResponse, DescribeClusterRequest, DescribeClusterResponse, DescribeConfigsRequest,
+    DescribeConfigsResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+    TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -735,6 +736,140 @@ impl Handler for IncrementalAlterConfigs {
     }
 
     fn error_code(resp: &IncrementalAlterConfigsResponse) -> i16 {
+        first_error(resp.responses.iter().map(|r| r.error_code))
+    }
+}
+
+pub(crate) struct DeleteTopics;
+
+impl Handler for DeleteTopics {
+    type Request = DeleteTopicsRequest;
+    type Response = DeleteTopicsResponse;
+    const KEY: ApiKey = ApiKey::DeleteTopics;
+
+    async fn handle(
+        inner: Arc<Inner>,
+        version: i16,
+        req: DeleteTopicsRequest,
+    ) -> DeleteTopicsResponse {
+        use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+        // (name, id) per entry: names up to v5, names or ids from v6.
+        let entries: Vec<(Option<String>, uuid::Uuid)> = if version >= 6 {
+            req.topics
+                .iter()
+                .map(|t| (t.name.as_ref().map(|n| n.as_str().to_string()), t.topic_id))
+                .collect()
+        } else {
+            req.topic_names
+                .iter()
+                .map(|n| (Some(n.as_str().to_string()), uuid::Uuid::nil()))
+                .collect()
+        };
+        let mut outcome: Vec<Result<Arc<Topic>, Failure>> = Vec::with_capacity(entries.len());
+        let mut seen = std::collections::HashSet::new();
+        for (name, id) in &entries {
+            let r = if !inner.config.delete_topic_enable {
+                let code = if version >= 3 {
+                    errors::TOPIC_DELETION_DISABLED
+                } else {
+                    errors::INVALID_REQUEST
+                };
+                Err((code, "topic deletion is disabled (delete.topic.enable=false)".to_string()))
+            } else {
+                match (name, id.is_nil()) {
+                    (Some(_), false) => Err((
+                        errors::INVALID_REQUEST,
+                        "give a topic's name or its id, not both".into(),
+                    )),
+                    (None, true) => {
+                        Err((errors::INVALID_REQUEST, "give a topic's name or its id".into()))
+                    }
+                    (Some(n), true) => match inner.topics.load(n).await {
+                        Ok(Some(t)) => Ok(t),
+                        Ok(None) => Err((
+                            errors::UNKNOWN_TOPIC_OR_PARTITION,
+                            format!("topic {n} does not exist"),
+                        )),
+                        Err(e) => Err((errors::KAFKA_STORAGE_ERROR, e.to_string())),
+                    },
+                    (None, false) => match inner.topics.refresh().await.and(Ok(())) {
+                        Ok(()) => match inner.topics.by_id(*id).await {
+                            Ok(Some(t)) => Ok(t),
+                            Ok(None) => {
+                                Err((errors::UNKNOWN_TOPIC_ID, format!("no topic has id {id}")))
+                            }
+                            Err(e) => Err((errors::KAFKA_STORAGE_ERROR, e.to_string())),
+                        },
+                        Err(e) => Err((errors::KAFKA_STORAGE_ERROR, e.to_string())),
+                    },
+                }
+            };
+            let r = match r {
+                Ok(t) if !seen.insert(t.record.id) => Err((
+                    errors::INVALID_REQUEST,
+                    format!("topic {} is named more than once", t.name),
+                )),
+                other => other,
+            };
+            outcome.push(r);
+        }
+        let targets: Vec<Arc<Topic>> =
+            outcome.iter().filter_map(|r| r.as_ref().ok().cloned()).collect();
+        if !targets.is_empty()
+            && let Err(e) = crate::deletion::unbind(&inner, &targets).await
+        {
+            tracing::warn!(error = %e, "deleting topics failed");
+            let failure = (errors::KAFKA_STORAGE_ERROR, format!("deleting failed (retry): {e}"));
+            for r in outcome.iter_mut() {
+                if r.is_ok() {
+                    *r = Err(failure.clone());
+                }
+            }
+        }
+        let responses = entries
+            .iter()
+            .zip(outcome)
+            .map(|((name, id), r)| {
+                let mut d = DeletableTopicResult::default()
+                    .with_name(name.clone().map(|n| TopicName(str_bytes(n))));
+                if version >= 6 {
+                    d.topic_id = r.as_ref().map(|t| t.record.id).unwrap_or(*id);
+                }
+                match r {
+                    Ok(t) => {
+                        if d.name.is_none() {
+                            d.name = Some(TopicName(str_bytes(t.name.clone())));
+                        }
+                    }
+                    Err((code, msg)) => {
+                        d.error_code = code;
+                        if version >= 5 {
+                            d.error_message = Some(str_bytes(msg));
+                        }
+                    }
+                }
+                d
+            })
+            .collect();
+        DeleteTopicsResponse::default().with_responses(responses)
+    }
+
+    fn error(version: i16, req: &DeleteTopicsRequest, code: i16) -> DeleteTopicsResponse {
+        use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+        let names: Vec<Option<TopicName>> = if version >= 6 {
+            req.topics.iter().map(|t| t.name.clone()).collect()
+        } else {
+            req.topic_names.iter().map(|n| Some(n.clone())).collect()
+        };
+        DeleteTopicsResponse::default().with_responses(
+            names
+                .into_iter()
+                .map(|n| DeletableTopicResult::default().with_name(n).with_error_code(code))
+                .collect(),
+        )
+    }
+
+    fn error_code(resp: &DeleteTopicsResponse) -> i16 {
         first_error(resp.responses.iter().map(|r| r.error_code))
     }
 }

@@ -52,6 +52,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::DeleteTopics, 1, 6),
 ];
 
 pub fn supported(key: ApiKey, version: i16) -> bool {
@@ -125,6 +126,7 @@ handlers! {
     DescribeGroups => groups::DescribeGroups,
     DeleteGroups => groups::DeleteGroups,
     InitProducerId => produce::InitProducerId,
+    DeleteTopics => admin::DeleteTopics,
 }
 
 fn run<H: Handler>(
