@@ -147,6 +147,13 @@ fn idempotent_producers_retrying_dropped_answers_store_each_record_once() {
     print!("{}", scenario(&s.kafka, "idempotent_retries", &[&port]));
 }
 
+/// L3 with real clients: a topic deleted while a librdkafka producer and consumer use it;
+/// they see errors, neither hangs, and the topic recreated under the name is empty.
+#[test]
+fn l3_a_topic_deleted_under_produce_and_fetch_comes_back_empty() {
+    run_scenario("delete_under_load");
+}
+
 #[test]
 fn kafka_python_produces_and_consumes() {
     run_scenario("kafka_python");

@@ -335,6 +335,79 @@ def dump(bootstrap, topic):
         print(m.value().decode())
 
 
+def scenario_delete_under_load(bootstrap):
+    """A topic is deleted while a producer and a consumer use it (L3): both see errors and
+    neither hangs or crashes; once recreated, the topic is empty (nothing of the old one,
+    nothing produced after the delete, is readable)."""
+    import threading
+    topic = topic_name("busy")
+    create_topic(bootstrap, topic, partitions=2)
+    stop = threading.Event()
+    state = {"acked": 0, "produce_errors": set(), "consumed": 0, "consume_errors": set()}
+
+    def producing():
+        p = ck().Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                           "allow.auto.create.topics": False, "message.timeout.ms": 3000,
+                           "topic.metadata.refresh.interval.ms": 500})
+
+        def on_delivery(err, msg):
+            if err is None:
+                state["acked"] += 1
+            else:
+                state["produce_errors"].add(err.name())
+
+        i = 0
+        while not stop.is_set():
+            try:
+                p.produce(topic, value=str(i).encode(), partition=i % 2, on_delivery=on_delivery)
+                i += 1
+            except BufferError:
+                pass
+            except ck().KafkaException as e:
+                state["produce_errors"].add(e.args[0].name())
+            p.poll(0.002)
+        p.flush(10)
+
+    def consuming():
+        c = ck().Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False,
+                           "fetch.wait.max.ms": 100, "topic.metadata.refresh.interval.ms": 500})
+        c.assign([ck().TopicPartition(topic, p, 0) for p in range(2)])
+        while not stop.is_set():
+            m = c.poll(0.1)
+            if m is None:
+                continue
+            if m.error():
+                state["consume_errors"].add(m.error().name())
+            else:
+                state["consumed"] += 1
+        c.close()
+
+    threads = [threading.Thread(target=producing), threading.Thread(target=consuming)]
+    for t in threads:
+        t.start()
+    deadline = time.time() + 30
+    while (state["acked"] < 2000 or state["consumed"] < 500) and time.time() < deadline:
+        time.sleep(0.05)
+    check(state["acked"] >= 2000 and state["consumed"] >= 500, f"no traffic before the delete: {state}")
+    a = admin(bootstrap)
+    a.delete_topics([topic], operation_timeout=10)[topic].result(timeout=20)
+    acked_at_delete = state["acked"]
+    time.sleep(3)  # the clients keep trying against the deleted topic
+    stop.set()
+    for t in threads:
+        t.join(timeout=30)
+        check(not t.is_alive(), "a client hung after the topic was deleted")
+    check(state["produce_errors"], f"the producer saw no error after the delete: {state}")
+    # Recreated: a new, empty topic.
+    create_topic(bootstrap, topic, partitions=2)
+    c = ck().Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    for p in range(2):
+        wm = c.get_watermark_offsets(ck().TopicPartition(topic, p), timeout=10)
+        check(wm == (0, 0), f"recreated topic partition {p} is not empty: {wm}")
+    c.close()
+    print(f"ok delete under load: {acked_at_delete} acked before the delete, producer errors {sorted(state['produce_errors'])}, consumer errors {sorted(state['consume_errors'])}")
+
+
 def produce_count(bootstrap, topic, n):
     """Produces n numbered records with acks=all; prints how many were acknowledged."""
     p = ck().Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2})
@@ -682,6 +755,7 @@ SCENARIOS = {
     "create_partitions": scenario_create_partitions,
     "configs": scenario_configs,
     "group_rebalance": scenario_group_rebalance,
+    "delete_under_load": scenario_delete_under_load,
     "kafka_python": scenario_kafka_python,
     "idempotent_retries": scenario_idempotent_retries,
     "aiokafka": scenario_aiokafka,
