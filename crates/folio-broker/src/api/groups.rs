@@ -209,9 +209,9 @@ impl Handler for Heartbeat {
     type Response = HeartbeatResponse;
     const KEY: ApiKey = ApiKey::Heartbeat;
 
-    async fn handle(inner: Arc<Inner>, _version: i16, req: HeartbeatRequest) -> HeartbeatResponse {
+    async fn handle(inner: Arc<Inner>, version: i16, req: HeartbeatRequest) -> HeartbeatResponse {
         if let Some(code) = elsewhere(&inner, s(&req.group_id)) {
-            return Self::error(_version, &req, code);
+            return Self::error(version, &req, code);
         }
         HeartbeatResponse::default().with_error_code(inner.groups.heartbeat(
             s(&req.group_id),
@@ -282,11 +282,11 @@ impl Handler for OffsetCommit {
 
     async fn handle(
         inner: Arc<Inner>,
-        _version: i16,
+        version: i16,
         req: OffsetCommitRequest,
     ) -> OffsetCommitResponse {
         if let Some(code) = elsewhere(&inner, s(&req.group_id)) {
-            return Self::error(_version, &req, code);
+            return Self::error(version, &req, code);
         }
         let group = s(&req.group_id).to_string();
         let check = if group.is_empty() {
