@@ -940,3 +940,93 @@ async fn old_logs_left(
     }
     n
 }
+
+/// A deletion committed while the controller is dead (its lease not yet expired) is
+/// finished by the next controller from the marker (every partition's log gone, marker
+/// gone); with deletion disabled, DeleteTopics is refused with TOPIC_DELETION_DISABLED.
+#[tokio::test]
+async fn a_new_controller_finishes_a_deletion_the_dead_one_started() {
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    let tune = |id: i32, enable: bool| {
+        move |c: &mut folio_broker::BrokerConfig| {
+            c.node_id = id;
+            c.lease_ttl = std::time::Duration::from_secs(1);
+            c.membership_poll = std::time::Duration::from_millis(50);
+            c.delete_topic_enable = enable;
+        }
+    };
+    let s = start(1, tune(1, true)).await;
+    let b2 = broker_on(&s.cluster, tune(2, true)).await;
+    let b3 = broker_on(&s.cluster, tune(3, false)).await;
+    while [&s.broker, &b2, &b3].iter().any(|b| b.live_brokers().len() < 3) {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let mut c1 = Conn::open(s.broker.addr()).await;
+    let create = CreateTopicsRequest::default().with_timeout_ms(5000).with_topics(vec![
+        CreatableTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("big")))
+            .with_num_partitions(12)
+            .with_replication_factor(-1),
+    ]);
+    let r: CreateTopicsResponse = c1.call(ApiKey::CreateTopics, 7, &create).await;
+    let id = r.topics[0].topic_id;
+    // Write to the partitions broker 1 owns (the others answer NOT_LEADER_OR_FOLLOWER).
+    // (Broker 1 opens them, so deleting them later must fence its ledgers.)
+    for p in 0..12 {
+        let _: ProduceResponse =
+            c1.call(ApiKey::Produce, 9, &produce_req("big", p, batch(2, 1), -1)).await;
+    }
+    let del = |v: i16| {
+        let mut r = DeleteTopicsRequest::default().with_timeout_ms(5000);
+        if v >= 6 {
+            r.topics = vec![
+                kafka_protocol::messages::delete_topics_request::DeleteTopicState::default()
+                    .with_name(Some(TopicName(StrBytes::from_static_str("big")))),
+            ];
+        } else {
+            r.topic_names = vec![TopicName(StrBytes::from_static_str("big"))];
+        }
+        r
+    };
+    let mut c3 = Conn::open(b3.addr()).await;
+    let r: DeleteTopicsResponse = c3.call(ApiKey::DeleteTopics, 4, &del(4)).await;
+    assert_eq!(
+        r.responses[0].error_code,
+        errors::TOPIC_DELETION_DISABLED,
+        "broker 3 has deletion off"
+    );
+    let r: DeleteTopicsResponse = c3.call(ApiKey::DeleteTopics, 2, &del(2)).await;
+    assert_eq!(r.responses[0].error_code, errors::INVALID_REQUEST, "before v3: INVALID_REQUEST");
+    // Broker 1, the controller (lowest id), dies; the delete commits through broker 2
+    // before broker 1's lease expires, so only the next controller can do the work.
+    s.broker.abort();
+    let mut c2 = Conn::open(b2.addr()).await;
+    let r: DeleteTopicsResponse = c2.call(ApiKey::DeleteTopics, 6, &del(6)).await;
+    assert_eq!(r.responses[0].error_code, 0);
+    let meta = s.cluster.meta.clone();
+    let keys = folio_meta::keys::Keys::default();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let markers = folio_meta::list_all(meta.as_ref(), "folio/topic-deletions/").await.unwrap();
+        let mut logs = 0;
+        for p in 0..12 {
+            if meta.get(&keys.log(&format!("kafka-{}-{p}", id.simple()))).await.unwrap().is_some() {
+                logs += 1;
+            }
+        }
+        if markers.is_empty() && logs == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new controller did not finish: {} markers, {logs} logs",
+            markers.len()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(b2.live_brokers(), vec![2, 3]);
+    assert!(
+        b2.render_metrics().contains("folio_kafka_topics_deleted_total 1"),
+        "broker 2 did the work"
+    );
+}

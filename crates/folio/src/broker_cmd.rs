@@ -42,6 +42,9 @@ pub struct KafkaArgs {
     /// Default largest record batch in bytes [message.max.bytes].
     #[arg(long, default_value_t = 1_048_588)]
     pub message_max_bytes: i32,
+    /// Refuse DeleteTopics [delete.topic.enable=false].
+    #[arg(long)]
+    pub no_delete_topics: bool,
     /// The broker's registration lease in ms: when a broker dies, its partitions and
     /// groups move to the others this long after.
     #[arg(long, default_value_t = 10_000)]
@@ -83,6 +86,7 @@ impl KafkaArgs {
         }
         Ok(BrokerConfig {
             lease_ttl: Duration::from_millis(self.broker_lease_ms),
+            delete_topic_enable: !self.no_delete_topics,
             node_id: self.node_id,
             listen: self.kafka_listen,
             advertised,
