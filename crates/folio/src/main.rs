@@ -9,6 +9,7 @@ mod inspect;
 mod ledger_cmd;
 mod log_cmd;
 mod standalone;
+mod topics_cmd;
 
 use std::process::ExitCode;
 
@@ -40,6 +41,8 @@ enum Command {
     Standalone(standalone::Args),
     /// Run a Kafka-compatible broker on a cluster's metadata and bookies.
     Broker(Box<broker_cmd::Args>),
+    /// Kafka topics and the deletions in progress (list, describe).
+    Topics(topics_cmd::Args),
     /// Benchmarks; each prints key=value figures and ratios against a baseline measured in
     /// the same run.
     Bench {
@@ -68,6 +71,7 @@ fn main() -> ExitCode {
         Command::Trash(args) => log_cmd::run_trash(args),
         Command::Standalone(args) => standalone::run(args),
         Command::Broker(args) => broker_cmd::run(*args),
+        Command::Topics(args) => topics_cmd::run(args),
         Command::Bench { what } => bench::run(what),
         Command::Debug { what } => debug::run(what),
     };

@@ -256,3 +256,43 @@ fn d1_every_acknowledged_record_survives_a_standalone_sigkill() {
     // And the log is appendable again after recovery.
     scenario(&s.kafka, "produce_count", &["after-restart", "10"]);
 }
+
+/// `folio topics list|describe` on a stopped standalone's metadata: the topics, their ids
+/// and partitions, and what each partition's log holds.
+#[test]
+fn folio_topics_lists_and_describes_topics() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Standalone::start(dir.path(), 1);
+    let mut p =
+        kcat().args(["-P", "-b", &s.kafka, "-t", "listed"]).stdin(Stdio::piped()).spawn().unwrap();
+    p.stdin.take().unwrap().write_all(b"one\ntwo\n").unwrap();
+    assert!(p.wait().unwrap().success());
+    s.kill();
+    let metadata = format!("embedded:{}", dir.path().join("metadata").display());
+    let folio = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_folio"))
+            .args(["topics", "--metadata", &metadata])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "folio topics {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let list = folio(&["list"]);
+    assert!(list.lines().any(|l| l.starts_with("listed ")), "{list}");
+    assert!(list.contains("no deletions in progress"), "{list}");
+    let describe = folio(&["describe", "listed"]);
+    assert!(describe.contains("partitions 1"), "{describe}");
+    assert!(describe.contains("partition 0: log kafka-"), "{describe}");
+    let out = Command::new(env!("CARGO_BIN_EXE_folio"))
+        .args(["topics", "--metadata", &metadata, "describe", "nope"])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no topic nope")
+    );
+}
