@@ -118,6 +118,33 @@ fn i64_at(b: &[u8], at: usize) -> i64 {
 /// Reads and checks the batch at the start of `b`: magic 2, a length inside `b`, the CRC,
 /// a known codec, and offsets that match the record count.
 pub fn parse(b: &[u8]) -> Result<BatchInfo, BatchError> {
+    let info = read_header(b)?;
+    let stored = u32::from_be_bytes(b[CRC_AT..CRC_AT + 4].try_into().expect("4 bytes"));
+    let computed = crc32c::crc32c(&b[ATTRIBUTES_AT..info.size]);
+    if stored != computed {
+        return Err(BatchError::Corrupt(format!(
+            "CRC mismatch: batch says {stored:#010x}, bytes give {computed:#010x}"
+        )));
+    }
+    info.codec()?;
+    if info.records_count <= 0 || info.last_offset_delta < 0 {
+        return Err(BatchError::Invalid(format!(
+            "a batch holds at least one record (count {}, last offset delta {})",
+            info.records_count, info.last_offset_delta
+        )));
+    }
+    if info.last_offset_delta + 1 != info.records_count {
+        return Err(BatchError::Invalid(format!(
+            "last offset delta {} does not match the record count {}",
+            info.last_offset_delta, info.records_count
+        )));
+    }
+    Ok(info)
+}
+
+/// The header fields of the batch at the start of `b`, checking only its magic and that
+/// its length fits: for batches read back from the log, which `parse` checked on produce.
+pub fn read_header(b: &[u8]) -> Result<BatchInfo, BatchError> {
     if b.len() < HEADER_BYTES {
         return Err(BatchError::Corrupt(format!(
             "{} bytes is shorter than a batch header ({HEADER_BYTES})",
@@ -138,16 +165,8 @@ pub fn parse(b: &[u8]) -> Result<BatchInfo, BatchError> {
             b.len()
         )));
     }
-    let size = size as usize;
-    let stored = u32::from_be_bytes(b[CRC_AT..CRC_AT + 4].try_into().expect("4 bytes"));
-    let computed = crc32c::crc32c(&b[ATTRIBUTES_AT..size]);
-    if stored != computed {
-        return Err(BatchError::Corrupt(format!(
-            "CRC mismatch: batch says {stored:#010x}, bytes give {computed:#010x}"
-        )));
-    }
-    let info = BatchInfo {
-        size,
+    Ok(BatchInfo {
+        size: size as usize,
         attributes: i16_at(b, ATTRIBUTES_AT),
         last_offset_delta: i32_at(b, LAST_OFFSET_DELTA_AT),
         max_timestamp: i64_at(b, MAX_TIMESTAMP_AT),
@@ -155,21 +174,7 @@ pub fn parse(b: &[u8]) -> Result<BatchInfo, BatchError> {
         producer_epoch: i16_at(b, PRODUCER_EPOCH_AT),
         base_sequence: i32_at(b, BASE_SEQUENCE_AT),
         records_count: i32_at(b, RECORDS_COUNT_AT),
-    };
-    info.codec()?;
-    if info.records_count <= 0 || info.last_offset_delta < 0 {
-        return Err(BatchError::Invalid(format!(
-            "a batch holds at least one record (count {}, last offset delta {})",
-            info.records_count, info.last_offset_delta
-        )));
-    }
-    if info.last_offset_delta + 1 != info.records_count {
-        return Err(BatchError::Invalid(format!(
-            "last offset delta {} does not match the record count {}",
-            info.last_offset_delta, info.records_count
-        )));
-    }
-    Ok(info)
+    })
 }
 
 /// Splits a produce request's records into batches, each checked by `parse`. At most

@@ -419,7 +419,7 @@ async fn rebuild_producers(log: &ManagedLog) -> Result<Producers, folio_log::Log
         let Some(last) = entries.last() else { break };
         offset = last.next_offset();
         for e in &entries {
-            match crate::batch::parse(&e.payload) {
+            match crate::batch::read_header(&e.payload) {
                 Ok(info) => producers.restore(&info, e.base_offset as i64),
                 Err(err) => {
                     tracing::warn!(log = log.name(), offset = e.base_offset, error = %err, "a stored batch does not parse")

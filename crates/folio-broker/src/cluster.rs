@@ -40,14 +40,6 @@ pub struct Membership {
     pub revoke_on_stop: std::sync::atomic::AtomicBool,
 }
 
-fn key(keys: &Keys, node_id: i32) -> String {
-    format!("{}/brokers/{node_id}", keys.root())
-}
-
-fn prefix(keys: &Keys) -> String {
-    format!("{}/brokers/", keys.root())
-}
-
 /// FNV-1a over `key` then `node_id`: stable across processes and versions.
 fn score(key: &[u8], node_id: i32) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -148,7 +140,7 @@ pub async fn register(
     me: &BrokerInfo,
     ttl: Duration,
 ) -> Result<LeaseId, String> {
-    let k = key(keys, me.node_id);
+    let k = keys.broker(me.node_id);
     let value = format!("{}:{}", me.host, me.port);
     let deadline = tokio::time::Instant::now() + 2 * ttl;
     let mut logged = false;
@@ -180,7 +172,7 @@ pub async fn register(
 
 /// Removes this broker's registration (a clean stop: its partitions move at once).
 pub async fn unregister(meta: &dyn MetadataStore, keys: &Keys, node_id: i32) {
-    if let Err(e) = meta.delete(&key(keys, node_id), folio_meta::Expect::Any).await {
+    if let Err(e) = meta.delete(&keys.broker(node_id), folio_meta::Expect::Any).await {
         tracing::warn!(node_id, error = %e, "removing the broker registration failed; it expires with its lease");
     }
 }
@@ -190,7 +182,7 @@ async fn refresh(
     keys: &Keys,
     membership: &Membership,
 ) -> Result<bool, MetaError> {
-    let p = prefix(keys);
+    let p = keys.brokers();
     let mut live = Vec::new();
     for v in list_all(meta, &p).await? {
         let Ok(node_id) = v.key[p.len()..].parse::<i32>() else { continue };

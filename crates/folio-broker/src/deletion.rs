@@ -61,14 +61,6 @@ impl Record for DeletionMarker {
     }
 }
 
-pub(crate) fn markers_prefix(inner: &Inner) -> String {
-    format!("{}/topic-deletions/", inner.env.keys.root())
-}
-
-fn marker_key(inner: &Inner, id: Uuid) -> String {
-    format!("{}{}", markers_prefix(inner), id.simple())
-}
-
 /// Topics per transaction (a compare, a delete and a put each; etcd allows 128 operations).
 const TOPICS_PER_TXN: usize = 40;
 
@@ -85,10 +77,11 @@ pub(crate) async fn unbind(inner: &Inner, topics: &[Arc<Topic>]) -> Result<(), M
                 partitions: t.record.partitions,
                 requested_ms: now,
             };
-            txn = txn
-                .compare(folio_meta::Compare::Version(key.clone(), t.version))
-                .delete(key)
-                .put(marker_key(inner, t.record.id), marker.encode());
+            txn =
+                txn.compare(folio_meta::Compare::Version(key.clone(), t.version)).delete(key).put(
+                    inner.env.keys.topic_deletion(&t.record.id.simple().to_string()),
+                    marker.encode(),
+                );
         }
         let out = inner.env.meta.txn(txn).await?;
         if !out.succeeded {
@@ -124,7 +117,7 @@ pub(crate) async fn run(inner: Arc<Inner>) {
 /// One pass over every marker: each topic's partitions, then its group offsets, then the
 /// marker. Returns how many topics were finished.
 pub(crate) async fn pass(inner: &Arc<Inner>) -> Result<usize, String> {
-    let prefix = markers_prefix(inner);
+    let prefix = inner.env.keys.topic_deletions();
     let markers = list_all(inner.env.meta.as_ref(), &prefix).await.map_err(|e| e.to_string())?;
     let mut done = 0;
     for v in markers {

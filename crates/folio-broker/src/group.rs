@@ -234,7 +234,7 @@ impl Coordinator {
     }
 
     fn prefix(&self) -> String {
-        format!("{}/groups/", self.keys.root())
+        self.keys.groups()
     }
 
     fn group_prefix(&self, group: &str) -> String {

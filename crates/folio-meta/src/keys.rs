@@ -106,6 +106,30 @@ impl Keys {
         format!("{}/topics/{name}", self.root)
     }
 
+    /// The prefix of topic deletion markers (one per deleted topic id, until its data is
+    /// in the trash).
+    pub fn topic_deletions(&self) -> String {
+        format!("{}/topic-deletions/", self.root)
+    }
+
+    pub fn topic_deletion(&self, topic_id_hex: &str) -> String {
+        format!("{}/topic-deletions/{topic_id_hex}", self.root)
+    }
+
+    /// The prefix of the Kafka brokers' lease-bound registrations.
+    pub fn brokers(&self) -> String {
+        format!("{}/brokers/", self.root)
+    }
+
+    pub fn broker(&self, node_id: i32) -> String {
+        format!("{}/brokers/{node_id}", self.root)
+    }
+
+    /// The prefix of consumer groups' committed offsets.
+    pub fn groups(&self) -> String {
+        format!("{}/groups/", self.root)
+    }
+
     pub fn trash(&self) -> String {
         format!("{}/trash/", self.root)
     }

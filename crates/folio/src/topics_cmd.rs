@@ -33,7 +33,6 @@ pub fn run(args: Args) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     runtime.block_on(async {
         let (meta, keys, _) = args.cluster.connect().await?;
-        let root = keys.root().to_string();
         match args.command {
             Command::List => {
                 let prefix = keys.topics();
@@ -50,17 +49,19 @@ pub fn run(args: Args) -> Result<(), String> {
                         t.configs
                     );
                 }
-                let mprefix = format!("{root}/topic-deletions/");
+                let mprefix = keys.topic_deletions();
                 let markers = list_all(meta.as_ref(), &mprefix).await.map_err(|e| e.to_string())?;
                 if markers.is_empty() {
                     println!("no deletions in progress");
                 }
                 for v in markers {
                     let id = &v.key[mprefix.len()..];
+                    let topic_id = uuid::Uuid::try_parse(id).map_err(|e| format!("{}: {e}", v.key))?;
                     let m = DeletionMarker::decode(&v.key, &v.value).map_err(|e| e.to_string())?;
                     let mut left = 0;
                     for p in 0..m.partitions {
-                        if meta.get(&keys.log(&format!("kafka-{id}-{p}"))).await.map_err(|e| e.to_string())?.is_some() {
+                        let log = folio_broker::topics::log_name(topic_id, p as i32);
+                        if meta.get(&keys.log(&log)).await.map_err(|e| e.to_string())?.is_some() {
                             left += 1;
                         }
                     }

@@ -792,14 +792,11 @@ impl Handler for DeleteTopics {
                         )),
                         Err(e) => Err((errors::KAFKA_STORAGE_ERROR, e.to_string())),
                     },
-                    (None, false) => match inner.topics.refresh().await.and(Ok(())) {
-                        Ok(()) => match inner.topics.by_id(*id).await {
-                            Ok(Some(t)) => Ok(t),
-                            Ok(None) => {
-                                Err((errors::UNKNOWN_TOPIC_ID, format!("no topic has id {id}")))
-                            }
-                            Err(e) => Err((errors::KAFKA_STORAGE_ERROR, e.to_string())),
-                        },
+                    // A fresh listing: the cache may still hold a topic deleted elsewhere.
+                    (None, false) => match inner.topics.list().await {
+                        Ok(all) => all.into_iter().find(|t| t.record.id == *id).ok_or_else(|| {
+                            (errors::UNKNOWN_TOPIC_ID, format!("no topic has id {id}"))
+                        }),
                         Err(e) => Err((errors::KAFKA_STORAGE_ERROR, e.to_string())),
                     },
                 }
