@@ -276,6 +276,11 @@ impl Broker {
         self.inner.partition(&t, partition).await.map(|_| ()).map_err(|e| e.to_string())
     }
 
+    /// Topic deletions in progress (from the metadata store): see `deletion::progress`.
+    pub async fn deletions(&self) -> Result<Vec<crate::deletion::DeletionProgress>, String> {
+        crate::deletion::progress(&self.inner.env).await
+    }
+
     /// The id of `topic`, if it exists.
     pub async fn topic_id(&self, topic: &str) -> Option<Uuid> {
         self.inner.topics.get(topic).await.ok().flatten().map(|t| t.record.id)

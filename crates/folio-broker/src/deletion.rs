@@ -1,6 +1,6 @@
 //! Topic deletion, in two phases.
 //!
-//! 1. DeleteTopics commits, per request, transactions that remove each topic's record (the
+//! 1. DeleteTopics (or `folio topics delete`) commits, per request, transactions that remove each topic's record (the
 //!    name → id binding, compared on its version) and write a deletion marker keyed by the
 //!    topic id; it answers once they are durable. From then on the name is free (a new
 //!    topic of that name gets a new id, so new log names: it starts empty) and produce and
@@ -12,6 +12,11 @@
 //!    topic's committed group offsets are removed, then the marker. A controller that dies
 //!    leaves the markers; the next one resumes them.
 //!
+//! Each partition passes through states anyone can read from the metadata store
+//! ([`progress`]; `GET /admin/deletions`, `folio topics list`): `pending` (its log exists),
+//! `moving-to-trash`, `in-trash` (ledgers wait for the trash deleter), `gone`; bookies'
+//! GC then gives the disk back.
+//!
 //! ```text
 //! DeletionMarker  "FTD" 1 | name str | partitions u32 | requested_ms u64
 //!                 at <root>/topic-deletions/<topic id hex>
@@ -21,8 +26,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use folio_meta::keys::Keys;
 use folio_meta::records::{Reader, Record, corrupt, put_string};
-use folio_meta::{MetaError, Txn, list_all};
+use folio_meta::{MetaError, MetadataStore, Txn, list_all};
+use std::sync::atomic::Ordering;
 use uuid::Uuid;
 
 use crate::broker::Inner;
@@ -68,31 +75,49 @@ const TOPICS_PER_TXN: usize = 40;
 /// was read fails with `Conflict` (the caller answers with an error; nothing is deleted).
 pub(crate) async fn unbind(inner: &Inner, topics: &[Arc<Topic>]) -> Result<(), MetaError> {
     let now = inner.now_ms() as u64;
+    let result = unbind_topics(inner.env.meta.as_ref(), &inner.env.keys, topics, now).await;
+    for t in topics {
+        // Whatever happened, the cache re-reads these names on next use.
+        inner.topics.forget(&t.name);
+    }
+    result?;
+    inner.metrics.topic_deletions_requested.fetch_add(topics.len() as u64, Ordering::Relaxed);
+    inner.deletions.notify_one();
+    Ok(())
+}
+
+/// Phase 1 on any metadata store (the broker's DeleteTopics and `folio topics delete`):
+/// per transaction, each topic's record is compared on the version read and removed, and
+/// its marker written. The markers are durable when this returns; a running controller
+/// picks them up.
+pub async fn unbind_topics(
+    meta: &dyn MetadataStore,
+    keys: &Keys,
+    topics: &[Arc<Topic>],
+    now_ms: u64,
+) -> Result<(), MetaError> {
     for chunk in topics.chunks(TOPICS_PER_TXN) {
         let mut txn = Txn::new();
         for t in chunk {
-            let key = inner.env.keys.topic(&t.name);
+            let key = keys.topic(&t.name);
             let marker = DeletionMarker {
                 name: t.name.clone(),
                 partitions: t.record.partitions,
-                requested_ms: now,
+                requested_ms: now_ms,
             };
-            txn =
-                txn.compare(folio_meta::Compare::Version(key.clone(), t.version)).delete(key).put(
-                    inner.env.keys.topic_deletion(&t.record.id.simple().to_string()),
-                    marker.encode(),
-                );
+            txn = txn
+                .compare(folio_meta::Compare::Version(key.clone(), t.version))
+                .delete(key)
+                .put(keys.topic_deletion(&t.record.id.simple().to_string()), marker.encode());
         }
-        let out = inner.env.meta.txn(txn).await?;
+        let out = meta.txn(txn).await?;
         if !out.succeeded {
             return Err(MetaError::Conflict { key: "a topic changed while being deleted".into() });
         }
         for t in chunk {
-            inner.topics.forget(&t.name);
             tracing::info!(topic = %t.name, id = %t.record.id, partitions = t.record.partitions, "topic deleted (name unbound; data deletion queued)");
         }
     }
-    inner.deletions.notify_one();
     Ok(())
 }
 
@@ -115,38 +140,178 @@ pub(crate) async fn run(inner: Arc<Inner>) {
 }
 
 /// One pass over every marker: each topic's partitions, then its group offsets, then the
-/// marker. Returns how many topics were finished.
+/// marker. Returns how many topics were finished. Between partitions it yields, so the
+/// requests this broker serves (CreateTopics among them) are never queued behind it.
 pub(crate) async fn pass(inner: &Arc<Inner>) -> Result<usize, String> {
     let prefix = inner.env.keys.topic_deletions();
     let markers = list_all(inner.env.meta.as_ref(), &prefix).await.map_err(|e| e.to_string())?;
+    let markers: Vec<(String, Uuid, DeletionMarker)> = markers
+        .into_iter()
+        .filter_map(|v| {
+            let id = Uuid::try_parse(&v.key[prefix.len()..]).ok()?;
+            match DeletionMarker::decode(&v.key, &v.value) {
+                Ok(m) => Some((v.key, id, m)),
+                Err(e) => {
+                    tracing::error!(key = %v.key, error = %e, "skipping a corrupt topic deletion marker");
+                    None
+                }
+            }
+        })
+        .collect();
+    let m = &inner.metrics;
+    m.topic_deletions_pending.store(markers.len() as u64, Ordering::Relaxed);
+    let total: u64 = markers.iter().map(|(_, _, d)| u64::from(d.partitions)).sum();
+    m.partitions_being_deleted.store(total, Ordering::Relaxed);
     let mut done = 0;
-    for v in markers {
-        let Ok(id) = Uuid::try_parse(&v.key[prefix.len()..]) else { continue };
-        let marker = DeletionMarker::decode(&v.key, &v.value).map_err(|e| e.to_string())?;
-        inner
-            .metrics
-            .partitions_being_deleted
-            .store(u64::from(marker.partitions), std::sync::atomic::Ordering::Relaxed);
+    for (key, id, marker) in markers {
         for p in 0..marker.partitions as i32 {
+            // If this broker serves the partition, stop now (waking its tailing fetches);
+            // if another does, or a dead one did, `delete_log` fences the last ledger.
             inner.forget_partition(id, p).await;
             let reason = format!("topic {} ({id}) deleted", marker.name);
             folio_log::trash::delete_log(&inner.env, &log_name(id, p), &reason)
                 .await
                 .map_err(|e| format!("deleting partition {p} of {}: {e}", marker.name))?;
-            inner
-                .metrics
-                .partitions_being_deleted
-                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-            // Let other work run between partitions.
+            m.partitions_being_deleted.fetch_sub(1, Ordering::Relaxed);
+            tracing::debug!(topic = %marker.name, %id, partition = p, "partition in the trash");
             tokio::task::yield_now().await;
         }
         inner.groups.forget_topic(id).await.map_err(|e| e.to_string())?;
-        inner.env.meta.delete(&v.key, folio_meta::Expect::Any).await.map_err(|e| e.to_string())?;
-        inner.metrics.topics_deleted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        inner.env.meta.delete(&key, folio_meta::Expect::Any).await.map_err(|e| e.to_string())?;
+        m.topics_deleted.fetch_add(1, Ordering::Relaxed);
+        m.topic_deletions_pending.fetch_sub(1, Ordering::Relaxed);
         tracing::info!(topic = %marker.name, %id, partitions = marker.partitions, "topic data deleted (ledgers in the trash)");
         done += 1;
     }
     Ok(done)
+}
+
+/// Where one partition of a deleted topic is in its deletion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartitionDeletion {
+    /// Its log still exists: the controller has not fenced and trashed it yet (a broker
+    /// serving it stops at the latest when the fence lands).
+    Pending,
+    /// Its log is being moved to the trash in batches (too big for one transaction).
+    Moving,
+    /// Its log is gone; ledgers of it wait in the trash for the deleter.
+    InTrash,
+    /// Nothing of it is left in the metadata store (bookies' GC gives the disk back).
+    Gone,
+}
+
+impl PartitionDeletion {
+    pub fn name(self) -> &'static str {
+        match self {
+            PartitionDeletion::Pending => "pending",
+            PartitionDeletion::Moving => "moving-to-trash",
+            PartitionDeletion::InTrash => "in-trash",
+            PartitionDeletion::Gone => "gone",
+        }
+    }
+}
+
+/// A topic deletion in progress, read from the metadata store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeletionProgress {
+    /// Empty once the marker is gone (only trashed ledgers are left then).
+    pub name: String,
+    pub id: Uuid,
+    /// Whether the controller still has the topic's marker.
+    pub marker: bool,
+    pub requested_ms: u64,
+    /// Each partition known (from the marker, or from trashed ledgers).
+    pub partitions: Vec<(i32, PartitionDeletion)>,
+    /// Ledgers of the topic in the trash.
+    pub ledgers_in_trash: u64,
+    /// Bytes of the topic's ledgers not yet deleted (closed ledgers' lengths, in logs not
+    /// yet trashed and in the trash).
+    pub bytes_not_reclaimed: u64,
+}
+
+impl DeletionProgress {
+    /// Partitions whose log is not in the trash yet.
+    pub fn partitions_left(&self) -> usize {
+        self.partitions
+            .iter()
+            .filter(|(_, s)| matches!(s, PartitionDeletion::Pending | PartitionDeletion::Moving))
+            .count()
+    }
+}
+
+/// Every topic deletion in progress: topics with a marker, and topics whose ledgers are
+/// still in the trash. Reads only the metadata store.
+pub async fn progress(env: &folio_log::LogEnv) -> Result<Vec<DeletionProgress>, String> {
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let prefix = env.keys.topic_deletions();
+    let mut out: std::collections::BTreeMap<Uuid, DeletionProgress> = Default::default();
+    for v in list_all(env.meta.as_ref(), &prefix).await.map_err(|e| err(&e))? {
+        let Ok(id) = Uuid::try_parse(&v.key[prefix.len()..]) else { continue };
+        let m = DeletionMarker::decode(&v.key, &v.value).map_err(|e| err(&e))?;
+        let mut d = DeletionProgress {
+            name: m.name.clone(),
+            id,
+            marker: true,
+            requested_ms: m.requested_ms,
+            partitions: Vec::new(),
+            ledgers_in_trash: 0,
+            bytes_not_reclaimed: 0,
+        };
+        for p in 0..m.partitions as i32 {
+            let key = env.keys.log(&log_name(id, p));
+            let state = match env.meta.get(&key).await.map_err(|e| err(&e))? {
+                None => PartitionDeletion::Gone,
+                Some(lv) => {
+                    let r = folio_log::records::LogRecord::decode(&key, &lv.value)
+                        .map_err(|e| err(&e))?;
+                    d.bytes_not_reclaimed += r.ledgers.iter().map(|l| l.bytes).sum::<u64>();
+                    if r.state == folio_log::records::LogRecordState::Deleting {
+                        PartitionDeletion::Moving
+                    } else {
+                        PartitionDeletion::Pending
+                    }
+                }
+            };
+            d.partitions.push((p, state));
+        }
+        out.insert(id, d);
+    }
+    for t in folio_log::trash::list(env).await.map_err(|e| err(&e))? {
+        let Some((id, p)) = parse_log_name(&t.log) else { continue };
+        // Retention also trashes ledgers of live topics: only deleted logs count.
+        if t.reason != "log-deleted" {
+            continue;
+        }
+        let d = out.entry(id).or_insert_with(|| DeletionProgress {
+            name: String::new(),
+            id,
+            marker: false,
+            requested_ms: t.time_ms,
+            partitions: Vec::new(),
+            ledgers_in_trash: 0,
+            bytes_not_reclaimed: 0,
+        });
+        d.ledgers_in_trash += 1;
+        if let Ok(m) = env.client.metadata(t.ledger_id).await {
+            d.bytes_not_reclaimed += m.length;
+        }
+        match d.partitions.iter_mut().find(|(q, _)| *q == p) {
+            Some((_, s @ PartitionDeletion::Gone)) => *s = PartitionDeletion::InTrash,
+            Some(_) => {}
+            None => d.partitions.push((p, PartitionDeletion::InTrash)),
+        }
+    }
+    for d in out.values_mut() {
+        d.partitions.sort_unstable_by_key(|(p, _)| *p);
+    }
+    Ok(out.into_values().collect())
+}
+
+/// The topic id and partition of a partition's log name (`kafka-<id hex>-<partition>`).
+pub fn parse_log_name(log: &str) -> Option<(Uuid, i32)> {
+    let rest = log.strip_prefix("kafka-")?;
+    let (id, p) = rest.rsplit_once('-')?;
+    Some((Uuid::try_parse(id).ok()?, p.parse().ok()?))
 }
 
 #[cfg(test)]
@@ -161,5 +326,14 @@ mod tests {
         for n in 0..b.len() {
             assert!(DeletionMarker::decode("k", &b[..n]).is_err());
         }
+    }
+
+    #[test]
+    fn log_names_parse_back_to_topic_id_and_partition() {
+        let id = Uuid::from_u128(0xfeed);
+        assert_eq!(parse_log_name(&log_name(id, 17)), Some((id, 17)));
+        assert_eq!(parse_log_name("orders"), None);
+        assert_eq!(parse_log_name("kafka-nothex-1"), None);
+        assert_eq!(parse_log_name(&format!("kafka-{}-x", id.simple())), None);
     }
 }

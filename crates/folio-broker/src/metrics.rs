@@ -73,7 +73,13 @@ pub struct Metrics {
     pub partitions_released: AtomicU64,
     /// Topics whose data this broker (as controller) deleted.
     pub topics_deleted: AtomicU64,
-    /// Partitions of the topic being deleted not yet in the trash.
+    /// Topics deleted through this broker (names unbound, markers written).
+    pub topic_deletions_requested: AtomicU64,
+    /// Deletion markers the controller found on its last pass (topics whose partitions are
+    /// not all in the trash yet).
+    pub topic_deletions_pending: AtomicU64,
+    /// Partitions of deleted topics not yet in the trash, as the controller counts them
+    /// down (the "being deleted" state).
     pub partitions_being_deleted: AtomicU64,
     pub produce_latency: Histogram,
     pub fetch_latency: Histogram,
@@ -127,6 +133,11 @@ impl Metrics {
                 &self.partitions_released,
             ),
             (
+                "folio_kafka_topic_deletions_requested_total",
+                "Topics deleted through this broker (name unbound, deletion marker written).",
+                &self.topic_deletions_requested,
+            ),
+            (
                 "folio_kafka_topics_deleted_total",
                 "Deleted topics whose partitions this broker (as controller) moved to the trash.",
                 &self.topics_deleted,
@@ -137,8 +148,13 @@ impl Metrics {
         }
         let _ = writeln!(
             out,
-            "# HELP folio_kafka_partitions_being_deleted Partitions of the topic being deleted not in the trash yet.\n# TYPE folio_kafka_partitions_being_deleted gauge\nfolio_kafka_partitions_being_deleted {}",
+            "# HELP folio_kafka_partitions_being_deleted Partitions of deleted topics not in the trash yet (controller only).\n# TYPE folio_kafka_partitions_being_deleted gauge\nfolio_kafka_partitions_being_deleted {}",
             self.partitions_being_deleted.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP folio_kafka_topic_deletions_pending Deleted topics whose marker the controller still works on (controller only).\n# TYPE folio_kafka_topic_deletions_pending gauge\nfolio_kafka_topic_deletions_pending {}",
+            self.topic_deletions_pending.load(Ordering::Relaxed)
         );
         out.push_str("# HELP folio_kafka_produce_latency_seconds Produce requests, received to answered.\n# TYPE folio_kafka_produce_latency_seconds histogram\n");
         self.produce_latency.render(&mut out, "folio_kafka_produce_latency_seconds", "");

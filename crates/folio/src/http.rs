@@ -1,5 +1,6 @@
-//! A small HTTP/1.1 endpoint: `GET /health` and `GET /metrics` (Prometheus text format).
-//! Hand-rolled on tokio: two routes do not need a web framework.
+//! A small HTTP/1.1 endpoint: `GET /health`, `GET /metrics` (Prometheus text format),
+//! `POST /gc`, and `GET /admin/deletions` (topic deletions in progress, JSON).
+//! Hand-rolled on tokio: four routes do not need a web framework.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -46,13 +47,26 @@ pub async fn serve(
                     ("200 OK", m)
                 }
                 ("POST", "/gc") => ("200 OK", gc_now(&bookies).await),
+                (_, "/admin/deletions") => match &broker {
+                    Some(b) => match b.deletions().await {
+                        Ok(d) => ("200 OK", deletions_json(&d)),
+                        Err(e) => ("503 Service Unavailable", format!("reading deletions: {e}\n")),
+                    },
+                    None => ("404 Not Found", "no Kafka broker in this process\n".to_string()),
+                },
                 _ => (
                     "404 Not Found",
-                    "not found: try GET /health, GET /metrics or POST /gc\n".to_string(),
+                    "not found: try GET /health, GET /metrics, GET /admin/deletions or POST /gc\n"
+                        .to_string(),
                 ),
             };
             let response = format!(
-                "HTTP/1.1 {status}\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                "HTTP/1.1 {status}\r\ncontent-type: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                if body.starts_with('{') {
+                    "application/json"
+                } else {
+                    "text/plain; version=0.0.4"
+                },
                 body.len()
             );
             let _ = stream.write_all(response.as_bytes()).await;
@@ -255,4 +269,35 @@ mod tests {
             b.shutdown().await.unwrap();
         }
     }
+}
+
+/// Topic deletions in progress as JSON: one object per topic with its partitions' states,
+/// the partitions left, the ledgers in the trash and the bytes not yet reclaimed.
+fn deletions_json(d: &[folio_broker::deletion::DeletionProgress]) -> String {
+    let mut out = String::from("{\"deletions\":[");
+    for (i, t) in d.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let name: String = t.name.chars().flat_map(char::escape_default).collect();
+        let _ = write!(
+            out,
+            "\n{{\"topic\":\"{name}\",\"topic_id\":\"{}\",\"marker\":{},\"requested_ms\":{},\"partitions_left\":{},\"ledgers_in_trash\":{},\"bytes_not_reclaimed\":{},\"partitions\":[",
+            t.id,
+            t.marker,
+            t.requested_ms,
+            t.partitions_left(),
+            t.ledgers_in_trash,
+            t.bytes_not_reclaimed
+        );
+        for (j, (p, s)) in t.partitions.iter().enumerate() {
+            if j > 0 {
+                out.push(',');
+            }
+            let _ = write!(out, "{{\"partition\":{p},\"state\":\"{}\"}}", s.name());
+        }
+        out.push_str("]}");
+    }
+    out.push_str("\n]}\n");
+    out
 }

@@ -1,8 +1,8 @@
 //! `folio topics …`: the Kafka topics of a cluster and the deletions in progress, read from
-//! its metadata store (create and delete go through a broker's Kafka API).
+//! and written to its metadata store directly (the same records and transactions as the
+//! brokers' CreateTopics and DeleteTopics; a running controller broker deletes the data).
 
 use folio_broker::TopicRecord;
-use folio_broker::deletion::DeletionMarker;
 use folio_log::records::LogRecord;
 use folio_meta::list_all;
 use folio_meta::records::Record;
@@ -24,6 +24,27 @@ enum Command {
     List,
     /// One topic: its partitions' logs (ledgers, bytes, offsets) and its configs.
     Describe { name: String },
+    /// Creates a topic (as Kafka's CreateTopics does: a new topic id; partitions' logs are
+    /// created by the broker that serves them on first use).
+    Create {
+        name: String,
+        /// Partitions.
+        #[arg(long, default_value_t = 1)]
+        partitions: u32,
+        /// Copies of each batch (1..=the bookies registered); default: min(3, bookies).
+        #[arg(long)]
+        replication: Option<u16>,
+        /// A topic config override, `key=value` (repeatable), e.g. `retention.ms=3600000`.
+        #[arg(long = "config", value_name = "KEY=VALUE")]
+        configs: Vec<String>,
+    },
+    /// Deletes topics: their names are free at once (one metadata transaction per 40
+    /// topics), and the controller broker deletes their data through the trash (watch it
+    /// with `folio topics list` or `GET /admin/deletions` on a broker's HTTP port).
+    Delete {
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -32,7 +53,7 @@ pub fn run(args: Args) -> Result<(), String> {
         .build()
         .map_err(|e| e.to_string())?;
     runtime.block_on(async {
-        let (meta, keys, _) = args.cluster.connect().await?;
+        let (meta, keys, client) = args.cluster.connect().await?;
         match args.command {
             Command::List => {
                 let prefix = keys.topics();
@@ -49,25 +70,102 @@ pub fn run(args: Args) -> Result<(), String> {
                         t.configs
                     );
                 }
-                let mprefix = keys.topic_deletions();
-                let markers = list_all(meta.as_ref(), &mprefix).await.map_err(|e| e.to_string())?;
-                if markers.is_empty() {
+                let env = folio_log::LogEnv {
+                    meta: meta.clone(),
+                    client: client.clone(),
+                    keys: keys.clone(),
+                    clock: std::sync::Arc::new(folio_log::WallClock),
+                    owner: "folio-topics".into(),
+                };
+                let deletions = folio_broker::deletion::progress(&env).await?;
+                if deletions.is_empty() {
                     println!("no deletions in progress");
                 }
-                for v in markers {
-                    let id = &v.key[mprefix.len()..];
-                    let topic_id = uuid::Uuid::try_parse(id).map_err(|e| format!("{}: {e}", v.key))?;
-                    let m = DeletionMarker::decode(&v.key, &v.value).map_err(|e| e.to_string())?;
-                    let mut left = 0;
-                    for p in 0..m.partitions {
-                        let log = folio_broker::topics::log_name(topic_id, p as i32);
-                        if meta.get(&keys.log(&log)).await.map_err(|e| e.to_string())?.is_some() {
-                            left += 1;
-                        }
-                    }
+                for d in deletions {
+                    let states: Vec<String> =
+                        d.partitions.iter().map(|(p, s)| format!("{p}:{}", s.name())).collect();
                     println!(
-                        "deleting {} (id {id}): {left} of {} partitions not yet in the trash, requested at {} ms",
-                        m.name, m.partitions, m.requested_ms
+                        "deleting {} (id {}): {} partitions not yet in the trash, {} ledgers in the trash, {} bytes not reclaimed{}; partitions {}",
+                        if d.name.is_empty() { "(marker done)" } else { &d.name },
+                        d.id.simple(),
+                        d.partitions_left(),
+                        d.ledgers_in_trash,
+                        d.bytes_not_reclaimed,
+                        if d.marker { "" } else { " (waiting for the trash deleter)" },
+                        states.join(" ")
+                    );
+                }
+            }
+            Command::Create { name, partitions, replication, configs } => {
+                folio_broker::topics::validate_name(&name)?;
+                if partitions == 0 || partitions > folio_broker::topics::PARTITIONS_MAX as u32 {
+                    return Err(format!(
+                        "--partitions must be 1..={}, not {partitions}",
+                        folio_broker::topics::PARTITIONS_MAX
+                    ));
+                }
+                let bookies = list_all(meta.as_ref(), &keys.bookies_writable())
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .len()
+                    + list_all(meta.as_ref(), &keys.bookies_readonly())
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .len();
+                let replication = replication.unwrap_or_else(|| bookies.clamp(1, 3) as u16);
+                if replication == 0 || usize::from(replication) > bookies.max(1) {
+                    return Err(format!(
+                        "--replication must be 1..={} (the bookies registered), not {replication}",
+                        bookies.max(1)
+                    ));
+                }
+                let mut pairs = Vec::new();
+                for c in &configs {
+                    let (k, v) = c
+                        .split_once('=')
+                        .ok_or_else(|| format!("--config {c:?}: expected key=value"))?;
+                    pairs.push((k.trim(), v));
+                }
+                let configs = folio_broker::topics::validate_configs(pairs)?;
+                let record = TopicRecord {
+                    id: folio_broker::topics::new_topic_id(),
+                    partitions,
+                    replication,
+                    created_ms: std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis() as u64),
+                    configs,
+                };
+                let topics = folio_broker::topics::Topics::new(meta.clone(), keys.clone());
+                match topics.create(&name, record).await.map_err(|e| e.to_string())? {
+                    Some(t) => println!(
+                        "created topic {name} id {} partitions {partitions} replication {replication}",
+                        t.record.id.simple()
+                    ),
+                    None => return Err(format!("topic {name} already exists")),
+                }
+            }
+            Command::Delete { names } => {
+                let topics = folio_broker::topics::Topics::new(meta.clone(), keys.clone());
+                let mut targets = Vec::new();
+                for name in &names {
+                    match topics.load(name).await.map_err(|e| e.to_string())? {
+                        Some(t) => targets.push(t),
+                        None => return Err(format!("no topic {name} (nothing deleted)")),
+                    }
+                }
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64);
+                folio_broker::deletion::unbind_topics(meta.as_ref(), &keys, &targets, now)
+                    .await
+                    .map_err(|e| format!("deleting: {e} (retry)"))?;
+                for t in &targets {
+                    println!(
+                        "deleted topic {} (id {}); the controller broker deletes its {} partitions' data",
+                        t.name,
+                        t.record.id.simple(),
+                        t.record.partitions
                     );
                 }
             }

@@ -257,8 +257,10 @@ fn d1_every_acknowledged_record_survives_a_standalone_sigkill() {
     scenario(&s.kafka, "produce_count", &["after-restart", "10"]);
 }
 
-/// `folio topics list|describe` on a stopped standalone's metadata: the topics, their ids
-/// and partitions, and what each partition's log holds.
+/// `folio topics list|describe|create|delete` on a stopped standalone's metadata: the
+/// topics, their ids and partitions, what each partition's log holds; a topic deleted with
+/// no broker running waits `pending` until a standalone (the controller) finishes it, as
+/// `GET /admin/deletions` shows.
 #[test]
 fn folio_topics_lists_and_describes_topics() {
     let dir = tempfile::tempdir().unwrap();
@@ -295,4 +297,69 @@ fn folio_topics_lists_and_describes_topics() {
     assert!(
         !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no topic nope")
     );
+    // Create and delete through the metadata store; both refuse bad input with a reason.
+    let created = folio(&["create", "made", "--partitions", "2", "--config", "retention.ms=60000"]);
+    assert!(
+        created.contains("created topic made") && created.contains("partitions 2"),
+        "{created}"
+    );
+    for (args, why) in [
+        (&["create", "made"][..], "already exists"),
+        (&["create", "bad/name"][..], "name"),
+        (&["create", "x", "--replication", "2"][..], "--replication must be 1..=1"),
+        (&["create", "x", "--config", "retention.ms=soon"][..], "retention.ms"),
+        (&["delete", "listed", "nope"][..], "no topic nope"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_folio"))
+            .args(["topics", "--metadata", &metadata])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(why), "{args:?}: {err}");
+    }
+    let deleted = folio(&["delete", "listed"]);
+    assert!(deleted.contains("deleted topic listed"), "{deleted}");
+    let list = folio(&["list"]);
+    assert!(!list.lines().any(|l| l.starts_with("listed ")), "{list}");
+    assert!(list.lines().any(|l| l.starts_with("made ")), "{list}");
+    assert!(
+        list.contains("deleting listed") && list.contains("0:pending"),
+        "no broker ran yet, so the partition waits: {list}"
+    );
+    // A standalone (the controller) finishes the deletion; its HTTP endpoint shows each
+    // step until the topic's ledgers are deleted by the trash deleter.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))
+        .args(["standalone", "--data-dir"])
+        .arg(dir.path())
+        .args(["--bookies", "1", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .args(["--kafka-listen", "127.0.0.1:0"])
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (kafka, http) = common::standalone_addrs(&mut child);
+    let s = Standalone { child, kafka };
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    let mut seen = std::collections::BTreeSet::new();
+    loop {
+        let body = common::http_get(&http, "/admin/deletions");
+        assert!(body.starts_with("{\"deletions\":["), "{body}");
+        for state in ["pending", "moving-to-trash", "in-trash", "gone"] {
+            if body.contains(&format!("\"state\":\"{state}\"")) {
+                seen.insert(state);
+            }
+        }
+        if !body.contains("\"topic_id\"") {
+            break;
+        }
+        assert!(body.contains("\"partitions_left\":"), "{body}");
+        assert!(std::time::Instant::now() < deadline, "deletion not finished: {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let l = kcat().args(["-L", "-b", &s.kafka]).output().unwrap();
+    let l = String::from_utf8_lossy(&l.stdout);
+    assert!(l.contains("topic \"made\" with 2 partitions") && !l.contains("\"listed\""), "{l}");
+    eprintln!("deletion states seen over HTTP: {seen:?}");
 }

@@ -46,3 +46,39 @@ pub fn kafka_addr(child: &mut Child) -> String {
     });
     rx.recv_timeout(Duration::from_secs(60)).expect("no Kafka listener within 60 s")
 }
+
+/// Waits for `folio standalone`'s "folio standalone up" log line and returns its Kafka and
+/// HTTP addresses; stderr keeps being drained (echoed with FOLIO_TEST_VERBOSE).
+pub fn standalone_addrs(child: &mut Child) -> (String, String) {
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let plain = strip_ansi(&line);
+            if plain.contains("folio standalone up") {
+                let field = |k: &str| {
+                    plain.split_whitespace().find_map(|w| w.strip_prefix(k)).map(str::to_string)
+                };
+                if let (Some(k), Some(h), Some(tx)) = (field("kafka="), field("http="), tx.take()) {
+                    let _ = tx.send((k, h));
+                }
+            }
+            if std::env::var_os("FOLIO_TEST_VERBOSE").is_some() {
+                eprintln!("[folio] {plain}");
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(60)).expect("standalone not up within 60 s")
+}
+
+/// `GET path` on an HTTP address; the body.
+pub fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the HTTP endpoint");
+    let request = format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("read the answer");
+    out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()
+}
