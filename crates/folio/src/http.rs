@@ -225,6 +225,37 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
     TcpListener::bind(addr).await.map_err(|e| format!("binding the HTTP endpoint on {addr}: {e}"))
 }
 
+/// Topic deletions in progress as JSON: one object per topic with its partitions' states,
+/// the partitions left, the ledgers in the trash and the bytes not yet reclaimed.
+fn deletions_json(d: &[folio_broker::deletion::DeletionProgress]) -> String {
+    let mut out = String::from("{\"deletions\":[");
+    for (i, t) in d.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let name: String = t.name.chars().flat_map(char::escape_default).collect();
+        let _ = write!(
+            out,
+            "\n{{\"topic\":\"{name}\",\"topic_id\":\"{}\",\"marker\":{},\"requested_ms\":{},\"partitions_left\":{},\"ledgers_in_trash\":{},\"bytes_not_reclaimed\":{},\"partitions\":[",
+            t.id,
+            t.marker,
+            t.requested_ms,
+            t.partitions_left(),
+            t.ledgers_in_trash,
+            t.bytes_not_reclaimed
+        );
+        for (j, (p, s)) in t.partitions.iter().enumerate() {
+            if j > 0 {
+                out.push(',');
+            }
+            let _ = write!(out, "{{\"partition\":{p},\"state\":\"{}\"}}", s.name());
+        }
+        out.push_str("]}");
+    }
+    out.push_str("\n]}\n");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,35 +300,4 @@ mod tests {
             b.shutdown().await.unwrap();
         }
     }
-}
-
-/// Topic deletions in progress as JSON: one object per topic with its partitions' states,
-/// the partitions left, the ledgers in the trash and the bytes not yet reclaimed.
-fn deletions_json(d: &[folio_broker::deletion::DeletionProgress]) -> String {
-    let mut out = String::from("{\"deletions\":[");
-    for (i, t) in d.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        let name: String = t.name.chars().flat_map(char::escape_default).collect();
-        let _ = write!(
-            out,
-            "\n{{\"topic\":\"{name}\",\"topic_id\":\"{}\",\"marker\":{},\"requested_ms\":{},\"partitions_left\":{},\"ledgers_in_trash\":{},\"bytes_not_reclaimed\":{},\"partitions\":[",
-            t.id,
-            t.marker,
-            t.requested_ms,
-            t.partitions_left(),
-            t.ledgers_in_trash,
-            t.bytes_not_reclaimed
-        );
-        for (j, (p, s)) in t.partitions.iter().enumerate() {
-            if j > 0 {
-                out.push(',');
-            }
-            let _ = write!(out, "{{\"partition\":{p},\"state\":\"{}\"}}", s.name());
-        }
-        out.push_str("]}");
-    }
-    out.push_str("\n]}\n");
-    out
 }
