@@ -31,7 +31,8 @@ pub struct StorageConfig {
     pub entry_log_per_ledger: bool,
     /// Per-ledger mode: at most this many logs open; the least recently used is sealed.
     pub entry_log_per_ledger_open_max: usize,
-    /// Per-ledger mode: a log untouched this long is sealed (so GC can consider it).
+    /// A log untouched this long is sealed (so GC can consider it): in per-ledger mode each
+    /// ledger's log, in shared mode the one active log.
     pub entry_log_idle_rotation: Duration,
     /// Flush (and checkpoint) at least this often.
     pub flush_interval: Duration,

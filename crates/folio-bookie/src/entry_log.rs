@@ -145,6 +145,11 @@ impl EntryLogWriter {
         self.log_id
     }
 
+    /// Whether no entry was appended yet.
+    pub fn is_empty(&self) -> bool {
+        self.n_entries == 0
+    }
+
     /// Bytes written so far (buffered or not).
     pub fn size(&self) -> u64 {
         self.buf_offset + self.buf.len() as u64

@@ -64,6 +64,8 @@ pub struct RecoveryReport {
 #[derive(Debug)]
 struct FlushState {
     writer: Option<EntryLogWriter>,
+    /// Shared mode: when a flush last wrote to `writer`.
+    writer_touched: std::time::Instant,
     /// Per-ledger mode: each ledger's open log and when a flush last wrote to it.
     per_ledger: HashMap<LedgerId, (EntryLogWriter, std::time::Instant)>,
     next_log_id: u64,
@@ -136,6 +138,7 @@ impl Storage {
             ledgers: Mutex::new(ledgers),
             flush: Mutex::new(FlushState {
                 writer: None,
+                writer_touched: std::time::Instant::now(),
                 per_ledger: HashMap::new(),
                 next_log_id,
                 last_mark: None,
@@ -1045,6 +1048,8 @@ impl Inner {
         }
         if self.config.entry_log_per_ledger {
             self.rotate_per_ledger_logs(flush, &mut batch)?;
+        } else {
+            self.rotate_idle_shared_log(flush, &mut batch, !half.entries.is_empty())?;
         }
         for (id, state) in dirty {
             batch.put(Table::Ledgers, index::ledger_key(*id), state.encode());
@@ -1105,6 +1110,30 @@ impl Inner {
         let slot = flush.per_ledger.get_mut(&ledger_id).expect("just ensured");
         slot.1 = std::time::Instant::now();
         Ok(&mut slot.0)
+    }
+
+    /// Shared mode, end of a flush: a log with entries that no flush has written to for
+    /// `entry_log_idle_rotation` is sealed, so GC can give its space back once its ledgers
+    /// are deleted (an idle bookie would otherwise hold up to `entry_log_bytes_max` of
+    /// deleted data for ever). The next entry opens a new log.
+    fn rotate_idle_shared_log(
+        &self,
+        flush: &mut FlushState,
+        batch: &mut KvBatch,
+        wrote: bool,
+    ) -> Result<()> {
+        if wrote {
+            flush.writer_touched = std::time::Instant::now();
+            return Ok(());
+        }
+        let idle = flush.writer_touched.elapsed() >= self.config.entry_log_idle_rotation;
+        if idle && flush.writer.as_ref().is_some_and(|w| !w.is_empty()) {
+            let w = flush.writer.take().expect("checked");
+            let id = w.log_id();
+            batch.put(Table::Meta, index::elog_key(id), w.seal()?.encode());
+            tracing::debug!(log_id = id, "sealed an idle entry log");
+        }
+        Ok(())
     }
 
     /// Per-ledger mode, end of a flush: sync every log written, then seal the logs of

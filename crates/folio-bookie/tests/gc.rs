@@ -421,3 +421,46 @@ async fn l2_one_open_log_pins_nothing_in_per_ledger_mode() {
     s.flush().unwrap();
     assert!(s.entry_log_states().unwrap().iter().all(|(_, st)| st.sealed), "idle logs are sealed");
 }
+
+/// L1 on an idle bookie (shared mode): the one active entry log holds a deleted ledger's
+/// entries; while something writes to it, it stays active (GC never touches an active
+/// log), and once no flush has written to it for `entry_log_idle_rotation` it is sealed,
+/// so the next GC pass deletes it and no entry log is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l1_an_idle_shared_log_is_sealed_so_its_deleted_ledgers_come_back() {
+    let e = env();
+    let mut c = common::config();
+    c.entry_log_bytes_max = 64 * 1024 * 1024; // never full here
+    c.entry_log_idle_rotation = Duration::from_secs(3600);
+    let s = Arc::new(open(&e.fs, &e.kv, &c).unwrap());
+    create(&e, 1, LedgerState::Closed, &["b1"]).await;
+    fill(&s, &[1], 8);
+    s.flush().unwrap(); // nothing new: idle, but not for an hour
+    e.meta.delete(&e.keys.ledger(1), Expect::Any).await.unwrap();
+    let r = gc_once(&s, e.meta.as_ref(), &e.keys, "b1", &config()).await.unwrap();
+    assert_eq!(r.ledgers_dropped, vec![1]);
+    assert!(r.logs_deleted.is_empty(), "the active log is never deleted: {r:?}");
+    assert_eq!(s.entry_log_states().unwrap().len(), 1);
+    drop(s);
+    c.entry_log_idle_rotation = Duration::ZERO;
+    let s = Arc::new(open(&e.fs, &e.kv, &c).unwrap());
+    // Reopening sealed the old active log already (recovery); write a second ledger's
+    // entries to a new active log, then let it go idle.
+    create(&e, 2, LedgerState::Closed, &["b1"]).await;
+    fill(&s, &[2], 4);
+    let active = |s: &folio_bookie::Storage| {
+        s.entry_log_states().unwrap().iter().filter(|(_, st)| !st.sealed).count()
+    };
+    assert_eq!(active(&s), 1, "ledger 2's entries are in an active log");
+    s.flush().unwrap(); // a flush that writes nothing: the log is idle
+    assert_eq!(active(&s), 0, "the idle log is sealed");
+    e.meta.delete(&e.keys.ledger(2), Expect::Any).await.unwrap();
+    let r = gc_once(&s, e.meta.as_ref(), &e.keys, "b1", &config()).await.unwrap();
+    assert_eq!(r.ledgers_dropped, vec![2]);
+    assert!(s.entry_log_states().unwrap().is_empty(), "every entry log came back: {r:?}");
+    // A new entry opens a new log and reads back.
+    create(&e, 3, LedgerState::Open, &["b1"]).await;
+    add(&s, &entry(3, 0, b"after")).unwrap();
+    s.flush().unwrap();
+    assert_eq!(s.read_entry(3, 0).unwrap().payload(), b"after");
+}
