@@ -134,7 +134,8 @@ pub(crate) async fn run(inner: Arc<Inner>) {
             continue;
         }
         if let Err(e) = pass(&inner).await {
-            tracing::warn!(error = %e, "topic deletion pass failed; retrying");
+            inner.metrics.topic_deletion_failures.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(error = %e, "topic deletion pass failed; retrying in a second");
         }
     }
 }

@@ -73,6 +73,9 @@ pub struct Metrics {
     pub partitions_released: AtomicU64,
     /// Topics whose data this broker (as controller) deleted.
     pub topics_deleted: AtomicU64,
+    /// Controller deletion passes that failed (a bookie or the metadata store unreachable:
+    /// retried a second later).
+    pub topic_deletion_failures: AtomicU64,
     /// Topics deleted through this broker (names unbound, markers written).
     pub topic_deletions_requested: AtomicU64,
     /// Deletion markers the controller found on its last pass (topics whose partitions are
@@ -136,6 +139,11 @@ impl Metrics {
                 "folio_kafka_topic_deletions_requested_total",
                 "Topics deleted through this broker (name unbound, deletion marker written).",
                 &self.topic_deletions_requested,
+            ),
+            (
+                "folio_kafka_topic_deletion_failures_total",
+                "Controller topic-deletion passes that failed and will be retried.",
+                &self.topic_deletion_failures,
             ),
             (
                 "folio_kafka_topics_deleted_total",

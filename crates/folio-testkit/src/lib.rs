@@ -160,6 +160,11 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn start(n: usize) -> Cluster {
+        Cluster::start_with(n, |_| {}).await
+    }
+
+    /// `start`, with each bookie's config adjusted by `tune` first.
+    pub async fn start_with(n: usize, tune: impl Fn(&mut BookieConfig)) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let meta: Arc<dyn MetadataStore> =
             Arc::new(EmbeddedStore::open(&dir.path().join("meta")).expect("metadata store"));
@@ -173,6 +178,7 @@ impl Cluster {
             config.bookie_id = Some(format!("bookie-{i}"));
             config.advertised_address = Some(link.addr().to_string());
             config.storage.write_cache_bytes = 16 * 1024 * 1024;
+            tune(&mut config);
             let mut node = Node { id: format!("bookie-{i}"), link, config, bookie: None };
             node.restart(&meta).await;
             nodes.push(node);

@@ -127,6 +127,16 @@ pub fn batch(count: i32, ts: i64) -> Vec<u8> {
 
 /// Like `batch`, with `attributes` (e.g. a codec in bits 0-2; the records stay plain).
 pub fn batch_with(count: i32, ts: i64, attributes: i16) -> Vec<u8> {
+    batch_of(count, ts, attributes, |i| format!("value-{i}").into_bytes())
+}
+
+/// A batch of `count` records of `value_bytes` bytes each.
+pub fn batch_sized(count: i32, value_bytes: usize) -> Vec<u8> {
+    batch_of(count, 1, 0, |i| vec![b'a' + (i % 26) as u8; value_bytes])
+}
+
+/// A v2 record batch of `count` uncompressed records whose values `value(i)` gives.
+pub fn batch_of(count: i32, ts: i64, attributes: i16, value: impl Fn(i32) -> Vec<u8>) -> Vec<u8> {
     fn varint(v: &mut Vec<u8>, x: i64) {
         let mut z = ((x << 1) ^ (x >> 63)) as u64;
         while z >= 0x80 {
@@ -137,13 +147,13 @@ pub fn batch_with(count: i32, ts: i64, attributes: i16) -> Vec<u8> {
     }
     let mut records = Vec::new();
     for i in 0..count {
-        let value = format!("value-{i}");
+        let value = value(i);
         let mut r = vec![0u8];
         varint(&mut r, 0);
         varint(&mut r, i as i64);
         varint(&mut r, -1);
         varint(&mut r, value.len() as i64);
-        r.extend_from_slice(value.as_bytes());
+        r.extend_from_slice(&value);
         varint(&mut r, 0);
         varint(&mut records, r.len() as i64);
         records.extend_from_slice(&r);
