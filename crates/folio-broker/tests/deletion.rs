@@ -3,6 +3,9 @@
 //! deleting 1 000 topics does not queue topic creation (L4); deleting every topic gives
 //! the bookies' data dirs back (L1).
 
+// Kafka's wire format is big-endian (the shared test helpers build batches).
+#![allow(clippy::big_endian_bytes)]
+
 mod common;
 
 use std::path::Path;
@@ -272,7 +275,6 @@ async fn l4_deleting_1000_topics_does_not_queue_topic_creation() {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let creator = {
         let (stop, broker) = (stop.clone(), s.broker.clone());
-        let create_one = create_one.clone();
         tokio::spawn(async move {
             let mut during = Vec::new();
             let mut i = 0;
