@@ -7,6 +7,8 @@
 //! - [`batch`]: record batches as opaque bytes (header, CRC, offset patching).
 //! - [`topics`]: the topic record (name → topic id binding) and topic configs.
 //! - [`metrics`]: Prometheus metrics per broker and per topic.
+//! - [`client`]: a minimal raw-protocol client (benchmarks and tests), never used by the
+//!   broker itself.
 //!
 //! **Architecture invariant:** record batches are never decoded into records (the
 //! protocol crate's record types drop duplicate header keys): the broker reads the 61-byte
@@ -19,6 +21,7 @@
 pub mod api;
 pub mod batch;
 mod broker;
+pub mod client;
 pub mod cluster;
 pub mod deletion;
 pub mod errors;

@@ -400,7 +400,7 @@ async fn malformed_requests_get_an_error_or_a_closed_connection_never_a_crash() 
     }
     // Frames too large or too small for a header close the connection; nothing else dies.
     let mut raw = Conn::open(s.broker.addr()).await;
-    tokio::io::AsyncWriteExt::write_all(&mut raw.stream, &i32::MAX.to_be_bytes()).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(raw.stream(), &i32::MAX.to_be_bytes()).await.unwrap();
     assert!(raw.recv_raw().await.is_none());
     let mut raw = Conn::open(s.broker.addr()).await;
     raw.send_raw(&[0, 3]).await;

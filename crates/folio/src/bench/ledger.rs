@@ -56,6 +56,15 @@ pub(crate) async fn cluster_with(
     n: usize,
     journal: bool,
 ) -> Result<(LedgerClient, Vec<Bookie>, Meta), String> {
+    cluster_tuned(dir, n, |c| c.storage.journal.write_data = journal).await
+}
+
+/// An embedded metadata store and `n` bookies, each config adjusted by `tune`.
+pub(crate) async fn cluster_tuned(
+    dir: &std::path::Path,
+    n: usize,
+    tune: impl Fn(&mut BookieConfig),
+) -> Result<(LedgerClient, Vec<Bookie>, Meta), String> {
     let meta: Meta = Arc::new(
         folio_meta::embedded::EmbeddedStore::open(&dir.join("meta")).map_err(|e| e.to_string())?,
     );
@@ -66,7 +75,7 @@ pub(crate) async fn cluster_with(
             "127.0.0.1:0".parse::<SocketAddr>().expect("addr"),
         );
         c.bookie_id = Some(format!("bookie-{i}"));
-        c.storage.journal.write_data = journal;
+        tune(&mut c);
         bookies.push(Bookie::start(c, meta.clone()).await.map_err(|e| e.to_string())?);
     }
     Ok((LedgerClient::new(meta.clone(), Keys::default()), bookies, meta))

@@ -2,6 +2,7 @@
 //! every comparison as `ratio_vs_<baseline>=<x>` with the baseline measured in the same run.
 
 mod bookie;
+mod delete;
 mod gc;
 mod kafka;
 mod ledger;
@@ -29,6 +30,9 @@ pub enum Bench {
     /// A real Kafka client (librdkafka via confluent-kafka) producing 1 KiB records with
     /// acks=all to a broker on 3 bookies, against raw ledger adds on the same bookies.
     Kafka(kafka::Args),
+    /// Topic deletion: time until a deleted topic's metadata, logs, ledgers and disk are
+    /// gone, and CreateTopics latency during a large deletion against idle.
+    Delete(delete::Args),
 }
 
 pub fn run(what: Bench) -> Result<(), String> {
@@ -40,6 +44,7 @@ pub fn run(what: Bench) -> Result<(), String> {
         Bench::Gc(args) => gc::run(args),
         Bench::Log(args) => log::run(args),
         Bench::Kafka(args) => kafka::run(args),
+        Bench::Delete(args) => delete::run(args),
     }
 }
 

@@ -1,0 +1,118 @@
+//! A minimal Kafka client on the raw protocol : one connection, requests
+//! framed with a header, answers read in order. For benchmarks (`folio bench delete`) and
+//! tests, which need exact requests and versions rather than a full client library.
+
+use std::net::SocketAddr;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Answers larger than this are refused (a broken or hostile peer).
+pub const ANSWER_BYTES_MAX: usize = 256 * 1024 * 1024;
+
+/// One connection to a broker.
+#[derive(Debug)]
+pub struct KafkaConn {
+    stream: TcpStream,
+    next_correlation: i32,
+}
+
+impl KafkaConn {
+    pub async fn connect(addr: SocketAddr) -> Result<KafkaConn, String> {
+        let stream =
+            TcpStream::connect(addr).await.map_err(|e| format!("connecting to {addr}: {e}"))?;
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        Ok(KafkaConn { stream, next_correlation: 1 })
+    }
+
+    /// The socket, for tests that write raw bytes.
+    pub fn stream(&mut self) -> &mut TcpStream {
+        &mut self.stream
+    }
+
+    /// Sends a request of `key` at `version`; returns its correlation id.
+    pub async fn send<R: Encodable>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        req: &R,
+    ) -> Result<i32, String> {
+        let correlation = self.next_correlation;
+        self.next_correlation += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation)
+            .with_client_id(Some(StrBytes::from_static_str("folio")));
+        let mut body = BytesMut::new();
+        header
+            .encode(&mut body, key.request_header_version(version))
+            .map_err(|e| format!("encoding a {key:?} header: {e}"))?;
+        req.encode(&mut body, version).map_err(|e| format!("encoding {key:?} v{version}: {e}"))?;
+        self.send_raw(&body).await?;
+        Ok(correlation)
+    }
+
+    /// Sends `frame` with its size prefix.
+    pub async fn send_raw(&mut self, frame: &[u8]) -> Result<(), String> {
+        let mut b = BytesMut::with_capacity(frame.len() + 4);
+        b.put_u32(frame.len() as u32);
+        b.put_slice(frame);
+        self.stream.write_all(&b).await.map_err(|e| format!("sending: {e}"))
+    }
+
+    /// Reads one answer frame; `None` when the broker closed the connection.
+    pub async fn recv_raw(&mut self) -> Result<Option<Bytes>, String> {
+        let mut size = [0u8; 4];
+        if self.stream.read_exact(&mut size).await.is_err() {
+            return Ok(None);
+        }
+        let size = u32::from_be_bytes(size) as usize;
+        if size > ANSWER_BYTES_MAX {
+            return Err(format!("an answer of {size} bytes (at most {ANSWER_BYTES_MAX})"));
+        }
+        let mut b = vec![0u8; size];
+        self.stream.read_exact(&mut b).await.map_err(|e| format!("reading an answer: {e}"))?;
+        Ok(Some(b.into()))
+    }
+
+    /// Reads an answer of `key` at `version`: (correlation id, body).
+    pub async fn recv<R: Decodable>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+    ) -> Result<(i32, R), String> {
+        let mut b = self.recv_raw().await?.ok_or_else(|| {
+            format!("the broker closed the connection instead of answering {key:?}")
+        })?;
+        let header = ResponseHeader::decode(&mut b, key.response_header_version(version))
+            .map_err(|e| format!("decoding a {key:?} answer header: {e}"))?;
+        let body =
+            R::decode(&mut b, version).map_err(|e| format!("decoding {key:?} v{version}: {e}"))?;
+        if b.has_remaining() {
+            return Err(format!(
+                "{key:?} v{version}: {} bytes left after the answer",
+                b.remaining()
+            ));
+        }
+        Ok((header.correlation_id, body))
+    }
+
+    /// Sends a request and reads its answer.
+    pub async fn call<Q: Encodable, R: Decodable>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        req: &Q,
+    ) -> Result<R, String> {
+        let c = self.send(key, version, req).await?;
+        let (got, r) = self.recv(key, version).await?;
+        if got != c {
+            return Err(format!("answer {got} to request {c}: out of order"));
+        }
+        Ok(r)
+    }
+}

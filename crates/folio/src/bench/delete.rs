@@ -1,0 +1,324 @@
+//! Topic deletion benchmark (#11): how long each layer takes to give a deleted topic back,
+//! and what a large deletion costs topic creation.
+//!
+//! A broker on 3 bookies (embedded metadata, RF 3), a trash deleter and each bookie's GC
+//! run as in `folio standalone`, with shorter intervals (printed) so the run is short. It
+//! creates T topics × P partitions, writes 64 KiB batches to every partition, measures
+//! CreateTopics latency with nothing else going on (idle), then deletes every topic in
+//! one DeleteTopics request while another connection keeps creating topics, and reports:
+//! - `metadata_gone_s`: DeleteTopics answered (names unbound, deletion markers durable);
+//! - `logs_trashed_s`: the controller finished (every partition's log in the trash, every
+//!   marker gone);
+//! - `ledgers_gone_s`: the trash deleter removed every ledger of those topics;
+//! - `disk_reclaimed_s`: the bookies' entry logs are within 10 % of the data written
+//!   (+ their size before writing);
+//! - `ratio_vs_idle_create`: CreateTopics p99 during the deletion (until the ledgers are
+//!   gone) over the idle p99 (target ≤ 2, L4).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use folio_broker::client::KafkaConn;
+use folio_broker::{Broker, BrokerConfig};
+use folio_log::{LogEnv, TrashConfig, WallClock};
+use folio_meta::keys::Keys;
+use folio_meta::list_all;
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    ProduceRequest, ProduceResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::MIB;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Short run (well under two minutes): 100 topics × 2 partitions.
+    #[arg(long)]
+    quick: bool,
+    /// Directory on the disk to measure (a temporary directory is made inside it).
+    #[arg(long, default_value = ".")]
+    dir: std::path::PathBuf,
+    /// Topics (default 1 000; 100 with --quick).
+    #[arg(long)]
+    topics: Option<usize>,
+    /// Partitions per topic (default 4; 2 with --quick).
+    #[arg(long)]
+    partitions: Option<i32>,
+}
+
+/// Batches of 64 KiB written to each partition.
+const BATCHES_PER_PARTITION: usize = 4;
+const BATCH_VALUE_BYTES: usize = 8 * 1024;
+const RECORDS_PER_BATCH: i32 = 8;
+/// CreateTopics requests timed with nothing else going on.
+const IDLE_CREATES: usize = 200;
+
+pub fn run(args: Args) -> Result<(), String> {
+    super::block_on(run_async(args))
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+fn create_req(names: &[String], partitions: i32) -> CreateTopicsRequest {
+    CreateTopicsRequest::default().with_timeout_ms(60_000).with_topics(
+        names
+            .iter()
+            .map(|n| {
+                CreatableTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(n.clone())))
+                    .with_num_partitions(partitions)
+                    .with_replication_factor(-1)
+            })
+            .collect(),
+    )
+}
+
+fn produce_req(topic: &str, partition: i32, batch: &[u8]) -> ProduceRequest {
+    ProduceRequest::default().with_acks(-1).with_timeout_ms(30_000).with_topic_data(vec![
+        TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.into())))
+            .with_partition_data(vec![
+                PartitionProduceData::default()
+                    .with_index(partition)
+                    .with_records(Some(batch.to_vec().into())),
+            ]),
+    ])
+}
+
+/// Times one CreateTopics of a single one-partition topic on `conn`.
+async fn create_one(conn: &mut KafkaConn, name: String) -> Result<Duration, String> {
+    let started = Instant::now();
+    let r: CreateTopicsResponse =
+        conn.call(ApiKey::CreateTopics, 7, &create_req(&[name.clone()], 1)).await?;
+    match r.topics.first().map(|t| t.error_code) {
+        Some(0) => Ok(started.elapsed()),
+        code => Err(format!("creating {name}: error {code:?}")),
+    }
+}
+
+fn pct_ms(v: &mut [Duration], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort();
+    let i = ((v.len() as f64 * p / 100.0) as usize).min(v.len() - 1);
+    v[i].as_secs_f64() * 1000.0
+}
+
+async fn run_async(args: Args) -> Result<(), String> {
+    let tmp = super::temp_dir(&args.dir, ".folio-bench-delete-")?;
+    let topics = args.topics.unwrap_or(if args.quick { 100 } else { 1000 });
+    let partitions = args.partitions.unwrap_or(if args.quick { 2 } else { 4 });
+    if topics == 0 || partitions <= 0 {
+        return Err("--topics and --partitions must be at least 1".into());
+    }
+    let (gc_interval, idle_rotation, trash_interval) =
+        (Duration::from_secs(1), Duration::from_secs(2), Duration::from_secs(1));
+    let (client, bookies, meta) =
+        super::ledger::cluster_tuned(&tmp.path().join("cluster"), 3, |c| {
+            c.storage.entry_log_bytes_max = 64 * 1024 * 1024;
+            c.storage.entry_log_idle_rotation = idle_rotation;
+            c.gc.interval = gc_interval;
+        })
+        .await?;
+    let log_dirs: Vec<std::path::PathBuf> = (0..3)
+        .map(|i| tmp.path().join("cluster").join(format!("bookie-{i}")).join("ledgers/entrylogs"))
+        .collect();
+    let entry_log_bytes = || log_dirs.iter().map(|d| dir_bytes(d)).sum::<u64>();
+    let env = LogEnv {
+        meta: meta.clone(),
+        client,
+        keys: Keys::default(),
+        clock: Arc::new(WallClock),
+        owner: "bench".into(),
+    };
+    let trash = folio_log::Trash::new(
+        env.clone(),
+        TrashConfig { interval: trash_interval, ..TrashConfig::default() },
+    )
+    .spawn();
+    let config = BrokerConfig {
+        listen: "127.0.0.1:0".parse().expect("address"),
+        default_replication: 3,
+        replication_max: 3,
+        auto_create_topics: false,
+        ..BrokerConfig::default()
+    };
+    let broker = Broker::start(config, env.clone()).await?;
+    let addr = broker.addr();
+    println!(
+        "bench=delete quick={} topics={topics} partitions={partitions} batches_per_partition={BATCHES_PER_PARTITION} batch_bytes={} replication=3 flush_interval_s={} gc_interval_s={} idle_log_seal_s={} trash_interval_s={}",
+        args.quick,
+        BATCH_VALUE_BYTES * RECORDS_PER_BATCH as usize,
+        folio_bookie::config::StorageConfig::new(".").flush_interval.as_secs(),
+        gc_interval.as_secs(),
+        idle_rotation.as_secs(),
+        trash_interval.as_secs()
+    );
+
+    // Topics with data.
+    let before = entry_log_bytes();
+    let names: Vec<String> = (0..topics).map(|i| format!("doomed-{i}")).collect();
+    let mut conn = KafkaConn::connect(addr).await?;
+    for chunk in names.chunks(500) {
+        let r: CreateTopicsResponse =
+            conn.call(ApiKey::CreateTopics, 7, &create_req(chunk, partitions)).await?;
+        if let Some(t) = r.topics.iter().find(|t| t.error_code != 0) {
+            return Err(format!("creating {}: error {}", t.name.as_str(), t.error_code));
+        }
+    }
+    let batch = folio_broker::batch::build(RECORDS_PER_BATCH, 1, 0, |i| {
+        vec![b'a' + (i % 26) as u8; BATCH_VALUE_BYTES]
+    });
+    let write_started = Instant::now();
+    let mut writers = tokio::task::JoinSet::new();
+    for share in names.chunks(names.len().div_ceil(4)) {
+        let (share, batch) = (share.to_vec(), batch.clone());
+        writers.spawn(async move {
+            let mut c = KafkaConn::connect(addr).await?;
+            for name in &share {
+                for p in 0..partitions {
+                    for _ in 0..BATCHES_PER_PARTITION {
+                        c.send(ApiKey::Produce, 9, &produce_req(name, p, &batch)).await?;
+                    }
+                }
+                for p in 0..partitions {
+                    for _ in 0..BATCHES_PER_PARTITION {
+                        let (_, r): (i32, ProduceResponse) = c.recv(ApiKey::Produce, 9).await?;
+                        let code = r.responses[0].partition_responses[0].error_code;
+                        if code != 0 {
+                            return Err(format!("producing to {name}-{p}: error {code}"));
+                        }
+                    }
+                }
+            }
+            Ok::<_, String>(())
+        });
+    }
+    while let Some(r) = writers.join_next().await {
+        r.map_err(|e| e.to_string())??;
+    }
+    let written = (topics * partitions as usize * BATCHES_PER_PARTITION * batch.len()) as u64;
+    // Wait for the flush to the entry logs (3 copies).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while entry_log_bytes() < before + 3 * written * 9 / 10 {
+        if Instant::now() > deadline {
+            return Err(format!("data never reached the entry logs: {} bytes", entry_log_bytes()));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let on_disk = entry_log_bytes();
+    println!(
+        "written_mb={:.0} write_s={:.1} entry_logs_mb_before={:.0} entry_logs_mb_written={:.0}",
+        written as f64 / MIB,
+        write_started.elapsed().as_secs_f64(),
+        before as f64 / MIB,
+        on_disk as f64 / MIB
+    );
+
+    // Idle CreateTopics latency.
+    let mut idle = Vec::with_capacity(IDLE_CREATES);
+    for i in 0..IDLE_CREATES {
+        idle.push(create_one(&mut conn, format!("idle-{i}")).await?);
+    }
+
+    // Delete every topic in one request while another connection keeps creating topics.
+    let stop = Arc::new(AtomicBool::new(false));
+    let creator = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut c = KafkaConn::connect(addr).await?;
+            let mut during = Vec::new();
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                during.push(create_one(&mut c, format!("during-{i}")).await?);
+                i += 1;
+            }
+            Ok::<_, String>(during)
+        })
+    };
+    let started = Instant::now();
+    let del = DeleteTopicsRequest::default().with_timeout_ms(60_000).with_topics(
+        names
+            .iter()
+            .map(|n| {
+                DeleteTopicState::default()
+                    .with_name(Some(TopicName(StrBytes::from_string(n.clone()))))
+            })
+            .collect(),
+    );
+    let r: DeleteTopicsResponse = conn.call(ApiKey::DeleteTopics, 6, &del).await?;
+    if let Some(t) = r.responses.iter().find(|t| t.error_code != 0) {
+        return Err(format!("deleting: error {} ({:?})", t.error_code, t.error_message));
+    }
+    let metadata_gone = started.elapsed();
+    let (mut logs_trashed, mut ledgers_gone, mut reclaimed) = (None, None, None);
+    let deadline = Instant::now() + Duration::from_secs(if args.quick { 90 } else { 600 });
+    let target = before + written * 3 / 10;
+    while reclaimed.is_none() || ledgers_gone.is_none() {
+        if Instant::now() > deadline {
+            break;
+        }
+        if logs_trashed.is_none()
+            && list_all(meta.as_ref(), &env.keys.topic_deletions())
+                .await
+                .map_err(|e| e.to_string())?
+                .is_empty()
+        {
+            logs_trashed = Some(started.elapsed());
+        }
+        if logs_trashed.is_some()
+            && ledgers_gone.is_none()
+            && broker.deletions().await?.iter().all(|d| d.ledgers_in_trash == 0)
+        {
+            ledgers_gone = Some(started.elapsed());
+            stop.store(true, Ordering::Relaxed);
+        }
+        if reclaimed.is_none() && entry_log_bytes() <= target {
+            reclaimed = Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut during = creator.await.map_err(|e| e.to_string())??;
+    let show = |d: Option<Duration>| {
+        d.map_or("not_reached".to_string(), |d| format!("{:.2}", d.as_secs_f64()))
+    };
+    println!(
+        "metadata_gone_s={:.3} logs_trashed_s={} ledgers_gone_s={} disk_reclaimed_s={} entry_logs_mb_now={:.0}",
+        metadata_gone.as_secs_f64(),
+        show(logs_trashed),
+        show(ledgers_gone),
+        show(reclaimed),
+        entry_log_bytes() as f64 / MIB
+    );
+    let (idle_p50, idle_p99) = (pct_ms(&mut idle, 50.0), pct_ms(&mut idle, 99.0));
+    let (during_p50, during_p99) = (pct_ms(&mut during, 50.0), pct_ms(&mut during, 99.0));
+    println!(
+        "create_idle_p50_ms={idle_p50:.2} create_idle_p99_ms={idle_p99:.2} creates_during_deletion={} create_during_p50_ms={during_p50:.2} create_during_p99_ms={during_p99:.2}",
+        during.len()
+    );
+    println!("ratio_vs_idle_create={:.2}", during_p99 / idle_p99);
+    broker.shutdown().await;
+    drop(trash);
+    for b in bookies {
+        b.shutdown().await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
