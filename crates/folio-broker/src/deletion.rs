@@ -166,6 +166,10 @@ pub(crate) async fn pass(inner: &Arc<Inner>) -> Result<usize, String> {
     let mut done = 0;
     for (key, id, marker) in markers {
         for p in 0..marker.partitions as i32 {
+            if *inner.shutdown.borrow() {
+                // Stopping (or crashed, in tests): the next controller resumes the marker.
+                return Err(format!("stopped while deleting {}", marker.name));
+            }
             // If this broker serves the partition, stop now (waking its tailing fetches);
             // if another does, or a dead one did, `delete_log` fences the last ledger.
             inner.forget_partition(id, p).await;

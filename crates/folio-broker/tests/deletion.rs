@@ -404,3 +404,79 @@ async fn l1_deleting_every_topic_gives_the_bookies_data_dirs_back() {
     }
     assert!(broker.deletions().await.unwrap().is_empty());
 }
+
+/// The controller dies in the middle of a deletion pass (some partitions already in the
+/// trash, others not): the next controller resumes from the marker and finishes; nothing
+/// is done twice or left behind. Fencing the dead owner's ledgers goes through a slowed
+/// bookie link, so the pass is caught in the middle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l3_a_controller_killed_mid_pass_is_finished_by_the_next() {
+    use folio_broker::deletion::PartitionDeletion;
+    let tune = |id: i32| {
+        move |c: &mut BrokerConfig| {
+            c.node_id = id;
+            c.lease_ttl = Duration::from_secs(1);
+            c.membership_poll = Duration::from_millis(50);
+            c.auto_create_topics = false;
+        }
+    };
+    let s = start(1, tune(1)).await;
+    let b2 = broker_on(&s.cluster, tune(2)).await;
+    let b3 = broker_on(&s.cluster, tune(3)).await;
+    while [&s.broker, &b2, &b3].iter().any(|b| b.live_brokers().len() < 3) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut c2 = Conn::open(b2.addr()).await;
+    let r: CreateTopicsResponse =
+        c2.call(ApiKey::CreateTopics, 7, &create_req(&["t".into()], 48)).await;
+    let id = r.topics[0].topic_id;
+    let on_b3: Vec<i32> = (0..48).filter(|p| b3.owns_partition(id, *p)).collect();
+    assert!(on_b3.len() >= 4, "broker 3 owns several of 48 partitions: {on_b3:?}");
+    let mut c3 = Conn::open(b3.addr()).await;
+    for p in &on_b3 {
+        let r: ProduceResponse =
+            c3.call(ApiKey::Produce, 9, &produce_req("t", *p, batch(3, 1))).await;
+        assert_eq!(produced(&r), (0, 0));
+    }
+    // Broker 3 dies with its ledgers open; fencing each now takes several slowed trips.
+    b3.abort();
+    s.cluster.nodes[0].link.set_fault(folio_testkit::Fault::Delay(Duration::from_millis(100)));
+    let r: DeleteTopicsResponse =
+        c2.call(ApiKey::DeleteTopics, 6, &delete_req(&["t".into()])).await;
+    assert_eq!(r.responses[0].error_code, 0);
+    // Kill the controller (broker 1) once some, not all, of broker 3's partitions are in
+    // the trash.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let at_kill = loop {
+        let d = b2.deletions().await.unwrap();
+        let states: Vec<PartitionDeletion> = d
+            .iter()
+            .flat_map(|d| d.partitions.iter())
+            .filter(|(p, _)| on_b3.contains(p))
+            .map(|(_, st)| *st)
+            .collect();
+        let done = states.iter().filter(|st| **st != PartitionDeletion::Pending).count();
+        if done >= 1 {
+            s.broker.abort();
+            break (done, states.len());
+        }
+        assert!(Instant::now() < deadline, "the controller made no progress");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    s.cluster.nodes[0].link.set_fault(folio_testkit::Fault::Pass);
+    assert!(at_kill.0 < at_kill.1, "killed mid-pass: {} of {} done", at_kill.0, at_kill.1);
+    markers_gone(&s.cluster.meta, Duration::from_secs(60)).await;
+    let keys = Keys::default();
+    for p in 0..48 {
+        let log = keys.log(&format!("kafka-{}-{p}", id.simple()));
+        assert!(s.cluster.meta.get(&log).await.unwrap().is_none(), "partition {p}'s log is gone");
+    }
+    assert_eq!(b2.live_brokers(), vec![2], "broker 2 took over as controller");
+    assert_eq!(b2.metrics().topics_deleted.load(Ordering::Relaxed), 1, "broker 2 finished it");
+    assert_eq!(s.broker.metrics().topics_deleted.load(Ordering::Relaxed), 0);
+    let trashed = trashed_ledgers(&s.cluster.meta, id).await;
+    let mut ids: Vec<u64> = trashed.iter().map(|t| t.ledger_id).collect();
+    ids.dedup();
+    assert_eq!(ids.len(), trashed.len(), "each ledger trashed once");
+    assert!(trashed.len() >= on_b3.len(), "every written partition's ledgers: {trashed:?}");
+}
