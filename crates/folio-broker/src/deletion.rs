@@ -1,9 +1,11 @@
 //! Topic deletion, in two phases.
 //!
-//! 1. DeleteTopics (or `folio topics delete`) commits, per request, transactions that remove each topic's record (the
-//!    name → id binding, compared on its version) and write a deletion marker keyed by the
-//!    topic id; it answers once they are durable. From then on the name is free (a new
-//!    topic of that name gets a new id, so new log names: it starts empty) and produce and
+//! 1. DeleteTopics (or `folio topics delete`) commits one transaction per request (several
+//!    only if the store's `txn_ops_max` cannot hold it: etcd's 128 operations) that removes
+//!    each topic's record (the name → id binding, compared on its version) and writes a
+//!    deletion marker keyed by the topic id; it answers once that is durable. From then on
+//!    the name is free (a new topic of that name gets a new id, so new log names: it starts
+//!    empty) and produce and
 //!    fetch answer UNKNOWN_TOPIC_OR_PARTITION (by name) or UNKNOWN_TOPIC_ID (by id).
 //! 2. The controller (the live broker with the lowest node id) works through the markers
 //!    topic by topic, partition by partition: each partition's managed log is deleted
@@ -68,9 +70,6 @@ impl Record for DeletionMarker {
     }
 }
 
-/// Topics per transaction (a compare, a delete and a put each; etcd allows 128 operations).
-const TOPICS_PER_TXN: usize = 40;
-
 /// Phase 1: unbinds the topics' names and writes their markers. A topic changed since it
 /// was read fails with `Conflict` (the caller answers with an error; nothing is deleted).
 pub(crate) async fn unbind(inner: &Inner, topics: &[Arc<Topic>]) -> Result<(), MetaError> {
@@ -96,7 +95,10 @@ pub async fn unbind_topics(
     topics: &[Arc<Topic>],
     now_ms: u64,
 ) -> Result<(), MetaError> {
-    for chunk in topics.chunks(TOPICS_PER_TXN) {
+    // A compare, a delete and a put per topic: the whole request in one transaction when
+    // the store takes it (embedded: up to 5 000 topics; etcd by default 42 per transaction).
+    let per_txn = (meta.txn_ops_max() / 3).max(1);
+    for chunk in topics.chunks(per_txn) {
         let mut txn = Txn::new();
         for t in chunk {
             let key = keys.topic(&t.name);

@@ -34,6 +34,9 @@ use tokio::sync::mpsc;
 use crate::clock::{Clock, SystemClock};
 use crate::store::*;
 
+/// Compares plus operations in one transaction, at most.
+pub const TXN_OPS_MAX: usize = 16 * 1024;
+
 #[derive(Debug, Clone)]
 pub struct EmbeddedConfig {
     /// Revisions of watch history kept on disk.
@@ -397,6 +400,12 @@ impl Inner {
     }
 
     fn txn(&self, txn: &Txn) -> Result<TxnOutcome> {
+        let n = txn.compares.len() + txn.ops.len();
+        if n > TXN_OPS_MAX {
+            return Err(MetaError::InvalidArgument(format!(
+                "a transaction of {n} compares and operations (at most {TXN_OPS_MAX})"
+            )));
+        }
         let mut st = self.lock();
         for c in &txn.compares {
             if !self.holds(c)? {
@@ -489,6 +498,11 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl MetadataStore for EmbeddedStore {
+    /// One fjall batch per transaction: thousands of operations are fine.
+    fn txn_ops_max(&self) -> usize {
+        TXN_OPS_MAX
+    }
+
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>>> {
         Box::pin(async move { self.inner.read(key) })
     }

@@ -79,6 +79,10 @@ fn dead() -> MetaError {
 }
 
 impl MetadataStore for FaultyStore {
+    fn txn_ops_max(&self) -> usize {
+        self.inner.txn_ops_max()
+    }
+
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>>> {
         Box::pin(async move {
             if self.step()? {

@@ -251,6 +251,11 @@ pub trait MetadataStore: Send + Sync + Debug {
         limit: usize,
     ) -> BoxFuture<'a, Result<Page>>;
     fn txn(&self, txn: Txn) -> BoxFuture<'_, Result<TxnOutcome>>;
+    /// Compares plus operations one transaction may hold (etcd's default `--max-txn-ops`
+    /// is 128; the embedded store takes far more). Callers that batch size by it.
+    fn txn_ops_max(&self) -> usize {
+        128
+    }
     /// Every change under `prefix` with revision `>= from`, in order.
     fn watch<'a>(&'a self, prefix: &'a str, from: Revision) -> BoxFuture<'a, Result<Watch>>;
     fn grant_lease(&self, ttl: Duration) -> BoxFuture<'_, Result<LeaseId>>;

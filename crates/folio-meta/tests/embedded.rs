@@ -104,3 +104,28 @@ async fn a_watcher_that_falls_behind_is_cut_off_with_compacted_never_a_gap() {
     }
     assert!(n < 10, "the queue overflowed before every event was delivered");
 }
+
+/// A transaction up to `txn_ops_max` compares and operations commits as one; a bigger one
+/// is refused with a clear error and writes nothing.
+#[tokio::test]
+async fn transactions_are_bounded_by_txn_ops_max() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    let max = store.txn_ops_max();
+    assert_eq!(max, folio_meta::embedded::TXN_OPS_MAX);
+    let mut txn = Txn::new();
+    for i in 0..max / 2 {
+        txn = txn.compare(Compare::Absent(format!("k/{i:05}"))).put(format!("k/{i:05}"), "v");
+    }
+    assert!(store.txn(txn).await.unwrap().succeeded);
+    assert_eq!(list_all(&store, "k/").await.unwrap().len(), max / 2);
+    let mut txn = Txn::new();
+    for i in 0..=max {
+        txn = txn.put(format!("big/{i:05}"), "v");
+    }
+    match store.txn(txn).await {
+        Err(MetaError::InvalidArgument(m)) => assert!(m.contains("at most"), "{m}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(list_all(&store, "big/").await.unwrap().is_empty(), "nothing written");
+}
