@@ -218,6 +218,51 @@ pub fn put_for_fetch(out: &mut BytesMut, batch: &[u8], base_offset: u64) {
     out.put_slice(&batch[16..]);
 }
 
+/// A v2 record batch of `count` uncompressed records whose values `value(i)` gives (no
+/// keys, no headers), base offset 0, timestamps `ts`, producer id -1. For tests and
+/// benchmarks: the broker itself never builds batches.
+pub fn build(count: i32, ts: i64, attributes: i16, value: impl Fn(i32) -> Vec<u8>) -> Vec<u8> {
+    fn varint(v: &mut Vec<u8>, x: i64) {
+        let mut z = ((x << 1) ^ (x >> 63)) as u64;
+        while z >= 0x80 {
+            v.push((z as u8) | 0x80);
+            z >>= 7;
+        }
+        v.push(z as u8);
+    }
+    let mut records = Vec::new();
+    for i in 0..count {
+        let value = value(i);
+        let mut r = vec![0u8];
+        varint(&mut r, 0);
+        varint(&mut r, i64::from(i));
+        varint(&mut r, -1);
+        varint(&mut r, value.len() as i64);
+        r.extend_from_slice(&value);
+        varint(&mut r, 0);
+        varint(&mut records, r.len() as i64);
+        records.extend_from_slice(&r);
+    }
+    let mut b = Vec::with_capacity(61 + records.len());
+    b.extend_from_slice(&0i64.to_be_bytes());
+    b.extend_from_slice(&((49 + records.len()) as i32).to_be_bytes());
+    b.extend_from_slice(&(-1i32).to_be_bytes());
+    b.push(2);
+    b.extend_from_slice(&[0; 4]);
+    b.extend_from_slice(&attributes.to_be_bytes());
+    b.extend_from_slice(&(count - 1).to_be_bytes());
+    b.extend_from_slice(&ts.to_be_bytes());
+    b.extend_from_slice(&ts.to_be_bytes());
+    b.extend_from_slice(&(-1i64).to_be_bytes());
+    b.extend_from_slice(&(-1i16).to_be_bytes());
+    b.extend_from_slice(&(-1i32).to_be_bytes());
+    b.extend_from_slice(&count.to_be_bytes());
+    b.extend_from_slice(&records);
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -335,49 +380,4 @@ pub(crate) mod tests {
         assert_eq!(&out[16..], &b[16..]);
         assert_eq!(parse(&out).unwrap(), parse(&b).unwrap());
     }
-}
-
-/// A v2 record batch of `count` uncompressed records whose values `value(i)` gives (no
-/// keys, no headers), base offset 0, timestamps `ts`, producer id -1. For tests and
-/// benchmarks: the broker itself never builds batches.
-pub fn build(count: i32, ts: i64, attributes: i16, value: impl Fn(i32) -> Vec<u8>) -> Vec<u8> {
-    fn varint(v: &mut Vec<u8>, x: i64) {
-        let mut z = ((x << 1) ^ (x >> 63)) as u64;
-        while z >= 0x80 {
-            v.push((z as u8) | 0x80);
-            z >>= 7;
-        }
-        v.push(z as u8);
-    }
-    let mut records = Vec::new();
-    for i in 0..count {
-        let value = value(i);
-        let mut r = vec![0u8];
-        varint(&mut r, 0);
-        varint(&mut r, i64::from(i));
-        varint(&mut r, -1);
-        varint(&mut r, value.len() as i64);
-        r.extend_from_slice(&value);
-        varint(&mut r, 0);
-        varint(&mut records, r.len() as i64);
-        records.extend_from_slice(&r);
-    }
-    let mut b = Vec::with_capacity(61 + records.len());
-    b.extend_from_slice(&0i64.to_be_bytes());
-    b.extend_from_slice(&((49 + records.len()) as i32).to_be_bytes());
-    b.extend_from_slice(&(-1i32).to_be_bytes());
-    b.push(2);
-    b.extend_from_slice(&[0; 4]);
-    b.extend_from_slice(&attributes.to_be_bytes());
-    b.extend_from_slice(&(count - 1).to_be_bytes());
-    b.extend_from_slice(&ts.to_be_bytes());
-    b.extend_from_slice(&ts.to_be_bytes());
-    b.extend_from_slice(&(-1i64).to_be_bytes());
-    b.extend_from_slice(&(-1i16).to_be_bytes());
-    b.extend_from_slice(&(-1i32).to_be_bytes());
-    b.extend_from_slice(&count.to_be_bytes());
-    b.extend_from_slice(&records);
-    let crc = crc32c::crc32c(&b[21..]);
-    b[17..21].copy_from_slice(&crc.to_be_bytes());
-    b
 }

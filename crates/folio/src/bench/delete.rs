@@ -105,7 +105,7 @@ fn produce_req(topic: &str, partition: i32, batch: &[u8]) -> ProduceRequest {
 async fn create_one(conn: &mut KafkaConn, name: String) -> Result<Duration, String> {
     let started = Instant::now();
     let r: CreateTopicsResponse =
-        conn.call(ApiKey::CreateTopics, 7, &create_req(&[name.clone()], 1)).await?;
+        conn.call(ApiKey::CreateTopics, 7, &create_req(std::slice::from_ref(&name), 1)).await?;
     match r.topics.first().map(|t| t.error_code) {
         Some(0) => Ok(started.elapsed()),
         code => Err(format!("creating {name}: error {code:?}")),
