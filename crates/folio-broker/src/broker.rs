@@ -162,6 +162,10 @@ impl Broker {
             BrokerInfo { node_id: config.node_id, host: advertised.0.clone(), port: advertised.1 };
         let lease = cluster::register(env.meta.as_ref(), &env.keys, &me, config.lease_ttl).await?;
         let membership = Membership::new(me);
+        // Who is live and who is controller, before serving.
+        if let Err(e) = cluster::join(env.meta.as_ref(), &env.keys, &membership, lease).await {
+            tracing::warn!(error = %e, "reading the live brokers and the controller failed; retrying in the background");
+        }
         let inner = Arc::new(Inner {
             topics: Topics::new(env.meta.clone(), env.keys.clone()),
             groups: Coordinator::new(config.groups.clone(), env.meta.clone(), env.keys.clone()),

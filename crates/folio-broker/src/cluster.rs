@@ -9,7 +9,13 @@
 //! A broker that dies stops renewing its lease; once the lease expires its registration
 //! disappears, the others recompute, and each new owner opens the partition's managed log,
 //! which fences the dead owner's last ledger and recovers it before appending (D3): nothing
-//! is copied, nothing acknowledged is lost. A broker that sees it no longer owns an open
+//! is copied, nothing acknowledged is lost.
+//!
+//! The controller (topic deletion) is elected by lease: `<root>/controller` holds a node id
+//! and is written on that broker's lease, only when absent and only by the lowest live node
+//! id; it disappears with the lease (a dead controller) or at a clean stop, and the next
+//! lowest live broker claims it at its next poll. So there is at most one holder, and a
+//! standalone's one broker is always it. A broker that sees it no longer owns an open
 //! partition closes it (so the new owner's fence finds it idle); if it is slower than
 //! that, the fence stops it anyway. Group membership moves the same way (members rejoin
 //! at the new coordinator; committed offsets are in the metadata store).
@@ -38,6 +44,8 @@ pub struct Membership {
     pub changes: watch::Sender<u64>,
     /// Revoke the lease when stopping (false after `Broker::abort`: a simulated crash).
     pub revoke_on_stop: std::sync::atomic::AtomicBool,
+    /// The controller's node id as last read from its lease-bound claim (-1: none).
+    controller: std::sync::atomic::AtomicI32,
 }
 
 /// FNV-1a over `key` then `node_id`: stable across processes and versions.
@@ -62,6 +70,7 @@ impl Membership {
             me,
             changes: watch::channel(0).0,
             revoke_on_stop: std::sync::atomic::AtomicBool::new(true),
+            controller: std::sync::atomic::AtomicI32::new(-1),
         })
     }
 
@@ -87,15 +96,23 @@ impl Membership {
         self.owner(key).node_id == self.me.node_id
     }
 
-    /// The controller named in Metadata: the lowest live node id.
+    /// The controller: the holder of the lease-bound claim as last read (-1: none yet).
     pub fn controller(&self) -> i32 {
-        self.live
-            .read()
-            .expect("live lock")
-            .iter()
-            .map(|b| b.node_id)
-            .min()
-            .unwrap_or(self.me.node_id)
+        self.controller.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Whether this broker is the lowest live node id (the one that may claim the controller).
+    fn lowest_live(&self) -> bool {
+        self.live.read().expect("live lock").iter().map(|b| b.node_id).min()
+            == Some(self.me.node_id)
+    }
+
+    fn set_controller(&self, id: i32) {
+        let was = self.controller.swap(id, std::sync::atomic::Ordering::SeqCst);
+        if was != id {
+            tracing::info!(controller = id, me = self.me.node_id, "controller changed");
+            self.changes.send_modify(|n| *n += 1);
+        }
     }
 
     fn set_live(&self, mut live: Vec<BrokerInfo>) -> bool {
@@ -170,8 +187,59 @@ pub async fn register(
     Ok(lease)
 }
 
-/// Removes this broker's registration (a clean stop: its partitions move at once).
+/// Reads the live brokers, then the controller claim (claiming it if free and this broker
+/// is the lowest live): what a broker does before it serves.
+pub async fn join(
+    meta: &dyn MetadataStore,
+    keys: &Keys,
+    membership: &Membership,
+    lease: LeaseId,
+) -> Result<(), MetaError> {
+    refresh(meta, keys, membership).await?;
+    elect(meta, keys, membership, lease).await?;
+    Ok(())
+}
+
+/// Reads the controller claim, and claims it on `lease` if it is free and this broker is
+/// the lowest live node id. Returns the holder (-1: none).
+pub async fn elect(
+    meta: &dyn MetadataStore,
+    keys: &Keys,
+    membership: &Membership,
+    lease: LeaseId,
+) -> Result<i32, MetaError> {
+    let key = keys.controller();
+    let holder = match meta.get(&key).await? {
+        Some(v) => String::from_utf8_lossy(&v.value).parse::<i32>().unwrap_or(-1),
+        None if membership.lowest_live() => {
+            let me = membership.me.node_id;
+            let claim = Txn::new()
+                .compare(folio_meta::Compare::Absent(key.clone()))
+                .put_with_lease(key.clone(), me.to_string().into_bytes(), lease);
+            if meta.txn(claim).await?.succeeded {
+                me
+            } else {
+                match meta.get(&key).await? {
+                    Some(v) => String::from_utf8_lossy(&v.value).parse::<i32>().unwrap_or(-1),
+                    None => -1,
+                }
+            }
+        }
+        None => -1,
+    };
+    membership.set_controller(holder);
+    Ok(holder)
+}
+
+/// Removes this broker's registration (a clean stop: its partitions move at once) and its
+/// controller claim, if it holds it (the next broker claims it at once).
 pub async fn unregister(meta: &dyn MetadataStore, keys: &Keys, node_id: i32) {
+    let key = keys.controller();
+    if let Ok(Some(v)) = meta.get(&key).await
+        && v.value == node_id.to_string().as_bytes()
+    {
+        let _ = meta.delete(&key, folio_meta::Expect::Version(v.version)).await;
+    }
     if let Err(e) = meta.delete(&keys.broker(node_id), folio_meta::Expect::Any).await {
         tracing::warn!(node_id, error = %e, "removing the broker registration failed; it expires with its lease");
     }
@@ -194,8 +262,9 @@ async fn refresh(
     Ok(membership.set_live(live))
 }
 
-/// Keeps the lease alive (registering again if it expired) and the live list fresh (every
-/// `poll`), until `stop`.
+/// Keeps the lease alive (registering again if it expired), the live list fresh and the
+/// controller claim read (claimed when free and this broker is the lowest live), every
+/// `poll`, until `stop`.
 pub async fn maintain(
     meta: Arc<dyn MetadataStore>,
     keys: Keys,
@@ -236,6 +305,9 @@ pub async fn maintain(
         if let Err(e) = refresh(meta.as_ref(), &keys, &membership).await {
             tracing::warn!(error = %e, "listing live brokers failed");
         }
+        if let Err(e) = elect(meta.as_ref(), &keys, &membership, lease).await {
+            tracing::warn!(error = %e, "reading the controller claim failed");
+        }
     }
 }
 
@@ -267,9 +339,39 @@ mod tests {
                 assert_ne!(now, 2);
             }
         }
-        assert_eq!(m.controller(), 1);
         // The broker itself is always live in its own view.
         m.set_live(vec![b(3)]);
         assert_eq!(m.live().len(), 2);
+    }
+
+    /// The controller claim: only the lowest live broker claims a free one; it holds it
+    /// until its lease ends, then the next lowest claims it.
+    #[tokio::test]
+    async fn the_controller_is_claimed_on_a_lease_by_the_lowest_live_broker() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = folio_meta::embedded::EmbeddedStore::open(dir.path()).unwrap();
+        let keys = Keys::default();
+        let (m1, m2) = (Membership::new(b(1)), Membership::new(b(2)));
+        m1.set_live(vec![b(1), b(2)]);
+        m2.set_live(vec![b(1), b(2)]);
+        let (l1, l2) = (
+            meta.grant_lease(Duration::from_secs(60)).await.unwrap(),
+            meta.grant_lease(Duration::from_secs(60)).await.unwrap(),
+        );
+        assert_eq!(elect(&meta, &keys, &m2, l2).await.unwrap(), -1, "2 is not the lowest");
+        assert_eq!(elect(&meta, &keys, &m1, l1).await.unwrap(), 1);
+        assert_eq!(elect(&meta, &keys, &m2, l2).await.unwrap(), 1);
+        assert_eq!((m1.controller(), m2.controller()), (1, 1));
+        // Broker 1's lease ends: the claim goes with it; broker 2, now the lowest, claims.
+        meta.revoke_lease(l1).await.unwrap();
+        m2.set_live(vec![b(2)]);
+        assert_eq!(elect(&meta, &keys, &m2, l2).await.unwrap(), 2);
+        // A broker 1 that comes back does not take it over.
+        m1.set_live(vec![b(1), b(2)]);
+        let l1 = meta.grant_lease(Duration::from_secs(60)).await.unwrap();
+        assert_eq!(elect(&meta, &keys, &m1, l1).await.unwrap(), 2);
+        // A clean stop of the holder frees it at once.
+        unregister(&meta, &keys, 2).await;
+        assert_eq!(elect(&meta, &keys, &m1, l1).await.unwrap(), 1);
     }
 }

@@ -125,6 +125,11 @@ impl Keys {
         format!("{}/brokers/{node_id}", self.root)
     }
 
+    /// The Kafka controller's lease-bound claim (its node id): one broker holds it at a time.
+    pub fn controller(&self) -> String {
+        format!("{}/controller", self.root)
+    }
+
     /// The prefix of consumer groups' committed offsets.
     pub fn groups(&self) -> String {
         format!("{}/groups/", self.root)
