@@ -336,12 +336,39 @@ def dump(bootstrap, topic):
 
 
 def scenario_delete_under_load(bootstrap):
-    """A topic is deleted while a producer and a consumer use it (L3): both see errors and
-    neither hangs or crashes; once recreated, the topic is empty (nothing of the old one,
-    nothing produced after the delete, is readable)."""
+    """A topic is deleted while producers and consumers use it (L3): confluent-kafka and
+    kcat (librdkafka 2.0.2) each produce and consume; all see errors and none hangs or
+    crashes; once recreated, the topic is empty (nothing of the old one, nothing produced
+    after the delete, is readable)."""
+    import subprocess
     import threading
     topic = topic_name("busy")
     create_topic(bootstrap, topic, partitions=2)
+    # (Without allow.auto.create.topics=false, librdkafka's producer would recreate the
+    # topic through auto-creation right after the delete, as with Kafka.)
+    kcat_common = ["-b", bootstrap, "-t", topic, "-X", "topic.metadata.refresh.interval.ms=500",
+                   "-X", "allow.auto.create.topics=false"]
+    import tempfile
+    kcat_p_err = tempfile.TemporaryFile()
+    kcat_p = subprocess.Popen(["kcat", "-P", "-X", "message.timeout.ms=3000", *kcat_common],
+                              stdin=subprocess.PIPE, stderr=kcat_p_err)
+    kcat_c = subprocess.Popen(["kcat", "-C", "-o", "beginning", *kcat_common],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def kcat_feeding():
+        i = 0
+        try:
+            while not stop.is_set():
+                kcat_p.stdin.write(f"kcat-{i}\n".encode())
+                kcat_p.stdin.flush()
+                i += 1
+                time.sleep(0.001)
+        except BrokenPipeError:
+            pass
+        try:
+            kcat_p.stdin.close()
+        except BrokenPipeError:
+            pass
     stop = threading.Event()
     state = {"acked": 0, "produce_errors": set(), "consumed": 0, "consume_errors": set()}
 
@@ -382,7 +409,8 @@ def scenario_delete_under_load(bootstrap):
                 state["consumed"] += 1
         c.close()
 
-    threads = [threading.Thread(target=producing), threading.Thread(target=consuming)]
+    threads = [threading.Thread(target=producing), threading.Thread(target=consuming),
+               threading.Thread(target=kcat_feeding)]
     for t in threads:
         t.start()
     deadline = time.time() + 30
@@ -398,6 +426,26 @@ def scenario_delete_under_load(bootstrap):
         t.join(timeout=30)
         check(not t.is_alive(), "a client hung after the topic was deleted")
     check(state["produce_errors"], f"the producer saw no error after the delete: {state}")
+    # kcat: the producer exits once its input ends (its undeliverable records time out);
+    # the consumer, which read records before the delete, stops at SIGINT, not hanging.
+    try:
+        kcat_p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        kcat_p.kill()
+        check(False, "kcat -P hung after the topic was deleted")
+    kcat_p_err.seek(0)
+    p_err = kcat_p_err.read()
+    kcat_c.send_signal(2)
+    try:
+        c_out, c_err = kcat_c.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        kcat_c.kill()
+        check(False, "kcat -C hung after the topic was deleted")
+    kcat_read = c_out.count(b"\n")
+    check(kcat_read > 0, f"kcat -C read nothing before the delete: {c_err[-500:]!r}")
+    p_err = p_err.decode(errors="replace")
+    check("nknown topic" in p_err or "Unknown" in p_err or "timed out" in p_err,
+          f"kcat -P reported no error after the delete: {p_err[-500:]!r}")
     # Recreated: a new, empty topic.
     create_topic(bootstrap, topic, partitions=2)
     c = ck().Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
@@ -405,7 +453,7 @@ def scenario_delete_under_load(bootstrap):
         wm = c.get_watermark_offsets(ck().TopicPartition(topic, p), timeout=10)
         check(wm == (0, 0), f"recreated topic partition {p} is not empty: {wm}")
     c.close()
-    print(f"ok delete under load: {acked_at_delete} acked before the delete, producer errors {sorted(state['produce_errors'])}, consumer errors {sorted(state['consume_errors'])}")
+    print(f"ok delete under load: {acked_at_delete} acked before the delete, producer errors {sorted(state['produce_errors'])}, consumer errors {sorted(state['consume_errors'])}, kcat read {kcat_read} records")
 
 
 def produce_count(bootstrap, topic, n):
