@@ -5,7 +5,13 @@
 use std::net::SocketAddr;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, CreateTopicsRequest, DeleteTopicsRequest, ProduceRequest, RequestHeader,
+    ResponseHeader, TopicName,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -115,4 +121,44 @@ impl KafkaConn {
         }
         Ok(r)
     }
+}
+
+/// CreateTopics (v2+) for `names`, each with `partitions` and the broker's default
+/// replication.
+pub fn create_topics_request(names: &[String], partitions: i32) -> CreateTopicsRequest {
+    CreateTopicsRequest::default().with_timeout_ms(60_000).with_topics(
+        names
+            .iter()
+            .map(|n| {
+                CreatableTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(n.clone())))
+                    .with_num_partitions(partitions)
+                    .with_replication_factor(-1)
+            })
+            .collect(),
+    )
+}
+
+/// DeleteTopics (v6: by name) for `names`.
+pub fn delete_topics_request(names: &[String]) -> DeleteTopicsRequest {
+    DeleteTopicsRequest::default().with_timeout_ms(60_000).with_topics(
+        names
+            .iter()
+            .map(|n| {
+                DeleteTopicState::default()
+                    .with_name(Some(TopicName(StrBytes::from_string(n.clone()))))
+            })
+            .collect(),
+    )
+}
+
+/// Produce of one batch to `topic`'s `partition` with `acks`.
+pub fn produce_request(topic: &str, partition: i32, batch: Bytes, acks: i16) -> ProduceRequest {
+    ProduceRequest::default().with_acks(acks).with_timeout_ms(10_000).with_topic_data(vec![
+        TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.into())))
+            .with_partition_data(vec![
+                PartitionProduceData::default().with_index(partition).with_records(Some(batch)),
+            ]),
+    ])
 }

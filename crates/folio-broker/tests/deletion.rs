@@ -20,22 +20,10 @@ use folio_log::{LogEnv, WallClock};
 use folio_meta::keys::Keys;
 use folio_meta::records::{LedgerState, Record};
 use folio_meta::{MetadataStore, list_all};
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
-use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
 
 fn produce_req(topic: &str, partition: i32, records: Vec<u8>) -> ProduceRequest {
-    ProduceRequest::default().with_acks(-1).with_timeout_ms(10_000).with_topic_data(vec![
-        TopicProduceData::default()
-            .with_name(TopicName(StrBytes::from_string(topic.into())))
-            .with_partition_data(vec![
-                PartitionProduceData::default()
-                    .with_index(partition)
-                    .with_records(Some(records.into())),
-            ]),
-    ])
+    folio_broker::client::produce_request(topic, partition, records.into(), -1)
 }
 
 fn produced(r: &ProduceResponse) -> (i16, i64) {
@@ -43,30 +31,47 @@ fn produced(r: &ProduceResponse) -> (i16, i64) {
     (p.error_code, p.base_offset)
 }
 
-fn create_req(names: &[String], partitions: i32) -> CreateTopicsRequest {
-    CreateTopicsRequest::default().with_timeout_ms(30_000).with_topics(
-        names
-            .iter()
-            .map(|n| {
-                CreatableTopic::default()
-                    .with_name(TopicName(StrBytes::from_string(n.clone())))
-                    .with_num_partitions(partitions)
-                    .with_replication_factor(-1)
-            })
-            .collect(),
-    )
+use folio_broker::client::{
+    create_topics_request as create_req, delete_topics_request as delete_req,
+};
+
+/// Broker `id`'s config: lease `lease_ttl`, brokers listed every 50 ms, no auto-creation.
+fn node(id: i32, lease_ttl: Duration) -> impl Fn(&mut BrokerConfig) {
+    move |c: &mut BrokerConfig| {
+        c.node_id = id;
+        c.lease_ttl = lease_ttl;
+        c.membership_poll = Duration::from_millis(50);
+        c.auto_create_topics = false;
+    }
 }
 
-fn delete_req(names: &[String]) -> DeleteTopicsRequest {
-    DeleteTopicsRequest::default().with_timeout_ms(30_000).with_topics(
-        names
-            .iter()
-            .map(|n| {
-                DeleteTopicState::default()
-                    .with_name(Some(TopicName(StrBytes::from_string(n.clone()))))
-            })
-            .collect(),
-    )
+/// Waits until each broker sees all of them live.
+async fn all_live(brokers: &[&folio_broker::Broker]) {
+    while brokers.iter().any(|b| b.live_brokers().len() < brokers.len()) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Creates topic `t` with `partitions` through `conn` and writes a batch to each partition
+/// `owner` serves (opening them there); returns the topic id and those partitions.
+async fn written_through(
+    conn: &mut Conn,
+    owner: &folio_broker::Broker,
+    partitions: i32,
+) -> (uuid::Uuid, Vec<i32>) {
+    let r: CreateTopicsResponse =
+        conn.call(ApiKey::CreateTopics, 7, &create_req(&["t".into()], partitions)).await;
+    assert_eq!(r.topics[0].error_code, 0);
+    let id = r.topics[0].topic_id;
+    let owned: Vec<i32> = (0..partitions).filter(|p| owner.owns_partition(id, *p)).collect();
+    assert!(!owned.is_empty(), "the broker owns some of {partitions} partitions");
+    let mut c = Conn::open(owner.addr()).await;
+    for p in &owned {
+        let r: ProduceResponse =
+            c.call(ApiKey::Produce, 9, &produce_req("t", *p, batch(3, 1))).await;
+        assert_eq!(produced(&r), (0, 0), "partition {p}");
+    }
+    (id, owned)
 }
 
 fn env_of(meta: &Arc<dyn MetadataStore>) -> LogEnv {
@@ -112,32 +117,12 @@ async fn trashed_ledgers(meta: &Arc<dyn MetadataStore>, id: uuid::Uuid) -> Vec<T
 /// ledger it wrote is closed (fenced) before it went to the trash.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn l3_a_dead_owner_is_fenced_by_the_controller_not_waited_for() {
-    let tune = |id: i32| {
-        move |c: &mut BrokerConfig| {
-            c.node_id = id;
-            c.lease_ttl = Duration::from_secs(300);
-            c.membership_poll = Duration::from_millis(50);
-            c.auto_create_topics = false;
-        }
-    };
+    let tune = |id| node(id, Duration::from_secs(300));
     let s = start(3, tune(1)).await;
     let b2 = broker_on(&s.cluster, tune(2)).await;
-    while s.broker.live_brokers().len() < 2 || b2.live_brokers().len() < 2 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    all_live(&[&s.broker, &b2]).await;
     let mut c1 = Conn::open(s.broker.addr()).await;
-    let r: CreateTopicsResponse =
-        c1.call(ApiKey::CreateTopics, 7, &create_req(&["t".into()], 16)).await;
-    assert_eq!(r.topics[0].error_code, 0);
-    let id = r.topics[0].topic_id;
-    let on_b2: Vec<i32> = (0..16).filter(|p| b2.owns_partition(id, *p)).collect();
-    assert!(!on_b2.is_empty(), "broker 2 owns some of 16 partitions");
-    let mut c2 = Conn::open(b2.addr()).await;
-    for p in &on_b2 {
-        let r: ProduceResponse =
-            c2.call(ApiKey::Produce, 9, &produce_req("t", *p, batch(3, 1))).await;
-        assert_eq!(produced(&r), (0, 0), "partition {p} on broker 2");
-    }
+    let (id, on_b2) = written_through(&mut c1, &b2, 16).await;
     // Broker 2 crashes with its partitions open; the controller (broker 1) deletes.
     b2.abort();
     let r: DeleteTopicsResponse =
@@ -172,32 +157,13 @@ async fn l3_a_dead_owner_is_fenced_by_the_controller_not_waited_for() {
 /// metadata store), and the bookie's GC gives the space back when it returns (L1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bookie_down_during_deletion_is_retried_and_its_disk_comes_back() {
-    let tune = |id: i32| {
-        move |c: &mut BrokerConfig| {
-            c.node_id = id;
-            c.lease_ttl = Duration::from_secs(300);
-            c.membership_poll = Duration::from_millis(50);
-            c.auto_create_topics = false;
-        }
-    };
+    let tune = |id| node(id, Duration::from_secs(300));
     let mut s = start(1, tune(1)).await;
     let b2 = broker_on(&s.cluster, tune(2)).await;
-    while s.broker.live_brokers().len() < 2 || b2.live_brokers().len() < 2 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    all_live(&[&s.broker, &b2]).await;
     let meta = s.cluster.meta.clone();
     let mut c = Conn::open(s.broker.addr()).await;
-    let r: CreateTopicsResponse =
-        c.call(ApiKey::CreateTopics, 7, &create_req(&["t".into()], 16)).await;
-    let id = r.topics[0].topic_id;
-    let on_b2: Vec<i32> = (0..16).filter(|p| b2.owns_partition(id, *p)).collect();
-    assert!(!on_b2.is_empty(), "broker 2 owns some of 16 partitions");
-    let mut c2 = Conn::open(b2.addr()).await;
-    for p in &on_b2 {
-        let r: ProduceResponse =
-            c2.call(ApiKey::Produce, 9, &produce_req("t", *p, batch(3, 1))).await;
-        assert_eq!(produced(&r), (0, 0));
-    }
+    let (id, _) = written_through(&mut c, &b2, 16).await;
     b2.abort();
     s.cluster.nodes[0].kill().await;
     let r: DeleteTopicsResponse = c.call(ApiKey::DeleteTopics, 6, &delete_req(&["t".into()])).await;
@@ -412,32 +378,14 @@ async fn l1_deleting_every_topic_gives_the_bookies_data_dirs_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn l3_a_controller_killed_mid_pass_is_finished_by_the_next() {
     use folio_broker::deletion::PartitionDeletion;
-    let tune = |id: i32| {
-        move |c: &mut BrokerConfig| {
-            c.node_id = id;
-            c.lease_ttl = Duration::from_secs(1);
-            c.membership_poll = Duration::from_millis(50);
-            c.auto_create_topics = false;
-        }
-    };
+    let tune = |id| node(id, Duration::from_secs(1));
     let s = start(1, tune(1)).await;
     let b2 = broker_on(&s.cluster, tune(2)).await;
     let b3 = broker_on(&s.cluster, tune(3)).await;
-    while [&s.broker, &b2, &b3].iter().any(|b| b.live_brokers().len() < 3) {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    all_live(&[&s.broker, &b2, &b3]).await;
     let mut c2 = Conn::open(b2.addr()).await;
-    let r: CreateTopicsResponse =
-        c2.call(ApiKey::CreateTopics, 7, &create_req(&["t".into()], 48)).await;
-    let id = r.topics[0].topic_id;
-    let on_b3: Vec<i32> = (0..48).filter(|p| b3.owns_partition(id, *p)).collect();
+    let (id, on_b3) = written_through(&mut c2, &b3, 48).await;
     assert!(on_b3.len() >= 4, "broker 3 owns several of 48 partitions: {on_b3:?}");
-    let mut c3 = Conn::open(b3.addr()).await;
-    for p in &on_b3 {
-        let r: ProduceResponse =
-            c3.call(ApiKey::Produce, 9, &produce_req("t", *p, batch(3, 1))).await;
-        assert_eq!(produced(&r), (0, 0));
-    }
     // Broker 3 dies with its ledgers open; fencing each now takes several slowed trips.
     b3.abort();
     s.cluster.nodes[0].link.set_fault(folio_testkit::Fault::Delay(Duration::from_millis(100)));

@@ -16,21 +16,12 @@ use kafka_protocol::messages::incremental_alter_configs_request::{
 };
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use rand::{Rng, SeedableRng};
 
 fn produce_req(topic: &str, partition: i32, records: Vec<u8>, acks: i16) -> ProduceRequest {
-    ProduceRequest::default().with_acks(acks).with_timeout_ms(10_000).with_topic_data(vec![
-        TopicProduceData::default()
-            .with_name(TopicName(StrBytes::from_string(topic.into())))
-            .with_partition_data(vec![
-                PartitionProduceData::default()
-                    .with_index(partition)
-                    .with_records(Some(records.into())),
-            ]),
-    ])
+    folio_broker::client::produce_request(topic, partition, records.into(), acks)
 }
 
 fn produced(r: &ProduceResponse) -> (i16, i64) {

@@ -23,12 +23,8 @@ use super::{MIB, pct};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Short run (about a minute in all).
-    #[arg(long)]
-    quick: bool,
-    /// Directory on the disk to measure (a temporary directory is made inside it).
-    #[arg(long, default_value = ".")]
-    dir: std::path::PathBuf,
+    #[command(flatten)]
+    run: super::Run,
     /// Write cache size in MiB (both halves together).
     #[arg(long, default_value_t = 64)]
     write_cache_mb: usize,
@@ -178,8 +174,8 @@ fn rss_peak_mb() -> f64 {
 }
 
 async fn run_async(args: Args) -> Result<(), String> {
-    let tmp = super::temp_dir(&args.dir, ".folio-bench-bookie-")?;
-    let d = Duration::from_secs(if args.quick { 3 } else { 15 });
+    let tmp = super::temp_dir(&args.run.dir, ".folio-bench-bookie-")?;
+    let d = Duration::from_secs(if args.run.quick { 3 } else { 15 });
     let meta = Arc::new(
         folio_meta::embedded::EmbeddedStore::open(&tmp.path().join("meta"))
             .map_err(|e| e.to_string())?,
@@ -214,7 +210,7 @@ async fn measure(
     }
     println!(
         "bench=bookie quick={} seconds_per_phase={} connections={}",
-        args.quick,
+        args.run.quick,
         d.as_secs(),
         args.connections
     );

@@ -20,30 +20,23 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use folio_broker::client::KafkaConn;
+use folio_broker::client::{
+    KafkaConn, create_topics_request, delete_topics_request, produce_request,
+};
 use folio_broker::{Broker, BrokerConfig};
 use folio_log::{LogEnv, TrashConfig, WallClock};
 use folio_meta::keys::Keys;
 use folio_meta::list_all;
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
-use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
-    ProduceRequest, ProduceResponse, TopicName,
+    ApiKey, CreateTopicsResponse, DeleteTopicsResponse, ProduceResponse,
 };
-use kafka_protocol::protocol::StrBytes;
 
 use super::MIB;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Short run (well under two minutes): 100 topics × 2 partitions.
-    #[arg(long)]
-    quick: bool,
-    /// Directory on the disk to measure (a temporary directory is made inside it).
-    #[arg(long, default_value = ".")]
-    dir: std::path::PathBuf,
+    #[command(flatten)]
+    run: super::Run,
     /// Topics (default 1 000; 100 with --quick).
     #[arg(long)]
     topics: Option<usize>,
@@ -75,37 +68,12 @@ fn dir_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
-fn create_req(names: &[String], partitions: i32) -> CreateTopicsRequest {
-    CreateTopicsRequest::default().with_timeout_ms(60_000).with_topics(
-        names
-            .iter()
-            .map(|n| {
-                CreatableTopic::default()
-                    .with_name(TopicName(StrBytes::from_string(n.clone())))
-                    .with_num_partitions(partitions)
-                    .with_replication_factor(-1)
-            })
-            .collect(),
-    )
-}
-
-fn produce_req(topic: &str, partition: i32, batch: &[u8]) -> ProduceRequest {
-    ProduceRequest::default().with_acks(-1).with_timeout_ms(30_000).with_topic_data(vec![
-        TopicProduceData::default()
-            .with_name(TopicName(StrBytes::from_string(topic.into())))
-            .with_partition_data(vec![
-                PartitionProduceData::default()
-                    .with_index(partition)
-                    .with_records(Some(batch.to_vec().into())),
-            ]),
-    ])
-}
-
 /// Times one CreateTopics of a single one-partition topic on `conn`.
 async fn create_one(conn: &mut KafkaConn, name: String) -> Result<Duration, String> {
     let started = Instant::now();
-    let r: CreateTopicsResponse =
-        conn.call(ApiKey::CreateTopics, 7, &create_req(std::slice::from_ref(&name), 1)).await?;
+    let r: CreateTopicsResponse = conn
+        .call(ApiKey::CreateTopics, 7, &create_topics_request(std::slice::from_ref(&name), 1))
+        .await?;
     match r.topics.first().map(|t| t.error_code) {
         Some(0) => Ok(started.elapsed()),
         code => Err(format!("creating {name}: error {code:?}")),
@@ -122,9 +90,9 @@ fn pct_ms(v: &mut [Duration], p: f64) -> f64 {
 }
 
 async fn run_async(args: Args) -> Result<(), String> {
-    let tmp = super::temp_dir(&args.dir, ".folio-bench-delete-")?;
-    let topics = args.topics.unwrap_or(if args.quick { 100 } else { 1000 });
-    let partitions = args.partitions.unwrap_or(if args.quick { 2 } else { 4 });
+    let tmp = super::temp_dir(&args.run.dir, ".folio-bench-delete-")?;
+    let topics = args.topics.unwrap_or(if args.run.quick { 100 } else { 1000 });
+    let partitions = args.partitions.unwrap_or(if args.run.quick { 2 } else { 4 });
     if topics == 0 || partitions <= 0 {
         return Err("--topics and --partitions must be at least 1".into());
     }
@@ -164,7 +132,7 @@ async fn run_async(args: Args) -> Result<(), String> {
     let addr = broker.addr();
     println!(
         "bench=delete quick={} topics={topics} partitions={partitions} batches_per_partition={BATCHES_PER_PARTITION} batch_bytes={} replication=3 flush_interval_s={} gc_interval_s={} idle_log_seal_s={} trash_interval_s={}",
-        args.quick,
+        args.run.quick,
         BATCH_VALUE_BYTES * RECORDS_PER_BATCH as usize,
         folio_bookie::config::StorageConfig::new(".").flush_interval.as_secs(),
         gc_interval.as_secs(),
@@ -178,14 +146,14 @@ async fn run_async(args: Args) -> Result<(), String> {
     let mut conn = KafkaConn::connect(addr).await?;
     for chunk in names.chunks(500) {
         let r: CreateTopicsResponse =
-            conn.call(ApiKey::CreateTopics, 7, &create_req(chunk, partitions)).await?;
+            conn.call(ApiKey::CreateTopics, 7, &create_topics_request(chunk, partitions)).await?;
         if let Some(t) = r.topics.iter().find(|t| t.error_code != 0) {
             return Err(format!("creating {}: error {}", t.name.as_str(), t.error_code));
         }
     }
-    let batch = folio_broker::batch::build(RECORDS_PER_BATCH, 1, 0, |i| {
+    let batch = bytes::Bytes::from(folio_broker::batch::build(RECORDS_PER_BATCH, 1, 0, |i| {
         vec![b'a' + (i % 26) as u8; BATCH_VALUE_BYTES]
-    });
+    }));
     let write_started = Instant::now();
     let mut writers = tokio::task::JoinSet::new();
     for share in names.chunks(names.len().div_ceil(4)) {
@@ -195,7 +163,8 @@ async fn run_async(args: Args) -> Result<(), String> {
             for name in &share {
                 for p in 0..partitions {
                     for _ in 0..BATCHES_PER_PARTITION {
-                        c.send(ApiKey::Produce, 9, &produce_req(name, p, &batch)).await?;
+                        c.send(ApiKey::Produce, 9, &produce_request(name, p, batch.clone(), -1))
+                            .await?;
                     }
                 }
                 for p in 0..partitions {
@@ -254,22 +223,14 @@ async fn run_async(args: Args) -> Result<(), String> {
         })
     };
     let started = Instant::now();
-    let del = DeleteTopicsRequest::default().with_timeout_ms(60_000).with_topics(
-        names
-            .iter()
-            .map(|n| {
-                DeleteTopicState::default()
-                    .with_name(Some(TopicName(StrBytes::from_string(n.clone()))))
-            })
-            .collect(),
-    );
+    let del = delete_topics_request(&names);
     let r: DeleteTopicsResponse = conn.call(ApiKey::DeleteTopics, 6, &del).await?;
     if let Some(t) = r.responses.iter().find(|t| t.error_code != 0) {
         return Err(format!("deleting: error {} ({:?})", t.error_code, t.error_message));
     }
     let metadata_gone = started.elapsed();
     let (mut logs_trashed, mut ledgers_gone, mut reclaimed) = (None, None, None);
-    let deadline = Instant::now() + Duration::from_secs(if args.quick { 90 } else { 600 });
+    let deadline = Instant::now() + Duration::from_secs(if args.run.quick { 90 } else { 600 });
     let target = before + written * 3 / 10;
     while reclaimed.is_none() || ledgers_gone.is_none() {
         if Instant::now() > deadline {

@@ -19,12 +19,8 @@ use super::MIB;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Short run (well under two minutes).
-    #[arg(long)]
-    quick: bool,
-    /// Directory on the disk to measure (a temporary directory is made inside it).
-    #[arg(long, default_value = ".")]
-    dir: std::path::PathBuf,
+    #[command(flatten)]
+    run: super::Run,
 }
 
 fn log_bytes(dir: &std::path::Path) -> u64 {
@@ -79,8 +75,8 @@ pub fn run(args: Args) -> Result<(), String> {
 }
 
 async fn run_async(args: Args) -> Result<(), String> {
-    let tmp = super::temp_dir(&args.dir, ".folio-bench-gc-")?;
-    let d = Duration::from_secs(if args.quick { 8 } else { 30 });
+    let tmp = super::temp_dir(&args.run.dir, ".folio-bench-gc-")?;
+    let d = Duration::from_secs(if args.run.quick { 8 } else { 30 });
     let meta = Arc::new(
         folio_meta::embedded::EmbeddedStore::open(&tmp.path().join("meta"))
             .map_err(|e| e.to_string())?,
@@ -101,7 +97,7 @@ async fn run_async(args: Args) -> Result<(), String> {
     let payload = vec![0x33u8; 16 * 1024];
     println!(
         "bench=gc quick={} seconds_per_phase={} entry_bytes={}",
-        args.quick,
+        args.run.quick,
         d.as_secs(),
         payload.len()
     );
@@ -133,7 +129,7 @@ async fn run_async(args: Args) -> Result<(), String> {
     // keep sampling after the writes if need be.
     let live = (kept_bytes + written2) as f64;
     let live_at = |t: f64| kept_bytes as f64 + written2 as f64 * (t / d.as_secs_f64()).min(1.0);
-    let deadline = Instant::now() + Duration::from_secs(if args.quick { 30 } else { 300 });
+    let deadline = Instant::now() + Duration::from_secs(if args.run.quick { 30 } else { 300 });
     let reclaimed = loop {
         let hit = samples
             .lock()

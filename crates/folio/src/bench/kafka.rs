@@ -28,12 +28,8 @@ const DRIVER: &str = include_str!("kafka_driver.py");
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Short run (well under two minutes).
-    #[arg(long)]
-    quick: bool,
-    /// Directory on the disk to measure (a temporary directory is made inside it).
-    #[arg(long, default_value = ".")]
-    dir: std::path::PathBuf,
+    #[command(flatten)]
+    run: super::Run,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -55,10 +51,13 @@ async fn run_async(args: Args) -> Result<(), String> {
     if !ok {
         return Err("bench kafka drives librdkafka through python3 + confluent-kafka: pip install confluent-kafka".into());
     }
-    let tmp = super::temp_dir(&args.dir, ".folio-bench-kafka-")?;
-    let secs = if args.quick { 10 } else { 30 };
+    let tmp = super::temp_dir(&args.run.dir, ".folio-bench-kafka-")?;
+    let secs = if args.run.quick { 10 } else { 30 };
     let (record_bytes, inflight) = (1024usize, 256usize);
-    println!("bench=kafka quick={} seconds_per_run={secs} record_bytes={record_bytes}", args.quick);
+    println!(
+        "bench=kafka quick={} seconds_per_run={secs} record_bytes={record_bytes}",
+        args.run.quick
+    );
     let (client, bookies, meta) = cluster(&tmp.path().join("cluster"), 3).await?;
 
     // Baseline: raw ledger adds on the same bookies and quorums.

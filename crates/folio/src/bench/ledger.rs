@@ -19,12 +19,8 @@ use super::MIB;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Short run (well under two minutes).
-    #[arg(long)]
-    quick: bool,
-    /// Directory on the disk to measure (a temporary directory is made inside it).
-    #[arg(long, default_value = ".")]
-    dir: std::path::PathBuf,
+    #[command(flatten)]
+    run: super::Run,
     /// Instead: journal-less bookies against journal bookies (same run), then the full
     /// integrity check's speed on a bookie holding 1 M entries (200 k with --quick).
     #[arg(long)]
@@ -112,9 +108,9 @@ async fn run_async(args: Args) -> Result<(), String> {
     if args.no_journal {
         return no_journal(args).await;
     }
-    let tmp = super::temp_dir(&args.dir, ".folio-bench-ledger-")?;
-    let d = Duration::from_secs(if args.quick { 4 } else { 15 });
-    println!("bench=ledger quick={} seconds_per_run={}", args.quick, d.as_secs());
+    let tmp = super::temp_dir(&args.run.dir, ".folio-bench-ledger-")?;
+    let d = Duration::from_secs(if args.run.quick { 4 } else { 15 });
+    println!("bench=ledger quick={} seconds_per_run={}", args.run.quick, d.as_secs());
     let (disk_mb, _, _) = append_sync_baseline(&tmp.path().join("raw"), 512 * 1024, d)?;
     println!("disk_append_fdatasync_mb_per_s={disk_mb:.1}");
     let (three, b3, _) = cluster(&tmp.path().join("three"), 3).await?;
@@ -142,12 +138,12 @@ async fn run_async(args: Args) -> Result<(), String> {
 
 /// Journal-less against journal writes, then the integrity check's speed.
 async fn no_journal(args: Args) -> Result<(), String> {
-    let tmp = super::temp_dir(&args.dir, ".folio-bench-ledger-nj-")?;
-    let d = Duration::from_secs(if args.quick { 4 } else { 15 });
-    let n_entries: u64 = if args.quick { 200_000 } else { 1_000_000 };
+    let tmp = super::temp_dir(&args.run.dir, ".folio-bench-ledger-nj-")?;
+    let d = Duration::from_secs(if args.run.quick { 4 } else { 15 });
+    let n_entries: u64 = if args.run.quick { 200_000 } else { 1_000_000 };
     println!(
         "bench=ledger_no_journal quick={} seconds_per_run={} check_entries={n_entries}",
-        args.quick,
+        args.run.quick,
         d.as_secs()
     );
     let (with, bw, _) = cluster_with(&tmp.path().join("journal"), 3, true).await?;

@@ -19,12 +19,8 @@ use super::{MIB, pct};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Short run (well under two minutes).
-    #[arg(long)]
-    quick: bool,
-    /// Directory on the disk to measure (a temporary directory is made inside it).
-    #[arg(long, default_value = ".")]
-    dir: std::path::PathBuf,
+    #[command(flatten)]
+    run: super::Run,
     /// Ledgers to trim and reclaim (default 10 000, or 1 000 with --quick).
     #[arg(long)]
     ledgers: Option<u64>,
@@ -52,10 +48,14 @@ pub fn run(args: Args) -> Result<(), String> {
 }
 
 async fn run_async(args: Args) -> Result<(), String> {
-    let tmp = super::temp_dir(&args.dir, ".folio-bench-log-")?;
-    let d = Duration::from_secs(if args.quick { 5 } else { 15 });
-    let n_ledgers = args.ledgers.unwrap_or(if args.quick { 1000 } else { 10_000 });
-    println!("bench=log quick={} seconds_per_run={} ledgers={n_ledgers}", args.quick, d.as_secs());
+    let tmp = super::temp_dir(&args.run.dir, ".folio-bench-log-")?;
+    let d = Duration::from_secs(if args.run.quick { 5 } else { 15 });
+    let n_ledgers = args.ledgers.unwrap_or(if args.run.quick { 1000 } else { 10_000 });
+    println!(
+        "bench=log quick={} seconds_per_run={} ledgers={n_ledgers}",
+        args.run.quick,
+        d.as_secs()
+    );
     let e = |e: folio_log::LogError| e.to_string();
 
     // 1. Throughput.

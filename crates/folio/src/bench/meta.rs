@@ -15,12 +15,8 @@ use folio_meta::{Expect, MetaError, MetadataStore};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Short run (a couple of seconds per measurement).
-    #[arg(long)]
-    quick: bool,
-    /// Directory for the embedded store (a temporary directory is made inside it).
-    #[arg(long, default_value = ".")]
-    dir: std::path::PathBuf,
+    #[command(flatten)]
+    run: super::Run,
     /// etcd endpoints (host:port, comma-separated) to measure too; needs `--features etcd`.
     #[arg(long)]
     etcd: Option<String>,
@@ -45,10 +41,10 @@ pub fn run(args: Args) -> Result<(), String> {
 }
 
 async fn run_async(args: Args) -> Result<(), String> {
-    let secs = if args.quick { 2 } else { 10 };
+    let secs = if args.run.quick { 2 } else { 10 };
     let d = Duration::from_secs(secs);
-    println!("bench=meta quick={} seconds_per_run={secs}", args.quick);
-    let tmp = super::temp_dir(&args.dir, ".folio-bench-meta-")?;
+    println!("bench=meta quick={} seconds_per_run={secs}", args.run.quick);
+    let tmp = super::temp_dir(&args.run.dir, ".folio-bench-meta-")?;
     let raw = raw_kv_commits_per_s(&tmp.path().join("raw"), d)?;
     println!("backend=raw_kv commits_per_s={raw:.0}");
     let embedded = Arc::new(

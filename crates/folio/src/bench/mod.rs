@@ -50,6 +50,18 @@ pub fn run(what: Bench) -> Result<(), String> {
 
 pub(crate) const MIB: f64 = 1024.0 * 1024.0;
 
+/// What every benchmark takes: how long to run and where.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Run {
+    /// Short run: under two minutes in all (each benchmark's doc says what it shortens).
+    #[arg(long)]
+    pub quick: bool,
+    /// Directory on the disk to measure (a temporary directory is made inside it and
+    /// removed at the end).
+    #[arg(long, default_value = ".")]
+    pub dir: std::path::PathBuf,
+}
+
 /// The value at fraction `p` of an ascending list (0 for an empty one).
 pub(crate) fn pct(sorted: &[u64], p: f64) -> u64 {
     sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0)

@@ -6,7 +6,6 @@
 //! 1 KiB and 16 KiB entries with a bounded number in flight, striped over 8 ledgers; an add
 //! counts when its acknowledgement (after the journal fsync) arrives.
 
-use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,12 +18,8 @@ use super::MIB;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Short run (a few seconds per measurement, well under 2 minutes in all).
-    #[arg(long)]
-    quick: bool,
-    /// Directory on the disk to measure (a temporary directory is made inside it).
-    #[arg(long, default_value = ".")]
-    dir: PathBuf,
+    #[command(flatten)]
+    run: super::Run,
     /// Journal zero-fill preallocation chunk in MiB (0 = plain appends).
     #[arg(long, default_value_t = 0)]
     journal_prealloc_mib: u64,
@@ -34,12 +29,12 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    let tmp = super::temp_dir(&args.dir, ".folio-bench-")?;
-    let secs = if args.quick { 4 } else { 20 };
+    let tmp = super::temp_dir(&args.run.dir, ".folio-bench-")?;
+    let secs = if args.run.quick { 4 } else { 20 };
     let duration = Duration::from_secs(secs);
     println!(
         "bench=storage quick={} seconds_per_run={secs} inflight={}",
-        args.quick, args.inflight
+        args.run.quick, args.inflight
     );
     let disk = disk_baseline(&tmp.path().join("raw"), 512 * 1024, duration)?;
     println!(

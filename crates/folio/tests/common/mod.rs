@@ -24,52 +24,54 @@ pub fn strip_ansi(s: &str) -> String {
     out
 }
 
-/// Waits for the child's "Kafka listener up ... addr=HOST:PORT" log line on stderr and
-/// returns the address; stderr keeps being drained (echoed with FOLIO_TEST_VERBOSE).
-pub fn kafka_addr(child: &mut Child) -> String {
+/// Drains the child's stderr (echoed with FOLIO_TEST_VERBOSE) until `pick` finds what it
+/// wants in a log line (ANSI colours stripped); returns that, or panics after 60 s.
+fn wait_for_log<T: Send + 'static>(
+    child: &mut Child,
+    what: &str,
+    pick: impl Fn(&str) -> Option<T> + Send + 'static,
+) -> T {
     let stderr = child.stderr.take().expect("stderr is piped");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut tx = Some(tx);
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             let plain = strip_ansi(&line);
-            if plain.contains("Kafka listener up")
-                && let Some(addr) = plain.split_whitespace().find_map(|w| w.strip_prefix("addr="))
+            if tx.is_some()
+                && let Some(found) = pick(&plain)
                 && let Some(tx) = tx.take()
             {
-                let _ = tx.send(addr.to_string());
+                let _ = tx.send(found);
             }
             if std::env::var_os("FOLIO_TEST_VERBOSE").is_some() {
                 eprintln!("[folio] {plain}");
             }
         }
     });
-    rx.recv_timeout(Duration::from_secs(60)).expect("no Kafka listener within 60 s")
+    rx.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| panic!("no {what} within 60 s"))
+}
+
+fn field(line: &str, key: &str) -> Option<String> {
+    line.split_whitespace().find_map(|w| w.strip_prefix(key)).map(str::to_string)
+}
+
+/// Waits for the child's "Kafka listener up ... addr=HOST:PORT" log line on stderr and
+/// returns the address.
+pub fn kafka_addr(child: &mut Child) -> String {
+    wait_for_log(child, "Kafka listener", |l| {
+        l.contains("Kafka listener up").then(|| field(l, "addr=")).flatten()
+    })
 }
 
 /// Waits for `folio standalone`'s "folio standalone up" log line and returns its Kafka and
-/// HTTP addresses; stderr keeps being drained (echoed with FOLIO_TEST_VERBOSE).
+/// HTTP addresses.
 pub fn standalone_addrs(child: &mut Child) -> (String, String) {
-    let stderr = child.stderr.take().expect("stderr is piped");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let plain = strip_ansi(&line);
-            if plain.contains("folio standalone up") {
-                let field = |k: &str| {
-                    plain.split_whitespace().find_map(|w| w.strip_prefix(k)).map(str::to_string)
-                };
-                if let (Some(k), Some(h), Some(tx)) = (field("kafka="), field("http="), tx.take()) {
-                    let _ = tx.send((k, h));
-                }
-            }
-            if std::env::var_os("FOLIO_TEST_VERBOSE").is_some() {
-                eprintln!("[folio] {plain}");
-            }
+    wait_for_log(child, "standalone", |l| {
+        if !l.contains("folio standalone up") {
+            return None;
         }
-    });
-    rx.recv_timeout(Duration::from_secs(60)).expect("standalone not up within 60 s")
+        Some((field(l, "kafka=")?, field(l, "http=")?))
+    })
 }
 
 /// `GET path` on an HTTP address; the body.
