@@ -8,7 +8,9 @@
 //! and are retried for ever; every process that runs a deleter resumes the whole trash,
 //! and every log left in the `deleting` state.
 //!
-//! Deleting a log: its last ledger is recovered (fencing its writer); then one transaction,
+//! Deleting a log: its last ledger is recovered (fencing its writer), or, if the owner has
+//! put it in the chain but not created it yet, created closed (so the owner's create
+//! fails); then one transaction,
 //! compared on the record's version (so the owner's next CAS fails), moves every ledger to
 //! the trash and removes the cursors and the log record. A log too big for one transaction
 //! (etcd takes 128 operations) is first marked `deleting`, then moved in batches, the last
@@ -49,7 +51,26 @@ pub async fn delete_log(env: &LogEnv, name: &str, reason: &str) -> Result<()> {
             // Fence the last ledger's writer, so nothing more is acknowledged in it; then
             // look again (the owner may have rolled meanwhile).
             match env.client.recover(last.ledger_id).await {
-                Ok(_) | Err(LedgerError::NoSuchLedger(_)) => fenced.insert(last.ledger_id),
+                Ok(_) => {
+                    fenced.insert(last.ledger_id);
+                }
+                Err(LedgerError::NoSuchLedger(_)) => {
+                    // In the chain but not created yet (the owner commits the chain, then
+                    // creates the ledger): create it closed, so the owner's create fails
+                    // and it can never write there.
+                    let mut o = folio_client::CreateOptions::new(1, 1, 1);
+                    o.ledger_id = Some(last.ledger_id);
+                    o.custom.insert(OWNER_TAG.into(), bytes::Bytes::from(name.to_string()));
+                    match env.client.create(o).await {
+                        Ok(w) => {
+                            w.close().await?;
+                            fenced.insert(last.ledger_id);
+                        }
+                        // The owner created it meanwhile: recover it on the next round.
+                        Err(LedgerError::Meta(MetaError::Conflict { .. })) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
                 Err(e) => return Err(e.into()),
             };
             continue;
@@ -105,11 +126,15 @@ pub struct TrashConfig {
     pub interval: Duration,
     /// Ledgers deleted at once.
     pub concurrency: usize,
+    /// The share of time each of those spends deleting while there is work (it waits
+    /// for the rest after each ledger), so a large deletion leaves the metadata store to
+    /// foreground requests (measured with `folio bench delete`). 1.0: no pause.
+    pub busy_fraction: f64,
 }
 
 impl Default for TrashConfig {
     fn default() -> Self {
-        TrashConfig { interval: Duration::from_secs(10), concurrency: 8 }
+        TrashConfig { interval: Duration::from_secs(10), concurrency: 8, busy_fraction: 0.5 }
     }
 }
 
@@ -221,7 +246,13 @@ impl Trash {
             let this = self.clone();
             tasks.spawn(async move {
                 let _permit = permit;
-                this.delete_one(t, version).await
+                let started = std::time::Instant::now();
+                let r = this.delete_one(t, version).await;
+                let f = this.config.busy_fraction;
+                if f > 0.0 && f < 1.0 {
+                    tokio::time::sleep(started.elapsed().mul_f64((1.0 - f) / f)).await;
+                }
+                r
             });
         }
         while let Some(r) = tasks.join_next().await {

@@ -153,7 +153,7 @@ async fn a_failed_trim_transaction_leaves_chain_and_memory_as_they_were() {
 #[tokio::test]
 async fn deleting_a_log_trashes_every_ledger_and_cursor_and_fences_the_owner() {
     let c = Cluster::start(1).await;
-    let (env, _) = manual_env(&c);
+    let (env, clock) = manual_env(&c);
     let config = LogConfig { trash_batch_max: 3, ..small(1, 1) };
     let owner = ManagedLog::open(env.clone(), "gone", config.clone()).await.unwrap();
     for i in 0..250 {
@@ -164,7 +164,17 @@ async fn deleting_a_log_trashes_every_ledger_and_cursor_and_fences_the_owner() {
     assert!(n > 100, "more ledgers than one transaction takes: {n}");
     // Deleted by someone else (an admin), while the owner is alive.
     folio_log::trash::delete_log(&env, "gone", "admin").await.unwrap();
-    let r = owner.append(b"late", 1, 0).await;
+    // If the deletion caught the owner between committing its next ledger and creating
+    // it, the owner's create failed and it waits to retry: its clock is manual, so time
+    // moves on until it answers.
+    let append = owner.append(b"late", 1, 0);
+    tokio::pin!(append);
+    let r = loop {
+        tokio::select! {
+            r = &mut append => break r,
+            () = tokio::task::yield_now() => clock.advance(Duration::from_millis(100)),
+        }
+    };
     assert!(r.is_err(), "the owner cannot append after the deletion: {r:?}");
     assert!(
         ManagedLog::open(env.clone(), "gone", config.clone()).await.is_ok(),
@@ -176,4 +186,50 @@ async fn deleting_a_log_trashes_every_ledger_and_cursor_and_fences_the_owner() {
     assert_no_leak(c.meta.as_ref(), "after deleting a log").await;
     let r = env.client.metadata(owner.info().ledgers[0].ledger_id).await;
     assert!(matches!(r, Err(LedgerError::NoSuchLedger(_))));
+}
+
+/// L3: an owner commits its chain with the next ledger's id before it creates that ledger.
+/// A deletion that finds such an uncreated last ledger creates it closed (owner tag = the
+/// log), so the owner's create fails and nothing can ever be written there; the ledger goes
+/// to the trash with the others.
+#[tokio::test]
+async fn deleting_a_log_fences_a_last_ledger_not_created_yet() {
+    let c = Cluster::start(1).await;
+    let (env, _) = manual_env(&c);
+    let log = ManagedLog::open(env.clone(), "half", small(1, 1)).await.unwrap();
+    log.append(b"one", 1, 0).await.unwrap();
+    log.close().await.unwrap();
+    // What an owner leaves between its chain commit and its create: an id in the chain
+    // with no ledger behind it.
+    let key = Keys::default().log("half");
+    let v = c.meta.get(&key).await.unwrap().unwrap();
+    let mut record = LogRecord::decode(&key, &v.value).unwrap();
+    let next = env.client.allocate_id().await.unwrap();
+    // (The owner seals its previous ledger in the same commit: one entry, one record.)
+    let prev = record.ledgers.last_mut().unwrap();
+    if !prev.is_closed() {
+        (prev.entries, prev.records, prev.close_ms) = (1, 1, 1);
+    }
+    let end = prev.end_offset();
+    record.ledgers.push(folio_log::records::LedgerInfo::open(next, end));
+    c.meta.put(&key, record.encode(), Expect::Version(v.version)).await.unwrap();
+    folio_log::trash::delete_log(&env, "half", "admin").await.unwrap();
+    let mut o = CreateOptions::new(1, 1, 1);
+    o.ledger_id = Some(next);
+    o.custom.insert(OWNER_TAG.into(), Bytes::from_static(b"half"));
+    match env.client.create(o).await {
+        Err(LedgerError::Meta(folio_meta::MetaError::Conflict { .. })) => {}
+        other => panic!("the owner's late create must fail: {other:?}"),
+    }
+    let m = env.client.metadata(next).await.unwrap();
+    assert_eq!(m.state, folio_meta::records::LedgerState::Closed);
+    assert_eq!(m.custom.get(OWNER_TAG).map(|b| b.as_ref()), Some(&b"half"[..]));
+    let trashed: Vec<u64> = Trash::new(env.clone(), TrashConfig::default())
+        .list()
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.ledger_id)
+        .collect();
+    assert!(trashed.contains(&next), "{trashed:?}");
 }
