@@ -56,6 +56,10 @@ pub struct BrokerConfig {
     pub membership_poll: Duration,
     /// `delete.topic.enable`.
     pub delete_topic_enable: bool,
+    /// The share of time the controller spends deleting topics' partitions while there is
+    /// work (it waits between partitions for the rest), so metadata writes of other
+    /// requests are not queued behind a large deletion. 1.0: no pause.
+    pub deletion_busy_fraction: f64,
 }
 
 impl Default for BrokerConfig {
@@ -78,6 +82,7 @@ impl Default for BrokerConfig {
             lease_ttl: Duration::from_secs(10),
             membership_poll: Duration::from_millis(500),
             delete_topic_enable: true,
+            deletion_busy_fraction: 0.5,
         }
     }
 }

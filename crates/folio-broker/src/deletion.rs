@@ -168,6 +168,7 @@ pub(crate) async fn pass(inner: &Arc<Inner>) -> Result<usize, String> {
     let mut done = 0;
     for (key, id, marker) in markers {
         for p in 0..marker.partitions as i32 {
+            let step = std::time::Instant::now();
             if *inner.shutdown.borrow() {
                 // Stopping (or crashed, in tests): the next controller resumes the marker.
                 return Err(format!("stopped while deleting {}", marker.name));
@@ -181,7 +182,9 @@ pub(crate) async fn pass(inner: &Arc<Inner>) -> Result<usize, String> {
                 .map_err(|e| format!("deleting partition {p} of {}: {e}", marker.name))?;
             m.partitions_being_deleted.fetch_sub(1, Ordering::Relaxed);
             tracing::debug!(topic = %marker.name, %id, partition = p, "partition in the trash");
-            tokio::task::yield_now().await;
+            // Leave the metadata store to other work part of the time: deletion is
+            // background work and must not queue topic creation behind it (L4).
+            pace(step.elapsed(), inner.config.deletion_busy_fraction).await;
         }
         inner.groups.forget_topic(id).await.map_err(|e| e.to_string())?;
         inner.env.meta.delete(&key, folio_meta::Expect::Any).await.map_err(|e| e.to_string())?;
@@ -191,6 +194,16 @@ pub(crate) async fn pass(inner: &Arc<Inner>) -> Result<usize, String> {
         done += 1;
     }
     Ok(done)
+}
+
+/// After a step that took `busy`, waits so that steps take at most `fraction` of the time
+/// (1.0: only yields).
+async fn pace(busy: Duration, fraction: f64) {
+    if fraction >= 1.0 || fraction <= 0.0 {
+        tokio::task::yield_now().await;
+        return;
+    }
+    tokio::time::sleep(busy.mul_f64((1.0 - fraction) / fraction)).await;
 }
 
 /// Where one partition of a deleted topic is in its deletion.

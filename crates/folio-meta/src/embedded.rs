@@ -28,7 +28,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use bytes::Bytes;
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 use tokio::sync::mpsc;
 
 use crate::clock::{Clock, SystemClock};
@@ -513,25 +513,36 @@ impl MetadataStore for EmbeddedStore {
         start_after: Option<&'a str>,
         limit: usize,
     ) -> BoxFuture<'a, Result<Page>> {
+        let (prefix, start_after) = (prefix.to_string(), start_after.map(str::to_string));
+        // A snapshot taken under the state lock is consistent with the revision read there;
+        // the page is read from it after the lock is released, so writers (which hold the
+        // lock through their fsync) neither wait for a long listing nor make it wait on an
+        // async worker. On a blocking thread: taking the lock may wait for a writer's fsync.
         Box::pin(async move {
-            let limit = limit.clamp(1, LIST_LIMIT_MAX);
-            let st = self.inner.lock(); // a consistent revision for the page
-            let start = list_start(prefix, start_after);
-            let mut items = Vec::new();
-            let mut more = false;
-            for guard in self.inner.kv.range(start..) {
-                let (k, v) = guard.into_inner().map_err(io)?;
-                if !k.starts_with(prefix.as_bytes()) {
-                    break;
+            blocking(&self.inner, move |i| {
+                let limit = limit.clamp(1, LIST_LIMIT_MAX);
+                let (revision, snapshot) = {
+                    let st = i.lock();
+                    (st.revision, i.db.snapshot())
+                };
+                let start = list_start(&prefix, start_after.as_deref());
+                let mut items = Vec::new();
+                let mut more = false;
+                for guard in snapshot.range(&i.kv, start..) {
+                    let (k, v) = guard.into_inner().map_err(io)?;
+                    if !k.starts_with(prefix.as_bytes()) {
+                        break;
+                    }
+                    if items.len() == limit {
+                        more = true;
+                        break;
+                    }
+                    let key = String::from_utf8_lossy(&k).into_owned();
+                    items.push(decode_record(&key, &v)?);
                 }
-                if items.len() == limit {
-                    more = true;
-                    break;
-                }
-                let key = String::from_utf8_lossy(&k).into_owned();
-                items.push(decode_record(&key, &v)?);
-            }
-            Ok(Page { items, more, revision: st.revision })
+                Ok(Page { items, more, revision })
+            })
+            .await
         })
     }
 

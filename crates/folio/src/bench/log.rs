@@ -124,7 +124,10 @@ async fn run_async(args: Args) -> Result<(), String> {
     let t1 = Instant::now();
     log.delete_records(log.end_offset()).await.map_err(e)?;
     let trim_s = t1.elapsed().as_secs_f64();
-    let trash = Trash::new(env.clone(), TrashConfig { concurrency: 16, ..TrashConfig::default() });
+    let trash = Trash::new(
+        env.clone(),
+        TrashConfig { concurrency: 16, busy_fraction: 1.0, ..TrashConfig::default() },
+    );
     let trashed = trash.list().await.map_err(e)?.len();
     let t2 = Instant::now();
     let mut deleted = 0;
