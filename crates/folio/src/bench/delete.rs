@@ -154,6 +154,8 @@ async fn run_async(args: Args) -> Result<(), String> {
     let batch = bytes::Bytes::from(folio_broker::batch::build(RECORDS_PER_BATCH, 1, 0, |i| {
         vec![b'a' + (i % 26) as u8; BATCH_VALUE_BYTES]
     }));
+    // (Three copies of every batch on one disk saturate it: an add can wait for a
+    // write-cache flush for seconds, so the produce timeout is generous.)
     let write_started = Instant::now();
     let mut writers = tokio::task::JoinSet::new();
     for share in names.chunks(names.len().div_ceil(4)) {
@@ -163,8 +165,12 @@ async fn run_async(args: Args) -> Result<(), String> {
             for name in &share {
                 for p in 0..partitions {
                     for _ in 0..BATCHES_PER_PARTITION {
-                        c.send(ApiKey::Produce, 9, &produce_request(name, p, batch.clone(), -1))
-                            .await?;
+                        c.send(
+                            ApiKey::Produce,
+                            9,
+                            &produce_request(name, p, batch.clone(), -1).with_timeout_ms(120_000),
+                        )
+                        .await?;
                     }
                 }
                 for p in 0..partitions {
