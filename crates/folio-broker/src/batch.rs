@@ -243,9 +243,9 @@ pub fn build(count: i32, ts: i64, attributes: i16, value: impl Fn(i32) -> Vec<u8
         varint(&mut records, r.len() as i64);
         records.extend_from_slice(&r);
     }
-    let mut b = Vec::with_capacity(61 + records.len());
+    let mut b = Vec::with_capacity(HEADER_BYTES + records.len());
     b.extend_from_slice(&0i64.to_be_bytes());
-    b.extend_from_slice(&((49 + records.len()) as i32).to_be_bytes());
+    b.extend_from_slice(&((HEADER_BYTES - LOG_OVERHEAD + records.len()) as i32).to_be_bytes());
     b.extend_from_slice(&(-1i32).to_be_bytes());
     b.push(2);
     b.extend_from_slice(&[0; 4]);
@@ -258,8 +258,8 @@ pub fn build(count: i32, ts: i64, attributes: i16, value: impl Fn(i32) -> Vec<u8
     b.extend_from_slice(&(-1i32).to_be_bytes());
     b.extend_from_slice(&count.to_be_bytes());
     b.extend_from_slice(&records);
-    let crc = crc32c::crc32c(&b[21..]);
-    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    let crc = crc32c::crc32c(&b[ATTRIBUTES_AT..]);
+    b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
     b
 }
 
@@ -267,48 +267,9 @@ pub fn build(count: i32, ts: i64, attributes: i16, value: impl Fn(i32) -> Vec<u8
 pub(crate) mod tests {
     use super::*;
 
-    /// A v2 batch of `count` uncompressed records with values `value`, built by hand.
+    /// A v2 batch of `count` uncompressed records with values `value`.
     pub fn batch(count: i32, value: &[u8], timestamp: i64) -> Vec<u8> {
-        let mut records = Vec::new();
-        for i in 0..count {
-            let mut r = Vec::new();
-            r.push(0u8); // attributes
-            put_varint(&mut r, 0); // timestamp delta
-            put_varint(&mut r, i as i64); // offset delta
-            put_varint(&mut r, -1); // null key
-            put_varint(&mut r, value.len() as i64);
-            r.extend_from_slice(value);
-            put_varint(&mut r, 0); // headers
-            put_varint(&mut records, r.len() as i64);
-            records.extend_from_slice(&r);
-        }
-        let mut b = Vec::new();
-        b.extend_from_slice(&0i64.to_be_bytes());
-        b.extend_from_slice(&((HEADER_BYTES - LOG_OVERHEAD + records.len()) as i32).to_be_bytes());
-        b.extend_from_slice(&(-1i32).to_be_bytes());
-        b.push(2);
-        b.extend_from_slice(&[0; 4]);
-        b.extend_from_slice(&0i16.to_be_bytes());
-        b.extend_from_slice(&(count - 1).to_be_bytes());
-        b.extend_from_slice(&timestamp.to_be_bytes());
-        b.extend_from_slice(&timestamp.to_be_bytes());
-        b.extend_from_slice(&(-1i64).to_be_bytes());
-        b.extend_from_slice(&(-1i16).to_be_bytes());
-        b.extend_from_slice(&(-1i32).to_be_bytes());
-        b.extend_from_slice(&count.to_be_bytes());
-        b.extend_from_slice(&records);
-        let crc = crc32c::crc32c(&b[ATTRIBUTES_AT..]);
-        b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
-        b
-    }
-
-    fn put_varint(v: &mut Vec<u8>, x: i64) {
-        let mut z = ((x << 1) ^ (x >> 63)) as u64;
-        while z >= 0x80 {
-            v.push((z as u8) | 0x80);
-            z >>= 7;
-        }
-        v.push(z as u8);
+        build(count, timestamp, 0, |_| value.to_vec())
     }
 
     #[test]

@@ -94,6 +94,13 @@ pub(crate) struct Partition {
     pub producers: Mutex<Producers>,
 }
 
+impl Partition {
+    /// Forgets an idempotent batch whose append failed, so its retry is appended.
+    pub fn forget_batch(&self, producer_id: i64, base_sequence: i32) {
+        self.producers.lock().expect("producers lock").forget(producer_id, base_sequence);
+    }
+}
+
 type LogCell = Arc<OnceCell<Arc<Partition>>>;
 
 pub(crate) struct Inner {
@@ -305,15 +312,7 @@ impl Broker {
             self.inner.config.node_id,
         )
         .await;
-        let logs: Vec<LogCell> =
-            self.inner.logs.lock().expect("logs lock").drain().map(|(_, l)| l).collect();
-        for cell in logs {
-            if let Some(log) = cell.get().map(|p| &p.log)
-                && let Err(e) = log.close().await
-            {
-                tracing::warn!(log = log.name(), error = %e, "closing a partition log failed");
-            }
-        }
+        self.inner.close_partitions(|_, _| true, "the broker is stopping").await;
         tracing::info!(node_id = self.inner.config.node_id, "broker stopped");
     }
 }
@@ -387,12 +386,28 @@ impl Inner {
 
     /// Stops serving a partition (deleted or moved): closes its log if it is open here.
     pub async fn forget_partition(&self, id: Uuid, partition: i32) {
-        let cell = self.logs.lock().expect("logs lock").remove(&(id, partition));
-        if let Some(part) = cell.as_ref().and_then(|c| c.get())
-            && let Err(e) = part.log.close().await
-        {
-            tracing::debug!(log = part.log.name(), error = %e, "closing a partition that went away");
+        self.close_partitions(|i, p| i == id && p == partition, "its topic was deleted").await;
+    }
+
+    /// Stops serving every open partition `which` selects (pending appends finish first);
+    /// returns how many were open.
+    pub async fn close_partitions(&self, which: impl Fn(Uuid, i32) -> bool, why: &str) -> u64 {
+        let cells: Vec<((Uuid, i32), LogCell)> = {
+            let mut logs = self.logs.lock().expect("logs lock");
+            let keys: Vec<(Uuid, i32)> =
+                logs.keys().filter(|(id, p)| which(*id, *p)).copied().collect();
+            keys.into_iter().filter_map(|k| logs.remove(&k).map(|c| (k, c))).collect()
+        };
+        let mut closed = 0;
+        for ((id, p), cell) in cells {
+            let Some(part) = cell.get() else { continue };
+            closed += 1;
+            tracing::info!(log = part.log.name(), topic_id = %id, partition = p, why, "no longer serving a partition");
+            if let Err(e) = part.log.close().await {
+                tracing::warn!(log = part.log.name(), error = %e, "closing a partition failed");
+            }
         }
+        closed
     }
 
     /// The open log of a partition, if this broker has opened it (no metadata access).
@@ -461,28 +476,14 @@ async fn release_moved(inner: Arc<Inner>) {
             r = changes.changed() => if r.is_err() { return },
             _ = shutdown.wait_for(|s| *s) => return,
         }
-        let moved: Vec<((Uuid, i32), LogCell)> = {
-            let mut logs = inner.logs.lock().expect("logs lock");
-            let keys: Vec<(Uuid, i32)> = logs
-                .keys()
-                .filter(|(id, p)| !inner.membership.owns(&cluster::partition_key(*id, *p)))
-                .copied()
-                .collect();
-            keys.into_iter().filter_map(|k| logs.remove(&k).map(|c| (k, c))).collect()
-        };
-        for ((id, p), cell) in moved {
-            if let Some(part) = cell.get() {
-                tracing::info!(log = part.log.name(), partition = p, topic_id = %id, "partition moved to another broker; closing it here");
-                inner
-                    .metrics
-                    .partitions_released
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if let Err(e) = part.log.close().await {
-                    tracing::warn!(log = part.log.name(), error = %e, "closing a moved partition failed");
-                }
-            }
-        }
         let membership = inner.membership.clone();
+        let moved = inner
+            .close_partitions(
+                |id, p| !membership.owns(&cluster::partition_key(id, p)),
+                "it moved to another broker",
+            )
+            .await;
+        inner.metrics.partitions_released.fetch_add(moved, std::sync::atomic::Ordering::Relaxed);
         inner.groups.forget_unless(|g| membership.owns(&cluster::group_key(g)));
     }
 }
@@ -506,18 +507,7 @@ async fn refresh_topics(inner: Arc<Inner>) {
                 }
                 // Partitions of topics deleted (through any broker) stop being served.
                 let ids = inner.topics.cached_ids();
-                let gone: Vec<(Uuid, i32)> = inner
-                    .logs
-                    .lock()
-                    .expect("logs lock")
-                    .keys()
-                    .filter(|(id, _)| !ids.contains(id))
-                    .copied()
-                    .collect();
-                for (id, p) in gone {
-                    tracing::info!(topic_id = %id, partition = p, "topic deleted: no longer serving its partition");
-                    inner.forget_partition(id, p).await;
-                }
+                inner.close_partitions(|id, _| !ids.contains(&id), "its topic was deleted").await;
             }
             Err(e) => tracing::warn!(error = %e, "re-reading topics failed"),
         }

@@ -209,24 +209,20 @@ pub async fn elect(
     lease: LeaseId,
 ) -> Result<i32, MetaError> {
     let key = keys.controller();
-    let holder = match meta.get(&key).await? {
-        Some(v) => String::from_utf8_lossy(&v.value).parse::<i32>().unwrap_or(-1),
-        None if membership.lowest_live() => {
-            let me = membership.me.node_id;
-            let claim = Txn::new()
-                .compare(folio_meta::Compare::Absent(key.clone()))
-                .put_with_lease(key.clone(), me.to_string().into_bytes(), lease);
-            if meta.txn(claim).await?.succeeded {
-                me
-            } else {
-                match meta.get(&key).await? {
-                    Some(v) => String::from_utf8_lossy(&v.value).parse::<i32>().unwrap_or(-1),
-                    None => -1,
-                }
-            }
-        }
-        None => -1,
+    let read = |v: Option<folio_meta::Versioned>| {
+        v.map_or(-1, |v| String::from_utf8_lossy(&v.value).parse::<i32>().unwrap_or(-1))
     };
+    let mut holder = read(meta.get(&key).await?);
+    if holder == -1 && membership.lowest_live() {
+        let me = membership.me.node_id;
+        let claim = Txn::new().compare(folio_meta::Compare::Absent(key.clone())).put_with_lease(
+            key.clone(),
+            me.to_string().into_bytes(),
+            lease,
+        );
+        // Claimed, or someone else was faster: then read who.
+        holder = if meta.txn(claim).await?.succeeded { me } else { read(meta.get(&key).await?) };
+    }
     membership.set_controller(holder);
     Ok(holder)
 }

@@ -35,7 +35,7 @@ use std::sync::atomic::Ordering;
 use uuid::Uuid;
 
 use crate::broker::Inner;
-use crate::topics::{Topic, log_name};
+use crate::topics::{Topic, log_name, parse_log_name};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeletionMarker {
@@ -123,6 +123,22 @@ pub async fn unbind_topics(
     Ok(())
 }
 
+/// Every deletion marker: its key, the topic id its key names, and the marker decoded.
+async fn markers(
+    env: &folio_log::LogEnv,
+) -> Result<Vec<(String, Uuid, folio_meta::Result<DeletionMarker>)>, MetaError> {
+    let prefix = env.keys.topic_deletions();
+    Ok(list_all(env.meta.as_ref(), &prefix)
+        .await?
+        .into_iter()
+        .filter_map(|v| {
+            let id = Uuid::try_parse(&v.key[prefix.len()..]).ok()?;
+            let m = DeletionMarker::decode(&v.key, &v.value);
+            Some((v.key, id, m))
+        })
+        .collect())
+}
+
 /// Phase 2, on the controller: works through the markers until stopped.
 pub(crate) async fn run(inner: Arc<Inner>) {
     let mut shutdown = inner.shutdown.subscribe();
@@ -146,18 +162,15 @@ pub(crate) async fn run(inner: Arc<Inner>) {
 /// marker. Returns how many topics were finished. Between partitions it yields, so the
 /// requests this broker serves (CreateTopics among them) are never queued behind it.
 pub(crate) async fn pass(inner: &Arc<Inner>) -> Result<usize, String> {
-    let prefix = inner.env.keys.topic_deletions();
-    let markers = list_all(inner.env.meta.as_ref(), &prefix).await.map_err(|e| e.to_string())?;
-    let markers: Vec<(String, Uuid, DeletionMarker)> = markers
+    let markers: Vec<(String, Uuid, DeletionMarker)> = markers(&inner.env)
+        .await
+        .map_err(|e| e.to_string())?
         .into_iter()
-        .filter_map(|v| {
-            let id = Uuid::try_parse(&v.key[prefix.len()..]).ok()?;
-            match DeletionMarker::decode(&v.key, &v.value) {
-                Ok(m) => Some((v.key, id, m)),
-                Err(e) => {
-                    tracing::error!(key = %v.key, error = %e, "skipping a corrupt topic deletion marker");
-                    None
-                }
+        .filter_map(|(key, id, m)| match m {
+            Ok(m) => Some((key, id, m)),
+            Err(e) => {
+                tracing::error!(%key, error = %e, "skipping a corrupt topic deletion marker");
+                None
             }
         })
         .collect();
@@ -184,7 +197,8 @@ pub(crate) async fn pass(inner: &Arc<Inner>) -> Result<usize, String> {
             tracing::debug!(topic = %marker.name, %id, partition = p, "partition in the trash");
             // Leave the metadata store to other work part of the time: deletion is
             // background work and must not queue topic creation behind it (L4).
-            pace(step.elapsed(), inner.config.deletion_busy_fraction).await;
+            folio_log::trash::pace(step.elapsed(), inner.config.deletion_busy_fraction).await;
+            tokio::task::yield_now().await;
         }
         inner.groups.forget_topic(id).await.map_err(|e| e.to_string())?;
         inner.env.meta.delete(&key, folio_meta::Expect::Any).await.map_err(|e| e.to_string())?;
@@ -194,16 +208,6 @@ pub(crate) async fn pass(inner: &Arc<Inner>) -> Result<usize, String> {
         done += 1;
     }
     Ok(done)
-}
-
-/// After a step that took `busy`, waits so that steps take at most `fraction` of the time
-/// (1.0: only yields).
-async fn pace(busy: Duration, fraction: f64) {
-    if fraction >= 1.0 || fraction <= 0.0 {
-        tokio::task::yield_now().await;
-        return;
-    }
-    tokio::time::sleep(busy.mul_f64((1.0 - fraction) / fraction)).await;
 }
 
 /// Where one partition of a deleted topic is in its deletion.
@@ -250,6 +254,18 @@ pub struct DeletionProgress {
 }
 
 impl DeletionProgress {
+    fn new(name: String, id: Uuid, marker: bool, requested_ms: u64) -> DeletionProgress {
+        DeletionProgress {
+            name,
+            id,
+            marker,
+            requested_ms,
+            partitions: Vec::new(),
+            ledgers_in_trash: 0,
+            bytes_not_reclaimed: 0,
+        }
+    }
+
     /// Partitions whose log is not in the trash yet.
     pub fn partitions_left(&self) -> usize {
         self.partitions
@@ -263,20 +279,10 @@ impl DeletionProgress {
 /// still in the trash. Reads only the metadata store.
 pub async fn progress(env: &folio_log::LogEnv) -> Result<Vec<DeletionProgress>, String> {
     let err = |e: &dyn std::fmt::Display| e.to_string();
-    let prefix = env.keys.topic_deletions();
     let mut out: std::collections::BTreeMap<Uuid, DeletionProgress> = Default::default();
-    for v in list_all(env.meta.as_ref(), &prefix).await.map_err(|e| err(&e))? {
-        let Ok(id) = Uuid::try_parse(&v.key[prefix.len()..]) else { continue };
-        let m = DeletionMarker::decode(&v.key, &v.value).map_err(|e| err(&e))?;
-        let mut d = DeletionProgress {
-            name: m.name.clone(),
-            id,
-            marker: true,
-            requested_ms: m.requested_ms,
-            partitions: Vec::new(),
-            ledgers_in_trash: 0,
-            bytes_not_reclaimed: 0,
-        };
+    for (_, id, m) in markers(env).await.map_err(|e| err(&e))? {
+        let m = m.map_err(|e| err(&e))?;
+        let mut d = DeletionProgress::new(m.name, id, true, m.requested_ms);
         for p in 0..m.partitions as i32 {
             let key = env.keys.log(&log_name(id, p));
             let state = match env.meta.get(&key).await.map_err(|e| err(&e))? {
@@ -299,18 +305,12 @@ pub async fn progress(env: &folio_log::LogEnv) -> Result<Vec<DeletionProgress>, 
     for t in folio_log::trash::list(env).await.map_err(|e| err(&e))? {
         let Some((id, p)) = parse_log_name(&t.log) else { continue };
         // Retention also trashes ledgers of live topics: only deleted logs count.
-        if t.reason != "log-deleted" {
+        if t.reason != folio_log::trash::LOG_DELETED {
             continue;
         }
-        let d = out.entry(id).or_insert_with(|| DeletionProgress {
-            name: String::new(),
-            id,
-            marker: false,
-            requested_ms: t.time_ms,
-            partitions: Vec::new(),
-            ledgers_in_trash: 0,
-            bytes_not_reclaimed: 0,
-        });
+        let d = out
+            .entry(id)
+            .or_insert_with(|| DeletionProgress::new(String::new(), id, false, t.time_ms));
         d.ledgers_in_trash += 1;
         if let Ok(m) = env.client.metadata(t.ledger_id).await {
             d.bytes_not_reclaimed += m.length;
@@ -327,13 +327,6 @@ pub async fn progress(env: &folio_log::LogEnv) -> Result<Vec<DeletionProgress>, 
     Ok(out.into_values().collect())
 }
 
-/// The topic id and partition of a partition's log name (`kafka-<id hex>-<partition>`).
-pub fn parse_log_name(log: &str) -> Option<(Uuid, i32)> {
-    let rest = log.strip_prefix("kafka-")?;
-    let (id, p) = rest.rsplit_once('-')?;
-    Some((Uuid::try_parse(id).ok()?, p.parse().ok()?))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -346,14 +339,5 @@ mod tests {
         for n in 0..b.len() {
             assert!(DeletionMarker::decode("k", &b[..n]).is_err());
         }
-    }
-
-    #[test]
-    fn log_names_parse_back_to_topic_id_and_partition() {
-        let id = Uuid::from_u128(0xfeed);
-        assert_eq!(parse_log_name(&log_name(id, 17)), Some((id, 17)));
-        assert_eq!(parse_log_name("orders"), None);
-        assert_eq!(parse_log_name("kafka-nothex-1"), None);
-        assert_eq!(parse_log_name(&format!("kafka-{}-x", id.simple())), None);
     }
 }

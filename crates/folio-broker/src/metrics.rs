@@ -121,49 +121,67 @@ impl Metrics {
                 crate::errors::name(*code)
             );
         }
-        for (name, help, v) in [
-            ("folio_kafka_bytes_in_total", "Record-batch bytes produced.", &self.bytes_in),
-            ("folio_kafka_bytes_out_total", "Record-batch bytes fetched.", &self.bytes_out),
-            ("folio_kafka_connections_total", "Client connections accepted.", &self.connections),
+        let (counter, gauge) = ("counter", "gauge");
+        for (name, help, kind, v) in [
+            ("folio_kafka_bytes_in_total", "Record-batch bytes produced.", counter, &self.bytes_in),
+            (
+                "folio_kafka_bytes_out_total",
+                "Record-batch bytes fetched.",
+                counter,
+                &self.bytes_out,
+            ),
+            (
+                "folio_kafka_connections_total",
+                "Client connections accepted.",
+                counter,
+                &self.connections,
+            ),
             (
                 "folio_kafka_partitions_opened_total",
                 "Partitions this broker took over (opened, fencing any previous owner).",
+                counter,
                 &self.partitions_opened,
             ),
             (
                 "folio_kafka_partitions_released_total",
                 "Partitions closed here because they moved to another broker.",
+                counter,
                 &self.partitions_released,
             ),
             (
                 "folio_kafka_topic_deletions_requested_total",
                 "Topics deleted through this broker (name unbound, deletion marker written).",
+                counter,
                 &self.topic_deletions_requested,
             ),
             (
                 "folio_kafka_topic_deletion_failures_total",
                 "Controller topic-deletion passes that failed and will be retried.",
+                counter,
                 &self.topic_deletion_failures,
             ),
             (
                 "folio_kafka_topics_deleted_total",
                 "Deleted topics whose partitions this broker (as controller) moved to the trash.",
+                counter,
                 &self.topics_deleted,
             ),
+            (
+                "folio_kafka_partitions_being_deleted",
+                "Partitions of deleted topics not in the trash yet (controller only).",
+                gauge,
+                &self.partitions_being_deleted,
+            ),
+            (
+                "folio_kafka_topic_deletions_pending",
+                "Deleted topics whose marker the controller still works on (controller only).",
+                gauge,
+                &self.topic_deletions_pending,
+            ),
         ] {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
             let _ = writeln!(out, "{name} {}", v.load(Ordering::Relaxed));
         }
-        let _ = writeln!(
-            out,
-            "# HELP folio_kafka_partitions_being_deleted Partitions of deleted topics not in the trash yet (controller only).\n# TYPE folio_kafka_partitions_being_deleted gauge\nfolio_kafka_partitions_being_deleted {}",
-            self.partitions_being_deleted.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP folio_kafka_topic_deletions_pending Deleted topics whose marker the controller still works on (controller only).\n# TYPE folio_kafka_topic_deletions_pending gauge\nfolio_kafka_topic_deletions_pending {}",
-            self.topic_deletions_pending.load(Ordering::Relaxed)
-        );
         out.push_str("# HELP folio_kafka_produce_latency_seconds Produce requests, received to answered.\n# TYPE folio_kafka_produce_latency_seconds histogram\n");
         self.produce_latency.render(&mut out, "folio_kafka_produce_latency_seconds", "");
         out.push_str("# HELP folio_kafka_fetch_latency_seconds Fetch requests, received to answered (long polls included).\n# TYPE folio_kafka_fetch_latency_seconds histogram\n");
@@ -171,34 +189,33 @@ impl Metrics {
         let topics = self.topics.lock().expect("metrics lock");
         let mut names: Vec<&String> = topics.keys().collect();
         names.sort();
-        out.push_str("# HELP folio_kafka_topic_bytes_in_total Record-batch bytes produced, per topic.\n# TYPE folio_kafka_topic_bytes_in_total counter\n");
-        out.push_str("# HELP folio_kafka_topic_bytes_out_total Record-batch bytes fetched, per topic.\n# TYPE folio_kafka_topic_bytes_out_total counter\n");
-        out.push_str("# HELP folio_kafka_topic_records_in_total Records produced, per topic.\n# TYPE folio_kafka_topic_records_in_total counter\n");
-        for n in &names {
-            let t = &topics[*n];
-            let _ = writeln!(
-                out,
-                "folio_kafka_topic_bytes_in_total{{topic=\"{n}\"}} {}",
-                t.bytes_in.load(Ordering::Relaxed)
-            );
-            let _ = writeln!(
-                out,
-                "folio_kafka_topic_bytes_out_total{{topic=\"{n}\"}} {}",
-                t.bytes_out.load(Ordering::Relaxed)
-            );
-            let _ = writeln!(
-                out,
-                "folio_kafka_topic_records_in_total{{topic=\"{n}\"}} {}",
-                t.records_in.load(Ordering::Relaxed)
-            );
-        }
-        out.push_str("# HELP folio_kafka_topic_duplicate_batches_total Retried idempotent batches answered with their first offset, not stored again.\n# TYPE folio_kafka_topic_duplicate_batches_total counter\n");
-        for n in &names {
-            let _ = writeln!(
-                out,
-                "folio_kafka_topic_duplicate_batches_total{{topic=\"{n}\"}} {}",
-                topics[*n].duplicate_batches.load(Ordering::Relaxed)
-            );
+        // Each family whole (the text format wants a family's samples together).
+        type PerTopic = fn(&TopicMetrics) -> &AtomicU64;
+        let per_topic: [(&str, &str, PerTopic); 4] = [
+            ("folio_kafka_topic_bytes_in_total", "Record-batch bytes produced, per topic.", |t| {
+                &t.bytes_in
+            }),
+            ("folio_kafka_topic_bytes_out_total", "Record-batch bytes fetched, per topic.", |t| {
+                &t.bytes_out
+            }),
+            ("folio_kafka_topic_records_in_total", "Records produced, per topic.", |t| {
+                &t.records_in
+            }),
+            (
+                "folio_kafka_topic_duplicate_batches_total",
+                "Retried idempotent batches answered with their first offset, not stored again.",
+                |t| &t.duplicate_batches,
+            ),
+        ];
+        for (family, help, get) in per_topic {
+            let _ = writeln!(out, "# HELP {family} {help}\n# TYPE {family} counter");
+            for n in &names {
+                let _ = writeln!(
+                    out,
+                    "{family}{{topic=\"{n}\"}} {}",
+                    get(&topics[*n]).load(Ordering::Relaxed)
+                );
+            }
         }
         out.push_str("# HELP folio_kafka_topic_produce_latency_seconds Appends per topic and partition, queued to durable.\n# TYPE folio_kafka_topic_produce_latency_seconds histogram\n");
         for n in &names {

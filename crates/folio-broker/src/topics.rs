@@ -90,6 +90,13 @@ pub fn log_name(id: Uuid, partition: i32) -> String {
     format!("kafka-{}-{partition}", id.simple())
 }
 
+/// The topic id and partition of a partition's log name (`kafka-<id hex>-<partition>`).
+pub fn parse_log_name(log: &str) -> Option<(Uuid, i32)> {
+    let rest = log.strip_prefix("kafka-")?;
+    let (id, p) = rest.rsplit_once('-')?;
+    Some((Uuid::try_parse(id).ok()?, p.parse().ok()?))
+}
+
 /// Kafka's rule: 1..=249 bytes of `[a-zA-Z0-9._-]`, not `.` or `..`.
 pub fn validate_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > TOPIC_NAME_BYTES_MAX {
@@ -394,6 +401,15 @@ pub fn new_topic_id() -> Uuid {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_names_parse_back_to_topic_id_and_partition() {
+        let id = Uuid::from_u128(0xfeed);
+        assert_eq!(parse_log_name(&log_name(id, 17)), Some((id, 17)));
+        assert_eq!(parse_log_name("orders"), None);
+        assert_eq!(parse_log_name("kafka-nothex-1"), None);
+        assert_eq!(parse_log_name(&format!("kafka-{}-x", id.simple())), None);
+    }
 
     #[test]
     fn topic_record_round_trips_and_rejects_damage() {

@@ -1382,10 +1382,7 @@ impl Actor {
 
     fn create_options(&self, id: u64) -> CreateOptions {
         let c = &self.sh.config;
-        let mut o = CreateOptions::new(c.ensemble_size, c.write_quorum, c.ack_quorum);
-        o.ledger_id = Some(id);
-        o.custom.insert(OWNER_TAG.into(), Bytes::from(self.name().to_string()));
-        o
+        ledger_options(self.name(), id, (c.ensemble_size, c.write_quorum, c.ack_quorum))
     }
 
     /// Fences and recovers a ledger that the chain lists as open; a ledger that was never
@@ -1393,52 +1390,35 @@ impl Actor {
     async fn recover_ledger(&mut self, last: LedgerInfo, now: u64) -> Result<LedgerInfo> {
         let client = self.env().client.clone();
         let id = last.ledger_id;
-        for _ in 0..3 {
-            let reader = match client.recover(id).await {
-                Ok(r) => r,
-                Err(LedgerError::NoSuchLedger(_)) => {
-                    match client.create(self.create_options(id)).await {
-                        Ok(w) => {
-                            w.close().await?;
-                        }
-                        Err(LedgerError::Meta(MetaError::Conflict { .. })) => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                    continue;
+        let reader = fence_ledger(&client, id, || self.create_options(id)).await?;
+        let last_entry = reader.last_entry_id().unwrap_or(-1);
+        let mut info =
+            LedgerInfo { entries: (last_entry + 1) as u64, bytes: 0, close_ms: now, ..last };
+        if last_entry >= 0 {
+            let read = |e: EntryId| {
+                let reader = &reader;
+                async move {
+                    let entry = reader.read(e).await?;
+                    let bytes = entry.as_bytes().slice(ENTRY_HEADER_BYTES..);
+                    entry::decode(&bytes)
+                        .map(|(h, _)| h)
+                        .ok_or(LogError::CorruptEntry { ledger_id: id, entry_id: e })
                 }
-                Err(e) => return Err(e.into()),
             };
-            let last_entry = reader.last_entry_id().unwrap_or(-1);
-            let mut info =
-                LedgerInfo { entries: (last_entry + 1) as u64, bytes: 0, close_ms: now, ..last };
-            if last_entry >= 0 {
-                let read = |e: EntryId| {
-                    let reader = &reader;
-                    async move {
-                        let entry = reader.read(e).await?;
-                        let bytes = entry.as_bytes().slice(ENTRY_HEADER_BYTES..);
-                        entry::decode(&bytes)
-                            .map(|(h, _)| h)
-                            .ok_or(LogError::CorruptEntry { ledger_id: id, entry_id: e })
-                    }
-                };
-                let first = read(0).await?;
-                let lastly = read(last_entry).await?;
-                info.bytes = reader.metadata().length;
-                info.records =
-                    lastly.base_offset + u64::from(lastly.record_count) - last.first_offset;
-                info.first_publish_ms = first.max_timestamp;
-                info.max_publish_ms = lastly.max_timestamp;
-            }
-            tracing::info!(
-                log = self.name(),
-                ledger = id,
-                entries = info.entries,
-                "recovered the last ledger"
-            );
-            return Ok(info);
+            let first = read(0).await?;
+            let lastly = read(last_entry).await?;
+            info.bytes = reader.metadata().length;
+            info.records = lastly.base_offset + u64::from(lastly.record_count) - last.first_offset;
+            info.first_publish_ms = first.max_timestamp;
+            info.max_publish_ms = lastly.max_timestamp;
         }
-        Err(LogError::Ledger(format!("ledger {id} could not be recovered")))
+        tracing::info!(
+            log = self.name(),
+            ledger = id,
+            entries = info.entries,
+            "recovered the last ledger"
+        );
+        Ok(info)
     }
 
     /// Commits `record` (CAS on the version) with `trash` records, in one transaction;
@@ -1624,6 +1604,38 @@ impl Actor {
 }
 
 /// Waits for the LAC watch to change; `false` if it is gone, never if there is none.
+/// Options to create ledger `id` of log `name` with (ensemble, write, ack) quorums: the
+/// owner tag names the log (the trash deletes only ledgers whose tag names their log).
+pub(crate) fn ledger_options(name: &str, id: u64, (e, w, a): (u16, u16, u16)) -> CreateOptions {
+    let mut o = CreateOptions::new(e, w, a);
+    o.ledger_id = Some(id);
+    o.custom.insert(OWNER_TAG.into(), Bytes::from(name.to_string()));
+    o
+}
+
+/// Fences ledger `id` for good: recovers it (its writer can add nothing more) or, if a
+/// chain lists it but it was never created (an owner commits its chain, then creates the
+/// ledger), creates it closed with `options`, so that the owner's create fails. Returns a
+/// reader of the closed ledger.
+pub(crate) async fn fence_ledger(
+    client: &LedgerClient,
+    id: u64,
+    options: impl Fn() -> CreateOptions,
+) -> Result<LedgerReader> {
+    for _ in 0..3 {
+        match client.recover(id).await {
+            Ok(r) => return Ok(r),
+            Err(LedgerError::NoSuchLedger(_)) => match client.create(options()).await {
+                Ok(w) => w.close().await.map(|_| ())?,
+                Err(LedgerError::Meta(MetaError::Conflict { .. })) => {}
+                Err(e) => return Err(e.into()),
+            },
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(LogError::Ledger(format!("ledger {id} could not be recovered")))
+}
+
 async fn lac_changed(rx: &mut Option<watch::Receiver<EntryId>>) -> bool {
     match rx {
         Some(rx) => rx.changed().await.is_ok(),

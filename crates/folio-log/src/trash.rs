@@ -31,6 +31,17 @@ use crate::error::{LogError, Result};
 use crate::log::{LogEnv, OWNER_TAG};
 use crate::records::{LogRecord, LogRecordState, TrashRecord};
 
+/// The trash reason of the ledgers of a deleted log.
+pub const LOG_DELETED: &str = "log-deleted";
+
+/// After background work that took `busy`, waits so that it takes at most `fraction` of
+/// the time (1.0 or more: no wait), leaving the metadata store to foreground requests.
+pub async fn pace(busy: Duration, fraction: f64) {
+    if fraction > 0.0 && fraction < 1.0 {
+        tokio::time::sleep(busy.mul_f64((1.0 - fraction) / fraction)).await;
+    }
+}
+
 /// Metadata operations per transaction when deleting a log (etcd allows 128).
 pub const TXN_OPS_MAX: usize = 100;
 const BACKOFF_MIN_MS: u64 = 1000;
@@ -48,31 +59,15 @@ pub async fn delete_log(env: &LogEnv, name: &str, reason: &str) -> Result<()> {
         if let Some(last) = record.ledgers.last()
             && !fenced.contains(&last.ledger_id)
         {
-            // Fence the last ledger's writer, so nothing more is acknowledged in it; then
-            // look again (the owner may have rolled meanwhile).
-            match env.client.recover(last.ledger_id).await {
-                Ok(_) => {
-                    fenced.insert(last.ledger_id);
-                }
-                Err(LedgerError::NoSuchLedger(_)) => {
-                    // In the chain but not created yet (the owner commits the chain, then
-                    // creates the ledger): create it closed, so the owner's create fails
-                    // and it can never write there.
-                    let mut o = folio_client::CreateOptions::new(1, 1, 1);
-                    o.ledger_id = Some(last.ledger_id);
-                    o.custom.insert(OWNER_TAG.into(), bytes::Bytes::from(name.to_string()));
-                    match env.client.create(o).await {
-                        Ok(w) => {
-                            w.close().await?;
-                            fenced.insert(last.ledger_id);
-                        }
-                        // The owner created it meanwhile: recover it on the next round.
-                        Err(LedgerError::Meta(MetaError::Conflict { .. })) => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                }
-                Err(e) => return Err(e.into()),
-            };
+            // Fence the last ledger's writer, so nothing more is acknowledged in it (one not
+            // created yet is created closed, at the smallest quorums); then look again (the
+            // owner may have rolled meanwhile).
+            let id = last.ledger_id;
+            crate::log::fence_ledger(&env.client, id, || {
+                crate::log::ledger_options(name, id, (1, 1, 1))
+            })
+            .await?;
+            fenced.insert(id);
             continue;
         }
         let cursors = list_all(env.meta.as_ref(), &env.keys.cursors(name)).await?;
@@ -92,7 +87,7 @@ pub async fn delete_log(env: &LogEnv, name: &str, reason: &str) -> Result<()> {
         let last_batch = n == record.ledgers.len() && cursors.len() + n < TXN_OPS_MAX;
         let mut txn = Txn::new().compare(Compare::Version(key.clone(), v.version));
         for l in record.ledgers.drain(..n) {
-            let t = TrashRecord::new(l.ledger_id, name, "log-deleted", now);
+            let t = TrashRecord::new(l.ledger_id, name, LOG_DELETED, now);
             txn = txn.put(env.keys.trash_ledger(l.ledger_id), t.encode());
         }
         if last_batch {
@@ -248,10 +243,7 @@ impl Trash {
                 let _permit = permit;
                 let started = std::time::Instant::now();
                 let r = this.delete_one(t, version).await;
-                let f = this.config.busy_fraction;
-                if f > 0.0 && f < 1.0 {
-                    tokio::time::sleep(started.elapsed().mul_f64((1.0 - f) / f)).await;
-                }
+                pace(started.elapsed(), this.config.busy_fraction).await;
                 r
             });
         }

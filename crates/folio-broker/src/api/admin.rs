@@ -767,6 +767,7 @@ impl Handler for DeleteTopics {
         };
         let mut outcome: Vec<Result<Arc<Topic>, Failure>> = Vec::with_capacity(entries.len());
         let mut seen = std::collections::HashSet::new();
+        let mut listing = None;
         for (name, id) in &entries {
             let r = if !inner.config.delete_topic_enable {
                 let code = if version >= 3 {
@@ -792,13 +793,21 @@ impl Handler for DeleteTopics {
                         )),
                         Err(e) => Err((errors::KAFKA_STORAGE_ERROR, e.to_string())),
                     },
-                    // A fresh listing: the cache may still hold a topic deleted elsewhere.
-                    (None, false) => match inner.topics.list().await {
-                        Ok(all) => all.into_iter().find(|t| t.record.id == *id).ok_or_else(|| {
-                            (errors::UNKNOWN_TOPIC_ID, format!("no topic has id {id}"))
-                        }),
-                        Err(e) => Err((errors::KAFKA_STORAGE_ERROR, e.to_string())),
-                    },
+                    // A fresh listing (once per request): the cache may still hold a
+                    // topic deleted elsewhere.
+                    (None, false) => {
+                        if listing.is_none() {
+                            listing = Some(inner.topics.list().await);
+                        }
+                        match listing.as_ref().expect("just listed") {
+                            Ok(all) => {
+                                all.iter().find(|t| t.record.id == *id).cloned().ok_or_else(|| {
+                                    (errors::UNKNOWN_TOPIC_ID, format!("no topic has id {id}"))
+                                })
+                            }
+                            Err(e) => Err((errors::KAFKA_STORAGE_ERROR, e.to_string())),
+                        }
+                    }
                 }
             };
             let r = match r {

@@ -211,11 +211,7 @@ pub(crate) async fn start(
                             let outcome = match a.wait().await {
                                 Ok(offset) => Ok(offset as i64),
                                 Err(e) => {
-                                    partition
-                                        .producers
-                                        .lock()
-                                        .expect("producers lock")
-                                        .forget(pid, seq);
+                                    partition.forget_batch(pid, seq);
                                     Err(errors::from_log(&e))
                                 }
                             };
@@ -225,11 +221,7 @@ pub(crate) async fn start(
                     }
                     (Err(e), publish) => {
                         if publish.is_some() {
-                            partition
-                                .producers
-                                .lock()
-                                .expect("producers lock")
-                                .forget(info.producer_id, info.base_sequence);
+                            partition.forget_batch(info.producer_id, info.base_sequence);
                         }
                         error = Some((errors::from_log(&e), e.to_string()));
                         break;
