@@ -20,6 +20,8 @@ use folio_meta::records::{Reader, Record, corrupt, put_string};
 use folio_meta::{Expect, MetaError, MetadataStore, Version, list_all};
 use uuid::Uuid;
 
+use crate::errors;
+
 const TOPIC_MAGIC: &[u8; 3] = b"FTP";
 const VERSION: u8 = 1;
 
@@ -39,6 +41,43 @@ pub struct TopicRecord {
     pub created_ms: u64,
     /// Config overrides (only keys `TopicConfig` knows, validated).
     pub configs: BTreeMap<String, String>,
+}
+
+impl TopicRecord {
+    /// A new topic's record with a fresh id, after Kafka's checks (each failure with its
+    /// Kafka error code): the name, 1..=`PARTITIONS_MAX` partitions, 1..=`replication_max`
+    /// copies. `configs` are validated already (`validate_configs`).
+    pub fn new(
+        name: &str,
+        partitions: i32,
+        replication: i16,
+        replication_max: u16,
+        configs: BTreeMap<String, String>,
+        now_ms: u64,
+    ) -> Result<TopicRecord, (i16, String)> {
+        validate_name(name).map_err(|e| (errors::INVALID_TOPIC_EXCEPTION, e))?;
+        if partitions <= 0 || partitions > PARTITIONS_MAX {
+            return Err((
+                errors::INVALID_PARTITIONS,
+                format!("partitions must be 1..={PARTITIONS_MAX}, not {partitions}"),
+            ));
+        }
+        if replication <= 0 || replication as u16 > replication_max {
+            return Err((
+                errors::INVALID_REPLICATION_FACTOR,
+                format!(
+                    "replication factor must be 1..={replication_max} (the bookies there are), not {replication}"
+                ),
+            ));
+        }
+        Ok(TopicRecord {
+            id: new_topic_id(),
+            partitions: partitions as u32,
+            replication: replication as u16,
+            created_ms: now_ms,
+            configs,
+        })
+    }
 }
 
 impl Record for TopicRecord {

@@ -41,7 +41,7 @@ enum Command {
     Standalone(standalone::Args),
     /// Run a Kafka-compatible broker on a cluster's metadata and bookies.
     Broker(Box<broker_cmd::Args>),
-    /// Kafka topics and the deletions in progress (list, describe).
+    /// Kafka topics and the deletions in progress (list, describe, create, delete).
     Topics(topics_cmd::Args),
     /// Benchmarks; each prints key=value figures and ratios against a baseline measured in
     /// the same run.

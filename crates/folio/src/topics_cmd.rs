@@ -38,8 +38,8 @@ enum Command {
         #[arg(long = "config", value_name = "KEY=VALUE")]
         configs: Vec<String>,
     },
-    /// Deletes topics: their names are free at once (one metadata transaction per 40
-    /// topics), and the controller broker deletes their data through the trash (watch it
+    /// Deletes topics: their names are free at once (one metadata transaction, split only
+    /// where the store's transaction limit needs it), and the controller broker deletes their data through the trash (watch it
     /// with `folio topics list` or `GET /admin/deletions` on a broker's HTTP port).
     Delete {
         #[arg(required = true)]
@@ -54,6 +54,13 @@ pub fn run(args: Args) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     runtime.block_on(async {
         let (meta, keys, client) = args.cluster.connect().await?;
+        let env = folio_log::LogEnv {
+            meta: meta.clone(),
+            client,
+            keys: keys.clone(),
+            clock: std::sync::Arc::new(folio_log::WallClock),
+            owner: "folio-topics".into(),
+        };
         match args.command {
             Command::List => {
                 let prefix = keys.topics();
@@ -70,13 +77,6 @@ pub fn run(args: Args) -> Result<(), String> {
                         t.configs
                     );
                 }
-                let env = folio_log::LogEnv {
-                    meta: meta.clone(),
-                    client: client.clone(),
-                    keys: keys.clone(),
-                    clock: std::sync::Arc::new(folio_log::WallClock),
-                    owner: "folio-topics".into(),
-                };
                 let deletions = folio_broker::deletion::progress(&env).await?;
                 if deletions.is_empty() {
                     println!("no deletions in progress");
@@ -97,13 +97,6 @@ pub fn run(args: Args) -> Result<(), String> {
                 }
             }
             Command::Create { name, partitions, replication, configs } => {
-                folio_broker::topics::validate_name(&name)?;
-                if partitions == 0 || partitions > folio_broker::topics::PARTITIONS_MAX as u32 {
-                    return Err(format!(
-                        "--partitions must be 1..={}, not {partitions}",
-                        folio_broker::topics::PARTITIONS_MAX
-                    ));
-                }
                 let bookies = list_all(meta.as_ref(), &keys.bookies_writable())
                     .await
                     .map_err(|e| e.to_string())?
@@ -127,15 +120,16 @@ pub fn run(args: Args) -> Result<(), String> {
                     pairs.push((k.trim(), v));
                 }
                 let configs = folio_broker::topics::validate_configs(pairs)?;
-                let record = TopicRecord {
-                    id: folio_broker::topics::new_topic_id(),
-                    partitions,
+                // CreateTopics' own checks (name, partitions).
+                let record = TopicRecord::new(
+                    &name,
+                    i32::try_from(partitions).unwrap_or(i32::MAX),
+                    replication as i16,
                     replication,
-                    created_ms: std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_millis() as u64),
                     configs,
-                };
+                    env.now_ms(),
+                )
+                .map_err(|(_, e)| e)?;
                 let topics = folio_broker::topics::Topics::new(meta.clone(), keys.clone());
                 match topics.create(&name, record).await.map_err(|e| e.to_string())? {
                     Some(t) => println!(
@@ -154,10 +148,7 @@ pub fn run(args: Args) -> Result<(), String> {
                         None => return Err(format!("no topic {name} (nothing deleted)")),
                     }
                 }
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as u64);
-                folio_broker::deletion::unbind_topics(meta.as_ref(), &keys, &targets, now)
+                folio_broker::deletion::unbind_topics(meta.as_ref(), &keys, &targets, env.now_ms())
                     .await
                     .map_err(|e| format!("deleting: {e} (retry)"))?;
                 for t in &targets {

@@ -29,10 +29,7 @@ use kafka_protocol::protocol::StrBytes;
 use crate::api::{Handler, first_error, str_bytes};
 use crate::broker::Inner;
 use crate::errors;
-use crate::topics::{
-    PARTITIONS_MAX, TOPIC_CONFIG_KEYS, Topic, TopicRecord, new_topic_id, validate_configs,
-    validate_name,
-};
+use crate::topics::{PARTITIONS_MAX, TOPIC_CONFIG_KEYS, Topic, TopicRecord, validate_configs};
 
 /// Kafka's config resource types.
 const RESOURCE_TOPIC: i8 = 2;
@@ -81,29 +78,8 @@ fn new_record(
     replication: i16,
     configs: BTreeMap<String, String>,
 ) -> Result<TopicRecord, Failure> {
-    validate_name(name).map_err(|e| (errors::INVALID_TOPIC_EXCEPTION, e))?;
-    if partitions <= 0 || partitions > PARTITIONS_MAX {
-        return Err((
-            errors::INVALID_PARTITIONS,
-            format!("partitions must be 1..={PARTITIONS_MAX}, not {partitions}"),
-        ));
-    }
     let max = inner.config.replication_max;
-    if replication <= 0 || replication as u16 > max {
-        return Err((
-            errors::INVALID_REPLICATION_FACTOR,
-            format!(
-                "replication factor must be 1..={max} (the bookies there are), not {replication}"
-            ),
-        ));
-    }
-    Ok(TopicRecord {
-        id: new_topic_id(),
-        partitions: partitions as u32,
-        replication: replication as u16,
-        created_ms: inner.now_ms() as u64,
-        configs,
-    })
+    TopicRecord::new(name, partitions, replication, max, configs, inner.now_ms() as u64)
 }
 
 pub(crate) struct CreateTopics;
