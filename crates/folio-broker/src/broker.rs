@@ -384,11 +384,6 @@ impl Inner {
         }
     }
 
-    /// Stops serving a partition (deleted or moved): closes its log if it is open here.
-    pub async fn forget_partition(&self, id: Uuid, partition: i32) {
-        self.close_partitions(|i, p| i == id && p == partition, "its topic was deleted").await;
-    }
-
     /// Stops serving every open partition `which` selects (pending appends finish first);
     /// returns how many were open.
     pub async fn close_partitions(&self, which: impl Fn(Uuid, i32) -> bool, why: &str) -> u64 {

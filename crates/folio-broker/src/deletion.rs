@@ -188,7 +188,7 @@ pub(crate) async fn pass(inner: &Arc<Inner>) -> Result<usize, String> {
             }
             // If this broker serves the partition, stop now (waking its tailing fetches);
             // if another does, or a dead one did, `delete_log` fences the last ledger.
-            inner.forget_partition(id, p).await;
+            inner.close_partitions(|i, q| i == id && q == p, "its topic was deleted").await;
             let reason = format!("topic {} ({id}) deleted", marker.name);
             folio_log::trash::delete_log(&inner.env, &log_name(id, p), &reason)
                 .await

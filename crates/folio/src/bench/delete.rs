@@ -15,7 +15,6 @@
 //! - `ratio_vs_idle_create`: CreateTopics p99 during the deletion (until the ledgers are
 //!   gone) over the idle p99 (target ≤ 2, L4).
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -56,18 +55,6 @@ pub fn run(args: Args) -> Result<(), String> {
     super::block_on(run_async(args))
 }
 
-fn dir_bytes(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries
-        .filter_map(Result::ok)
-        .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
-            Ok(m) => m.len(),
-            Err(_) => 0,
-        })
-        .sum()
-}
-
 /// Times one CreateTopics of a single one-partition topic on `conn`.
 async fn create_one(conn: &mut KafkaConn, name: String) -> Result<Duration, String> {
     let started = Instant::now();
@@ -80,13 +67,11 @@ async fn create_one(conn: &mut KafkaConn, name: String) -> Result<Duration, Stri
     }
 }
 
-fn pct_ms(v: &mut [Duration], p: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort();
-    let i = ((v.len() as f64 * p / 100.0) as usize).min(v.len() - 1);
-    v[i].as_secs_f64() * 1000.0
+/// The latency at fraction `p` of `v`, in ms (the benches' one percentile rule).
+fn pct_ms(v: &[Duration], p: f64) -> f64 {
+    let mut us: Vec<u64> = v.iter().map(|d| d.as_micros() as u64).collect();
+    us.sort_unstable();
+    super::pct(&us, p) as f64 / 1000.0
 }
 
 async fn run_async(args: Args) -> Result<(), String> {
@@ -108,7 +93,7 @@ async fn run_async(args: Args) -> Result<(), String> {
     let log_dirs: Vec<std::path::PathBuf> = (0..3)
         .map(|i| tmp.path().join("cluster").join(format!("bookie-{i}")).join("ledgers/entrylogs"))
         .collect();
-    let entry_log_bytes = || log_dirs.iter().map(|d| dir_bytes(d)).sum::<u64>();
+    let entry_log_bytes = || log_dirs.iter().map(|d| super::files_bytes(d)).sum::<u64>();
     let env = LogEnv {
         meta: meta.clone(),
         client,
@@ -282,11 +267,11 @@ async fn run_async(args: Args) -> Result<(), String> {
     let during = creator.await.map_err(|e| e.to_string())??;
     // By phase: while the controller trashes logs, then while the trash deleter works.
     let split = logs_trashed.map_or(Instant::now(), |d| started + d);
-    let mut controller_phase: Vec<Duration> =
+    let controller_phase: Vec<Duration> =
         during.iter().filter(|(at, _)| *at <= split).map(|(_, d)| *d).collect();
-    let mut trash_phase: Vec<Duration> =
+    let trash_phase: Vec<Duration> =
         during.iter().filter(|(at, _)| *at > split).map(|(_, d)| *d).collect();
-    let mut during: Vec<Duration> = during.into_iter().map(|(_, d)| d).collect();
+    let during: Vec<Duration> = during.into_iter().map(|(_, d)| d).collect();
     let show = |d: Option<Duration>| {
         d.map_or("not_reached".to_string(), |d| format!("{:.2}", d.as_secs_f64()))
     };
@@ -298,16 +283,16 @@ async fn run_async(args: Args) -> Result<(), String> {
         show(reclaimed),
         entry_log_bytes() as f64 / MIB
     );
-    let (idle_p50, idle_p99) = (pct_ms(&mut idle, 50.0), pct_ms(&mut idle, 99.0));
-    let (during_p50, during_p99) = (pct_ms(&mut during, 50.0), pct_ms(&mut during, 99.0));
+    let (idle_p50, idle_p99) = (pct_ms(&idle, 0.50), pct_ms(&idle, 0.99));
+    let (during_p50, during_p99) = (pct_ms(&during, 0.50), pct_ms(&during, 0.99));
     println!(
         "create_idle_p50_ms={idle_p50:.2} create_idle_p99_ms={idle_p99:.2} creates_during_deletion={} create_during_p50_ms={during_p50:.2} create_during_p99_ms={during_p99:.2}",
         during.len()
     );
     println!(
         "create_p99_ms_while_controller_trashes={:.2} create_p99_ms_while_trash_deletes={:.2}",
-        pct_ms(&mut controller_phase, 99.0),
-        pct_ms(&mut trash_phase, 99.0)
+        pct_ms(&controller_phase, 0.99),
+        pct_ms(&trash_phase, 0.99)
     );
     println!("ratio_vs_idle_create={:.2}", during_p99 / idle_p99);
     broker.shutdown().await;

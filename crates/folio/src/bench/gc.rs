@@ -23,11 +23,6 @@ pub struct Args {
     run: super::Run,
 }
 
-fn log_bytes(dir: &std::path::Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map_or(0, |it| it.filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).sum())
-}
-
 /// Writes `payload` to `ledgers` new ledgers round-robin for `d`; returns MB/s and ids.
 async fn write(
     client: &LedgerClient,
@@ -119,7 +114,7 @@ async fn run_async(args: Args) -> Result<(), String> {
                 samples
                     .lock()
                     .expect("samples")
-                    .push((deleted_at.elapsed().as_secs_f64(), log_bytes(&log_dir)));
+                    .push((deleted_at.elapsed().as_secs_f64(), super::files_bytes(&log_dir)));
             }
         })
     };
@@ -159,7 +154,7 @@ async fn run_async(args: Args) -> Result<(), String> {
         }
         None => println!(
             "reclaim_seconds=not_reached entry_log_mb_now={:.0}",
-            log_bytes(&log_dir) as f64 / MIB
+            super::files_bytes(&log_dir) as f64 / MIB
         ),
     }
     println!(

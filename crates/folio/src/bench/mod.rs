@@ -62,6 +62,12 @@ pub(crate) struct Run {
     pub dir: std::path::PathBuf,
 }
 
+/// Bytes of the files directly in `dir` (an entry-log directory); 0 if it is missing.
+pub(crate) fn files_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map_or(0, |it| it.filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).sum())
+}
+
 /// The value at fraction `p` of an ascending list (0 for an empty one).
 pub(crate) fn pct(sorted: &[u64], p: f64) -> u64 {
     sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0)
