@@ -70,6 +70,67 @@ struct FlushState {
     per_ledger: HashMap<LedgerId, (EntryLogWriter, std::time::Instant)>,
     next_log_id: u64,
     last_mark: Option<JournalPosition>,
+    /// When the cache halves were last swapped: the flushed half filled since then.
+    last_swap: std::time::Instant,
+}
+
+/// A background flush spreads its entry-log writes over this fraction of the time the
+/// flushed half took to fill, so it ends well before the next half is full...
+const FLUSH_PACE_FRACTION: f64 = 0.5;
+/// ... but never over more than this.
+const FLUSH_PACE_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+/// The pace is checked after every this many bytes written.
+const FLUSH_PACE_STEP_BYTES: usize = 256 * 1024;
+/// Pacing stops once the active half is this full: writers must not wait for a flush
+/// that is sleeping.
+const FLUSH_PACE_ACTIVE_FRACTION_MAX: f64 = 0.75;
+
+/// Paces a background flush. A disk cache flush persists everything written before it
+/// (on this kind of VM the host's flush is file-wide), so a flush that writes its half as
+/// fast as it can makes the journal's next fdatasyncs carry megabytes of entry-log data:
+/// add latency spikes of tens of ms at half load. Written at an even rate, each journal
+/// fdatasync carries only a share.
+struct FlushPace {
+    start: std::time::Instant,
+    budget: std::time::Duration,
+    total: usize,
+    done: usize,
+    unpaced: usize,
+}
+
+impl FlushPace {
+    fn new(total: usize, budget: std::time::Duration, start: std::time::Instant) -> FlushPace {
+        FlushPace { start, budget, total, done: 0, unpaced: 0 }
+    }
+
+    /// Counts `bytes` written; sleeps when ahead of schedule.
+    fn wrote(&mut self, bytes: usize, cache: &WriteCache) {
+        let now = std::time::Instant::now();
+        if let Some(d) = self.delay(bytes, || cache.active_fraction(), now) {
+            std::thread::sleep(d);
+        }
+    }
+
+    /// How long to pause after `bytes` more were written at `now`, if at all.
+    fn delay(
+        &mut self,
+        bytes: usize,
+        active_fraction: impl FnOnce() -> f64,
+        now: std::time::Instant,
+    ) -> Option<std::time::Duration> {
+        self.done += bytes;
+        self.unpaced += bytes;
+        if self.budget.is_zero() || self.unpaced < FLUSH_PACE_STEP_BYTES {
+            return None;
+        }
+        self.unpaced = 0;
+        if active_fraction() >= FLUSH_PACE_ACTIVE_FRACTION_MAX {
+            self.budget = std::time::Duration::ZERO; // unpaced for the rest of this flush
+            return None;
+        }
+        let due = self.start + self.budget.mul_f64(self.done as f64 / self.total.max(1) as f64);
+        (due > now).then(|| due - now)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -142,6 +203,7 @@ impl Storage {
                 per_ledger: HashMap::new(),
                 next_log_id,
                 last_mark: None,
+                last_swap: std::time::Instant::now(),
             }),
             signal: Mutex::new(FlushSignal::default()),
             signal_cond: Condvar::new(),
@@ -911,7 +973,7 @@ impl Inner {
                     drop(ledgers);
                     self.cache.insert_unbounded(e);
                     if self.cache.is_active_full() {
-                        self.flush_with_mark(None)?;
+                        self.flush_with_mark(None, false)?;
                     }
                 }
                 JournalRecord::MasterKey { ledger_id, key } => {
@@ -939,7 +1001,7 @@ impl Inner {
             Ok(())
         };
         let report = journal::replay(self.fs.as_ref(), &dir, mark, &mut apply)?;
-        self.flush_with_mark(None)?;
+        self.flush_with_mark(None, false)?;
         Ok(report)
     }
 
@@ -962,7 +1024,7 @@ impl Inner {
             if self.check_poison().is_err() {
                 continue;
             }
-            if let Err(e) = self.flush_now() {
+            if let Err(e) = self.flush_with_mark(Some(self.journal()), true) {
                 tracing::error!(error = %e, "flush failed");
             }
         }
@@ -970,18 +1032,26 @@ impl Inner {
 
     fn flush_now(&self) -> Result<()> {
         let journal = self.journal();
-        self.flush_with_mark(Some(journal))
+        self.flush_with_mark(Some(journal), false)
     }
 
     /// One flush. With a journal, the checkpoint moves to the mark read at the swap.
-    fn flush_with_mark(&self, journal: Option<&Journal>) -> Result<()> {
+    /// `paced`: a background flush, spread over time (see [`FlushPace`]).
+    fn flush_with_mark(&self, journal: Option<&Journal>, paced: bool) -> Result<()> {
         let mut flush = self.flush.lock().expect("flush lock");
         let Some((half, mark)) = self.cache.swap(|| journal.map(Journal::written_mark)) else {
             unreachable!("only the holder of the flush lock swaps the cache");
         };
         let dirty = self.take_dirty_ledgers();
         let started = std::time::Instant::now();
-        let result = self.write_flush(&mut flush, &half, &dirty, mark);
+        let filled_in = started - std::mem::replace(&mut flush.last_swap, started);
+        let budget = if paced {
+            filled_in.mul_f64(FLUSH_PACE_FRACTION).min(FLUSH_PACE_MAX)
+        } else {
+            std::time::Duration::ZERO
+        };
+        let mut pace = FlushPace::new(half.bytes, budget, started);
+        let result = self.write_flush(&mut flush, &half, &dirty, mark, &mut pace);
         self.cache.finish_flush();
         let took = started.elapsed();
         if took > std::time::Duration::from_secs(1) {
@@ -1024,6 +1094,7 @@ impl Inner {
         half: &CacheHalf,
         dirty: &[(LedgerId, LedgerState)],
         mark: Option<JournalPosition>,
+        pace: &mut FlushPace,
     ) -> Result<()> {
         let mut batch = KvBatch::default();
         let live: std::collections::HashSet<LedgerId> = {
@@ -1042,6 +1113,7 @@ impl Inner {
             let loc = writer.append(entry)?;
             writer.sync_if_due(self.config.entry_log_sync_bytes)?;
             batch.put(Table::Locations, index::location_key(*ledger_id, *entry_id), loc.encode());
+            pace.wrote(entry.encoded_len(), &self.cache);
         }
         if let Some(w) = flush.writer.as_mut() {
             w.sync()?;
@@ -1180,5 +1252,40 @@ impl Inner {
             batch.put(Table::Meta, index::elog_key(id), EntryLogState::active().encode());
         }
         Ok(flush.writer.as_mut().expect("just ensured"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    const MIB: usize = 1024 * 1024;
+
+    #[test]
+    fn a_paced_flush_spreads_its_writes_over_the_budget() {
+        let start = Instant::now();
+        let mut pace = FlushPace::new(8 * MIB, Duration::from_millis(800), start);
+        // Below one step nothing is checked.
+        assert_eq!(pace.delay(FLUSH_PACE_STEP_BYTES - 1, || 0.0, start), None);
+        // Written instantly, the first MiB is due at 100 ms.
+        let d = pace.delay(MIB - (FLUSH_PACE_STEP_BYTES - 1), || 0.0, start).unwrap();
+        assert_eq!(d, Duration::from_millis(100));
+        // Behind schedule: no pause.
+        assert_eq!(pace.delay(MIB, || 0.0, start + Duration::from_millis(500)), None);
+        // Ahead again: 3 MiB done at 200 ms, due at 300 ms.
+        let d = pace.delay(MIB, || 0.0, start + Duration::from_millis(200)).unwrap();
+        assert_eq!(d, Duration::from_millis(100));
+    }
+
+    #[test]
+    fn pacing_stops_once_the_active_half_fills_and_never_applies_without_a_budget() {
+        let start = Instant::now();
+        let mut pace = FlushPace::new(8 * MIB, Duration::from_millis(800), start);
+        assert_eq!(pace.delay(MIB, || FLUSH_PACE_ACTIVE_FRACTION_MAX, start), None);
+        // Once writers may soon wait, the rest of the flush runs flat out.
+        assert_eq!(pace.delay(MIB, || 0.0, start), None);
+        let mut unpaced = FlushPace::new(8 * MIB, Duration::ZERO, start);
+        assert_eq!(unpaced.delay(4 * MIB, || 0.0, start), None);
     }
 }

@@ -91,6 +91,12 @@ impl WriteCache {
         self.state.lock().expect("write cache lock").active.bytes + bytes <= self.half_bytes_max
     }
 
+    /// How full the active half is, from 0 to 1.
+    pub fn active_fraction(&self) -> f64 {
+        let bytes = self.state.lock().expect("write cache lock").active.bytes;
+        bytes as f64 / self.half_bytes_max.max(1) as f64
+    }
+
     pub fn is_active_full(&self) -> bool {
         self.state.lock().expect("write cache lock").active.bytes >= self.half_bytes_max
     }

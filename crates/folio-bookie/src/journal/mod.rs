@@ -2,10 +2,12 @@
 //!
 //! One thread owns the current file. Submitters queue records (a bounded queue: they block
 //! when it is full); the thread gathers a group (until `group_wait_max` after the first
-//! record, or `group_bytes_max`), writes it with one aligned write, `fdatasync`s, and only
-//! then runs the callbacks. A failed write or fsync poisons the journal: that group and every
-//! later request fail, and nothing is retried (the data the kernel dropped cannot be
-//! recovered by a second fsync).
+//! record, or `group_bytes_max`) and writes it with one aligned write. A second thread,
+//! the syncer, `fdatasync`s and only then runs the callbacks, so the next group is written
+//! while the previous one is being synced (one fdatasync may cover several groups). At
+//! most `SYNC_PIPELINE_GROUPS` written groups wait for the syncer. A failed write or fsync
+//! poisons the journal: that group and every later request fail, and nothing is retried
+//! (the data the kernel dropped cannot be recovered by a second fsync).
 //!
 //! **Architecture invariant:** the journal knows records, not ledgers: it never looks inside
 //! an entry and keeps no per-ledger state.
@@ -15,6 +17,7 @@ mod replay;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -27,7 +30,7 @@ use crate::error::{Result, StorageError};
 use crate::fs::{AlignedBuf, DIRECT_IO_ALIGN, FileHandle, FileSystem, OpenOptions};
 use format::{HEADER_BYTES, encode_header, encode_record, file_name, parse_file_name, record_len};
 
-/// Called on the journal thread once the record is durable (or failed).
+/// Called on the journal's syncer thread once the record is durable (or failed).
 pub type JournalCallback = Box<dyn FnOnce(Result<JournalPosition>) + Send>;
 
 enum Request {
@@ -160,7 +163,8 @@ struct Shared {
 /// Counters of the journal thread.
 #[derive(Debug, Default)]
 pub struct JournalStats {
-    /// Group commits written (each one write and, with `sync`, one fdatasync).
+    /// Commits: fdatasyncs (or, without `sync`, batches handed to the syncer), each
+    /// covering one or more written groups.
     pub n_commits: std::sync::atomic::AtomicU64,
     /// Record bytes in those commits.
     pub bytes_committed: std::sync::atomic::AtomicU64,
@@ -172,7 +176,8 @@ pub struct JournalStats {
 pub struct Journal {
     queue: Arc<Queue>,
     shared: Arc<Shared>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    /// The writer, then the syncer (which stops once the writer has).
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 /// Writes the checkpoint file: replay starts at `mark` from now on.
@@ -228,12 +233,18 @@ impl Journal {
             depth_max: config.queue_depth,
             group_bytes_max: config.group_bytes_max,
         });
+        let (to_syncer, from_writer) = std::sync::mpsc::sync_channel(SYNC_PIPELINE_GROUPS);
+        let (syncer_shared, sync) = (shared.clone(), config.sync);
+        let syncer = std::thread::Builder::new()
+            .name("folio-journal-sync".into())
+            .spawn(move || run_syncer(&from_writer, &syncer_shared, sync))
+            .map_err(|e| StorageError::io("spawning journal syncer thread", e))?;
         let (thread_shared, thread_queue) = (shared.clone(), queue.clone());
         let thread = std::thread::Builder::new()
             .name("folio-journal".into())
-            .spawn(move || writer.run(&thread_queue, &thread_shared))
+            .spawn(move || writer.run(&thread_queue, &thread_shared, to_syncer))
             .map_err(|e| StorageError::io("spawning journal thread", e))?;
-        Ok(Journal { queue, shared, thread: Mutex::new(Some(thread)) })
+        Ok(Journal { queue, shared, threads: Mutex::new(vec![thread, syncer]) })
     }
 
     /// Queues `record`; `done` runs once it is durable (or failed).
@@ -274,7 +285,7 @@ impl Journal {
     /// Stops the thread after everything queued so far.
     pub fn shutdown(&self) {
         let _ = self.queue.push(Request::Shutdown);
-        if let Some(t) = self.thread.lock().expect("journal thread lock").take() {
+        for t in self.threads.lock().expect("journal thread lock").drain(..) {
             let _ = t.join();
         }
     }
@@ -432,11 +443,13 @@ impl Writer {
         let _ = self.fs.sync_dir(&self.dir);
     }
 
-    fn run(mut self, queue: &Queue, shared: &Shared) {
+    /// Writes groups until a shutdown request, handing each to the syncer; then fails what
+    /// was queued after the shutdown.
+    fn run(mut self, queue: &Queue, shared: &Shared, to_syncer: SyncSender<Written>) {
         let mut group: Vec<(JournalRecord, Option<JournalCallback>)> = Vec::new();
-        let mut barriers: Vec<JournalCallback> = Vec::new();
         loop {
             let mut stop = false;
+            let mut barriers = Vec::new();
             for request in queue.take_group(self.config.group_wait_max) {
                 match request {
                     Request::Append(r, cb) => group.push((r, cb)),
@@ -445,87 +458,163 @@ impl Writer {
                     Request::Shutdown => stop = true,
                 }
             }
-            if !group.is_empty() {
-                self.commit_group(&mut group, shared);
-            }
-            // Everything queued before a barrier was in this group or an earlier one.
-            let position = self.position();
-            let poisoned = shared.poisoned.lock().expect("poison lock").clone();
-            for cb in barriers.drain(..) {
-                match &poisoned {
-                    Some(reason) => cb(Err(StorageError::Poisoned(reason.clone()))),
-                    None => cb(Ok(position)),
-                }
+            let mut written = if group.is_empty() {
+                Written::empty(self.file().clone(), self.position())
+            } else {
+                self.write_group(&mut group, shared)
+            };
+            // Everything queued before a barrier is in this batch or an earlier one.
+            written.barriers = barriers;
+            if !written.is_empty()
+                && let Err(std::sync::mpsc::SendError(w)) = to_syncer.send(written)
+            {
+                // The syncer is gone only if it panicked.
+                fail_all(w.callbacks.into_iter().map(|(cb, _)| cb), "journal syncer stopped");
+                fail_all(w.barriers.into_iter(), "journal syncer stopped");
             }
             if stop {
-                // Requests queued after the shutdown fail as ShutDown.
-                queue.close();
-                for request in queue.take_remaining() {
-                    match request {
-                        Request::Append(_, Some(cb)) | Request::Barrier(cb) => {
-                            cb(Err(StorageError::ShutDown))
-                        }
-                        _ => {}
-                    }
-                }
-                return;
+                break;
+            }
+        }
+        queue.close();
+        for request in queue.take_remaining() {
+            if let Request::Append(_, Some(cb)) | Request::Barrier(cb) = request {
+                cb(Err(StorageError::ShutDown))
             }
         }
     }
 
-    fn commit_group(
+    /// Writes `group` (not synced) and returns it for the syncer. On a failed write, or on
+    /// a poisoned journal, the group's callbacks fail here and an empty batch is returned.
+    fn write_group(
         &mut self,
         group: &mut Vec<(JournalRecord, Option<JournalCallback>)>,
         shared: &Shared,
-    ) {
+    ) -> Written {
         let poisoned = shared.poisoned.lock().expect("poison lock").clone();
         if let Some(reason) = poisoned {
-            for (_, cb) in group.drain(..) {
-                if let Some(cb) = cb {
-                    cb(Err(StorageError::Poisoned(reason.clone())));
-                }
-            }
-            return;
+            fail_all(group.drain(..).filter_map(|(_, cb)| cb), &reason);
+            return Written::empty(self.file().clone(), self.position());
         }
-        let mut positions = Vec::with_capacity(group.len());
+        let mut callbacks = Vec::with_capacity(group.len());
+        let mut bytes = 0;
+        let n_records = group.len();
         let result = (|| -> std::io::Result<()> {
             if self.position().offset >= self.config.file_bytes_max {
                 self.rotate()?;
             }
-            for (record, _) in group.iter() {
-                encode_record(self.file_id, record, &mut self.buf);
-                positions.push(self.position());
+            for (record, cb) in group.drain(..) {
+                bytes += record_len(&record);
+                encode_record(self.file_id, &record, &mut self.buf);
+                if let Some(cb) = cb {
+                    callbacks.push((cb, self.position()));
+                }
             }
-            self.write_buf()?;
-            if self.config.sync {
-                self.file().sync_data()?;
-            }
-            Ok(())
+            self.write_buf()
         })();
         match result {
-            Ok(()) => {
-                use std::sync::atomic::Ordering::Relaxed;
-                let bytes: usize = group.iter().map(|(r, _)| record_len(r)).sum();
-                shared.stats.n_commits.fetch_add(1, Relaxed);
-                shared.stats.bytes_committed.fetch_add(bytes as u64, Relaxed);
-                shared.stats.n_records.fetch_add(group.len() as u64, Relaxed);
-                *shared.written.lock().expect("mark lock") = self.position();
-                for ((_, cb), pos) in group.drain(..).zip(positions) {
-                    if let Some(cb) = cb {
-                        cb(Ok(pos));
-                    }
-                }
-            }
+            Ok(()) => Written {
+                file: self.file().clone(),
+                end: self.position(),
+                bytes,
+                n_records,
+                callbacks,
+                barriers: Vec::new(),
+            },
             Err(e) => {
                 let reason = format!("journal file {:016x}: {e}", self.file_id);
-                tracing::error!(%reason, "journal write or fsync failed; journal poisoned");
+                tracing::error!(%reason, "journal write failed; journal poisoned");
                 *shared.poisoned.lock().expect("poison lock") = Some(reason.clone());
-                for (_, cb) in group.drain(..) {
-                    if let Some(cb) = cb {
-                        cb(Err(StorageError::Poisoned(reason.clone())));
-                    }
-                }
+                fail_all(callbacks.into_iter().map(|(cb, _)| cb), &reason);
+                fail_all(group.drain(..).filter_map(|(_, cb)| cb), &reason);
+                Written::empty(self.file().clone(), self.position())
             }
+        }
+    }
+}
+
+/// Written groups waiting for the syncer at most; the writer blocks beyond this.
+const SYNC_PIPELINE_GROUPS: usize = 2;
+
+/// A written, not yet synced batch handed from the writer to the syncer.
+struct Written {
+    file: Arc<dyn FileHandle>,
+    /// Position just past the batch's last record.
+    end: JournalPosition,
+    bytes: usize,
+    n_records: usize,
+    callbacks: Vec<(JournalCallback, JournalPosition)>,
+    /// Run once everything up to `end` is durable.
+    barriers: Vec<JournalCallback>,
+}
+
+impl Written {
+    fn empty(file: Arc<dyn FileHandle>, end: JournalPosition) -> Written {
+        Written { file, end, bytes: 0, n_records: 0, callbacks: Vec::new(), barriers: Vec::new() }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.n_records == 0 && self.barriers.is_empty()
+    }
+}
+
+fn fail_all(callbacks: impl Iterator<Item = JournalCallback>, reason: &str) {
+    for cb in callbacks {
+        cb(Err(StorageError::Poisoned(reason.to_string())));
+    }
+}
+
+/// The syncer thread: until the writer hangs up, takes every batch written so far,
+/// fdatasyncs once, and runs their callbacks in order.
+fn run_syncer(from_writer: &Receiver<Written>, shared: &Shared, sync: bool) {
+    while let Ok(first) = from_writer.recv() {
+        sync_batch(first, from_writer, shared, sync);
+    }
+}
+
+/// Syncs `first` and whatever else is waiting, then runs their callbacks.
+fn sync_batch(first: Written, from_writer: &Receiver<Written>, shared: &Shared, sync: bool) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut batch = vec![first];
+    batch.extend(from_writer.try_iter());
+    let bytes: usize = batch.iter().map(|w| w.bytes).sum();
+    let n_records: usize = batch.iter().map(|w| w.n_records).sum();
+    let mut result = match shared.poisoned.lock().expect("poison lock").clone() {
+        Some(reason) => Err(reason),
+        None => Ok(()),
+    };
+    if result.is_ok() && sync && n_records > 0 {
+        // Batches are in file order; a rotation between them synced the older file already,
+        // so syncing each distinct file handle once is enough.
+        let mut synced: Vec<&Arc<dyn FileHandle>> = Vec::new();
+        for w in batch.iter().filter(|w| w.n_records > 0) {
+            if synced.iter().any(|f| Arc::ptr_eq(f, &w.file)) {
+                continue;
+            }
+            if let Err(e) = w.file.sync_data() {
+                let reason = format!("journal file {:016x}: fdatasync: {e}", w.end.file_id);
+                tracing::error!(%reason, "journal fsync failed; journal poisoned");
+                *shared.poisoned.lock().expect("poison lock") = Some(reason.clone());
+                result = Err(reason);
+                break;
+            }
+            synced.push(&w.file);
+        }
+    }
+    if result.is_ok() && n_records > 0 {
+        shared.stats.n_commits.fetch_add(1, Relaxed);
+        shared.stats.bytes_committed.fetch_add(bytes as u64, Relaxed);
+        shared.stats.n_records.fetch_add(n_records as u64, Relaxed);
+        let end = batch.last().expect("non-empty").end;
+        *shared.written.lock().expect("mark lock") = end;
+    }
+    for w in batch {
+        let end = w.end;
+        for (cb, pos) in w.callbacks {
+            cb(result.clone().map(|()| pos).map_err(StorageError::Poisoned));
+        }
+        for cb in w.barriers {
+            cb(result.clone().map(|()| end).map_err(StorageError::Poisoned));
         }
     }
 }
