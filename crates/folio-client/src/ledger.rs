@@ -244,6 +244,17 @@ struct WriterState {
     down: std::collections::BTreeSet<usize>,
 }
 
+/// Moves the published LAC forward to `lac`; never back.
+fn publish_lac(tx: &watch::Sender<EntryId>, lac: EntryId) {
+    tx.send_if_modified(|published| {
+        let forward = lac > *published;
+        if forward {
+            *published = lac;
+        }
+        forward
+    });
+}
+
 /// Default per-request timeout (see `LedgerClient::with_request_timeout`).
 pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -607,10 +618,14 @@ impl WriterInner {
         }
         st.lac = lac;
         st.lac_length = lac_length;
-        let lac = st.lac;
         drop(st);
         if lac != before {
-            self.lac_tx.send_replace(lac);
+            // Acks of two entries can advance the LAC on two threads and publish in either
+            // order; the watch only moves forward. (It once went back from 6 to 5, leaving
+            // the add of entry 6 waiting for ever when no later add came to move it: a
+            // produce never acknowledged, with nothing logged.) Not published under the
+            // state lock: `wait_confirmed` takes that lock inside the watch's read lock.
+            publish_lac(&self.lac_tx, lac);
         }
     }
 
@@ -1187,6 +1202,20 @@ impl LedgerReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stale_lac_never_moves_the_published_lac_back() {
+        let (tx, mut rx) = watch::channel(INVALID_ENTRY_ID);
+        publish_lac(&tx, 6);
+        assert!(rx.has_changed().unwrap());
+        assert_eq!(*rx.borrow_and_update(), 6);
+        // A thread that computed LAC 5 before another computed 6 publishes late.
+        publish_lac(&tx, 5);
+        assert!(!rx.has_changed().unwrap(), "a stale LAC is not a change");
+        assert_eq!(*rx.borrow(), 6);
+        publish_lac(&tx, 7);
+        assert_eq!(*rx.borrow_and_update(), 7);
+    }
 
     #[test]
     fn quorum_coverage_needs_enough_definite_answers_in_every_write_set() {
