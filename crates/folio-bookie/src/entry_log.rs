@@ -26,7 +26,7 @@ use folio_proto::{Entry, EntryId, LedgerId};
 
 use crate::error::{Result, StorageError};
 use crate::frame::{self, FRAME_HEADER_BYTES, Frame, StopReason};
-use crate::fs::{AlignedBuf, DIRECT_IO_ALIGN, FileHandle, FileSystem, OpenOptions};
+use crate::fs::{AlignedBuf, FileHandle, FileSystem, OpenOptions};
 use crate::index::{EntryLocation, EntryLogState};
 
 pub const HEADER_BYTES: u64 = 64;
@@ -35,7 +35,7 @@ const VERSION: u32 = 1;
 const KIND_ENTRY: u8 = 1;
 const KIND_LEDGERS_MAP: u8 = 2;
 const KIND_SEAL: u8 = 3;
-/// Bytes buffered before the writer hands them to the file.
+/// Bytes buffered before the writer hands them to the file and starts their writeback.
 const WRITE_BUFFER_BYTES: usize = 256 * 1024;
 const FRAME_BODY_BYTES_MAX: usize = ENTRY_BYTES_MAX;
 
@@ -95,9 +95,6 @@ pub struct EntryLogWriter {
     n_entries: u64,
     /// Bytes written to the file since its last fdatasync.
     unsynced_bytes: u64,
-    /// Leading bytes of `buf` already on disk: with O_DIRECT the last partial block is
-    /// written padded and kept in `buf`, to be written again with what follows it.
-    buf_written: usize,
 }
 
 impl EntryLogWriter {
@@ -105,12 +102,8 @@ impl EntryLogWriter {
     pub fn create(fs: &dyn FileSystem, dir: &Path, log_id: u64) -> Result<EntryLogWriter> {
         let path = dir.join(file_name(log_id));
         let ctx = || format!("creating entry log {}", path.display());
-        // O_DIRECT: a flush's data goes to the disk as it is written, in 1 MiB steps,
-        // instead of piling up as dirty pages that one fdatasync at the end pushes out at
-        // once while the journal's fdatasyncs queue behind it.
-        let file = fs
-            .open(&path, OpenOptions { direct: true, ..OpenOptions::CREATE_NEW })
-            .map_err(|e| StorageError::io(ctx(), e))?;
+        let file =
+            fs.open(&path, OpenOptions::CREATE_NEW).map_err(|e| StorageError::io(ctx(), e))?;
         fs.sync_dir(dir).map_err(|e| StorageError::io(ctx(), e))?;
         let mut buf = AlignedBuf::with_capacity(WRITE_BUFFER_BYTES + ENTRY_BYTES_MAX);
         buf.extend_from_slice(&encode_header(log_id));
@@ -123,7 +116,6 @@ impl EntryLogWriter {
             ledgers: BTreeMap::new(),
             n_entries: 0,
             unsynced_bytes: 0,
-            buf_written: 0,
         })
     }
 
@@ -146,7 +138,6 @@ impl EntryLogWriter {
             ledgers: scan.ledgers.clone(),
             n_entries: scan.n_entries,
             unsynced_bytes: 0,
-            buf_written: 0,
         })
     }
 
@@ -176,25 +167,21 @@ impl EntryLogWriter {
     }
 
     fn write_out(&mut self) -> Result<()> {
-        let used = self.buf.len();
-        if used == self.buf_written {
+        if self.buf.is_empty() {
             return Ok(());
-        }
-        let direct = self.file.is_direct();
-        if direct {
-            self.buf.pad_to_alignment();
         }
         self.file
             .write_all_at(self.buf.as_slice(), self.buf_offset)
             .map_err(|e| StorageError::io(format!("writing {}", self.path.display()), e))?;
-        self.unsynced_bytes += (used - self.buf_written) as u64;
-        // Keep the last partial block (O_DIRECT writes whole blocks at aligned offsets).
-        let full = if direct { used / DIRECT_IO_ALIGN * DIRECT_IO_ALIGN } else { used };
-        let tail = self.buf.as_slice()[full..used].to_vec();
-        self.buf_offset += full as u64;
+        // Writeback starts now, in steps of this size, instead of piling up as dirty pages
+        // that one fdatasync at the end of the flush pushes out at once while the
+        // journal's fdatasyncs queue behind it. A hint: a failure here changes nothing.
+        if let Err(e) = self.file.start_writeback(self.buf_offset, self.buf.len() as u64) {
+            tracing::debug!(path = %self.path.display(), error = %e, "starting writeback failed");
+        }
+        self.buf_offset += self.buf.len() as u64;
+        self.unsynced_bytes += self.buf.len() as u64;
         self.buf.clear();
-        self.buf.extend_from_slice(&tail);
-        self.buf_written = tail.len();
         Ok(())
     }
 
@@ -230,12 +217,6 @@ impl EntryLogWriter {
         seal.extend_from_slice(&self.n_entries.to_le_bytes());
         frame::encode(self.log_id, KIND_SEAL, &seal, &mut self.buf);
         self.sync()?;
-        // Drop the padding of the last O_DIRECT block (or a crashed writer's torn tail).
-        let size = self.size();
-        self.file
-            .set_len(size)
-            .and_then(|()| self.file.sync_data())
-            .map_err(|e| StorageError::io(format!("truncating {}", self.path.display()), e))?;
         tracing::debug!(
             log_id = self.log_id,
             size = self.size(),
@@ -471,15 +452,14 @@ mod tests {
 }
 
 #[cfg(test)]
-mod direct_io_tests {
-    //! The O_DIRECT path on the real file system: whole blocks at aligned offsets, the last
-    //! partial block rewritten with what follows it, the padding dropped at the seal.
+mod real_fs_tests {
+    //! The writer on the real file system, where each write-out also starts its writeback.
     use super::*;
     use crate::fs::RealFs;
     use folio_proto::EntryHeader;
 
     fn entry(e: i64) -> Entry {
-        // Sizes that never line up with the 4 KiB block.
+        // Sizes that never line up with a page.
         let n = 1000 + (e as usize * 37) % 3001;
         Entry::encode(
             EntryHeader { ledger_id: 9, entry_id: e, last_add_confirmed: e - 1, length: 0 },
@@ -492,13 +472,12 @@ mod direct_io_tests {
     }
 
     #[test]
-    fn direct_writes_keep_every_entry_and_the_seal_drops_the_padding() {
+    fn entries_written_in_steps_with_writeback_read_back_and_seal() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
         let mut w = EntryLogWriter::create(&RealFs, dir, 3).unwrap();
-        let direct = w.file.is_direct();
         let mut locs = Vec::new();
-        // ~700 KB: several 256 KiB write-outs, each ending inside a block.
+        // ~700 KB: several 256 KiB write-outs.
         for e in 0..300 {
             locs.push(w.append(&entry(e)).unwrap());
             if e % 97 == 0 {
@@ -506,10 +485,7 @@ mod direct_io_tests {
             }
         }
         w.sync().unwrap();
-        if direct {
-            assert_eq!(file_len(dir, 3) % DIRECT_IO_ALIGN as u64, 0, "whole blocks on disk");
-            assert!(file_len(dir, 3) >= w.size());
-        }
+        assert_eq!(file_len(dir, 3), w.size());
         let reader = EntryLogReader::new(Arc::new(RealFs), dir.to_path_buf());
         for (e, loc) in locs.iter().enumerate() {
             assert_eq!(reader.read(*loc, 9, e as i64).unwrap(), entry(e as i64));
@@ -522,7 +498,7 @@ mod direct_io_tests {
         let state = w.seal().unwrap();
         assert!(state.sealed);
         assert!(state.size_bytes > size);
-        assert_eq!(file_len(dir, 3), state.size_bytes, "no padding after the seal");
+        assert_eq!(file_len(dir, 3), state.size_bytes);
         let s = scan(&RealFs, dir, 3, &mut |_, _| {}).unwrap();
         assert_eq!((s.n_entries, s.sealed), (300, true));
         reader.forget(3);
@@ -540,7 +516,7 @@ mod direct_io_tests {
             w.append(&entry(e)).unwrap();
         }
         w.sync().unwrap();
-        drop(w); // the process dies: padding and no seal
+        drop(w); // the process dies: no seal
         let s = scan(&RealFs, dir, 4, &mut |_, _| {}).unwrap();
         assert_eq!((s.n_entries, s.sealed), (40, false));
         let state = EntryLogWriter::reopen_for_seal(&RealFs, dir, &s).unwrap().seal().unwrap();

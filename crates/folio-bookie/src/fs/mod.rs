@@ -55,6 +55,11 @@ pub trait FileHandle: Send + Sync + Debug {
     fn len(&self) -> io::Result<u64>;
     fn set_len(&self, len: u64) -> io::Result<()>;
     fn is_direct(&self) -> bool;
+    /// Starts writing back `len` bytes at `offset` and lets the page cache drop them once
+    /// written, without waiting. A hint: durability still needs `sync_data`.
+    fn start_writeback(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
 
     /// Reads exactly `buf.len()` bytes at `offset`, or fails with `UnexpectedEof`.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
