@@ -57,7 +57,26 @@ enum Command {
     },
 }
 
+/// glibc's malloc arenas at most (its default is 8 per core). Entries are allocated on
+/// the network threads and freed on the journal, flusher and index threads; with an arena
+/// per thread, each grew to its own peak: a full `folio bench bookie` peaked at 305 MiB of
+/// RSS, 190 MiB with two arenas.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const MALLOC_ARENAS_MAX: libc::c_int = 2;
+
+/// Caps glibc's malloc arenas; call before any thread is started. Returns whether glibc
+/// took the setting.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn limit_malloc_arenas() -> bool {
+    // SAFETY: `mallopt` takes two integers and changes a malloc tunable; it touches no
+    // memory of ours. It is called before any other thread exists.
+    unsafe { libc::mallopt(libc::M_ARENA_MAX, MALLOC_ARENAS_MAX) == 1 }
+}
+
 fn main() -> ExitCode {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    limit_malloc_arenas();
     let cli = Cli::parse();
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| cli.log.clone());
     tracing_subscriber::fmt()
@@ -81,5 +100,13 @@ fn main() -> ExitCode {
             eprintln!("folio: error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(all(test, target_os = "linux", target_env = "gnu"))]
+mod tests {
+    #[test]
+    fn glibc_takes_the_arena_limit() {
+        assert!(super::limit_malloc_arenas());
     }
 }
