@@ -286,14 +286,9 @@ impl EntryLogReader {
     pub fn read_span(&self, log_id: u64, offset: u64, len: usize) -> Result<Vec<Entry>> {
         let ctx = || format!("entry log {}", file_name(log_id));
         let mut buf = vec![0u8; len];
-        self.handle(log_id)?.read_exact_at(&mut buf, offset).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                // The index points past the log's end: the log lost what it held.
-                StorageError::corruption(ctx(), format!("{len} bytes at {offset} are past the end"))
-            } else {
-                StorageError::io(ctx(), e)
-            }
-        })?;
+        self.handle(log_id)?
+            .read_exact_at(&mut buf, offset)
+            .map_err(|e| StorageError::io(ctx(), e))?;
         let mut entries = Vec::new();
         let mut at = 0;
         while at < buf.len() {
@@ -481,7 +476,7 @@ mod real_fs_tests {
         for e in 0..300 {
             locs.push(w.append(&entry(e)).unwrap());
             if e % 97 == 0 {
-                w.sync().unwrap(); // a flush ending mid-block, then more entries
+                w.sync().unwrap(); // a flush ending mid-step, then more entries
             }
         }
         w.sync().unwrap();

@@ -243,7 +243,7 @@ async fn measure(
         let full = phase(&conns, entry_bytes, inflight, d, None, &mut next).await?;
         let disk_write_mb_per_s = process_disk_write_bytes()
             .zip(written0)
-            .map(|(b, a)| (b - a) as f64 / MIB / phase_start.elapsed().as_secs_f64());
+            .map(|(b, a)| b.saturating_sub(a) as f64 / MIB / phase_start.elapsed().as_secs_f64());
         let commits = stats.n_commits.load(Ordering::Relaxed) - c0;
         let batch =
             ((stats.bytes_committed.load(Ordering::Relaxed) - b0) / commits.max(1)) as usize;
