@@ -105,18 +105,18 @@ impl FlushPace {
 
     /// Counts `bytes` written; sleeps when ahead of schedule.
     fn wrote(&mut self, bytes: usize, cache: &WriteCache) {
-        let now = std::time::Instant::now();
-        if let Some(d) = self.delay(bytes, || cache.active_fraction(), now) {
+        if let Some(d) = self.delay(bytes, || cache.active_fraction(), std::time::Instant::now) {
             std::thread::sleep(d);
         }
     }
 
-    /// How long to pause after `bytes` more were written at `now`, if at all.
+    /// How long to pause after `bytes` more were written, if at all. The cache and the
+    /// clock are read only once per step, not per entry.
     fn delay(
         &mut self,
         bytes: usize,
         active_fraction: impl FnOnce() -> f64,
-        now: std::time::Instant,
+        now: impl FnOnce() -> std::time::Instant,
     ) -> Option<std::time::Duration> {
         self.done += bytes;
         self.unpaced += bytes;
@@ -129,6 +129,7 @@ impl FlushPace {
             return None;
         }
         let due = self.start + self.budget.mul_f64(self.done as f64 / self.total.max(1) as f64);
+        let now = now();
         (due > now).then(|| due - now)
     }
 }
@@ -1267,14 +1268,14 @@ mod tests {
         let start = Instant::now();
         let mut pace = FlushPace::new(8 * MIB, Duration::from_millis(800), start);
         // Below one step nothing is checked.
-        assert_eq!(pace.delay(FLUSH_PACE_STEP_BYTES - 1, || 0.0, start), None);
+        assert_eq!(pace.delay(FLUSH_PACE_STEP_BYTES - 1, || 0.0, || start), None);
         // Written instantly, the first MiB is due at 100 ms.
-        let d = pace.delay(MIB - (FLUSH_PACE_STEP_BYTES - 1), || 0.0, start).unwrap();
+        let d = pace.delay(MIB - (FLUSH_PACE_STEP_BYTES - 1), || 0.0, || start).unwrap();
         assert_eq!(d, Duration::from_millis(100));
         // Behind schedule: no pause.
-        assert_eq!(pace.delay(MIB, || 0.0, start + Duration::from_millis(500)), None);
+        assert_eq!(pace.delay(MIB, || 0.0, || start + Duration::from_millis(500)), None);
         // Ahead again: 3 MiB done at 200 ms, due at 300 ms.
-        let d = pace.delay(MIB, || 0.0, start + Duration::from_millis(200)).unwrap();
+        let d = pace.delay(MIB, || 0.0, || start + Duration::from_millis(200)).unwrap();
         assert_eq!(d, Duration::from_millis(100));
     }
 
@@ -1282,10 +1283,10 @@ mod tests {
     fn pacing_stops_once_the_active_half_fills_and_never_applies_without_a_budget() {
         let start = Instant::now();
         let mut pace = FlushPace::new(8 * MIB, Duration::from_millis(800), start);
-        assert_eq!(pace.delay(MIB, || FLUSH_PACE_ACTIVE_FRACTION_MAX, start), None);
+        assert_eq!(pace.delay(MIB, || FLUSH_PACE_ACTIVE_FRACTION_MAX, || start), None);
         // Once writers may soon wait, the rest of the flush runs flat out.
-        assert_eq!(pace.delay(MIB, || 0.0, start), None);
+        assert_eq!(pace.delay(MIB, || 0.0, || start), None);
         let mut unpaced = FlushPace::new(8 * MIB, Duration::ZERO, start);
-        assert_eq!(unpaced.delay(4 * MIB, || 0.0, start), None);
+        assert_eq!(unpaced.delay(4 * MIB, || 0.0, || start), None);
     }
 }

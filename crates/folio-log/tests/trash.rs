@@ -23,6 +23,12 @@ fn manual_env(c: &Cluster) -> (folio_log::LogEnv, ManualClock) {
     (env_with(c.meta.clone(), Arc::new(clock.clone()), "t"), clock)
 }
 
+/// The ids of the ledgers in the trash.
+async fn trashed_ids(env: &folio_log::LogEnv) -> Vec<u64> {
+    let records = Trash::new(env.clone(), TrashConfig::default()).list().await.unwrap();
+    records.iter().map(|t| t.ledger_id).collect()
+}
+
 #[tokio::test]
 async fn l1_a_ledger_whose_owner_tag_names_another_log_is_never_deleted() {
     let c = Cluster::start(1).await;
@@ -92,13 +98,7 @@ async fn l1_a_bookie_down_during_deletion_delays_only_the_reclaim() {
         log.append(&batch(i), 1, 0).await.unwrap();
     }
     log.delete_records(3).await.unwrap();
-    let trashed: Vec<u64> = Trash::new(env.clone(), TrashConfig::default())
-        .list()
-        .await
-        .unwrap()
-        .iter()
-        .map(|t| t.ledger_id)
-        .collect();
+    let trashed = trashed_ids(&env).await;
     c.nodes[0].kill().await;
     let pass = Trash::new(env.clone(), TrashConfig::default()).run_once().await.unwrap();
     assert_eq!(pass.deleted, trashed.len() as u64, "deletion needs only the metadata store");
@@ -224,12 +224,6 @@ async fn deleting_a_log_fences_a_last_ledger_not_created_yet() {
     let m = env.client.metadata(next).await.unwrap();
     assert_eq!(m.state, folio_meta::records::LedgerState::Closed);
     assert_eq!(m.custom.get(OWNER_TAG).map(|b| b.as_ref()), Some(&b"half"[..]));
-    let trashed: Vec<u64> = Trash::new(env.clone(), TrashConfig::default())
-        .list()
-        .await
-        .unwrap()
-        .iter()
-        .map(|t| t.ledger_id)
-        .collect();
+    let trashed = trashed_ids(&env).await;
     assert!(trashed.contains(&next), "{trashed:?}");
 }
