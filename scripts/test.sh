@@ -1,70 +1,53 @@
 #!/usr/bin/env bash
 # Runs every check and test Folio has: formatting, clippy, and the whole test suite,
-# including the metadata store's etcd backend against a real etcd.
+# including the metadata store's etcd backend against a real etcd and real Kafka clients.
 #
-# On a fresh machine it installs what the tests need (Debian: etcd-server for the etcd
-# backend, protobuf-compiler to build etcd-client, kcat; pip: confluent-kafka,
-# kafka-python and aiokafka as real Kafka clients), starts etcd on 127.0.0.1 with a
-# temporary data dir, waits until it is healthy, runs everything with the `etcd` feature,
-# and stops etcd when done (also on failure or Ctrl-C).
+# On a fresh machine it installs what the tests need (scripts/lib/deps.sh), starts etcd on
+# 127.0.0.1 with a temporary data dir (scripts/lib/etcd.sh) and stops it when done (also on
+# failure or Ctrl-C). Tests run under cargo-nextest (.config/nextest.toml, profile `ci`):
+# every test in its own process, every test binary run even when one fails, no retries.
+# At the end it prints the failures and the ten slowest tests, and exits non-zero if any
+# check or test failed.
 #
-# Usage: scripts/test.sh            (from anywhere; needs root or sudo for apt-get)
-set -euo pipefail
+# Longer fault sweeps than CI's are behind environment variables, e.g.
+#   FOLIO_CRASH_SEEDS=0..400 FOLIO_FAULT_SEEDS=0..50 scripts/test.sh
+#
+# Usage: scripts/test.sh [extra nextest args, e.g. a filter]   (needs root or sudo for apt-get)
+set -uo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/deps.sh
+. scripts/lib/etcd.sh
 
-need=()
-command -v etcd >/dev/null || need+=(etcd-server)
-command -v protoc >/dev/null || need+=(protobuf-compiler)
-command -v curl >/dev/null || need+=(curl)
-command -v kcat >/dev/null || need+=(kcat)
-command -v python3 >/dev/null || need+=(python3)
-python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
-if ((${#need[@]})); then
-    echo "== installing ${need[*]}"
-    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+started=$(date +%s)
+install_deps || exit 1
+start_etcd
 
-# The real Kafka clients the broker is tested with (crates/folio/tests/kafka_clients.rs).
-if ! python3 -c 'import confluent_kafka, kafka, aiokafka' 2>/dev/null; then
-    echo "== installing confluent-kafka, kafka-python, aiokafka (pip)"
-    pkgs=(confluent-kafka kafka-python aiokafka)
-    python3 -m pip install --quiet "${pkgs[@]}" 2>/dev/null ||
-        python3 -m pip install --quiet --break-system-packages "${pkgs[@]}"
-fi
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-ETCD_DIR=$(mktemp -d)
-CLIENT_PORT=$(free_port)
-PEER_PORT=$(free_port)
-echo "== starting etcd on 127.0.0.1:$CLIENT_PORT (data in $ETCD_DIR)"
-etcd --name folio-test --data-dir "$ETCD_DIR/data" \
-    --listen-client-urls "http://127.0.0.1:$CLIENT_PORT" --advertise-client-urls "http://127.0.0.1:$CLIENT_PORT" \
-    --listen-peer-urls "http://127.0.0.1:$PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$PEER_PORT" \
-    --initial-cluster "folio-test=http://127.0.0.1:$PEER_PORT" --initial-cluster-state new \
-    --logger zap --log-outputs stderr >"$ETCD_DIR/etcd.log" 2>&1 &
-ETCD_PID=$!
-stop_etcd() {
-    kill "$ETCD_PID" 2>/dev/null || true
-    wait "$ETCD_PID" 2>/dev/null || true
-    rm -rf "$ETCD_DIR"
+failed=()
+step() { # step NAME COMMAND...: runs it, remembers a failure, never stops the run
+    local name=$1
+    shift
+    echo "== $name"
+    "$@" || failed+=("$name")
 }
-trap stop_etcd EXIT
-for _ in $(seq 1 300); do
-    if curl -fsS "http://127.0.0.1:$CLIENT_PORT/health" 2>/dev/null | grep -q '"health":"true"'; then break; fi
-    kill -0 "$ETCD_PID" 2>/dev/null || { cat "$ETCD_DIR/etcd.log"; echo "etcd exited"; exit 1; }
-    sleep 0.1
-done
-curl -fsS "http://127.0.0.1:$CLIENT_PORT/health" | grep -q '"health":"true"' || { echo "etcd not healthy"; exit 1; }
-export FOLIO_ETCD_ENDPOINTS="127.0.0.1:$CLIENT_PORT"
 
-echo "== cargo fmt --check"
-cargo fmt --all -- --check
+step "cargo fmt --check" cargo fmt --all -- --check
+step "cargo clippy (all targets, all features, warnings are errors)" \
+    cargo clippy --workspace --all-targets --all-features -- -D warnings
+report=target/nextest/ci/junit.xml
+rm -f "$report"
+step "cargo nextest (all features: etcd backend included)" \
+    cargo nextest run --workspace --all-features --profile ci --no-fail-fast "$@"
+step "doc tests" cargo test --workspace --all-features --doc --quiet
 
-echo "== cargo clippy (all targets, all features, warnings are errors)"
-cargo clippy --workspace --all-targets --all-features -- -D warnings
-
-echo "== cargo test (all features: etcd backend included)"
-cargo test --workspace --all-features 2>&1 | tee "$ETCD_DIR/test.log"
-grep -q "test result: ok" "$ETCD_DIR/test.log"
+if [ -f "$report" ]; then
+    python3 scripts/lib/junit_summary.py run "$report"
+else
+    echo "== no test report at $report (the build failed?)"
+    failed+=("test report")
+fi
+echo "== wall time $(($(date +%s) - started)) s"
+if ((${#failed[@]})); then
+    printf 'FAILED: %s\n' "${failed[@]}"
+    exit 1
+fi
+echo "all checks and tests passed"

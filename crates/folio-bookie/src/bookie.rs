@@ -146,7 +146,8 @@ pub struct Bookie {
     keys: Keys,
     lease: Arc<std::sync::Mutex<LeaseId>>,
     ledger_dir: PathBuf,
-    gc_status: Arc<std::sync::Mutex<crate::gc::GcStatus>>,
+    /// What the GC passes found; a watch, so that a caller can await the next pass.
+    gc_status: Arc<watch::Sender<crate::gc::GcStatus>>,
 }
 
 impl Bookie {
@@ -256,7 +257,7 @@ impl Bookie {
             read_only.clone(),
             stop_rx,
         )));
-        let gc_status = Arc::new(std::sync::Mutex::new(crate::gc::GcStatus::default()));
+        let gc_status = Arc::new(watch::Sender::new(crate::gc::GcStatus::default()));
         tasks.push(tokio::spawn(run_gc(
             storage.clone(),
             meta.clone(),
@@ -303,13 +304,23 @@ impl Bookie {
         let result =
             crate::gc::gc_once(&self.storage, self.meta.as_ref(), &self.keys, &self.id, &config)
                 .await;
-        self.gc_status.lock().expect("gc status lock").record(started, &result);
+        self.gc_status.send_modify(|s| s.record(started, &result));
         result
     }
 
     /// What the last GC passes found.
     pub fn gc_status(&self) -> crate::gc::GcStatus {
-        self.gc_status.lock().expect("gc status lock").clone()
+        self.gc_status.borrow().clone()
+    }
+
+    /// Waits until `n` more GC passes (of the loop or [`Bookie::gc_now`]) have ended, counted
+    /// from the call. A pass that was already running counts, so a caller that needs a pass
+    /// which *began* after some change waits for two.
+    pub async fn gc_passes_after(&self, n: u64) {
+        let mut rx = self.gc_status.subscribe();
+        let target = rx.borrow_and_update().passes + n;
+        // The sender lives as long as `self`, so the wait only ends at `target`.
+        let _ = rx.wait_for(|s| s.passes >= target).await;
     }
 
     /// Whether this start found the DIRTY marker of an unclean shutdown.
@@ -513,7 +524,7 @@ async fn run_gc(
     keys: Keys,
     id: String,
     config: crate::gc::GcConfig,
-    status: Arc<std::sync::Mutex<crate::gc::GcStatus>>,
+    status: Arc<watch::Sender<crate::gc::GcStatus>>,
     mut stop: watch::Receiver<bool>,
 ) {
     // The first compactions run one interval after start, not at once.
@@ -534,7 +545,7 @@ async fn run_gc(
             (Ok(_), Some((_, false))) => last_minor = started,
             (Ok(_), None) => {}
         }
-        status.lock().expect("gc status lock").record(started, &result);
+        status.send_modify(|s| s.record(started, &result));
     }
 }
 

@@ -1,0 +1,32 @@
+# Sourced by scripts/test.sh and scripts/soak-tests.sh: installs what the tests need on a
+# fresh Debian machine (apt: etcd-server for the etcd backend, protobuf-compiler to build
+# etcd-client, curl, kcat; pip: confluent-kafka, kafka-python and aiokafka as real Kafka
+# clients; cargo: cargo-nextest, the test runner, when the machine lacks it).
+
+install_deps() {
+    local need=()
+    command -v etcd >/dev/null || need+=(etcd-server)
+    command -v protoc >/dev/null || need+=(protobuf-compiler)
+    command -v curl >/dev/null || need+=(curl)
+    command -v kcat >/dev/null || need+=(kcat)
+    command -v python3 >/dev/null || need+=(python3)
+    python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+    if ((${#need[@]})); then
+        echo "== installing ${need[*]}"
+        local sudo=""
+        [ "$(id -u)" -ne 0 ] && sudo=sudo
+        $sudo apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+    fi
+    # The real Kafka clients the broker is tested with (crates/folio/tests/kafka_clients.rs).
+    if ! python3 -c 'import confluent_kafka, kafka, aiokafka' 2>/dev/null; then
+        echo "== installing confluent-kafka, kafka-python, aiokafka (pip)"
+        local pkgs=(confluent-kafka kafka-python aiokafka)
+        python3 -m pip install --quiet "${pkgs[@]}" 2>/dev/null ||
+            python3 -m pip install --quiet --break-system-packages "${pkgs[@]}"
+    fi
+    if ! cargo nextest --version >/dev/null 2>&1; then
+        echo "== installing cargo-nextest (crates.io)"
+        cargo install --locked --quiet cargo-nextest
+    fi
+}
