@@ -60,6 +60,9 @@ pub struct BrokerConfig {
     /// work (it waits between partitions for the rest), so metadata writes of other
     /// requests are not queued behind a large deletion. 1.0: no pause.
     pub deletion_busy_fraction: f64,
+    /// The trash deleter this broker runs while it is the controller (exactly one deleter
+    /// per cluster: it moves with the controller lease).
+    pub trash: folio_log::TrashConfig,
 }
 
 impl Default for BrokerConfig {
@@ -83,6 +86,7 @@ impl Default for BrokerConfig {
             membership_poll: Duration::from_millis(500),
             delete_topic_enable: true,
             deletion_busy_fraction: 0.5,
+            trash: folio_log::TrashConfig::default(),
         }
     }
 }
@@ -118,6 +122,11 @@ pub(crate) struct Inner {
     pub advertised: (String, i32),
     logs: Mutex<HashMap<(Uuid, i32), LogCell>>,
     pub shutdown: watch::Sender<bool>,
+    /// The trash deleter, active while this broker is the controller; taken (and so
+    /// stopped) when the broker stops.
+    trash: Mutex<Option<folio_log::TrashHandle>>,
+    /// The deleter itself (for status and wake-ups), also after it stopped.
+    pub trash_deleter: folio_log::Trash,
 }
 
 impl std::fmt::Debug for Inner {
@@ -174,6 +183,8 @@ impl Broker {
             BrokerInfo { node_id: config.node_id, host: advertised.0.clone(), port: advertised.1 };
         let lease = cluster::register(env.meta.as_ref(), &env.keys, &me, config.lease_ttl).await?;
         let membership = Membership::new(me);
+        let trash_deleter = folio_log::Trash::new(env.clone(), config.trash.clone());
+        let trash = trash_deleter.clone().spawn_gated(membership.controller_gate());
         // Who is live and who is controller, before serving.
         if let Err(e) = cluster::join(env.meta.as_ref(), &env.keys, &membership, lease).await {
             tracing::warn!(error = %e, "reading the live brokers and the controller failed; retrying in the background");
@@ -191,6 +202,8 @@ impl Broker {
             advertised,
             logs: Mutex::new(HashMap::new()),
             shutdown: watch::channel(false).0,
+            trash: Mutex::new(Some(trash)),
+            trash_deleter,
         });
         tracing::info!(
             node_id = inner.config.node_id,
@@ -267,6 +280,22 @@ impl Broker {
     pub fn abort(&self) {
         self.inner.membership.revoke_on_stop.store(false, std::sync::atomic::Ordering::SeqCst);
         self.inner.shutdown.send_replace(true);
+        self.inner.trash.lock().expect("trash lock").take();
+    }
+
+    /// The cluster's trash deleter as this broker runs it (active only on the controller).
+    pub fn trash(&self) -> &folio_log::Trash {
+        &self.inner.trash_deleter
+    }
+
+    /// Whether this broker's trash deleter is running passes now (it is the controller).
+    pub fn trash_deleter_active(&self) -> bool {
+        self.inner.trash.lock().expect("trash lock").as_ref().is_some_and(|t| t.is_active())
+    }
+
+    /// The controller's node id as this broker last read it (-1: none yet).
+    pub fn controller(&self) -> i32 {
+        self.inner.membership.controller()
     }
 
     /// Whether this broker serves `topic`'s `partition` now (by the live brokers it sees).
@@ -306,6 +335,7 @@ impl Broker {
     /// appends finish first).
     pub async fn shutdown(&self) {
         self.inner.shutdown.send_replace(true);
+        self.inner.trash.lock().expect("trash lock").take();
         cluster::unregister(
             self.inner.env.meta.as_ref(),
             &self.inner.env.keys,
@@ -359,9 +389,7 @@ impl Inner {
                 lc.ack_quorum = quorums.ack_quorum;
                 lc.retention_time = retention_time;
                 lc.retention_bytes = retention_bytes;
-                let log =
-                    ManagedLog::open(self.env.clone(), &log_name(topic.record.id, partition), lc)
-                        .await?;
+                let log = self.open_or_create_log(topic, partition, lc).await?;
                 let producers = rebuild_producers(&log).await?;
                 self.metrics.partitions_opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 Ok::<_, folio_log::LogError>(Arc::new(Partition {
@@ -382,6 +410,46 @@ impl Inner {
                 Err(e)
             }
         }
+    }
+
+    /// Opens `topic`'s `partition` log; creates it first if it was never created (a
+    /// partition's log is created on its first use). The creation compares the topic's
+    /// record, read from the store now, in the same transaction: a broker whose caches
+    /// still show a deleted topic never creates storage for it again (the L1 leak of a
+    /// resurrected log, and appends acknowledged into it that nobody would ever read).
+    async fn open_or_create_log(
+        &self,
+        topic: &Topic,
+        partition: i32,
+        config: LogConfig,
+    ) -> Result<ManagedLog, folio_log::LogError> {
+        let name = log_name(topic.record.id, partition);
+        match ManagedLog::open(self.env.clone(), &name, config.clone()).await {
+            Err(folio_log::LogError::NoSuchLog(_)) => {}
+            other => return other,
+        }
+        let gone =
+            || folio_log::LogError::Deleted(format!("{name}: topic {} was deleted", topic.name));
+        let fresh = self.topics.load(&topic.name).await?.ok_or_else(gone)?;
+        if fresh.record.id != topic.record.id || partition >= fresh.record.partitions as i32 {
+            return Err(gone());
+        }
+        let guard =
+            vec![folio_meta::Compare::Version(self.env.keys.topic(&topic.name), fresh.version)];
+        match ManagedLog::create(&self.env, &name, &config, guard).await {
+            // Exists: another broker (an owner before this one) created it first.
+            Ok(()) | Err(folio_log::LogError::Exists(_)) => {}
+            Err(folio_log::LogError::CreateRefused { .. }) => {
+                // Changed (configs, partitions) or deleted since the read: a caller retries
+                // with what the store says then.
+                return Err(folio_log::LogError::Fenced(format!(
+                    "{name}: topic {} changed while its log was being created; retry",
+                    topic.name
+                )));
+            }
+            Err(e) => return Err(e),
+        }
+        ManagedLog::open(self.env.clone(), &name, config).await
     }
 
     /// Stops serving every open partition `which` selects (pending appends finish first);

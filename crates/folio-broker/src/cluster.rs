@@ -46,6 +46,9 @@ pub struct Membership {
     pub revoke_on_stop: std::sync::atomic::AtomicBool,
     /// The controller's node id as last read from its lease-bound claim (-1: none).
     controller: std::sync::atomic::AtomicI32,
+    /// Whether this broker is the controller, for the work only the controller does (the
+    /// trash deleter waits on it).
+    is_controller: watch::Sender<bool>,
 }
 
 /// FNV-1a over `key` then `node_id`: stable across processes and versions.
@@ -71,6 +74,7 @@ impl Membership {
             changes: watch::channel(0).0,
             revoke_on_stop: std::sync::atomic::AtomicBool::new(true),
             controller: std::sync::atomic::AtomicI32::new(-1),
+            is_controller: watch::channel(false).0,
         })
     }
 
@@ -101,6 +105,11 @@ impl Membership {
         self.controller.load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// Opens while this broker is the controller, closes when it stops being it.
+    pub fn controller_gate(&self) -> watch::Receiver<bool> {
+        self.is_controller.subscribe()
+    }
+
     /// Whether this broker is the lowest live node id (the one that may claim the controller).
     fn lowest_live(&self) -> bool {
         self.live.read().expect("live lock").iter().map(|b| b.node_id).min()
@@ -113,6 +122,10 @@ impl Membership {
             tracing::info!(controller = id, me = self.me.node_id, "controller changed");
             self.changes.send_modify(|n| *n += 1);
         }
+        self.is_controller.send_if_modified(|was| {
+            let now = id == self.me.node_id;
+            std::mem::replace(was, now) != now
+        });
     }
 
     fn set_live(&self, mut live: Vec<BrokerInfo>) -> bool {

@@ -89,6 +89,8 @@ pub fn from_log(e: &folio_log::LogError) -> i16 {
         E::NoSuchLog(_) | E::Deleted(_) => UNKNOWN_TOPIC_OR_PARTITION,
         // Another broker owns the partition now, or this one is closing it: refresh metadata.
         E::Fenced(_) | E::Closed(_) => NOT_LEADER_OR_FOLLOWER,
+        // The topic changed or went while its partition's log was being created.
+        E::Exists(_) | E::CreateRefused { .. } => NOT_LEADER_OR_FOLLOWER,
         E::OffsetOutOfRange { .. } => OFFSET_OUT_OF_RANGE,
         E::Invalid(_) | E::NoSuchCursor { .. } => INVALID_RECORD,
         E::Ledger(_) | E::Meta(_) | E::CorruptEntry { .. } => KAFKA_STORAGE_ERROR,

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use folio_meta::keys::Keys;
 use folio_meta::records::{Reader, Record, corrupt, put_string};
-use folio_meta::{MetaError, MetadataStore, Txn, list_all};
+use folio_meta::{Compare, MetaError, MetadataStore, Txn, Version, list_all};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
@@ -492,25 +492,38 @@ impl Coordinator {
         errors::NONE
     }
 
-    /// Writes committed offsets (one transaction per 100): (topic name, topic id,
-    /// partition, record).
+    /// Writes committed offsets (one transaction per 100): (topic name, topic id, the
+    /// topic record's version as read, partition, record). Each transaction compares the
+    /// record of every topic it writes for at that version, so offsets are never written
+    /// for a topic deleted (or re-created under a new id) in the meantime. Returns the
+    /// writes a failed compare left out (none: all written); the caller re-reads those
+    /// topics and tries again or answers UNKNOWN_TOPIC_OR_PARTITION.
     pub async fn commit(
         &self,
         group_id: &str,
-        offsets: &[(String, Uuid, i32, OffsetRecord)],
-    ) -> Result<(), MetaError> {
-        for chunk in offsets.chunks(COMMIT_TXN_OPS_MAX) {
+        offsets: &[(String, Uuid, Version, i32, OffsetRecord)],
+    ) -> Result<Vec<usize>, MetaError> {
+        let mut refused = Vec::new();
+        for (c, chunk) in offsets.chunks(COMMIT_TXN_OPS_MAX).enumerate() {
             let mut txn = Txn::new();
-            for (_, topic, p, r) in chunk {
+            let mut guarded = std::collections::HashSet::new();
+            for (name, topic, version, p, r) in chunk {
+                if guarded.insert(name.as_str()) {
+                    txn = txn.compare(Compare::Version(self.keys.topic(name), *version));
+                }
                 txn = txn.put(self.offset_key(group_id, *topic, *p), r.encode());
             }
-            self.meta.txn(txn).await?;
+            if !self.meta.txn(txn).await?.succeeded {
+                let first = c * COMMIT_TXN_OPS_MAX;
+                refused.extend(first..first + chunk.len());
+                continue;
+            }
+            let mut last = self.last_commits.lock().expect("commits lock");
+            for (name, topic, _, p, r) in chunk {
+                last.insert((group_id.to_string(), name.clone(), *topic, *p), r.offset);
+            }
         }
-        let mut last = self.last_commits.lock().expect("commits lock");
-        for (name, topic, p, r) in offsets {
-            last.insert((group_id.to_string(), name.clone(), *topic, *p), r.offset);
-        }
-        Ok(())
+        Ok(refused)
     }
 
     /// The last offsets committed here: (group, topic, topic id, partition, offset).

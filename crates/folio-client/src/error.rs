@@ -13,6 +13,8 @@ pub enum LedgerError {
     InvalidQuorum(String),
     #[error("no such ledger {0}")]
     NoSuchLedger(LedgerId),
+    #[error("ledger {0} not created: its owner's record changed or is gone")]
+    CreateRefused(LedgerId),
     #[error("ledger {0} is closed")]
     Closed(LedgerId),
     #[error("ledger {0} is fenced: another client recovered it")]

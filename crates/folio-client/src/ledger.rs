@@ -41,6 +41,11 @@ pub struct CreateOptions {
     /// Create under this id (allocated earlier with `allocate_id`) instead of a fresh one.
     /// Fails with a metadata conflict if a ledger with this id exists already.
     pub ledger_id: Option<LedgerId>,
+    /// Compares checked in the transaction that writes the ledger's metadata: the ledger is
+    /// created only while they hold (`CreateRefused` otherwise). An owner that recorded the
+    /// id first (a managed log's chain) compares its own record, so a ledger id whose
+    /// owner was deleted (and the ledger with it) can never be created again.
+    pub guard: Vec<folio_meta::Compare>,
 }
 
 impl CreateOptions {
@@ -52,6 +57,7 @@ impl CreateOptions {
             password: Vec::new(),
             custom: BTreeMap::new(),
             ledger_id: None,
+            guard: Vec::new(),
         }
     }
 }
@@ -164,7 +170,17 @@ impl LedgerClient {
                 .map_or(0, |d| d.as_millis() as u64),
             creator_token: rand::random(),
         };
-        self.meta.put(&self.keys.ledger(id), metadata.encode(), Expect::Absent).await?;
+        let key = self.keys.ledger(id);
+        let mut txn = folio_meta::Txn::new()
+            .compare(folio_meta::Compare::Absent(key.clone()))
+            .put(key.clone(), metadata.encode());
+        txn.compares.extend(opts.guard);
+        if !self.meta.txn(txn).await?.succeeded {
+            if self.meta.get(&key).await?.is_some() {
+                return Err(LedgerError::Meta(folio_meta::MetaError::Conflict { key }));
+            }
+            return Err(LedgerError::CreateRefused(id));
+        }
         let mut bookies = Vec::with_capacity(ensemble.len());
         for b in &ensemble {
             bookies.push((b.clone(), self.pool.get(b).await?));

@@ -7,6 +7,10 @@ use folio_meta::MetaError;
 pub enum LogError {
     #[error("log {0} does not exist")]
     NoSuchLog(String),
+    #[error("log {0} already exists")]
+    Exists(String),
+    #[error("log {log} not created: {why}")]
+    CreateRefused { log: String, why: String },
     #[error("log {0} is fenced: another owner opened it")]
     Fenced(String),
     #[error("log {0} is being deleted")]

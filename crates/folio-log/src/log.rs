@@ -254,6 +254,19 @@ enum Command {
     },
 }
 
+/// Log names are 1..=`LOG_NAME_BYTES_MAX` bytes.
+fn check_log_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > LOG_NAME_BYTES_MAX {
+        return Err(LogError::Invalid(format!(
+            "log name must be 1..={LOG_NAME_BYTES_MAX} bytes: {name:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// The longest log name.
+pub const LOG_NAME_BYTES_MAX: usize = 512;
+
 /// A handle on an owned managed log. Clones share the log; the actor stops (closing the
 /// current ledger) when every handle is gone or `close` is called.
 #[derive(Debug, Clone)]
@@ -263,25 +276,58 @@ pub struct ManagedLog {
 }
 
 impl ManagedLog {
-    /// Opens (creating when missing) the log `name` and becomes its owner.
-    pub async fn open(env: LogEnv, name: &str, config: LogConfig) -> Result<ManagedLog> {
-        if name.is_empty() || name.len() > 512 {
-            return Err(LogError::Invalid(format!("log name must be 1..=512 bytes: {name:?}")));
+    /// Creates the log `name` (its record, no ledgers yet), in one transaction that also
+    /// checks every `guard` (for a Kafka partition: the topic record it belongs to still
+    /// exists at the version the creator read). A log is created at most once: its key must
+    /// be absent. `Exists` if it is there; `CreateRefused` if a guard failed, so storage of
+    /// something deleted in the meantime (whatever a caller's caches say) is never
+    /// re-created. Opening never creates.
+    pub async fn create(
+        env: &LogEnv,
+        name: &str,
+        config: &LogConfig,
+        guard: Vec<Compare>,
+    ) -> Result<()> {
+        check_log_name(name)?;
+        let key = env.keys.log(name);
+        let mut r = LogRecord::new(&env.owner);
+        put_config(&mut r, config);
+        let mut txn = Txn::new().compare(Compare::Absent(key.clone())).put(key.clone(), r.encode());
+        txn.compares.extend(guard);
+        if env.meta.txn(txn).await?.succeeded {
+            tracing::info!(log = name, "log created");
+            return Ok(());
         }
+        if env.meta.get(&key).await?.is_some() {
+            return Err(LogError::Exists(name.into()));
+        }
+        Err(LogError::CreateRefused {
+            log: name.into(),
+            why: "what it belongs to changed or is gone (a guard of its creation failed)".into(),
+        })
+    }
+
+    /// Opens `name`, creating it first (with no guard) if it does not exist: for logs that
+    /// belong to nothing else (`folio log create`, benchmarks, tests). A Kafka partition's
+    /// log is created with a guard on its topic ([`ManagedLog::create`]).
+    pub async fn open_or_create(env: LogEnv, name: &str, config: LogConfig) -> Result<ManagedLog> {
+        match ManagedLog::create(&env, name, &config, Vec::new()).await {
+            Ok(()) | Err(LogError::Exists(_)) => {}
+            Err(e) => return Err(e),
+        }
+        ManagedLog::open(env, name, config).await
+    }
+
+    /// Opens the existing log `name` and becomes its owner (fencing the last one).
+    /// `NoSuchLog` if it was never created or has been deleted.
+    pub async fn open(env: LogEnv, name: &str, config: LogConfig) -> Result<ManagedLog> {
+        check_log_name(name)?;
         let key = env.keys.log(name);
         let mut last_err = None;
         for _ in 0..OPEN_ATTEMPTS_MAX {
             let (record, version) = match env.meta.get(&key).await? {
                 Some(v) => (LogRecord::decode(&key, &v.value)?, v.version),
-                None => {
-                    let mut r = LogRecord::new(&env.owner);
-                    put_config(&mut r, &config);
-                    match env.meta.put(&key, r.encode(), Expect::Absent).await {
-                        Ok(v) => (r, v),
-                        Err(MetaError::Conflict { .. }) => continue,
-                        Err(e) => return Err(e.into()),
-                    }
-                }
+                None => return Err(LogError::NoSuchLog(name.into())),
             };
             if record.state == LogRecordState::Deleting {
                 return Err(LogError::Deleted(name.into()));
@@ -1380,9 +1426,15 @@ impl Actor {
         }
     }
 
+    /// Ledger `id` is created only while the log's record is still the one this actor
+    /// committed (listing the id): after the log was deleted, and its ledgers with it, a
+    /// slow owner can never create the id again and acknowledge appends into it (L1, D1).
     fn create_options(&self, id: u64) -> CreateOptions {
         let c = &self.sh.config;
-        ledger_options(self.name(), id, (c.ensemble_size, c.write_quorum, c.ack_quorum))
+        let mut o =
+            ledger_options(self.name(), id, (c.ensemble_size, c.write_quorum, c.ack_quorum));
+        o.guard.push(Compare::Version(self.env().keys.log(self.name()), self.version));
+        o
     }
 
     /// Fences and recovers a ledger that the chain lists as open; a ledger that was never
@@ -1628,6 +1680,10 @@ pub(crate) async fn fence_ledger(
             Err(LedgerError::NoSuchLedger(_)) => match client.create(options()).await {
                 Ok(w) => w.close().await.map(|_| ())?,
                 Err(LedgerError::Meta(MetaError::Conflict { .. })) => {}
+                // The chain that listed it changed meanwhile: whoever changed it owns it now.
+                Err(LedgerError::CreateRefused(_)) => {
+                    return Err(LogError::Fenced(format!("ledger {id}: its log changed")));
+                }
                 Err(e) => return Err(e.into()),
             },
             Err(e) => return Err(e.into()),

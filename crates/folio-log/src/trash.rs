@@ -18,14 +18,14 @@
 //! trash, and a `deleting` log is finished by any deleter.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use folio_client::LedgerError;
 use folio_meta::records::Record;
 use folio_meta::{Compare, Expect, MetaError, Txn, list_all};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 use crate::error::{LogError, Result};
 use crate::log::{LogEnv, OWNER_TAG};
@@ -64,7 +64,9 @@ pub async fn delete_log(env: &LogEnv, name: &str, reason: &str) -> Result<()> {
             // owner may have rolled meanwhile).
             let id = last.ledger_id;
             crate::log::fence_ledger(&env.client, id, || {
-                crate::log::ledger_options(name, id, (1, 1, 1))
+                let mut o = crate::log::ledger_options(name, id, (1, 1, 1));
+                o.guard.push(Compare::Version(key.clone(), v.version));
+                o
             })
             .await?;
             fenced.insert(id);
@@ -313,10 +315,29 @@ impl Trash {
     }
 
     /// Runs passes until the returned handle is dropped: every `interval`, or when woken.
+    /// For a process that is the only deleter of its metadata store (standalone, tests).
     pub fn spawn(self) -> TrashHandle {
+        self.spawn_gated(watch::channel(true).1)
+    }
+
+    /// Runs passes only while `gate` says this process is the cluster's deleter (a broker
+    /// holding the controller lease): at once when the gate opens, then every `interval` or
+    /// when woken, until the gate closes; ends when the gate's sender is gone or the handle
+    /// is dropped. A pass that is running when the gate closes finishes: two deleters
+    /// overlapping for one pass is safe (deleting a ledger and then its record compared on
+    /// version are both idempotent), only wasteful.
+    pub fn spawn_gated(self, mut gate: watch::Receiver<bool>) -> TrashHandle {
         let this = self.clone();
+        let active = Arc::new(AtomicBool::new(false));
+        let running = active.clone();
         let task = tokio::spawn(async move {
             loop {
+                if gate.wait_for(|open| *open).await.is_err() {
+                    return;
+                }
+                if !running.swap(true, Ordering::SeqCst) {
+                    tracing::info!(owner = %this.env.owner, "trash deleter active here");
+                }
                 match this.run_once().await {
                     Ok(p) if p.deleted + p.failed > 0 => {
                         tracing::debug!(?p, "trash pass");
@@ -327,10 +348,17 @@ impl Trash {
                 tokio::select! {
                     () = tokio::time::sleep(this.config.interval) => {}
                     () = this.wake.notified() => {}
+                    r = gate.wait_for(|open| !*open) => {
+                        running.store(false, Ordering::SeqCst);
+                        if r.is_err() {
+                            return;
+                        }
+                        tracing::info!(owner = %this.env.owner, "trash deleter no longer active here");
+                    }
                 }
             }
         });
-        TrashHandle { trash: self, task }
+        TrashHandle { trash: self, task, active }
     }
 }
 
@@ -339,6 +367,14 @@ impl Trash {
 pub struct TrashHandle {
     pub trash: Trash,
     task: tokio::task::JoinHandle<()>,
+    active: Arc<AtomicBool>,
+}
+
+impl TrashHandle {
+    /// Whether this process is deleting now (its gate is open and its loop runs).
+    pub fn is_active(&self) -> bool {
+        self.active.load(Ordering::SeqCst) && !self.task.is_finished()
+    }
 }
 
 impl Drop for TrashHandle {

@@ -57,7 +57,7 @@ async fn run(c: &Cluster, name: &str, s: Scenario, crash_at: u64, applied: bool)
     let base = c.meta.clone();
     let faulty = Arc::new(FaultyStore::new(base.clone()));
     let env = env_with(faulty.clone(), Arc::new(WallClock), "doomed");
-    let log = ManagedLog::open(env.clone(), name, config()).await.unwrap();
+    let log = ManagedLog::open_or_create(env.clone(), name, config()).await.unwrap();
     for i in 0..9 {
         log.append(&batch(i), 1, 0).await.unwrap();
     }
@@ -82,7 +82,7 @@ async fn run(c: &Cluster, name: &str, s: Scenario, crash_at: u64, applied: bool)
     let env2 = env_with(base.clone(), later_clock(), "survivor");
     match s {
         Scenario::Trim => {
-            let log = ManagedLog::open(env2.clone(), name, config()).await.unwrap();
+            let log = ManagedLog::open_or_create(env2.clone(), name, config()).await.unwrap();
             assert_eq!(log.end_offset(), 9, "{context}: nothing acknowledged was lost");
             log.delete_records(7).await.unwrap();
             assert_eq!(log.read(7, usize::MAX, 10).await.unwrap().len(), 2, "{context}");

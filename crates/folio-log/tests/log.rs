@@ -15,7 +15,7 @@ use folio_testkit::{Cluster, Fault};
 #[tokio::test]
 async fn appends_get_dense_offsets_and_read_back_across_rollovers() {
     let c = Cluster::start(1).await;
-    let log = ManagedLog::open(env(&c, "t"), "orders/0", small(1, 4)).await.unwrap();
+    let log = ManagedLog::open_or_create(env(&c, "t"), "orders/0", small(1, 4)).await.unwrap();
     let mut expect = Vec::new();
     for i in 0..30u64 {
         let n = 1 + (i % 3) as u32;
@@ -50,13 +50,13 @@ async fn appends_get_dense_offsets_and_read_back_across_rollovers() {
 #[tokio::test]
 async fn reopening_continues_the_offsets_and_keeps_every_batch() {
     let c = Cluster::start(1).await;
-    let log = ManagedLog::open(env(&c, "a"), "l", small(1, 3)).await.unwrap();
+    let log = ManagedLog::open_or_create(env(&c, "a"), "l", small(1, 3)).await.unwrap();
     for i in 0..10 {
         log.append(&batch(i), 2, 0).await.unwrap();
     }
     log.close().await.unwrap();
     assert!(matches!(log.append(b"x", 1, 0).await, Err(LogError::Closed(_))));
-    let log = ManagedLog::open(env(&c, "b"), "l", small(1, 3)).await.unwrap();
+    let log = ManagedLog::open_or_create(env(&c, "b"), "l", small(1, 3)).await.unwrap();
     assert_eq!(log.end_offset(), 20);
     assert_eq!(log.append(b"more", 1, 0).await.unwrap(), 20);
     let all = log.read(0, usize::MAX, 100).await.unwrap();
@@ -67,7 +67,7 @@ async fn reopening_continues_the_offsets_and_keeps_every_batch() {
 #[tokio::test]
 async fn tailing_read_wakes_on_append() {
     let c = Cluster::start(1).await;
-    let log = ManagedLog::open(env(&c, "t"), "tail", small(1, 100)).await.unwrap();
+    let log = ManagedLog::open_or_create(env(&c, "t"), "tail", small(1, 100)).await.unwrap();
     let reader = log.clone();
     let waiter = tokio::spawn(async move { reader.wait_for(0, Duration::from_secs(30)).await });
     log.append(b"first", 1, 0).await.unwrap();
@@ -81,12 +81,12 @@ async fn tailing_read_wakes_on_append() {
 #[tokio::test]
 async fn d3_a_new_owner_fences_the_old_one() {
     let c = Cluster::start(2).await;
-    let a = ManagedLog::open(env(&c, "a"), "p", small(2, 1000)).await.unwrap();
+    let a = ManagedLog::open_or_create(env(&c, "a"), "p", small(2, 1000)).await.unwrap();
     let mut acked = Vec::new();
     for i in 0..5 {
         acked.push(a.append(&batch(i), 1, 0).await.unwrap());
     }
-    let b = ManagedLog::open(env(&c, "b"), "p", small(2, 1000)).await.unwrap();
+    let b = ManagedLog::open_or_create(env(&c, "b"), "p", small(2, 1000)).await.unwrap();
     assert_eq!(b.end_offset(), 5);
     let late = a.append(b"zombie", 1, 0).await;
     assert!(matches!(late, Err(LogError::Fenced(_))), "{late:?}");
@@ -104,7 +104,7 @@ async fn d3_a_new_owner_fences_the_old_one() {
 async fn a_failed_ledger_is_replaced_and_pending_appends_are_resent_in_order() {
     let c = Cluster::start(2).await;
     let config = LogConfig { append_timeout: Duration::from_secs(60), ..small(2, 1000) };
-    let log = ManagedLog::open(env(&c, "t"), "f", config).await.unwrap();
+    let log = ManagedLog::open_or_create(env(&c, "t"), "f", config).await.unwrap();
     for i in 0..3 {
         log.append(&batch(i), 1, 0).await.unwrap();
     }
@@ -140,7 +140,7 @@ async fn a_failed_ledger_is_replaced_and_pending_appends_are_resent_in_order() {
 async fn retention_by_size_trims_a_prefix_into_the_trash() {
     let c = Cluster::start(1).await;
     let config = LogConfig { retention_bytes: Some(200), ..small(1, 2) };
-    let log = ManagedLog::open(env(&c, "t"), "r", config).await.unwrap();
+    let log = ManagedLog::open_or_create(env(&c, "t"), "r", config).await.unwrap();
     for i in 0..20 {
         log.append(&[i as u8; 50], 1, 0).await.unwrap();
     }
@@ -176,7 +176,7 @@ async fn retention_by_time_follows_the_clock_and_cursors_hold_when_required() {
         cursor_flush_interval: Duration::from_secs(1 << 30),
         ..small(1, 2)
     };
-    let log = ManagedLog::open(env, "rt", config).await.unwrap();
+    let log = ManagedLog::open_or_create(env, "rt", config).await.unwrap();
     log.cursor_open("group", 0).await.unwrap();
     let now = 1_000_000_000i64;
     for i in 0..10 {
@@ -201,7 +201,7 @@ async fn retention_by_time_follows_the_clock_and_cursors_hold_when_required() {
 #[tokio::test]
 async fn delete_records_moves_the_start_and_trims_whole_ledgers_below() {
     let c = Cluster::start(1).await;
-    let log = ManagedLog::open(env(&c, "t"), "dr", small(1, 3)).await.unwrap();
+    let log = ManagedLog::open_or_create(env(&c, "t"), "dr", small(1, 3)).await.unwrap();
     for i in 0..9 {
         log.append(&batch(i), 1, 0).await.unwrap();
     }
@@ -212,14 +212,14 @@ async fn delete_records_moves_the_start_and_trims_whole_ledgers_below() {
     assert!(matches!(log.delete_records(100).await, Err(LogError::OffsetOutOfRange { .. })));
     // Survives a reopen.
     log.close().await.unwrap();
-    let log = ManagedLog::open(env(&c, "u"), "dr", small(1, 3)).await.unwrap();
+    let log = ManagedLog::open_or_create(env(&c, "u"), "dr", small(1, 3)).await.unwrap();
     assert_eq!(log.start_offset(), 4);
 }
 
 #[tokio::test]
 async fn offset_for_timestamp_finds_the_first_batch_at_or_after() {
     let c = Cluster::start(1).await;
-    let log = ManagedLog::open(env(&c, "t"), "ts", small(1, 4)).await.unwrap();
+    let log = ManagedLog::open_or_create(env(&c, "t"), "ts", small(1, 4)).await.unwrap();
     // Timestamps 100, 200, ... with one producer clock going backwards at batch 5.
     let ts = [100, 200, 300, 400, 500, 250, 700, 800, 900, 1000];
     for (i, t) in ts.iter().enumerate() {
@@ -235,13 +235,13 @@ async fn offset_for_timestamp_finds_the_first_batch_at_or_after() {
 #[tokio::test]
 async fn bad_appends_are_refused_without_touching_the_log() {
     let c = Cluster::start(1).await;
-    let log = ManagedLog::open(env(&c, "t"), "bad", small(1, 4)).await.unwrap();
+    let log = ManagedLog::open_or_create(env(&c, "t"), "bad", small(1, 4)).await.unwrap();
     assert!(matches!(log.append(b"x", 0, 0).await, Err(LogError::Invalid(_))));
     let huge = vec![0u8; folio_log::BATCH_BYTES_MAX + 1];
     assert!(matches!(log.append(&huge, 1, 0).await, Err(LogError::Invalid(_))));
     assert_eq!(log.end_offset(), 0);
     assert_eq!(log.append(b"ok", 1, 0).await.unwrap(), 0);
-    assert!(ManagedLog::open(env(&c, "t"), "", small(1, 4)).await.is_err());
+    assert!(ManagedLog::open_or_create(env(&c, "t"), "", small(1, 4)).await.is_err());
 }
 
 #[tokio::test]
@@ -256,7 +256,7 @@ async fn rollover_by_age_and_the_minimum_age_gates_every_trigger() {
         rollover_max_age: Duration::from_secs(600),
         ..small(1, 2)
     };
-    let log = ManagedLog::open(env, "age", config).await.unwrap();
+    let log = ManagedLog::open_or_create(env, "age", config).await.unwrap();
     let first = log.status().current_ledger;
     for i in 0..5 {
         log.append(&batch(i), 1, 0).await.unwrap();

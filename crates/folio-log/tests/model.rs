@@ -35,13 +35,13 @@ fn case() -> impl Strategy<Value = Case> {
 async fn check(case: Case) {
     let c = Cluster::start(1).await;
     let config = || LogConfig { ..small(1, case.entries_per_ledger) };
-    let mut log = ManagedLog::open(env(&c, "a"), "m", config()).await.unwrap();
+    let mut log = ManagedLog::open_or_create(env(&c, "a"), "m", config()).await.unwrap();
     // The model: (base offset, records, payload) per batch.
     let mut model: Vec<(u64, u32, Vec<u8>)> = Vec::new();
     let mut end = 0u64;
     for (i, n) in case.batches.iter().enumerate() {
         if i == case.reopen_at {
-            log = ManagedLog::open(env(&c, "b"), "m", config()).await.unwrap();
+            log = ManagedLog::open_or_create(env(&c, "b"), "m", config()).await.unwrap();
             assert_eq!(log.end_offset(), end);
         }
         let base = log.append(&batch(i as u64), *n, i as i64).await.unwrap();

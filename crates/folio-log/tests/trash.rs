@@ -66,7 +66,7 @@ async fn l1_a_failing_deletion_backs_off_and_is_retried_until_done() {
     let (env, clock) = manual_env(&c);
     let faulty = Arc::new(FaultyStore::new(c.meta.clone()));
     let fenv = env_with(faulty.clone(), Arc::new(clock.clone()), "t");
-    let log = ManagedLog::open(env.clone(), "b", small(1, 1)).await.unwrap();
+    let log = ManagedLog::open_or_create(env.clone(), "b", small(1, 1)).await.unwrap();
     for i in 0..4 {
         log.append(&batch(i), 1, 0).await.unwrap();
     }
@@ -93,7 +93,7 @@ async fn l1_a_failing_deletion_backs_off_and_is_retried_until_done() {
 async fn l1_a_bookie_down_during_deletion_delays_only_the_reclaim() {
     let mut c = Cluster::start(1).await;
     let (env, _) = manual_env(&c);
-    let log = ManagedLog::open(env.clone(), "down", small(1, 1)).await.unwrap();
+    let log = ManagedLog::open_or_create(env.clone(), "down", small(1, 1)).await.unwrap();
     for i in 0..4 {
         log.append(&batch(i), 1, 0).await.unwrap();
     }
@@ -122,15 +122,18 @@ async fn a_failed_trim_transaction_leaves_chain_and_memory_as_they_were() {
         trim_interval: Duration::from_secs(1 << 30),
         ..small(1, 2)
     };
-    let log =
-        ManagedLog::open(env.clone(), "cas", LogConfig { retention_bytes: None, ..config.clone() })
-            .await
-            .unwrap();
+    let log = ManagedLog::open_or_create(
+        env.clone(),
+        "cas",
+        LogConfig { retention_bytes: None, ..config.clone() },
+    )
+    .await
+    .unwrap();
     for i in 0..8 {
         log.append(&batch(i), 1, 0).await.unwrap();
     }
     log.close().await.unwrap();
-    let log = ManagedLog::open(env.clone(), "cas", config).await.unwrap();
+    let log = ManagedLog::open_or_create(env.clone(), "cas", config).await.unwrap();
     let before = log.info().ledgers;
     faulty.fail_txns(1);
     let r = log.trim().await;
@@ -155,7 +158,7 @@ async fn deleting_a_log_trashes_every_ledger_and_cursor_and_fences_the_owner() {
     let c = Cluster::start(1).await;
     let (env, clock) = manual_env(&c);
     let config = LogConfig { trash_batch_max: 3, ..small(1, 1) };
-    let owner = ManagedLog::open(env.clone(), "gone", config.clone()).await.unwrap();
+    let owner = ManagedLog::open_or_create(env.clone(), "gone", config.clone()).await.unwrap();
     for i in 0..250 {
         owner.append(&batch(i), 1, 0).await.unwrap();
     }
@@ -177,8 +180,15 @@ async fn deleting_a_log_trashes_every_ledger_and_cursor_and_fences_the_owner() {
     };
     assert!(r.is_err(), "the owner cannot append after the deletion: {r:?}");
     assert!(
-        ManagedLog::open(env.clone(), "gone", config.clone()).await.is_ok(),
-        "the name is free again"
+        matches!(
+            ManagedLog::open(env.clone(), "gone", config.clone()).await,
+            Err(LogError::NoSuchLog(_))
+        ),
+        "opening a deleted log never re-creates it"
+    );
+    assert!(
+        ManagedLog::open_or_create(env.clone(), "gone", config.clone()).await.is_ok(),
+        "the name is free again for an explicit creation"
     );
     let trash = Trash::new(env.clone(), TrashConfig::default());
     assert!(trash.list().await.unwrap().len() >= n - 1);
@@ -196,7 +206,7 @@ async fn deleting_a_log_trashes_every_ledger_and_cursor_and_fences_the_owner() {
 async fn deleting_a_log_fences_a_last_ledger_not_created_yet() {
     let c = Cluster::start(1).await;
     let (env, _) = manual_env(&c);
-    let log = ManagedLog::open(env.clone(), "half", small(1, 1)).await.unwrap();
+    let log = ManagedLog::open_or_create(env.clone(), "half", small(1, 1)).await.unwrap();
     log.append(b"one", 1, 0).await.unwrap();
     log.close().await.unwrap();
     // What an owner leaves between its chain commit and its create: an id in the chain
@@ -226,4 +236,43 @@ async fn deleting_a_log_fences_a_last_ledger_not_created_yet() {
     assert_eq!(m.custom.get(OWNER_TAG).map(|b| b.as_ref()), Some(&b"half"[..]));
     let trashed = trashed_ids(&env).await;
     assert!(trashed.contains(&next), "{trashed:?}");
+}
+
+/// L1 and D1, the race of a slow owner: the owner commits its next ledger's id to the chain
+/// and stalls before creating it; meanwhile the log is deleted (the fence creates that
+/// ledger closed), and the trash deleter deletes it. When the owner wakes up it must not
+/// create the id again: that ledger would be in no chain and no trash record (a leak), and
+/// appends acknowledged into it would be lost.
+#[tokio::test]
+async fn l1_d1_a_slow_owner_never_recreates_a_ledger_the_deleter_removed() {
+    let c = Cluster::start(1).await;
+    let slow = Arc::new(FaultyStore::new(c.meta.clone()));
+    let owner_env = env_with(slow.clone(), Arc::new(folio_log::WallClock), "owner");
+    let config = LogConfig { append_timeout: Duration::from_secs(2), ..small(1, 1000) };
+    let log = ManagedLog::open_or_create(owner_env, "slow", config).await.unwrap();
+    log.append(b"before", 1, 0).await.unwrap();
+    // The owner's next ledger: its id goes into the chain, then its creation is held.
+    slow.hold_creations_under(&Keys::default().ledgers());
+    let roll = tokio::spawn({
+        let log = log.clone();
+        async move { log.roll().await }
+    });
+    slow.wait_held(1).await;
+    let admin = env(&c, "admin");
+    folio_log::trash::delete_log(&admin, "slow", "admin").await.unwrap();
+    let pass = Trash::new(admin.clone(), TrashConfig::default()).run_once().await.unwrap();
+    assert_eq!(pass.failed, 0, "{pass:?}");
+    assert_eq!(trashed_ids(&admin).await, Vec::<u64>::new(), "the trash is empty");
+    // The owner goes on.
+    slow.release();
+    let _ = roll.await.unwrap();
+    let late = log.append(b"late", 1, 0).await;
+    assert!(late.is_err(), "nothing is acknowledged after the log was deleted: {late:?}");
+    assert_no_leak(c.meta.as_ref(), "after the slow owner woke up").await;
+    let ledgers = folio_meta::list_all(c.meta.as_ref(), &Keys::default().ledgers()).await.unwrap();
+    assert!(
+        ledgers.is_empty(),
+        "no ledger metadata is left: {:?}",
+        ledgers.iter().map(|v| &v.key).collect::<Vec<_>>()
+    );
 }

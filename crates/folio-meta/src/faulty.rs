@@ -21,6 +21,10 @@ pub struct FaultyStore {
     crashed: AtomicBool,
     fail_txns: AtomicU64,
     ops: AtomicU64,
+    /// Transactions that create a key under this prefix wait until it is cleared.
+    hold: tokio::sync::watch::Sender<Option<String>>,
+    /// Transactions that have started waiting on `hold` (ever).
+    held: tokio::sync::watch::Sender<u64>,
 }
 
 impl FaultyStore {
@@ -32,6 +36,8 @@ impl FaultyStore {
             crashed: AtomicBool::new(false),
             fail_txns: AtomicU64::new(0),
             ops: AtomicU64::new(0),
+            hold: tokio::sync::watch::channel(None).0,
+            held: tokio::sync::watch::channel(0).0,
         }
     }
 
@@ -44,6 +50,22 @@ impl FaultyStore {
     /// Fail the next `k` transactions (not applied); later ones pass.
     pub fn fail_txns(&self, k: u64) {
         self.fail_txns.store(k, Ordering::SeqCst);
+    }
+
+    /// Holds every transaction that creates a key under `prefix` (compares it absent: a
+    /// slow process between two steps) until [`FaultyStore::release`]; others pass.
+    pub fn hold_creations_under(&self, prefix: &str) {
+        self.hold.send_replace(Some(prefix.to_string()));
+    }
+
+    /// Lets held transactions go on.
+    pub fn release(&self) {
+        self.hold.send_replace(None);
+    }
+
+    /// Waits until `n` transactions in all have been held.
+    pub async fn wait_held(&self, n: u64) {
+        let _ = self.held.subscribe().wait_for(|h| *h >= n).await;
     }
 
     pub fn has_crashed(&self) -> bool {
@@ -118,6 +140,17 @@ impl MetadataStore for FaultyStore {
             if k > 0 {
                 self.fail_txns.store(k - 1, Ordering::SeqCst);
                 return Err(MetaError::Unavailable("injected transaction failure".into()));
+            }
+            let puts_under = |prefix: &str| {
+                txn.compares
+                    .iter()
+                    .any(|c| matches!(c, Compare::Absent(key) if key.starts_with(prefix)))
+            };
+            let held = self.hold.borrow().as_deref().is_some_and(puts_under);
+            if held {
+                self.held.send_modify(|h| *h += 1);
+                let _ =
+                    self.hold.subscribe().wait_for(|h| !h.as_deref().is_some_and(puts_under)).await;
             }
             self.inner.txn(txn).await
         })

@@ -386,7 +386,6 @@ pub fn run(args: Args) -> Result<(), String> {
                     crate::http::bind(addr).await?,
                     bookies.clone(),
                     None,
-                    None,
                 ))),
                 None => None,
             };

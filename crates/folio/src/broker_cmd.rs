@@ -144,7 +144,6 @@ pub fn run(args: Args) -> Result<(), String> {
         let http_task = tokio::spawn(crate::http::serve(
             http,
             Arc::new(tokio::sync::RwLock::new(Vec::new())),
-            None,
             Some(broker.clone()),
         ));
         tracing::info!(kafka = %broker.addr(), http = %args.http, "folio broker up; Ctrl-C to stop");

@@ -1,5 +1,6 @@
 //! A small HTTP/1.1 endpoint: `GET /health`, `GET /metrics` (Prometheus text format),
-//! `POST /gc`, and `GET /admin/deletions` (topic deletions in progress, JSON).
+//! `POST /gc`, `GET /admin/deletions` (topic deletions in progress, JSON) and
+//! `GET /admin/trash` (the trash and whether this process runs its deleter, JSON).
 //! Hand-rolled on tokio: four routes do not need a web framework.
 
 use std::fmt::Write as _;
@@ -18,16 +19,11 @@ pub type Bookies = Arc<RwLock<Vec<Bookie>>>;
 /// A metric: name, help text, and how to read it from one bookie.
 type Metric<'a> = (&'a str, &'a str, &'a dyn Fn(&Bookie) -> u64);
 
-/// Serves until the task is dropped. `trash`: the deleter this process runs, if any;
-/// `broker`: the Kafka broker it runs, if any.
-pub async fn serve(
-    listener: TcpListener,
-    bookies: Bookies,
-    trash: Option<Trash>,
-    broker: Option<folio_broker::Broker>,
-) {
+/// Serves until the task is dropped. `broker`: the Kafka broker this process runs, if any
+/// (with it the trash deleter, active while the broker is the controller).
+pub async fn serve(listener: TcpListener, bookies: Bookies, broker: Option<folio_broker::Broker>) {
     while let Ok((mut stream, _)) = listener.accept().await {
-        let (bookies, trash, broker) = (bookies.clone(), trash.clone(), broker.clone());
+        let (bookies, broker) = (bookies.clone(), broker.clone());
         tokio::spawn(async move {
             let mut buf = vec![0u8; 4096];
             let Ok(n) = stream.read(&mut buf).await else { return };
@@ -38,10 +34,8 @@ pub async fn serve(
                 (_, "/health") => health(&bookies).await,
                 (_, "/metrics") => {
                     let mut m = metrics(&bookies).await;
-                    if let Some(t) = &trash {
-                        m.push_str(&trash_metrics(t).await);
-                    }
                     if let Some(b) = &broker {
+                        m.push_str(&trash_metrics(b.trash(), b.trash_deleter_active()).await);
                         m.push_str(&b.render_metrics());
                     }
                     ("200 OK", m)
@@ -54,9 +48,16 @@ pub async fn serve(
                     },
                     None => ("404 Not Found", "no Kafka broker in this process\n".to_string()),
                 },
+                (_, "/admin/trash") => match &broker {
+                    Some(b) => match b.trash().status().await {
+                        Ok(t) => ("200 OK", trash_json(&t, b.trash_deleter_active(), b.controller())),
+                        Err(e) => ("503 Service Unavailable", format!("reading the trash: {e}\n")),
+                    },
+                    None => ("404 Not Found", "no Kafka broker in this process\n".to_string()),
+                },
                 _ => (
                     "404 Not Found",
-                    "not found: try GET /health, GET /metrics, GET /admin/deletions or POST /gc\n"
+                    "not found: try GET /health, GET /metrics, GET /admin/deletions, GET /admin/trash or POST /gc\n"
                         .to_string(),
                 ),
             };
@@ -158,8 +159,17 @@ async fn metrics(bookies: &Bookies) -> String {
     out
 }
 
+/// The trash as JSON: its size, oldest record, failing records, and whether this process
+/// runs the cluster's deleter now (and which broker is the controller that should).
+fn trash_json(t: &folio_log::TrashStatus, active: bool, controller: i32) -> String {
+    format!(
+        "{{\"deleter_active_here\":{active},\"controller\":{controller},\"ledgers\":{},\"oldest_age_ms\":{},\"failing\":{}}}\n",
+        t.ledgers, t.oldest_age_ms, t.failing
+    )
+}
+
 /// The trash: its size, its oldest record, and the deleter's counters.
-async fn trash_metrics(trash: &Trash) -> String {
+async fn trash_metrics(trash: &Trash, active: bool) -> String {
     let mut out = String::new();
     let status = match trash.status().await {
         Ok(s) => s,
@@ -168,7 +178,12 @@ async fn trash_metrics(trash: &Trash) -> String {
             return out;
         }
     };
-    let rows: [(&str, &str, u64); 5] = [
+    let rows: [(&str, &str, u64); 6] = [
+        (
+            "folio_trash_deleter_active",
+            "1 while this process runs the cluster's trash deleter (the controller does).",
+            u64::from(active),
+        ),
         ("folio_trash_ledgers", "Ledgers in the trash, not yet deleted.", status.ledgers),
         ("folio_trash_oldest_age_ms", "Age of the oldest trash record.", status.oldest_age_ms),
         (
@@ -291,9 +306,10 @@ mod tests {
             owner: "t".into(),
         };
         let trash = Trash::new(env, Default::default());
-        let text = trash_metrics(&trash).await;
+        let text = trash_metrics(&trash, true).await;
         assert!(text.contains("# TYPE folio_trash_ledgers gauge\nfolio_trash_ledgers 0"), "{text}");
         assert!(text.contains("folio_trash_deletions_total 0"), "{text}");
+        assert!(text.contains("folio_trash_deleter_active 1"), "{text}");
         let (status, body) = health(&bookies).await;
         assert_eq!(status, "200 OK");
         assert!(body.contains("1 bookies writable"), "{body}");

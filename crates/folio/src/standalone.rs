@@ -73,7 +73,8 @@ pub fn run(args: Args) -> Result<(), String> {
             );
             bookies.write().await.push(b);
         }
-        // The deleter of trashed ledgers: resumes whatever an earlier run left.
+        // The broker runs the trash deleter (it is the controller of this one-broker
+        // cluster): it resumes whatever an earlier run left.
         let meta_dyn: Arc<dyn folio_meta::MetadataStore> = meta.clone();
         let keys = folio_meta::keys::Keys::default();
         let env = folio_log::LogEnv {
@@ -83,15 +84,10 @@ pub fn run(args: Args) -> Result<(), String> {
             clock: Arc::new(folio_log::WallClock),
             owner: "standalone".into(),
         };
-        let trash = folio_log::Trash::new(env.clone(), folio_log::TrashConfig::default()).spawn();
         let broker_config = args.kafka.config(args.bookies as usize)?;
         let broker = folio_broker::Broker::start(broker_config, env).await?;
-        let http_task = tokio::spawn(crate::http::serve(
-            http,
-            bookies.clone(),
-            Some(trash.trash.clone()),
-            Some(broker.clone()),
-        ));
+        let http_task =
+            tokio::spawn(crate::http::serve(http, bookies.clone(), Some(broker.clone())));
         tracing::info!(
             data_dir = %args.data_dir.display(),
             bookies = args.bookies,
@@ -105,7 +101,6 @@ pub fn run(args: Args) -> Result<(), String> {
         tracing::info!("shutting down: flushing and checkpointing");
         http_task.abort();
         broker.shutdown().await;
-        drop(trash);
         let mut result = Ok(());
         for b in bookies.write().await.drain(..) {
             if let Err(e) = b.shutdown().await {

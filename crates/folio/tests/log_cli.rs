@@ -40,7 +40,7 @@ async fn log_inspect_and_trash_list_say_why_ledgers_are_kept() {
             retention_time: Some(Duration::from_secs(3600)),
             ..LogConfig::for_bookies(1)
         };
-        let log = ManagedLog::open(env, "orders/0", config).await.unwrap();
+        let log = ManagedLog::open_or_create(env, "orders/0", config).await.unwrap();
         let now = WallClock;
         let ts = folio_meta::Clock::now_ms(&now) as i64;
         for i in 0..6 {

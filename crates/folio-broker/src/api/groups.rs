@@ -322,7 +322,13 @@ impl Handler for OffsetCommit {
                             commit_ms: now,
                             metadata,
                         };
-                        writes.push((topic.name.clone(), topic.record.id, p.partition_index, r));
+                        writes.push((
+                            topic.name.clone(),
+                            topic.record.id,
+                            topic.version,
+                            p.partition_index,
+                            r,
+                        ));
                         written.push((ti, pi));
                         errors::NONE
                     }
@@ -337,13 +343,48 @@ impl Handler for OffsetCommit {
             }
             resp.topics.push(out);
         }
-        if !writes.is_empty()
-            && let Err(e) = inner.groups.commit(&group, &writes).await
-        {
-            tracing::warn!(group = %group, error = %e, "writing committed offsets failed");
-            for (ti, pi) in written {
-                resp.topics[ti].partitions[pi].error_code = errors::COORDINATOR_NOT_AVAILABLE;
+        // A topic record that changed since the cache read it (a config change, or a
+        // deletion) fails the commit's compare: re-read those topics and try again; a topic
+        // gone or re-created under a new id gets UNKNOWN_TOPIC_OR_PARTITION, never offsets.
+        let mut attempt = 0;
+        while !writes.is_empty() {
+            attempt += 1;
+            let refused = match inner.groups.commit(&group, &writes).await {
+                Ok(refused) => refused,
+                Err(e) => {
+                    tracing::warn!(group = %group, error = %e, "writing committed offsets failed");
+                    for (ti, pi) in &written {
+                        resp.topics[*ti].partitions[*pi].error_code =
+                            errors::COORDINATOR_NOT_AVAILABLE;
+                    }
+                    break;
+                }
+            };
+            let (mut again, mut again_at) = (Vec::new(), Vec::new());
+            for i in refused {
+                let (name, id, _, p, r) = writes[i].clone();
+                let (ti, pi) = written[i];
+                let fresh = inner.topics.load(&name).await;
+                match fresh {
+                    Ok(Some(t)) if t.record.id == id && attempt < COMMIT_ATTEMPTS_MAX => {
+                        again.push((name, id, t.version, p, r));
+                        again_at.push((ti, pi));
+                    }
+                    Ok(Some(t)) if t.record.id == id => {
+                        resp.topics[ti].partitions[pi].error_code =
+                            errors::COORDINATOR_NOT_AVAILABLE
+                    }
+                    Ok(_) => {
+                        resp.topics[ti].partitions[pi].error_code =
+                            errors::UNKNOWN_TOPIC_OR_PARTITION
+                    }
+                    Err(_) => {
+                        resp.topics[ti].partitions[pi].error_code =
+                            errors::COORDINATOR_NOT_AVAILABLE
+                    }
+                }
             }
+            (writes, written) = (again, again_at);
         }
         resp
     }
@@ -374,6 +415,9 @@ impl Handler for OffsetCommit {
 }
 
 pub(crate) struct OffsetFetch;
+
+/// Tries of an OffsetCommit whose topics keep changing under it (each re-reads them).
+const COMMIT_ATTEMPTS_MAX: u32 = 3;
 
 /// One group's committed offsets for the topics asked (all when `None`):
 /// (topic name, [(partition, offset, leader epoch, metadata, error)]).

@@ -68,7 +68,9 @@ async fn run_async(args: Args) -> Result<(), String> {
         clock: Arc::new(WallClock),
         owner: "bench".into(),
     };
-    let log = ManagedLog::open(env.clone(), "bench/0", LogConfig::default()).await.map_err(e)?;
+    let log = ManagedLog::open_or_create(env.clone(), "bench/0", LogConfig::default())
+        .await
+        .map_err(e)?;
     // Alternate the two, so drift of the disk or the bookies affects both alike.
     let rounds = 3;
     let slice = d / rounds;
@@ -114,7 +116,7 @@ async fn run_async(args: Args) -> Result<(), String> {
     };
     let config =
         LogConfig { rollover_entries: 1, retention_time: None, ..LogConfig::for_bookies(1) };
-    let log = ManagedLog::open(env.clone(), "reclaim/0", config).await.map_err(e)?;
+    let log = ManagedLog::open_or_create(env.clone(), "reclaim/0", config).await.map_err(e)?;
     let t0 = Instant::now();
     let chunk = vec![0x17u8; 4096];
     for _ in 0..n_ledgers {
