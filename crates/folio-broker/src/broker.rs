@@ -61,8 +61,9 @@ pub struct BrokerConfig {
     /// requests are not queued behind a large deletion. 1.0: no pause.
     pub deletion_busy_fraction: f64,
     /// The trash deleter this broker runs while it is the controller (exactly one deleter
-    /// per cluster: it moves with the controller lease).
-    pub trash: folio_log::TrashConfig,
+    /// per cluster: it moves with the controller lease). `None`: this broker never runs it
+    /// (tests that look at what the controller put in the trash).
+    pub trash: Option<folio_log::TrashConfig>,
 }
 
 impl Default for BrokerConfig {
@@ -86,7 +87,7 @@ impl Default for BrokerConfig {
             membership_poll: Duration::from_millis(500),
             delete_topic_enable: true,
             deletion_busy_fraction: 0.5,
-            trash: folio_log::TrashConfig::default(),
+            trash: Some(folio_log::TrashConfig::default()),
         }
     }
 }
@@ -183,8 +184,12 @@ impl Broker {
             BrokerInfo { node_id: config.node_id, host: advertised.0.clone(), port: advertised.1 };
         let lease = cluster::register(env.meta.as_ref(), &env.keys, &me, config.lease_ttl).await?;
         let membership = Membership::new(me);
-        let trash_deleter = folio_log::Trash::new(env.clone(), config.trash.clone());
-        let trash = trash_deleter.clone().spawn_gated(membership.controller_gate());
+        let trash_deleter =
+            folio_log::Trash::new(env.clone(), config.trash.clone().unwrap_or_default());
+        let trash = config
+            .trash
+            .is_some()
+            .then(|| trash_deleter.clone().spawn_gated(membership.controller_gate()));
         // Who is live and who is controller, before serving.
         if let Err(e) = cluster::join(env.meta.as_ref(), &env.keys, &membership, lease).await {
             tracing::warn!(error = %e, "reading the live brokers and the controller failed; retrying in the background");
@@ -202,7 +207,7 @@ impl Broker {
             advertised,
             logs: Mutex::new(HashMap::new()),
             shutdown: watch::channel(false).0,
-            trash: Mutex::new(Some(trash)),
+            trash: Mutex::new(trash),
             trash_deleter,
         });
         tracing::info!(

@@ -434,3 +434,67 @@ async fn l3_a_controller_killed_mid_pass_is_finished_by_the_next() {
     assert_eq!(ids.len(), trashed.len(), "each ledger trashed once");
     assert!(trashed.len() >= on_b3.len(), "every written partition's ledgers: {trashed:?}");
 }
+
+/// Waits until `cond` holds, failing the test with `what` after `within`.
+async fn eventually(within: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !cond() {
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// L1 in a cluster: exactly one broker runs the trash deleter, the controller; when the
+/// controller dies, the next one takes the deleter over and empties the trash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l1_the_trash_deleter_runs_on_the_controller_and_moves_with_it() {
+    let with_deleter = |id| {
+        move |c: &mut BrokerConfig| {
+            node(id, Duration::from_secs(1))(c);
+            c.trash = Some(folio_log::TrashConfig {
+                interval: Duration::from_millis(100),
+                ..folio_log::TrashConfig::default()
+            });
+        }
+    };
+    let s = start(1, with_deleter(1)).await;
+    let b2 = broker_on(&s.cluster, with_deleter(2)).await;
+    all_live(&[&s.broker, &b2]).await;
+    eventually(Duration::from_secs(30), "broker 1 (the controller) runs the deleter", || {
+        s.broker.trash_deleter_active()
+    })
+    .await;
+    assert_eq!((s.broker.controller(), b2.controller()), (1, 1));
+    assert!(!b2.trash_deleter_active(), "only the controller deletes");
+    // The controller dies; a log is deleted meanwhile, so its ledgers wait in the trash.
+    s.broker.abort();
+    assert!(!s.broker.trash_deleter_active(), "a stopped broker deletes nothing");
+    let env = env_of(&s.cluster.meta);
+    let log = folio_log::ManagedLog::open_or_create(
+        env.clone(),
+        "x",
+        folio_log::LogConfig::for_bookies(1),
+    )
+    .await
+    .unwrap();
+    log.append(b"one", 1, 0).await.unwrap();
+    log.close().await.unwrap();
+    folio_log::trash::delete_log(&env, "x", "test").await.unwrap();
+    assert!(!list_all(s.cluster.meta.as_ref(), &Keys::default().trash()).await.unwrap().is_empty());
+    eventually(Duration::from_secs(30), "broker 2 took the deleter over", || {
+        b2.trash_deleter_active()
+    })
+    .await;
+    assert_eq!(b2.controller(), 2);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !list_all(s.cluster.meta.as_ref(), &Keys::default().trash()).await.unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "broker 2's deleter emptied the trash");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(b2.trash().stats().deleted.load(Ordering::Relaxed) >= 1);
+    assert_eq!(
+        list_all(s.cluster.meta.as_ref(), &Keys::default().ledgers()).await.unwrap().len(),
+        0,
+        "every ledger of the deleted log is gone"
+    );
+}

@@ -44,6 +44,9 @@ pub async fn broker_on(cluster: &Cluster, tune: impl FnOnce(&mut BrokerConfig)) 
         listen: "127.0.0.1:0".parse().unwrap(),
         default_replication: bookies as u16,
         replication_max: bookies as u16,
+        // Tests look at what the controller puts in the trash; those about the deleter
+        // turn it on.
+        trash: None,
         ..BrokerConfig::default()
     };
     tune(&mut config);

@@ -101,12 +101,9 @@ async fn run_async(args: Args) -> Result<(), String> {
         clock: Arc::new(WallClock),
         owner: "bench".into(),
     };
-    let trash = folio_log::Trash::new(
-        env.clone(),
-        TrashConfig { interval: trash_interval, ..TrashConfig::default() },
-    )
-    .spawn();
     let config = BrokerConfig {
+        // The broker (the controller) runs the trash deleter.
+        trash: Some(TrashConfig { interval: trash_interval, ..TrashConfig::default() }),
         listen: "127.0.0.1:0".parse().expect("address"),
         default_replication: 3,
         replication_max: 3,
@@ -296,7 +293,6 @@ async fn run_async(args: Args) -> Result<(), String> {
     );
     println!("ratio_vs_idle_create={:.2}", during_p99 / idle_p99);
     broker.shutdown().await;
-    drop(trash);
     for b in bookies {
         b.shutdown().await.map_err(|e| e.to_string())?;
     }
