@@ -930,6 +930,15 @@ impl Inner {
         if let Some(w) = flush.writer.as_mut() {
             w.sync()?;
         }
+        // Per-ledger mode: no flush writes to the shared log, so nothing would ever seal
+        // the compaction output (size aside). It is sealed in this batch, collectable like
+        // any other log (L2 with compaction on).
+        if self.config.entry_log_per_ledger
+            && let Some(w) = flush.writer.take()
+        {
+            let id = w.log_id();
+            batch.put(Table::Meta, index::elog_key(id), w.seal()?.encode());
+        }
         batch.delete(Table::Meta, index::elog_key(log_id));
         batch.put(
             Table::Meta,

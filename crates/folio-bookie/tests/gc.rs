@@ -464,3 +464,38 @@ async fn l1_an_idle_shared_log_is_sealed_so_its_deleted_ledgers_come_back() {
     s.flush().unwrap();
     assert_eq!(s.read_entry(3, 0).unwrap().payload(), b"after");
 }
+
+/// L2 with compaction on, per-ledger mode: logs written in shared mode (ledgers 1 and 2
+/// interleaved, 1 deleted) are compacted after the switch; the compaction output is sealed
+/// at once (no flush ever writes to the shared log in this mode, so nothing else would
+/// seal it), and once ledger 2 is deleted too, every log comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l2_compaction_output_is_sealed_and_collected_in_per_ledger_mode() {
+    let e = env();
+    drop(shared_logs(&e).await);
+    let mut c = common::config();
+    c.entry_log_per_ledger = true;
+    c.entry_log_idle_rotation = Duration::from_secs(3600);
+    let s = Arc::new(open(&e.fs, &e.kv, &c).unwrap());
+    let r = gc_once(&s, e.meta.as_ref(), &e.keys, "b1", &compacting()).await.unwrap();
+    assert!(!r.logs_compacted.is_empty(), "the shared logs were compacted: {r:?}");
+    let active: Vec<u64> = s
+        .entry_log_states()
+        .unwrap()
+        .iter()
+        .filter(|(_, st)| !st.sealed)
+        .map(|(id, _)| *id)
+        .collect();
+    assert!(active.is_empty(), "the compaction output is sealed: active logs {active:?}");
+    for i in 0..40 {
+        assert_eq!(
+            s.read_entry(2, i).unwrap().payload(),
+            format!("two-{i}").repeat(3000).as_bytes()
+        );
+    }
+    e.meta.delete(&e.keys.ledger(2), Expect::Any).await.unwrap();
+    let r = gc_once(&s, e.meta.as_ref(), &e.keys, "b1", &config()).await.unwrap();
+    assert_eq!(r.ledgers_dropped, vec![2]);
+    assert!(s.entry_log_states().unwrap().is_empty(), "every entry log came back: {r:?}");
+    assert_eq!(disk_bytes(&e.fs), 0, "no entry-log bytes left on disk");
+}
