@@ -186,7 +186,20 @@ impl Bookie {
         let cluster_id = ensure_cluster_id(meta.as_ref(), &keys).await?;
         let integrity = config.integrity.is_enabled(&config.storage);
         let stamp = integrity && config.integrity.stamp_missing_cookies;
-        let restamp = check_cookies(&config, meta.as_ref(), &keys, &id, &cluster_id, stamp).await?;
+        let cookies = check_cookies(&config, meta.as_ref(), &keys, &id, &cluster_id, stamp).await?;
+        let restamp = cookies.restamp;
+        // A bookie stamped as new although ledgers name its id: its disk was formatted (or
+        // replaced) under a known id. Its empty storage must not answer "no such entry"
+        // for what it held (D2): the pre-boot fence and limbo run, journal or not.
+        let known_id = if cookies.stamped_new {
+            let (n, examples) = crate::integrity::ledgers_naming(meta.as_ref(), &keys, &id).await?;
+            if n > 0 {
+                tracing::warn!(bookie = %id, ledgers = n, ?examples, "a new bookie under an id that ledgers name: fencing and putting in limbo what it held before serving");
+            }
+            n > 0
+        } else {
+            false
+        };
         let ledger_dir = config.storage.ledger_dir.clone();
         let unclean_shutdown = ledger_dir.join(DIRTY_FILE).exists();
         if unclean_shutdown {
@@ -201,8 +214,14 @@ impl Bookie {
         // Journal-less after an unclean stop, or a wiped dir being re-stamped: fence and
         // limbo what this bookie may have lost before serving (see `integrity`).
         let lost_writes = unclean_shutdown && !config.storage.journal.write_data;
-        if integrity && (lost_writes || !restamp.is_empty()) {
-            let why = if lost_writes { "journal-less unclean shutdown" } else { "missing cookie" };
+        if known_id || (integrity && (lost_writes || !restamp.is_empty())) {
+            let why = if known_id {
+                "empty data dirs under a bookie id that ledgers name"
+            } else if lost_writes {
+                "journal-less unclean shutdown"
+            } else {
+                "missing cookie"
+            };
             tracing::warn!(bookie = %id, why, "running the pre-boot integrity check");
             crate::integrity::pre_boot_check(
                 &storage,
@@ -409,7 +428,7 @@ async fn check_cookies(
     id: &str,
     cluster_id: &str,
     stamp_missing: bool,
-) -> Result<Vec<(PathBuf, bytes::Bytes)>, BookieError> {
+) -> Result<CookieCheck, BookieError> {
     let dirs = config.dirs();
     let journal_dirs = vec![config.storage.journal_dir.display().to_string()];
     let ledger_dirs = vec![config.storage.ledger_dir.display().to_string()];
@@ -437,6 +456,7 @@ async fn check_cookies(
         |d: &Path, reason: String| BookieError::Cookie { dir: d.display().to_string(), reason };
     if remote.is_none() && local.iter().all(|(_, c)| c.is_none()) {
         // A new bookie: its dirs must not hold data from an earlier life.
+        // (Whether ledgers still name its id is the caller's check: `known_id`.)
         for d in &dirs {
             if has_data(d) {
                 return Err(cookie_err(
@@ -457,7 +477,7 @@ async fn check_cookies(
             write_synced(&d.join(COOKIE_FILE), &cookie.encode())?;
         }
         tracing::info!(bookie = %id, "new bookie: cookies stamped");
-        return Ok(Vec::new());
+        return Ok(CookieCheck { restamp: Vec::new(), stamped_new: true });
     }
     let Some(remote) = remote else {
         let (d, _) = local.iter().find(|(_, c)| c.is_some()).expect("some local cookie");
@@ -514,7 +534,16 @@ async fn check_cookies(
             ),
         ));
     }
-    Ok(restamp)
+    Ok(CookieCheck { restamp, stamped_new: false })
+}
+
+/// What the cookie check found.
+struct CookieCheck {
+    /// Dirs of a known bookie found without their cookie: re-stamped after the pre-boot
+    /// check.
+    restamp: Vec<(PathBuf, bytes::Bytes)>,
+    /// No cookie anywhere: stamped as a new bookie now.
+    stamped_new: bool,
 }
 
 /// Runs GC every `config.interval` until stopped.
@@ -650,8 +679,21 @@ pub async fn format(
     meta: &dyn MetadataStore,
     bookie_id: &str,
     force: bool,
+    decommissioned: bool,
 ) -> Result<(), BookieError> {
     let keys = Keys::new(config.metadata_root.clone());
+    // Erasing a bookie that ledgers still name would make its "no such entry" answers look
+    // like real negatives to a recovery (BookKeeper #2612). Only a bookie that nothing
+    // names any more (decommissioned, its ledgers re-replicated) may be erased without
+    // saying so; a restart under a known id runs the pre-boot fence anyway.
+    if !decommissioned {
+        let (n, examples) = crate::integrity::ledgers_naming(meta, &keys, bookie_id).await?;
+        if n > 0 {
+            return Err(BookieError::Config(format!(
+                "bookie {bookie_id} is in the ensembles of {n} ledgers (e.g. {examples:?}): formatting it loses their copies here; decommission it first, or pass --decommissioned if its data is gone for good"
+            )));
+        }
+    }
     for d in config.dirs() {
         if has_data(&d) && !force {
             return Err(BookieError::Cookie {

@@ -26,6 +26,7 @@ use std::time::Duration;
 use folio_meta::MetadataStore;
 use folio_meta::keys::Keys;
 use folio_meta::records::{LedgerMetadata, LedgerState, Record};
+use folio_proto::LedgerId;
 use folio_proto::wire::master_key;
 
 use crate::bookie::BookieError;
@@ -89,6 +90,36 @@ pub fn membership(m: &LedgerMetadata, bookie_id: &str) -> (bool, bool) {
     let any = m.ensembles.values().any(has);
     let last = m.ensembles.last_key_value().is_some_and(|(_, b)| has(b));
     (any, last)
+}
+
+/// The ledgers whose ensembles name `bookie_id` (any fragment): how many, and the first
+/// few ids (for messages). Paged like the pre-boot check.
+pub async fn ledgers_naming(
+    meta: &dyn MetadataStore,
+    keys: &Keys,
+    bookie_id: &str,
+) -> Result<(u64, Vec<LedgerId>), BookieError> {
+    const EXAMPLES_MAX: usize = 5;
+    let prefix = keys.ledgers();
+    let (mut count, mut examples) = (0u64, Vec::new());
+    let mut after: Option<String> = None;
+    loop {
+        let page =
+            meta.list(&prefix, after.as_deref(), IntegrityConfig::default().list_page).await?;
+        for v in &page.items {
+            let Some(ledger_id) = keys.parse_ledger(&v.key) else { continue };
+            if membership(&LedgerMetadata::decode(&v.key, &v.value)?, bookie_id).0 {
+                count += 1;
+                if examples.len() < EXAMPLES_MAX {
+                    examples.push(ledger_id);
+                }
+            }
+        }
+        match page.items.last() {
+            Some(last) if page.more => after = Some(last.key.clone()),
+            _ => return Ok((count, examples)),
+        }
+    }
 }
 
 pub async fn pre_boot_check(

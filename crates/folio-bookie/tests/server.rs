@@ -370,12 +370,14 @@ async fn l4_a_full_disk_bookie_still_collects_garbage_and_becomes_writable_again
         ctime_ms: 0,
         creator_token: 0,
     };
-    for l in 1..=5 {
-        env.meta.put(&keys.ledger(l), ledger_meta.encode(), Expect::Any).await.unwrap();
-    }
     let mut watch = env.meta.watch(&format!("{}/bookies/", keys.root()), 0).await.unwrap();
     let usage = Arc::new(EntryLogBytes { capacity: 8 * 1024 * 1024 });
     let bookie = Bookie::start_with(c, env.meta.clone(), usage).await.unwrap();
+    // (Created after the bookie's first start: ledgers naming a bookie id that starts
+    // empty would be fenced by its pre-boot check.)
+    for l in 1..=5 {
+        env.meta.put(&keys.ledger(l), ledger_meta.encode(), Expect::Any).await.unwrap();
+    }
     let conn = BookieConnection::connect(bookie.addr(), 64).await.unwrap();
     // Fill the disk: ledgers 1-5 get 64 KiB entries until the bookie turns read-only.
     let payload = vec![1u8; 64 * 1024];
@@ -428,5 +430,65 @@ async fn l4_a_full_disk_bookie_still_collects_garbage_and_becomes_writable_again
         "GC dropped the deleted ledgers while read-only"
     );
     assert_eq!(add(&conn, entry(5, 10_000, b"room again"), false).await, Status::Ok);
+    bookie.shutdown().await.unwrap();
+}
+
+/// D2, BookKeeper #2612: a bookie whose disk is formatted while ledgers still name it and
+/// that restarts under the same id starts empty. `format` refuses unless told the bookie is
+/// decommissioned; the restarted bookie (journal on) fences and puts in limbo what it held
+/// before serving, so it answers UNKNOWN, never "no such entry", and zombie adds are
+/// fenced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d2_a_formatted_bookie_restarted_under_a_known_id_is_fenced_and_in_limbo() {
+    use folio_meta::Expect;
+    use folio_meta::records::{DigestType, LedgerMetadata, LedgerState, Record};
+    let env = new_env();
+    let keys = Keys::default();
+    let c = config(&env.data);
+    assert!(c.storage.journal.write_data, "a bookie with its journal");
+    let open_ledger = LedgerMetadata {
+        ensemble_size: 1,
+        write_quorum: 1,
+        ack_quorum: 1,
+        state: LedgerState::Open,
+        last_entry_id: -1,
+        length: 0,
+        digest_type: DigestType::Crc32c,
+        password: None,
+        ensembles: [(0, vec!["bookie-1".to_string()])].into(),
+        custom: Default::default(),
+        ctime_ms: 0,
+        creator_token: 0,
+    };
+    let bookie = Bookie::start(c.clone(), env.meta.clone()).await.unwrap();
+    assert!(!bookie.needs_integrity_check(), "a new bookie that no ledger names");
+    env.meta.put(&keys.ledger(7), open_ledger.encode(), Expect::Absent).await.unwrap();
+    let conn = BookieConnection::connect(bookie.addr(), 16).await.unwrap();
+    for e in 0..3 {
+        assert_eq!(add(&conn, entry(7, e, b"x"), false).await, Status::Ok);
+    }
+    bookie.shutdown().await.unwrap();
+    let refused = folio_bookie::bookie::format(&c, env.meta.as_ref(), "bookie-1", true, false)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("ensembles of 1 ledgers") && refused.contains("--decommissioned"),
+        "{refused}"
+    );
+    assert!(env.data.join("ledgers").join("VERSION").exists(), "a refused format erases nothing");
+    folio_bookie::bookie::format(&c, env.meta.as_ref(), "bookie-1", true, true).await.unwrap();
+    let bookie = Bookie::start(c, env.meta.clone()).await.unwrap();
+    assert!(bookie.needs_integrity_check(), "the pre-boot check ran");
+    let conn = BookieConnection::connect(bookie.addr(), 16).await.unwrap();
+    let r = conn.request(Request::Read { ledger_id: 7, entry_id: 1, fence: None }).await.unwrap();
+    assert_eq!(r.status, Status::Unknown, "limbo: not 'no such entry' for what it held");
+    // The fence holds the master key of the ledger's metadata (no password here).
+    let zombie = Request::Add {
+        master_key: folio_proto::wire::master_key(b""),
+        recovery: false,
+        entry: entry(7, 3, b"zombie"),
+    };
+    assert_eq!(conn.request(zombie).await.unwrap().status, Status::Fenced);
     bookie.shutdown().await.unwrap();
 }

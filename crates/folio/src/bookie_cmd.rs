@@ -95,6 +95,11 @@ enum BookieCommand {
         /// Erase even if the dirs hold data.
         #[arg(long)]
         force: bool,
+        /// Erase although ledgers still name this bookie in their ensembles: its data is
+        /// gone for good (their copies here are lost; a restart under the same id fences
+        /// and puts in limbo what it held before serving).
+        #[arg(long)]
+        decommissioned: bool,
     },
     /// Run a garbage-collection pass on a running bookie now (through its `http_listen`).
     Gc {
@@ -329,16 +334,18 @@ pub fn run(args: Args) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     match args.command {
         Some(BookieCommand::Inspect { dir, gc }) => crate::inspect::run(&dir, gc),
-        Some(BookieCommand::Format { settings, force }) => runtime.block_on(async {
-            let r = settings.resolve()?;
-            let meta = open_metadata(&r.metadata).await?;
-            let id = r.bookie_id();
-            folio_bookie::bookie::format(&r.bookie, meta.as_ref(), &id, force)
-                .await
-                .map_err(|e| e.to_string())?;
-            println!("formatted bookie {id}");
-            Ok(())
-        }),
+        Some(BookieCommand::Format { settings, force, decommissioned }) => {
+            runtime.block_on(async {
+                let r = settings.resolve()?;
+                let meta = open_metadata(&r.metadata).await?;
+                let id = r.bookie_id();
+                folio_bookie::bookie::format(&r.bookie, meta.as_ref(), &id, force, decommissioned)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                println!("formatted bookie {id}");
+                Ok(())
+            })
+        }
         Some(BookieCommand::Check { settings, repair }) => {
             runtime.block_on(check(settings, repair))
         }
@@ -369,7 +376,9 @@ pub fn run(args: Args) -> Result<(), String> {
             println!("bookie {} listening on {}", bookie.id(), bookie.addr());
             // The full integrity check: repairs from peers while the storage flag is set.
             let (stop_check, stop_rx) = tokio::sync::watch::channel(false);
-            let check_task = enabled.then(|| {
+            // Also without integrity on: a bookie restarted empty under a known id was fenced
+            // before serving and repairs what it held from its peers.
+            let check_task = (enabled || bookie.needs_integrity_check()).then(|| {
                 let check = folio_repair::IntegrityCheck {
                     storage: bookie.storage().clone(),
                     client: folio_client::LedgerClient::new(meta.clone(), keys.clone()),
