@@ -232,6 +232,21 @@ fn dispatch(
                 ),
             });
         }
+        Request::ListLedgers { from, limit } => {
+            let h = h.clone();
+            let limit = (limit as usize).min(wire::LEDGERS_PAGE_MAX);
+            tokio::task::spawn_blocking(move || match h.storage.ledger_usages(from, limit) {
+                Ok((ledgers, more)) => {
+                    reply(&tx, Status::Ok, Response::ListLedgers { ledgers, more }, permit)
+                }
+                Err(e) => reply(
+                    &tx,
+                    status_of(&e),
+                    Response::ListLedgers { ledgers: Vec::new(), more: false },
+                    permit,
+                ),
+            });
+        }
     }
 }
 

@@ -24,6 +24,7 @@ use std::thread::JoinHandle;
 
 use bytes::Bytes;
 use folio_proto::limits::MASTER_KEY_BYTES;
+use folio_proto::wire::LedgerUsage;
 use folio_proto::{Entry, EntryId, INVALID_ENTRY_ID, LedgerId};
 
 use crate::config::StorageConfig;
@@ -321,6 +322,20 @@ impl Storage {
 
     pub fn ledger_state(&self, ledger_id: LedgerId) -> Option<LedgerState> {
         self.inner.lock_ledgers().get(&ledger_id).map(|l| l.state.clone())
+    }
+
+    /// What this bookie stores of the ledgers with ids from `from` on, at most `limit` of
+    /// them in id order, and whether more follow: entries and bytes in its entry logs
+    /// (flushed; entries still in the write cache are not counted). For `folio audit`.
+    pub fn ledger_usages(&self, from: LedgerId, limit: usize) -> Result<(Vec<LedgerUsage>, bool)> {
+        let ids: Vec<LedgerId> = self.ledger_ids().into_iter().filter(|l| *l >= from).collect();
+        let more = ids.len() > limit;
+        let usages = ids
+            .into_iter()
+            .take(limit)
+            .map(|l| self.inner.ledger_usage(l))
+            .collect::<Result<Vec<_>>>()?;
+        Ok((usages, more))
     }
 
     pub fn ledger_exists(&self, ledger_id: LedgerId) -> bool {
@@ -700,6 +715,19 @@ impl Inner {
             Some(l) if l.state.limbo => StorageError::Unknown(ledger_id, entry_id),
             Some(_) => StorageError::NoEntry(ledger_id, entry_id),
         }
+    }
+
+    fn ledger_usage(&self, ledger_id: LedgerId) -> Result<LedgerUsage> {
+        self.check_poison()?;
+        let (mut entries, mut bytes) = (0u64, 0u64);
+        self.location_pages(ledger_id, |page, _| {
+            for (_, v) in &page {
+                entries += 1;
+                bytes += u64::from(EntryLocation::decode(v)?.len);
+            }
+            Ok(())
+        })?;
+        Ok(LedgerUsage { ledger_id, entries, bytes })
     }
 
     fn list_entries(&self, ledger_id: LedgerId) -> Result<Vec<EntryId>> {

@@ -64,6 +64,9 @@ pub struct BrokerConfig {
     /// per cluster: it moves with the controller lease). `None`: this broker never runs it
     /// (tests that look at what the controller put in the trash).
     pub trash: Option<folio_log::TrashConfig>,
+    /// How often the controller runs `folio audit`'s walk and publishes its classes as
+    /// gauges (`folio_audit_*`); `None`: never.
+    pub audit_interval: Option<Duration>,
 }
 
 impl Default for BrokerConfig {
@@ -88,6 +91,7 @@ impl Default for BrokerConfig {
             delete_topic_enable: true,
             deletion_busy_fraction: 0.5,
             trash: Some(folio_log::TrashConfig::default()),
+            audit_interval: Some(Duration::from_secs(600)),
         }
     }
 }
@@ -128,6 +132,8 @@ pub(crate) struct Inner {
     trash: Mutex<Option<folio_log::TrashHandle>>,
     /// The deleter itself (for status and wake-ups), also after it stopped.
     pub trash_deleter: folio_log::Trash,
+    /// The last audit this broker ran as the controller.
+    pub last_audit: Mutex<Option<crate::audit::Audit>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -209,6 +215,7 @@ impl Broker {
             shutdown: watch::channel(false).0,
             trash: Mutex::new(trash),
             trash_deleter,
+            last_audit: Mutex::new(None),
         });
         tracing::info!(
             node_id = inner.config.node_id,
@@ -231,6 +238,9 @@ impl Broker {
         tokio::spawn(release_moved(inner.clone()));
         tokio::spawn(refresh_topics(inner.clone()));
         tokio::spawn(crate::deletion::run(inner.clone()));
+        if let Some(every) = inner.config.audit_interval {
+            tokio::spawn(run_audits(inner.clone(), every));
+        }
         Ok(Broker { inner, addr })
     }
 
@@ -248,6 +258,9 @@ impl Broker {
     pub fn render_metrics(&self) -> String {
         use std::fmt::Write as _;
         let mut out = self.inner.metrics.render();
+        if let Some(a) = self.last_audit() {
+            out.push_str(&a.gauges());
+        }
         out.push_str("# HELP folio_kafka_group_members Members of a group this broker coordinates.\n# TYPE folio_kafka_group_members gauge\n");
         let groups = self.inner.groups.snapshot();
         for (name, g) in &groups {
@@ -277,6 +290,11 @@ impl Broker {
             }
         }
         out
+    }
+
+    /// The last audit this broker ran (as the controller), if any.
+    pub fn last_audit(&self) -> Option<crate::audit::Audit> {
+        self.inner.last_audit.lock().expect("audit lock").clone()
     }
 
     /// A simulated crash (benchmarks and tests): stops serving and renewing the lease, but
@@ -588,3 +606,30 @@ const TOPIC_REFRESH: Duration = Duration::from_secs(1);
 
 /// How long a long poll may be asked to wait at most.
 pub const FETCH_WAIT_MAX: Duration = Duration::from_secs(60);
+
+/// On the controller: runs the audit every `every` and keeps the result for the gauges.
+async fn run_audits(inner: Arc<Inner>, every: Duration) {
+    let mut shutdown = inner.shutdown.subscribe();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        if inner.membership.controller() != inner.config.node_id {
+            continue;
+        }
+        match crate::audit::run(&inner.env).await {
+            Ok(a) => {
+                let orphans = a.findings.iter().filter(|f| f.class.is_orphan()).count();
+                if orphans > 0 {
+                    tracing::warn!(
+                        orphans,
+                        "the audit found orphans: run `folio audit` for the list"
+                    );
+                }
+                *inner.last_audit.lock().expect("audit lock") = Some(a);
+            }
+            Err(e) => tracing::warn!(error = %e, "audit failed; the next one retries"),
+        }
+    }
+}

@@ -19,6 +19,7 @@
 #![allow(clippy::big_endian_bytes)]
 
 pub mod api;
+pub mod audit;
 pub mod batch;
 mod broker;
 pub mod client;

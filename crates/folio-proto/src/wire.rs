@@ -17,7 +17,12 @@
 //!  5  FORCE_LEDGER     ledger u64                               ledger
 //!  6  GET_BOOKIE_INFO  (none)                                   [total_bytes u64 ‖ free_bytes u64 if OK]
 //!  7  LIST_ENTRIES     ledger u64                               ledger ‖ [n u32 ‖ n × (first i64, count u32) if OK]
+//!  8  LIST_LEDGERS     from u64 ‖ limit u32                     [n u32 ‖ n × (ledger u64, entries u64, bytes u64)
+//!                                                               ‖ more u8 if OK]
 //! ```
+//!
+//! LIST_LEDGERS pages through what a bookie stores (ledger ids from `from` on, in order, at
+//! most `min(limit, LEDGERS_PAGE_MAX)`): `folio audit` compares it with the metadata.
 //!
 //! Decoding never panics and never allocates more than the frame limit: a frame whose
 //! length field exceeds `FRAME_BYTES_MAX` is refused before its body is read.
@@ -32,6 +37,18 @@ pub const FRAME_LEN_BYTES: usize = 4;
 pub const HEADER_BYTES: usize = 12;
 /// The largest frame body: an ADD of the largest entry, plus headers.
 pub const FRAME_BYTES_MAX: usize = ENTRY_BYTES_MAX + 256;
+/// The most ledgers a LIST_LEDGERS answer carries (a larger `limit` is cut to it).
+pub const LEDGERS_PAGE_MAX: usize = 10_000;
+const _: () = assert!(HEADER_BYTES + 5 + LEDGERS_PAGE_MAX * 24 <= FRAME_BYTES_MAX);
+
+/// What a bookie stores of one ledger (LIST_LEDGERS): entries and bytes in its entry logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LedgerUsage {
+    pub ledger_id: LedgerId,
+    pub entries: u64,
+    pub bytes: u64,
+}
+
 /// The most entry ranges a LIST_ENTRIES answer carries.
 pub const ENTRY_RANGES_MAX: usize = (FRAME_BYTES_MAX - HEADER_BYTES - 12) / 12;
 
@@ -64,6 +81,7 @@ pub enum OpCode {
     ForceLedger = 5,
     GetBookieInfo = 6,
     ListEntries = 7,
+    ListLedgers = 8,
 }
 
 impl OpCode {
@@ -76,6 +94,7 @@ impl OpCode {
             5 => OpCode::ForceLedger,
             6 => OpCode::GetBookieInfo,
             7 => OpCode::ListEntries,
+            8 => OpCode::ListLedgers,
             _ => return None,
         })
     }
@@ -90,6 +109,7 @@ pub enum Request {
     ForceLedger { ledger_id: LedgerId },
     GetBookieInfo,
     ListEntries { ledger_id: LedgerId },
+    ListLedgers { from: LedgerId, limit: u32 },
 }
 
 impl Request {
@@ -102,6 +122,7 @@ impl Request {
             Request::ForceLedger { .. } => OpCode::ForceLedger,
             Request::GetBookieInfo => OpCode::GetBookieInfo,
             Request::ListEntries { .. } => OpCode::ListEntries,
+            Request::ListLedgers { .. } => OpCode::ListLedgers,
         }
     }
 }
@@ -136,6 +157,11 @@ pub enum Response {
         ledger_id: LedgerId,
         ranges: Vec<(EntryId, u32)>,
     },
+    /// Ledgers stored, in id order, and whether more follow.
+    ListLedgers {
+        ledgers: Vec<LedgerUsage>,
+        more: bool,
+    },
 }
 
 impl Response {
@@ -148,6 +174,7 @@ impl Response {
             Response::ForceLedger { .. } => OpCode::ForceLedger,
             Response::GetBookieInfo { .. } => OpCode::GetBookieInfo,
             Response::ListEntries { .. } => OpCode::ListEntries,
+            Response::ListLedgers { .. } => OpCode::ListLedgers,
         }
     }
 }
@@ -241,6 +268,10 @@ pub fn encode_request(f: &RequestFrame, out: &mut BytesMut) {
             | Request::ForceLedger { ledger_id }
             | Request::ListEntries { ledger_id } => b.put_u64_le(*ledger_id),
             Request::GetBookieInfo => {}
+            Request::ListLedgers { from, limit } => {
+                b.put_u64_le(*from);
+                b.put_u32_le(*limit);
+            }
         }
     });
 }
@@ -295,6 +326,19 @@ pub fn encode_response(f: &ResponseFrame, out: &mut BytesMut) {
                     b.put_u32_le(*count);
                 }
             }
+            Response::ListLedgers { ledgers, more } => {
+                if !ok {
+                    return;
+                }
+                let n = ledgers.len().min(LEDGERS_PAGE_MAX);
+                b.put_u32_le(n as u32);
+                for l in &ledgers[..n] {
+                    b.put_u64_le(l.ledger_id);
+                    b.put_u64_le(l.entries);
+                    b.put_u64_le(l.bytes);
+                }
+                b.put_u8(u8::from(*more || n < ledgers.len()));
+            }
         }
     });
 }
@@ -311,6 +355,10 @@ impl Payload {
             return Err(WireError::Malformed { op: self.op, detail: "truncated" });
         }
         Ok(())
+    }
+    fn u8(&mut self) -> Result<u8, WireError> {
+        self.need(1)?;
+        Ok(self.b.get_u8())
     }
     fn u32(&mut self) -> Result<u32, WireError> {
         self.need(4)?;
@@ -380,6 +428,7 @@ pub fn decode_request(body: Bytes) -> Result<RequestFrame, WireError> {
         OpCode::ForceLedger => Request::ForceLedger { ledger_id: p.u64()? },
         OpCode::GetBookieInfo => Request::GetBookieInfo,
         OpCode::ListEntries => Request::ListEntries { ledger_id: p.u64()? },
+        OpCode::ListLedgers => Request::ListLedgers { from: p.u64()?, limit: p.u32()? },
     };
     p.end()?;
     Ok(RequestFrame { request_id, request })
@@ -423,6 +472,31 @@ pub fn decode_response(body: Bytes) -> Result<ResponseFrame, WireError> {
             }
             Response::ListEntries { ledger_id, ranges }
         }
+        OpCode::ListLedgers => {
+            let mut ledgers = Vec::new();
+            let mut more = false;
+            if ok {
+                let n = p.u32()? as usize;
+                if n > LEDGERS_PAGE_MAX {
+                    return Err(WireError::Malformed { op, detail: "too many ledgers" });
+                }
+                p.need(n * 24 + 1)?;
+                ledgers.reserve(n);
+                for _ in 0..n {
+                    ledgers.push(LedgerUsage {
+                        ledger_id: p.u64()?,
+                        entries: p.u64()?,
+                        bytes: p.u64()?,
+                    });
+                }
+                more = match p.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(WireError::Malformed { op, detail: "more flag" }),
+                };
+            }
+            Response::ListLedgers { ledgers, more }
+        }
     };
     p.end()?;
     Ok(ResponseFrame { request_id, status, response })
@@ -462,6 +536,7 @@ mod tests {
             Request::ForceLedger { ledger_id: 2 },
             Request::GetBookieInfo,
             Request::ListEntries { ledger_id: 5 },
+            Request::ListLedgers { from: 3, limit: 100 },
         ]
     }
 
@@ -480,6 +555,14 @@ mod tests {
             (Status::Ok, Response::ForceLedger { ledger_id: 3 }),
             (Status::Ok, Response::GetBookieInfo { space: Some((100, 40)) }),
             (Status::Ok, Response::ListEntries { ledger_id: 3, ranges: vec![(0, 10), (12, 1)] }),
+            (
+                Status::Ok,
+                Response::ListLedgers {
+                    ledgers: vec![LedgerUsage { ledger_id: 4, entries: 2, bytes: 90 }],
+                    more: true,
+                },
+            ),
+            (Status::Ok, Response::ListLedgers { ledgers: Vec::new(), more: false }),
         ]
     }
 

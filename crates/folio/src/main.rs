@@ -1,5 +1,6 @@
 //! `folio`: the one binary. Subcommands run a node, administer a cluster, or benchmark.
 
+mod audit_cmd;
 mod bench;
 mod bookie_cmd;
 mod broker_cmd;
@@ -43,6 +44,10 @@ enum Command {
     Broker(Box<broker_cmd::Args>),
     /// Kafka topics and the deletions in progress (list, describe, create, delete).
     Topics(topics_cmd::Args),
+    /// Account for every ledger and stored byte: live, trashed, being deleted, or an
+    /// orphan (metadata nobody references, data no metadata names, a log with no topic).
+    /// Exits non-zero when orphans older than the grace period exist.
+    Audit(audit_cmd::Args),
     /// Benchmarks; each prints key=value figures and ratios against a baseline measured in
     /// the same run.
     Bench {
@@ -91,6 +96,7 @@ fn main() -> ExitCode {
         Command::Standalone(args) => standalone::run(args),
         Command::Broker(args) => broker_cmd::run(*args),
         Command::Topics(args) => topics_cmd::run(args),
+        Command::Audit(args) => audit_cmd::run(args),
         Command::Bench { what } => bench::run(what),
         Command::Debug { what } => debug::run(what),
     };

@@ -1,0 +1,446 @@
+//! `folio audit`: accounts for every ledger and every stored byte of a cluster.
+//!
+//! It walks the metadata store (topics, deletion markers, logs and their chains, the trash,
+//! ledger metadata) and asks every registered bookie what it stores (LIST_LEDGERS), then
+//! puts each ledger, and each bookie's bytes of it, in exactly one class:
+//!
+//! | class             | meaning                                                             |
+//! |-------------------|---------------------------------------------------------------------|
+//! | `live`            | in the chain of a log whose topic exists (or of a non-Kafka log), or a plain ledger with no owner tag |
+//! | `trashed`         | named by a trash record: the deleter will delete it (age, last error) |
+//! | `being-deleted`   | in the chain of a log whose topic has a deletion marker              |
+//! | `orphan-metadata` | its owner tag names a log, but no chain and no trash record names it |
+//! | `orphan-data`     | stored on a bookie, but not in the metadata, or not in that bookie's ensembles (bookie GC drops it) |
+//! | `stray-log`       | in the chain of a Kafka partition log whose topic id exists nowhere |
+//!
+//! Orphans are leaks (L1). `repair` moves orphan metadata into the trash under the log its
+//! owner tag names (the deleter then checks that tag, as for every record) and deletes stray
+//! logs through the trash; orphan data needs nothing but the bookies' GC.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use folio_client::BookieConnection;
+use folio_log::records::{LogRecord, TrashRecord};
+use folio_log::{LogEnv, OWNER_TAG};
+use folio_meta::records::{BookieRegistration, LedgerMetadata, Record};
+use folio_meta::{Expect, MetaError, list_all};
+use folio_proto::Status;
+use folio_proto::wire::{LEDGERS_PAGE_MAX, LedgerUsage, Request, Response};
+use uuid::Uuid;
+
+use crate::topics::{TopicRecord, parse_log_name};
+
+/// Where a ledger (or a bookie's copy of it) belongs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Class {
+    Live,
+    Trashed,
+    BeingDeleted,
+    OrphanMetadata,
+    OrphanData,
+    StrayLog,
+}
+
+impl Class {
+    pub const ALL: [Class; 6] = [
+        Class::Live,
+        Class::Trashed,
+        Class::BeingDeleted,
+        Class::OrphanMetadata,
+        Class::OrphanData,
+        Class::StrayLog,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Class::Live => "live",
+            Class::Trashed => "trashed",
+            Class::BeingDeleted => "being-deleted",
+            Class::OrphanMetadata => "orphan-metadata",
+            Class::OrphanData => "orphan-data",
+            Class::StrayLog => "stray-log",
+        }
+    }
+
+    /// A leak: something nobody will ever delete on their own.
+    pub fn is_orphan(self) -> bool {
+        matches!(self, Class::OrphanMetadata | Class::OrphanData | Class::StrayLog)
+    }
+}
+
+/// One ledger the audit found outside `live`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub class: Class,
+    pub ledger_id: u64,
+    /// The log that owns it (chain, trash record or owner tag), if any.
+    pub log: String,
+    /// How old it is (ledger creation, or trash record), when known.
+    pub age_ms: Option<u64>,
+    /// Bytes the bookies store of it (for orphan data: the bookie named in `detail`).
+    pub bytes: u64,
+    pub detail: String,
+}
+
+/// What the audit found.
+#[derive(Debug, Clone, Default)]
+pub struct Audit {
+    /// Per class: ledgers and bytes stored on the bookies.
+    pub totals: BTreeMap<Class, (u64, u64)>,
+    /// Every ledger not `live`.
+    pub findings: Vec<Finding>,
+    /// Bookies listed, and those that could not be (id, why): their bytes are unknown.
+    pub bookies_listed: Vec<String>,
+    pub bookies_unreachable: Vec<(String, String)>,
+    /// Stray logs (Kafka partition logs whose topic id exists nowhere).
+    pub stray_logs: Vec<String>,
+}
+
+impl Audit {
+    /// Orphans older than `grace` (orphan data and stray logs without an age count).
+    pub fn orphans_older_than(&self, grace: Duration) -> Vec<&Finding> {
+        let grace = grace.as_millis() as u64;
+        self.findings
+            .iter()
+            .filter(|f| f.class.is_orphan() && f.age_ms.is_none_or(|a| a >= grace))
+            .collect()
+    }
+
+    /// The human table: one line per class, then every finding.
+    pub fn table(&self) -> String {
+        let mut out = format!("{:<16} {:>8} {:>14}\n", "class", "ledgers", "bytes");
+        for c in Class::ALL {
+            let (n, b) = self.totals.get(&c).copied().unwrap_or_default();
+            let _ = writeln!(out, "{:<16} {n:>8} {b:>14}", c.name());
+        }
+        let _ = writeln!(
+            out,
+            "bookies: {} listed{}",
+            self.bookies_listed.len(),
+            if self.bookies_unreachable.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ", unreachable (their bytes unknown): {}",
+                    self.bookies_unreachable
+                        .iter()
+                        .map(|(b, e)| format!("{b} ({e})"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
+        );
+        for f in &self.findings {
+            let age = f
+                .age_ms
+                .map_or("age unknown".to_string(), |a| format!("{:.1} s old", a as f64 / 1000.0));
+            let _ = writeln!(
+                out,
+                "{:<16} ledger {} log {:?} {} {} bytes: {}",
+                f.class.name(),
+                f.ledger_id,
+                f.log,
+                age,
+                f.bytes,
+                f.detail
+            );
+        }
+        out
+    }
+
+    /// Prometheus gauges: ledgers and bytes per class.
+    pub fn gauges(&self) -> String {
+        let mut out = String::from(
+            "# HELP folio_audit_ledgers Ledgers per class at the last audit (orphan-data: copies).\n# TYPE folio_audit_ledgers gauge\n",
+        );
+        for c in Class::ALL {
+            let (n, _) = self.totals.get(&c).copied().unwrap_or_default();
+            let _ = writeln!(out, "folio_audit_ledgers{{class=\"{}\"}} {n}", c.name());
+        }
+        out.push_str("# HELP folio_audit_bytes Bytes the bookies store per class at the last audit.\n# TYPE folio_audit_bytes gauge\n");
+        for c in Class::ALL {
+            let (_, b) = self.totals.get(&c).copied().unwrap_or_default();
+            let _ = writeln!(out, "folio_audit_bytes{{class=\"{}\"}} {b}", c.name());
+        }
+        let _ = writeln!(
+            out,
+            "# HELP folio_audit_bookies_unreachable Bookies the last audit could not list.\n# TYPE folio_audit_bookies_unreachable gauge\nfolio_audit_bookies_unreachable {}",
+            self.bookies_unreachable.len()
+        );
+        out
+    }
+
+    /// The same as JSON, for scripts.
+    pub fn json(&self) -> String {
+        let mut out = String::from("{\"classes\":{");
+        for (i, c) in Class::ALL.iter().enumerate() {
+            let (n, b) = self.totals.get(c).copied().unwrap_or_default();
+            let _ = write!(
+                out,
+                "{}\"{}\":{{\"ledgers\":{n},\"bytes\":{b}}}",
+                if i > 0 { "," } else { "" },
+                c.name()
+            );
+        }
+        out.push_str("},\"bookies_listed\":[");
+        out.push_str(
+            &self.bookies_listed.iter().map(|b| json_str(b)).collect::<Vec<_>>().join(","),
+        );
+        out.push_str("],\"bookies_unreachable\":[");
+        out.push_str(
+            &self
+                .bookies_unreachable
+                .iter()
+                .map(|(b, e)| format!("{{\"bookie\":{},\"error\":{}}}", json_str(b), json_str(e)))
+                .collect::<Vec<_>>()
+                .join(","),
+        );
+        out.push_str("],\"findings\":[");
+        for (i, f) in self.findings.iter().enumerate() {
+            let _ = write!(
+                out,
+                "{}\n{{\"class\":\"{}\",\"ledger\":{},\"log\":{},\"age_ms\":{},\"bytes\":{},\"detail\":{}}}",
+                if i > 0 { "," } else { "" },
+                f.class.name(),
+                f.ledger_id,
+                json_str(&f.log),
+                f.age_ms.map_or("null".to_string(), |a| a.to_string()),
+                f.bytes,
+                json_str(&f.detail)
+            );
+        }
+        out.push_str("\n]}\n");
+        out
+    }
+}
+
+/// A JSON string literal (names here come from the store and may hold anything).
+fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// What each registered bookie stores: bookie id → ledgers, or why it could not be listed.
+async fn list_bookies(
+    env: &LogEnv,
+) -> Result<Vec<(String, Result<Vec<LedgerUsage>, String>)>, MetaError> {
+    let mut regs = Vec::new();
+    for prefix in [env.keys.bookies_writable(), env.keys.bookies_readonly()] {
+        for v in list_all(env.meta.as_ref(), &prefix).await? {
+            if let Ok(r) = BookieRegistration::decode(&v.key, &v.value) {
+                regs.push(r);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for r in regs {
+        let listing = async {
+            let addr = tokio::net::lookup_host(&r.address)
+                .await
+                .map_err(|e| format!("resolving {}: {e}", r.address))?
+                .next()
+                .ok_or_else(|| format!("{} resolves to nothing", r.address))?;
+            let conn = BookieConnection::connect(addr, 4).await.map_err(|e| e.to_string())?;
+            let mut all = Vec::new();
+            let mut from = 0u64;
+            loop {
+                let resp = conn
+                    .request(Request::ListLedgers { from, limit: LEDGERS_PAGE_MAX as u32 })
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let (Status::Ok, Response::ListLedgers { ledgers, more }) =
+                    (resp.status, resp.response)
+                else {
+                    return Err(format!("LIST_LEDGERS answered {}", resp.status.name()));
+                };
+                let last = ledgers.last().map(|l| l.ledger_id);
+                all.extend(ledgers);
+                match last {
+                    Some(l) if more => from = l + 1,
+                    _ => return Ok(all),
+                }
+            }
+        };
+        let listing = match tokio::time::timeout(Duration::from_secs(30), listing).await {
+            Ok(r) => r,
+            Err(_) => Err("timed out".to_string()),
+        };
+        out.push((r.bookie_id, listing));
+    }
+    Ok(out)
+}
+
+/// Runs the audit once against the metadata store and the registered bookies.
+pub async fn run(env: &LogEnv) -> Result<Audit, MetaError> {
+    let now = env.now_ms();
+    let keys = &env.keys;
+    // Topics and deletions in progress, by topic id.
+    let mut topic_ids = std::collections::HashSet::new();
+    for v in list_all(env.meta.as_ref(), &keys.topics()).await? {
+        if let Ok(t) = TopicRecord::decode(&v.key, &v.value) {
+            topic_ids.insert(t.id);
+        }
+    }
+    let deleting: std::collections::HashSet<Uuid> =
+        list_all(env.meta.as_ref(), &keys.topic_deletions())
+            .await?
+            .iter()
+            .filter_map(|v| Uuid::try_parse(&v.key[keys.topic_deletions().len()..]).ok())
+            .collect();
+    // Chains: ledger → (log, class of the log).
+    let mut chained: HashMap<u64, (String, Class)> = HashMap::new();
+    let mut stray_logs = Vec::new();
+    for v in list_all(env.meta.as_ref(), &keys.logs()).await? {
+        let Some(name) = keys.parse_log(&v.key) else { continue };
+        let Ok(record) = LogRecord::decode(&v.key, &v.value) else { continue };
+        let class = match parse_log_name(name) {
+            None => Class::Live,
+            Some((id, _)) if topic_ids.contains(&id) => Class::Live,
+            Some((id, _)) if deleting.contains(&id) => Class::BeingDeleted,
+            Some(_) => {
+                stray_logs.push(name.to_string());
+                Class::StrayLog
+            }
+        };
+        for l in &record.ledgers {
+            chained.insert(l.ledger_id, (name.to_string(), class));
+        }
+    }
+    let mut trashed: HashMap<u64, TrashRecord> = HashMap::new();
+    for v in list_all(env.meta.as_ref(), &keys.trash()).await? {
+        if let Ok(t) = TrashRecord::decode(&v.key, &v.value) {
+            trashed.insert(t.ledger_id, t);
+        }
+    }
+    // What the bookies hold.
+    let mut audit = Audit { stray_logs, ..Audit::default() };
+    let mut stored: HashMap<u64, Vec<(String, u64)>> = HashMap::new();
+    for (bookie, listing) in list_bookies(env).await? {
+        match listing {
+            Ok(ledgers) => {
+                for l in ledgers {
+                    stored.entry(l.ledger_id).or_default().push((bookie.clone(), l.bytes));
+                }
+                audit.bookies_listed.push(bookie);
+            }
+            Err(e) => audit.bookies_unreachable.push((bookie, e)),
+        }
+    }
+    // Every ledger in the metadata, then every stored copy of a ledger that is not.
+    let mut known = std::collections::HashSet::new();
+    for v in list_all(env.meta.as_ref(), &keys.ledgers()).await? {
+        let Some(id) = keys.parse_ledger(&v.key) else { continue };
+        let Ok(m) = LedgerMetadata::decode(&v.key, &v.value) else { continue };
+        known.insert(id);
+        let tag = m.custom.get(OWNER_TAG).map(|b| String::from_utf8_lossy(b).into_owned());
+        let copies = stored.get(&id).cloned().unwrap_or_default();
+        let (in_ensemble, extra): (Vec<_>, Vec<_>) = copies
+            .into_iter()
+            .partition(|(b, _)| m.ensembles.values().any(|e| e.iter().any(|x| x == b)));
+        let bytes: u64 = in_ensemble.iter().map(|(_, b)| b).sum();
+        let age = Some(now.saturating_sub(m.ctime_ms));
+        let (class, log, age_ms, detail) = if let Some(t) = trashed.get(&id) {
+            let why = if t.last_error.is_empty() {
+                format!("trashed ({}), waiting for the deleter", t.reason)
+            } else {
+                format!("trashed ({}), last attempt failed: {}", t.reason, t.last_error)
+            };
+            (Class::Trashed, t.log.clone(), Some(now.saturating_sub(t.time_ms)), why)
+        } else if let Some((log, class)) = chained.get(&id) {
+            let why = match class {
+                Class::BeingDeleted => "its topic is being deleted".to_string(),
+                Class::StrayLog => "in the chain of a log whose topic exists nowhere".to_string(),
+                _ => String::new(),
+            };
+            (*class, log.clone(), age, why)
+        } else if let Some(tag) = tag {
+            (Class::OrphanMetadata, tag, age, "in no chain and not in the trash".to_string())
+        } else {
+            (Class::Live, String::new(), age, String::new())
+        };
+        let t = audit.totals.entry(class).or_default();
+        t.0 += 1;
+        t.1 += bytes;
+        if class != Class::Live {
+            audit.findings.push(Finding { class, ledger_id: id, log, age_ms, bytes, detail });
+        }
+        for (bookie, b) in extra {
+            push_orphan_data(
+                &mut audit,
+                id,
+                b,
+                format!("on bookie {bookie}, which none of its ensembles names"),
+            );
+        }
+    }
+    let mut unknown: Vec<(&u64, &Vec<(String, u64)>)> =
+        stored.iter().filter(|(id, _)| !known.contains(id)).collect();
+    unknown.sort_by_key(|(id, _)| **id);
+    for (id, copies) in unknown {
+        for (bookie, b) in copies {
+            push_orphan_data(&mut audit, *id, *b, format!("on bookie {bookie}, no metadata"));
+        }
+    }
+    Ok(audit)
+}
+
+fn push_orphan_data(audit: &mut Audit, ledger_id: u64, bytes: u64, detail: String) {
+    let t = audit.totals.entry(Class::OrphanData).or_default();
+    t.0 += 1;
+    t.1 += bytes;
+    audit.findings.push(Finding {
+        class: Class::OrphanData,
+        ledger_id,
+        log: String::new(),
+        age_ms: None,
+        bytes,
+        detail: format!("{detail}; the bookie's GC drops it"),
+    });
+}
+
+/// Moves the orphans of `audit` older than `grace` into the trash: orphan metadata under
+/// the log its owner tag names (the deleter checks the tag again), stray logs through
+/// `delete_log`. Returns what it did, a line each.
+pub async fn repair(env: &LogEnv, audit: &Audit, grace: Duration) -> Vec<String> {
+    let mut done = Vec::new();
+    for f in audit.orphans_older_than(grace) {
+        if f.class != Class::OrphanMetadata {
+            continue;
+        }
+        let t = TrashRecord::new(f.ledger_id, &f.log, "audit: orphan metadata", env.now_ms());
+        let line = match env
+            .meta
+            .put(&env.keys.trash_ledger(f.ledger_id), t.encode(), Expect::Absent)
+            .await
+        {
+            Ok(_) => format!("ledger {}: moved to the trash (log {:?})", f.ledger_id, f.log),
+            Err(MetaError::Conflict { .. }) => {
+                format!("ledger {}: already in the trash", f.ledger_id)
+            }
+            Err(e) => format!("ledger {}: not moved: {e}", f.ledger_id),
+        };
+        done.push(line);
+    }
+    for log in &audit.stray_logs {
+        let line = match folio_log::trash::delete_log(env, log, "audit: stray log").await {
+            Ok(()) => format!("stray log {log}: its ledgers moved to the trash"),
+            Err(e) => format!("stray log {log}: not deleted: {e}"),
+        };
+        done.push(line);
+    }
+    done
+}

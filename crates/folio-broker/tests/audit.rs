@@ -1,0 +1,124 @@
+//! `folio audit` (L1): every ledger and stored byte is put in one class, orphans of each
+//! kind are found, and `repair` sends them through the trash until none is left.
+
+// Kafka's wire format is big-endian (the shared test helpers build batches).
+#![allow(clippy::big_endian_bytes)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use folio_broker::audit::{self, Class};
+use folio_client::{CreateOptions, LedgerClient};
+use folio_log::{LogEnv, ManagedLog, OWNER_TAG, WallClock};
+use folio_meta::keys::Keys;
+use folio_meta::{Expect, MetadataStore};
+use kafka_protocol::messages::*;
+
+fn env_of(meta: &Arc<dyn MetadataStore>) -> LogEnv {
+    LogEnv {
+        meta: meta.clone(),
+        client: LedgerClient::new(meta.clone(), Keys::default())
+            .with_request_timeout(Duration::from_secs(2)),
+        keys: Keys::default(),
+        clock: Arc::new(WallClock),
+        owner: "audit-test".into(),
+    }
+}
+
+fn classes(a: &audit::Audit) -> Vec<(Class, u64)> {
+    let mut v: Vec<(Class, u64)> = a.findings.iter().map(|f| (f.class, f.ledger_id)).collect();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l1_audit_finds_every_kind_of_orphan_and_repair_sends_them_through_the_trash() {
+    let s = start(1, |_| {}).await;
+    let env = env_of(&s.cluster.meta);
+    // A live topic with data.
+    let mut c = Conn::open(s.broker.addr()).await;
+    let r: CreateTopicsResponse = c
+        .call(
+            ApiKey::CreateTopics,
+            5,
+            &folio_broker::client::create_topics_request(&["t".to_string()], 1),
+        )
+        .await;
+    assert_eq!(r.topics[0].error_code, 0);
+    let r: ProduceResponse = c
+        .call(
+            ApiKey::Produce,
+            8,
+            &folio_broker::client::produce_request("t", 0, batch(10, 1).into(), -1),
+        )
+        .await;
+    assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+    // Orphan metadata: a ledger tagged with the topic's log that its chain does not list.
+    let id = s.broker.topic_id("t").await.unwrap();
+    let log = folio_broker::topics::log_name(id, 0);
+    let mut o = CreateOptions::new(1, 1, 1);
+    o.custom.insert(OWNER_TAG.into(), Bytes::from(log.clone()));
+    let orphan = env.client.create(o).await.unwrap();
+    orphan.add(b"nobody's").await.unwrap();
+    orphan.close().await.unwrap();
+    // A stray log: a partition log of a topic id that exists nowhere.
+    let stray_name = folio_broker::topics::log_name(uuid::Uuid::from_u128(7), 0);
+    let stray =
+        ManagedLog::open_or_create(env.clone(), &stray_name, folio_log::LogConfig::for_bookies(1))
+            .await
+            .unwrap();
+    stray.append(b"stray", 1, 0).await.unwrap();
+    stray.close().await.unwrap();
+    let stray_ledgers: Vec<u64> = stray.info().ledgers.iter().map(|l| l.ledger_id).collect();
+    // Orphan data: a ledger whose metadata was removed by hand (no GC pass since).
+    let gone = env.client.create(CreateOptions::new(1, 1, 1)).await.unwrap();
+    gone.add(b"left behind").await.unwrap();
+    gone.close().await.unwrap();
+    s.cluster.meta.delete(&Keys::default().ledger(gone.id()), Expect::Any).await.unwrap();
+    for n in &s.cluster.nodes {
+        n.bookie().storage().flush().unwrap();
+    }
+
+    let a = audit::run(&env).await.unwrap();
+    let found = classes(&a);
+    assert!(found.contains(&(Class::OrphanMetadata, orphan.id())), "{}", a.table());
+    assert!(found.contains(&(Class::OrphanData, gone.id())), "{}", a.table());
+    for l in &stray_ledgers {
+        assert!(found.contains(&(Class::StrayLog, *l)), "{}", a.table());
+    }
+    assert_eq!(a.stray_logs, vec![stray_name.clone()]);
+    assert!(a.totals[&Class::Live].0 >= 1, "the topic's ledger is live: {}", a.table());
+    assert!(a.totals[&Class::Live].1 > 0, "and its bytes are counted: {}", a.table());
+    assert_eq!(a.bookies_listed.len(), 1);
+    assert!(a.json().contains("\"orphan-metadata\":{\"ledgers\":1"), "{}", a.json());
+    assert!(
+        a.gauges().contains("folio_audit_ledgers{class=\"orphan-metadata\"} 1"),
+        "{}",
+        a.gauges()
+    );
+    // A grace period covers what is young; zero grace counts everything.
+    assert!(a.orphans_older_than(Duration::from_secs(3600)).iter().all(|f| f.age_ms.is_none()));
+    assert!(a.orphans_older_than(Duration::ZERO).len() >= 3);
+
+    let done = audit::repair(&env, &a, Duration::ZERO).await;
+    assert!(done.iter().any(|l| l.contains("moved to the trash")), "{done:?}");
+    let a = audit::run(&env).await.unwrap();
+    assert!(classes(&a).contains(&(Class::Trashed, orphan.id())), "{}", a.table());
+    // The deleter and the bookie's GC finish the job.
+    let pass = folio_log::Trash::new(env.clone(), folio_log::TrashConfig::default())
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(pass.failed, 0, "{pass:?}");
+    for n in &s.cluster.nodes {
+        n.bookie().gc_now().await.unwrap();
+    }
+    let a = audit::run(&env).await.unwrap();
+    assert!(a.orphans_older_than(Duration::ZERO).is_empty(), "{}", a.table());
+    assert!(a.findings.is_empty(), "{}", a.table());
+    assert!(a.totals[&Class::Live].0 >= 1);
+}

@@ -1,0 +1,65 @@
+//! `folio audit`: which ledgers and bytes of a cluster belong to nobody (see
+//! `folio_broker::audit` for the classes).
+
+use std::time::Duration;
+
+use crate::ledger_cmd::ClusterArgs;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Orphans younger than this many seconds do not fail the audit (nor get repaired):
+    /// something may be creating or deleting them right now.
+    #[arg(long, default_value_t = 600)]
+    grace_s: u64,
+    /// Move orphans older than the grace period into the trash (the running deleter then
+    /// deletes them, checking their owner tags), and delete stray logs through the trash.
+    #[arg(long)]
+    repair: bool,
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        let (meta, keys, client) = args.cluster.connect().await?;
+        let env = folio_log::LogEnv {
+            meta,
+            client,
+            keys,
+            clock: std::sync::Arc::new(folio_log::WallClock),
+            owner: "folio-audit".into(),
+        };
+        let audit = folio_broker::audit::run(&env).await.map_err(|e| e.to_string())?;
+        if args.json {
+            print!("{}", audit.json());
+        } else {
+            print!("{}", audit.table());
+        }
+        let grace = Duration::from_secs(args.grace_s);
+        if args.repair {
+            for line in folio_broker::audit::repair(&env, &audit, grace).await {
+                eprintln!("repair: {line}");
+            }
+        }
+        let old = audit.orphans_older_than(grace).len();
+        if old > 0 {
+            return Err(format!(
+                "{old} orphans older than {} s{}",
+                args.grace_s,
+                if args.repair {
+                    " (repair moved what it could to the trash)"
+                } else {
+                    "; --repair moves them to the trash"
+                }
+            ));
+        }
+        Ok(())
+    })
+}
