@@ -67,6 +67,9 @@ pub struct BrokerConfig {
     /// How often the controller runs `folio audit`'s walk and publishes its classes as
     /// gauges (`folio_audit_*`); `None`: never.
     pub audit_interval: Option<Duration>,
+    /// How often topics are re-read from the metadata store (changes made through other
+    /// brokers arrive this late; a stale cache never resurrects a deleted topic's storage).
+    pub topic_refresh: Duration,
 }
 
 impl Default for BrokerConfig {
@@ -92,6 +95,7 @@ impl Default for BrokerConfig {
             deletion_busy_fraction: 0.5,
             trash: Some(folio_log::TrashConfig::default()),
             audit_interval: Some(Duration::from_secs(600)),
+            topic_refresh: Duration::from_secs(1),
         }
     }
 }
@@ -581,7 +585,7 @@ async fn refresh_topics(inner: Arc<Inner>) {
     let mut first = true;
     loop {
         tokio::select! {
-            () = tokio::time::sleep(TOPIC_REFRESH) => {}
+            () = tokio::time::sleep(inner.config.topic_refresh) => {}
             _ = shutdown.wait_for(|s| *s) => return,
         }
         match inner.topics.refresh().await {
@@ -600,9 +604,6 @@ async fn refresh_topics(inner: Arc<Inner>) {
         first = false;
     }
 }
-
-/// How often topics are re-read from the metadata store.
-const TOPIC_REFRESH: Duration = Duration::from_secs(1);
 
 /// How long a long poll may be asked to wait at most.
 pub const FETCH_WAIT_MAX: Duration = Duration::from_secs(60);

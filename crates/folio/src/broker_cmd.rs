@@ -49,6 +49,19 @@ pub struct KafkaArgs {
     /// groups move to the others this long after.
     #[arg(long, default_value_t = 10_000)]
     pub broker_lease_ms: u64,
+    /// How often the trash deleter passes over the trash, in ms (it runs on the
+    /// controller broker only: one per cluster).
+    #[arg(long, default_value_t = 10_000)]
+    pub trash_interval_ms: u64,
+    /// How often topics are re-read from the metadata store, in ms (changes made through
+    /// other brokers arrive this late; a stale cache never resurrects a deleted topic's
+    /// storage). Tests make it huge to show that.
+    #[arg(long, default_value_t = 1_000, hide = true)]
+    pub topic_refresh_ms: u64,
+    /// How often the controller audits the cluster for the `folio_audit_*` gauges, in s
+    /// (0: never).
+    #[arg(long, default_value_t = 600)]
+    pub audit_interval_s: u64,
 }
 
 impl KafkaArgs {
@@ -95,6 +108,13 @@ impl KafkaArgs {
             default_replication,
             replication_max,
             topic_defaults,
+            trash: Some(folio_log::TrashConfig {
+                interval: Duration::from_millis(self.trash_interval_ms.max(1)),
+                ..folio_log::TrashConfig::default()
+            }),
+            topic_refresh: Duration::from_millis(self.topic_refresh_ms.max(1)),
+            audit_interval: (self.audit_interval_s > 0)
+                .then(|| Duration::from_secs(self.audit_interval_s)),
             ..BrokerConfig::default()
         })
     }

@@ -795,6 +795,71 @@ def scenario_aiokafka(bootstrap):
     print("ok aiokafka")
 
 
+# ---------------------------------------------------------------- cluster lifecycle (L1, D1)
+
+def lifecycle_create_produce(bootstrap, prefix, n, records):
+    """Creates topics <prefix>-0..n-1 (one partition each) and produces `records` 1 KiB
+    records to each with acks=all; every delivery must succeed. Prints `acked <count>`."""
+    from confluent_kafka.admin import NewTopic
+    n, records = int(n), int(records)
+    names = [f"{prefix}-{i}" for i in range(n)]
+    a = admin(bootstrap)
+    futures = a.create_topics(
+        [NewTopic(t, num_partitions=1, replication_factor=-1) for t in names], operation_timeout=30)
+    for t, f in futures.items():
+        f.result(timeout=60)
+    p = ck().Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                       "enable.idempotence": True, "message.timeout.ms": 60000})
+    errors, acked = [], [0]
+
+    def on_delivery(err, msg):
+        if err is None:
+            acked[0] += 1
+        else:
+            errors.append(str(err))
+
+    value = b"v" * 1024
+    for t in names:
+        for _ in range(records):
+            while True:
+                try:
+                    p.produce(t, value=value, on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            p.poll(0)
+    left = p.flush(90)
+    check(left == 0 and not errors, f"{left} queued, errors {errors[:5]}")
+    print(f"acked {acked[0]}", flush=True)
+
+
+def lifecycle_delete(bootstrap, prefix, n):
+    """Deletes topics <prefix>-0..n-1 through one broker (one DeleteTopics request)."""
+    names = [f"{prefix}-{i}" for i in range(int(n))]
+    a = admin(bootstrap)
+    for t, f in a.delete_topics(names, operation_timeout=30).items():
+        f.result(timeout=60)
+    print("deleted", flush=True)
+
+
+def lifecycle_produce_one(bootstrap, prefix, n):
+    """Produces one record to each of topics <prefix>-0..n-1 through `bootstrap` (after a
+    deletion: a broker whose topic cache may still show them). Prints `acked <a> failed
+    <f>`."""
+    p = ck().Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                       "message.timeout.ms": 4000, "allow.auto.create.topics": False})
+    res = {"acked": 0, "failed": 0}
+
+    def on_delivery(err, msg):
+        res["failed" if err else "acked"] += 1
+
+    for i in range(int(n)):
+        p.produce(f"{prefix}-{i}", value=b"late", partition=0, on_delivery=on_delivery)
+        p.poll(0)
+    p.flush(30)
+    print(f"acked {res['acked']} failed {res['failed']}", flush=True)
+
+
 SCENARIOS = {
     "confluent_codecs": scenario_confluent_codecs,
     "large_batches": scenario_large_batches,
@@ -813,6 +878,9 @@ SCENARIOS = {
     "dump": dump,
     "produce_spread": produce_spread,
     "dump_all": dump_all,
+    "lifecycle_create_produce": lifecycle_create_produce,
+    "lifecycle_delete": lifecycle_delete,
+    "lifecycle_produce_one": lifecycle_produce_one,
 }
 
 if __name__ == "__main__":

@@ -1,0 +1,234 @@
+//! L1 and D1 as a service (issue #19): three `folio bookie` processes and two `folio
+//! broker` processes on etcd. 50 topics are created and written by a real client
+//! (confluent-kafka, acks=all), then deleted through broker 1, the controller, which is
+//! SIGKILLed right after answering. Broker 2 takes the controller over (and with it the
+//! trash deleter); broker 1 restarts. Broker 2 never re-reads topics: its cache still shows
+//! every deleted topic, and it is asked to produce to all of them after the deletion:
+//! nothing may be acknowledged and no storage may come back. After the faults: every
+//! deletion finished, the trash is empty, the bookies' ledger dirs are back within 10 % of
+//! their size before the writes, and `folio audit` finds no orphan.
+#![cfg(feature = "etcd")]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use folio_meta::keys::Keys;
+use folio_meta::{MetadataStore, list_all};
+
+const TOPICS: usize = 50;
+const RECORDS_PER_TOPIC: usize = 400; // 1 KiB each: ~20 MiB per copy
+const GC_INTERVAL: Duration = Duration::from_secs(2);
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn folio() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_folio"))
+}
+
+fn start_bookie(dir: &Path, id: &str, etcd: &str, root: &str) -> Proc {
+    let mut child = folio()
+        .args(["--log", "warn", "bookie", "--bookie-id", id, "--listen", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(dir.join(id))
+        .args(["--metadata", &format!("etcd:{etcd}")])
+        .args(["--override", &format!("metadata_root={root:?}")])
+        .args(["--override", &format!("gc.interval_ms={}", GC_INTERVAL.as_millis())])
+        .args(["--override", "flush_interval_ms=200"])
+        .args(["--override", "entry_log.idle_rotation_ms=500"])
+        .args(["--override", "entry_log_bytes_max=4194304"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn folio bookie");
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.contains("listening on"), "bookie {id} did not start: {line}");
+    Proc(child)
+}
+
+fn start_broker(etcd: &str, root: &str, node_id: u16, extra: &[&str]) -> (Proc, String) {
+    let mut child = folio()
+        .args(["broker", "--metadata", &format!("etcd://{etcd}"), "--root", root])
+        .args(["--kafka-listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .args(["--node-id", &node_id.to_string(), "--no-auto-create-topics"])
+        .args(["--broker-lease-ms", "2000", "--trash-interval-ms", "500"])
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn folio broker");
+    let addr = common::kafka_addr(&mut child);
+    (Proc(child), addr)
+}
+
+/// Runs a clients.py scenario to its end; its stdout.
+fn clients(args: &[&str]) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka/clients.py");
+    let out = Command::new("python3").arg(script).args(args).output().expect("python3");
+    assert!(
+        out.status.success(),
+        "clients.py {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// Polls `cond` (a metadata read) until it holds; fails with `what` after `within`.
+async fn until<F: std::future::Future<Output = bool>>(
+    within: Duration,
+    what: &str,
+    mut cond: impl FnMut() -> F,
+) -> Duration {
+    let start = Instant::now();
+    while !cond().await {
+        assert!(start.elapsed() < within, "{what} (after {within:?})");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    start.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l1_d1_topics_deleted_in_a_cluster_under_faults_leave_nothing_and_lose_nothing() {
+    let etcd = std::env::var("FOLIO_ETCD_ENDPOINTS")
+        .expect("FOLIO_ETCD_ENDPOINTS (scripts/test.sh sets it)");
+    let root = format!("lifecycle-{:x}", rand::random::<u64>());
+    let tmp = tempfile::tempdir().unwrap();
+    let meta: Arc<dyn MetadataStore> =
+        Arc::new(folio_meta::etcd::EtcdStore::connect(std::slice::from_ref(&etcd)).await.unwrap());
+    let keys = Keys::new(root.clone());
+    let _bookies: Vec<Proc> =
+        (0..3).map(|i| start_bookie(tmp.path(), &format!("bookie-{i}"), &etcd, &root)).collect();
+    // The ledger dirs: entry logs and index, where the data lives. (The journal dir is a
+    // ring of recycled files, bounded by journal.file_bytes_max and the recycle pool, not
+    // by the data kept: it is reported, not compared.)
+    let dirs: Vec<_> =
+        (0..3).map(|i| tmp.path().join(format!("bookie-{i}")).join("ledgers")).collect();
+    let journals = || {
+        (0..3)
+            .map(|i| dir_bytes(&tmp.path().join(format!("bookie-{i}")).join("journal")))
+            .sum::<u64>()
+    };
+    let size = || dirs.iter().map(|d| dir_bytes(d)).sum::<u64>();
+    let entry_logs = || dirs.iter().map(|d| dir_bytes(&d.join("entrylogs"))).sum::<u64>();
+    let before = size();
+    let (b1, a1) = start_broker(&etcd, &root, 1, &[]);
+    // Broker 2 re-reads topics once an hour: its cache outlives every deletion below.
+    let (_b2, a2) = start_broker(&etcd, &root, 2, &["--topic-refresh-ms", "3600000"]);
+    let brokers = |n: usize| {
+        let (meta, keys) = (meta.clone(), keys.clone());
+        async move { list_all(meta.as_ref(), &keys.brokers()).await.unwrap().len() == n }
+    };
+    until(Duration::from_secs(60), "both brokers registered", || brokers(2)).await;
+
+    // 50 topics written by a real client, through both brokers.
+    let out = clients(&[
+        "lifecycle_create_produce",
+        &format!("{a1},{a2}"),
+        "doomed",
+        &TOPICS.to_string(),
+        &RECORDS_PER_TOPIC.to_string(),
+    ]);
+    assert_eq!(out.trim(), format!("acked {}", TOPICS * RECORDS_PER_TOPIC));
+    let written_logs = {
+        let start = Instant::now();
+        while entry_logs() < (3 * TOPICS * RECORDS_PER_TOPIC * 1024) as u64 * 8 / 10 {
+            assert!(start.elapsed() < Duration::from_secs(60), "data never reached the entry logs");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        entry_logs()
+    };
+    let written = size();
+    // One more record per topic through broker 2 alone: its cache now holds every topic.
+    let warm = clients(&["lifecycle_produce_one", &a2, "doomed", &TOPICS.to_string()]);
+    assert_eq!(warm.trim(), format!("acked {TOPICS} failed 0"));
+
+    // Delete through broker 1 (the controller), which is SIGKILLed right after answering;
+    // broker 2 takes the controller over (and the trash deleter); broker 1 comes back.
+    let deleted_at = Instant::now();
+    assert_eq!(
+        clients(&["lifecycle_delete", &a1, "doomed", &TOPICS.to_string()]).trim(),
+        "deleted"
+    );
+    drop(b1);
+    let (_b1, _a1) = start_broker(&etcd, &root, 1, &[]);
+    let markers = {
+        let (meta, keys) = (meta.clone(), keys.clone());
+        move || {
+            let (meta, keys) = (meta.clone(), keys.clone());
+            async move { list_all(meta.as_ref(), &keys.topic_deletions()).await.unwrap().is_empty() }
+        }
+    };
+    until(Duration::from_secs(120), "every topic deletion finished", markers).await;
+    let logs_trashed = deleted_at.elapsed();
+    let trash_empty = {
+        let (meta, keys) = (meta.clone(), keys.clone());
+        move || {
+            let (meta, keys) = (meta.clone(), keys.clone());
+            async move { list_all(meta.as_ref(), &keys.trash()).await.unwrap().is_empty() }
+        }
+    };
+    until(Duration::from_secs(120), "the trash was emptied", trash_empty).await;
+    let ledgers_gone = deleted_at.elapsed();
+    // Broker 2 still believes in every topic (it never re-reads them): producing to them
+    // through it acknowledges nothing, and creates no storage.
+    let late = clients(&["lifecycle_produce_one", &a2, "doomed", &TOPICS.to_string()]);
+    assert_eq!(
+        late.trim(),
+        format!("acked 0 failed {TOPICS}"),
+        "nothing acknowledged into deleted topics"
+    );
+    // No log of any deleted topic exists (nothing resurrected one).
+    let logs = list_all(meta.as_ref(), &keys.logs()).await.unwrap();
+    assert!(logs.is_empty(), "logs left: {:?}", logs.iter().map(|v| &v.key).collect::<Vec<_>>());
+    // The bookies give the disk back: idle logs seal, the next GC passes delete them.
+    let back = || {
+        let (now, logs_now) = (size(), entry_logs());
+        async move { now as f64 <= before as f64 * 1.1 && logs_now as f64 <= written_logs as f64 * 0.1 }
+    };
+    until(Duration::from_secs(120), "the bookies' ledger dirs came back", back).await;
+    let disk_back = deleted_at.elapsed();
+    eprintln!(
+        "cluster lifecycle: ledger dirs {before} bytes before, {written} written ({written_logs} in entry logs), {} now \
+         (journals {} bytes); after DeleteTopics answered: logs trashed {:.1} s, ledgers gone {:.1} s, disk back {:.1} s \
+         ({:.1} GC intervals after the ledgers were gone)",
+        size(),
+        journals(),
+        logs_trashed.as_secs_f64(),
+        ledgers_gone.as_secs_f64(),
+        disk_back.as_secs_f64(),
+        (disk_back - ledgers_gone).as_secs_f64() / GC_INTERVAL.as_secs_f64()
+    );
+    // And the audit accounts for everything: no orphan of any age.
+    let audit = folio()
+        .args(["audit", "--metadata", &format!("etcd://{etcd}"), "--root", &root, "--grace-s", "0"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&audit.stdout);
+    assert!(audit.status.success(), "{table}{}", String::from_utf8_lossy(&audit.stderr));
+    assert!(table.contains("orphan-metadata         0"), "{table}");
+    assert!(table.contains("bookies: 3 listed"), "{table}");
+}
