@@ -498,3 +498,54 @@ async fn l1_the_trash_deleter_runs_on_the_controller_and_moves_with_it() {
         "every ledger of the deleted log is gone"
     );
 }
+
+/// L1: a broker whose topic cache still shows a deleted topic never writes committed
+/// offsets for it again (the commit compares the topic's record in its transaction).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l1_offsets_are_never_committed_for_a_topic_deleted_behind_the_cache() {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let s = start(1, |c| {
+        c.auto_create_topics = false;
+        c.topic_refresh = Duration::from_secs(3600);
+    })
+    .await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    let r: CreateTopicsResponse =
+        c.call(ApiKey::CreateTopics, 7, &create_req(&["gone".into()], 1)).await;
+    assert_eq!(r.topics[0].error_code, 0);
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("g")))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("gone")))
+                .with_partitions(vec![
+                    OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(5),
+                ]),
+        ]);
+    let r: OffsetCommitResponse = c.call(ApiKey::OffsetCommit, 7, &commit).await;
+    assert_eq!(r.topics[0].partitions[0].error_code, 0, "committed while the topic exists");
+    let groups = Keys::default().groups();
+    assert_eq!(list_all(s.cluster.meta.as_ref(), &groups).await.unwrap().len(), 1);
+    // Deleted behind this broker's back (another broker's DeleteTopics, then the
+    // controller dropping the topic's offsets); the cache here still shows the topic.
+    s.cluster.meta.delete(&Keys::default().topic("gone"), folio_meta::Expect::Any).await.unwrap();
+    for v in list_all(s.cluster.meta.as_ref(), &groups).await.unwrap() {
+        s.cluster.meta.delete(&v.key, folio_meta::Expect::Any).await.unwrap();
+    }
+    assert!(s.broker.topic_id("gone").await.is_some(), "the cache still has it");
+    let r: OffsetCommitResponse = c.call(ApiKey::OffsetCommit, 7, &commit).await;
+    assert_eq!(
+        r.topics[0].partitions[0].error_code,
+        folio_broker::errors::UNKNOWN_TOPIC_OR_PARTITION
+    );
+    assert!(
+        list_all(s.cluster.meta.as_ref(), &groups).await.unwrap().is_empty(),
+        "no offsets re-created under the deleted topic's id"
+    );
+}
