@@ -325,8 +325,8 @@ impl Storage {
     }
 
     /// What this bookie stores of the ledgers with ids from `from` on, at most `limit` of
-    /// them in id order, and whether more follow: entries and bytes in its entry logs
-    /// (flushed; entries still in the write cache are not counted). For `folio audit`.
+    /// them in id order, and whether more follow: entries and bytes in its entry logs and
+    /// its write cache (not yet flushed). For `folio audit`.
     pub fn ledger_usages(&self, from: LedgerId, limit: usize) -> Result<(Vec<LedgerUsage>, bool)> {
         let ids: Vec<LedgerId> = self.ledger_ids().into_iter().filter(|l| *l >= from).collect();
         let more = ids.len() > limit;
@@ -719,11 +719,14 @@ impl Inner {
 
     fn ledger_usage(&self, ledger_id: LedgerId) -> Result<LedgerUsage> {
         self.check_poison()?;
-        let (mut entries, mut bytes) = (0u64, 0u64);
+        let cached = self.cache.usage(ledger_id);
+        let (mut entries, mut bytes) = (cached.len() as u64, cached.values().sum::<u64>());
         self.location_pages(ledger_id, |page, _| {
-            for (_, v) in &page {
-                entries += 1;
-                bytes += u64::from(EntryLocation::decode(v)?.len);
+            for (k, v) in &page {
+                if !cached.contains_key(&index::parse_location_key(k)?.1) {
+                    entries += 1;
+                    bytes += u64::from(EntryLocation::decode(v)?.len);
+                }
             }
             Ok(())
         })?;

@@ -150,6 +150,21 @@ impl WriteCache {
         ids
     }
 
+    /// Entries of a ledger in either half, with their encoded bytes (an entry being flushed
+    /// may also be in the index already: counted once, here).
+    pub fn usage(&self, ledger_id: LedgerId) -> std::collections::BTreeMap<EntryId, u64> {
+        let state = self.state.lock().expect("write cache lock");
+        let range = (ledger_id, 0)..=(ledger_id, EntryId::MAX);
+        let mut out = std::collections::BTreeMap::new();
+        let halves = std::iter::once(&state.active).chain(state.flushing.as_deref());
+        for half in halves {
+            for (k, e) in half.entries.range(range.clone()) {
+                out.insert(k.1, e.encoded_len() as u64);
+            }
+        }
+        out
+    }
+
     pub fn remove_ledger(&self, ledger_id: LedgerId) {
         let mut state = self.state.lock().expect("write cache lock");
         let keys: Vec<EntryKey> = state
