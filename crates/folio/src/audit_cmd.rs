@@ -50,14 +50,14 @@ pub fn run(args: Args) -> Result<(), String> {
         }
         let old = audit.orphans_older_than(grace).len();
         if old > 0 {
+            let repair = if args.repair {
+                "repair moved orphan metadata and stray logs to the trash"
+            } else {
+                "--repair moves orphan metadata and stray logs to the trash"
+            };
             return Err(format!(
-                "{old} orphans older than {} s{}",
-                args.grace_s,
-                if args.repair {
-                    " (repair moved what it could to the trash)"
-                } else {
-                    "; --repair moves them to the trash"
-                }
+                "{old} orphans older than {} s (orphan data, whose age a bookie does not know, always counts: the bookies' GC drops it); {repair}",
+                args.grace_s
             ));
         }
         Ok(())
