@@ -260,7 +260,7 @@ impl EmbeddedStore {
 
     /// Drops watch history up to and including `revision` (like etcd's compaction).
     pub fn compact(&self, revision: Revision) -> Result<()> {
-        let mut st = self.inner.lock();
+        let mut st = self.inner.lock()?;
         let upto = revision.min(st.revision);
         if upto <= st.compacted {
             return Ok(());
@@ -292,8 +292,16 @@ impl Drop for EmbeddedStore {
 }
 
 impl Inner {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().expect("metadata state lock")
+    /// The write state. A panic while it was held (a bug: input is checked before the lock)
+    /// leaves it poisoned: from then on writes fail with a clear error naming the cause, and
+    /// reads (which need no lock) go on, instead of a panic in every later caller.
+    fn lock(&self) -> Result<MutexGuard<'_, State>> {
+        self.state.lock().map_err(|_| {
+            MetaError::Unavailable(
+                "the embedded metadata store refuses writes after a panic in an earlier write (a bug; see the log); restart the process"
+                    .into(),
+            )
+        })
     }
 
     fn read(&self, key: &str) -> Result<Option<Versioned>> {
@@ -406,7 +414,7 @@ impl Inner {
                 "a transaction of {n} compares and operations (at most {TXN_OPS_MAX})"
             )));
         }
-        let mut st = self.lock();
+        let mut st = self.lock()?;
         for c in &txn.compares {
             if !self.holds(c)? {
                 return Ok(TxnOutcome { succeeded: false, revision: st.revision });
@@ -425,7 +433,7 @@ impl Inner {
     }
 
     fn expire_due(&self) -> Result<usize> {
-        let mut st = self.lock();
+        let mut st = self.lock()?;
         let now = self.clock.now_ms();
         let due: Vec<LeaseId> =
             st.leases.iter().filter(|(_, l)| l.deadline_ms <= now).map(|(id, _)| *id).collect();
@@ -437,7 +445,7 @@ impl Inner {
     }
 
     fn watch(&self, prefix: &str, from: Revision) -> Result<Watch> {
-        let mut st = self.lock();
+        let mut st = self.lock()?;
         let from = if from == 0 { st.revision + 1 } else { from };
         if from <= st.compacted {
             return Err(MetaError::Compacted { requested: from, compacted: st.compacted });
@@ -504,7 +512,10 @@ impl MetadataStore for EmbeddedStore {
     }
 
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>>> {
-        Box::pin(async move { self.inner.read(key) })
+        Box::pin(async move {
+            check_key(key)?;
+            self.inner.read(key)
+        })
     }
 
     fn list<'a>(
@@ -513,6 +524,10 @@ impl MetadataStore for EmbeddedStore {
         start_after: Option<&'a str>,
         limit: usize,
     ) -> BoxFuture<'a, Result<Page>> {
+        if let Err(e) = check_key(prefix).and_then(|()| check_key(start_after.unwrap_or_default()))
+        {
+            return Box::pin(async move { Err(e) });
+        }
         let (prefix, start_after) = (prefix.to_string(), start_after.map(str::to_string));
         // A snapshot taken under the state lock is consistent with the revision read there;
         // the page is read from it after the lock is released, so writers (which hold the
@@ -522,7 +537,7 @@ impl MetadataStore for EmbeddedStore {
             blocking(&self.inner, move |i| {
                 let limit = limit.clamp(1, LIST_LIMIT_MAX);
                 let (revision, snapshot) = {
-                    let st = i.lock();
+                    let st = i.lock()?;
                     (st.revision, i.db.snapshot())
                 };
                 let start = list_start(&prefix, start_after.as_deref());
@@ -547,11 +562,17 @@ impl MetadataStore for EmbeddedStore {
     }
 
     fn txn(&self, txn: Txn) -> BoxFuture<'_, Result<TxnOutcome>> {
-        Box::pin(async move { blocking(&self.inner, move |i| i.txn(&txn)).await })
+        Box::pin(async move {
+            check_txn_keys(&txn)?;
+            blocking(&self.inner, move |i| i.txn(&txn)).await
+        })
     }
 
     fn watch<'a>(&'a self, prefix: &'a str, from: Revision) -> BoxFuture<'a, Result<Watch>> {
-        Box::pin(async move { self.inner.watch(prefix, from) })
+        Box::pin(async move {
+            check_key(prefix)?;
+            self.inner.watch(prefix, from)
+        })
     }
 
     fn grant_lease(&self, ttl: Duration) -> BoxFuture<'_, Result<LeaseId>> {
@@ -561,7 +582,7 @@ impl MetadataStore for EmbeddedStore {
                 return Err(MetaError::InvalidArgument("lease TTL must be positive".into()));
             }
             blocking(&self.inner, move |i| {
-                let mut st = i.lock();
+                let mut st = i.lock()?;
                 let id = st.lease_next;
                 i.write(&mut st, &[], &|b, sys| {
                     b.insert(sys, "lease_next", (id + 1).to_le_bytes());
@@ -579,7 +600,7 @@ impl MetadataStore for EmbeddedStore {
     fn keep_alive(&self, lease: LeaseId) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
             let now = self.inner.clock.now_ms();
-            let mut st = self.inner.lock();
+            let mut st = self.inner.lock()?;
             let l = st.leases.get_mut(&lease).ok_or(MetaError::LeaseNotFound(lease))?;
             l.deadline_ms = now + l.ttl_ms;
             Ok(())
@@ -588,7 +609,7 @@ impl MetadataStore for EmbeddedStore {
 
     fn revoke_lease(&self, lease: LeaseId) -> BoxFuture<'_, Result<()>> {
         Box::pin(
-            async move { blocking(&self.inner, move |i| i.revoke(&mut i.lock(), lease)).await },
+            async move { blocking(&self.inner, move |i| i.revoke(&mut *i.lock()?, lease)).await },
         )
     }
 
@@ -596,7 +617,7 @@ impl MetadataStore for EmbeddedStore {
         let name = name.to_string();
         Box::pin(async move {
             blocking(&self.inner, move |i| {
-                let mut st = i.lock();
+                let mut st = i.lock()?;
                 let key = format!("id/{name}");
                 let last = i
                     .sys
@@ -613,6 +634,6 @@ impl MetadataStore for EmbeddedStore {
     }
 
     fn revision(&self) -> BoxFuture<'_, Result<Revision>> {
-        Box::pin(async move { Ok(self.inner.lock().revision) })
+        Box::pin(async move { Ok(self.inner.lock()?.revision) })
     }
 }

@@ -161,6 +161,7 @@ impl EtcdStore {
 impl MetadataStore for EtcdStore {
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>>> {
         Box::pin(async move {
+            check_key(key)?;
             let resp = self.client.clone().get(key, None).await.map_err(|e| self.err(e))?;
             resp.kvs().first().map(versioned).transpose()
         })
@@ -173,6 +174,8 @@ impl MetadataStore for EtcdStore {
         limit: usize,
     ) -> BoxFuture<'a, Result<Page>> {
         Box::pin(async move {
+            check_key(prefix)?;
+            check_key(start_after.unwrap_or_default())?;
             let limit = limit.clamp(1, LIST_LIMIT_MAX);
             let start = list_start(prefix, start_after);
             let options = GetOptions::new()
@@ -188,11 +191,15 @@ impl MetadataStore for EtcdStore {
     }
 
     fn txn(&self, txn: Txn) -> BoxFuture<'_, Result<TxnOutcome>> {
-        Box::pin(async move { self.run_txn(&txn).await })
+        Box::pin(async move {
+            check_txn_keys(&txn)?;
+            self.run_txn(&txn).await
+        })
     }
 
     fn watch<'a>(&'a self, prefix: &'a str, from: Revision) -> BoxFuture<'a, Result<Watch>> {
         Box::pin(async move {
+            check_key(prefix)?;
             let from = if from == 0 { self.revision().await? + 1 } else { from };
             let options = WatchOptions::new().with_prefix().with_start_revision(from as i64);
             let mut stream =

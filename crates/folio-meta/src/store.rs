@@ -23,6 +23,10 @@ pub type Result<T, E = MetaError> = std::result::Result<T, E>;
 
 /// Largest value the store accepts (etcd's default request limit is 1.5 MiB).
 pub const VALUE_BYTES_MAX: usize = 1024 * 1024;
+/// Longest key (or prefix) the store accepts. fjall refuses keys of 64 KiB and more by
+/// panicking; Folio's own keys are far below this (names are bounded by their layers).
+pub const KEY_BYTES_MAX: usize = 4096;
+const _: () = assert!(KEY_BYTES_MAX < u16::MAX as usize);
 /// Largest page a list returns.
 pub const LIST_LIMIT_MAX: usize = 10_000;
 
@@ -295,10 +299,38 @@ pub(crate) fn list_start(prefix: &str, start_after: Option<&str>) -> Vec<u8> {
     }
 }
 
+/// A key or prefix the store can take: at most `KEY_BYTES_MAX` bytes.
+pub(crate) fn check_key(key: &str) -> Result<()> {
+    if key.len() > KEY_BYTES_MAX {
+        return Err(MetaError::InvalidArgument(format!(
+            "key of {} bytes (starting {:?}) is above the {KEY_BYTES_MAX}-byte limit",
+            key.len(),
+            key.chars().take(64).collect::<String>()
+        )));
+    }
+    Ok(())
+}
+
+/// Every key a transaction names (compares and operations) passes `check_key`.
+pub(crate) fn check_txn_keys(txn: &Txn) -> Result<()> {
+    for c in &txn.compares {
+        match c {
+            Compare::Version(k, _) | Compare::Absent(k) | Compare::Exists(k) => check_key(k)?,
+        }
+    }
+    for op in &txn.ops {
+        match op {
+            Op::Put { key, .. } | Op::Delete { key } => check_key(key)?,
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn check_value(key: &str, value: &[u8]) -> Result<()> {
     if key.is_empty() {
         return Err(MetaError::InvalidArgument("empty key".into()));
     }
+    check_key(key)?;
     if value.len() > VALUE_BYTES_MAX {
         return Err(MetaError::InvalidArgument(format!(
             "value for {key} is {} bytes, above the {VALUE_BYTES_MAX}-byte limit",

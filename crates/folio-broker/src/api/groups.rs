@@ -27,7 +27,12 @@ use crate::errors;
 use crate::group::OffsetRecord;
 
 /// NOT_COORDINATOR when another broker coordinates `group`.
+/// The error a request for `group` gets before anything else: INVALID_GROUP_ID for an id
+/// above `GROUP_ID_BYTES_MAX`, NOT_COORDINATOR when another broker coordinates it.
 fn elsewhere(inner: &Inner, group: &str) -> Option<i16> {
+    if group.len() > crate::group::GROUP_ID_BYTES_MAX {
+        return Some(errors::INVALID_GROUP_ID);
+    }
     (!inner.membership.owns(&group_key(group))).then_some(errors::NOT_COORDINATOR)
 }
 
