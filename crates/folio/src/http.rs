@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use folio_bookie::bookie::Bookie;
 use folio_log::Trash;
@@ -22,11 +23,33 @@ type Metric<'a> = (&'a str, &'a str, &'a dyn Fn(&Bookie) -> u64);
 /// Serves until the task is dropped. `broker`: the Kafka broker this process runs, if any
 /// (with it the trash deleter, active while the broker is the controller).
 pub async fn serve(listener: TcpListener, bookies: Bookies, broker: Option<folio_broker::Broker>) {
-    while let Ok((mut stream, _)) = listener.accept().await {
-        let (bookies, broker) = (bookies.clone(), broker.clone());
+    let connections = Arc::new(tokio::sync::Semaphore::new(HTTP_CONNECTIONS_MAX));
+    let gc_running = Arc::new(tokio::sync::Mutex::new(()));
+    loop {
+        let mut stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors, or a connection reset before it was taken: the
+                // endpoint stays up and tries again shortly.
+                tracing::warn!(error = %e, "HTTP accept failed; retrying");
+                tokio::time::sleep(HTTP_ACCEPT_RETRY).await;
+                continue;
+            }
+        };
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            let _ = stream
+                .write_all(b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-length: 0\r\n\r\n")
+                .await;
+            continue;
+        };
+        let (bookies, broker, gc_running) = (bookies.clone(), broker.clone(), gc_running.clone());
         tokio::spawn(async move {
+            let _permit = permit;
             let mut buf = vec![0u8; 4096];
-            let Ok(n) = stream.read(&mut buf).await else { return };
+            let Ok(Ok(n)) = tokio::time::timeout(HTTP_READ_TIMEOUT, stream.read(&mut buf)).await
+            else {
+                return;
+            };
             let request = String::from_utf8_lossy(&buf[..n]);
             let mut words = request.split_whitespace();
             let (method, path) = (words.next().unwrap_or("GET"), words.next().unwrap_or("/"));
@@ -40,7 +63,13 @@ pub async fn serve(listener: TcpListener, bookies: Bookies, broker: Option<folio
                     }
                     ("200 OK", m)
                 }
-                ("POST", "/gc") => ("200 OK", gc_now(&bookies).await),
+                ("POST", "/gc") => match gc_running.try_lock() {
+                    Ok(_one) => ("200 OK", gc_now(&bookies).await),
+                    Err(_) => (
+                        "429 Too Many Requests",
+                        "a GC pass started through this endpoint is still running\n".to_string(),
+                    ),
+                },
                 (_, "/admin/deletions") => match &broker {
                     Some(b) => match b.deletions().await {
                         Ok(d) => ("200 OK", deletions_json(&d)),
@@ -70,10 +99,18 @@ pub async fn serve(listener: TcpListener, bookies: Bookies, broker: Option<folio
                 },
                 body.len()
             );
-            let _ = stream.write_all(response.as_bytes()).await;
+            let _ = tokio::time::timeout(HTTP_READ_TIMEOUT, stream.write_all(response.as_bytes()))
+                .await;
         });
     }
 }
+
+/// Connections the HTTP endpoint serves at once; more get 503 and are closed.
+pub const HTTP_CONNECTIONS_MAX: usize = 64;
+/// How long a client may take to send its request (and to take the answer).
+pub const HTTP_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// The pause after a failed accept (EMFILE and the like) before the next one.
+const HTTP_ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
 async fn health(bookies: &Bookies) -> (&'static str, String) {
     let b = bookies.read().await;
@@ -276,6 +313,51 @@ fn deletions_json(d: &[folio_broker::deletion::DeletionProgress]) -> String {
 mod tests {
     use super::*;
     use folio_bookie::bookie::BookieConfig;
+
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
+    /// Idle connections never block the endpoint; above the connection cap a client gets
+    /// 503 at once, and once the idle ones go, requests are served again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn idle_connections_are_capped_and_never_block_the_endpoint() {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(serve(listener, Arc::new(RwLock::new(Vec::new())), None));
+        let mut idle = Vec::new();
+        idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        assert!(
+            get(addr, "/health").await.starts_with("HTTP/1.1 200 OK"),
+            "served beside an idle one"
+        );
+        while idle.len() < HTTP_CONNECTIONS_MAX {
+            idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        // The accept loop takes them in order: once the cap is reached, the next is refused.
+        let refused = loop {
+            let answer = get(addr, "/health").await;
+            if answer.starts_with("HTTP/1.1 503") {
+                break answer;
+            }
+            idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        };
+        assert!(refused.contains("content-length: 0"), "{refused}");
+        drop(idle);
+        let served = loop {
+            let answer = get(addr, "/health").await;
+            if answer.starts_with("HTTP/1.1 200 OK") {
+                break answer;
+            }
+            tokio::task::yield_now().await;
+        };
+        assert!(served.contains("0 bookies writable"), "{served}");
+        server.abort();
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn metrics_report_bookie_journal_and_gc_figures() {
