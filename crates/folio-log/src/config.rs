@@ -38,6 +38,11 @@ pub struct LogConfig {
     pub trash_batch_max: usize,
     /// While no ledger can be created, appends wait this long before they fail.
     pub append_timeout: Duration,
+    /// The first append after the log was idle this long re-reads the log record before
+    /// it is written: if someone else changed or deleted the log meanwhile, the append
+    /// fails as fenced. A writer idle across a deletion would otherwise add to a ledger
+    /// whose fence the bookies forgot when their GC dropped it, and be acknowledged.
+    pub idle_revalidation: Duration,
 }
 
 impl Default for LogConfig {
@@ -59,6 +64,7 @@ impl Default for LogConfig {
             pending_bytes_max: 32 * 1024 * 1024,
             trash_batch_max: 100,
             append_timeout: Duration::from_secs(30),
+            idle_revalidation: Duration::from_secs(1),
         }
     }
 }

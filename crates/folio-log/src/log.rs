@@ -381,6 +381,7 @@ impl ManagedLog {
                 retry_backoff_ms: RETRY_BACKOFF_MIN_MS,
                 uncreated: None,
                 failures_in_row: 0,
+                last_append_ms: 0,
             };
             // Written with the chain by the first commit below.
             put_config(&mut actor.record, &config);
@@ -898,6 +899,8 @@ struct Actor {
     /// Ledgers that failed in a row without confirming an entry: from the second on, the
     /// next ledger waits for the backoff (so a dead bookie does not spin ledgers).
     failures_in_row: u32,
+    /// When the last append was queued (wall clock ms; 0: none since open).
+    last_append_ms: u64,
 }
 
 /// Backoff between attempts to get a ledger after a failure.
@@ -1048,6 +1051,14 @@ impl Actor {
                     let _ = reply.send(Err(self.error()));
                     return false;
                 }
+                let now = self.env().now_ms();
+                let idle = self.sh.config.idle_revalidation.as_millis() as u64;
+                if now.saturating_sub(self.last_append_ms) >= idle && !self.still_ours().await {
+                    self.fenced();
+                    let _ = reply.send(Err(self.error()));
+                    return false;
+                }
+                self.last_append_ms = now;
                 self.max_ts = self.max_ts.max(timestamp);
                 let h = EntryHeader {
                     base_offset: self.next_offset,
@@ -1338,6 +1349,20 @@ impl Actor {
                 break;
             }
             self.on_lac().await;
+        }
+    }
+
+    /// Whether the log record is still the one this actor committed last (a read error
+    /// counts as yes: the writes that follow are fenced or compared anyway).
+    async fn still_ours(&self) -> bool {
+        let key = self.env().keys.log(self.name());
+        match self.env().meta.get(&key).await {
+            Ok(Some(v)) => v.version == self.version,
+            Ok(None) => false,
+            Err(e) => {
+                tracing::warn!(log = self.name(), error = %e, "re-reading the log record failed");
+                true
+            }
         }
     }
 

@@ -276,3 +276,43 @@ async fn l1_d1_a_slow_owner_never_recreates_a_ledger_the_deleter_removed() {
         ledgers.iter().map(|v| &v.key).collect::<Vec<_>>()
     );
 }
+
+/// D1 and L1, a writer idle across a whole deletion: the log is deleted (its last ledger
+/// fenced), the deleter deletes the ledgers, and the bookies' GC drops them, fence and all.
+/// An append that then arrives must fail: a bookie that no longer knows the ledger would
+/// take the add as the start of a new one and acknowledge it into nothing. With
+/// revalidation off (`idle_revalidation` longer than the test), it does exactly that.
+async fn append_after_a_deletion_the_writer_slept_through(
+    idle_revalidation: Duration,
+) -> Result<u64, LogError> {
+    let c = Cluster::start(1).await;
+    let owner_env = env(&c, "owner");
+    let config = LogConfig { idle_revalidation, ..small(1, 1000) };
+    let log = ManagedLog::open_or_create(owner_env, "sleeper", config).await.unwrap();
+    log.append(b"before", 1, 0).await.unwrap();
+    let admin = env(&c, "admin");
+    folio_log::trash::delete_log(&admin, "sleeper", "admin").await.unwrap();
+    let pass = Trash::new(admin.clone(), TrashConfig::default()).run_once().await.unwrap();
+    assert_eq!(pass.failed, 0, "{pass:?}");
+    for n in &c.nodes {
+        n.bookie().gc_now().await.unwrap();
+        assert!(
+            n.bookie().storage().ledger_ids().is_empty(),
+            "GC dropped the ledger, fence and all"
+        );
+    }
+    log.append(b"late", 1, 0).await
+}
+
+#[tokio::test]
+async fn d1_l1_an_append_after_a_deletion_the_writer_slept_through_fails() {
+    let late = append_after_a_deletion_the_writer_slept_through(Duration::ZERO).await;
+    assert!(late.is_err(), "nothing acknowledged after the log was deleted: {late:?}");
+}
+
+/// The hole the revalidation closes, shown with it off.
+#[tokio::test]
+async fn without_idle_revalidation_a_zombie_append_is_acknowledged_into_nothing() {
+    let late = append_after_a_deletion_the_writer_slept_through(Duration::from_secs(3600)).await;
+    assert!(late.is_ok(), "the bookie re-created the dropped ledger for the zombie: {late:?}");
+}
