@@ -33,11 +33,11 @@ step() { # step NAME COMMAND...: runs it, remembers a failure, never stops the r
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy (all targets, all features, warnings are errors)" \
     cargo clippy --workspace --all-targets --all-features -- -D warnings
+step "doc tests" cargo test --workspace --all-features --doc --quiet
 report=target/nextest/ci/junit.xml
 rm -f "$report"
 step "cargo nextest (all features: etcd backend included)" \
     cargo nextest run --workspace --all-features --profile ci --no-fail-fast "$@"
-step "doc tests" cargo test --workspace --all-features --doc --quiet
 
 if [ -f "$report" ]; then
     python3 scripts/lib/junit_summary.py run "$report"
@@ -48,6 +48,9 @@ fi
 echo "== wall time $(($(date +%s) - started)) s"
 if ((${#failed[@]})); then
     printf 'FAILED: %s\n' "${failed[@]}"
+fi
+# The closing line: tests passed and failed (nextest's report), or the failed step.
+[ -f "$report" ] && python3 scripts/lib/junit_summary.py counts "$report"
+if ((${#failed[@]})); then
     exit 1
 fi
-echo "all checks and tests passed"
