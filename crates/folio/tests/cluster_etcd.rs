@@ -9,41 +9,14 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use folio_client::{CreateOptions, LedgerClient};
 use folio_meta::keys::Keys;
 
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_bookie(dir: &std::path::Path, id: &str, etcd: &str, root: &str) -> Proc {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))
-        .args(["--log", "warn", "bookie", "--bookie-id", id, "--listen", "127.0.0.1:0"])
-        .arg("--data-dir")
-        .arg(dir.join(id))
-        .args([
-            "--metadata",
-            &format!("etcd:{etcd}"),
-            "--override",
-            &format!("metadata_root={root:?}"),
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn folio bookie");
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-    assert!(line.contains("listening on"), "bookie {id} did not start: {line}");
-    Proc(child)
-}
+use common::{Proc, start_bookie};
 
 fn payload(i: u64) -> Vec<u8> {
     format!("cluster-entry-{i};").repeat(20).into_bytes()
@@ -56,7 +29,7 @@ async fn d1_three_bookie_processes_on_etcd_one_sigkilled_during_writes() {
     let root = format!("cluster-test-{:x}", rand::random::<u64>());
     let tmp = tempfile::tempdir().unwrap();
     let mut procs: Vec<Option<Proc>> = (0..3)
-        .map(|i| Some(start_bookie(tmp.path(), &format!("bookie-{i}"), &etcd, &root)))
+        .map(|i| Some(start_bookie(tmp.path(), &format!("bookie-{i}"), &etcd, &root, &[])))
         .collect();
     let meta =
         Arc::new(folio_meta::etcd::EtcdStore::connect(std::slice::from_ref(&etcd)).await.unwrap());
@@ -97,7 +70,7 @@ async fn d1_three_bookie_processes_on_etcd_one_sigkilled_during_writes() {
         acked.push(a);
     }
     // The killed bookie comes back on its dirs.
-    procs[1] = Some(start_bookie(tmp.path(), "bookie-1", &etcd, &root));
+    procs[1] = Some(start_bookie(tmp.path(), "bookie-1", &etcd, &root, &[]));
     let reader =
         LedgerClient::new(meta, Keys::new(root)).with_request_timeout(Duration::from_secs(2));
     let r = reader.recover(w.id()).await.unwrap();
@@ -142,8 +115,9 @@ async fn d1_d3_a_broker_process_on_etcd_restarted_after_sigkill_keeps_every_reco
         .expect("FOLIO_ETCD_ENDPOINTS (scripts/test.sh sets it)");
     let root = format!("broker-test-{:x}", rand::random::<u64>());
     let tmp = tempfile::tempdir().unwrap();
-    let _bookies: Vec<Proc> =
-        (0..2).map(|i| start_bookie(tmp.path(), &format!("bookie-{i}"), &etcd, &root)).collect();
+    let _bookies: Vec<Proc> = (0..2)
+        .map(|i| start_bookie(tmp.path(), &format!("bookie-{i}"), &etcd, &root, &[]))
+        .collect();
     let (broker, addr) = start_broker(&etcd, &root, 1);
     let lines: String = (0..200).map(|i| format!("record-{i}\n")).collect();
     kcat(&["-P", "-b", &addr, "-t", "orders", "-X", "acks=all"], Some(&lines));
@@ -191,8 +165,9 @@ async fn d1_d3_partitions_move_when_a_broker_dies_and_nothing_acknowledged_is_lo
         .expect("FOLIO_ETCD_ENDPOINTS (scripts/test.sh sets it)");
     let root = format!("move-test-{:x}", rand::random::<u64>());
     let tmp = tempfile::tempdir().unwrap();
-    let _bookies: Vec<Proc> =
-        (0..3).map(|i| start_bookie(tmp.path(), &format!("bookie-{i}"), &etcd, &root)).collect();
+    let _bookies: Vec<Proc> = (0..3)
+        .map(|i| start_bookie(tmp.path(), &format!("bookie-{i}"), &etcd, &root, &[]))
+        .collect();
     let lease = ["--broker-lease-ms", "3000", "--num-partitions", "4"];
     let (b1, a1) = start_broker_with(&etcd, &root, 1, &lease);
     let (_b2, a2) = start_broker_with(&etcd, &root, 2, &lease);

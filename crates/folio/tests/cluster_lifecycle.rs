@@ -11,9 +11,8 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,38 +23,20 @@ const TOPICS: usize = 50;
 const RECORDS_PER_TOPIC: usize = 400; // 1 KiB each: ~20 MiB per copy
 const GC_INTERVAL: Duration = Duration::from_secs(2);
 
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::{Proc, dir_bytes, start_bookie};
 
 fn folio() -> Command {
     Command::new(env!("CARGO_BIN_EXE_folio"))
 }
 
-fn start_bookie(dir: &Path, id: &str, etcd: &str, root: &str) -> Proc {
-    let mut child = folio()
-        .args(["--log", "warn", "bookie", "--bookie-id", id, "--listen", "127.0.0.1:0"])
-        .arg("--data-dir")
-        .arg(dir.join(id))
-        .args(["--metadata", &format!("etcd:{etcd}")])
-        .args(["--override", &format!("metadata_root={root:?}")])
-        .args(["--override", &format!("gc.interval_ms={}", GC_INTERVAL.as_millis())])
-        .args(["--override", "flush_interval_ms=200"])
-        .args(["--override", "entry_log.idle_rotation_ms=500"])
-        .args(["--override", "entry_log_bytes_max=4194304"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn folio bookie");
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-    assert!(line.contains("listening on"), "bookie {id} did not start: {line}");
-    Proc(child)
-}
+/// Fast GC, flushes and idle rotation, small entry logs: the test sees the disk come back.
+const BOOKIE_TUNING: [&str; 4] = [
+    "gc.interval_ms=2000",
+    "flush_interval_ms=200",
+    "entry_log.idle_rotation_ms=500",
+    "entry_log_bytes_max=4194304",
+];
+const _: () = assert!(GC_INTERVAL.as_millis() == 2000);
 
 fn start_broker(etcd: &str, root: &str, node_id: u16, extra: &[&str]) -> (Proc, String) {
     let mut child = folio()
@@ -85,16 +66,9 @@ fn clients(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
-fn dir_bytes(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries
-        .filter_map(Result::ok)
-        .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
-            Ok(m) => m.len(),
-            Err(_) => 0,
-        })
-        .sum()
+/// Whether nothing is stored under `prefix`.
+async fn none_under(meta: Arc<dyn MetadataStore>, prefix: String) -> bool {
+    list_all(meta.as_ref(), &prefix).await.unwrap().is_empty()
 }
 
 /// Polls `cond` (a metadata read) until it holds; fails with `what` after `within`.
@@ -120,8 +94,9 @@ async fn l1_d1_topics_deleted_in_a_cluster_under_faults_leave_nothing_and_lose_n
     let meta: Arc<dyn MetadataStore> =
         Arc::new(folio_meta::etcd::EtcdStore::connect(std::slice::from_ref(&etcd)).await.unwrap());
     let keys = Keys::new(root.clone());
-    let _bookies: Vec<Proc> =
-        (0..3).map(|i| start_bookie(tmp.path(), &format!("bookie-{i}"), &etcd, &root)).collect();
+    let _bookies: Vec<Proc> = (0..3)
+        .map(|i| start_bookie(tmp.path(), &format!("bookie-{i}"), &etcd, &root, &BOOKIE_TUNING))
+        .collect();
     // The ledger dirs: entry logs and index, where the data lives. (The journal dir is a
     // ring of recycled files, bounded by journal.file_bytes_max and the recycle pool, not
     // by the data kept: it is reported, not compared.)
@@ -175,23 +150,15 @@ async fn l1_d1_topics_deleted_in_a_cluster_under_faults_leave_nothing_and_lose_n
     );
     drop(b1);
     let (_b1, _a1) = start_broker(&etcd, &root, 1, &[]);
-    let markers = {
-        let (meta, keys) = (meta.clone(), keys.clone());
-        move || {
-            let (meta, keys) = (meta.clone(), keys.clone());
-            async move { list_all(meta.as_ref(), &keys.topic_deletions()).await.unwrap().is_empty() }
-        }
-    };
-    until(Duration::from_secs(120), "every topic deletion finished", markers).await;
+    until(Duration::from_secs(120), "every topic deletion finished", || {
+        none_under(meta.clone(), keys.topic_deletions())
+    })
+    .await;
     let logs_trashed = deleted_at.elapsed();
-    let trash_empty = {
-        let (meta, keys) = (meta.clone(), keys.clone());
-        move || {
-            let (meta, keys) = (meta.clone(), keys.clone());
-            async move { list_all(meta.as_ref(), &keys.trash()).await.unwrap().is_empty() }
-        }
-    };
-    until(Duration::from_secs(120), "the trash was emptied", trash_empty).await;
+    until(Duration::from_secs(120), "the trash was emptied", || {
+        none_under(meta.clone(), keys.trash())
+    })
+    .await;
     let ledgers_gone = deleted_at.elapsed();
     // Broker 2 still believes in every topic (it never re-reads them): producing to them
     // through it acknowledges nothing, and creates no storage.

@@ -2,7 +2,8 @@
 //! Helpers for tests that run `folio` processes.
 
 use std::io::{BufRead, BufReader};
-use std::process::Child;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -83,4 +84,46 @@ pub fn http_get(addr: &str, path: &str) -> String {
     let mut out = String::new();
     s.read_to_string(&mut out).expect("read the answer");
     out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()
+}
+
+/// A child process, SIGKILLed when dropped.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A `folio bookie` process on etcd under `root`, with its data in `dir/<id>` and any
+/// extra `--override KEY=VALUE` settings; returns once it listens.
+pub fn start_bookie(dir: &Path, id: &str, etcd: &str, root: &str, overrides: &[&str]) -> Proc {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_folio"));
+    cmd.args(["--log", "warn", "bookie", "--bookie-id", id, "--listen", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(dir.join(id))
+        .args(["--metadata", &format!("etcd:{etcd}")])
+        .args(["--override", &format!("metadata_root={root:?}")]);
+    for o in overrides {
+        cmd.args(["--override", o]);
+    }
+    let mut child = cmd.stdout(Stdio::piped()).spawn().expect("spawn folio bookie");
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.contains("listening on"), "bookie {id} did not start: {line}");
+    Proc(child)
+}
+
+/// Bytes of the files under `dir`, recursively (0 if it is gone).
+pub fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
 }
