@@ -16,7 +16,7 @@ use std::time::Duration;
 use folio_client::{CreateOptions, LedgerClient};
 use folio_meta::keys::Keys;
 
-use common::{Proc, start_bookie};
+use common::{Proc, start_bookie, start_broker_with};
 
 fn payload(i: u64) -> Vec<u8> {
     format!("cluster-entry-{i};").repeat(20).into_bytes()
@@ -133,20 +133,6 @@ async fn d1_d3_a_broker_process_on_etcd_restarted_after_sigkill_keeps_every_reco
     assert!(read(&addr).ends_with("200 after\n"));
     let md = kcat(&["-L", "-b", &addr, "-t", "orders"], None);
     assert!(md.contains("broker 2 at"), "{md}");
-}
-
-fn start_broker_with(etcd: &str, root: &str, node_id: u16, extra: &[&str]) -> (Proc, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))
-        .args(["broker", "--metadata", &format!("etcd://{etcd}"), "--root", root])
-        .args(["--kafka-listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
-        .args(["--node-id", &node_id.to_string()])
-        .args(extra)
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn folio broker");
-    let addr = common::kafka_addr(&mut child);
-    (Proc(child), addr)
 }
 
 fn python_script() -> std::path::PathBuf {

@@ -12,7 +12,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,7 +23,7 @@ const TOPICS: usize = 50;
 const RECORDS_PER_TOPIC: usize = 400; // 1 KiB each: ~20 MiB per copy
 const GC_INTERVAL: Duration = Duration::from_secs(2);
 
-use common::{Proc, dir_bytes, start_bookie};
+use common::{Proc, dir_bytes, start_bookie, start_broker_with};
 
 fn folio() -> Command {
     Command::new(env!("CARGO_BIN_EXE_folio"))
@@ -38,19 +38,12 @@ const BOOKIE_TUNING: [&str; 4] = [
 ];
 const _: () = assert!(GC_INTERVAL.as_millis() == 2000);
 
+/// A broker with no auto-creation, a 2 s lease and a fast trash deleter.
 fn start_broker(etcd: &str, root: &str, node_id: u16, extra: &[&str]) -> (Proc, String) {
-    let mut child = folio()
-        .args(["broker", "--metadata", &format!("etcd://{etcd}"), "--root", root])
-        .args(["--kafka-listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
-        .args(["--node-id", &node_id.to_string(), "--no-auto-create-topics"])
-        .args(["--broker-lease-ms", "2000", "--trash-interval-ms", "500"])
-        .args(extra)
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn folio broker");
-    let addr = common::kafka_addr(&mut child);
-    (Proc(child), addr)
+    let mut args =
+        vec!["--no-auto-create-topics", "--broker-lease-ms", "2000", "--trash-interval-ms", "500"];
+    args.extend_from_slice(extra);
+    start_broker_with(etcd, root, node_id, &args)
 }
 
 /// Runs a clients.py scenario to its end; its stdout.

@@ -127,3 +127,19 @@ pub fn dir_bytes(dir: &Path) -> u64 {
         })
         .sum()
 }
+
+/// A `folio broker` process on etcd under `root` (Kafka and HTTP on free ports, `extra`
+/// arguments after the rest); returns it and its Kafka address once it listens.
+pub fn start_broker_with(etcd: &str, root: &str, node_id: u16, extra: &[&str]) -> (Proc, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))
+        .args(["broker", "--metadata", &format!("etcd://{etcd}"), "--root", root])
+        .args(["--kafka-listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .args(["--node-id", &node_id.to_string()])
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn folio broker");
+    let addr = kafka_addr(&mut child);
+    (Proc(child), addr)
+}
