@@ -92,34 +92,57 @@ pub fn membership(m: &LedgerMetadata, bookie_id: &str) -> (bool, bool) {
     (any, last)
 }
 
+/// Calls `f` with every ledger whose ensembles name `bookie_id` (any fragment), and whether
+/// its last ensemble does; the ledger metadata is listed `list_page` at a time, at most
+/// `list_pages_per_sec` pages a second. Returns how many ledgers were listed.
+async fn for_each_ledger_naming(
+    meta: &dyn MetadataStore,
+    keys: &Keys,
+    bookie_id: &str,
+    config: &IntegrityConfig,
+    mut f: impl FnMut(LedgerId, &LedgerMetadata, bool) -> Result<(), BookieError>,
+) -> Result<u64, BookieError> {
+    let prefix = keys.ledgers();
+    let pause = Duration::from_secs(1) / config.list_pages_per_sec.max(1);
+    let (mut listed, mut after) = (0u64, None::<String>);
+    loop {
+        let page = meta.list(&prefix, after.as_deref(), config.list_page.max(1)).await?;
+        for v in &page.items {
+            let Some(ledger_id) = keys.parse_ledger(&v.key) else { continue };
+            let m = LedgerMetadata::decode(&v.key, &v.value)?;
+            listed += 1;
+            let (any, last) = membership(&m, bookie_id);
+            if any {
+                f(ledger_id, &m, last)?;
+            }
+        }
+        if !page.more {
+            return Ok(listed);
+        }
+        after = page.items.last().map(|v| v.key.clone());
+        tokio::time::sleep(pause).await;
+    }
+}
+
 /// The ledgers whose ensembles name `bookie_id` (any fragment): how many, and the first
-/// few ids (for messages). Paged like the pre-boot check.
+/// few ids (for messages).
 pub async fn ledgers_naming(
     meta: &dyn MetadataStore,
     keys: &Keys,
     bookie_id: &str,
 ) -> Result<(u64, Vec<LedgerId>), BookieError> {
     const EXAMPLES_MAX: usize = 5;
-    let prefix = keys.ledgers();
     let (mut count, mut examples) = (0u64, Vec::new());
-    let mut after: Option<String> = None;
-    loop {
-        let page =
-            meta.list(&prefix, after.as_deref(), IntegrityConfig::default().list_page).await?;
-        for v in &page.items {
-            let Some(ledger_id) = keys.parse_ledger(&v.key) else { continue };
-            if membership(&LedgerMetadata::decode(&v.key, &v.value)?, bookie_id).0 {
-                count += 1;
-                if examples.len() < EXAMPLES_MAX {
-                    examples.push(ledger_id);
-                }
-            }
+    let config = IntegrityConfig::default();
+    for_each_ledger_naming(meta, keys, bookie_id, &config, |id, _, _| {
+        count += 1;
+        if examples.len() < EXAMPLES_MAX {
+            examples.push(id);
         }
-        match page.items.last() {
-            Some(last) if page.more => after = Some(last.key.clone()),
-            _ => return Ok((count, examples)),
-        }
-    }
+        Ok(())
+    })
+    .await?;
+    Ok((count, examples))
 }
 
 pub async fn pre_boot_check(
@@ -131,31 +154,16 @@ pub async fn pre_boot_check(
 ) -> Result<PreBootReport, BookieError> {
     storage.set_storage_flags(storage.storage_flags()? | NEEDS_INTEGRITY_CHECK)?;
     let mut report = PreBootReport::default();
-    let prefix = keys.ledgers();
-    let mut after: Option<String> = None;
-    let pause = Duration::from_secs(1) / config.list_pages_per_sec.max(1);
-    loop {
-        let page = meta.list(&prefix, after.as_deref(), config.list_page.max(1)).await?;
-        for v in &page.items {
-            let Some(ledger_id) = keys.parse_ledger(&v.key) else { continue };
-            let m = LedgerMetadata::decode(&v.key, &v.value)?;
-            report.ledgers_listed += 1;
-            let (any, last) = membership(&m, bookie_id);
-            if !any {
-                continue;
-            }
+    report.ledgers_listed =
+        for_each_ledger_naming(meta, keys, bookie_id, config, |ledger_id, m, last| {
             let limbo = config.pre_boot_limbo && last && m.state != LedgerState::Closed;
             let key = master_key(m.password.as_deref().unwrap_or_default());
             storage.prepare_ledger(ledger_id, key, config.pre_boot_fence, limbo)?;
             report.ledgers_fenced += u64::from(config.pre_boot_fence);
             report.ledgers_in_limbo += u64::from(limbo);
-        }
-        if !page.more {
-            break;
-        }
-        after = page.items.last().map(|v| v.key.clone());
-        tokio::time::sleep(pause).await;
-    }
+            Ok(())
+        })
+        .await?;
     storage.flush()?;
     tracing::warn!(
         bookie = bookie_id,

@@ -45,6 +45,25 @@ fn config(data: &std::path::Path) -> BookieConfig {
     c
 }
 
+/// Metadata of a one-copy ledger on bookie-1 (no password), closed at entry 0 or open.
+fn on_bookie_1(state: folio_meta::records::LedgerState) -> folio_meta::records::LedgerMetadata {
+    use folio_meta::records::{DigestType, LedgerMetadata, LedgerState};
+    LedgerMetadata {
+        ensemble_size: 1,
+        write_quorum: 1,
+        ack_quorum: 1,
+        state,
+        last_entry_id: if state == LedgerState::Closed { 0 } else { -1 },
+        length: 0,
+        digest_type: DigestType::Crc32c,
+        password: None,
+        ensembles: [(0, vec!["bookie-1".to_string()])].into(),
+        custom: Default::default(),
+        ctime_ms: 0,
+        creator_token: 0,
+    }
+}
+
 async fn add(conn: &BookieConnection, e: Bytes, recovery: bool) -> Status {
     conn.request(Request::Add { master_key: KEY, recovery, entry: e }).await.unwrap().status
 }
@@ -347,7 +366,7 @@ impl DiskUsage for EntryLogBytes {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn l4_a_full_disk_bookie_still_collects_garbage_and_becomes_writable_again() {
     use folio_meta::Expect;
-    use folio_meta::records::{DigestType, LedgerMetadata, LedgerState, Record};
+    use folio_meta::records::{LedgerState, Record};
     let env = new_env();
     let mut c = config(&env.data);
     c.disk_check_interval = Duration::from_millis(10);
@@ -356,20 +375,7 @@ async fn l4_a_full_disk_bookie_still_collects_garbage_and_becomes_writable_again
     c.storage.entry_log_bytes_max = 1024 * 1024;
     c.storage.entry_log_per_ledger = true;
     let keys = Keys::default();
-    let ledger_meta = LedgerMetadata {
-        ensemble_size: 1,
-        write_quorum: 1,
-        ack_quorum: 1,
-        state: LedgerState::Closed,
-        last_entry_id: 0,
-        length: 0,
-        digest_type: DigestType::Crc32c,
-        password: None,
-        ensembles: [(0, vec!["bookie-1".to_string()])].into(),
-        custom: Default::default(),
-        ctime_ms: 0,
-        creator_token: 0,
-    };
+    let ledger_meta = on_bookie_1(LedgerState::Closed);
     let mut watch = env.meta.watch(&format!("{}/bookies/", keys.root()), 0).await.unwrap();
     let usage = Arc::new(EntryLogBytes { capacity: 8 * 1024 * 1024 });
     let bookie = Bookie::start_with(c, env.meta.clone(), usage).await.unwrap();
@@ -441,25 +447,12 @@ async fn l4_a_full_disk_bookie_still_collects_garbage_and_becomes_writable_again
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d2_a_formatted_bookie_restarted_under_a_known_id_is_fenced_and_in_limbo() {
     use folio_meta::Expect;
-    use folio_meta::records::{DigestType, LedgerMetadata, LedgerState, Record};
+    use folio_meta::records::{LedgerState, Record};
     let env = new_env();
     let keys = Keys::default();
     let c = config(&env.data);
     assert!(c.storage.journal.write_data, "a bookie with its journal");
-    let open_ledger = LedgerMetadata {
-        ensemble_size: 1,
-        write_quorum: 1,
-        ack_quorum: 1,
-        state: LedgerState::Open,
-        last_entry_id: -1,
-        length: 0,
-        digest_type: DigestType::Crc32c,
-        password: None,
-        ensembles: [(0, vec!["bookie-1".to_string()])].into(),
-        custom: Default::default(),
-        ctime_ms: 0,
-        creator_token: 0,
-    };
+    let open_ledger = on_bookie_1(LedgerState::Open);
     let bookie = Bookie::start(c.clone(), env.meta.clone()).await.unwrap();
     assert!(!bookie.needs_integrity_check(), "a new bookie that no ledger names");
     env.meta.put(&keys.ledger(7), open_ledger.encode(), Expect::Absent).await.unwrap();

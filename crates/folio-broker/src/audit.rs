@@ -108,11 +108,23 @@ impl Audit {
             .collect()
     }
 
+    /// Counts one ledger (or copy) of class `c` holding `bytes`.
+    fn count(&mut self, c: Class, bytes: u64) {
+        let t = self.totals.entry(c).or_default();
+        t.0 += 1;
+        t.1 += bytes;
+    }
+
+    /// Ledgers and bytes of class `c`.
+    pub fn total(&self, c: Class) -> (u64, u64) {
+        self.totals.get(&c).copied().unwrap_or_default()
+    }
+
     /// The human table: one line per class, then every finding.
     pub fn table(&self) -> String {
         let mut out = format!("{:<16} {:>8} {:>14}\n", "class", "ledgers", "bytes");
         for c in Class::ALL {
-            let (n, b) = self.totals.get(&c).copied().unwrap_or_default();
+            let (n, b) = self.total(c);
             let _ = writeln!(out, "{:<16} {n:>8} {b:>14}", c.name());
         }
         let _ = writeln!(
@@ -156,12 +168,12 @@ impl Audit {
             "# HELP folio_audit_ledgers Ledgers per class at the last audit (orphan-data: copies).\n# TYPE folio_audit_ledgers gauge\n",
         );
         for c in Class::ALL {
-            let (n, _) = self.totals.get(&c).copied().unwrap_or_default();
+            let (n, _) = self.total(c);
             let _ = writeln!(out, "folio_audit_ledgers{{class=\"{}\"}} {n}", c.name());
         }
         out.push_str("# HELP folio_audit_bytes Bytes the bookies store per class at the last audit.\n# TYPE folio_audit_bytes gauge\n");
         for c in Class::ALL {
-            let (_, b) = self.totals.get(&c).copied().unwrap_or_default();
+            let (_, b) = self.total(c);
             let _ = writeln!(out, "folio_audit_bytes{{class=\"{}\"}} {b}", c.name());
         }
         let _ = writeln!(
@@ -176,7 +188,7 @@ impl Audit {
     pub fn json(&self) -> String {
         let mut out = String::from("{\"classes\":{");
         for (i, c) in Class::ALL.iter().enumerate() {
-            let (n, b) = self.totals.get(c).copied().unwrap_or_default();
+            let (n, b) = self.total(*c);
             let _ = write!(
                 out,
                 "{}\"{}\":{{\"ledgers\":{n},\"bytes\":{b}}}",
@@ -372,9 +384,7 @@ pub async fn run(env: &LogEnv) -> Result<Audit, MetaError> {
         } else {
             (Class::Live, String::new(), age, String::new())
         };
-        let t = audit.totals.entry(class).or_default();
-        t.0 += 1;
-        t.1 += bytes;
+        audit.count(class, bytes);
         if class != Class::Live {
             audit.findings.push(Finding { class, ledger_id: id, log, age_ms, bytes, detail });
         }
@@ -399,9 +409,7 @@ pub async fn run(env: &LogEnv) -> Result<Audit, MetaError> {
 }
 
 fn push_orphan_data(audit: &mut Audit, ledger_id: u64, bytes: u64, detail: String) {
-    let t = audit.totals.entry(Class::OrphanData).or_default();
-    t.0 += 1;
-    t.1 += bytes;
+    audit.count(Class::OrphanData, bytes);
     audit.findings.push(Finding {
         class: Class::OrphanData,
         ledger_id,

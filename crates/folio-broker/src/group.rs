@@ -199,12 +199,12 @@ impl Record for OffsetRecord {
     }
 }
 
-/// `/` and `%` escaped, so a group id is one key segment.
 /// The longest group id (bytes). Escaped (`%2F` for each `/`) it stays well inside the
 /// metadata store's key limit with the rest of an offset key around it.
 pub const GROUP_ID_BYTES_MAX: usize = 1024;
 const _: () = assert!(GROUP_ID_BYTES_MAX * 3 + 256 <= folio_meta::KEY_BYTES_MAX);
 
+/// `/` and `%` escaped, so a group id is one key segment.
 fn escape(group: &str) -> String {
     group.replace('%', "%25").replace('/', "%2F")
 }

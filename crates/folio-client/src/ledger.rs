@@ -171,15 +171,14 @@ impl LedgerClient {
             creator_token: rand::random(),
         };
         let key = self.keys.ledger(id);
-        let mut txn = folio_meta::Txn::new()
-            .compare(folio_meta::Compare::Absent(key.clone()))
-            .put(key.clone(), metadata.encode());
-        txn.compares.extend(opts.guard);
-        if !self.meta.txn(txn).await?.succeeded {
-            if self.meta.get(&key).await?.is_some() {
+        match folio_meta::create_guarded(self.meta.as_ref(), &key, metadata.encode(), opts.guard)
+            .await?
+        {
+            folio_meta::Created::Now(_) => {}
+            folio_meta::Created::Exists => {
                 return Err(LedgerError::Meta(folio_meta::MetaError::Conflict { key }));
             }
-            return Err(LedgerError::CreateRefused(id));
+            folio_meta::Created::GuardFailed => return Err(LedgerError::CreateRefused(id)),
         }
         let mut bookies = Vec::with_capacity(ensemble.len());
         for b in &ensemble {

@@ -292,19 +292,18 @@ impl ManagedLog {
         let key = env.keys.log(name);
         let mut r = LogRecord::new(&env.owner);
         put_config(&mut r, config);
-        let mut txn = Txn::new().compare(Compare::Absent(key.clone())).put(key.clone(), r.encode());
-        txn.compares.extend(guard);
-        if env.meta.txn(txn).await?.succeeded {
-            tracing::info!(log = name, "log created");
-            return Ok(());
+        match folio_meta::create_guarded(env.meta.as_ref(), &key, r.encode(), guard).await? {
+            folio_meta::Created::Now(_) => {
+                tracing::info!(log = name, "log created");
+                Ok(())
+            }
+            folio_meta::Created::Exists => Err(LogError::Exists(name.into())),
+            folio_meta::Created::GuardFailed => Err(LogError::CreateRefused {
+                log: name.into(),
+                why: "what it belongs to changed or is gone (a guard of its creation failed)"
+                    .into(),
+            }),
         }
-        if env.meta.get(&key).await?.is_some() {
-            return Err(LogError::Exists(name.into()));
-        }
-        Err(LogError::CreateRefused {
-            log: name.into(),
-            why: "what it belongs to changed or is gone (a guard of its creation failed)".into(),
-        })
     }
 
     /// Opens `name`, creating it first (with no guard) if it does not exist: for logs that

@@ -141,16 +141,19 @@ impl MetadataStore for FaultyStore {
                 self.fail_txns.store(k - 1, Ordering::SeqCst);
                 return Err(MetaError::Unavailable("injected transaction failure".into()));
             }
-            let puts_under = |prefix: &str| {
+            let creates_under = |prefix: &str| {
                 txn.compares
                     .iter()
                     .any(|c| matches!(c, Compare::Absent(key) if key.starts_with(prefix)))
             };
-            let held = self.hold.borrow().as_deref().is_some_and(puts_under);
+            let held = self.hold.borrow().as_deref().is_some_and(creates_under);
             if held {
                 self.held.send_modify(|h| *h += 1);
-                let _ =
-                    self.hold.subscribe().wait_for(|h| !h.as_deref().is_some_and(puts_under)).await;
+                let _ = self
+                    .hold
+                    .subscribe()
+                    .wait_for(|h| !h.as_deref().is_some_and(creates_under))
+                    .await;
             }
             self.inner.txn(txn).await
         })

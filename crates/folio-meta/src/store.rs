@@ -274,6 +274,35 @@ pub trait MetadataStore: Send + Sync + Debug {
     fn revision(&self) -> BoxFuture<'_, Result<Revision>>;
 }
 
+/// What a guarded creation found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    /// Created at this revision.
+    Now(Revision),
+    /// The key was there already.
+    Exists,
+    /// A guard did not hold (what the key belongs to changed or is gone): nothing written.
+    GuardFailed,
+}
+
+/// Creates `key` with `value` in one transaction that also checks every `guard`, so a key
+/// that belongs to something (a log to its topic, a ledger to its log) is created at most
+/// once and never after its owner changed or was deleted, whatever the caller's caches say.
+pub async fn create_guarded(
+    store: &dyn MetadataStore,
+    key: &str,
+    value: Bytes,
+    guard: Vec<Compare>,
+) -> Result<Created> {
+    let mut txn = Txn::new().compare(Compare::Absent(key.to_string())).put(key, value);
+    txn.compares.extend(guard);
+    let out = store.txn(txn).await?;
+    if out.succeeded {
+        return Ok(Created::Now(out.revision));
+    }
+    Ok(if store.get(key).await?.is_some() { Created::Exists } else { Created::GuardFailed })
+}
+
 /// Lists every key under `prefix`, page by page.
 pub async fn list_all(store: &dyn MetadataStore, prefix: &str) -> Result<Vec<Versioned>> {
     let mut out: Vec<Versioned> = Vec::new();

@@ -23,19 +23,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    runtime.block_on(async {
-        let (meta, keys, client) = args.cluster.connect().await?;
-        let env = folio_log::LogEnv {
-            meta,
-            client,
-            keys,
-            clock: std::sync::Arc::new(folio_log::WallClock),
-            owner: "folio-audit".into(),
-        };
+    crate::log_cmd::runtime()?.block_on(async {
+        let env = crate::log_cmd::env_as(&args.cluster, "folio-audit").await?;
         let audit = folio_broker::audit::run(&env).await.map_err(|e| e.to_string())?;
         if args.json {
             print!("{}", audit.json());

@@ -49,12 +49,17 @@ enum TrashCommand {
     Run,
 }
 
-async fn env(cluster: &ClusterArgs) -> Result<LogEnv, String> {
+/// The managed-log environment of a CLI command on `cluster`, owning as `owner`.
+pub(crate) async fn env_as(cluster: &ClusterArgs, owner: &str) -> Result<LogEnv, String> {
     let (meta, keys, client) = cluster.connect().await?;
-    Ok(LogEnv { meta, client, keys, clock: Arc::new(WallClock), owner: "folio-cli".into() })
+    Ok(LogEnv { meta, client, keys, clock: Arc::new(WallClock), owner: owner.into() })
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
+async fn env(cluster: &ClusterArgs) -> Result<LogEnv, String> {
+    env_as(cluster, "folio-cli").await
+}
+
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())
 }
 

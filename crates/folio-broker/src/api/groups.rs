@@ -2,6 +2,7 @@
 //! LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups. The
 //! state machine is in `group.rs`; this broker coordinates every group.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
@@ -26,7 +27,6 @@ use crate::cluster::group_key;
 use crate::errors;
 use crate::group::OffsetRecord;
 
-/// NOT_COORDINATOR when another broker coordinates `group`.
 /// The error a request for `group` gets before anything else: INVALID_GROUP_ID for an id
 /// above `GROUP_ID_BYTES_MAX`, NOT_COORDINATOR when another broker coordinates it.
 fn elsewhere(inner: &Inner, group: &str) -> Option<i16> {
@@ -365,29 +365,27 @@ impl Handler for OffsetCommit {
                     break;
                 }
             };
+            // Each refused topic is re-read once, however many of its partitions were refused:
+            // its id and version now, `Ok(None)` if it is gone.
+            let mut fresh = HashMap::new();
             let (mut again, mut again_at) = (Vec::new(), Vec::new());
             for i in refused {
                 let (name, id, _, p, r) = writes[i].clone();
                 let (ti, pi) = written[i];
-                let fresh = inner.topics.load(&name).await;
-                match fresh {
-                    Ok(Some(t)) if t.record.id == id && attempt < COMMIT_ATTEMPTS_MAX => {
-                        again.push((name, id, t.version, p, r));
-                        again_at.push((ti, pi));
-                    }
-                    Ok(Some(t)) if t.record.id == id => {
-                        resp.topics[ti].partitions[pi].error_code =
-                            errors::COORDINATOR_NOT_AVAILABLE
-                    }
-                    Ok(_) => {
-                        resp.topics[ti].partitions[pi].error_code =
-                            errors::UNKNOWN_TOPIC_OR_PARTITION
-                    }
-                    Err(_) => {
-                        resp.topics[ti].partitions[pi].error_code =
-                            errors::COORDINATOR_NOT_AVAILABLE
-                    }
+                if !fresh.contains_key(&name) {
+                    let t = inner.topics.load(&name).await;
+                    fresh.insert(name.clone(), t.map(|t| t.map(|t| (t.record.id, t.version))));
                 }
+                resp.topics[ti].partitions[pi].error_code = match &fresh[&name] {
+                    Ok(Some((now, version))) if *now == id && attempt < COMMIT_ATTEMPTS_MAX => {
+                        again.push((name, id, *version, p, r));
+                        again_at.push((ti, pi));
+                        errors::NONE
+                    }
+                    Ok(Some((now, _))) if *now == id => errors::COORDINATOR_NOT_AVAILABLE,
+                    Ok(_) => errors::UNKNOWN_TOPIC_OR_PARTITION,
+                    Err(_) => errors::COORDINATOR_NOT_AVAILABLE,
+                };
             }
             (writes, written) = (again, again_at);
         }
