@@ -246,6 +246,9 @@ fn json_str(s: &str) -> String {
     out
 }
 
+/// How long listing one bookie may take before the audit counts it unreachable.
+pub const BOOKIE_LISTING_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// What each registered bookie stores: bookie id → ledgers, or why it could not be listed.
 async fn list_bookies(
     env: &LogEnv,
@@ -287,7 +290,7 @@ async fn list_bookies(
                 }
             }
         };
-        let listing = match tokio::time::timeout(Duration::from_secs(30), listing).await {
+        let listing = match tokio::time::timeout(BOOKIE_LISTING_TIMEOUT, listing).await {
             Ok(r) => r,
             Err(_) => Err("timed out".to_string()),
         };
