@@ -138,6 +138,8 @@ pub struct Bookie {
     addr: SocketAddr,
     storage: Arc<Storage>,
     read_only: Arc<AtomicBool>,
+    /// Why the bookie is read-only, while it is.
+    read_only_reason: Arc<std::sync::Mutex<Option<String>>>,
     unclean_shutdown: bool,
     handler: Arc<Handler>,
     stop: watch::Sender<bool>,
@@ -266,14 +268,17 @@ impl Bookie {
             config.lease_ttl,
             stop_rx.clone(),
         )));
+        let read_only_reason = Arc::new(std::sync::Mutex::new(None));
         tasks.push(tokio::spawn(monitor_disk(
             disk,
+            storage.clone(),
             config.clone(),
             meta.clone(),
             keys.clone(),
             registration,
             lease.clone(),
             read_only.clone(),
+            read_only_reason.clone(),
             stop_rx,
         )));
         let gc_status = Arc::new(watch::Sender::new(crate::gc::GcStatus::default()));
@@ -292,6 +297,7 @@ impl Bookie {
             addr,
             storage,
             read_only,
+            read_only_reason,
             unclean_shutdown,
             handler,
             stop,
@@ -315,6 +321,10 @@ impl Bookie {
     }
     pub fn is_read_only(&self) -> bool {
         self.read_only.load(Ordering::SeqCst)
+    }
+    /// Why the bookie is read-only (a full or unprobeable disk, a poisoned storage).
+    pub fn read_only_reason(&self) -> Option<String> {
+        self.read_only_reason.lock().expect("read-only reason lock").clone()
     }
     /// Runs a garbage-collection pass now.
     pub async fn gc_now(&self) -> Result<crate::gc::GcReport, crate::gc::GcError> {
@@ -634,32 +644,57 @@ async fn keep_registered(
     }
 }
 
+/// Why the bookie must not take new writes, if it must not.
+fn read_only_reason(
+    storage: &Storage,
+    usage: &std::io::Result<f64>,
+    was: bool,
+    config: &BookieConfig,
+) -> Option<String> {
+    if let Some(reason) = storage.poisoned() {
+        return Some(format!("storage poisoned: {reason}"));
+    }
+    match usage {
+        // A disk that cannot say how full it is is not trusted with new data.
+        Err(e) => Some(format!("disk usage probe failed: {e}")),
+        Ok(u) if was && *u >= config.disk_usage_lwm => Some(format!("disk {:.0}% full", u * 100.0)),
+        Ok(u) if *u >= config.disk_usage_threshold => Some(format!("disk {:.0}% full", u * 100.0)),
+        Ok(_) => None,
+    }
+}
+
+/// Keeps the registration under the writable or the read-only key: read-only while the disk
+/// is above its threshold (down to the low-water mark), cannot be probed, or the storage is
+/// poisoned by a failed write or fsync (for good: a restart recovers from the journal).
+/// A poisoning is acted on at once, not at the next check.
 #[allow(clippy::too_many_arguments)]
 async fn monitor_disk(
     disk: Arc<dyn DiskUsage>,
+    storage: Arc<Storage>,
     config: BookieConfig,
     meta: Arc<dyn MetadataStore>,
     keys: Keys,
     reg: BookieRegistration,
     lease: Arc<std::sync::Mutex<LeaseId>>,
     read_only: Arc<AtomicBool>,
+    reason_out: Arc<std::sync::Mutex<Option<String>>>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let mut poison = storage.subscribe_poison();
     loop {
-        let usage = match disk.usage(&config.storage.ledger_dir) {
-            Ok(u) => u,
-            Err(e) => {
-                tracing::warn!(error = %e, "disk usage check failed");
-                0.0
-            }
-        };
+        let usage = disk.usage(&config.storage.ledger_dir);
         let was = read_only.load(Ordering::SeqCst);
-        let now =
-            if was { usage >= config.disk_usage_lwm } else { usage >= config.disk_usage_threshold };
+        let reason = read_only_reason(&storage, &usage, was, &config);
+        let now = reason.is_some();
+        *reason_out.lock().expect("read-only reason lock") = reason.clone();
         if now != was {
             read_only.store(now, Ordering::SeqCst);
-            let state = if now { "read-only" } else { "writable" };
-            tracing::warn!(bookie = %reg.bookie_id, usage, state, "disk usage crossed a threshold");
+            match &reason {
+                Some(why) => {
+                    tracing::error!(bookie = %reg.bookie_id, %why, "bookie turned read-only")
+                }
+                None => tracing::warn!(bookie = %reg.bookie_id, "bookie writable again"),
+            }
             let id = *lease.lock().expect("lease lock");
             if let Err(e) = register(meta.as_ref(), &keys, &reg, id, now).await {
                 tracing::warn!(error = %e, "moving the registration failed");
@@ -667,6 +702,10 @@ async fn monitor_disk(
         }
         tokio::select! {
             () = tokio::time::sleep(config.disk_check_interval) => {}
+            r = poison.changed() => if r.is_err() {
+                // The storage is gone (shutting down); keep to the timed checks.
+                poison = watch::channel(None).1;
+            },
             _ = stop.changed() => return,
         }
     }

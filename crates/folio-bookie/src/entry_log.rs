@@ -95,6 +95,8 @@ pub struct EntryLogWriter {
     n_entries: u64,
     /// Bytes written to the file since its last fdatasync.
     unsynced_bytes: u64,
+    /// The durable end last recorded in the index (see [`EntryLogWriter::durable_state`]).
+    recorded_end: u64,
 }
 
 impl EntryLogWriter {
@@ -116,6 +118,7 @@ impl EntryLogWriter {
             ledgers: BTreeMap::new(),
             n_entries: 0,
             unsynced_bytes: 0,
+            recorded_end: 0,
         })
     }
 
@@ -138,6 +141,7 @@ impl EntryLogWriter {
             ledgers: scan.ledgers.clone(),
             n_entries: scan.n_entries,
             unsynced_bytes: 0,
+            recorded_end: scan.valid_end,
         })
     }
 
@@ -199,7 +203,22 @@ impl EntryLogWriter {
         self.write_out()?;
         self.file
             .sync_data()
-            .map_err(|e| StorageError::io(format!("fsync {}", self.path.display()), e))
+            .map_err(|e| StorageError::io(format!("fsync {}", self.path.display()), e))?;
+        self.unsynced_bytes = 0;
+        Ok(())
+    }
+
+    /// After [`EntryLogWriter::sync`]: the active state to record in the index with the
+    /// entries' locations, when the durable end moved since the last one recorded. Recovery
+    /// of an unsealed log checks its frames reach this end: a bad frame before it is damage
+    /// to synced entries, not a torn tail.
+    pub fn durable_state(&mut self) -> Option<EntryLogState> {
+        debug_assert!(self.buf.is_empty() && self.unsynced_bytes == 0, "call after sync");
+        if self.buf_offset <= self.recorded_end {
+            return None;
+        }
+        self.recorded_end = self.buf_offset;
+        Some(EntryLogState::active_up_to(self.buf_offset))
     }
 
     /// Appends the ledgers map and the seal frame and syncs. The returned state goes to the

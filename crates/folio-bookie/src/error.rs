@@ -37,6 +37,41 @@ pub enum StorageError {
 
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 
+/// The first failed write or fsync, shared by the journal and the rest of the storage: once
+/// set it stays set, every later call fails, and nothing is retried (the kernel may have
+/// dropped the data; a second fsync would report success over the hole). Observers (the
+/// bookie's registration) learn of it at once through [`Poison::subscribe`].
+#[derive(Debug, Clone)]
+pub struct Poison(std::sync::Arc<tokio::sync::watch::Sender<Option<String>>>);
+
+impl Default for Poison {
+    fn default() -> Poison {
+        Poison(std::sync::Arc::new(tokio::sync::watch::Sender::new(None)))
+    }
+}
+
+impl Poison {
+    /// Sets the reason unless one is set already; returns whether this call set it.
+    pub fn set(&self, reason: String) -> bool {
+        self.0.send_if_modified(|r| {
+            if r.is_some() {
+                return false;
+            }
+            *r = Some(reason);
+            true
+        })
+    }
+
+    pub fn reason(&self) -> Option<String> {
+        self.0.borrow().clone()
+    }
+
+    /// A receiver that sees the reason once it is set.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.0.subscribe()
+    }
+}
+
 impl StorageError {
     pub fn io(context: impl Into<String>, source: std::io::Error) -> StorageError {
         StorageError::Io { context: context.into(), source }

@@ -25,5 +25,5 @@ pub mod storage;
 mod write_cache;
 
 pub use config::{JournalConfig, StorageConfig};
-pub use error::{Result, StorageError};
+pub use error::{Poison, Result, StorageError};
 pub use storage::{AddCallback, Storage};

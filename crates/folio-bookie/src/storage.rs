@@ -29,7 +29,7 @@ use folio_proto::{Entry, EntryId, INVALID_ENTRY_ID, LedgerId};
 
 use crate::config::StorageConfig;
 use crate::entry_log::{self, EntryLogReader, EntryLogWriter};
-use crate::error::{Result, StorageError};
+use crate::error::{Poison, Result, StorageError};
 use crate::fs::{FileSystem, RealFs};
 use crate::index::{
     self, EntryLocation, EntryLogState, FjallKv, KvBatch, KvStore, LedgerState, Table,
@@ -155,7 +155,7 @@ struct Inner {
     flush: Mutex<FlushState>,
     signal: Mutex<FlushSignal>,
     signal_cond: Condvar,
-    poisoned: Mutex<Option<String>>,
+    poison: Poison,
     closed: AtomicBool,
 }
 
@@ -209,7 +209,7 @@ impl Storage {
             }),
             signal: Mutex::new(FlushSignal::default()),
             signal_cond: Condvar::new(),
-            poisoned: Mutex::new(None),
+            poison: Poison::default(),
             closed: AtomicBool::new(false),
             journal: OnceLock::new(),
             config,
@@ -223,6 +223,7 @@ impl Storage {
             inner.config.journal_dir.clone(),
             inner.config.journal.clone(),
             &recovery.journal,
+            inner.poison.clone(),
         )?;
         let mark = journal.written_mark();
         inner.journal.set(journal).expect("journal set once");
@@ -241,6 +242,16 @@ impl Storage {
             "storage opened"
         );
         Ok(Storage { inner, flusher: Mutex::new(Some(flusher)), recovery })
+    }
+
+    /// Why the storage is poisoned (an earlier write or fsync failed), if it is.
+    pub fn poisoned(&self) -> Option<String> {
+        self.inner.poison.reason()
+    }
+
+    /// Sees the poison reason as soon as it is set.
+    pub fn subscribe_poison(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.inner.poison.subscribe()
     }
 
     pub fn recovery_report(&self) -> &RecoveryReport {
@@ -559,6 +570,20 @@ fn recover_entry_logs(
         }
         if !state.sealed {
             let scan = entry_log::scan(fs, dir, *id, &mut |_, _| {})?;
+            if scan.valid_end < state.size_bytes {
+                // The index may point at entries up to `size_bytes`, synced before it was
+                // committed: a bad frame before there is damage, and sealing the log at it
+                // would overwrite entries a reader still finds through the index.
+                return Err(StorageError::corruption(
+                    dir.join(entry_log::file_name(*id)).display().to_string(),
+                    format!(
+                        "the frame at offset {} is damaged ({:?}) but entries up to offset {} \
+                         were durable and indexed. Refusing to start; restore the disk, or \
+                         format this bookie and re-replicate its ledgers from their other copies",
+                        scan.valid_end, scan.stop, state.size_bytes
+                    ),
+                ));
+            }
             let sealed = EntryLogWriter::reopen_for_seal(fs, dir, &scan)?.seal()?;
             batch.put(Table::Meta, index::elog_key(*id), sealed.encode());
             report.entry_logs_sealed_at_open.push(*id);
@@ -600,21 +625,15 @@ impl Inner {
         if self.closed.load(Ordering::SeqCst) {
             return Err(StorageError::ShutDown);
         }
-        if let Some(reason) = self.poisoned.lock().expect("poison lock").clone() {
-            return Err(StorageError::Poisoned(reason));
+        match self.poison.reason() {
+            Some(reason) => Err(StorageError::Poisoned(reason)),
+            None => Ok(()),
         }
-        if let Some(reason) = self.journal.get().and_then(Journal::poisoned) {
-            return Err(StorageError::Poisoned(reason));
-        }
-        Ok(())
     }
 
     fn poison(&self, reason: String) {
         tracing::error!(%reason, "storage poisoned; restart to recover from the journal");
-        let mut p = self.poisoned.lock().expect("poison lock");
-        if p.is_none() {
-            *p = Some(reason);
-        }
+        self.poison.set(reason);
     }
 
     fn request_flush(&self) {
@@ -1037,7 +1056,7 @@ impl Inner {
                     l.state.explicit_lac = Some(l.state.explicit_lac.map_or(lac, |x| x.max(lac)));
                     l.dirty = true;
                 }
-                JournalRecord::FileEnd { .. } => {}
+                JournalRecord::FileEnd { .. } | JournalRecord::SyncMark { .. } => {}
             }
             Ok(())
         };
@@ -1163,6 +1182,13 @@ impl Inner {
             self.rotate_per_ledger_logs(flush, &mut batch)?;
         } else {
             self.rotate_idle_shared_log(flush, &mut batch, !half.entries.is_empty())?;
+        }
+        // Logs still active: how far their entries are durable (checked by recovery).
+        let active = flush.writer.iter_mut().chain(flush.per_ledger.values_mut().map(|(w, _)| w));
+        for w in active {
+            if let Some(state) = w.durable_state() {
+                batch.put(Table::Meta, index::elog_key(w.log_id()), state.encode());
+            }
         }
         for (id, state) in dirty {
             batch.put(Table::Ledgers, index::ledger_key(*id), state.encode());

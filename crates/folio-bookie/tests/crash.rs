@@ -287,3 +287,69 @@ fn damage_before_the_journal_tail_refuses_to_start_and_says_where() {
     assert!(matches!(err, StorageError::Corruption { .. }), "{msg}");
     assert!(msg.contains(&first) && msg.contains("later journal files"), "{msg}");
 }
+
+/// Damage in the middle of the *last* journal file, with acknowledged records after it, is
+/// not a torn tail: sealing the file there would silently drop those records. The sync
+/// marks prove the damaged record had been durable, and the bookie refuses to start.
+#[test]
+fn d1_damage_inside_the_last_journal_file_is_not_taken_for_a_torn_tail() {
+    let (fs, kv) = (FaultFs::new(), MemKv::new());
+    let s = open(&fs, &kv, &config()).unwrap();
+    for e in 0..20 {
+        add(&s, &entry(1, e, &[e as u8; 300])).unwrap(); // one group (and sync) each
+    }
+    drop(s);
+    fs.crash(CrashPlan::LoseAllUnsynced);
+    let jdir = std::path::Path::new("/data/journal");
+    let last = {
+        use folio_bookie::fs::FileSystem;
+        let mut names: Vec<String> =
+            fs.list_dir(jdir).unwrap().into_iter().filter(|n| n.ends_with(".jnl")).collect();
+        names.sort();
+        names.pop().unwrap()
+    };
+    // The third entry's record: acknowledged, with seventeen more acknowledged after it.
+    let bytes = fs.contents(&jdir.join(&last)).unwrap();
+    let at = bytes.windows(300).position(|w| w == [2u8; 300]).expect("entry 2 in the file");
+    fs.corrupt(&jdir.join(&last), at + 10, b"\x00\xff");
+    let err = open(&fs, &kv, &config()).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, StorageError::Corruption { .. }), "{msg}");
+    assert!(msg.contains(&last) && msg.contains("offset") && msg.contains("durable"), "{msg}");
+    // Nothing was sealed over: the undamaged records are all still there to restore.
+    let again = open(&fs, &kv, &config()).unwrap_err();
+    assert_eq!(again.to_string(), msg);
+}
+
+/// An entry log a crash left unsealed is sealed at its last valid frame on reopen. A bad
+/// frame *before* the end the index recorded as durable is damage, not a torn tail:
+/// sealing there would overwrite entries the index still points to.
+#[test]
+fn d1_damage_inside_an_unsealed_entry_log_refuses_to_start_and_says_where() {
+    let (fs, kv) = (FaultFs::new(), MemKv::new());
+    let s = open(&fs, &kv, &config()).unwrap();
+    for e in 0..10 {
+        add(&s, &entry(1, e, &[e as u8; 500])).unwrap();
+    }
+    s.flush().unwrap(); // the entries move to the active entry log; the journal is released
+    drop(s);
+    fs.crash(CrashPlan::LoseAllUnsynced);
+    let ldir = std::path::Path::new("/data/ledgers/entrylogs");
+    let log = {
+        use folio_bookie::fs::FileSystem;
+        let mut names: Vec<String> =
+            fs.list_dir(ldir).unwrap().into_iter().filter(|n| n.ends_with(".log")).collect();
+        names.sort();
+        names.pop().expect("an entry log")
+    };
+    let bytes = fs.contents(&ldir.join(&log)).unwrap();
+    let at = bytes.windows(500).position(|w| w == [3u8; 500]).expect("entry 3 in the log");
+    fs.corrupt(&ldir.join(&log), at + 100, b"\xff\x00");
+    let err = open(&fs, &kv, &config()).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, StorageError::Corruption { .. }), "{msg}");
+    assert!(msg.contains(&log) && msg.contains("offset") && msg.contains("durable"), "{msg}");
+    // Refused, not resealed: entry 9 is still on disk after the damaged one.
+    let after = fs.contents(&ldir.join(&log)).unwrap();
+    assert!(after.windows(500).any(|w| w == [9u8; 500]));
+}

@@ -329,6 +329,77 @@ async fn read_only_mode_follows_disk_usage_thresholds() {
     bookie.shutdown().await.unwrap();
 }
 
+#[derive(Debug)]
+struct BrokenProbe;
+
+impl DiskUsage for BrokenProbe {
+    fn usage(&self, _dir: &std::path::Path) -> std::io::Result<f64> {
+        Err(std::io::Error::other("statvfs: input/output error"))
+    }
+}
+
+/// Waits for the next put under the bookies prefix; returns its key.
+async fn next_registration(w: &mut folio_meta::Watch) -> String {
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(10), w.next())
+            .await
+            .expect("a registration change")
+            .unwrap()
+            .unwrap();
+        if e.kind == EventKind::Put {
+            return e.key;
+        }
+    }
+}
+
+/// A disk error leaves the writable set at once: a failed fsync poisons the storage and
+/// the registration moves to read-only without waiting for the next disk check (here an
+/// hour away); the reason is on the bookie for `/health`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_fsync_moves_the_bookie_out_of_the_writable_set_at_once() {
+    let env = new_env();
+    let mut c = config(&env.data);
+    c.disk_check_interval = Duration::from_secs(3600);
+    let keys = Keys::default();
+    let mut watch = env.meta.watch(&format!("{}/bookies/", keys.root()), 0).await.unwrap();
+    let fs = folio_bookie::fs::FaultFs::new();
+    let mount = fs.mount();
+    let usage = Arc::new(FakeUsage(AtomicU64::new(10)));
+    let bookie = Bookie::start_on(c, env.meta.clone(), usage, move |sc| {
+        let kv = Arc::new(folio_bookie::index::MemKv::new());
+        folio_bookie::Storage::open(sc, Arc::new(mount), kv)
+    })
+    .await
+    .unwrap();
+    assert_eq!(next_registration(&mut watch).await, keys.bookie("bookie-1", false));
+    let conn = BookieConnection::connect(bookie.addr(), 16).await.unwrap();
+    assert_eq!(add(&conn, entry(1, 0, b"a"), false).await, Status::Ok);
+    fs.fail_sync_after(0);
+    assert_eq!(add(&conn, entry(1, 1, b"b"), false).await, Status::Io);
+    assert_eq!(next_registration(&mut watch).await, keys.bookie("bookie-1", true));
+    assert!(bookie.is_read_only());
+    let why = bookie.read_only_reason().unwrap();
+    assert!(why.contains("poisoned") && why.contains("fdatasync"), "{why}");
+    assert_eq!(add(&conn, entry(1, 2, b"c"), false).await, Status::ReadOnly);
+    bookie.abort().await;
+}
+
+/// A disk that cannot say how full it is gets no new data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_disk_probe_counts_as_read_only_not_as_empty() {
+    let env = new_env();
+    let keys = Keys::default();
+    let mut watch = env.meta.watch(&format!("{}/bookies/", keys.root()), 0).await.unwrap();
+    let bookie = Bookie::start_with(config(&env.data), env.meta.clone(), Arc::new(BrokenProbe))
+        .await
+        .unwrap();
+    assert_eq!(next_registration(&mut watch).await, keys.bookie("bookie-1", false));
+    assert_eq!(next_registration(&mut watch).await, keys.bookie("bookie-1", true));
+    let why = bookie.read_only_reason().unwrap();
+    assert!(why.contains("probe failed"), "{why}");
+    bookie.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clean_shutdown_removes_dirty_and_a_dropped_bookie_leaves_it() {
     let env = new_env();

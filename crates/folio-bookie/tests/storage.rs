@@ -216,15 +216,20 @@ fn reads_after_restart_use_read_ahead_and_stay_correct() {
 
 #[test]
 fn a_corrupted_entry_log_byte_is_reported_never_returned() {
+    // A sealed log (a damaged *unsealed* one refuses to start: see crash.rs).
     let (fs, kv) = (FaultFs::new(), MemKv::new());
-    let s = open(&fs, &kv, &config()).unwrap();
+    let mut c = config();
+    c.entry_log_idle_rotation = std::time::Duration::ZERO;
+    let s = open(&fs, &kv, &c).unwrap();
     add(&s, &entry(1, 0, b"precious")).unwrap();
+    s.flush().unwrap(); // into the active log
+    s.flush().unwrap(); // idle since: sealed
     s.close().unwrap();
     let log = std::path::Path::new("/data/ledgers/entrylogs/0000000000000001.log");
     let bytes = fs.contents(log).unwrap();
     let at = bytes.windows(8).position(|w| w == b"precious").unwrap();
     fs.corrupt(log, at, b"X");
-    let s = open(&fs, &kv, &config()).unwrap();
+    let s = open(&fs, &kv, &c).unwrap();
     let err = s.read_entry(1, 0).unwrap_err();
     assert!(matches!(err, StorageError::Corruption { .. }), "{err}");
 }

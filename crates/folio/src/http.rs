@@ -115,7 +115,14 @@ const HTTP_ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
 async fn health(bookies: &Bookies) -> (&'static str, String) {
     let b = bookies.read().await;
-    let read_only: Vec<&str> = b.iter().filter(|b| b.is_read_only()).map(|b| b.id()).collect();
+    let read_only: Vec<String> = b
+        .iter()
+        .filter(|b| b.is_read_only())
+        .map(|b| match b.read_only_reason() {
+            Some(why) => format!("{} ({why})", b.id()),
+            None => b.id().to_string(),
+        })
+        .collect();
     if read_only.is_empty() {
         ("200 OK", format!("ok: {} bookies writable\n", b.len()))
     } else {

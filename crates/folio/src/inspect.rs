@@ -76,7 +76,7 @@ fn journal_section(dir: &Path) -> Result<(), String> {
             JournalRecord::MasterKey { .. } => keys += 1,
             JournalRecord::Fence { .. } => fences += 1,
             JournalRecord::ExplicitLac { .. } => lacs += 1,
-            JournalRecord::FileEnd { .. } => {}
+            JournalRecord::FileEnd { .. } | JournalRecord::SyncMark { .. } => {}
         }
         Ok(())
     });

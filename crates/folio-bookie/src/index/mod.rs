@@ -201,7 +201,8 @@ impl LedgerState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EntryLogState {
     pub sealed: bool,
-    /// Size in bytes when sealed (0 while active).
+    /// Size in bytes when sealed; while active, the durable end of its entries as of the
+    /// last flush that wrote to it (0: nothing flushed yet).
     pub size_bytes: u64,
     /// Ledger → bytes of its entries in this log, when sealed.
     pub ledgers: Vec<(LedgerId, u64)>,
@@ -210,6 +211,11 @@ pub struct EntryLogState {
 impl EntryLogState {
     pub fn active() -> EntryLogState {
         EntryLogState { sealed: false, size_bytes: 0, ledgers: Vec::new() }
+    }
+
+    /// An active log whose entries up to `end` are durable and may be in the index.
+    pub fn active_up_to(end: u64) -> EntryLogState {
+        EntryLogState { sealed: false, size_bytes: end, ledgers: Vec::new() }
     }
 
     /// `sealed u8 ‖ size u64 ‖ n u32 ‖ n × (ledger u64, bytes u64)`, LE.

@@ -11,6 +11,8 @@
 //!         4 ExplicitLac body = ledger_id u64 ‖ lac i64
 //!         5 FileEnd     body = next_file_id u64; the file is complete, replay goes on in
 //!                       the next file
+//!         6 SyncMark    body = offset u64: every record of this file before `offset` was
+//!                       durable (fdatasync returned) when this record was written
 //! checkpoint file: magic "FOLIOCKP" ‖ file_id u64 ‖ offset u64 ‖ crc32c(previous 24) u32
 //! ```
 //!
@@ -19,6 +21,13 @@
 //! Records are contiguous: a group commit rewrites the last partial 4 KiB block with the
 //! same prefix bytes plus new records, so a torn rewrite can damage only unacknowledged
 //! records.
+//!
+//! Torn tail or damage: a crash can tear only unsynced writes, and at most a few groups are
+//! unsynced at a time, so records after a torn spot are possible (a write's sectors land in
+//! any order) but never past the last durable point. Each group therefore starts with a
+//! SyncMark naming the durable end of the file when the group was written. A bad record at
+//! `p` followed by a valid SyncMark whose offset is beyond `p` is damage to records that
+//! were durable, not a torn tail: replay refuses to go on (see `replay`).
 //!
 //! Media assumptions: a synced write is durable; an unsynced write may be lost, applied or
 //! torn at 512-byte sector granularity.
@@ -49,10 +58,24 @@ pub struct JournalPosition {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JournalRecord {
     Entry(Entry),
-    MasterKey { ledger_id: LedgerId, key: [u8; MASTER_KEY_BYTES] },
-    Fence { ledger_id: LedgerId },
-    ExplicitLac { ledger_id: LedgerId, lac: EntryId },
-    FileEnd { next_file_id: u64 },
+    MasterKey {
+        ledger_id: LedgerId,
+        key: [u8; MASTER_KEY_BYTES],
+    },
+    Fence {
+        ledger_id: LedgerId,
+    },
+    ExplicitLac {
+        ledger_id: LedgerId,
+        lac: EntryId,
+    },
+    FileEnd {
+        next_file_id: u64,
+    },
+    /// Everything in this file before `offset` was durable when this record was written.
+    SyncMark {
+        offset: u64,
+    },
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -110,6 +133,7 @@ fn kind_and_body(record: &JournalRecord) -> (u8, Vec<u8>) {
             (4, b)
         }
         JournalRecord::FileEnd { next_file_id } => (5, next_file_id.to_le_bytes().to_vec()),
+        JournalRecord::SyncMark { offset } => (6, offset.to_le_bytes().to_vec()),
     }
 }
 
@@ -128,7 +152,9 @@ pub fn record_len(record: &JournalRecord) -> usize {
         + match record {
             JournalRecord::Entry(e) => e.encoded_len(),
             JournalRecord::MasterKey { .. } => 8 + MASTER_KEY_BYTES,
-            JournalRecord::Fence { .. } | JournalRecord::FileEnd { .. } => 8,
+            JournalRecord::Fence { .. }
+            | JournalRecord::FileEnd { .. }
+            | JournalRecord::SyncMark { .. } => 8,
             JournalRecord::ExplicitLac { .. } => 16,
         }
 }
@@ -140,6 +166,15 @@ pub enum Decoded {
     /// More bytes are needed than `bytes` holds: this many in total.
     NeedBytes(usize),
     Stop(StopReason),
+}
+
+/// Whether `h` (a record header's bytes) could start a record: a known kind, zero reserved
+/// bytes and a length in bounds. A cheap filter before the checksum when searching.
+pub fn plausible_record_header(h: &[u8]) -> bool {
+    h.len() >= RECORD_HEADER_BYTES
+        && (1..=6).contains(&h[8])
+        && h[9..12] == [0, 0, 0]
+        && u32_at(h, 4) as usize <= RECORD_BODY_BYTES_MAX
 }
 
 /// Decodes the record at the start of `bytes` (a record framed for `file_id`). `at_eof` says
@@ -165,6 +200,7 @@ pub fn decode_record(file_id: u64, bytes: &[u8], at_eof: bool) -> Decoded {
             JournalRecord::ExplicitLac { ledger_id: u64_at(body, 0), lac: u64_at(body, 8) as i64 }
         }
         (5, 8) => JournalRecord::FileEnd { next_file_id: u64_at(body, 0) },
+        (6, 8) => JournalRecord::SyncMark { offset: u64_at(body, 0) },
         _ => return Decoded::Stop(StopReason::Malformed),
     };
     Decoded::Record(record, total)
@@ -216,6 +252,7 @@ mod tests {
             JournalRecord::Fence { ledger_id: 9 },
             JournalRecord::ExplicitLac { ledger_id: 9, lac: -1 },
             JournalRecord::FileEnd { next_file_id: 12 },
+            JournalRecord::SyncMark { offset: 8192 },
         ]
     }
 

@@ -26,7 +26,7 @@ pub use format::{JournalPosition, JournalRecord, StopReason};
 pub use replay::{ReplayReport, replay};
 
 use crate::config::JournalConfig;
-use crate::error::{Result, StorageError};
+use crate::error::{Poison, Result, StorageError};
 use crate::fs::{AlignedBuf, DIRECT_IO_ALIGN, FileHandle, FileSystem, OpenOptions};
 use format::{HEADER_BYTES, encode_header, encode_record, file_name, parse_file_name, record_len};
 
@@ -156,7 +156,7 @@ impl Queue {
 #[derive(Debug)]
 struct Shared {
     written: Mutex<JournalPosition>,
-    poisoned: Mutex<Option<String>>,
+    poison: Poison,
     stats: JournalStats,
 }
 
@@ -208,6 +208,7 @@ impl Journal {
         dir: PathBuf,
         config: JournalConfig,
         report: &ReplayReport,
+        poison: Poison,
     ) -> Result<Journal> {
         fs.create_dir_all(&dir).map_err(|e| StorageError::io("creating journal dir", e))?;
         let mut writer = Writer::new(fs, dir, config.clone());
@@ -223,7 +224,7 @@ impl Journal {
         let written = JournalPosition { file_id: first_id, offset: HEADER_BYTES as u64 };
         let shared = Arc::new(Shared {
             written: Mutex::new(written),
-            poisoned: Mutex::new(None),
+            poison,
             stats: JournalStats::default(),
         });
         let queue = Arc::new(Queue {
@@ -279,7 +280,7 @@ impl Journal {
     }
 
     pub fn poisoned(&self) -> Option<String> {
-        self.shared.poisoned.lock().expect("journal poison lock").clone()
+        self.shared.poison.reason()
     }
 
     /// Stops the thread after everything queued so far.
@@ -311,6 +312,8 @@ struct Writer {
     prealloc_end: u64,
     zeros: AlignedBuf,
     recycle: VecDeque<PathBuf>,
+    /// The offset named by the last SyncMark written to the current file.
+    sync_mark: u64,
 }
 
 impl Writer {
@@ -328,6 +331,7 @@ impl Writer {
             prealloc_end: 0,
             zeros,
             recycle: VecDeque::new(),
+            sync_mark: 0,
         }
     }
 
@@ -351,6 +355,7 @@ impl Writer {
                 .open(&self.path(end.file_id), OpenOptions { direct, ..OpenOptions::EXISTING })?,
         );
         self.file_id = end.file_id;
+        self.sync_mark = end.offset;
         self.block_offset = block;
         self.prealloc_end = file.len()?;
         self.buf.clear();
@@ -377,6 +382,7 @@ impl Writer {
         self.prealloc_end = file.len()? / DIRECT_IO_ALIGN as u64 * DIRECT_IO_ALIGN as u64;
         self.file = Some(file);
         self.file_id = file_id;
+        self.sync_mark = 0;
         self.block_offset = 0;
         self.buf.clear();
         self.buf.extend_from_slice(&encode_header(file_id));
@@ -404,6 +410,18 @@ impl Writer {
         self.buf.clear();
         self.buf.extend_from_slice(&tail);
         Ok(())
+    }
+
+    /// Starts a group with a SyncMark when the durable end of the current file moved since
+    /// the last one: replay tells damage from a torn tail by it (see `format`). Without
+    /// `sync` nothing is durable, so nothing is claimed.
+    fn write_sync_mark(&mut self, shared: &Shared) {
+        let durable = *shared.written.lock().expect("journal mark lock");
+        if self.config.sync && durable.file_id == self.file_id && durable.offset > self.sync_mark {
+            let mark = JournalRecord::SyncMark { offset: durable.offset };
+            encode_record(self.file_id, &mark, &mut self.buf);
+            self.sync_mark = durable.offset;
+        }
     }
 
     fn position(&self) -> JournalPosition {
@@ -491,8 +509,7 @@ impl Writer {
         group: &mut Vec<(JournalRecord, Option<JournalCallback>)>,
         shared: &Shared,
     ) -> Written {
-        let poisoned = shared.poisoned.lock().expect("poison lock").clone();
-        if let Some(reason) = poisoned {
+        if let Some(reason) = shared.poison.reason() {
             fail_all(group.drain(..).filter_map(|(_, cb)| cb), &reason);
             return Written::empty(self.file().clone(), self.position());
         }
@@ -503,6 +520,7 @@ impl Writer {
             if self.position().offset >= self.config.file_bytes_max {
                 self.rotate()?;
             }
+            self.write_sync_mark(shared);
             for (record, cb) in group.drain(..) {
                 bytes += record_len(&record);
                 encode_record(self.file_id, &record, &mut self.buf);
@@ -524,7 +542,7 @@ impl Writer {
             Err(e) => {
                 let reason = format!("journal file {:016x}: {e}", self.file_id);
                 tracing::error!(%reason, "journal write failed; journal poisoned");
-                *shared.poisoned.lock().expect("poison lock") = Some(reason.clone());
+                shared.poison.set(reason.clone());
                 fail_all(callbacks.into_iter().map(|(cb, _)| cb), &reason);
                 fail_all(group.drain(..).filter_map(|(_, cb)| cb), &reason);
                 Written::empty(self.file().clone(), self.position())
@@ -579,7 +597,7 @@ fn sync_batch(first: Written, from_writer: &Receiver<Written>, shared: &Shared, 
     batch.extend(from_writer.try_iter());
     let bytes: usize = batch.iter().map(|w| w.bytes).sum();
     let n_records: usize = batch.iter().map(|w| w.n_records).sum();
-    let mut result = match shared.poisoned.lock().expect("poison lock").clone() {
+    let mut result = match shared.poison.reason() {
         Some(reason) => Err(reason),
         None => Ok(()),
     };
@@ -594,7 +612,7 @@ fn sync_batch(first: Written, from_writer: &Receiver<Written>, shared: &Shared, 
             if let Err(e) = w.file.sync_data() {
                 let reason = format!("journal file {:016x}: fdatasync: {e}", w.end.file_id);
                 tracing::error!(%reason, "journal fsync failed; journal poisoned");
-                *shared.poisoned.lock().expect("poison lock") = Some(reason.clone());
+                shared.poison.set(reason.clone());
                 result = Err(reason);
                 break;
             }

@@ -1,6 +1,12 @@
 //! Journal replay: read every record after the checkpoint, in order, stopping cleanly at a
 //! torn or corrupt tail of the last file. Damage anywhere else means acknowledged records
-//! may be gone, and replay refuses to go on.
+//! may be gone, and replay refuses to go on, naming the file and offset.
+//!
+//! "The tail" is told from damage by the SyncMark records (see `format`): when the last
+//! file's records stop at `p`, the bytes after `p` (up to [`DAMAGE_SCAN_BYTES_MAX`]) are
+//! searched for a valid SyncMark of this file naming an offset beyond `p`. One means the
+//! record at `p` had been durable and was damaged afterwards, with acknowledged records
+//! after it; sealing the file at `p` would silently drop them.
 
 use std::path::Path;
 
@@ -10,6 +16,11 @@ use crate::error::{Result, StorageError};
 use crate::fs::{FileHandle, FileSystem, OpenOptions};
 
 const READ_CHUNK_BYTES: usize = 8 * 1024 * 1024;
+
+/// How far past the end of the last file's records replay looks for proof of damage (a
+/// SyncMark beyond it). Records after a damaged spot resume within one record of its end,
+/// so only damage longer than this goes unnoticed; it bounds the start-up read.
+pub const DAMAGE_SCAN_BYTES_MAX: u64 = 64 * 1024 * 1024;
 
 /// What replay found.
 #[derive(Debug, Default, Clone)]
@@ -156,6 +167,20 @@ fn replay_file(
                         ),
                     ));
                 }
+                if let Some((at, mark)) = durable_mark_after(&mut reader, id, pos)
+                    .map_err(|e| StorageError::io(ctx(), e))?
+                {
+                    return Err(StorageError::corruption(
+                        ctx(),
+                        format!(
+                            "record at offset {pos} is damaged ({reason:?}), but the sync mark at \
+                             offset {at} says everything before offset {mark} was durable: \
+                             acknowledged records after the damage would be lost. Refusing to \
+                             start; restore the disk, or format this bookie and re-replicate \
+                             its ledgers from their other copies"
+                        ),
+                    ));
+                }
                 if reason != StopReason::Zeros {
                     tracing::warn!(file = %ctx(), offset = pos, ?reason, "journal replay stopped at a torn tail");
                 }
@@ -165,6 +190,47 @@ fn replay_file(
             }
         }
     }
+}
+
+/// Searches the bytes after `stop` (up to [`DAMAGE_SCAN_BYTES_MAX`]) for a valid SyncMark of
+/// file `id` naming an offset beyond `stop`; returns its position and offset.
+fn durable_mark_after(
+    reader: &mut ChunkReader<'_>,
+    id: u64,
+    stop: u64,
+) -> std::io::Result<Option<(u64, u64)>> {
+    let end = reader.len.min(stop.saturating_add(DAMAGE_SCAN_BYTES_MAX));
+    let header = format::RECORD_HEADER_BYTES as u64;
+    let mut at = stop + 1;
+    while at + header <= end {
+        // Cheap filter first: a record header has a known kind and zero reserved bytes.
+        let (window, _) = reader.window(at, format::RECORD_HEADER_BYTES)?;
+        let scan_to = window.len().min((end - at) as usize);
+        let skip = window[..scan_to]
+            .windows(format::RECORD_HEADER_BYTES)
+            .position(format::plausible_record_header);
+        let Some(skip) = skip else {
+            at += (scan_to.saturating_sub(format::RECORD_HEADER_BYTES) + 1) as u64;
+            continue;
+        };
+        at += skip as u64;
+        let mut need = format::RECORD_HEADER_BYTES;
+        let decoded = loop {
+            let (window, at_eof) = reader.window(at, need)?;
+            match decode_record(id, window, at_eof) {
+                Decoded::NeedBytes(n) => need = n,
+                other => break other,
+            }
+        };
+        match decoded {
+            Decoded::Record(JournalRecord::SyncMark { offset }, _) if offset > stop => {
+                return Ok(Some((at, offset)));
+            }
+            Decoded::Record(_, n) => at += n as u64,
+            _ => at += 1,
+        }
+    }
+    Ok(None)
 }
 
 use super::format;
