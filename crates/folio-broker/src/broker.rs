@@ -13,7 +13,8 @@ use uuid::Uuid;
 
 use crate::cluster::{self, BrokerInfo, Membership};
 use crate::group::{Coordinator, GroupConfig};
-use crate::metrics::Metrics;
+use crate::limits::ListenerLimits;
+use crate::metrics::{Metrics, label_value};
 use crate::producers::{Producers, REBUILD_OFFSETS};
 use crate::topics::{Topic, TopicConfig, Topics, log_name};
 
@@ -40,12 +41,9 @@ pub struct BrokerConfig {
     /// Rollover, trimming and append settings of every partition's log (quorums and
     /// retention come from the topic).
     pub log: LogConfig,
-    /// `socket.request.max.bytes`: larger requests close the connection.
-    pub request_bytes_max: usize,
-    /// Requests of one connection being worked on at once (later ones wait: backpressure).
-    pub inflight_per_connection: usize,
-    /// Open client connections; more are refused.
-    pub connections_max: usize,
+    /// The Kafka listener's limits: request and answer bytes, connections, timeouts,
+    /// fetch size, auto-creation (see `crate::limits`).
+    pub limits: ListenerLimits,
     /// Batches per partition in one produce request.
     pub batches_per_partition_max: usize,
     /// The group coordinator's settings.
@@ -84,9 +82,7 @@ impl Default for BrokerConfig {
             replication_max: 1,
             topic_defaults: TopicConfig::default(),
             log: LogConfig::default(),
-            request_bytes_max: 100 * 1024 * 1024,
-            inflight_per_connection: 256,
-            connections_max: 4096,
+            limits: ListenerLimits::default(),
             batches_per_partition_max: 1024,
             groups: GroupConfig::default(),
             lease_ttl: Duration::from_secs(10),
@@ -138,6 +134,10 @@ pub(crate) struct Inner {
     pub trash_deleter: folio_log::Trash,
     /// The last audit this broker ran as the controller.
     pub last_audit: Mutex<Option<crate::audit::Audit>>,
+    /// Request and answer bytes all connections may hold (`limits.process_bytes_max`).
+    pub request_budget: Arc<tokio::sync::Semaphore>,
+    /// Topics auto-created in the current minute (`limits.auto_create_per_minute_max`).
+    pub auto_created: Mutex<(std::time::Instant, usize)>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -159,6 +159,8 @@ pub struct Broker {
 impl Broker {
     /// Binds the listener and starts serving.
     pub async fn start(config: BrokerConfig, env: LogEnv) -> Result<Broker, String> {
+        config.limits.validate()?;
+        let config_limits = config.limits.clone();
         if config.default_partitions == 0
             || config.default_partitions > crate::topics::PARTITIONS_MAX as u32
         {
@@ -220,6 +222,8 @@ impl Broker {
             trash: Mutex::new(trash),
             trash_deleter,
             last_audit: Mutex::new(None),
+            request_budget: Arc::new(tokio::sync::Semaphore::new(config_limits.process_bytes_max)),
+            auto_created: Mutex::new((std::time::Instant::now(), 0)),
         });
         tracing::info!(
             node_id = inner.config.node_id,
@@ -265,8 +269,16 @@ impl Broker {
         if let Some(a) = self.last_audit() {
             out.push_str(&a.gauges());
         }
+        let held = self.inner.config.limits.process_bytes_max
+            - self.inner.request_budget.available_permits();
+        let _ = writeln!(
+            out,
+            "# HELP folio_kafka_bytes_held Request and answer bytes connections hold now (limit: process_bytes_max).\n# TYPE folio_kafka_bytes_held gauge\nfolio_kafka_bytes_held {held}"
+        );
         out.push_str("# HELP folio_kafka_group_members Members of a group this broker coordinates.\n# TYPE folio_kafka_group_members gauge\n");
         let groups = self.inner.groups.snapshot();
+        // Group ids are any string a client sends: escaped, they cannot forge samples.
+        let groups: Vec<_> = groups.iter().map(|(n, g)| (label_value(n), g)).collect();
         for (name, g) in &groups {
             let _ = writeln!(
                 out,
@@ -287,6 +299,7 @@ impl Broker {
         for (group, topic, id, p, committed) in self.inner.groups.last_commits() {
             if let Some(log) = self.inner.open_log(id, p) {
                 let lag = (log.end_offset() as i64 - committed).max(0);
+                let (group, topic) = (label_value(&group), label_value(&topic));
                 let _ = writeln!(
                     out,
                     "folio_kafka_group_lag{{group=\"{group}\",topic=\"{topic}\",partition=\"{p}\"}} {lag}"

@@ -6,6 +6,7 @@
 //! - `api/`: one module per group of Kafka APIs; `api::SUPPORTED` lists what is advertised.
 //! - [`batch`]: record batches as opaque bytes (header, CRC, offset patching).
 //! - [`topics`]: the topic record (name → topic id binding) and topic configs.
+//! - [`limits`]: every limit of the Kafka listener, with its default.
 //! - [`metrics`]: Prometheus metrics per broker and per topic.
 //! - [`client`]: a minimal raw-protocol client (benchmarks and tests), never used by the
 //!   broker itself.
@@ -27,6 +28,7 @@ pub mod cluster;
 pub mod deletion;
 pub mod errors;
 pub mod group;
+pub mod limits;
 pub mod metrics;
 pub mod producers;
 mod server;

@@ -9,9 +9,26 @@ use std::time::Duration;
 
 use kafka_protocol::messages::ApiKey;
 
+use crate::limits::Limit;
+
 /// Upper bounds (seconds) of the latency buckets.
 const BUCKETS: [f64; 14] =
     [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// `s` as a Prometheus label value: backslash, double quote and line feed escaped, so a
+/// client-chosen name (a group id) cannot end the label or the line and forge samples.
+pub fn label_value(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
 
 /// A fixed-bucket latency histogram.
 #[derive(Debug, Default)]
@@ -87,9 +104,21 @@ pub struct Metrics {
     pub produce_latency: Histogram,
     pub fetch_latency: Histogram,
     topics: Mutex<HashMap<String, std::sync::Arc<TopicMetrics>>>,
+    /// Times each listener limit was hit (by `Limit` order).
+    limit_hits: [AtomicU64; Limit::ALL.len()],
 }
 
 impl Metrics {
+    /// Counts one hit of a listener limit.
+    pub fn limit_hit(&self, limit: Limit) {
+        self.limit_hits[limit as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Hits of `limit` so far.
+    pub fn limit_hits(&self, limit: Limit) -> u64 {
+        self.limit_hits[limit as usize].load(Ordering::Relaxed)
+    }
+
     /// Counts one answered request; `error`: the first non-zero error code in the answer.
     pub fn request(&self, api: ApiKey, error: i16) {
         *self.requests.lock().expect("metrics lock").entry((api as i16, error)).or_default() += 1;
@@ -181,6 +210,15 @@ impl Metrics {
         ] {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
             let _ = writeln!(out, "{name} {}", v.load(Ordering::Relaxed));
+        }
+        out.push_str("# HELP folio_kafka_limit_hits_total Requests or connections refused, cut short or closed by a listener limit.\n# TYPE folio_kafka_limit_hits_total counter\n");
+        for l in Limit::ALL {
+            let _ = writeln!(
+                out,
+                "folio_kafka_limit_hits_total{{limit=\"{}\"}} {}",
+                l.name(),
+                self.limit_hits(l)
+            );
         }
         out.push_str("# HELP folio_kafka_produce_latency_seconds Produce requests, received to answered.\n# TYPE folio_kafka_produce_latency_seconds histogram\n");
         self.produce_latency.render(&mut out, "folio_kafka_produce_latency_seconds", "");

@@ -12,28 +12,123 @@
 //! key or a body that does not decode closes the connection (as Kafka does); nothing
 //! read from the network can panic the broker.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::broker::Inner;
+use crate::limits::Limit;
 
 /// An answer being worked on: its encoded frame, nothing (acks=0), or a reason to close.
 pub(crate) type Pending = JoinHandle<Result<Option<Bytes>, String>>;
 
 /// Bytes of the fixed request-header prefix: API key, version, correlation id.
 const HEADER_PREFIX_BYTES: usize = 8;
+/// Request bytes are reserved and read in steps of this size, as they arrive.
+const READ_STEP_BYTES: usize = 64 * 1024;
+/// The pause after a failed accept (EMFILE and the like) before the next one.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// A connection's byte budget and the process's (see `crate::limits`).
+#[derive(Debug, Clone)]
+pub(crate) struct Budgets {
+    connection: Arc<Semaphore>,
+    process: Arc<Semaphore>,
+}
+
+/// Bytes a request holds (its own, then its answer's) until its answer is written: the
+/// same number of permits of the connection's budget and of the process's.
+#[derive(Debug, Default)]
+pub(crate) struct Held {
+    connection: Option<OwnedSemaphorePermit>,
+    process: Option<OwnedSemaphorePermit>,
+}
+
+impl Held {
+    pub(crate) fn bytes(&self) -> usize {
+        self.connection.as_ref().map_or(0, OwnedSemaphorePermit::num_permits)
+    }
+
+    /// Adds what `other` holds to this.
+    pub(crate) fn merge(&mut self, other: Held) {
+        for (mine, theirs) in
+            [(&mut self.connection, other.connection), (&mut self.process, other.process)]
+        {
+            match (mine.as_mut(), theirs) {
+                (Some(m), Some(t)) => m.merge(t),
+                (None, t) => *mine = t,
+                (Some(_), None) => {}
+            }
+        }
+    }
+
+    /// Gives `n` bytes back (at most what is held).
+    pub(crate) fn release(&mut self, n: usize) {
+        let n = n.min(self.bytes());
+        for p in [&mut self.connection, &mut self.process].into_iter().flatten() {
+            drop(p.split(n));
+        }
+    }
+}
+
+impl Budgets {
+    /// Reserves `n` bytes (at most `u32::MAX`): the connection's budget first, so a
+    /// connection waiting on its own budget holds none of the process's.
+    pub(crate) async fn reserve(&self, n: usize) -> Held {
+        let n32 = u32::try_from(n).expect("limits validated below 2 GiB");
+        let c = self.connection.clone().acquire_many_owned(n32).await.expect("never closed");
+        let p = self.process.clone().acquire_many_owned(n32).await.expect("never closed");
+        Held { connection: Some(c), process: Some(p) }
+    }
+}
+
+/// Open connections per client address.
+#[derive(Debug, Default)]
+struct PerAddress(Mutex<HashMap<IpAddr, usize>>);
+
+/// One connection counted against its address until dropped.
+struct AddressSlot(Arc<PerAddress>, IpAddr);
+
+impl PerAddress {
+    fn take(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<AddressSlot> {
+        let mut m = self.0.lock().expect("per-address lock");
+        let n = m.entry(ip).or_default();
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(AddressSlot(self.clone(), ip))
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut m = self.0.0.lock().expect("per-address lock");
+        if let Some(n) = m.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.1);
+            }
+        }
+    }
+}
 
 pub(crate) async fn accept(inner: Arc<Inner>, listener: TcpListener) {
     let mut shutdown = inner.shutdown.subscribe();
-    let permits = Arc::new(Semaphore::new(inner.config.connections_max));
+    let limits = inner.config.limits.clone();
+    let permits = Arc::new(Semaphore::new(limits.connections_max));
+    let per_address = Arc::new(PerAddress::default());
     loop {
         let accepted = tokio::select! {
             _ = shutdown.wait_for(|s| *s) => break,
@@ -42,14 +137,21 @@ pub(crate) async fn accept(inner: Arc<Inner>, listener: TcpListener) {
         match accepted {
             Ok((stream, peer)) => {
                 let Ok(permit) = permits.clone().try_acquire_owned() else {
-                    tracing::warn!(%peer, max = inner.config.connections_max, "refusing a connection: too many open");
+                    inner.metrics.limit_hit(Limit::Connections);
+                    tracing::warn!(%peer, max = limits.connections_max, "refusing a connection: too many open (connections_max)");
+                    continue;
+                };
+                let Some(slot) = per_address.take(peer.ip(), limits.connections_per_address_max)
+                else {
+                    inner.metrics.limit_hit(Limit::ConnectionsPerAddress);
+                    tracing::warn!(%peer, max = limits.connections_per_address_max, "refusing a connection: too many from this address (connections_per_address_max)");
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
                 inner.metrics.connections.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let inner = inner.clone();
                 tokio::spawn(async move {
-                    let _permit = permit;
+                    let (_permit, _slot) = (permit, slot);
                     match connection(inner, stream).await {
                         Ok(()) => tracing::debug!(%peer, "connection closed by the client"),
                         Err(e) => tracing::info!(%peer, reason = %e, "closing the connection"),
@@ -59,56 +161,135 @@ pub(crate) async fn accept(inner: Arc<Inner>, listener: TcpListener) {
             Err(e) => {
                 tracing::warn!(error = %e, "accepting a connection failed");
                 // E.g. out of file descriptors: do not spin.
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                tokio::time::sleep(ACCEPT_RETRY).await;
             }
         }
     }
 }
 
 async fn connection(inner: Arc<Inner>, stream: TcpStream) -> Result<(), String> {
+    let limits = inner.config.limits.clone();
     let (mut rd, mut wr) = stream.into_split();
-    let (tx, mut rx) = mpsc::channel::<Pending>(inner.config.inflight_per_connection.max(1));
+    let (tx, mut rx) =
+        mpsc::channel::<(Pending, Arc<Mutex<Held>>)>(limits.inflight_per_connection.max(1));
+    let writer_inner = inner.clone();
     let mut writer = tokio::spawn(async move {
-        while let Some(p) = rx.recv().await {
+        while let Some((p, held)) = rx.recv().await {
             match p.await {
                 Ok(Ok(Some(frame))) => {
-                    wr.write_all(&frame).await.map_err(|e| format!("writing: {e}"))?
+                    let wait = limits.reply_write_timeout;
+                    match tokio::time::timeout(wait, wr.write_all(&frame)).await {
+                        Ok(r) => r.map_err(|e| format!("writing: {e}"))?,
+                        Err(_) => {
+                            writer_inner.metrics.limit_hit(Limit::ReplyWriteTimeout);
+                            return Err(format!(
+                                "the client took no answer for {wait:?} (reply_write_timeout)"
+                            ));
+                        }
+                    }
                 }
                 Ok(Ok(None)) => {}
                 Ok(Err(e)) => return Err(e),
                 Err(e) => return Err(format!("a request task failed: {e}")),
             }
+            drop(held); // the request's and its answer's bytes are free again
         }
         Ok(())
     });
+    let limits = inner.config.limits.clone();
+    let budgets = Budgets {
+        connection: Arc::new(Semaphore::new(limits.connection_bytes_max)),
+        process: inner.request_budget.clone(),
+    };
     let mut shutdown = inner.shutdown.subscribe();
     loop {
         let mut size = [0u8; 4];
         tokio::select! {
-            r = rd.read_exact(&mut size) => match r {
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
-                Err(e) => return Err(format!("reading: {e}")),
+            r = tokio::time::timeout(limits.idle_timeout, rd.read_exact(&mut size)) => match r {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+                Ok(Err(e)) => return Err(format!("reading: {e}")),
+                Err(_) => {
+                    inner.metrics.limit_hit(Limit::IdleTimeout);
+                    return Err(format!("no request for {:?} (idle_timeout)", limits.idle_timeout));
+                }
             },
             w = &mut writer => return w.map_err(|e| e.to_string()).and_then(|r| r),
             _ = shutdown.wait_for(|s| *s) => return Err("the broker is shutting down".into()),
         }
         let size = i32::from_be_bytes(size);
-        if size < HEADER_PREFIX_BYTES as i32 || size as usize > inner.config.request_bytes_max {
+        if size < HEADER_PREFIX_BYTES as i32 || size as usize > limits.request_bytes_max {
+            inner.metrics.limit_hit(Limit::RequestBytes);
             return Err(format!(
-                "request size {size} is outside [{HEADER_PREFIX_BYTES}, {}] (socket.request.max.bytes)",
-                inner.config.request_bytes_max
+                "request size {size} is outside [{HEADER_PREFIX_BYTES}, {}] (request_bytes_max, socket.request.max.bytes)",
+                limits.request_bytes_max
             ));
         }
-        let mut frame = BytesMut::zeroed(size as usize);
-        rd.read_exact(&mut frame).await.map_err(|e| format!("reading a request: {e}"))?;
-        let pending = dispatch(&inner, frame.freeze()).await?;
-        if tx.send(pending).await.is_err() {
+        let mut held = Held::default();
+        let frame = match read_frame(&mut rd, size as usize, &budgets, &mut held, &limits).await {
+            Ok(f) => f,
+            Err(ReadError::Slow(why)) => {
+                inner.metrics.limit_hit(Limit::RequestReadTimeout);
+                return Err(why);
+            }
+            Err(ReadError::Io(why)) => return Err(why),
+        };
+        let held = Arc::new(Mutex::new(held));
+        let pending = dispatch(&inner, frame, &budgets, &held).await?;
+        if tx.send((pending, held)).await.is_err() {
             break;
         }
     }
     drop(tx);
     writer.await.map_err(|e| e.to_string())?
+}
+
+enum ReadError {
+    /// The request did not arrive within `request_read_timeout`.
+    Slow(String),
+    Io(String),
+}
+
+/// Reads a request body of `size` bytes, reserving them from the budgets step by step as
+/// they arrive. The body must arrive within `request_read_timeout`; time spent waiting for
+/// budget (the broker's doing, not the client's) does not count.
+async fn read_frame(
+    rd: &mut OwnedReadHalf,
+    size: usize,
+    budgets: &Budgets,
+    held: &mut Held,
+    limits: &crate::limits::ListenerLimits,
+) -> Result<Bytes, ReadError> {
+    let mut deadline = Instant::now() + limits.request_read_timeout;
+    let mut frame = BytesMut::new();
+    while frame.len() < size {
+        let step = (size - frame.len()).min(READ_STEP_BYTES);
+        if held.bytes() < frame.len() + step {
+            let waited = Instant::now();
+            held.merge(budgets.reserve(step).await);
+            deadline += waited.elapsed();
+        }
+        frame.reserve(step);
+        let mut part = (&mut *rd).take(step as u64);
+        match tokio::time::timeout_at(deadline, part.read_buf(&mut frame)).await {
+            Ok(Ok(0)) => {
+                return Err(ReadError::Io(format!(
+                    "the connection closed {} bytes into a {size}-byte request",
+                    frame.len()
+                )));
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(ReadError::Io(format!("reading a request: {e}"))),
+            Err(_) => {
+                return Err(ReadError::Slow(format!(
+                    "a {size}-byte request was not complete after {:?} ({} bytes came; request_read_timeout)",
+                    limits.request_read_timeout,
+                    frame.len()
+                )));
+            }
+        }
+    }
+    Ok(frame.freeze())
 }
 
 /// A request frame after its header.
@@ -150,15 +331,33 @@ pub(crate) fn parse_header(frame: Bytes) -> Result<Parsed, String> {
     Ok(Parsed::Request { key, header, body })
 }
 
+/// What a request's task may reserve its answer's bytes from (Fetch does).
+#[derive(Debug, Clone)]
+pub(crate) struct RequestScope {
+    pub budgets: Budgets,
+    pub held: Arc<Mutex<Held>>,
+}
+
 /// Decodes the header and starts the request's work.
-async fn dispatch(inner: &Arc<Inner>, frame: Bytes) -> Result<Pending, String> {
+async fn dispatch(
+    inner: &Arc<Inner>,
+    frame: Bytes,
+    budgets: &Budgets,
+    held: &Arc<Mutex<Held>>,
+) -> Result<Pending, String> {
     match parse_header(frame)? {
         Parsed::ApiVersions { version, correlation, frame } => {
             Ok(ready(crate::api::api_versions::answer(inner, version, correlation, frame)))
         }
         Parsed::Request { key, header, body } => {
             tracing::trace!(api = ?key, version = header.request_api_version, correlation = header.correlation_id, client = ?header.client_id, "request");
-            crate::api::route(inner, key, header, body).await
+            let max = inner.config.limits.client_id_bytes_max;
+            if header.client_id.as_ref().is_some_and(|c| c.len() > max) {
+                inner.metrics.limit_hit(Limit::ClientId);
+                return Err(format!("a client id above {max} bytes (client_id_bytes_max)"));
+            }
+            let scope = RequestScope { budgets: budgets.clone(), held: held.clone() };
+            crate::api::route(inner, key, header, body, scope).await
         }
     }
 }

@@ -310,11 +310,22 @@ pub struct Topics {
     meta: Arc<dyn MetadataStore>,
     keys: Keys,
     cache: RwLock<HashMap<String, Arc<Topic>>>,
+    /// When a by-id miss last listed every topic (one listing at a time, at most one per
+    /// [`BY_ID_MISS_LISTING_INTERVAL`]: a storm of unknown ids costs no more).
+    by_id_listing: tokio::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// How often a topic id missing from the cache may cause a listing of every topic.
+pub const BY_ID_MISS_LISTING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Topics {
     pub fn new(meta: Arc<dyn MetadataStore>, keys: Keys) -> Topics {
-        Topics { meta, keys, cache: RwLock::new(HashMap::new()) }
+        Topics {
+            meta,
+            keys,
+            cache: RwLock::new(HashMap::new()),
+            by_id_listing: tokio::sync::Mutex::new(None),
+        }
     }
 
     /// The topic `name`, from the cache or the store; `None` if there is none.
@@ -391,7 +402,15 @@ impl Topics {
         if cached.is_some() {
             return Ok(cached);
         }
-        Ok(self.list().await?.into_iter().find(|t| t.record.id == id))
+        let mut last = self.by_id_listing.lock().await;
+        if last.is_some_and(|at| at.elapsed() < BY_ID_MISS_LISTING_INTERVAL) {
+            // Listed a moment ago (maybe while this call waited): the cache is that fresh.
+            let cache = self.cache.read().expect("topic cache");
+            return Ok(cache.values().find(|t| t.record.id == id).cloned());
+        }
+        let found = self.list().await?.into_iter().find(|t| t.record.id == id);
+        *last = Some(std::time::Instant::now());
+        Ok(found)
     }
 
     /// Creates `name`; `Ok(None)` if it already exists.

@@ -62,6 +62,17 @@ pub struct KafkaArgs {
     /// (0: never).
     #[arg(long, default_value_t = 600)]
     pub audit_interval_s: u64,
+    /// Sets a limit of the Kafka listener, e.g. `--limit connections_per_address_max=64`
+    /// (repeatable; durations in ms). The limits and their defaults: request_bytes_max
+    /// 100 MiB [socket.request.max.bytes], connection_bytes_max 128 MiB, process_bytes_max
+    /// 512 MiB [queued.max.request.bytes], inflight_per_connection 256, connections_max
+    /// 4096, connections_per_address_max 1024 [max.connections.per.ip], idle_timeout_ms
+    /// 600000 [connections.max.idle.ms], request_read_timeout_ms 30000,
+    /// reply_write_timeout_ms 30000, fetch_bytes_max 55 MiB [fetch.max.bytes],
+    /// auto_create_per_request_max 16, auto_create_per_minute_max 120,
+    /// client_id_bytes_max 1024.
+    #[arg(long = "limit", value_name = "NAME=VALUE")]
+    pub limits: Vec<String>,
 }
 
 impl KafkaArgs {
@@ -94,6 +105,13 @@ impl KafkaArgs {
         ] {
             topic_defaults.set(k, &v).map_err(|e| format!("broker default: {e}"))?;
         }
+        let mut limits = folio_broker::limits::ListenerLimits::default();
+        for l in &self.limits {
+            let (name, value) =
+                l.split_once('=').ok_or_else(|| format!("--limit {l:?}: expected NAME=VALUE"))?;
+            limits.set(name.trim(), value.trim())?;
+        }
+        limits.validate()?;
         if self.broker_lease_ms < 1000 {
             return Err("--broker-lease-ms must be at least 1000".into());
         }
@@ -108,6 +126,7 @@ impl KafkaArgs {
             default_replication,
             replication_max,
             topic_defaults,
+            limits,
             trash: Some(folio_log::TrashConfig {
                 interval: Duration::from_millis(self.trash_interval_ms.max(1)),
                 ..folio_log::TrashConfig::default()

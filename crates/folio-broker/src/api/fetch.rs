@@ -20,6 +20,8 @@ use crate::api::{Handler, first_error};
 use crate::batch;
 use crate::broker::{FETCH_WAIT_MAX, Inner};
 use crate::errors;
+use crate::limits::Limit;
+use crate::server::Held;
 use crate::topics::Topic;
 
 /// Batches read per partition per fetch, at most.
@@ -48,7 +50,11 @@ impl Handler for Fetch {
         let max_wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(FETCH_WAIT_MAX);
         let deadline = started + max_wait;
         let min_bytes = req.min_bytes.max(0) as usize;
-        let max_bytes = if req.max_bytes <= 0 { i32::MAX as usize } else { req.max_bytes as usize };
+        let cap = inner.config.limits.fetch_bytes_max;
+        if req.max_bytes <= 0 || req.max_bytes as usize > cap {
+            inner.metrics.limit_hit(Limit::FetchBytes);
+        }
+        let max_bytes = if req.max_bytes <= 0 { cap } else { (req.max_bytes as usize).min(cap) };
         let read_committed = req.isolation_level == 1;
         let mut wants = Vec::new();
         let mut heads = Vec::new();
@@ -82,16 +88,21 @@ impl Handler for Fetch {
                     topic: ti,
                     partition: p.partition,
                     offset: p.fetch_offset,
-                    max_bytes: p.partition_max_bytes.max(0) as usize,
+                    max_bytes: (p.partition_max_bytes.max(0) as usize).min(cap),
                     log,
                     topic_name: topic.as_ref().ok().map(|t| t.name.clone()),
                 });
             }
         }
         loop {
-            let (parts, bytes, settled) = read_all(&inner, &wants, max_bytes, read_committed).await;
+            let (parts, bytes, settled, held) =
+                read_all(&inner, &wants, max_bytes, read_committed, deadline).await;
             let now = Instant::now();
             if settled || bytes >= min_bytes || now >= deadline {
+                // The answer's bytes stay reserved until the connection has written it.
+                let _ = crate::api::REQUEST.try_with(|r| {
+                    r.held.lock().expect("held lock").merge(held);
+                });
                 let mut resp = FetchResponse::default();
                 for (i, mut head) in heads.into_iter().enumerate() {
                     head.partitions =
@@ -159,17 +170,31 @@ async fn open(inner: &Inner, topic: &Topic, partition: i32) -> Result<ManagedLog
     })
 }
 
+/// Reserves up to `want` bytes of the answer from the connection's and the process's
+/// budgets (see `crate::limits`), waiting at most until `deadline`; `None` when there was no
+/// room by then. Outside a connection (no request scope) nothing is counted.
+async fn reserve(want: usize, deadline: Instant) -> Option<Held> {
+    let Ok(budgets) = crate::api::REQUEST.try_with(|r| r.budgets.clone()) else {
+        return Some(Held::default());
+    };
+    tokio::time::timeout_at(deadline.into(), budgets.reserve(want)).await.ok()
+}
+
 /// Reads every wanted partition once. Returns the partitions' answers (with the index of
-/// their topic), the record bytes read, and whether an error makes waiting pointless.
+/// their topic), the record bytes read, whether an error makes waiting pointless, and the
+/// answer bytes reserved. A partition is read only once its room is reserved; without room
+/// by `deadline` it is answered without records (the client fetches again).
 async fn read_all(
     inner: &Inner,
     wants: &[Want],
     max_bytes: usize,
     read_committed: bool,
-) -> (Vec<(usize, PartitionData)>, usize, bool) {
+    deadline: Instant,
+) -> (Vec<(usize, PartitionData)>, usize, bool, Held) {
     let mut out = Vec::with_capacity(wants.len());
     let mut total = 0usize;
     let mut settled = false;
+    let mut held = Held::default();
     for w in wants {
         let mut p = PartitionData::default().with_partition_index(w.partition);
         p.aborted_transactions = read_committed.then(Vec::new);
@@ -192,7 +217,13 @@ async fn read_all(
         }
         // KIP-74: the first batch of the answer goes out even when it is above the limits.
         let room = w.max_bytes.min(max_bytes.saturating_sub(total));
-        if (w.offset as u64) < status.end_offset && (room > 0 || total == 0) {
+        let reserved = if (w.offset as u64) < status.end_offset && (room > 0 || total == 0) {
+            reserve(room.max(1), deadline).await
+        } else {
+            None
+        };
+        if let Some(reserved) = reserved {
+            held.merge(reserved);
             let read_started = Instant::now();
             match log.read(w.offset as u64, room.max(1), BATCHES_PER_PARTITION_MAX).await {
                 Ok(entries) => {
@@ -215,6 +246,9 @@ async fn read_all(
                         batch::put_for_fetch(&mut records, &e.payload, e.base_offset);
                     }
                     total += records.len();
+                    // Keep what the records take (the first batch may exceed the room:
+                    // KIP-74; it is then over the budget by at most that batch).
+                    held.release(room.max(1).saturating_sub(records.len()));
                     if let Some(name) = &w.topic_name {
                         let m = inner.metrics.topic(name);
                         m.bytes_out.fetch_add(records.len() as u64, Ordering::Relaxed);
@@ -224,6 +258,7 @@ async fn read_all(
                 }
                 Err(e) => {
                     settled = true;
+                    held.release(room.max(1));
                     tracing::warn!(log = log.name(), offset = w.offset, error = %e, "fetch read failed");
                     p.error_code = errors::from_log(&e);
                 }
@@ -231,5 +266,5 @@ async fn read_all(
         }
         out.push((w.topic, p));
     }
-    (out, total, settled)
+    (out, total, settled, held)
 }

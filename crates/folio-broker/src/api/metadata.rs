@@ -13,6 +13,7 @@ use uuid::Uuid;
 use crate::api::{Handler, first_error, str_bytes};
 use crate::broker::Inner;
 use crate::errors;
+use crate::limits::Limit;
 use crate::topics::{Topic, validate_name};
 
 pub(crate) struct Metadata;
@@ -50,9 +51,10 @@ impl Handler for Metadata {
         }
         let auto_create =
             inner.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
+        let mut creations = AutoCreations { allowed: auto_create, in_request: 0 };
         for wanted in req.topics.unwrap_or_default() {
             let entry = match (&wanted.name, wanted.topic_id) {
-                (Some(name), _) => by_name(&inner, version, name.as_str(), auto_create).await,
+                (Some(name), _) => by_name(&inner, version, name.as_str(), &mut creations).await,
                 (None, id) => by_id(&inner, version, id).await,
             };
             resp.topics.push(entry);
@@ -92,11 +94,43 @@ fn brokers(inner: &Inner) -> Vec<MetadataResponseBroker> {
         .collect()
 }
 
+/// Auto-creation within one Metadata request.
+struct AutoCreations {
+    /// The broker and the request allow it.
+    allowed: bool,
+    in_request: usize,
+}
+
+impl AutoCreations {
+    /// Takes one creation if the per-request and per-minute limits leave room; counts the
+    /// limit that refused it otherwise.
+    fn take(&mut self, inner: &Inner) -> bool {
+        let limits = &inner.config.limits;
+        if self.in_request >= limits.auto_create_per_request_max {
+            inner.metrics.limit_hit(Limit::AutoCreatePerRequest);
+            return false;
+        }
+        let mut window = inner.auto_created.lock().expect("auto-create window lock");
+        if window.0.elapsed() >= std::time::Duration::from_secs(60) {
+            *window = (std::time::Instant::now(), 0);
+        }
+        if window.1 >= limits.auto_create_per_minute_max {
+            inner.metrics.limit_hit(Limit::AutoCreatePerMinute);
+            return false;
+        }
+        window.1 += 1;
+        self.in_request += 1;
+        true
+    }
+}
+
+/// A topic by name; auto-created (within the limits) if unknown and allowed. Over a limit
+/// the name is answered UNKNOWN_TOPIC_OR_PARTITION, which clients retry.
 async fn by_name(
     inner: &Arc<Inner>,
     version: i16,
     name: &str,
-    auto_create: bool,
+    creations: &mut AutoCreations,
 ) -> MetadataResponseTopic {
     let failed = |code| {
         MetadataResponseTopic::default()
@@ -108,7 +142,7 @@ async fn by_name(
     }
     match inner.topics.get(name).await {
         Ok(Some(t)) => topic(inner, version, &t),
-        Ok(None) if auto_create => {
+        Ok(None) if creations.allowed && creations.take(inner) => {
             let (partitions, replication) =
                 (inner.config.default_partitions, inner.config.default_replication);
             match crate::api::admin::create_topic(

@@ -14,7 +14,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use crate::broker::Inner;
 use crate::errors;
-use crate::server::{Pending, encode_response};
+use crate::server::{Pending, RequestScope, encode_response};
 
 pub mod admin;
 pub mod api_versions;
@@ -84,10 +84,11 @@ macro_rules! handlers {
             key: ApiKey,
             header: RequestHeader,
             body: Bytes,
+            scope: RequestScope,
         ) -> Result<Pending, String> {
             match key {
                 ApiKey::Produce => produce::start(inner, header, body).await,
-                $(ApiKey::$key => run::<$handler>(inner, header, body),)*
+                $(ApiKey::$key => run::<$handler>(inner, header, body, scope),)*
                 other => Err(format!("{other:?} is not supported by this broker (not advertised)")),
             }
         }
@@ -129,10 +130,17 @@ handlers! {
     DeleteTopics => admin::DeleteTopics,
 }
 
+tokio::task_local! {
+    /// The connection's budgets and what the request holds, while its handler runs (a
+    /// Fetch reserves its answer's bytes here).
+    pub(crate) static REQUEST: RequestScope;
+}
+
 fn run<H: Handler>(
     inner: &Arc<Inner>,
     header: RequestHeader,
     mut body: Bytes,
+    scope: RequestScope,
 ) -> Result<Pending, String> {
     let version = header.request_api_version;
     let req = H::Request::decode(&mut body, version)
@@ -140,7 +148,7 @@ fn run<H: Handler>(
     let inner = inner.clone();
     Ok(tokio::spawn(async move {
         let resp = if supported(H::KEY, version) {
-            H::handle(inner.clone(), version, req).await
+            REQUEST.scope(scope, H::handle(inner.clone(), version, req)).await
         } else {
             H::error(version, &req, errors::UNSUPPORTED_VERSION)
         };

@@ -1,0 +1,217 @@
+//! Every limit of the Kafka listener, with its default, in one place (the README's limits
+//! table is this file). Each is enforced with a clear error to the offender (an error
+//! code, or a closed connection with a logged reason) and a metric
+//! (`folio_kafka_limit_hits_total{limit=...}`), never a panic.
+//!
+//! Memory: request bytes are reserved as they arrive, from the connection's budget and then
+//! the process's, and held until the request's answer is written; a Fetch reserves its
+//! answer's bytes the same way before reading. A client that pipelines without reading
+//! therefore stops being read once its connection budget is spent, and is closed when an
+//! answer waits longer than `reply_write_timeout` for it to read.
+
+use std::time::Duration;
+
+/// The Kafka listener's limits (see the module doc).
+#[derive(Debug, Clone)]
+pub struct ListenerLimits {
+    /// `socket.request.max.bytes`: a larger request closes the connection. 100 MiB.
+    pub request_bytes_max: usize,
+    /// Request and answer bytes held by one connection at once (read, not yet answered and
+    /// written). Reading waits for room. 128 MiB; at least `request_bytes_max`.
+    pub connection_bytes_max: usize,
+    /// `queued.max.request.bytes`: the same across all connections. 512 MiB; at least
+    /// `connection_bytes_max`.
+    pub process_bytes_max: usize,
+    /// Requests of one connection being worked on at once (later ones wait). 256.
+    pub inflight_per_connection: usize,
+    /// Open client connections; more are closed at once. 4096.
+    pub connections_max: usize,
+    /// `max.connections.per.ip`: open connections from one client address. 1024.
+    pub connections_per_address_max: usize,
+    /// `connections.max.idle.ms`: a connection with no request for this long is closed.
+    /// 10 minutes.
+    pub idle_timeout: Duration,
+    /// A request must arrive whole within this once its size has (one byte a second never
+    /// holds memory for long). 30 s.
+    pub request_read_timeout: Duration,
+    /// An answer must be taken by the client within this, or the connection closes. 30 s.
+    pub reply_write_timeout: Duration,
+    /// `fetch.max.bytes` (broker side): the most record bytes one Fetch answer carries,
+    /// whatever the request asks (`max_bytes <= 0` included); also the per-partition cap.
+    /// 55 MiB.
+    pub fetch_bytes_max: usize,
+    /// Topics one Metadata request may auto-create; the other unknown names are answered
+    /// UNKNOWN_TOPIC_OR_PARTITION. 16.
+    pub auto_create_per_request_max: usize,
+    /// Topics auto-created per minute by this broker, all clients together. 120.
+    pub auto_create_per_minute_max: usize,
+    /// `client.id` bytes; longer ones close the connection. 1024.
+    pub client_id_bytes_max: usize,
+}
+
+impl Default for ListenerLimits {
+    fn default() -> Self {
+        ListenerLimits {
+            request_bytes_max: 100 * 1024 * 1024,
+            connection_bytes_max: 128 * 1024 * 1024,
+            process_bytes_max: 512 * 1024 * 1024,
+            inflight_per_connection: 256,
+            connections_max: 4096,
+            connections_per_address_max: 1024,
+            idle_timeout: Duration::from_secs(600),
+            request_read_timeout: Duration::from_secs(30),
+            reply_write_timeout: Duration::from_secs(30),
+            fetch_bytes_max: 55 * 1024 * 1024,
+            auto_create_per_request_max: 16,
+            auto_create_per_minute_max: 120,
+            client_id_bytes_max: 1024,
+        }
+    }
+}
+
+/// The names [`ListenerLimits::set`] takes (durations in milliseconds).
+pub const NAMES: [&str; 13] = [
+    "request_bytes_max",
+    "connection_bytes_max",
+    "process_bytes_max",
+    "inflight_per_connection",
+    "connections_max",
+    "connections_per_address_max",
+    "idle_timeout_ms",
+    "request_read_timeout_ms",
+    "reply_write_timeout_ms",
+    "fetch_bytes_max",
+    "auto_create_per_request_max",
+    "auto_create_per_minute_max",
+    "client_id_bytes_max",
+];
+
+impl ListenerLimits {
+    /// Sets one limit by name (`folio broker --limit name=value`); durations in ms.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
+        let n: u64 = value
+            .parse()
+            .map_err(|_| format!("limit {name}: {value:?} is not a non-negative integer"))?;
+        let size = usize::try_from(n).map_err(|_| format!("limit {name}: {n} is too large"))?;
+        let ms = Duration::from_millis(n);
+        match name {
+            "request_bytes_max" => self.request_bytes_max = size,
+            "connection_bytes_max" => self.connection_bytes_max = size,
+            "process_bytes_max" => self.process_bytes_max = size,
+            "inflight_per_connection" => self.inflight_per_connection = size,
+            "connections_max" => self.connections_max = size,
+            "connections_per_address_max" => self.connections_per_address_max = size,
+            "idle_timeout_ms" => self.idle_timeout = ms,
+            "request_read_timeout_ms" => self.request_read_timeout = ms,
+            "reply_write_timeout_ms" => self.reply_write_timeout = ms,
+            "fetch_bytes_max" => self.fetch_bytes_max = size,
+            "auto_create_per_request_max" => self.auto_create_per_request_max = size,
+            "auto_create_per_minute_max" => self.auto_create_per_minute_max = size,
+            "client_id_bytes_max" => self.client_id_bytes_max = size,
+            _ => {
+                return Err(format!("unknown limit {name:?}; the limits are: {}", NAMES.join(", ")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Rejects settings that could deadlock or that make no sense, naming the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("request_bytes_max", self.request_bytes_max),
+            ("inflight_per_connection", self.inflight_per_connection),
+            ("connections_max", self.connections_max),
+            ("connections_per_address_max", self.connections_per_address_max),
+            ("fetch_bytes_max", self.fetch_bytes_max),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("{name} must be positive"));
+        }
+        if self.connection_bytes_max < self.request_bytes_max {
+            return Err(format!(
+                "connection_bytes_max ({}) must be at least request_bytes_max ({}): a largest request could never be read",
+                self.connection_bytes_max, self.request_bytes_max
+            ));
+        }
+        if self.process_bytes_max < self.connection_bytes_max {
+            return Err(format!(
+                "process_bytes_max ({}) must be at least connection_bytes_max ({})",
+                self.process_bytes_max, self.connection_bytes_max
+            ));
+        }
+        if self.request_bytes_max > u32::MAX as usize / 2 {
+            return Err("request_bytes_max must be below 2 GiB".into());
+        }
+        Ok(())
+    }
+}
+
+/// The limits counted by `folio_kafka_limit_hits_total{limit=...}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    RequestBytes,
+    Connections,
+    ConnectionsPerAddress,
+    IdleTimeout,
+    RequestReadTimeout,
+    ReplyWriteTimeout,
+    FetchBytes,
+    AutoCreatePerRequest,
+    AutoCreatePerMinute,
+    ClientId,
+    Names,
+}
+
+impl Limit {
+    pub const ALL: [Limit; 11] = [
+        Limit::RequestBytes,
+        Limit::Connections,
+        Limit::ConnectionsPerAddress,
+        Limit::IdleTimeout,
+        Limit::RequestReadTimeout,
+        Limit::ReplyWriteTimeout,
+        Limit::FetchBytes,
+        Limit::AutoCreatePerRequest,
+        Limit::AutoCreatePerMinute,
+        Limit::ClientId,
+        Limit::Names,
+    ];
+
+    /// The label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Limit::RequestBytes => "request_bytes",
+            Limit::Connections => "connections",
+            Limit::ConnectionsPerAddress => "connections_per_address",
+            Limit::IdleTimeout => "idle_timeout",
+            Limit::RequestReadTimeout => "request_read_timeout",
+            Limit::ReplyWriteTimeout => "reply_write_timeout",
+            Limit::FetchBytes => "fetch_bytes",
+            Limit::AutoCreatePerRequest => "auto_create_per_request",
+            Limit::AutoCreatePerMinute => "auto_create_per_minute",
+            Limit::ClientId => "client_id",
+            Limit::Names => "names",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_bad_settings_are_named() {
+        ListenerLimits::default().validate().unwrap();
+        let l = ListenerLimits { connection_bytes_max: 1, ..ListenerLimits::default() };
+        assert!(l.validate().unwrap_err().contains("connection_bytes_max"));
+        let l = ListenerLimits { fetch_bytes_max: 0, ..ListenerLimits::default() };
+        assert!(l.validate().unwrap_err().contains("fetch_bytes_max"));
+        let mut l = ListenerLimits::default();
+        for name in NAMES {
+            l.set(name, "7").unwrap();
+        }
+        assert_eq!(l.idle_timeout, Duration::from_millis(7));
+        assert!(l.set("nope", "1").unwrap_err().contains("request_bytes_max"));
+        assert!(l.set("connections_max", "-1").unwrap_err().contains("connections_max"));
+    }
+}
