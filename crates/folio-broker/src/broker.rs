@@ -261,6 +261,12 @@ impl Broker {
         &self.inner.metrics
     }
 
+    /// Request and answer bytes all connections hold now (at most
+    /// `limits.process_bytes_max`).
+    pub fn bytes_held(&self) -> usize {
+        self.inner.config.limits.process_bytes_max - self.inner.request_budget.available_permits()
+    }
+
     /// Every metric in Prometheus text: requests, bytes, latencies, topics, and the groups
     /// this broker coordinates (state, members, rebalances, lag per partition).
     pub fn render_metrics(&self) -> String {
@@ -269,8 +275,7 @@ impl Broker {
         if let Some(a) = self.last_audit() {
             out.push_str(&a.gauges());
         }
-        let held = self.inner.config.limits.process_bytes_max
-            - self.inner.request_budget.available_permits();
+        let held = self.bytes_held();
         let _ = writeln!(
             out,
             "# HELP folio_kafka_bytes_held Request and answer bytes connections hold now (limit: process_bytes_max).\n# TYPE folio_kafka_bytes_held gauge\nfolio_kafka_bytes_held {held}"

@@ -48,17 +48,8 @@ impl KafkaConn {
     ) -> Result<i32, String> {
         let correlation = self.next_correlation;
         self.next_correlation += 1;
-        let header = RequestHeader::default()
-            .with_request_api_key(key as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation)
-            .with_client_id(Some(StrBytes::from_static_str("folio")));
-        let mut body = BytesMut::new();
-        header
-            .encode(&mut body, key.request_header_version(version))
-            .map_err(|e| format!("encoding a {key:?} header: {e}"))?;
-        req.encode(&mut body, version).map_err(|e| format!("encoding {key:?} v{version}: {e}"))?;
-        self.send_raw(&body).await?;
+        let framed = encode_request(key, version, correlation, req)?;
+        self.stream.write_all(&framed).await.map_err(|e| format!("sending: {e}"))?;
         Ok(correlation)
     }
 
@@ -121,6 +112,30 @@ impl KafkaConn {
         }
         Ok(r)
     }
+}
+
+/// A request of `key` at `version` framed for the wire: size, header (client id "folio"),
+/// body.
+pub fn encode_request<R: Encodable>(
+    key: ApiKey,
+    version: i16,
+    correlation: i32,
+    req: &R,
+) -> Result<Bytes, String> {
+    let header = RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation)
+        .with_client_id(Some(StrBytes::from_static_str("folio")));
+    let mut b = BytesMut::new();
+    b.put_u32(0);
+    header
+        .encode(&mut b, key.request_header_version(version))
+        .map_err(|e| format!("encoding a {key:?} header: {e}"))?;
+    req.encode(&mut b, version).map_err(|e| format!("encoding {key:?} v{version}: {e}"))?;
+    let size = (b.len() - 4) as u32;
+    b[..4].copy_from_slice(&size.to_be_bytes());
+    Ok(b.freeze())
 }
 
 /// CreateTopics (v2+) for `names`, each with `partitions` and the broker's default

@@ -109,7 +109,10 @@ impl ListenerLimits {
             "auto_create_per_minute_max" => self.auto_create_per_minute_max = size,
             "client_id_bytes_max" => self.client_id_bytes_max = size,
             _ => {
-                return Err(format!("unknown limit {name:?}; the limits are: {}", NAMES.join(", ")));
+                return Err(format!(
+                    "unknown limit {name:?}; the limits are: {}",
+                    NAMES.join(", ")
+                ));
             }
         }
         Ok(())

@@ -263,12 +263,13 @@ async fn read_frame(
     let mut deadline = Instant::now() + limits.request_read_timeout;
     let mut frame = BytesMut::new();
     while frame.len() < size {
-        let step = (size - frame.len()).min(READ_STEP_BYTES);
-        if held.bytes() < frame.len() + step {
+        if held.bytes() <= frame.len() {
+            let step = (size - frame.len()).min(READ_STEP_BYTES);
             let waited = Instant::now();
             held.merge(budgets.reserve(step).await);
             deadline += waited.elapsed();
         }
+        let step = held.bytes() - frame.len();
         frame.reserve(step);
         let mut part = (&mut *rd).take(step as u64);
         match tokio::time::timeout_at(deadline, part.read_buf(&mut frame)).await {

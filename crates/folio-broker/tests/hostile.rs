@@ -1,6 +1,9 @@
-//! Hostile input over the Kafka listener (issue #21, first cases): a request whose names
-//! are far above every limit gets a clear error, and the broker and its metadata store go
-//! on serving everyone else.
+//! Hostile clients over the real Kafka listener (issue #21), one test per attack: names far
+//! above their limits, huge declared lengths, one byte at a time, more connections than
+//! allowed, pipelining without reading, auto-create storms, unbounded fetches, metrics
+//! label injection. Each asserts that the offender gets an error or a close (and the limit
+//! is counted), that a well-behaved client on another connection keeps being served, and
+//! that the bytes held come back.
 
 // Kafka's wire format is big-endian (the shared test helpers build batches).
 #![allow(clippy::big_endian_bytes)]
@@ -13,6 +16,287 @@ use kafka_protocol::messages::offset_commit_request::{
 };
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
+use std::time::Duration;
+
+use folio_broker::limits::Limit;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Polls `cond` until it holds (the broker has no event for what these tests watch);
+/// fails after 20 s.
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(tokio::time::Instant::now() < give_up, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits for the broker to close `s` (reads until end of stream or a reset).
+async fn closed_by_broker(s: &mut TcpStream) {
+    let mut buf = vec![0u8; 64 * 1024];
+    let wait = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    });
+    wait.await.expect("the broker closes the connection");
+}
+
+/// A well-behaved client is served: ApiVersions and Metadata answer on a new connection.
+async fn still_served(addr: std::net::SocketAddr) {
+    let mut c = Conn::open(addr).await;
+    let r: ApiVersionsResponse =
+        c.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()).await;
+    assert_eq!(r.error_code, 0);
+    let r: MetadataResponse = c.call(ApiKey::Metadata, 12, &MetadataRequest::default()).await;
+    assert_eq!(r.error_code, 0);
+}
+
+async fn create(c: &mut Conn, name: &str) {
+    let r: CreateTopicsResponse = c
+        .call(
+            ApiKey::CreateTopics,
+            7,
+            &folio_broker::client::create_topics_request(&[name.into()], 1),
+        )
+        .await;
+    assert_eq!(r.topics[0].error_code, 0);
+}
+
+async fn produce(c: &mut Conn, topic: &str, records: Vec<u8>) {
+    let req = folio_broker::client::produce_request(topic, 0, records.into(), -1);
+    let r: ProduceResponse = c.call(ApiKey::Produce, 9, &req).await;
+    assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+}
+
+/// A request that declares 90 MiB and sends a few bytes, then one byte at a time, holds
+/// only one read step of memory (not 90 MiB), and is closed by `request_read_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_declared_length_trickled_in_holds_one_step_and_is_closed() {
+    let s = start(1, |c| c.limits.request_read_timeout = Duration::from_millis(500)).await;
+    let addr = s.broker.addr();
+    let mut attacker = TcpStream::connect(addr).await.unwrap();
+    attacker.write_all(&(90i32 << 20).to_be_bytes()).await.unwrap();
+    attacker.write_all(&[0u8; 100]).await.unwrap();
+    eventually("the broker reserves the first step", || s.broker.bytes_held() > 0).await;
+    assert!(s.broker.bytes_held() <= 64 * 1024, "held {}", s.broker.bytes_held());
+    still_served(addr).await;
+    for _ in 0..3 {
+        if attacker.write_all(&[1]).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await; // the attack: one byte at a time
+    }
+    closed_by_broker(&mut attacker).await;
+    assert_eq!(s.broker.metrics().limit_hits(Limit::RequestReadTimeout), 1);
+    eventually("the held bytes come back", || s.broker.bytes_held() == 0).await;
+    // Above request_bytes_max: closed at once, nothing reserved.
+    let mut attacker = TcpStream::connect(addr).await.unwrap();
+    attacker.write_all(&i32::MAX.to_be_bytes()).await.unwrap();
+    closed_by_broker(&mut attacker).await;
+    assert_eq!(s.broker.metrics().limit_hits(Limit::RequestBytes), 1);
+    still_served(addr).await;
+}
+
+/// Connections above the per-address limit, and above the listener's limit, are closed at
+/// once; a slot freed by a closed connection is taken again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_above_the_limits_are_closed_and_counted() {
+    let s = start(1, |c| c.limits.connections_per_address_max = 3).await;
+    let addr = s.broker.addr();
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        let mut c = Conn::open(addr).await;
+        let r: ApiVersionsResponse =
+            c.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()).await;
+        assert_eq!(r.error_code, 0);
+        open.push(c);
+    }
+    let mut fourth = TcpStream::connect(addr).await.unwrap();
+    closed_by_broker(&mut fourth).await;
+    assert_eq!(s.broker.metrics().limit_hits(Limit::ConnectionsPerAddress), 1);
+    drop(open.pop());
+    // The slot comes back once the broker has seen the close.
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut c = Conn::open(addr).await;
+        if c.0
+            .call::<_, ApiVersionsResponse>(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < give_up, "the freed slot never came back");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let other = broker_on(&s.cluster, |c| {
+        c.node_id = 2;
+        c.limits.connections_max = 2;
+    })
+    .await;
+    let mut kept = Vec::new();
+    for _ in 0..2 {
+        let mut c = Conn::open(other.addr()).await;
+        let _: ApiVersionsResponse =
+            c.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()).await;
+        kept.push(c);
+    }
+    let mut third = TcpStream::connect(other.addr()).await.unwrap();
+    closed_by_broker(&mut third).await;
+    assert_eq!(other.metrics().limit_hits(Limit::Connections), 1);
+    still_served(addr).await;
+}
+
+/// A client that pipelines fetches and never reads their answers: its answers' bytes are
+/// reserved from its connection's budget (so what it pins is bounded), and the connection is
+/// closed once an answer waits `reply_write_timeout`. Everything it held comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelining_without_reading_is_bounded_and_closed() {
+    let s = start(1, |c| {
+        c.limits.request_bytes_max = 512 * 1024;
+        c.limits.connection_bytes_max = 1024 * 1024;
+        c.limits.process_bytes_max = 2 * 1024 * 1024;
+        c.limits.fetch_bytes_max = 256 * 1024;
+        c.limits.reply_write_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let addr = s.broker.addr();
+    let mut c = Conn::open(addr).await;
+    create(&mut c, "p").await;
+    for _ in 0..4 {
+        produce(&mut c, "p", batch_sized(50, 4000)).await;
+    }
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let attacker = socket.connect(addr).await.unwrap();
+    let mut frames = Vec::new();
+    for i in 0..50 {
+        let req = fetch_req("p", uuid::Uuid::nil(), 0);
+        frames.extend(folio_broker::client::encode_request(ApiKey::Fetch, 12, i, &req).unwrap());
+    }
+    let (mut rd, mut wr) = attacker.into_split();
+    // Fetches until the answers fill the socket buffers and one waits too long.
+    let flood = tokio::spawn(async move { while wr.write_all(&frames).await.is_ok() {} });
+    let budget = 2 * 1024 * 1024;
+    eventually("the reply write timeout closes the attacker", || {
+        assert!(s.broker.bytes_held() <= budget);
+        s.broker.metrics().limit_hits(Limit::ReplyWriteTimeout) == 1
+    })
+    .await;
+    flood.abort();
+    // A well-behaved consumer reads everything meanwhile.
+    let r: FetchResponse = c.call(ApiKey::Fetch, 12, &fetch_req("p", uuid::Uuid::nil(), 0)).await;
+    let p = &r.responses[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    assert!(!base_offsets(p.records.as_deref().unwrap_or_default()).is_empty());
+    let mut sink = vec![0u8; 1 << 16];
+    while let Ok(Ok(n)) = tokio::time::timeout(Duration::from_secs(20), rd.read(&mut sink)).await {
+        if n == 0 {
+            break;
+        }
+    }
+    eventually("the held bytes come back", || s.broker.bytes_held() == 0).await;
+}
+
+/// Fetch `max_bytes` of 0 (read as "no limit" before) or far above the cap gets at most
+/// `fetch_bytes_max` (plus the first batch, KIP-74).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_sizes_are_capped_by_the_broker() {
+    let cap = 64 * 1024;
+    let s = start(1, |c| c.limits.fetch_bytes_max = cap).await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    create(&mut c, "f").await;
+    for _ in 0..8 {
+        produce(&mut c, "f", batch_sized(4, 4000)).await; // about 16 KiB each
+    }
+    for max in [0, i32::MAX] {
+        let mut req = fetch_req("f", uuid::Uuid::nil(), 0).with_max_bytes(max);
+        req.topics[0].partitions[0].partition_max_bytes = i32::MAX;
+        let r: FetchResponse = c.call(ApiKey::Fetch, 12, &req).await;
+        let records = r.responses[0].partitions[0].records.clone().unwrap_or_default();
+        assert!(!records.is_empty() && records.len() <= cap, "{max}: {} bytes", records.len());
+    }
+    assert_eq!(s.broker.metrics().limit_hits(Limit::FetchBytes), 2);
+}
+
+/// A Metadata request naming many unknown topics creates at most
+/// `auto_create_per_request_max` of them, and all requests together at most
+/// `auto_create_per_minute_max` a minute; the rest are UNKNOWN_TOPIC_OR_PARTITION.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_create_storms_are_limited_per_request_and_per_minute() {
+    let s = start(1, |c| {
+        c.limits.auto_create_per_request_max = 3;
+        c.limits.auto_create_per_minute_max = 5;
+    })
+    .await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    let mut created = Vec::new();
+    for round in 0..3 {
+        let names: Vec<String> = (0..10).map(|i| format!("storm-{round}-{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let r: MetadataResponse = c.call(ApiKey::Metadata, 12, &metadata_req(&refs)).await;
+        created.push(r.topics.iter().filter(|t| t.error_code == 0).count());
+        assert!(r.topics.iter().all(|t| t.error_code == 0
+            || t.error_code == folio_broker::errors::UNKNOWN_TOPIC_OR_PARTITION));
+    }
+    assert_eq!(created, [3, 2, 0]);
+    let m = s.broker.metrics();
+    assert_eq!(m.limit_hits(Limit::AutoCreatePerRequest), 7);
+    assert_eq!(m.limit_hits(Limit::AutoCreatePerMinute), 8 + 10);
+    still_served(s.broker.addr()).await;
+}
+
+/// A client id above `client_id_bytes_max` closes the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_id_above_the_limit_closes_the_connection() {
+    let s = start(1, |_| {}).await;
+    let mut frame = Vec::new();
+    frame.extend(3i16.to_be_bytes()); // Metadata
+    frame.extend(1i16.to_be_bytes()); // v1: header v1
+    frame.extend(7i32.to_be_bytes());
+    frame.extend(2000i16.to_be_bytes());
+    frame.extend(vec![b'c'; 2000]);
+    frame.extend((-1i32).to_be_bytes()); // all topics
+    let mut attacker = TcpStream::connect(s.broker.addr()).await.unwrap();
+    attacker.write_all(&(frame.len() as i32).to_be_bytes()).await.unwrap();
+    attacker.write_all(&frame).await.unwrap();
+    closed_by_broker(&mut attacker).await;
+    assert_eq!(s.broker.metrics().limit_hits(Limit::ClientId), 1);
+    still_served(s.broker.addr()).await;
+}
+
+/// A group id made to end a label and start a sample of its own is escaped in `/metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_id_cannot_forge_metrics_samples() {
+    let s = start(1, |_| {}).await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    create(&mut c, "m").await;
+    produce(&mut c, "m", batch(3, 1)).await;
+    let evil = "g\",topic=\"x\",partition=\"0\"} 1\nfolio_injected{a=\"b";
+    let req = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str(evil)))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("m")))
+                .with_partitions(vec![
+                    OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(1),
+                ]),
+        ]);
+    let r: OffsetCommitResponse = c.call(ApiKey::OffsetCommit, 7, &req).await;
+    assert_eq!(r.topics[0].partitions[0].error_code, 0);
+    let text = s.broker.render_metrics();
+    assert!(text.contains("folio_kafka_group_lag{group=\"g\\\""), "{text}");
+    assert!(text.lines().all(|l| !l.starts_with("folio_injected")), "{text}");
+}
 
 /// librdkafka sends an OffsetCommit whose group id is 30 000 '/' without complaint. It once
 /// panicked the embedded metadata store (fjall refuses 64 KiB keys) while its state lock

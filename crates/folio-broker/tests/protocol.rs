@@ -10,7 +10,6 @@ use bytes::Bytes;
 use common::*;
 use folio_broker::errors;
 use kafka_protocol::messages::api_versions_response::ApiVersionsResponse;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
@@ -27,35 +26,6 @@ fn produce_req(topic: &str, partition: i32, records: Vec<u8>, acks: i16) -> Prod
 fn produced(r: &ProduceResponse) -> (i16, i64) {
     let p = &r.responses[0].partition_responses[0];
     (p.error_code, p.base_offset)
-}
-
-fn metadata_req(topics: &[&str]) -> MetadataRequest {
-    MetadataRequest::default().with_allow_auto_topic_creation(true).with_topics(Some(
-        topics
-            .iter()
-            .map(|t| {
-                MetadataRequestTopic::default()
-                    .with_name(Some(TopicName(StrBytes::from_string(t.to_string()))))
-            })
-            .collect(),
-    ))
-}
-
-fn fetch_req(topic: &str, id: uuid::Uuid, offset: i64) -> FetchRequest {
-    FetchRequest::default()
-        .with_max_wait_ms(0)
-        .with_min_bytes(1)
-        .with_max_bytes(1 << 20)
-        .with_topics(vec![
-            FetchTopic::default()
-                .with_topic(TopicName(StrBytes::from_string(topic.into())))
-                .with_topic_id(id)
-                .with_partitions(vec![
-                    FetchPartition::default()
-                        .with_fetch_offset(offset)
-                        .with_partition_max_bytes(1 << 20),
-                ]),
-        ])
 }
 
 fn list_offsets_req(topic: &str, timestamp: i64) -> ListOffsetsRequest {

@@ -136,3 +136,44 @@ pub fn base_offsets(mut records: &[u8]) -> Vec<i64> {
     }
     out
 }
+
+/// Metadata for `topics`, allowing auto-creation.
+pub fn metadata_req(topics: &[&str]) -> kafka_protocol::messages::MetadataRequest {
+    kafka_protocol::messages::MetadataRequest::default()
+        .with_allow_auto_topic_creation(true)
+        .with_topics(Some(
+            topics
+                .iter()
+                .map(|t| {
+                    kafka_protocol::messages::metadata_request::MetadataRequestTopic::default()
+                        .with_name(Some(kafka_protocol::messages::TopicName(
+                            kafka_protocol::protocol::StrBytes::from_string(t.to_string()),
+                        )))
+                })
+                .collect(),
+        ))
+}
+
+/// A Fetch of partition 0 of `topic` (by name and id) from `offset`, up to 1 MiB, no wait.
+pub fn fetch_req(
+    topic: &str,
+    id: uuid::Uuid,
+    offset: i64,
+) -> kafka_protocol::messages::FetchRequest {
+    kafka_protocol::messages::FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![
+            kafka_protocol::messages::fetch_request::FetchTopic::default()
+                .with_topic(kafka_protocol::messages::TopicName(
+                    kafka_protocol::protocol::StrBytes::from_string(topic.into()),
+                ))
+                .with_topic_id(id)
+                .with_partitions(vec![
+                    kafka_protocol::messages::fetch_request::FetchPartition::default()
+                        .with_fetch_offset(offset)
+                        .with_partition_max_bytes(1 << 20),
+                ]),
+        ])
+}
