@@ -49,7 +49,8 @@ pub struct BookieConfig {
     pub disk_check_interval: Duration,
     pub disk_usage_threshold: f64,
     pub disk_usage_lwm: f64,
-    pub inflight_per_connection: usize,
+    /// The listener's limits: bytes and requests in flight, connections, timeouts.
+    pub server: crate::limits::ServerLimits,
     pub gc: crate::gc::GcConfig,
     pub integrity: crate::integrity::IntegrityConfig,
 }
@@ -66,7 +67,7 @@ impl BookieConfig {
             disk_check_interval: Duration::from_secs(10),
             disk_usage_threshold: 0.95,
             disk_usage_lwm: 0.90,
-            inflight_per_connection: 10_000,
+            server: crate::limits::ServerLimits::default(),
             gc: crate::gc::GcConfig::default(),
             integrity: crate::integrity::IntegrityConfig::default(),
         }
@@ -81,10 +82,7 @@ impl BookieConfig {
         if self.lease_ttl < Duration::from_secs(1) {
             return Err("lease_ttl must be at least 1 s".into());
         }
-        if self.inflight_per_connection == 0 {
-            return Err("inflight_per_connection must be positive".into());
-        }
-        Ok(())
+        self.server.validate()
     }
 
     /// The data dirs a cookie covers, journal first, without duplicates.
@@ -248,13 +246,12 @@ impl Bookie {
         let lease = meta.grant_lease(config.lease_ttl).await?;
         register(meta.as_ref(), &keys, &registration, lease, false).await?;
         let lease = Arc::new(std::sync::Mutex::new(lease));
-        let handler = Arc::new(Handler {
-            storage: storage.clone(),
-            read_only: read_only.clone(),
-            ledger_dir: ledger_dir.clone(),
-            inflight_per_connection: config.inflight_per_connection,
-            stats: ServerStats::default(),
-        });
+        let handler = Arc::new(Handler::new(
+            storage.clone(),
+            read_only.clone(),
+            ledger_dir.clone(),
+            config.server.clone(),
+        ));
         let (stop, stop_rx) = watch::channel(false);
         let stop_rx_gc = stop_rx.clone();
         let mut tasks =
@@ -365,6 +362,11 @@ impl Bookie {
     }
     pub fn stats(&self) -> &ServerStats {
         &self.handler.stats
+    }
+    /// Request and reply bytes all connections hold now (at most
+    /// `server.process_bytes_max`).
+    pub fn bytes_held(&self) -> usize {
+        self.handler.bytes_held()
     }
 
     /// Stops serving without flushing or removing DIRTY: what a crash leaves, minus the

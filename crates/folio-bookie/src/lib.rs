@@ -19,6 +19,7 @@ pub mod gc;
 pub mod index;
 pub mod integrity;
 pub mod journal;
+pub mod limits;
 mod read_cache;
 pub mod server;
 pub mod storage;

@@ -2,12 +2,15 @@
 //!
 //! Per connection, a reader task decodes frames and dispatches each request; responses go
 //! back through one writer task in completion order (not request order). In-flight requests
-//! per connection are bounded by a semaphore: when the limit is reached the reader stops
-//! reading, and TCP pushes back on the client. A malformed frame closes its connection
-//! (logged with the peer and the reason) and nothing else.
+//! per connection are bounded in number and in bytes (see `crate::limits`): when a limit is
+//! reached the reader stops reading, and TCP pushes back on the client. What a request
+//! holds is given back when its reply is written, not when it is encoded. A malformed
+//! frame closes its connection (logged with the peer and the reason) and nothing else; so
+//! do an idle connection, a frame that trickles in, and a client that takes no replies.
 //!
-//! Storage calls that may block (an add waiting for write-cache space, reads from disk) run
-//! on blocking threads, never on the async workers.
+//! Storage calls that may block (an add, fence, LAC or force waiting for write-cache or
+//! journal-queue room, reads from disk) run on blocking threads, never on the async
+//! workers.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -22,6 +25,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::error::StorageError;
+use crate::limits::ServerLimits;
 use crate::storage::Storage;
 
 /// Counters the server keeps (exported as metrics by the binary).
@@ -30,6 +34,14 @@ pub struct ServerStats {
     pub connections_open: AtomicU64,
     pub requests: AtomicU64,
     pub malformed_frames: AtomicU64,
+    /// Connections closed at once: `connections_max` were open.
+    pub connections_refused: AtomicU64,
+    /// Connections closed by `idle_timeout`.
+    pub idle_closed: AtomicU64,
+    /// Connections closed because a frame did not arrive within `request_read_timeout`.
+    pub slow_requests_closed: AtomicU64,
+    /// Connections closed because a reply waited `reply_write_timeout`.
+    pub slow_readers_closed: AtomicU64,
 }
 
 /// What a connection needs to serve requests.
@@ -40,11 +52,51 @@ pub struct Handler {
     pub read_only: Arc<AtomicBool>,
     /// Where GET_BOOKIE_INFO measures disk space.
     pub ledger_dir: PathBuf,
-    pub inflight_per_connection: usize,
+    pub limits: ServerLimits,
+    /// Request and reply bytes all connections hold (`limits.process_bytes_max`).
+    pub budget: Arc<Semaphore>,
     pub stats: ServerStats,
 }
 
-type Reply = (ResponseFrame, OwnedSemaphorePermit);
+impl Handler {
+    pub fn new(
+        storage: Arc<Storage>,
+        read_only: Arc<AtomicBool>,
+        ledger_dir: PathBuf,
+        limits: ServerLimits,
+    ) -> Handler {
+        let budget = Arc::new(Semaphore::new(limits.process_bytes_max));
+        Handler { storage, read_only, ledger_dir, limits, budget, stats: ServerStats::default() }
+    }
+
+    /// Request and reply bytes all connections hold now.
+    pub fn bytes_held(&self) -> usize {
+        self.limits.process_bytes_max - self.budget.available_permits()
+    }
+}
+
+/// What a request holds until its reply is written: its in-flight slot and its bytes (of
+/// the connection's budget and of the process's).
+#[derive(Debug)]
+pub struct Held {
+    _slot: OwnedSemaphorePermit,
+    connection: OwnedSemaphorePermit,
+    process: OwnedSemaphorePermit,
+}
+
+impl Held {
+    /// Keeps `n` bytes (a read's reply, once its size is known) and gives the rest back.
+    fn keep(&mut self, n: usize) {
+        let excess = self.connection.num_permits().saturating_sub(n);
+        drop(self.connection.split(excess));
+        drop(self.process.split(excess));
+    }
+}
+
+type Reply = (ResponseFrame, Held);
+
+/// The pause after a failed accept (out of file descriptors, say) before the next one.
+const ACCEPT_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Accepts connections until `shutdown` turns true.
 pub async fn serve(
@@ -53,16 +105,28 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut connections = tokio::task::JoinSet::new();
+    let slots = Arc::new(Semaphore::new(handler.limits.connections_max));
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    let Ok(slot) = slots.clone().try_acquire_owned() else {
+                        handler.stats.connections_refused.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(%peer, max = handler.limits.connections_max, "refusing a connection: too many open (server.connections_max)");
+                        continue;
+                    };
                     let _ = stream.set_nodelay(true);
                     let h = handler.clone();
                     let stop = shutdown.clone();
-                    connections.spawn(async move { connection(stream, peer, h, stop).await });
+                    connections.spawn(async move {
+                        let _slot = slot;
+                        connection(stream, peer, h, stop).await
+                    });
                 }
-                Err(e) => tracing::warn!(error = %e, "accept failed"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(ACCEPT_RETRY).await;
+                }
             },
             _ = shutdown.changed() => break,
         }
@@ -70,6 +134,15 @@ pub async fn serve(
     }
     connections.abort_all();
     while connections.join_next().await.is_some() {}
+}
+
+/// The bytes a request reserves before it is dispatched: its frame, or for a read the
+/// largest reply (cut down to the entry's size once it is read).
+fn reserve_bytes(frame: &RequestFrame, frame_len: usize) -> usize {
+    match frame.request {
+        Request::Read { .. } => wire::FRAME_BYTES_MAX,
+        _ => frame_len,
+    }
 }
 
 async fn connection(
@@ -80,49 +153,97 @@ async fn connection(
 ) {
     h.stats.connections_open.fetch_add(1, Ordering::Relaxed);
     let (mut rd, mut wr) = stream.into_split();
+    // Unbounded in items, bounded in fact: every reply holds one of the connection's
+    // `inflight_per_connection` slots until it is written.
     let (tx, mut rx) = mpsc::unbounded_channel::<Reply>();
-    let writer = tokio::spawn(async move {
+    let limits = h.limits.clone();
+    // Returns whether it closed the connection for a slow reader. Holds nothing of the
+    // handler: a shutdown aborts connections, not their writers.
+    let mut writer = tokio::spawn(async move {
         let mut out = BytesMut::with_capacity(64 * 1024);
-        while let Some((frame, permit)) = rx.recv().await {
+        let mut held = Vec::new();
+        while let Some((frame, h)) = rx.recv().await {
             wire::encode_response(&frame, &mut out);
-            drop(permit);
+            held.push(h);
             while out.len() < 1024 * 1024 {
                 match rx.try_recv() {
-                    Ok((frame, permit)) => {
+                    Ok((frame, h)) => {
                         wire::encode_response(&frame, &mut out);
-                        drop(permit);
+                        held.push(h);
                     }
                     Err(_) => break,
                 }
             }
-            if wr.write_all(&out).await.is_err() {
-                return;
+            match tokio::time::timeout(limits.reply_write_timeout, wr.write_all(&out)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return false,
+                Err(_) => {
+                    tracing::warn!(%peer, "the client took no reply for {:?}; closing (server.reply_write_timeout)", limits.reply_write_timeout);
+                    return true;
+                }
             }
             out.clear();
+            held.clear(); // written: the slots and bytes are free again
         }
+        false
     });
-    let permits = Arc::new(Semaphore::new(h.inflight_per_connection));
+    let slots = Arc::new(Semaphore::new(h.limits.inflight_per_connection));
+    let budget = Arc::new(Semaphore::new(h.limits.connection_bytes_max));
     let mut buf = BytesMut::with_capacity(64 * 1024);
+    // When the first byte of a frame not yet complete arrived.
+    let mut frame_started: Option<tokio::time::Instant> = None;
+    let mut slow_reader = None;
     let reason = 'conn: loop {
         loop {
+            let len = wire::peek_frame_len(&buf);
             let body = match wire::take_frame(&mut buf) {
                 Ok(Some(b)) => b,
                 Ok(None) => break,
-                Err(e) => break 'conn Some(e),
+                Err(e) => break 'conn Some(e.to_string()),
             };
             let frame = match wire::decode_request(body) {
                 Ok(f) => f,
-                Err(e) => break 'conn Some(e),
+                Err(e) => break 'conn Some(e.to_string()),
             };
-            let Ok(permit) = permits.clone().acquire_owned().await else { break 'conn None };
+            let Ok(slot) = slots.clone().acquire_owned().await else { break 'conn None };
+            let n = u32::try_from(reserve_bytes(&frame, len.unwrap_or(0))).expect("below 4 GiB");
+            let Ok(connection) = budget.clone().acquire_many_owned(n).await else {
+                break 'conn None;
+            };
+            let Ok(process) = h.budget.clone().acquire_many_owned(n).await else {
+                break 'conn None;
+            };
             h.stats.requests.fetch_add(1, Ordering::Relaxed);
-            dispatch(&h, frame, permit, tx.clone());
+            dispatch(&h, frame, Held { _slot: slot, connection, process }, tx.clone());
         }
+        frame_started = match (buf.is_empty(), frame_started) {
+            (true, _) => None,
+            (false, None) => Some(tokio::time::Instant::now()),
+            (false, started) => started,
+        };
+        let deadline = match frame_started {
+            Some(t) => t + h.limits.request_read_timeout,
+            None => tokio::time::Instant::now() + h.limits.idle_timeout,
+        };
         tokio::select! {
-            n = rd.read_buf(&mut buf) => match n {
-                Ok(0) | Err(_) => break None,
-                Ok(_) => {}
+            n = tokio::time::timeout_at(deadline, rd.read_buf(&mut buf)) => match n {
+                Ok(Ok(0) | Err(_)) => break None,
+                Ok(Ok(_)) => {}
+                Err(_) if frame_started.is_some() => {
+                    h.stats.slow_requests_closed.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%peer, bytes = buf.len(), "a frame did not arrive within {:?}; closing (server.request_read_timeout)", h.limits.request_read_timeout);
+                    break None;
+                }
+                Err(_) => {
+                    h.stats.idle_closed.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(%peer, "closing an idle connection (server.idle_timeout)");
+                    break None;
+                }
             },
+            w = &mut writer => {
+                slow_reader = Some(matches!(w, Ok(true)));
+                break None;
+            }
             _ = shutdown.changed() => break None,
         }
     };
@@ -132,7 +253,13 @@ async fn connection(
     }
     drop(tx);
     // Responses already in flight still go out before the connection closes.
-    let _ = writer.await;
+    let slow_reader = match slow_reader {
+        Some(slow) => slow,
+        None => matches!(writer.await, Ok(true)),
+    };
+    if slow_reader {
+        h.stats.slow_readers_closed.fetch_add(1, Ordering::Relaxed);
+    }
     h.stats.connections_open.fetch_sub(1, Ordering::Relaxed);
 }
 
@@ -146,12 +273,7 @@ fn status_of(e: &StorageError) -> Status {
     e.status()
 }
 
-fn dispatch(
-    h: &Arc<Handler>,
-    frame: RequestFrame,
-    permit: OwnedSemaphorePermit,
-    tx: mpsc::UnboundedSender<Reply>,
-) {
+fn dispatch(h: &Arc<Handler>, frame: RequestFrame, permit: Held, tx: mpsc::UnboundedSender<Reply>) {
     let request_id = frame.request_id;
     let reply =
         move |tx: &mpsc::UnboundedSender<Reply>, status: Status, response: Response, permit| {
@@ -169,24 +291,20 @@ fn dispatch(
                 let h = h.clone();
                 move |done| h.storage.add_entry(entry, &master_key, recovery, done)
             };
-            if h.storage.has_room(bytes) {
-                // The common case: the add will not wait for cache space, so no blocking
-                // thread is needed.
-                answer_once(request_id, response, permit, tx, submit);
-            } else {
-                tokio::task::spawn_blocking(move || {
-                    answer_once(request_id, response, permit, tx, submit)
-                });
-            }
+            off_worker_if_blocking(h, bytes, move || {
+                answer_once(request_id, response, permit, tx, submit)
+            });
         }
         Request::Read { ledger_id, entry_id, fence } => {
             let h = h.clone();
+            let mut held = permit;
             tokio::task::spawn_blocking(move || {
                 let (status, entry) = read(&h, ledger_id, entry_id, fence);
                 let entry_id = entry.as_ref().map_or(entry_id, |e: &Entry| e.entry_id());
+                held.keep(entry.as_ref().map_or(0, |e| e.encoded_len()) + READ_REPLY_OVERHEAD);
                 let response =
                     Response::Read { ledger_id, entry_id, entry: entry.map(Entry::into_bytes) };
-                reply(&tx, status, response, permit)
+                reply(&tx, status, response, held)
             });
         }
         Request::ReadLac { ledger_id } => {
@@ -202,14 +320,22 @@ fn dispatch(
         }
         Request::WriteLac { ledger_id, lac, master_key } => {
             let storage = h.storage.clone();
-            answer_once(request_id, Response::WriteLac { ledger_id }, permit, tx, move |done| {
-                storage.set_explicit_lac(ledger_id, &master_key, lac, done)
+            off_worker_if_blocking(h, 0, move || {
+                answer_once(request_id, Response::WriteLac { ledger_id }, permit, tx, move |done| {
+                    storage.set_explicit_lac(ledger_id, &master_key, lac, done)
+                })
             });
         }
         Request::ForceLedger { ledger_id } => {
             let storage = h.storage.clone();
-            answer_once(request_id, Response::ForceLedger { ledger_id }, permit, tx, move |done| {
-                storage.force(done)
+            off_worker_if_blocking(h, 0, move || {
+                answer_once(
+                    request_id,
+                    Response::ForceLedger { ledger_id },
+                    permit,
+                    tx,
+                    move |done| storage.force(done),
+                )
             });
         }
         Request::GetBookieInfo => {
@@ -250,19 +376,32 @@ fn dispatch(
     }
 }
 
+/// Reply bytes of a read beyond its entry (frame header and fields).
+const READ_REPLY_OVERHEAD: usize = 64;
+
+/// Runs `submit` (a call into storage) here when it will not block, which is the common
+/// case, or on a blocking thread when it may wait: for write-cache room or for room in the
+/// journal's queue. Never blocks an async worker (in standalone that would stall the
+/// broker too).
+fn off_worker_if_blocking(h: &Handler, bytes: usize, submit: impl FnOnce() + Send + 'static) {
+    if h.storage.has_room(bytes) {
+        submit();
+    } else {
+        tokio::task::spawn_blocking(submit);
+    }
+}
+
 /// Answers a request exactly once: from the storage's completion callback, or at once with
 /// the error if the storage refused the request before taking the callback.
 fn answer_once(
     request_id: u64,
     response: Response,
-    permit: OwnedSemaphorePermit,
+    permit: Held,
     tx: mpsc::UnboundedSender<Reply>,
     submit: impl FnOnce(crate::storage::AddCallback) -> Result<(), StorageError>,
 ) {
     let slot = Arc::new(std::sync::Mutex::new(Some((permit, tx))));
-    let send = move |slot: &std::sync::Mutex<
-        Option<(OwnedSemaphorePermit, mpsc::UnboundedSender<Reply>)>,
-    >,
+    let send = move |slot: &std::sync::Mutex<Option<(Held, mpsc::UnboundedSender<Reply>)>>,
                      status: Status,
                      response: Response| {
         if let Some((permit, tx)) = slot.lock().expect("reply slot").take() {

@@ -271,10 +271,11 @@ impl Storage {
         self.inner.add_entry(bytes, master_key, recovery, done)
     }
 
-    /// Whether an add of `bytes` would find room in the write cache now (so it will not
-    /// wait for a flush). A hint: another add may take the room first.
+    /// Whether an add of `bytes` (or a fence, LAC or force: 0) would find room in the write
+    /// cache and the journal's queue now, so it will not wait. A hint: another call may take
+    /// the room first.
     pub fn has_room(&self, bytes: usize) -> bool {
-        self.inner.cache.has_room(bytes)
+        self.inner.cache.has_room(bytes) && self.inner.journal.get().is_none_or(Journal::has_room)
     }
 
     /// Reads an entry; `entry_id == -1` reads the last entry this bookie has.

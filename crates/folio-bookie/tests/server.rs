@@ -177,6 +177,95 @@ async fn a_malformed_frame_closes_only_its_connection() {
     bookie.shutdown().await.unwrap();
 }
 
+/// Polls `cond` (the bookie has no event for what these tests watch); fails after 20 s.
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(tokio::time::Instant::now() < give_up, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Reads until the bookie closes `s`.
+async fn closed_by_bookie(s: &mut TcpStream) {
+    let mut sink = vec![0u8; 64 * 1024];
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while let Ok(n) = s.read(&mut sink).await {
+            if n == 0 {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("the bookie closes the connection");
+}
+
+/// Hostile clients over the bookie's listener (#21): a client that pipelines reads of a
+/// large entry and never takes the replies pins at most its connection's byte budget and
+/// is closed by `reply_write_timeout`; a frame that trickles in is closed by
+/// `request_read_timeout`; a connection above `connections_max` is closed at once. A
+/// well-behaved client is served throughout and every byte held comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_clients_are_bounded_and_closed_and_others_are_served() {
+    let env = new_env();
+    let mut c = config(&env.data);
+    c.server.connection_bytes_max = 2 * (folio_proto::wire::FRAME_BYTES_MAX + 4);
+    c.server.process_bytes_max = 4 * c.server.connection_bytes_max;
+    c.server.reply_write_timeout = Duration::from_millis(300);
+    c.server.request_read_timeout = Duration::from_millis(300);
+    c.server.connections_max = 3;
+    let budget = c.server.process_bytes_max;
+    let bookie = Bookie::start(c, env.meta.clone()).await.unwrap();
+    let good = BookieConnection::connect(bookie.addr(), 16).await.unwrap();
+    let big = vec![7u8; 4 * 1024 * 1024];
+    assert_eq!(add(&good, entry(1, 0, &big), false).await, Status::Ok);
+
+    // Pipelined reads of a 4 MiB entry, replies never taken.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let attacker = socket.connect(bookie.addr()).await.unwrap();
+    let (mut rd, mut wr) = attacker.into_split();
+    let mut reads = BytesMut::new();
+    for i in 0..64 {
+        let read = Request::Read { ledger_id: 1, entry_id: 0, fence: None };
+        wire::encode_request(&RequestFrame { request_id: i, request: read }, &mut reads);
+    }
+    let flood = tokio::spawn(async move { while wr.write_all(&reads).await.is_ok() {} });
+    eventually("the reply write timeout closes the reader", || {
+        assert!(bookie.bytes_held() <= budget, "held {}", bookie.bytes_held());
+        bookie.stats().slow_readers_closed.load(Ordering::Relaxed) == 1
+    })
+    .await;
+    flood.abort();
+    let mut sink = vec![0u8; 1 << 16];
+    while let Ok(Ok(n)) = tokio::time::timeout(Duration::from_secs(20), rd.read(&mut sink)).await {
+        if n == 0 {
+            break;
+        }
+    }
+    eventually("the held bytes come back", || bookie.bytes_held() == 0).await;
+
+    // A frame that declares 1 MiB and trickles in.
+    let mut slow = TcpStream::connect(bookie.addr()).await.unwrap();
+    slow.write_all(&(1u32 << 20).to_le_bytes()).await.unwrap();
+    slow.write_all(&[1u8; 10]).await.unwrap();
+    closed_by_bookie(&mut slow).await;
+    assert_eq!(bookie.stats().slow_requests_closed.load(Ordering::Relaxed), 1);
+
+    // Three connections at most: `good` and two more.
+    let _second = BookieConnection::connect(bookie.addr(), 16).await.unwrap();
+    let third = BookieConnection::connect(bookie.addr(), 16).await.unwrap();
+    assert_eq!(add(&third, entry(2, 0, b"x"), false).await, Status::Ok);
+    let mut fourth = TcpStream::connect(bookie.addr()).await.unwrap();
+    closed_by_bookie(&mut fourth).await;
+    assert_eq!(bookie.stats().connections_refused.load(Ordering::Relaxed), 1);
+
+    let read = good.request(Request::Read { ledger_id: 1, entry_id: 0, fence: None }).await;
+    assert_eq!(read.unwrap().status, Status::Ok);
+    assert_eq!(bookie.stats().malformed_frames.load(Ordering::Relaxed), 0);
+    bookie.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_reads_lac_and_statuses_over_the_wire() {
     let env = new_env();

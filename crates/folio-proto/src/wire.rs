@@ -208,8 +208,19 @@ pub enum WireError {
     Malformed { op: OpCode, detail: &'static str },
 }
 
+/// The body length a complete or partial frame at the start of `buf` declares, if its
+/// length prefix is there.
+pub fn peek_frame_len(buf: &[u8]) -> Option<usize> {
+    let len: [u8; FRAME_LEN_BYTES] = buf.get(..FRAME_LEN_BYTES)?.try_into().ok()?;
+    Some(u32::from_le_bytes(len) as usize)
+}
+
+/// How much buffer room a partial frame reserves at a time, as its bytes arrive.
+pub const FRAME_READ_STEP_BYTES: usize = 64 * 1024;
+
 /// Takes one whole frame body off the front of `buf`, if there is one. Refuses an oversized
-/// length before reserving anything for it.
+/// length before reserving anything for it, and reserves room for a partial frame one step
+/// at a time.
 pub fn take_frame(buf: &mut BytesMut) -> Result<Option<Bytes>, WireError> {
     if buf.len() < FRAME_LEN_BYTES {
         return Ok(None);
@@ -219,7 +230,9 @@ pub fn take_frame(buf: &mut BytesMut) -> Result<Option<Bytes>, WireError> {
         return Err(WireError::FrameTooLarge { len });
     }
     if buf.len() < FRAME_LEN_BYTES + len {
-        buf.reserve(FRAME_LEN_BYTES + len - buf.len());
+        // Room for what may come next, not for what the header claims: a bare header
+        // must not reserve the largest frame.
+        buf.reserve((FRAME_LEN_BYTES + len - buf.len()).min(FRAME_READ_STEP_BYTES));
         return Ok(None);
     }
     buf.advance(FRAME_LEN_BYTES);

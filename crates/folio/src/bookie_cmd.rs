@@ -23,7 +23,13 @@ CONFIG KEYS (TOML file via --config; any key also via --override KEY=VALUE):
   disk_check_interval_ms    integer  default 10000
   disk_usage_threshold      float    default 0.95 (read-only above it)
   disk_usage_lwm            float    default 0.90 (writable again below it)
-  inflight_per_connection   integer  default 10000
+  server.inflight_per_connection integer default 10000 (requests in flight per connection)
+  server.connection_bytes_max integer default 268435456 (request and reply bytes per connection)
+  server.process_bytes_max  integer  default 1073741824 (the same, all connections)
+  server.connections_max    integer  default 4096
+  server.idle_timeout_ms    integer  default 3600000
+  server.request_read_timeout_ms integer default 30000
+  server.reply_write_timeout_ms integer default 30000
   gc.interval_ms            integer  default 60000
   gc.minor_threshold        float    default 0.2  (compact logs below this usage…)
   gc.minor_interval_ms      integer  default 3600000 (…this often)
@@ -263,7 +269,13 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
             "disk_check_interval_ms" => c.disk_check_interval = ms(int()?),
             "disk_usage_threshold" => c.disk_usage_threshold = float()?,
             "disk_usage_lwm" => c.disk_usage_lwm = float()?,
-            "inflight_per_connection" => c.inflight_per_connection = int()? as usize,
+            "server.inflight_per_connection" => c.server.inflight_per_connection = int()? as usize,
+            "server.connection_bytes_max" => c.server.connection_bytes_max = int()? as usize,
+            "server.process_bytes_max" => c.server.process_bytes_max = int()? as usize,
+            "server.connections_max" => c.server.connections_max = int()? as usize,
+            "server.idle_timeout_ms" => c.server.idle_timeout = ms(int()?),
+            "server.request_read_timeout_ms" => c.server.request_read_timeout = ms(int()?),
+            "server.reply_write_timeout_ms" => c.server.reply_write_timeout = ms(int()?),
             "gc.interval_ms" => c.gc.interval = ms(int()?),
             "gc.minor_threshold" => c.gc.minor_threshold = float()?,
             "gc.minor_interval_ms" => c.gc.minor_interval = ms(int()?),

@@ -257,6 +257,12 @@ impl Journal {
         }
     }
 
+    /// Whether a record can be queued now without waiting for room.
+    pub fn has_room(&self) -> bool {
+        let st = self.queue.state.lock().expect("journal queue lock");
+        st.items.len() < self.queue.depth_max
+    }
+
     /// Runs `done` once every record queued before this call is durable.
     pub fn barrier(&self, done: JournalCallback) {
         if let Err(Request::Barrier(done)) = self.queue.push(Request::Barrier(done)) {
