@@ -136,6 +136,8 @@ pub(crate) struct Inner {
     pub last_audit: Mutex<Option<crate::audit::Audit>>,
     /// Request and answer bytes all connections may hold (`limits.process_bytes_max`).
     pub request_budget: Arc<tokio::sync::Semaphore>,
+    /// Fetch answer bytes all connections may hold (`limits.answer_bytes_max`).
+    pub answer_budget: Arc<tokio::sync::Semaphore>,
     /// Topics auto-created in the current minute (`limits.auto_create_per_minute_max`).
     pub auto_created: Mutex<(std::time::Instant, usize)>,
 }
@@ -223,6 +225,7 @@ impl Broker {
             trash_deleter,
             last_audit: Mutex::new(None),
             request_budget: Arc::new(tokio::sync::Semaphore::new(config_limits.process_bytes_max)),
+            answer_budget: Arc::new(tokio::sync::Semaphore::new(config_limits.answer_bytes_max)),
             auto_created: Mutex::new((std::time::Instant::now(), 0)),
         });
         tracing::info!(
@@ -262,9 +265,11 @@ impl Broker {
     }
 
     /// Request and answer bytes all connections hold now (at most
-    /// `limits.process_bytes_max`).
+    /// `limits.process_bytes_max + limits.answer_bytes_max`).
     pub fn bytes_held(&self) -> usize {
-        self.inner.config.limits.process_bytes_max - self.inner.request_budget.available_permits()
+        let l = &self.inner.config.limits;
+        l.process_bytes_max - self.inner.request_budget.available_permits() + l.answer_bytes_max
+            - self.inner.answer_budget.available_permits()
     }
 
     /// Every metric in Prometheus text: requests, bytes, latencies, topics, and the groups
@@ -278,7 +283,7 @@ impl Broker {
         let held = self.bytes_held();
         let _ = writeln!(
             out,
-            "# HELP folio_kafka_bytes_held Request and answer bytes connections hold now (limit: process_bytes_max).\n# TYPE folio_kafka_bytes_held gauge\nfolio_kafka_bytes_held {held}"
+            "# HELP folio_kafka_bytes_held Request and answer bytes connections hold now (limit: process_bytes_max + answer_bytes_max).\n# TYPE folio_kafka_bytes_held gauge\nfolio_kafka_bytes_held {held}"
         );
         out.push_str("# HELP folio_kafka_group_members Members of a group this broker coordinates.\n# TYPE folio_kafka_group_members gauge\n");
         let groups = self.inner.groups.snapshot();

@@ -5,7 +5,8 @@
 //!
 //! Memory: request bytes are reserved as they arrive, from the connection's budget and then
 //! the process's, and held until the request's answer is written; a Fetch reserves its
-//! answer's bytes the same way before reading. A client that pipelines without reading
+//! answer's bytes from the connection's budget and the process's answer budget before
+//! reading (taking less, or nothing, when they are short: never waiting). A client that pipelines without reading
 //! therefore stops being read once its connection budget is spent, and is closed when an
 //! answer waits longer than `reply_write_timeout` for it to read.
 
@@ -19,9 +20,13 @@ pub struct ListenerLimits {
     /// Request and answer bytes held by one connection at once (read, not yet answered and
     /// written). Reading waits for room. 128 MiB; at least `request_bytes_max`.
     pub connection_bytes_max: usize,
-    /// `queued.max.request.bytes`: the same across all connections. 512 MiB; at least
-    /// `connection_bytes_max`.
+    /// `queued.max.request.bytes`: request bytes held across all connections. 512 MiB; at
+    /// least `connection_bytes_max`.
     pub process_bytes_max: usize,
+    /// Fetch answer bytes held across all connections: a separate budget, so consumers
+    /// that do not read their answers never stall producers. A Fetch takes what is free
+    /// now (halving its ask down to 64 KiB) and never waits for it. 512 MiB.
+    pub answer_bytes_max: usize,
     /// Requests of one connection being worked on at once (later ones wait). 256.
     pub inflight_per_connection: usize,
     /// Open client connections; more are closed at once. 4096.
@@ -55,6 +60,7 @@ impl Default for ListenerLimits {
             request_bytes_max: 100 * 1024 * 1024,
             connection_bytes_max: 128 * 1024 * 1024,
             process_bytes_max: 512 * 1024 * 1024,
+            answer_bytes_max: 512 * 1024 * 1024,
             inflight_per_connection: 256,
             connections_max: 4096,
             connections_per_address_max: 1024,
@@ -70,10 +76,11 @@ impl Default for ListenerLimits {
 }
 
 /// The names [`ListenerLimits::set`] takes (durations in milliseconds).
-pub const NAMES: [&str; 13] = [
+pub const NAMES: [&str; 14] = [
     "request_bytes_max",
     "connection_bytes_max",
     "process_bytes_max",
+    "answer_bytes_max",
     "inflight_per_connection",
     "connections_max",
     "connections_per_address_max",
@@ -98,6 +105,7 @@ impl ListenerLimits {
             "request_bytes_max" => self.request_bytes_max = size,
             "connection_bytes_max" => self.connection_bytes_max = size,
             "process_bytes_max" => self.process_bytes_max = size,
+            "answer_bytes_max" => self.answer_bytes_max = size,
             "inflight_per_connection" => self.inflight_per_connection = size,
             "connections_max" => self.connections_max = size,
             "connections_per_address_max" => self.connections_per_address_max = size,
@@ -126,6 +134,7 @@ impl ListenerLimits {
             ("connections_max", self.connections_max),
             ("connections_per_address_max", self.connections_per_address_max),
             ("fetch_bytes_max", self.fetch_bytes_max),
+            ("answer_bytes_max", self.answer_bytes_max),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} must be positive"));

@@ -45,14 +45,16 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 pub(crate) struct Budgets {
     connection: Arc<Semaphore>,
     process: Arc<Semaphore>,
+    answers: Arc<Semaphore>,
 }
 
-/// Bytes a request holds (its own, then its answer's) until its answer is written: the
-/// same number of permits of the connection's budget and of the process's.
+/// Bytes a request holds (its own, then its answer's) until its answer is written: permits
+/// of the connection's budget, and as many of the process's request or answer budget.
 #[derive(Debug, Default)]
 pub(crate) struct Held {
     connection: Option<OwnedSemaphorePermit>,
     process: Option<OwnedSemaphorePermit>,
+    answers: Option<OwnedSemaphorePermit>,
 }
 
 impl Held {
@@ -62,9 +64,11 @@ impl Held {
 
     /// Adds what `other` holds to this.
     pub(crate) fn merge(&mut self, other: Held) {
-        for (mine, theirs) in
-            [(&mut self.connection, other.connection), (&mut self.process, other.process)]
-        {
+        for (mine, theirs) in [
+            (&mut self.connection, other.connection),
+            (&mut self.process, other.process),
+            (&mut self.answers, other.answers),
+        ] {
             match (mine.as_mut(), theirs) {
                 (Some(m), Some(t)) => m.merge(t),
                 (None, t) => *mine = t,
@@ -73,10 +77,10 @@ impl Held {
         }
     }
 
-    /// Gives `n` bytes back (at most what is held).
-    pub(crate) fn release(&mut self, n: usize) {
-        let n = n.min(self.bytes());
-        for p in [&mut self.connection, &mut self.process].into_iter().flatten() {
+    /// Gives back `n` answer bytes (at most what is held).
+    pub(crate) fn release_answer(&mut self, n: usize) {
+        let n = n.min(self.answers.as_ref().map_or(0, OwnedSemaphorePermit::num_permits));
+        for p in [&mut self.connection, &mut self.answers].into_iter().flatten() {
             drop(p.split(n));
         }
     }
@@ -89,7 +93,16 @@ impl Budgets {
         let n32 = u32::try_from(n).expect("limits validated below 2 GiB");
         let c = self.connection.clone().acquire_many_owned(n32).await.expect("never closed");
         let p = self.process.clone().acquire_many_owned(n32).await.expect("never closed");
-        Held { connection: Some(c), process: Some(p) }
+        Held { connection: Some(c), process: Some(p), answers: None }
+    }
+
+    /// Reserves `n` answer bytes if the connection's budget and the answer budget have
+    /// them now.
+    pub(crate) fn try_reserve_answer(&self, n: usize) -> Option<Held> {
+        let n32 = u32::try_from(n).ok()?;
+        let c = self.connection.clone().try_acquire_many_owned(n32).ok()?;
+        let a = self.answers.clone().try_acquire_many_owned(n32).ok()?;
+        Some(Held { connection: Some(c), process: None, answers: Some(a) })
     }
 }
 
@@ -200,6 +213,7 @@ async fn connection(inner: Arc<Inner>, stream: TcpStream) -> Result<(), String> 
     let budgets = Budgets {
         connection: Arc::new(Semaphore::new(limits.connection_bytes_max)),
         process: inner.request_budget.clone(),
+        answers: inner.answer_budget.clone(),
     };
     let mut shutdown = inner.shutdown.subscribe();
     loop {

@@ -95,8 +95,8 @@ impl Handler for Fetch {
             }
         }
         loop {
-            let (parts, bytes, settled, held) =
-                read_all(&inner, &wants, max_bytes, read_committed, deadline).await;
+            let (parts, bytes, settled, held, starved) =
+                read_all(&inner, &wants, max_bytes, read_committed).await;
             let now = Instant::now();
             if settled || bytes >= min_bytes || now >= deadline {
                 // The answer's bytes stay reserved until the connection has written it.
@@ -112,6 +112,14 @@ impl Handler for Fetch {
                 inner.metrics.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
                 inner.metrics.fetch_latency.observe(started.elapsed());
                 return resp;
+            }
+            if starved {
+                // Data is there but no answer budget: retry shortly (the logs would wake
+                // this at once), giving the budget back meanwhile.
+                drop(held);
+                let retry = (now + ANSWER_BUDGET_RETRY).min(deadline);
+                tokio::time::sleep_until(retry.into()).await;
+                continue;
             }
             // Long poll: wait until any partition has more, or the deadline.
             let mut waits = JoinSet::new();
@@ -170,31 +178,47 @@ async fn open(inner: &Inner, topic: &Topic, partition: i32) -> Result<ManagedLog
     })
 }
 
-/// Reserves up to `want` bytes of the answer from the connection's and the process's
-/// budgets (see `crate::limits`), waiting at most until `deadline`; `None` when there was no
-/// room by then. Outside a connection (no request scope) nothing is counted.
-async fn reserve(want: usize, deadline: Instant) -> Option<Held> {
+/// How long a long-polling Fetch that found data but no answer budget waits to try again.
+const ANSWER_BUDGET_RETRY: Duration = Duration::from_millis(20);
+
+/// The least a partition's read reserves: below this it is not read this round.
+const ANSWER_RESERVE_MIN: usize = 64 * 1024;
+
+/// Reserves answer bytes for a read of up to `want` from the connection's budget and the
+/// answer budget (see `crate::limits`): all of it if free now, else the largest power-of-two
+/// share down to [`ANSWER_RESERVE_MIN`]; never waits. Returns the bytes reserved with them.
+/// Outside a connection (no request scope) nothing is counted.
+fn reserve(want: usize) -> Option<(Held, usize)> {
     let Ok(budgets) = crate::api::REQUEST.try_with(|r| r.budgets.clone()) else {
-        return Some(Held::default());
+        return Some((Held::default(), want));
     };
-    tokio::time::timeout_at(deadline.into(), budgets.reserve(want)).await.ok()
+    let mut ask = want;
+    loop {
+        if let Some(h) = budgets.try_reserve_answer(ask) {
+            return Some((h, ask));
+        }
+        if ask <= ANSWER_RESERVE_MIN {
+            return None;
+        }
+        ask = (ask / 2).max(ANSWER_RESERVE_MIN);
+    }
 }
 
 /// Reads every wanted partition once. Returns the partitions' answers (with the index of
 /// their topic), the record bytes read, whether an error makes waiting pointless, and the
-/// answer bytes reserved. A partition is read only once its room is reserved; without room
-/// by `deadline` it is answered without records (the client fetches again).
+/// answer bytes reserved, and whether a partition with data went unread for want of answer
+/// budget (it is then answered without records; the client fetches again).
 async fn read_all(
     inner: &Inner,
     wants: &[Want],
     max_bytes: usize,
     read_committed: bool,
-    deadline: Instant,
-) -> (Vec<(usize, PartitionData)>, usize, bool, Held) {
+) -> (Vec<(usize, PartitionData)>, usize, bool, Held, bool) {
     let mut out = Vec::with_capacity(wants.len());
     let mut total = 0usize;
     let mut settled = false;
     let mut held = Held::default();
+    let mut starved = false;
     for w in wants {
         let mut p = PartitionData::default().with_partition_index(w.partition);
         p.aborted_transactions = read_committed.then(Vec::new);
@@ -218,11 +242,13 @@ async fn read_all(
         // KIP-74: the first batch of the answer goes out even when it is above the limits.
         let room = w.max_bytes.min(max_bytes.saturating_sub(total));
         let reserved = if (w.offset as u64) < status.end_offset && (room > 0 || total == 0) {
-            reserve(room.max(1), deadline).await
+            let r = reserve(room.max(1));
+            starved |= r.is_none();
+            r
         } else {
             None
         };
-        if let Some(reserved) = reserved {
+        if let Some((reserved, room)) = reserved {
             held.merge(reserved);
             let read_started = Instant::now();
             match log.read(w.offset as u64, room.max(1), BATCHES_PER_PARTITION_MAX).await {
@@ -248,7 +274,7 @@ async fn read_all(
                     total += records.len();
                     // Keep what the records take (the first batch may exceed the room:
                     // KIP-74; it is then over the budget by at most that batch).
-                    held.release(room.max(1).saturating_sub(records.len()));
+                    held.release_answer(room.max(1).saturating_sub(records.len()));
                     if let Some(name) = &w.topic_name {
                         let m = inner.metrics.topic(name);
                         m.bytes_out.fetch_add(records.len() as u64, Ordering::Relaxed);
@@ -258,7 +284,7 @@ async fn read_all(
                 }
                 Err(e) => {
                     settled = true;
-                    held.release(room.max(1));
+                    held.release_answer(room.max(1));
                     tracing::warn!(log = log.name(), offset = w.offset, error = %e, "fetch read failed");
                     p.error_code = errors::from_log(&e);
                 }
@@ -266,5 +292,5 @@ async fn read_all(
         }
         out.push((w.topic, p));
     }
-    (out, total, settled, held)
+    (out, total, settled, held, starved)
 }

@@ -172,22 +172,6 @@ fn sequential_baseline(path: &std::path::Path, d: Duration) -> Result<f64, Strin
     Ok(off as f64 / MIB / secs)
 }
 
-/// Bytes this process has caused to be written to storage (`write_bytes` of
-/// `/proc/self/io`: journal, entry logs and index, buffered or O_DIRECT), if known.
-fn process_disk_write_bytes() -> Option<u64> {
-    let io = std::fs::read_to_string("/proc/self/io").ok()?;
-    io.lines().find_map(|l| l.strip_prefix("write_bytes:")).and_then(|v| v.trim().parse().ok())
-}
-
-fn rss_peak_mb() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
-}
-
 async fn run_async(args: Args) -> Result<(), String> {
     let tmp = super::temp_dir(&args.run.dir, ".folio-bench-bookie-")?;
     let d = Duration::from_secs(if args.run.quick { 3 } else { 15 });
@@ -238,10 +222,10 @@ async fn measure(
             stats.n_commits.load(Ordering::Relaxed),
             stats.bytes_committed.load(Ordering::Relaxed),
         );
-        let written0 = process_disk_write_bytes();
+        let written0 = super::process_disk_write_bytes();
         let phase_start = Instant::now();
         let full = phase(&conns, entry_bytes, inflight, d, None, &mut next).await?;
-        let disk_write_mb_per_s = process_disk_write_bytes()
+        let disk_write_mb_per_s = super::process_disk_write_bytes()
             .zip(written0)
             .map(|(b, a)| b.saturating_sub(a) as f64 / MIB / phase_start.elapsed().as_secs_f64());
         let commits = stats.n_commits.load(Ordering::Relaxed) - c0;
@@ -279,7 +263,7 @@ async fn measure(
             );
         }
     }
-    let rss = rss_peak_mb();
+    let rss = super::rss_peak_mb();
     println!(
         "rss_peak_mb={rss:.0} configured_caches_mb={budget_mb:.0} rss_within_caches_plus_100mb={}",
         rss <= budget_mb + 100.0

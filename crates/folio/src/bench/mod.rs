@@ -4,6 +4,7 @@
 mod bookie;
 mod delete;
 mod gc;
+mod hostile;
 mod kafka;
 mod ledger;
 mod log;
@@ -33,6 +34,11 @@ pub enum Bench {
     /// Topic deletion: time until a deleted topic's metadata, logs, ledgers and disk are
     /// gone, and CreateTopics latency during a large deletion against idle.
     Delete(delete::Args),
+    /// A well-behaved producer's rate while 1 000 adversarial connections attack the Kafka
+    /// listener (trickled and huge frames, garbage, pipelining without reading, oversized
+    /// names, auto-create and by-id storms, idle), against its rate alone; and peak RSS
+    /// against the configured memory budget.
+    Hostile(hostile::Args),
 }
 
 pub fn run(what: Bench) -> Result<(), String> {
@@ -45,6 +51,7 @@ pub fn run(what: Bench) -> Result<(), String> {
         Bench::Log(args) => log::run(args),
         Bench::Kafka(args) => kafka::run(args),
         Bench::Delete(args) => delete::run(args),
+        Bench::Hostile(args) => hostile::run(args),
     }
 }
 
@@ -66,6 +73,31 @@ pub(crate) struct Run {
 pub(crate) fn files_bytes(dir: &std::path::Path) -> u64 {
     std::fs::read_dir(dir)
         .map_or(0, |it| it.filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).sum())
+}
+
+/// A counter of `/proc/self/io` (e.g. `read_bytes`, `write_bytes`: what this process
+/// caused to be read from or written to storage), if known.
+pub(crate) fn process_io(field: &str) -> Option<u64> {
+    let io = std::fs::read_to_string("/proc/self/io").ok()?;
+    io.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Bytes this process has caused to be written to storage (journal, entry logs and
+/// index, buffered or O_DIRECT), if known.
+pub(crate) fn process_disk_write_bytes() -> Option<u64> {
+    process_io("write_bytes")
+}
+
+/// The process's peak resident memory (`VmHWM`), in MiB.
+pub(crate) fn rss_peak_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 /// The value at fraction `p` of an ascending list (0 for an empty one).
