@@ -171,6 +171,7 @@ pub enum Limit {
     AutoCreatePerRequest,
     AutoCreatePerMinute,
     ClientId,
+    /// A name above its limit (a group id above `group::GROUP_ID_BYTES_MAX`).
     Names,
 }
 

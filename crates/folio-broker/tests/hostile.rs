@@ -330,6 +330,7 @@ async fn an_offset_commit_with_a_huge_group_id_is_refused_and_the_store_keeps_wo
     let r: OffsetCommitResponse =
         c.call(ApiKey::OffsetCommit, 7, &commit("/".repeat(30_000))).await;
     assert_eq!(r.topics[0].partitions[0].error_code, folio_broker::errors::INVALID_GROUP_ID);
+    assert_eq!(s.broker.metrics().limit_hits(Limit::Names), 1);
     // The store takes writes: a new topic, an ordinary commit, a group id at the limit.
     let r: CreateTopicsResponse = c
         .call(

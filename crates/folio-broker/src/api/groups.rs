@@ -31,6 +31,7 @@ use crate::group::OffsetRecord;
 /// above `GROUP_ID_BYTES_MAX`, NOT_COORDINATOR when another broker coordinates it.
 fn elsewhere(inner: &Inner, group: &str) -> Option<i16> {
     if group.len() > crate::group::GROUP_ID_BYTES_MAX {
+        inner.metrics.limit_hit(crate::limits::Limit::Names);
         return Some(errors::INVALID_GROUP_ID);
     }
     (!inner.membership.owns(&group_key(group))).then_some(errors::NOT_COORDINATOR)
