@@ -54,6 +54,8 @@ struct Queue {
     /// Signals submitters waiting for room.
     room: Condvar,
     depth_max: usize,
+    /// `state.items.len()`, readable without the lock (`Journal::has_room` on every add).
+    len: std::sync::atomic::AtomicUsize,
     group_bytes_max: usize,
 }
 
@@ -97,6 +99,7 @@ impl Queue {
         };
         st.bytes += bytes;
         st.items.push_back((req, Instant::now()));
+        self.len.store(st.items.len(), std::sync::atomic::Ordering::Relaxed);
         if st.idle || st.urgent || st.bytes >= self.group_bytes_max {
             self.work.notify_one();
         }
@@ -136,6 +139,7 @@ impl Queue {
             group.push(st.items.pop_front().expect("front exists").0);
         }
         st.bytes -= bytes.min(st.bytes);
+        self.len.store(st.items.len(), std::sync::atomic::Ordering::Relaxed);
         st.urgent = st.items.iter().any(|(r, _)| !matches!(r, Request::Append(..)));
         self.room.notify_all();
         group
@@ -143,6 +147,7 @@ impl Queue {
 
     fn take_remaining(&self) -> Vec<Request> {
         let mut st = self.state.lock().expect("journal queue lock");
+        self.len.store(0, std::sync::atomic::Ordering::Relaxed);
         st.items.drain(..).map(|(r, _)| r).collect()
     }
 
@@ -233,6 +238,7 @@ impl Journal {
             room: Condvar::new(),
             depth_max: config.queue_depth,
             group_bytes_max: config.group_bytes_max,
+            len: std::sync::atomic::AtomicUsize::new(0),
         });
         let (to_syncer, from_writer) = std::sync::mpsc::sync_channel(SYNC_PIPELINE_GROUPS);
         let (syncer_shared, sync) = (shared.clone(), config.sync);
@@ -257,10 +263,10 @@ impl Journal {
         }
     }
 
-    /// Whether a record can be queued now without waiting for room.
+    /// Whether a record can be queued now without waiting for room (a hint, read without
+    /// the queue's lock).
     pub fn has_room(&self) -> bool {
-        let st = self.queue.state.lock().expect("journal queue lock");
-        st.items.len() < self.queue.depth_max
+        self.queue.len.load(std::sync::atomic::Ordering::Relaxed) < self.queue.depth_max
     }
 
     /// Runs `done` once every record queued before this call is durable.
@@ -655,6 +661,7 @@ mod tests {
             room: Condvar::new(),
             depth_max: 1000,
             group_bytes_max,
+            len: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
