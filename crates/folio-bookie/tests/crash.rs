@@ -56,13 +56,7 @@ impl Model {
 }
 
 fn seeds() -> Vec<u64> {
-    match std::env::var("FOLIO_CRASH_SEEDS") {
-        Ok(s) => match s.split_once("..") {
-            Some((a, b)) => (a.parse().unwrap()..b.parse().unwrap()).collect(),
-            None => s.split(',').map(|x| x.trim().parse().unwrap()).collect(),
-        },
-        Err(_) => (0..40).collect(),
-    }
+    seeds_from_env("FOLIO_CRASH_SEEDS", 0..40)
 }
 
 fn verify(s: &Storage, m: &Model, seed: u64) {
@@ -301,13 +295,7 @@ fn d1_damage_inside_the_last_journal_file_is_not_taken_for_a_torn_tail() {
     drop(s);
     fs.crash(CrashPlan::LoseAllUnsynced);
     let jdir = std::path::Path::new("/data/journal");
-    let last = {
-        use folio_bookie::fs::FileSystem;
-        let mut names: Vec<String> =
-            fs.list_dir(jdir).unwrap().into_iter().filter(|n| n.ends_with(".jnl")).collect();
-        names.sort();
-        names.pop().unwrap()
-    };
+    let last = last_file(&fs, jdir, ".jnl");
     // The third entry's record: acknowledged, with seventeen more acknowledged after it.
     let bytes = fs.contents(&jdir.join(&last)).unwrap();
     let at = bytes.windows(300).position(|w| w == [2u8; 300]).expect("entry 2 in the file");
@@ -335,13 +323,7 @@ fn d1_damage_inside_an_unsealed_entry_log_refuses_to_start_and_says_where() {
     drop(s);
     fs.crash(CrashPlan::LoseAllUnsynced);
     let ldir = std::path::Path::new("/data/ledgers/entrylogs");
-    let log = {
-        use folio_bookie::fs::FileSystem;
-        let mut names: Vec<String> =
-            fs.list_dir(ldir).unwrap().into_iter().filter(|n| n.ends_with(".log")).collect();
-        names.sort();
-        names.pop().expect("an entry log")
-    };
+    let log = last_file(&fs, ldir, ".log");
     let bytes = fs.contents(&ldir.join(&log)).unwrap();
     let at = bytes.windows(500).position(|w| w == [3u8; 500]).expect("entry 3 in the log");
     fs.corrupt(&ldir.join(&log), at + 100, b"\xff\x00");

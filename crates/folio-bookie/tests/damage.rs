@@ -27,13 +27,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 fn seeds() -> Vec<u64> {
-    match std::env::var("FOLIO_DAMAGE_SEEDS") {
-        Ok(s) => match s.split_once("..") {
-            Some((a, b)) => (a.parse().unwrap()..b.parse().unwrap()).collect(),
-            None => s.split(',').map(|x| x.trim().parse().unwrap()).collect(),
-        },
-        Err(_) => (0..80).collect(),
-    }
+    seeds_from_env("FOLIO_DAMAGE_SEEDS", 0..80)
 }
 
 /// The journal files and entry logs on `fs`.

@@ -83,3 +83,23 @@ pub fn set_lac(s: &Storage, ledger_id: u64, lac: i64) -> Result<()> {
 pub fn raw(e: &Entry) -> Bytes {
     e.as_bytes().clone()
 }
+
+/// The seeds named by environment variable `var` (`a..b` or `a,b,c`), else `default`.
+pub fn seeds_from_env(var: &str, default: std::ops::Range<u64>) -> Vec<u64> {
+    match std::env::var(var) {
+        Ok(s) => match s.split_once("..") {
+            Some((a, b)) => (a.parse().unwrap()..b.parse().unwrap()).collect(),
+            None => s.split(',').map(|x| x.trim().parse().unwrap()).collect(),
+        },
+        Err(_) => default.collect(),
+    }
+}
+
+/// The last (highest-named) file of `dir` on `fs` whose name ends with `ext`.
+pub fn last_file(fs: &FaultFs, dir: &Path, ext: &str) -> String {
+    use folio_bookie::fs::FileSystem;
+    let mut names: Vec<String> =
+        fs.list_dir(dir).unwrap().into_iter().filter(|n| n.ends_with(ext)).collect();
+    names.sort();
+    names.pop().unwrap_or_else(|| panic!("no {ext} file in {}", dir.display()))
+}
