@@ -435,15 +435,6 @@ async fn l3_a_controller_killed_mid_pass_is_finished_by_the_next() {
     assert!(trashed.len() >= on_b3.len(), "every written partition's ledgers: {trashed:?}");
 }
 
-/// Waits until `cond` holds, failing the test with `what` after `within`.
-async fn eventually(within: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !cond() {
-        assert!(Instant::now() < deadline, "{what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// L1 in a cluster: exactly one broker runs the trash deleter, the controller; when the
 /// controller dies, the next one takes the deleter over and empties the trash.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,26 +11,15 @@
 mod common;
 
 use common::*;
-use kafka_protocol::messages::offset_commit_request::{
-    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
-};
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
 use std::time::Duration;
 
 use folio_broker::limits::Limit;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Polls `cond` until it holds (the broker has no event for what these tests watch);
-/// fails after 20 s.
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(tokio::time::Instant::now() < give_up, "never happened: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+/// How long a test waits for what it polls.
+const WITHIN: Duration = Duration::from_secs(20);
 
 /// Waits for the broker to close `s` (reads until end of stream or a reset).
 async fn closed_by_broker(s: &mut TcpStream) {
@@ -82,7 +71,7 @@ async fn a_huge_declared_length_trickled_in_holds_one_step_and_is_closed() {
     let mut attacker = TcpStream::connect(addr).await.unwrap();
     attacker.write_all(&(90i32 << 20).to_be_bytes()).await.unwrap();
     attacker.write_all(&[0u8; 100]).await.unwrap();
-    eventually("the broker reserves the first step", || s.broker.bytes_held() > 0).await;
+    eventually(WITHIN, "the broker reserves the first step", || s.broker.bytes_held() > 0).await;
     assert!(s.broker.bytes_held() <= 64 * 1024, "held {}", s.broker.bytes_held());
     still_served(addr).await;
     for _ in 0..3 {
@@ -93,7 +82,7 @@ async fn a_huge_declared_length_trickled_in_holds_one_step_and_is_closed() {
     }
     closed_by_broker(&mut attacker).await;
     assert_eq!(s.broker.metrics().limit_hits(Limit::RequestReadTimeout), 1);
-    eventually("the held bytes come back", || s.broker.bytes_held() == 0).await;
+    eventually(WITHIN, "the held bytes come back", || s.broker.bytes_held() == 0).await;
     // Above request_bytes_max: closed at once, nothing reserved.
     let mut attacker = TcpStream::connect(addr).await.unwrap();
     attacker.write_all(&i32::MAX.to_be_bytes()).await.unwrap();
@@ -184,7 +173,7 @@ async fn pipelining_without_reading_is_bounded_and_closed() {
     // Fetches until the answers fill the socket buffers and one waits too long.
     let flood = tokio::spawn(async move { while wr.write_all(&frames).await.is_ok() {} });
     let budget = 2 * 1024 * 1024;
-    eventually("the reply write timeout closes the attacker", || {
+    eventually(WITHIN, "the reply write timeout closes the attacker", || {
         assert!(s.broker.bytes_held() <= budget);
         s.broker.metrics().limit_hits(Limit::ReplyWriteTimeout) == 1
     })
@@ -201,7 +190,7 @@ async fn pipelining_without_reading_is_bounded_and_closed() {
             break;
         }
     }
-    eventually("the held bytes come back", || s.broker.bytes_held() == 0).await;
+    eventually(WITHIN, "the held bytes come back", || s.broker.bytes_held() == 0).await;
 }
 
 /// Fetch `max_bytes` of 0 (read as "no limit" before) or far above the cap gets at most
@@ -279,18 +268,7 @@ async fn a_group_id_cannot_forge_metrics_samples() {
     create(&mut c, "m").await;
     produce(&mut c, "m", batch(3, 1)).await;
     let evil = "g\",topic=\"x\",partition=\"0\"} 1\nfolio_injected{a=\"b";
-    let req = OffsetCommitRequest::default()
-        .with_group_id(GroupId(StrBytes::from_static_str(evil)))
-        .with_generation_id_or_member_epoch(-1)
-        .with_topics(vec![
-            OffsetCommitRequestTopic::default()
-                .with_name(TopicName(StrBytes::from_static_str("m")))
-                .with_partitions(vec![
-                    OffsetCommitRequestPartition::default()
-                        .with_partition_index(0)
-                        .with_committed_offset(1),
-                ]),
-        ]);
+    let req = offset_commit_req(evil.to_string(), "m", 1);
     let r: OffsetCommitResponse = c.call(ApiKey::OffsetCommit, 7, &req).await;
     assert_eq!(r.topics[0].partitions[0].error_code, 0);
     let text = s.broker.render_metrics();
@@ -313,20 +291,7 @@ async fn an_offset_commit_with_a_huge_group_id_is_refused_and_the_store_keeps_wo
         )
         .await;
     assert_eq!(r.topics[0].error_code, 0);
-    let commit = |group: String| {
-        OffsetCommitRequest::default()
-            .with_group_id(GroupId(StrBytes::from_string(group)))
-            .with_generation_id_or_member_epoch(-1)
-            .with_topics(vec![
-                OffsetCommitRequestTopic::default()
-                    .with_name(TopicName(StrBytes::from_static_str("t")))
-                    .with_partitions(vec![
-                        OffsetCommitRequestPartition::default()
-                            .with_partition_index(0)
-                            .with_committed_offset(1),
-                    ]),
-            ])
-    };
+    let commit = |group: String| offset_commit_req(group, "t", 1);
     let r: OffsetCommitResponse =
         c.call(ApiKey::OffsetCommit, 7, &commit("/".repeat(30_000))).await;
     assert_eq!(r.topics[0].partitions[0].error_code, folio_broker::errors::INVALID_GROUP_ID);

@@ -615,9 +615,6 @@ async fn a_group_joins_syncs_commits_and_reports_lag() {
 #[tokio::test]
 async fn committed_offsets_survive_the_coordinator_moving() {
     use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
-    use kafka_protocol::messages::offset_commit_request::{
-        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
-    };
     use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
     let tune = |id: i32| {
         move |c: &mut folio_broker::BrokerConfig| {
@@ -652,18 +649,7 @@ async fn committed_offsets_survive_the_coordinator_moving() {
         }
     }
     let g = || GroupId(StrBytes::from_string(group.clone()));
-    let commit = OffsetCommitRequest::default()
-        .with_group_id(g())
-        .with_generation_id_or_member_epoch(-1)
-        .with_topics(vec![
-            OffsetCommitRequestTopic::default()
-                .with_name(TopicName(StrBytes::from_static_str("mv")))
-                .with_partitions(vec![
-                    OffsetCommitRequestPartition::default()
-                        .with_partition_index(0)
-                        .with_committed_offset(42),
-                ]),
-        ]);
+    let commit = offset_commit_req(g().0.to_string(), "mv", 42);
     let r: OffsetCommitResponse = c1.call(ApiKey::OffsetCommit, 7, &commit).await;
     assert_eq!(r.topics[0].partitions[0].error_code, 0);
     let mut c2 = Conn::open(b2.addr()).await;

@@ -177,3 +177,39 @@ pub fn fetch_req(
                 ]),
         ])
 }
+
+/// Waits until `cond` holds (for what no event tells), failing the test with `what` after
+/// `within`.
+pub async fn eventually(within: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + within;
+    while !cond() {
+        assert!(tokio::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// An OffsetCommit of `offset` for partition 0 of `topic` by `group`, outside any
+/// generation.
+pub fn offset_commit_req(
+    group: String,
+    topic: &str,
+    offset: i64,
+) -> kafka_protocol::messages::OffsetCommitRequest {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{GroupId, OffsetCommitRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group)))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partitions(vec![
+                    OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(offset),
+                ]),
+        ])
+}
