@@ -23,8 +23,7 @@ use folio_broker::client::{
     KafkaConn, create_topics_request, delete_topics_request, produce_request,
 };
 use folio_broker::{Broker, BrokerConfig};
-use folio_log::{LogEnv, TrashConfig, WallClock};
-use folio_meta::keys::Keys;
+use folio_log::TrashConfig;
 use folio_meta::list_all;
 use kafka_protocol::messages::{
     ApiKey, CreateTopicsResponse, DeleteTopicsResponse, ProduceResponse,
@@ -94,13 +93,7 @@ async fn run_async(args: Args) -> Result<(), String> {
         .map(|i| tmp.path().join("cluster").join(format!("bookie-{i}")).join("ledgers/entrylogs"))
         .collect();
     let entry_log_bytes = || log_dirs.iter().map(|d| super::files_bytes(d)).sum::<u64>();
-    let env = LogEnv {
-        meta: meta.clone(),
-        client,
-        keys: Keys::default(),
-        clock: Arc::new(WallClock),
-        owner: "bench".into(),
-    };
+    let env = super::log_env(meta.clone(), client);
     let config = BrokerConfig {
         // The broker (the controller) runs the trash deleter.
         trash: Some(TrashConfig { interval: trash_interval, ..TrashConfig::default() }),

@@ -29,8 +29,6 @@ use bytes::Bytes;
 use folio_broker::client::{KafkaConn, create_topics_request, encode_request, produce_request};
 use folio_broker::limits::Limit;
 use folio_broker::{Broker, BrokerConfig};
-use folio_log::{LogEnv, WallClock};
-use folio_meta::keys::Keys;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use rand::rngs::SmallRng;
@@ -82,13 +80,7 @@ async fn run_async(args: Args) -> Result<(), String> {
         super::ledger::cluster_tuned(&tmp.path().join("cluster"), 1, |_| {}).await?;
     let caches = folio_bookie::config::StorageConfig::new(".");
     let caches_bytes = caches.write_cache_bytes + caches.read_cache_bytes;
-    let env = LogEnv {
-        meta,
-        client,
-        keys: Keys::default(),
-        clock: Arc::new(WallClock),
-        owner: "bench".into(),
-    };
+    let env = super::log_env(meta, client);
     let mut config =
         BrokerConfig { listen: "127.0.0.1:0".parse().expect("address"), ..BrokerConfig::default() };
     for l in &args.limits {

@@ -13,14 +13,12 @@
 //! (needs `pip install confluent-kafka`).
 
 use std::process::Command;
-use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use folio_broker::{Broker, BrokerConfig};
 use folio_client::CreateOptions;
-use folio_log::{LogEnv, WallClock};
-use folio_meta::keys::Keys;
+use folio_log::LogEnv;
 
 use super::ledger::{cluster, measure};
 
@@ -75,13 +73,7 @@ async fn run_async(args: Args) -> Result<(), String> {
     );
 
     let client2 = client.clone();
-    let env = LogEnv {
-        meta,
-        client,
-        keys: Keys::default(),
-        clock: Arc::new(WallClock),
-        owner: "bench".into(),
-    };
+    let env = super::log_env(meta, client);
     let lease_ttl = Duration::from_secs(5);
     let config = |node_id| BrokerConfig {
         node_id,

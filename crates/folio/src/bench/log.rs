@@ -11,8 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use folio_client::CreateOptions;
-use folio_log::{LogConfig, LogEnv, ManagedLog, Trash, TrashConfig, WallClock};
-use folio_meta::keys::Keys;
+use folio_log::{LogConfig, ManagedLog, Trash, TrashConfig};
 
 use super::ledger::{cluster, measure};
 use super::{MIB, pct};
@@ -61,13 +60,7 @@ async fn run_async(args: Args) -> Result<(), String> {
     // 1. Throughput.
     let (client, bookies, meta) = cluster(&tmp.path().join("three"), 3).await?;
     let (entry_bytes, inflight) = (1024usize, 256usize);
-    let env = LogEnv {
-        meta,
-        client: client.clone(),
-        keys: Keys::default(),
-        clock: Arc::new(WallClock),
-        owner: "bench".into(),
-    };
+    let env = super::log_env(meta, client.clone());
     let log = ManagedLog::open_or_create(env.clone(), "bench/0", LogConfig::default())
         .await
         .map_err(e)?;
@@ -107,13 +100,7 @@ async fn run_async(args: Args) -> Result<(), String> {
 
     // 2. Trim and reclaim N ledgers (one bookie: the metadata work is what is measured).
     let (client, bookies, meta) = cluster(&tmp.path().join("one"), 1).await?;
-    let env = LogEnv {
-        meta,
-        client,
-        keys: Keys::default(),
-        clock: Arc::new(WallClock),
-        owner: "bench".into(),
-    };
+    let env = super::log_env(meta, client);
     let config =
         LogConfig { rollover_entries: 1, retention_time: None, ..LogConfig::for_bookies(1) };
     let log = ManagedLog::open_or_create(env.clone(), "reclaim/0", config).await.map_err(e)?;

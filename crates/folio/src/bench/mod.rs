@@ -150,6 +150,21 @@ where
     Ok((start.elapsed().as_secs_f64(), lat))
 }
 
+/// The managed-log environment a benchmark's logs and brokers run in: `meta` and `client`,
+/// default keys, the wall clock, owner "bench".
+pub(crate) fn log_env(
+    meta: std::sync::Arc<dyn folio_meta::MetadataStore>,
+    client: folio_client::LedgerClient,
+) -> folio_log::LogEnv {
+    folio_log::LogEnv {
+        meta,
+        client,
+        keys: folio_meta::keys::Keys::default(),
+        clock: std::sync::Arc::new(folio_log::WallClock),
+        owner: "bench".into(),
+    }
+}
+
 /// A temporary directory inside `dir` (on the disk being measured), removed afterwards.
 pub(crate) fn temp_dir(dir: &std::path::Path, prefix: &str) -> Result<tempfile::TempDir, String> {
     tempfile::Builder::new()
