@@ -178,8 +178,7 @@ impl Broker {
                 config.default_replication, config.replication_max
             ));
         }
-        let listener = TcpListener::bind(config.listen)
-            .await
+        let listener = listen(config.listen, &config.limits)
             .map_err(|e| format!("binding the Kafka listener on {}: {e}", config.listen))?;
         let addr = listener.local_addr().map_err(|e| format!("listener address: {e}"))?;
         let advertised = match &config.advertised {
@@ -656,4 +655,24 @@ async fn run_audits(inner: Arc<Inner>, every: Duration) {
             Err(e) => tracing::warn!(error = %e, "audit failed; the next one retries"),
         }
     }
+}
+
+/// Connections waiting to be accepted (the kernel's listen backlog).
+const LISTEN_BACKLOG: u32 = 1024;
+
+/// Binds the Kafka listener. Its send buffer size (`send_buffer_bytes`) is inherited by
+/// every connection it accepts.
+fn listen(addr: SocketAddr, limits: &ListenerLimits) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    if limits.send_buffer_bytes > 0 {
+        let bytes = u32::try_from(limits.send_buffer_bytes).map_err(std::io::Error::other)?;
+        socket.set_send_buffer_size(bytes)?;
+    }
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }

@@ -52,6 +52,12 @@ pub struct ListenerLimits {
     pub auto_create_per_minute_max: usize,
     /// `client.id` bytes; longer ones close the connection. 1024.
     pub client_id_bytes_max: usize,
+    /// `socket.send.buffer.bytes`: the kernel's send buffer of each connection (0: the
+    /// operating system's autotuned default). Bounds how many answers a client that does
+    /// not read can have queued beyond `inflight_per_connection`: with several MiB of
+    /// autotuned buffer, tens of thousands of small answers, so a non-reading client could
+    /// keep the broker busy for free. 100 KiB.
+    pub send_buffer_bytes: usize,
 }
 
 impl Default for ListenerLimits {
@@ -71,12 +77,13 @@ impl Default for ListenerLimits {
             auto_create_per_request_max: 16,
             auto_create_per_minute_max: 120,
             client_id_bytes_max: 1024,
+            send_buffer_bytes: 100 * 1024,
         }
     }
 }
 
 /// The names [`ListenerLimits::set`] takes (durations in milliseconds).
-pub const NAMES: [&str; 14] = [
+pub const NAMES: [&str; 15] = [
     "request_bytes_max",
     "connection_bytes_max",
     "process_bytes_max",
@@ -91,6 +98,7 @@ pub const NAMES: [&str; 14] = [
     "auto_create_per_request_max",
     "auto_create_per_minute_max",
     "client_id_bytes_max",
+    "send_buffer_bytes",
 ];
 
 impl ListenerLimits {
@@ -116,6 +124,7 @@ impl ListenerLimits {
             "auto_create_per_request_max" => self.auto_create_per_request_max = size,
             "auto_create_per_minute_max" => self.auto_create_per_minute_max = size,
             "client_id_bytes_max" => self.client_id_bytes_max = size,
+            "send_buffer_bytes" => self.send_buffer_bytes = size,
             _ => {
                 return Err(format!(
                     "unknown limit {name:?}; the limits are: {}",
@@ -150,6 +159,9 @@ impl ListenerLimits {
                 "process_bytes_max ({}) must be at least connection_bytes_max ({})",
                 self.process_bytes_max, self.connection_bytes_max
             ));
+        }
+        if self.send_buffer_bytes > i32::MAX as usize / 2 {
+            return Err("send_buffer_bytes must be below 1 GiB".into());
         }
         if self.request_bytes_max > u32::MAX as usize / 2 {
             return Err("request_bytes_max must be below 2 GiB".into());

@@ -382,6 +382,18 @@ pub(crate) fn ready(r: Result<Option<Bytes>, String>) -> Pending {
     tokio::spawn(async move { r })
 }
 
+/// Starts the work of an answer. The future is boxed: a finished task keeps its cell
+/// until its answer is written, and the cell of an unboxed future is as large as the
+/// future's state (kilobytes for a Fetch), so a client that pipelines requests and never
+/// reads its answers would pin that much per queued answer (`inflight_per_connection` of
+/// them per connection) outside every byte budget. Boxed, the state is freed when the
+/// work ends and only the encoded answer stays.
+pub(crate) fn spawn_answer(
+    work: impl std::future::Future<Output = Result<Option<Bytes>, String>> + Send + 'static,
+) -> Pending {
+    tokio::spawn(Box::pin(work))
+}
+
 /// Frames an answer: size, response header (at the API's header version), body.
 pub(crate) fn encode_response<R: Encodable>(
     key: ApiKey,

@@ -146,7 +146,7 @@ fn run<H: Handler>(
     let req = H::Request::decode(&mut body, version)
         .map_err(|e| format!("{:?} v{version}: malformed request: {e}", H::KEY))?;
     let inner = inner.clone();
-    Ok(tokio::spawn(async move {
+    Ok(crate::server::spawn_answer(async move {
         let resp = if supported(H::KEY, version) {
             REQUEST.scope(scope, H::handle(inner.clone(), version, req)).await
         } else {

@@ -253,7 +253,7 @@ pub(crate) async fn start(
     let inner = inner.clone();
     let timeout = (req.timeout_ms > 0).then(|| Duration::from_millis(req.timeout_ms as u64));
     if acks == 0 {
-        return Ok(tokio::spawn(async move {
+        return Ok(crate::server::spawn_answer(async move {
             let resp = settle(&inner, topics, timeout).await;
             let code = first_error(partition_codes(&resp));
             inner.metrics.request(ApiKey::Produce, code);
@@ -269,7 +269,7 @@ pub(crate) async fn start(
         inner.metrics.request(ApiKey::Produce, errors::UNSUPPORTED_VERSION);
         return Ok(ready(encode_response(ApiKey::Produce, version, correlation, &resp).map(Some)));
     }
-    Ok(tokio::spawn(async move {
+    Ok(crate::server::spawn_answer(async move {
         let resp = settle(&inner, topics, timeout).await;
         inner.metrics.request(ApiKey::Produce, first_error(partition_codes(&resp)));
         inner.metrics.produce_latency.observe(received.elapsed());
