@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -101,6 +102,9 @@ impl Default for BrokerConfig {
 pub(crate) struct Partition {
     pub log: ManagedLog,
     pub producers: Mutex<Producers>,
+    /// When a request last used it (`LogEnv::now_ms`): idle and least recently used
+    /// partitions are closed (`partition_idle_timeout`, `partitions_open_max`).
+    last_used_ms: AtomicU64,
 }
 
 impl Partition {
@@ -247,6 +251,7 @@ impl Broker {
         ));
         tokio::spawn(release_moved(inner.clone()));
         tokio::spawn(refresh_topics(inner.clone()));
+        tokio::spawn(close_idle_partitions(inner.clone()));
         tokio::spawn(crate::deletion::run(inner.clone()));
         if let Some(every) = inner.config.audit_interval {
             tokio::spawn(run_audits(inner.clone(), every));
@@ -261,6 +266,11 @@ impl Broker {
 
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
+    }
+
+    /// Partition logs open on this broker now (at most `limits.partitions_open_max`).
+    pub fn partitions_open(&self) -> usize {
+        self.inner.partitions_open()
     }
 
     /// Request and answer bytes all connections hold now (at most
@@ -283,6 +293,11 @@ impl Broker {
         let _ = writeln!(
             out,
             "# HELP folio_kafka_bytes_held Request and answer bytes connections hold now (limit: process_bytes_max + answer_bytes_max).\n# TYPE folio_kafka_bytes_held gauge\nfolio_kafka_bytes_held {held}"
+        );
+        let _ = writeln!(
+            out,
+            "# HELP folio_kafka_partitions_open Partition logs open here (limit: partitions_open_max).\n# TYPE folio_kafka_partitions_open gauge\nfolio_kafka_partitions_open {}",
+            self.partitions_open()
         );
         out.push_str("# HELP folio_kafka_group_members Members of a group this broker coordinates.\n# TYPE folio_kafka_group_members gauge\n");
         let groups = self.inner.groups.snapshot();
@@ -426,7 +441,25 @@ impl Inner {
                 topic.name, owner.node_id
             )));
         }
-        let cell = self.logs.lock().expect("logs lock").entry(key).or_default().clone();
+        let (cell, evicted) = {
+            let mut logs = self.logs.lock().expect("logs lock");
+            let evicted = if logs.contains_key(&key) {
+                None
+            } else {
+                Self::make_room(&mut logs, &self.config.limits)
+            };
+            (logs.entry(key).or_default().clone(), evicted)
+        };
+        if let Some(((id, p), old)) = evicted {
+            self.metrics.limit_hit(crate::limits::Limit::PartitionsOpen);
+            self.close_cell(
+                id,
+                p,
+                old,
+                "least recently used, to open another (partitions_open_max)",
+            )
+            .await;
+        }
         let log = cell
             .get_or_try_init(|| async {
                 let tc = self.topic_config(topic);
@@ -444,6 +477,7 @@ impl Inner {
                 Ok::<_, folio_log::LogError>(Arc::new(Partition {
                     log,
                     producers: Mutex::new(producers),
+                    last_used_ms: AtomicU64::new(self.env.now_ms()),
                 }))
             })
             .await;
@@ -453,7 +487,10 @@ impl Inner {
                 self.logs.lock().expect("logs lock").remove(&key);
                 Err(p.log.unusable_error())
             }
-            Ok(p) => Ok(p.clone()),
+            Ok(p) => {
+                p.last_used_ms.fetch_max(self.env.now_ms(), Ordering::Relaxed);
+                Ok(p.clone())
+            }
             Err(e) => {
                 self.logs.lock().expect("logs lock").remove(&key);
                 Err(e)
@@ -512,14 +549,65 @@ impl Inner {
         };
         let mut closed = 0;
         for ((id, p), cell) in cells {
-            let Some(part) = cell.get() else { continue };
-            closed += 1;
-            tracing::info!(log = part.log.name(), topic_id = %id, partition = p, why, "no longer serving a partition");
-            if let Err(e) = part.log.close().await {
-                tracing::warn!(log = part.log.name(), error = %e, "closing a partition failed");
-            }
+            closed += u64::from(self.close_cell(id, p, cell, why).await);
         }
         closed
+    }
+
+    /// Closes a partition already taken out of the open set; false if it never opened.
+    async fn close_cell(&self, id: Uuid, p: i32, cell: LogCell, why: &str) -> bool {
+        let Some(part) = cell.get() else { return false };
+        tracing::info!(log = part.log.name(), topic_id = %id, partition = p, why, "no longer serving a partition");
+        if let Err(e) = part.log.close().await {
+            tracing::warn!(log = part.log.name(), error = %e, "closing a partition failed");
+        }
+        true
+    }
+
+    /// With `partitions_open_max` partitions open, takes the least recently used one out
+    /// of `logs` for the caller to close (one still opening is never taken).
+    fn make_room(
+        logs: &mut HashMap<(Uuid, i32), LogCell>,
+        limits: &ListenerLimits,
+    ) -> Option<((Uuid, i32), LogCell)> {
+        if logs.len() < limits.partitions_open_max {
+            return None;
+        }
+        let lru = logs
+            .iter()
+            .filter_map(|(k, c)| Some((*k, c.get()?.last_used_ms.load(Ordering::Relaxed))))
+            .min_by_key(|(_, used)| *used)?
+            .0;
+        logs.remove(&lru).map(|c| (lru, c))
+    }
+
+    /// Closes the partitions no request used for `partition_idle_timeout`; returns how
+    /// many it closed.
+    pub async fn close_idle_partitions(&self) -> u64 {
+        let idle = self.config.limits.partition_idle_timeout.as_millis() as u64;
+        let before = self.env.now_ms().saturating_sub(idle);
+        let idle_keys: std::collections::HashSet<(Uuid, i32)> = {
+            let logs = self.logs.lock().expect("logs lock");
+            logs.iter()
+                .filter(|(_, c)| {
+                    c.get().is_some_and(|p| p.last_used_ms.load(Ordering::Relaxed) <= before)
+                })
+                .map(|(k, _)| *k)
+                .collect()
+        };
+        if idle_keys.is_empty() {
+            return 0;
+        }
+        let closed = self
+            .close_partitions(|id, p| idle_keys.contains(&(id, p)), "idle (partition_idle_timeout)")
+            .await;
+        self.metrics.partitions_closed_idle.fetch_add(closed, Ordering::Relaxed);
+        closed
+    }
+
+    /// Partitions open here now (including those being opened).
+    pub fn partitions_open(&self) -> usize {
+        self.logs.lock().expect("logs lock").len()
     }
 
     /// The open log of a partition, if this broker has opened it (no metadata access).
@@ -624,6 +712,21 @@ async fn refresh_topics(inner: Arc<Inner>) {
             Err(e) => tracing::warn!(error = %e, "re-reading topics failed"),
         }
         first = false;
+    }
+}
+
+/// Closes idle partitions, checking four times per `partition_idle_timeout` (at most
+/// every 30 s, at least every 100 ms).
+async fn close_idle_partitions(inner: Arc<Inner>) {
+    let mut shutdown = inner.shutdown.subscribe();
+    let every = (inner.config.limits.partition_idle_timeout / 4)
+        .clamp(Duration::from_millis(100), Duration::from_secs(30));
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        inner.close_idle_partitions().await;
     }
 }
 

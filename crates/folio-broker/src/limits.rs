@@ -58,6 +58,12 @@ pub struct ListenerLimits {
     /// autotuned buffer, tens of thousands of small answers, so a non-reading client could
     /// keep the broker busy for free. 100 KiB.
     pub send_buffer_bytes: usize,
+    /// Partition logs this broker keeps open at once (each holds an open ledger, its
+    /// writer and the idempotent producers' state). Opening one more closes the least
+    /// recently used (a later request reopens it: fenced, recovered, nothing lost). 10 000.
+    pub partitions_open_max: usize,
+    /// A partition nobody produced to or fetched from for this long is closed. 10 minutes.
+    pub partition_idle_timeout: Duration,
 }
 
 impl Default for ListenerLimits {
@@ -78,12 +84,14 @@ impl Default for ListenerLimits {
             auto_create_per_minute_max: 120,
             client_id_bytes_max: 1024,
             send_buffer_bytes: 100 * 1024,
+            partitions_open_max: 10_000,
+            partition_idle_timeout: Duration::from_secs(600),
         }
     }
 }
 
 /// The names [`ListenerLimits::set`] takes (durations in milliseconds).
-pub const NAMES: [&str; 15] = [
+pub const NAMES: [&str; 17] = [
     "request_bytes_max",
     "connection_bytes_max",
     "process_bytes_max",
@@ -99,6 +107,8 @@ pub const NAMES: [&str; 15] = [
     "auto_create_per_minute_max",
     "client_id_bytes_max",
     "send_buffer_bytes",
+    "partitions_open_max",
+    "partition_idle_timeout_ms",
 ];
 
 impl ListenerLimits {
@@ -125,6 +135,8 @@ impl ListenerLimits {
             "auto_create_per_minute_max" => self.auto_create_per_minute_max = size,
             "client_id_bytes_max" => self.client_id_bytes_max = size,
             "send_buffer_bytes" => self.send_buffer_bytes = size,
+            "partitions_open_max" => self.partitions_open_max = size,
+            "partition_idle_timeout_ms" => self.partition_idle_timeout = ms,
             _ => {
                 return Err(format!(
                     "unknown limit {name:?}; the limits are: {}",
@@ -144,6 +156,8 @@ impl ListenerLimits {
             ("connections_per_address_max", self.connections_per_address_max),
             ("fetch_bytes_max", self.fetch_bytes_max),
             ("answer_bytes_max", self.answer_bytes_max),
+            ("partitions_open_max", self.partitions_open_max),
+            ("partition_idle_timeout_ms", self.partition_idle_timeout.as_millis() as usize),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} must be positive"));
@@ -185,10 +199,12 @@ pub enum Limit {
     ClientId,
     /// A name above its limit (a group id above `group::GROUP_ID_BYTES_MAX`).
     Names,
+    /// A partition closed to open another (`partitions_open_max`).
+    PartitionsOpen,
 }
 
 impl Limit {
-    pub const ALL: [Limit; 11] = [
+    pub const ALL: [Limit; 12] = [
         Limit::RequestBytes,
         Limit::Connections,
         Limit::ConnectionsPerAddress,
@@ -200,6 +216,7 @@ impl Limit {
         Limit::AutoCreatePerMinute,
         Limit::ClientId,
         Limit::Names,
+        Limit::PartitionsOpen,
     ];
 
     /// The label value.
@@ -216,6 +233,7 @@ impl Limit {
             Limit::AutoCreatePerMinute => "auto_create_per_minute",
             Limit::ClientId => "client_id",
             Limit::Names => "names",
+            Limit::PartitionsOpen => "partitions_open",
         }
     }
 }

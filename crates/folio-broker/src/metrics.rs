@@ -88,6 +88,9 @@ pub struct Metrics {
     pub partitions_opened: AtomicU64,
     /// Partitions it closed because they moved to another broker.
     pub partitions_released: AtomicU64,
+    /// Partitions closed for being idle (`partition_idle_timeout`) or least recently used
+    /// (`partitions_open_max`).
+    pub partitions_closed_idle: AtomicU64,
     /// Topics whose data this broker (as controller) deleted.
     pub topics_deleted: AtomicU64,
     /// Controller deletion passes that failed (a bookie or the metadata store unreachable:
@@ -176,6 +179,12 @@ impl Metrics {
                 "Partitions closed here because they moved to another broker.",
                 counter,
                 &self.partitions_released,
+            ),
+            (
+                "folio_kafka_partitions_closed_idle_total",
+                "Partitions closed here for being idle or least recently used (partition_idle_timeout, partitions_open_max).",
+                counter,
+                &self.partitions_closed_idle,
             ),
             (
                 "folio_kafka_topic_deletions_requested_total",

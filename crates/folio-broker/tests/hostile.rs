@@ -311,3 +311,71 @@ async fn an_offset_commit_with_a_huge_group_id_is_refused_and_the_store_keeps_wo
     let r: OffsetCommitResponse = c.call(ApiKey::OffsetCommit, 7, &commit("/".repeat(limit))).await;
     assert_eq!(r.topics[0].partitions[0].error_code, 0, "a group id of {limit} '/' is fine");
 }
+
+/// Produces `b` to `partition` of `topic`, returning its base offset.
+async fn produce_to(c: &mut Conn, topic: &str, partition: i32, b: Vec<u8>) -> i64 {
+    let req = folio_broker::client::produce_request(topic, partition, b.into(), -1);
+    let r: ProduceResponse = c.call(ApiKey::Produce, 9, &req).await;
+    let p = &r.responses[0].partition_responses[0];
+    assert_eq!(p.error_code, 0, "produce to {topic}/{partition}");
+    p.base_offset
+}
+
+/// The base offsets of the batches in `partition` of `topic`, from offset 0.
+async fn fetch_offsets(c: &mut Conn, topic: &str, partition: i32) -> Vec<i64> {
+    let mut req = fetch_req(topic, uuid::Uuid::nil(), 0);
+    req.topics[0].partitions[0].partition = partition;
+    let r: FetchResponse = c.call(ApiKey::Fetch, 12, &req).await;
+    let p = &r.responses[0].partitions[0];
+    assert_eq!(p.error_code, 0, "fetch from {topic}/{partition}");
+    base_offsets(&p.records.clone().unwrap_or_default())
+}
+
+/// A client touching more partitions than `partitions_open_max` cannot make the broker
+/// keep them all open: opening one more closes the least recently used, which reopens
+/// on its next use with nothing lost (D1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_partitions_are_limited_and_the_least_recently_used_closes_d1() {
+    let s = start(1, |c| c.limits.partitions_open_max = 2).await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    let r: CreateTopicsResponse = c
+        .call(
+            ApiKey::CreateTopics,
+            7,
+            &folio_broker::client::create_topics_request(&["p".into()], 3),
+        )
+        .await;
+    assert_eq!(r.topics[0].error_code, 0);
+    for p in 0..3 {
+        assert_eq!(produce_to(&mut c, "p", p, batch(2, 1)).await, 0);
+        assert!(s.broker.partitions_open() <= 2);
+    }
+    // Partition 0 was the least recently used when 2 opened: closed, then reopened here.
+    assert_eq!(s.broker.metrics().limit_hits(Limit::PartitionsOpen), 1);
+    assert_eq!(produce_to(&mut c, "p", 0, batch(2, 1)).await, 2);
+    assert_eq!(fetch_offsets(&mut c, "p", 0).await, [0, 2]);
+    for p in 1..3 {
+        assert_eq!(fetch_offsets(&mut c, "p", p).await, [0]);
+    }
+    assert_eq!(s.broker.partitions_open(), 2);
+    assert!(s.broker.metrics().limit_hits(Limit::PartitionsOpen) >= 3);
+    assert!(s.broker.render_metrics().contains("folio_kafka_partitions_open 2"));
+}
+
+/// Partitions nobody uses for `partition_idle_timeout` are closed; their next use
+/// reopens them with nothing lost (D1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_partitions_are_closed_and_reopen_on_use_d1() {
+    let s = start(1, |c| c.limits.partition_idle_timeout = Duration::from_millis(300)).await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    create(&mut c, "idle").await;
+    produce(&mut c, "idle", batch(3, 1)).await;
+    let broker = &s.broker;
+    eventually(WITHIN, "the idle partition closes", || broker.partitions_open() == 0).await;
+    assert_eq!(
+        s.broker.metrics().partitions_closed_idle.load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    assert_eq!(produce_to(&mut c, "idle", 0, batch(1, 1)).await, 3);
+    assert_eq!(fetch_offsets(&mut c, "idle", 0).await, [0, 3]);
+}
