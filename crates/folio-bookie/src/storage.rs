@@ -190,6 +190,7 @@ impl Storage {
             fs.create_dir_all(d)
                 .map_err(|e| StorageError::io(format!("creating {}", d.display()), e))?;
         }
+        check_index_checkpoint(fs.as_ref(), kv.as_ref(), &config.journal_dir)?;
         let mut recovery = RecoveryReport::default();
         let ledgers = load_ledgers(kv.as_ref())?;
         recovery.n_ledgers = ledgers.len();
@@ -227,6 +228,14 @@ impl Storage {
         )?;
         let mark = journal.written_mark();
         inner.journal.set(journal).expect("journal set once");
+        // The index learns the checkpoint before the journal's file does (index::META_CHECKPOINT).
+        let mut b = KvBatch::default();
+        b.put(
+            Table::Meta,
+            index::META_CHECKPOINT.to_vec(),
+            journal::format::encode_checkpoint(mark).to_vec(),
+        );
+        inner.kv.commit(b)?;
         journal::write_checkpoint(inner.fs.as_ref(), &inner.config.journal_dir, mark)?;
         inner.journal().release_before(mark.file_id);
         inner.flush.lock().expect("flush lock").last_mark = Some(mark);
@@ -1203,6 +1212,13 @@ impl Inner {
             index::META_NEXT_LOG_ID.to_vec(),
             flush.next_log_id.to_le_bytes().to_vec(),
         );
+        if let (Some(m), Some(_)) = (mark, self.journal.get()) {
+            batch.put(
+                Table::Meta,
+                index::META_CHECKPOINT.to_vec(),
+                journal::format::encode_checkpoint(m).to_vec(),
+            );
+        }
         self.kv.commit(batch)?;
         if let (Some(m), Some(journal)) = (mark, self.journal.get()) {
             journal::write_checkpoint(self.fs.as_ref(), &self.config.journal_dir, m)?;
@@ -1321,6 +1337,43 @@ impl Inner {
         }
         Ok(flush.writer.as_mut().expect("just ensured"))
     }
+}
+
+/// The index must hold every flush up to the journal's checkpoint file (see
+/// `index::META_CHECKPOINT`). Checked before anything is written at open; an index from
+/// before that record (it has a next log id and no record) passes.
+fn check_index_checkpoint(fs: &dyn FileSystem, kv: &dyn KvStore, dir: &Path) -> Result<()> {
+    let Some(file_mark) = journal::read_checkpoint(fs, dir)? else {
+        return Ok(());
+    };
+    let lost = |held: String| {
+        StorageError::corruption(
+            format!(
+                "index (its files under the ledger dir's index/), checked against {}",
+                dir.join("checkpoint").display()
+            ),
+            format!(
+                "the index lost committed flushes: it holds {held}, the journal's checkpoint says {file_mark:?} (the journal files that would replay the rest are gone); the index is damaged"
+            ),
+        )
+    };
+    let Some(v) = kv.get(Table::Meta, index::META_CHECKPOINT)? else {
+        // Every open commits the next log id before the journal's first checkpoint: an
+        // index without one lost everything; one with it predates the record.
+        if kv.get(Table::Meta, index::META_NEXT_LOG_ID)?.is_none() {
+            return Err(lost("no flush at all".into()));
+        }
+        tracing::warn!(
+            "the index has no checkpoint record yet (written by older versions); the next flush writes one"
+        );
+        return Ok(());
+    };
+    let index_mark = journal::format::decode_checkpoint(&v)
+        .map_err(|d| StorageError::corruption("index: checkpoint record", d))?;
+    if index_mark < file_mark {
+        return Err(lost(format!("the flushes up to journal position {index_mark:?}")));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

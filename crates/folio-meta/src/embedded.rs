@@ -9,7 +9,13 @@
 //!         "lease_next"        → i64
 //!         "lease/" ‖ id BE    → ttl_ms u64
 //!         "id/" ‖ name        → u64      the last id handed out
+//!         "commits"           → u64      batches committed (every write and compaction)
 //! ```
+//! Beside the database, the file `commits` holds the commit count twice (16 bytes),
+//! rewritten after every commit without an fsync. fjall drops the batches after one it
+//! cannot parse in its journal, silently; a store that opens with fewer commits than that
+//! file saw lost acknowledged writes, and refuses to open (a stale file, after a power
+//! loss, is behind, never ahead: it is written after the commit is durable).
 //! (all values little-endian). A write — put, delete, transaction, lease revoke — is one
 //! fjall batch with `SyncData` durability: it is all there after a crash or not at all.
 //! Watch history is kept for the last `events_retained` revisions; a watch from before
@@ -72,6 +78,8 @@ struct Watcher {
 
 #[derive(Debug)]
 struct State {
+    /// Batches committed (sys "commits").
+    commits: u64,
     revision: Revision,
     compacted: Revision,
     leases: HashMap<LeaseId, Lease>,
@@ -87,6 +95,18 @@ struct Inner {
     config: EmbeddedConfig,
     clock: Arc<dyn Clock>,
     state: Mutex<State>,
+    /// The `commits` file (see the module doc).
+    commits_file: Mutex<std::fs::File>,
+}
+
+/// The file beside the database that counts commits (see the module doc).
+const COMMITS_FILE: &str = "commits";
+
+/// The count the `commits` file holds, if it is whole.
+fn read_commits_file(path: &Path) -> Option<u64> {
+    let b = std::fs::read(path).ok()?;
+    let (a, c) = (u64::from_le_bytes(b.get(0..8)?.try_into().ok()?), b.get(8..16)?);
+    (c == a.to_le_bytes() && b.len() == 16).then_some(a)
 }
 
 impl std::fmt::Debug for Inner {
@@ -205,13 +225,41 @@ impl EmbeddedStore {
         config: EmbeddedConfig,
         clock: Arc<dyn Clock>,
     ) -> Result<EmbeddedStore> {
-        let db = Database::builder(dir).open().map_err(io)?;
-        let kv = db.keyspace("kv", KeyspaceCreateOptions::default).map_err(io)?;
-        let events = db.keyspace("events", KeyspaceCreateOptions::default).map_err(io)?;
-        let sys = db.keyspace("sys", KeyspaceCreateOptions::default).map_err(io)?;
+        crate::fjall_files::check_versions(dir).map_err(|detail| MetaError::Corrupt {
+            key: format!("(the store's files in {})", dir.display()),
+            detail,
+        })?;
+        let opening = |e: fjall::Error| {
+            MetaError::Io(format!("opening the metadata store in {}: {e}", dir.display()))
+        };
+        let db = Database::builder(dir).open().map_err(opening)?;
+        let kv = db.keyspace("kv", KeyspaceCreateOptions::default).map_err(opening)?;
+        let events = db.keyspace("events", KeyspaceCreateOptions::default).map_err(opening)?;
+        let sys = db.keyspace("sys", KeyspaceCreateOptions::default).map_err(opening)?;
         let get_u64 = |k: &str| -> Result<u64> {
             Ok(sys.get(k).map_err(io)?.filter(|v| v.len() == 8).map_or(0, |v| u64_at(&v, 0)))
         };
+        let commits = get_u64("commits")?;
+        let commits_path = dir.join(COMMITS_FILE);
+        if let Some(seen) = read_commits_file(&commits_path)
+            && seen > commits
+        {
+            return Err(MetaError::Corrupt {
+                key: format!("(the store's files in {})", dir.display()),
+                detail: format!(
+                    "the store in {} lost acknowledged writes: it holds {commits} commits, {} saw {seen} (its journal, {}/*.jnl, is damaged); restore it from a backup",
+                    dir.display(),
+                    commits_path.display(),
+                    dir.display()
+                ),
+            });
+        }
+        let commits_file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&commits_path)
+            .map_err(|e| MetaError::Io(format!("opening {}: {e}", commits_path.display())))?;
         let revision = get_u64("revision")?;
         let compacted = get_u64("compacted")?;
         let lease_next = (get_u64("lease_next")? as i64).max(1);
@@ -238,9 +286,18 @@ impl EmbeddedStore {
                 l.keys.insert(key);
             }
         }
-        let state = State { revision, compacted, leases, lease_next, watchers: Vec::new() };
-        let inner =
-            Arc::new(Inner { db, kv, events, sys, config, clock, state: Mutex::new(state) });
+        let state =
+            State { commits, revision, compacted, leases, lease_next, watchers: Vec::new() };
+        let inner = Arc::new(Inner {
+            db,
+            kv,
+            events,
+            sys,
+            config,
+            clock,
+            state: Mutex::new(state),
+            commits_file: Mutex::new(commits_file),
+        });
         let stop = Arc::new(AtomicBool::new(false));
         let (thread_inner, thread_stop) = (inner.clone(), stop.clone());
         let expiry = std::thread::Builder::new()
@@ -270,7 +327,7 @@ impl EmbeddedStore {
             batch.remove(&self.inner.events, event_key(rev));
         }
         batch.insert(&self.inner.sys, "compacted", upto.to_le_bytes());
-        batch.commit().map_err(io)?;
+        self.inner.commit(&mut st, batch)?;
         st.compacted = upto;
         Ok(())
     }
@@ -292,6 +349,23 @@ impl Drop for EmbeddedStore {
 }
 
 impl Inner {
+    /// Commits `batch` with the commit count, then records the count in the `commits` file
+    /// (best effort: a failure there only weakens the check at the next open).
+    fn commit(&self, st: &mut State, mut batch: fjall::OwnedWriteBatch) -> Result<()> {
+        let n = st.commits + 1;
+        batch.insert(&self.sys, "commits", n.to_le_bytes());
+        batch.commit().map_err(io)?;
+        st.commits = n;
+        let mut twice = [0u8; 16];
+        twice[..8].copy_from_slice(&n.to_le_bytes());
+        twice[8..].copy_from_slice(&n.to_le_bytes());
+        let file = self.commits_file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Err(e) = std::os::unix::fs::FileExt::write_all_at(&*file, &twice, 0) {
+            tracing::warn!(error = %e, "recording the commit count failed");
+        }
+        Ok(())
+    }
+
     /// The write state. A panic while it was held (a bug: input is checked before the lock)
     /// leaves it poisoned: from then on writes fail with a clear error naming the cause, and
     /// reads (which need no lock) go on, instead of a panic in every later caller.
@@ -375,7 +449,7 @@ impl Inner {
         }
         extra(&mut batch, &self.sys);
         if events.is_empty() {
-            batch.commit().map_err(io)?;
+            self.commit(st, batch)?;
             return Ok(st.revision);
         }
         batch.insert(&self.events, event_key(rev), encode_events(&events));
@@ -392,7 +466,7 @@ impl Inner {
         if compacted != st.compacted {
             batch.insert(&self.sys, "compacted", compacted.to_le_bytes());
         }
-        batch.commit().map_err(io)?;
+        self.commit(st, batch)?;
         st.revision = rev;
         st.compacted = compacted;
         for (key, from, to) in lease_moves {

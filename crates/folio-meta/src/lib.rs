@@ -10,8 +10,12 @@
 //! - [`records`] and [`keys`]: typed records and the key layout on top, and
 //!   [`records::update`], the compare-and-set update loop.
 //!
+//! - [`fjall_files`]: the check of fjall's version files before fjall opens them (the
+//!   embedded store's and the bookie index's).
+//!
 //! **Architecture invariant:** the trait and the records know nothing about any backend;
-//! only `embedded.rs` knows fjall and only `etcd.rs` knows etcd. This crate depends on no
+//! only `embedded.rs` (and `fjall_files.rs`, fjall's file format) knows fjall and only
+//! `etcd.rs` knows etcd. This crate depends on no
 //! other Folio crate.
 
 pub mod clock;
@@ -19,6 +23,7 @@ pub mod embedded;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod faulty;
+pub mod fjall_files;
 pub mod keys;
 pub mod records;
 mod store;

@@ -90,15 +90,17 @@ pub const INDEX_MEMTABLE_BYTES: u64 = 8 * 1024 * 1024;
 
 impl FjallKv {
     pub fn open(path: &Path) -> Result<FjallKv> {
-        let db = fjall::Database::builder(path)
-            .cache_size(INDEX_CACHE_BYTES)
-            .open()
-            .map_err(fjall_err)?;
+        folio_meta::fjall_files::check_versions(path).map_err(StorageError::Index)?;
+        let opening = |e: fjall::Error| {
+            StorageError::Index(format!("opening the index at {}: {e}", path.display()))
+        };
+        let db =
+            fjall::Database::builder(path).cache_size(INDEX_CACHE_BYTES).open().map_err(opening)?;
         let mut tables = Vec::new();
         for t in TABLES {
             let options =
                 || fjall::KeyspaceCreateOptions::default().max_memtable_size(INDEX_MEMTABLE_BYTES);
-            tables.push(db.keyspace(t.name(), options).map_err(fjall_err)?);
+            tables.push(db.keyspace(t.name(), options).map_err(opening)?);
         }
         Ok(FjallKv { db, tables })
     }

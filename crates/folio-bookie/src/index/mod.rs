@@ -68,6 +68,12 @@ pub fn ledger_location_range(ledger_id: LedgerId) -> (Vec<u8>, Vec<u8>) {
 pub const META_FLAGS: &[u8] = b"flags";
 pub const META_NEXT_LOG_ID: &[u8] = b"next_log_id";
 pub const META_ELOG_PREFIX: &[u8] = b"elog/";
+/// The journal position the last flush checkpointed (the journal's checkpoint format),
+/// committed with that flush's locations, before the journal's `checkpoint` file moves.
+/// An index whose record is behind the file lost commits (fjall drops the batches after a
+/// damaged one in its own journal): the bookie refuses to start, since the journal files
+/// that would replay them are gone.
+pub const META_CHECKPOINT: &[u8] = b"checkpoint";
 
 #[allow(clippy::big_endian_bytes)]
 pub fn elog_key(log_id: u64) -> Vec<u8> {
