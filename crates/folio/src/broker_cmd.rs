@@ -70,7 +70,9 @@ pub struct KafkaArgs {
     /// 600000 [connections.max.idle.ms], request_read_timeout_ms 30000,
     /// reply_write_timeout_ms 30000, fetch_bytes_max 55 MiB [fetch.max.bytes],
     /// auto_create_per_request_max 16, auto_create_per_minute_max 120,
-    /// client_id_bytes_max 1024.
+    /// client_id_bytes_max 1024, send_buffer_bytes 100 KiB [socket.send.buffer.bytes],
+    /// partitions_open_max 10000 (the least recently used closes to open another),
+    /// partition_idle_timeout_ms 600000.
     #[arg(long = "limit", value_name = "NAME=VALUE")]
     pub limits: Vec<String>,
 }
