@@ -371,11 +371,13 @@ async fn idle_partitions_are_closed_and_reopen_on_use_d1() {
     create(&mut c, "idle").await;
     produce(&mut c, "idle", batch(3, 1)).await;
     let broker = &s.broker;
-    eventually(WITHIN, "the idle partition closes", || broker.partitions_open() == 0).await;
-    assert_eq!(
-        s.broker.metrics().partitions_closed_idle.load(std::sync::atomic::Ordering::Relaxed),
-        1
-    );
+    // The counter moves once the close has finished (after the partition left the
+    // open set), so it is the event to wait for.
+    let closed_idle =
+        || broker.metrics().partitions_closed_idle.load(std::sync::atomic::Ordering::Relaxed);
+    eventually(WITHIN, "the idle partition closes", || closed_idle() >= 1).await;
+    assert_eq!(closed_idle(), 1);
+    assert_eq!(broker.partitions_open(), 0);
     assert_eq!(produce_to(&mut c, "idle", 0, batch(1, 1)).await, 3);
     assert_eq!(fetch_offsets(&mut c, "idle", 0).await, [0, 3]);
 }
