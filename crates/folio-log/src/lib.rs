@@ -1,7 +1,10 @@
 //! Folio's managed log: a partition's data as a chain of ledgers.
 //!
-//! - [`ManagedLog`] (`log.rs`): ownership by fencing, appends with dense offsets,
-//!   rollover, reads by offset and time, tailing, durable cursors, retention trimming.
+//! - [`ManagedLog`] (`log/`): ownership by fencing, appends with dense offsets,
+//!   rollover, reads by offset and time (`read.rs`), tailing, durable cursors
+//!   (`cursors.rs`), retention trimming; the actor that owns the chain (`actor.rs`).
+//! - [`LogEnv`] (`env.rs`): what the logs of a process share, and the ledger operations
+//!   the log and the trash both do (so neither imports the other's internals).
 //! - [`trash`]: the second phase of two-phase deletion, and whole-log deletion.
 //! - [`records`]: the log, cursor and trash records and their formats.
 //! - [`entry`]: the header each batch carries inside its ledger entry.
@@ -12,6 +15,7 @@
 
 pub mod config;
 pub mod entry;
+mod env;
 mod error;
 mod log;
 pub mod records;
@@ -19,9 +23,9 @@ pub mod trash;
 
 pub use config::LogConfig;
 pub use entry::LogEntry;
+pub use env::{LogEnv, OWNER_TAG, WallClock};
 pub use error::{LogError, Result};
 pub use log::{
-    BATCH_BYTES_MAX, LogEnv, LogInfo, LogState, LogStats, LogStatus, ManagedLog, OWNER_TAG,
-    PendingAppend, TrimReport, WallClock,
+    BATCH_BYTES_MAX, LogInfo, LogState, LogStats, LogStatus, ManagedLog, PendingAppend, TrimReport,
 };
 pub use trash::{Trash, TrashConfig, TrashHandle, TrashPass, TrashStatus};

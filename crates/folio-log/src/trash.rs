@@ -27,8 +27,8 @@ use folio_meta::records::Record;
 use folio_meta::{Compare, Expect, MetaError, Txn, list_all};
 use tokio::sync::{Notify, watch};
 
+use crate::env::{LogEnv, OWNER_TAG};
 use crate::error::{LogError, Result};
-use crate::log::{LogEnv, OWNER_TAG};
 use crate::records::{LogRecord, LogRecordState, TrashRecord};
 
 /// The trash reason of the ledgers of a deleted log.
@@ -63,8 +63,8 @@ pub async fn delete_log(env: &LogEnv, name: &str, reason: &str) -> Result<()> {
             // created yet is created closed, at the smallest quorums); then look again (the
             // owner may have rolled meanwhile).
             let id = last.ledger_id;
-            crate::log::fence_ledger(&env.client, id, || {
-                let mut o = crate::log::ledger_options(name, id, (1, 1, 1));
+            crate::env::fence_ledger(&env.client, id, || {
+                let mut o = crate::env::ledger_options(name, id, (1, 1, 1));
                 o.guard.push(Compare::Version(key.clone(), v.version));
                 o
             })

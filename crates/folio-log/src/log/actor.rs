@@ -1,0 +1,855 @@
+//! The actor: the one task that owns a log's chain. It assigns offsets, pipelines appends
+//! into the current ledger and acknowledges them in order, rolls over and replaces failed
+//! ledgers (re-sending what did not make it), trims into the trash, flushes cursors, and
+//! closes or deletes the log. Every change of the chain is one compare-and-set, and memory
+//! follows only a commit.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use folio_client::{CreateOptions, LedgerError, LedgerWriter};
+use folio_meta::records::Record;
+use folio_meta::{Clock, Compare, MetaError, Txn, Version};
+use folio_proto::{ENTRY_HEADER_BYTES, EntryId};
+use tokio::sync::{mpsc, watch};
+
+use super::{Command, INDEX_EVERY, LogState, LogStatus, Reply, Shared, put_config};
+use crate::config::LogConfig;
+use crate::entry::{self, EntryHeader};
+use crate::env::{LogEnv, fence_ledger, ledger_options};
+use crate::error::{LogError, Result};
+use crate::records::{CursorRecord, LedgerInfo, LogRecord, TrashRecord};
+
+mod trim;
+
+/// The current ledger, as the actor knows it.
+#[derive(Debug, Default, Clone, Copy)]
+struct Current {
+    created_ms: u64,
+    /// Max age for this ledger, jittered.
+    max_age_ms: u64,
+    sent_entries: u64,
+    sent_bytes: u64,
+    entries: u64,
+    bytes: u64,
+    records: u64,
+    first_ts: i64,
+    max_ts: i64,
+}
+
+#[derive(Debug)]
+struct Pending {
+    base_offset: u64,
+    records: u32,
+    max_ts: i64,
+    /// The encoded log entry.
+    data: Bytes,
+    /// (ledger, entry) once sent to a ledger.
+    sent: Option<(u64, EntryId)>,
+    enqueued_ms: u64,
+    reply: Option<Reply<u64>>,
+}
+
+#[derive(Debug)]
+pub(super) struct Actor {
+    sh: Arc<Shared>,
+    /// The log record as last committed, and its version.
+    record: LogRecord,
+    version: Version,
+    /// `record.ledgers`, shared with readers; replaced on every commit.
+    chain: Arc<Vec<LedgerInfo>>,
+    writer: Option<Arc<LedgerWriter>>,
+    cur: Current,
+    /// The offset the next append gets.
+    next_offset: u64,
+    /// The running maximum timestamp over every append.
+    max_ts: i64,
+    queue: VecDeque<Pending>,
+    /// Bytes of the entries in `queue` (bounded by `pending_bytes_max`).
+    queue_bytes: usize,
+    /// Entries sent to the current writer and not yet confirmed.
+    inflight: usize,
+    /// The current writer's LAC (and failure) as it changes.
+    lac_rx: Option<watch::Receiver<EntryId>>,
+    cmd_rx: mpsc::Receiver<Command>,
+    state: LogState,
+    next_trim_ms: u64,
+    next_flush_ms: u64,
+    /// In `Failed`: when to try again, and the backoff after that.
+    retry_ms: u64,
+    retry_backoff_ms: u64,
+    /// A ledger id committed to the chain whose creation failed (or was put off): tried
+    /// again first.
+    uncreated: Option<u64>,
+    /// Ledgers that failed in a row without confirming an entry: from the second on, the
+    /// next ledger waits for the backoff (so a dead bookie does not spin ledgers).
+    failures_in_row: u32,
+    /// When the last append was queued (wall clock ms; 0: none since open).
+    last_append_ms: u64,
+}
+
+/// Backoff between attempts to get a ledger after a failure.
+const RETRY_BACKOFF_MIN_MS: u64 = 100;
+const RETRY_BACKOFF_MAX_MS: u64 = 5000;
+
+impl Actor {
+    /// An actor for the log whose record, as committed at `version`, is `record`; it owns
+    /// nothing until `take_over`.
+    pub(super) fn new(
+        sh: Arc<Shared>,
+        record: LogRecord,
+        version: Version,
+        cmd_rx: mpsc::Receiver<Command>,
+    ) -> Actor {
+        Actor {
+            sh,
+            chain: Arc::new(record.ledgers.clone()),
+            record,
+            version,
+            writer: None,
+            cur: Current::default(),
+            next_offset: 0,
+            max_ts: -1,
+            queue: VecDeque::new(),
+            queue_bytes: 0,
+            inflight: 0,
+            lac_rx: None,
+            cmd_rx,
+            state: LogState::Rolling,
+            next_trim_ms: 0,
+            next_flush_ms: 0,
+            retry_ms: 0,
+            retry_backoff_ms: RETRY_BACKOFF_MIN_MS,
+            uncreated: None,
+            failures_in_row: 0,
+            last_append_ms: 0,
+        }
+    }
+
+    /// Takes the chain over: records this owner and the log's config, then seals the
+    /// previous owner's last ledger and adds a new one in one CAS (`Fenced` when another
+    /// owner won the race).
+    pub(super) async fn take_over(&mut self, config: &LogConfig) -> Result<()> {
+        // Written with the chain by the first commit.
+        put_config(&mut self.record, config);
+        self.record.owner = self.env().owner.clone();
+        self.seal_and_extend(None).await?;
+        let now = self.env().now_ms();
+        self.next_trim_ms = now + config.trim_interval.as_millis() as u64;
+        self.next_flush_ms = now + config.cursor_flush_interval.as_millis() as u64;
+        tracing::info!(
+            log = self.name(),
+            start = self.start(),
+            end = self.next_offset,
+            ledgers = self.record.ledgers.len(),
+            "log opened"
+        );
+        Ok(())
+    }
+
+    fn env(&self) -> &LogEnv {
+        &self.sh.env
+    }
+
+    fn name(&self) -> &str {
+        &self.sh.name
+    }
+
+    fn start(&self) -> u64 {
+        self.record.log_start_offset()
+    }
+
+    fn set_state(&mut self, state: LogState) {
+        if self.state != state {
+            tracing::debug!(log = self.name(), from = ?self.state, to = ?state, "log state");
+        }
+        self.state = state;
+        self.publish();
+    }
+
+    /// Publishes the chain and status to readers.
+    fn publish(&mut self) {
+        let live = match (&self.writer, self.record.ledgers.last()) {
+            (Some(_), Some(last)) => Some(LedgerInfo {
+                entries: self.cur.entries,
+                bytes: self.cur.bytes,
+                records: self.cur.records,
+                first_publish_ms: self.cur.first_ts,
+                max_publish_ms: self.cur.max_ts,
+                ..*last
+            }),
+            _ => None,
+        };
+        let last = live.or(self.record.ledgers.last().copied());
+        let confirmed_end = last.map_or(self.start(), |l| l.end_offset());
+        {
+            let mut v = self.sh.view.write().expect("view lock");
+            if !Arc::ptr_eq(&v.chain, &self.chain) {
+                v.chain = self.chain.clone();
+            }
+            v.live = live;
+            v.current = self.writer.clone();
+        }
+        let status = LogStatus {
+            start_offset: self.start(),
+            end_offset: confirmed_end.max(self.start()),
+            state: self.state,
+            current_ledger: self.record.ledgers.last().map_or(0, |l| l.ledger_id),
+        };
+        self.sh.status.send_if_modified(|s| {
+            let changed = *s != status;
+            *s = status;
+            changed
+        });
+    }
+
+    fn set_writer(&mut self, w: Option<Arc<LedgerWriter>>) {
+        self.lac_rx = w.as_ref().map(|w| w.lac_watch());
+        self.writer = w;
+    }
+
+    fn take_writer(&mut self) -> Option<Arc<LedgerWriter>> {
+        self.lac_rx = None;
+        self.writer.take()
+    }
+
+    fn error(&self) -> LogError {
+        match self.state {
+            LogState::Fenced => LogError::Fenced(self.name().into()),
+            LogState::Deleted => LogError::Deleted(self.name().into()),
+            _ => LogError::Closed(self.name().into()),
+        }
+    }
+
+    pub(super) async fn run(mut self) {
+        loop {
+            let deadline = self.next_deadline();
+            let accepting = self.queue.len() < self.sh.config.pending_appends_max
+                && self.queue_bytes < self.sh.config.pending_bytes_max;
+            let clock = self.sh.env.clock.clone();
+            tokio::select! {
+                true = lac_changed(&mut self.lac_rx) => self.on_lac().await,
+                cmd = self.cmd_rx.recv(), if accepting => match cmd {
+                    None => {
+                        let _ = self.close().await;
+                        return;
+                    }
+                    Some(cmd) => {
+                        if self.handle(cmd).await {
+                            return;
+                        }
+                    }
+                },
+                () = sleep_until_ms(clock.as_ref(), deadline) => self.on_timer().await,
+            }
+            self.maybe_roll().await;
+        }
+    }
+
+    fn next_deadline(&self) -> u64 {
+        let mut d = self.next_trim_ms.min(self.next_flush_ms);
+        if self.state == LogState::Failed {
+            d = d.min(self.retry_ms);
+        }
+        if self.state == LogState::Open && self.cur.entries > 0 && self.inflight == 0 {
+            // Full by size but younger than the minimum age: roll when it is old enough.
+            let age = if self.full_by_size() { 0 } else { self.cur.max_age_ms };
+            d = d.min(self.cur.created_ms + age.max(self.min_age_ms()));
+        }
+        d
+    }
+
+    fn min_age_ms(&self) -> u64 {
+        self.sh.config.rollover_min_age.as_millis() as u64
+    }
+
+    async fn on_timer(&mut self) {
+        let now = self.env().now_ms();
+        if self.state == LogState::Failed && now >= self.retry_ms {
+            self.retry().await;
+        }
+        if now >= self.next_flush_ms {
+            if let Err(e) = self.flush_cursors().await {
+                tracing::warn!(log = self.name(), error = %e, "cursor flush failed; retrying");
+            }
+            self.next_flush_ms = now + self.sh.config.cursor_flush_interval.as_millis() as u64;
+        }
+        if now >= self.next_trim_ms {
+            if let Err(e) = self.trim().await {
+                tracing::warn!(log = self.name(), error = %e, "trim failed; retrying");
+            }
+            self.next_trim_ms = now + self.sh.config.trim_interval.as_millis() as u64;
+        }
+    }
+
+    /// Handles one command; true when the actor must stop.
+    async fn handle(&mut self, cmd: Command) -> bool {
+        match cmd {
+            Command::Append { data, records, timestamp, reply } => {
+                if !matches!(self.state, LogState::Open | LogState::Rolling | LogState::Failed) {
+                    let _ = reply.send(Err(self.error()));
+                    return false;
+                }
+                let now = self.env().now_ms();
+                let idle = self.sh.config.idle_revalidation.as_millis() as u64;
+                if now.saturating_sub(self.last_append_ms) >= idle && !self.still_ours().await {
+                    self.fenced();
+                    let _ = reply.send(Err(self.error()));
+                    return false;
+                }
+                self.last_append_ms = now;
+                self.max_ts = self.max_ts.max(timestamp);
+                let h = EntryHeader {
+                    base_offset: self.next_offset,
+                    record_count: records,
+                    max_timestamp: self.max_ts,
+                };
+                self.next_offset += u64::from(records);
+                let mut data = data;
+                entry::write_header(&mut data, h);
+                self.queue_bytes += data.len();
+                self.queue.push_back(Pending {
+                    base_offset: h.base_offset,
+                    records,
+                    max_ts: self.max_ts,
+                    data: data.freeze(),
+                    sent: None,
+                    enqueued_ms: self.sh.env.now_ms(),
+                    reply: Some(reply),
+                });
+                self.send_unsent();
+            }
+            Command::Roll { reply } => {
+                let r = self.drain_and_roll().await;
+                let _ = reply.send(r);
+            }
+            Command::Trim { reply } => {
+                let r = self.trim().await;
+                let _ = reply.send(r);
+            }
+            Command::DeleteRecords { offset, reply } => {
+                let r = self.delete_records(offset).await;
+                let _ = reply.send(r);
+            }
+            Command::FlushCursors { reply } => {
+                let r = self.flush_cursors().await;
+                let _ = reply.send(r);
+            }
+            Command::Close { reply } => {
+                let r = self.close().await;
+                let _ = reply.send(r);
+                return true;
+            }
+            Command::Delete { reason, reply } => {
+                let r = self.delete(&reason).await;
+                let _ = reply.send(r);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Sends queued appends to the current ledger, in order, while it is not full.
+    fn send_unsent(&mut self) {
+        if self.state != LogState::Open {
+            return;
+        }
+        let Some(w) = self.writer.clone() else { return };
+        for i in 0..self.queue.len() {
+            if self.queue[i].sent.is_some() {
+                continue;
+            }
+            // Full (by size, and old enough): the rest waits for the next ledger.
+            if self.full() {
+                break;
+            }
+            let p = &mut self.queue[i];
+            match w.add_detached(&p.data) {
+                Ok(entry_id) => {
+                    p.sent = Some((w.id(), entry_id));
+                    self.cur.sent_entries += 1;
+                    self.cur.sent_bytes += p.data.len() as u64;
+                    self.inflight += 1;
+                }
+                // The writer failed: the LAC watch reports it and the ledger is replaced.
+                Err(_) => break,
+            }
+        }
+    }
+
+    fn full_by_size(&self) -> bool {
+        let c = &self.sh.config;
+        self.cur.sent_entries >= c.rollover_entries || self.cur.sent_bytes >= c.rollover_bytes
+    }
+
+    fn full(&self) -> bool {
+        let now = self.env().now_ms();
+        let age = now.saturating_sub(self.cur.created_ms);
+        if age < self.min_age_ms() {
+            return false;
+        }
+        self.full_by_size() || (self.cur.entries > 0 && age >= self.cur.max_age_ms)
+    }
+
+    async fn maybe_roll(&mut self) {
+        if self.state == LogState::Open
+            && self.inflight == 0
+            && self.writer.is_some()
+            && self.full()
+            && let Err(e) = self.roll().await
+        {
+            tracing::warn!(log = self.name(), error = %e, "rollover failed");
+        }
+    }
+
+    /// The current writer's LAC moved, or the writer failed.
+    async fn on_lac(&mut self) {
+        let (Some(w), Some(rx)) = (self.writer.clone(), self.lac_rx.as_mut()) else { return };
+        let lac = *rx.borrow_and_update();
+        self.confirm_through(w.id(), lac);
+        if let Some(why) = w.failure() {
+            self.failures_in_row += 1;
+            self.sh.stats.ledger_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(log = self.name(), ledger = w.id(), error = %why, "ledger write failed; closing it and re-sending to a new ledger");
+            if let Err(e) = self.roll().await {
+                tracing::warn!(log = self.name(), error = %e, "could not replace the failed ledger");
+            }
+        }
+    }
+
+    /// Acknowledges the appends at the head of the queue that ledger `lid` holds at or
+    /// below `lac`.
+    fn confirm_through(&mut self, lid: u64, lac: EntryId) {
+        let mut any = false;
+        while self.queue.front().is_some_and(|p| p.sent.is_some_and(|(l, e)| l == lid && e <= lac))
+        {
+            let mut p = self.queue.pop_front().expect("front exists");
+            self.queue_bytes -= p.data.len();
+            let (lid, entry_id) = p.sent.expect("confirmed appends were sent");
+            self.inflight -= 1;
+            debug_assert_eq!(entry_id as u64, self.cur.entries, "confirmed out of order");
+            self.cur.entries += 1;
+            self.cur.bytes += p.data.len() as u64;
+            self.cur.records += u64::from(p.records);
+            if self.cur.first_ts < 0 {
+                self.cur.first_ts = p.max_ts;
+            }
+            self.cur.max_ts = self.cur.max_ts.max(p.max_ts);
+            if entry_id % INDEX_EVERY == 0 {
+                let mut index = self.sh.index.lock().expect("index lock");
+                index.entry(lid).or_default().insert(p.base_offset, entry_id);
+            }
+            self.sh.stats.appends.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.sh
+                .stats
+                .append_bytes
+                .fetch_add(p.data.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            if let Some(reply) = p.reply.take() {
+                let _ = reply.send(Ok(p.base_offset));
+            }
+            any = true;
+        }
+        if any {
+            self.failures_in_row = 0;
+            self.retry_backoff_ms = RETRY_BACKOFF_MIN_MS;
+            self.publish();
+        }
+    }
+
+    fn fail_pending(&mut self, e: LogError) {
+        self.queue_bytes = 0;
+        for mut p in self.queue.drain(..) {
+            if let Some(reply) = p.reply.take() {
+                let _ = reply.send(Err(e.clone()));
+            }
+        }
+        self.next_offset = self.record.ledgers.last().map_or(self.start(), |l| {
+            if self.writer.is_some() { l.first_offset + self.cur.records } else { l.end_offset() }
+        });
+    }
+
+    /// Waits for the appends in flight, then rolls.
+    async fn drain_and_roll(&mut self) -> Result<()> {
+        self.drain().await;
+        match self.state {
+            LogState::Open | LogState::Failed | LogState::Rolling => self.roll().await,
+            _ => Err(self.error()),
+        }
+    }
+
+    /// Closes the current ledger (at its LAC), acknowledges what it holds, and moves on to
+    /// a new ledger, re-sending the rest.
+    async fn roll(&mut self) -> Result<()> {
+        self.set_state(LogState::Rolling);
+        let known = match self.take_writer() {
+            None => None,
+            Some(w) => {
+                let closed = w.close().await;
+                match closed {
+                    Ok(lac) => {
+                        self.confirm_through(w.id(), lac);
+                        Some(self.cur)
+                    }
+                    Err(LedgerError::Fenced(_)) => {
+                        self.fenced();
+                        return Err(self.error());
+                    }
+                    Err(e) => {
+                        tracing::warn!(log = self.name(), ledger = w.id(), error = %e, "closing the ledger failed; recovering it");
+                        None
+                    }
+                }
+            }
+        };
+        self.inflight = 0;
+        for p in &mut self.queue {
+            p.sent = None;
+        }
+        self.sh.stats.rollovers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // A ledger that failed before confirming anything: wait before creating the next.
+        let back_off = self.failures_in_row > 1;
+        match self.seal_and_extend_then(known, !back_off).await {
+            Ok(()) if back_off => {
+                tracing::warn!(
+                    log = self.name(),
+                    failures = self.failures_in_row,
+                    backoff_ms = self.retry_backoff_ms,
+                    "ledgers keep failing; backing off"
+                );
+                self.failed(&LogError::Ledger("ledgers keep failing".into()));
+                Ok(())
+            }
+            Ok(()) => {
+                self.send_unsent();
+                // Trim after every rollover (a closed ledger may be releasable now).
+                if let Err(e) = self.trim().await {
+                    tracing::warn!(log = self.name(), error = %e, "trim after rollover failed");
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.failed(&e);
+                Err(e)
+            }
+        }
+    }
+
+    /// After a failed attempt to get a ledger: retry later, keeping the queue (unless it
+    /// waited too long).
+    fn failed(&mut self, e: &LogError) {
+        if matches!(e, LogError::Fenced(_) | LogError::Deleted(_)) {
+            return;
+        }
+        self.set_state(LogState::Failed);
+        let now = self.env().now_ms();
+        self.retry_ms = now + self.retry_backoff_ms;
+        self.retry_backoff_ms = (self.retry_backoff_ms * 2).min(RETRY_BACKOFF_MAX_MS);
+        let timeout = self.sh.config.append_timeout.as_millis() as u64;
+        if self.queue.front().is_some_and(|p| p.enqueued_ms + timeout <= now) {
+            tracing::warn!(log = self.name(), error = %e, "appends waited too long for a ledger; failing them");
+            self.fail_pending(e.clone());
+        }
+    }
+
+    /// In `Failed`: try to get a ledger again.
+    async fn retry(&mut self) {
+        let r = match self.uncreated {
+            Some(id) => match self.env().client.clone().create(self.create_options(id)).await {
+                Ok(w) => {
+                    self.uncreated = None;
+                    self.set_writer(Some(Arc::new(w)));
+                    self.set_state(LogState::Open);
+                    Ok(())
+                }
+                Err(LedgerError::Meta(MetaError::Conflict { .. })) => {
+                    // Half-created earlier: seal it like any other.
+                    self.uncreated = None;
+                    self.seal_and_extend(None).await
+                }
+                Err(e) => Err(e.into()),
+            },
+            None => self.seal_and_extend(None).await,
+        };
+        match r {
+            Ok(()) => {
+                tracing::info!(log = self.name(), "log writable again");
+                self.retry_backoff_ms = RETRY_BACKOFF_MIN_MS;
+                self.send_unsent();
+            }
+            Err(e) => self.failed(&e),
+        }
+    }
+
+    /// Waits until the appends in flight are confirmed (or the writer fails and the
+    /// ledger is replaced).
+    async fn drain(&mut self) {
+        while self.inflight > 0 && self.writer.is_some() {
+            if !lac_changed(&mut self.lac_rx).await {
+                break;
+            }
+            self.on_lac().await;
+        }
+    }
+
+    /// Whether the log record is still the one this actor committed last (a read error
+    /// counts as yes: the writes that follow are fenced or compared anyway).
+    async fn still_ours(&self) -> bool {
+        let key = self.env().keys.log(self.name());
+        match self.env().meta.get(&key).await {
+            Ok(Some(v)) => v.version == self.version,
+            Ok(None) => false,
+            Err(e) => {
+                tracing::warn!(log = self.name(), error = %e, "re-reading the log record failed");
+                true
+            }
+        }
+    }
+
+    fn fenced(&mut self) {
+        tracing::warn!(log = self.name(), "fenced: another owner opened this log");
+        self.set_writer(None);
+        self.set_state(LogState::Fenced);
+        self.fail_pending(LogError::Fenced(self.name().into()));
+    }
+
+    /// Seals the chain's last ledger (with what this owner knows of it, or by recovering
+    /// it), then commits the chain with a new ledger id and creates that ledger.
+    async fn seal_and_extend(&mut self, known: Option<Current>) -> Result<()> {
+        self.seal_and_extend_then(known, true).await
+    }
+
+    /// `seal_and_extend`, creating the new ledger only if `create` (else it is left to
+    /// `retry`, as `uncreated`).
+    async fn seal_and_extend_then(&mut self, known: Option<Current>, create: bool) -> Result<()> {
+        let env = self.env().clone();
+        let now = env.now_ms();
+        let mut record = self.record.clone();
+        let mut trash = Vec::new();
+        if let Some(last) = record.ledgers.last().copied()
+            && !last.is_closed()
+        {
+            let sealed = match known {
+                Some(c) => LedgerInfo {
+                    entries: c.entries,
+                    bytes: c.bytes,
+                    records: c.records,
+                    first_publish_ms: c.first_ts,
+                    max_publish_ms: c.max_ts,
+                    close_ms: now,
+                    ..last
+                },
+                None => self.recover_ledger(last, now).await?,
+            };
+            record.ledgers.pop();
+            if sealed.entries == 0 {
+                trash.push(TrashRecord::new(sealed.ledger_id, self.name(), "empty", now));
+            } else {
+                record.ledgers.push(sealed);
+            }
+        }
+        let end = record.ledgers.last().map_or(record.start_offset, |l| l.end_offset());
+        let end = end.max(record.start_offset);
+        if let Some(l) = record.ledgers.iter().rev().find(|l| l.entries > 0) {
+            self.max_ts = self.max_ts.max(l.max_publish_ms);
+        }
+        let id = env.client.allocate_id().await?;
+        record.ledgers.push(LedgerInfo::open(id, end));
+        self.commit(record, &trash).await?;
+        self.sh
+            .stats
+            .ledgers_trashed
+            .fetch_add(trash.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        // Appends still queued keep their offsets: they start this ledger.
+        self.next_offset = end + self.queue.iter().map(|p| u64::from(p.records)).sum::<u64>();
+        debug_assert!(self.queue.front().is_none_or(|p| p.base_offset == end));
+        let c = &self.sh.config;
+        let jitter = rand::random::<f64>() * 0.05;
+        self.cur = Current {
+            created_ms: now,
+            max_age_ms: (c.rollover_max_age.as_millis() as f64 * (1.0 + jitter)) as u64,
+            first_ts: -1,
+            max_ts: -1,
+            ..Current::default()
+        };
+        if !create {
+            self.uncreated = Some(id);
+            return Ok(());
+        }
+        match env.client.create(self.create_options(id)).await {
+            Ok(w) => {
+                self.set_writer(Some(Arc::new(w)));
+                tracing::debug!(log = self.name(), ledger = id, first_offset = end, "ledger added");
+                self.set_state(LogState::Open);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(log = self.name(), ledger = id, error = %e, "creating a ledger failed; retrying");
+                self.uncreated = Some(id);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Ledger `id` is created only while the log's record is still the one this actor
+    /// committed (listing the id): after the log was deleted, and its ledgers with it, a
+    /// slow owner can never create the id again and acknowledge appends into it (L1, D1).
+    fn create_options(&self, id: u64) -> CreateOptions {
+        let c = &self.sh.config;
+        let mut o =
+            ledger_options(self.name(), id, (c.ensemble_size, c.write_quorum, c.ack_quorum));
+        o.guard.push(Compare::Version(self.env().keys.log(self.name()), self.version));
+        o
+    }
+
+    /// Fences and recovers a ledger that the chain lists as open; a ledger that was never
+    /// created is created and closed here, so nobody can create it later.
+    async fn recover_ledger(&mut self, last: LedgerInfo, now: u64) -> Result<LedgerInfo> {
+        let client = self.env().client.clone();
+        let id = last.ledger_id;
+        let reader = fence_ledger(&client, id, || self.create_options(id)).await?;
+        let last_entry = reader.last_entry_id().unwrap_or(-1);
+        let mut info =
+            LedgerInfo { entries: (last_entry + 1) as u64, bytes: 0, close_ms: now, ..last };
+        if last_entry >= 0 {
+            let read = |e: EntryId| {
+                let reader = &reader;
+                async move {
+                    let entry = reader.read(e).await?;
+                    let bytes = entry.as_bytes().slice(ENTRY_HEADER_BYTES..);
+                    entry::decode(&bytes)
+                        .map(|(h, _)| h)
+                        .ok_or(LogError::CorruptEntry { ledger_id: id, entry_id: e })
+                }
+            };
+            let first = read(0).await?;
+            let lastly = read(last_entry).await?;
+            info.bytes = reader.metadata().length;
+            info.records = lastly.base_offset + u64::from(lastly.record_count) - last.first_offset;
+            info.first_publish_ms = first.max_timestamp;
+            info.max_publish_ms = lastly.max_timestamp;
+        }
+        tracing::info!(
+            log = self.name(),
+            ledger = id,
+            entries = info.entries,
+            "recovered the last ledger"
+        );
+        Ok(info)
+    }
+
+    /// Commits `record` (CAS on the version) with `trash` records, in one transaction;
+    /// memory follows only a commit.
+    async fn commit(&mut self, record: LogRecord, trash: &[TrashRecord]) -> Result<()> {
+        let env = self.env().clone();
+        let key = env.keys.log(self.name());
+        let mut txn = Txn::new()
+            .compare(Compare::Version(key.clone(), self.version))
+            .put(key.clone(), record.encode());
+        for t in trash {
+            txn = txn.put(env.keys.trash_ledger(t.ledger_id), t.encode());
+        }
+        let out = env.meta.txn(txn).await?;
+        if !out.succeeded {
+            self.fenced();
+            return Err(LogError::Fenced(self.name().into()));
+        }
+        self.version = out.revision;
+        self.chain = Arc::new(record.ledgers.clone());
+        self.record = record;
+        let gone: Vec<u64> = trash.iter().map(|t| t.ledger_id).collect();
+        if !gone.is_empty() {
+            let mut index = self.sh.index.lock().expect("index lock");
+            let mut readers = self.sh.readers.lock().expect("readers lock");
+            for id in &gone {
+                index.remove(id);
+                readers.remove(id);
+            }
+        }
+        self.publish();
+        Ok(())
+    }
+
+    async fn flush_cursors(&mut self) -> Result<()> {
+        let dirty: Vec<(String, u64)> = {
+            let cursors = self.sh.cursors.lock().expect("cursor lock");
+            cursors
+                .iter()
+                .filter(|(_, c)| c.persisted != Some(c.offset))
+                .map(|(k, c)| (k.clone(), c.offset))
+                .collect()
+        };
+        if dirty.is_empty() {
+            return Ok(());
+        }
+        let env = self.env().clone();
+        let now = env.now_ms();
+        for chunk in dirty.chunks(self.sh.config.trash_batch_max.max(1)) {
+            let mut txn = Txn::new();
+            for (name, offset) in chunk {
+                let rec = CursorRecord { offset: *offset, updated_ms: now };
+                txn = txn.put(env.keys.cursor(self.name(), name), rec.encode());
+            }
+            env.meta.txn(txn).await?;
+            let mut cursors = self.sh.cursors.lock().expect("cursor lock");
+            for (name, offset) in chunk {
+                if let Some(c) = cursors.get_mut(name) {
+                    c.persisted = Some(*offset);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        self.drain().await;
+        let flushed = self.flush_cursors().await;
+        if let Some(w) = self.take_writer() {
+            match w.close().await {
+                Ok(lac) => self.confirm_through(w.id(), lac),
+                Err(e) => {
+                    tracing::warn!(log = self.name(), error = %e, "closing the ledger failed")
+                }
+            }
+        }
+        if matches!(self.state, LogState::Open | LogState::Rolling | LogState::Failed) {
+            self.set_state(LogState::Closed);
+        }
+        self.fail_pending(self.error());
+        tracing::info!(log = self.name(), "log closed");
+        flushed
+    }
+
+    async fn delete(&mut self, reason: &str) -> Result<()> {
+        self.set_state(LogState::Deleted);
+        self.fail_pending(LogError::Deleted(self.name().into()));
+        if let Some(w) = self.take_writer() {
+            let _ = w.close().await;
+        }
+        self.publish();
+        crate::trash::delete_log(self.env(), self.name(), reason).await
+    }
+}
+
+/// Waits for the LAC watch to change; `false` if it is gone, never if there is none.
+async fn lac_changed(rx: &mut Option<watch::Receiver<EntryId>>) -> bool {
+    match rx {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => std::future::pending().await,
+    }
+}
+
+/// Sleeps until the clock reads `deadline_ms` (re-checking at least every 50 ms, so a
+/// manual test clock that jumps is noticed).
+async fn sleep_until_ms(clock: &dyn Clock, deadline_ms: u64) {
+    loop {
+        let now = clock.now_ms();
+        if now >= deadline_ms {
+            // Never complete without yielding: a due timer must not starve the runtime.
+            tokio::task::yield_now().await;
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis((deadline_ms - now).min(50))).await;
+    }
+}
