@@ -1,0 +1,122 @@
+use super::*;
+
+impl Inner {
+    pub(super) fn add_entry(
+        &self,
+        bytes: Bytes,
+        key: &MasterKey,
+        recovery: bool,
+        done: AddCallback,
+    ) -> Result<()> {
+        self.check_poison()?;
+        let entry = Entry::decode(bytes)?;
+        let ledger_id = entry.ledger_id();
+        let mut key_written: Option<std::sync::mpsc::Receiver<Result<()>>> = None;
+        {
+            let mut ledgers = self.lock_ledgers();
+            let ledger = ledgers.entry(ledger_id).or_default();
+            match ledger.state.master_key {
+                Some(k) if k != *key => return Err(StorageError::Unauthorized(ledger_id)),
+                Some(_) => {}
+                None => {
+                    ledger.state.master_key = Some(*key);
+                    ledger.dirty = true;
+                    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+                    let record = JournalRecord::MasterKey { ledger_id, key: *key };
+                    self.journal().append(
+                        record,
+                        Box::new(move |r| {
+                            let _ = tx.send(r.map(|_| ()));
+                        }),
+                    );
+                    key_written = Some(rx);
+                }
+            }
+            if ledger.state.fenced && !recovery {
+                return Err(StorageError::Fenced(ledger_id));
+            }
+            let lac = entry.last_add_confirmed();
+            ledger.piggybacked_lac = Some(ledger.piggybacked_lac.map_or(lac, |l| l.max(lac)));
+        }
+        self.cache.insert(entry.clone(), self.config.write_cache_throttle_max, &|| {
+            self.request_flush()
+        })?;
+        if self.config.journal.write_data {
+            self.journal()
+                .append(JournalRecord::Entry(entry), Box::new(move |r| done(r.map(|_| ()))));
+        } else {
+            // Journal-less: acknowledged once cached, after a newly learned key is durable.
+            match key_written {
+                Some(rx) => done(rx.recv().unwrap_or(Err(StorageError::ShutDown))),
+                None => done(Ok(())),
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn update_ledger(
+        &self,
+        ledger_id: LedgerId,
+        key: &MasterKey,
+        record: JournalRecord,
+        done: AddCallback,
+    ) -> Result<()> {
+        self.check_poison()?;
+        let mut ledgers = self.lock_ledgers();
+        let ledger = ledgers.entry(ledger_id).or_default();
+        match ledger.state.master_key {
+            Some(k) if k != *key => return Err(StorageError::Unauthorized(ledger_id)),
+            Some(_) => {}
+            None => {
+                ledger.state.master_key = Some(*key);
+                self.journal()
+                    .append(JournalRecord::MasterKey { ledger_id, key: *key }, Box::new(|_| {}));
+            }
+        }
+        match &record {
+            JournalRecord::Fence { .. } => ledger.state.fenced = true,
+            JournalRecord::ExplicitLac { lac, .. } => {
+                ledger.state.explicit_lac =
+                    Some(ledger.state.explicit_lac.map_or(*lac, |l| l.max(*lac)));
+            }
+            other => unreachable!("not a ledger update: {other:?}"),
+        }
+        ledger.dirty = true;
+        // Submitted under the ledger lock: journal order matches the order of state changes.
+        self.journal().append(record, Box::new(move |r| done(r.map(|_| ()))));
+        Ok(())
+    }
+
+    pub(super) fn set_limbo(&self, ledger_id: LedgerId, limbo: bool) -> Result<()> {
+        self.check_poison()?;
+        let mut ledgers = self.lock_ledgers();
+        let ledger = ledgers.entry(ledger_id).or_default();
+        ledger.state.limbo = limbo;
+        let mut b = KvBatch::default();
+        b.put(Table::Ledgers, index::ledger_key(ledger_id), ledger.state.encode());
+        self.kv.commit(b)
+    }
+
+    pub(super) fn delete_ledger(&self, ledger_id: LedgerId) -> Result<()> {
+        self.check_poison()?;
+        self.lock_ledgers().remove(&ledger_id);
+        self.cache.remove_ledger(ledger_id);
+        self.read_cache.lock().expect("read cache lock").remove_ledger(ledger_id);
+        // The flush lock keeps a concurrent flush from re-adding this ledger's locations.
+        let mut flush = self.flush.lock().expect("flush lock");
+        self.location_pages(ledger_id, |page, last| {
+            let mut b = KvBatch::default();
+            for (k, _) in page {
+                b.delete(Table::Locations, k);
+            }
+            if last {
+                b.delete(Table::Ledgers, index::ledger_key(ledger_id));
+                // Per-ledger mode: its log is sealed now, so GC can take it back.
+                flush.logs.seal_ledger_log(ledger_id, &mut b)?;
+            }
+            self.kv.commit(b)
+        })?;
+        tracing::info!(ledger_id, "ledger deleted locally");
+        Ok(())
+    }
+}

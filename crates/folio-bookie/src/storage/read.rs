@@ -1,0 +1,193 @@
+use super::*;
+
+impl Inner {
+    pub(super) fn missing(&self, ledger_id: LedgerId, entry_id: EntryId) -> StorageError {
+        match self.lock_ledgers().get(&ledger_id) {
+            None => StorageError::NoLedger(ledger_id),
+            Some(l) if l.state.limbo => StorageError::Unknown(ledger_id, entry_id),
+            Some(_) => StorageError::NoEntry(ledger_id, entry_id),
+        }
+    }
+
+    pub(super) fn ledger_usage(&self, ledger_id: LedgerId) -> Result<LedgerUsage> {
+        self.check_poison()?;
+        let cached = self.cache.usage(ledger_id);
+        let (mut entries, mut bytes) = (cached.len() as u64, cached.values().sum::<u64>());
+        self.location_pages(ledger_id, |page, _| {
+            for (k, v) in &page {
+                if !cached.contains_key(&index::parse_location_key(k)?.1) {
+                    entries += 1;
+                    bytes += u64::from(EntryLocation::decode(v)?.len);
+                }
+            }
+            Ok(())
+        })?;
+        Ok(LedgerUsage { ledger_id, entries, bytes })
+    }
+
+    pub(super) fn list_entries(&self, ledger_id: LedgerId) -> Result<Vec<EntryId>> {
+        self.check_poison()?;
+        if !self.lock_ledgers().contains_key(&ledger_id) {
+            return Err(self.missing(ledger_id, INVALID_ENTRY_ID));
+        }
+        let mut ids: std::collections::BTreeSet<EntryId> =
+            self.cache.entry_ids(ledger_id).into_iter().collect();
+        self.location_pages(ledger_id, |page, _| {
+            for (k, _) in &page {
+                ids.insert(index::parse_location_key(k)?.1);
+            }
+            Ok(())
+        })?;
+        Ok(ids.into_iter().collect())
+    }
+
+    /// Calls `f` with each page of a ledger's index locations, in entry order, and whether
+    /// it is the last page.
+    pub(super) fn location_pages(
+        &self,
+        ledger_id: LedgerId,
+        mut f: impl FnMut(Vec<index::kv::KvPair>, bool) -> Result<()>,
+    ) -> Result<()> {
+        let (mut start, end) = index::ledger_location_range(ledger_id);
+        loop {
+            let page = self.kv.range(Table::Locations, &start, &end, INDEX_PAGE)?;
+            let last = page.len() < INDEX_PAGE;
+            if let Some((k, _)) = page.last() {
+                start = k.clone();
+                start.push(0);
+            }
+            f(page, last)?;
+            if last {
+                return Ok(());
+            }
+        }
+    }
+
+    pub(super) fn last_entry(&self, ledger_id: LedgerId) -> Result<Option<EntryId>> {
+        let cached = self.cache.last_entry(ledger_id);
+        let (start, end) = index::ledger_location_range(ledger_id);
+        let indexed = match self.kv.last_in_range(Table::Locations, &start, &end)? {
+            Some((k, _)) => Some(index::parse_location_key(&k)?.1),
+            None => None,
+        };
+        Ok(cached.max(indexed))
+    }
+
+    pub(super) fn read_entry(&self, ledger_id: LedgerId, entry_id: EntryId) -> Result<Entry> {
+        self.check_poison()?;
+        let entry_id = if entry_id == INVALID_ENTRY_ID {
+            match self.last_entry(ledger_id)? {
+                Some(e) => e,
+                None => return Err(self.missing(ledger_id, entry_id)),
+            }
+        } else if entry_id < 0 {
+            return Err(StorageError::BadRequest(format!("entry id {entry_id}")));
+        } else {
+            entry_id
+        };
+        if !self.lock_ledgers().contains_key(&ledger_id) {
+            return Err(self.missing(ledger_id, entry_id));
+        }
+        if let Some(e) = self.cache.get(ledger_id, entry_id) {
+            return Ok(e);
+        }
+        if let Some(e) = self.read_cache.lock().expect("read cache lock").get(ledger_id, entry_id) {
+            return Ok(e);
+        }
+        let Some(loc) = self.kv.get(Table::Locations, &index::location_key(ledger_id, entry_id))?
+        else {
+            // It may have been flushed between the cache lookup and the index lookup.
+            return self
+                .cache
+                .get(ledger_id, entry_id)
+                .ok_or_else(|| self.missing(ledger_id, entry_id));
+        };
+        let loc = EntryLocation::decode(&loc)?;
+        let entry = match self.reader.read(loc, ledger_id, entry_id) {
+            Ok(e) => e,
+            // Compaction may have moved the entry and removed the log since the lookup.
+            Err(StorageError::Io { .. }) => {
+                let key = index::location_key(ledger_id, entry_id);
+                let Some(again) = self.kv.get(Table::Locations, &key)? else {
+                    return Err(self.missing(ledger_id, entry_id));
+                };
+                self.reader.read(EntryLocation::decode(&again)?, ledger_id, entry_id)?
+            }
+            Err(e) => return Err(e),
+        };
+        self.read_ahead(ledger_id, entry_id, loc);
+        Ok(entry)
+    }
+
+    /// Loads the entries that follow `entry_id` in the same log into the read cache, with one
+    /// read. Best effort: a failure here is logged, never returned.
+    pub(super) fn read_ahead(&self, ledger_id: LedgerId, entry_id: EntryId, first: EntryLocation) {
+        let n = self.config.read_ahead_entries;
+        if n == 0 {
+            return;
+        }
+        let start = index::location_key(ledger_id, entry_id + 1);
+        let end = index::location_key(ledger_id, entry_id.saturating_add(1 + n as i64));
+        let Ok(next) = self.kv.range(Table::Locations, &start, &end, n) else { return };
+        let mut span_end =
+            first.offset + (crate::frame::FRAME_HEADER_BYTES as u64) + u64::from(first.len);
+        let span_start = span_end;
+        for (_, v) in next {
+            let Ok(loc) = EntryLocation::decode(&v) else { break };
+            if loc.log_id != first.log_id || loc.offset != span_end {
+                break;
+            }
+            span_end += crate::frame::FRAME_HEADER_BYTES as u64 + u64::from(loc.len);
+        }
+        if span_end == span_start {
+            return;
+        }
+        match self.reader.read_span(first.log_id, span_start, (span_end - span_start) as usize) {
+            Ok(entries) => {
+                let mut rc = self.read_cache.lock().expect("read cache lock");
+                for e in entries {
+                    rc.insert(e);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "read-ahead failed"),
+        }
+    }
+
+    pub(super) fn read_lac(&self, ledger_id: LedgerId) -> Result<EntryId> {
+        self.check_poison()?;
+        let (explicit, piggybacked) = match self.lock_ledgers().get(&ledger_id) {
+            None => return Err(StorageError::NoLedger(ledger_id)),
+            Some(l) => (l.state.explicit_lac, l.piggybacked_lac),
+        };
+        let piggybacked = match piggybacked {
+            Some(p) => p,
+            None => {
+                let p = match self.last_entry(ledger_id)? {
+                    Some(e) => self.read_entry(ledger_id, e)?.last_add_confirmed(),
+                    None => INVALID_ENTRY_ID,
+                };
+                if let Some(l) = self.lock_ledgers().get_mut(&ledger_id) {
+                    l.piggybacked_lac = Some(l.piggybacked_lac.map_or(p, |x| x.max(p)));
+                }
+                p
+            }
+        };
+        let lac = explicit.map_or(piggybacked, |x| x.max(piggybacked));
+        if lac == INVALID_ENTRY_ID
+            && self.lock_ledgers().get(&ledger_id).is_some_and(|l| l.state.limbo)
+        {
+            return Err(StorageError::Unknown(ledger_id, INVALID_ENTRY_ID));
+        }
+        Ok(lac)
+    }
+
+    pub(super) fn storage_flags(&self) -> Result<u64> {
+        match self.kv.get(Table::Meta, index::META_FLAGS)? {
+            None => Ok(0),
+            Some(v) => v
+                .try_into()
+                .map(u64::from_le_bytes)
+                .map_err(|_| StorageError::corruption("index", "storage flags value")),
+        }
+    }
+}

@@ -1,0 +1,272 @@
+use super::*;
+
+impl Storage {
+    /// Opens (and recovers) storage: seal entry logs left active by a crash, replay the
+    /// journal from the checkpoint, flush what was replayed, start the journal and flusher.
+    pub fn open(
+        config: StorageConfig,
+        fs: Arc<dyn FileSystem>,
+        kv: Arc<dyn KvStore>,
+    ) -> Result<Storage> {
+        config.validate().map_err(StorageError::BadRequest)?;
+        let log_dir = config.ledger_dir.join("entrylogs");
+        for d in [&config.journal_dir, &config.ledger_dir, &log_dir] {
+            fs.create_dir_all(d)
+                .map_err(|e| StorageError::io(format!("creating {}", d.display()), e))?;
+        }
+        check_index_checkpoint(fs.as_ref(), kv.as_ref(), &config.journal_dir)?;
+        let mut recovery = RecoveryReport::default();
+        let ledgers = load_ledgers(kv.as_ref())?;
+        recovery.n_ledgers = ledgers.len();
+        let next_log_id = recover_entry_logs(fs.as_ref(), kv.as_ref(), &log_dir, &mut recovery)?;
+        let inner = Arc::new(Inner {
+            cache: WriteCache::new(config.write_cache_bytes),
+            read_cache: Mutex::new(ReadCache::new(config.read_cache_bytes)),
+            reader: EntryLogReader::new(fs.clone(), log_dir.clone()),
+            ledgers: Mutex::new(ledgers),
+            flush: Mutex::new(FlushState {
+                logs: EntryLogSet::new(fs.clone(), log_dir.clone(), &config, next_log_id),
+                last_mark: None,
+                last_swap: std::time::Instant::now(),
+            }),
+            signal: Mutex::new(FlushSignal::default()),
+            signal_cond: Condvar::new(),
+            poison: Poison::default(),
+            closed: AtomicBool::new(false),
+            journal: OnceLock::new(),
+            config,
+            fs,
+            kv,
+            log_dir,
+        });
+        recovery.journal = inner.replay_journal()?;
+        let journal = Journal::start(
+            inner.fs.clone(),
+            inner.config.journal_dir.clone(),
+            inner.config.journal.clone(),
+            &recovery.journal,
+            inner.poison.clone(),
+        )?;
+        let mark = journal.written_mark();
+        inner.journal.set(journal).expect("journal set once");
+        // The index learns the checkpoint before the journal's file does (index::META_CHECKPOINT).
+        let mut b = KvBatch::default();
+        b.put(
+            Table::Meta,
+            index::META_CHECKPOINT.to_vec(),
+            journal::format::encode_checkpoint(mark).to_vec(),
+        );
+        inner.kv.commit(b)?;
+        journal::write_checkpoint(inner.fs.as_ref(), &inner.config.journal_dir, mark)?;
+        inner.journal().release_before(mark.file_id);
+        inner.flush.lock().expect("flush lock").last_mark = Some(mark);
+        let flusher_inner = inner.clone();
+        let flusher = std::thread::Builder::new()
+            .name("folio-flusher".into())
+            .spawn(move || flusher_inner.run_flusher())
+            .map_err(|e| StorageError::io("spawning flusher", e))?;
+        tracing::info!(
+            journal_records = recovery.journal.n_records,
+            ledgers = recovery.n_ledgers,
+            sealed_at_open = recovery.entry_logs_sealed_at_open.len(),
+            "storage opened"
+        );
+        Ok(Storage { inner, flusher: Mutex::new(Some(flusher)), recovery })
+    }
+}
+
+impl Inner {
+    pub(super) fn replay_journal(&self) -> Result<ReplayReport> {
+        let dir = self.config.journal_dir.clone();
+        let mark = journal::read_checkpoint(self.fs.as_ref(), &dir)?;
+        let mut apply = |record: JournalRecord| -> Result<()> {
+            match record {
+                JournalRecord::Entry(e) => {
+                    let mut ledgers = self.lock_ledgers();
+                    let l = ledgers.entry(e.ledger_id()).or_default();
+                    l.dirty = true;
+                    let lac = e.last_add_confirmed();
+                    l.piggybacked_lac = Some(l.piggybacked_lac.map_or(lac, |x| x.max(lac)));
+                    drop(ledgers);
+                    self.cache.insert_unbounded(e);
+                    if self.cache.is_active_full() {
+                        self.flush_with_mark(None, false)?;
+                    }
+                }
+                JournalRecord::MasterKey { ledger_id, key } => {
+                    let mut ledgers = self.lock_ledgers();
+                    let l = ledgers.entry(ledger_id).or_default();
+                    if l.state.master_key.is_none() {
+                        l.state.master_key = Some(key);
+                        l.dirty = true;
+                    }
+                }
+                JournalRecord::Fence { ledger_id } => {
+                    let mut ledgers = self.lock_ledgers();
+                    let l = ledgers.entry(ledger_id).or_default();
+                    l.state.fenced = true;
+                    l.dirty = true;
+                }
+                JournalRecord::ExplicitLac { ledger_id, lac } => {
+                    let mut ledgers = self.lock_ledgers();
+                    let l = ledgers.entry(ledger_id).or_default();
+                    l.state.explicit_lac = Some(l.state.explicit_lac.map_or(lac, |x| x.max(lac)));
+                    l.dirty = true;
+                }
+                JournalRecord::FileEnd { .. } | JournalRecord::SyncMark { .. } => {}
+            }
+            Ok(())
+        };
+        let report = journal::replay(self.fs.as_ref(), &dir, mark, &mut apply)?;
+        self.flush_with_mark(None, false)?;
+        Ok(report)
+    }
+}
+
+pub(super) fn load_ledgers(kv: &dyn KvStore) -> Result<HashMap<LedgerId, Ledger>> {
+    let mut out = HashMap::new();
+    let mut start = Vec::new();
+    loop {
+        let page = kv.range(Table::Ledgers, &start, &[0xff; 9], INDEX_PAGE)?;
+        let Some(last) = page.last() else { break };
+        start = last.0.clone();
+        start.push(0);
+        let full = page.len() == INDEX_PAGE;
+        for (k, v) in page {
+            let id = index::parse_ledger_key(&k)?;
+            out.insert(
+                id,
+                Ledger { state: LedgerState::decode(&v)?, piggybacked_lac: None, dirty: false },
+            );
+        }
+        if !full {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+pub(super) fn entry_log_states(kv: &dyn KvStore) -> Result<Vec<(u64, EntryLogState)>> {
+    let mut end = index::META_ELOG_PREFIX.to_vec();
+    end.push(0xff);
+    kv.range(Table::Meta, index::META_ELOG_PREFIX, &end, usize::MAX)?
+        .into_iter()
+        .map(|(k, v)| {
+            let id = index::parse_elog_key(&k)
+                .ok_or_else(|| StorageError::corruption("index", "bad entry log key"))?;
+            Ok((id, EntryLogState::decode(&v)?))
+        })
+        .collect()
+}
+
+/// Seals logs the index lists as active (a crash interrupted them), removes log files the
+/// index never listed (created by a flush that did not commit), and returns the next log id.
+pub(super) fn recover_entry_logs(
+    fs: &dyn FileSystem,
+    kv: &dyn KvStore,
+    dir: &Path,
+    report: &mut RecoveryReport,
+) -> Result<u64> {
+    let states = entry_log_states(kv)?;
+    let on_disk: Vec<u64> = fs
+        .list_dir(dir)
+        .map_err(|e| StorageError::io("listing entry logs", e))?
+        .iter()
+        .filter_map(|n| entry_log::parse_file_name(n))
+        .collect();
+    let known: HashMap<u64, &EntryLogState> = states.iter().map(|(id, s)| (*id, s)).collect();
+    let mut batch = KvBatch::default();
+    for (id, state) in &states {
+        if !on_disk.contains(id) {
+            return Err(StorageError::corruption(
+                dir.display().to_string(),
+                format!(
+                    "entry log {} is in the index but missing on disk",
+                    entry_log::file_name(*id)
+                ),
+            ));
+        }
+        if !state.sealed {
+            let scan = entry_log::scan(fs, dir, *id, &mut |_, _| {})?;
+            if scan.valid_end < state.size_bytes {
+                // The index may point at entries up to `size_bytes`, synced before it was
+                // committed: a bad frame before there is damage, and sealing the log at it
+                // would overwrite entries a reader still finds through the index.
+                return Err(StorageError::corruption(
+                    dir.join(entry_log::file_name(*id)).display().to_string(),
+                    format!(
+                        "the frame at offset {} is damaged ({:?}) but entries up to offset {} \
+                         were durable and indexed. Refusing to start; restore the disk, or \
+                         format this bookie and re-replicate its ledgers from their other copies",
+                        scan.valid_end, scan.stop, state.size_bytes
+                    ),
+                ));
+            }
+            let sealed = EntryLogWriter::reopen_for_seal(fs, dir, &scan)?.seal()?;
+            batch.put(Table::Meta, index::elog_key(*id), sealed.encode());
+            report.entry_logs_sealed_at_open.push(*id);
+        }
+    }
+    for id in &on_disk {
+        if !known.contains_key(id) {
+            fs.remove_file(&dir.join(entry_log::file_name(*id)))
+                .map_err(|e| StorageError::io("removing orphan entry log", e))?;
+            report.orphan_entry_logs_removed.push(*id);
+        }
+    }
+    fs.sync_dir(dir).map_err(|e| StorageError::io("syncing entry log dir", e))?;
+    let stored_next = kv.get(Table::Meta, index::META_NEXT_LOG_ID)?.map_or(Ok(1), |v| {
+        v.try_into()
+            .map(u64::from_le_bytes)
+            .map_err(|_| StorageError::corruption("index", "next_log_id"))
+    })?;
+    let next = on_disk
+        .iter()
+        .map(|id| id + 1)
+        .chain(states.iter().map(|(id, _)| id + 1))
+        .fold(stored_next, u64::max);
+    batch.put(Table::Meta, index::META_NEXT_LOG_ID.to_vec(), next.to_le_bytes().to_vec());
+    kv.commit(batch)?;
+    Ok(next)
+}
+
+/// The index must hold every flush up to the journal's checkpoint file (see
+/// `index::META_CHECKPOINT`). Checked before anything is written at open; an index from
+/// before that record (it has a next log id and no record) passes.
+pub(super) fn check_index_checkpoint(
+    fs: &dyn FileSystem,
+    kv: &dyn KvStore,
+    dir: &Path,
+) -> Result<()> {
+    let Some(file_mark) = journal::read_checkpoint(fs, dir)? else {
+        return Ok(());
+    };
+    let lost = |held: String| {
+        StorageError::corruption(
+            format!(
+                "index (its files under the ledger dir's index/), checked against {}",
+                dir.join("checkpoint").display()
+            ),
+            format!(
+                "the index lost committed flushes: it holds {held}, the journal's checkpoint says {file_mark:?} (the journal files that would replay the rest are gone); the index is damaged"
+            ),
+        )
+    };
+    let Some(v) = kv.get(Table::Meta, index::META_CHECKPOINT)? else {
+        // Every open commits the next log id before the journal's first checkpoint: an
+        // index without one lost everything; one with it predates the record.
+        if kv.get(Table::Meta, index::META_NEXT_LOG_ID)?.is_none() {
+            return Err(lost("no flush at all".into()));
+        }
+        tracing::warn!(
+            "the index has no checkpoint record yet (written by older versions); the next flush writes one"
+        );
+        return Ok(());
+    };
+    let index_mark = journal::format::decode_checkpoint(&v)
+        .map_err(|d| StorageError::corruption("index: checkpoint record", d))?;
+    if index_mark < file_mark {
+        return Err(lost(format!("the flushes up to journal position {index_mark:?}")));
+    }
+    Ok(())
+}
