@@ -28,7 +28,7 @@ pub enum LedgerError {
     #[error("entry {entry_id} of ledger {ledger_id} is past its last entry {last}")]
     PastEnd { ledger_id: LedgerId, entry_id: EntryId, last: EntryId },
     #[error("the writer of ledger {0} failed earlier and accepts no more adds: {1}")]
-    WriterFailed(LedgerId, String),
+    WriterFailed(LedgerId, WriterFailure),
     #[error("ledger {0} has the maximum number of adds outstanding")]
     Busy(LedgerId),
     #[error("payload of {0} bytes is above the entry limit")]
@@ -39,6 +39,27 @@ pub enum LedgerError {
     Meta(#[from] MetaError),
     #[error("{0}")]
     Connection(#[from] ConnectionError),
+}
+
+/// Why a ledger writer stopped taking adds. Set once; no add succeeds after it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WriterFailure {
+    /// A bookie answered that the ledger is fenced: another client recovered it.
+    #[error("the ledger is fenced (bookie {bookie}): another client recovered it")]
+    Fenced { bookie: String },
+    #[error("bookie {bookie} rejected the master key")]
+    Unauthorized { bookie: String },
+    #[error("only {up} bookies of entry {entry_id}'s write set are up, fewer than the ack quorum")]
+    WriteSetDown { entry_id: EntryId, up: usize },
+    #[error("ensemble change after bookie {bookie} failed ({why}): {error}")]
+    EnsembleChange { bookie: String, why: String, error: String },
+    #[error(
+        "bookie {bookie} failed, no replacement, and entry {entry_id} can no longer reach its ack quorum"
+    )]
+    NoReplacement { bookie: String, entry_id: EntryId },
+    /// The writer went away before the add was confirmed.
+    #[error("the writer was dropped before the add was confirmed")]
+    Dropped,
 }
 
 impl LedgerError {

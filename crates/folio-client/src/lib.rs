@@ -10,6 +10,6 @@ pub mod ledger;
 mod pool;
 
 pub use connection::{BookieConnection, ConnectionError};
-pub use error::{LedgerError, Result};
+pub use error::{LedgerError, Result, WriterFailure};
 pub use ledger::{CreateOptions, LedgerClient, LedgerReader, LedgerWriter, master_key};
 pub use pool::BookiePool;

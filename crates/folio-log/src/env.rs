@@ -80,5 +80,5 @@ pub(crate) async fn fence_ledger(
             Err(e) => return Err(e.into()),
         }
     }
-    Err(LogError::Ledger(format!("ledger {id} could not be recovered")))
+    Err(LogError::LedgersUnavailable(format!("ledger {id} could not be recovered")))
 }

@@ -1,5 +1,7 @@
 //! Errors of the managed log.
 
+use std::sync::Arc;
+
 use folio_client::LedgerError;
 use folio_meta::MetaError;
 
@@ -23,23 +25,28 @@ pub enum LogError {
     NoSuchCursor { log: String, cursor: String },
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// A ledger operation failed; the ledger client's error, shared (errors are cloned to
+    /// every waiting append).
     #[error("ledger: {0}")]
-    Ledger(String),
+    Ledger(Arc<LedgerError>),
+    /// The log's ledgers cannot be written or recovered (after retries).
+    #[error("ledgers unavailable: {0}")]
+    LedgersUnavailable(String),
     #[error("metadata: {0}")]
-    Meta(String),
+    Meta(Arc<MetaError>),
     #[error("log entry {ledger_id}:{entry_id} is not in the log-entry format")]
     CorruptEntry { ledger_id: u64, entry_id: i64 },
 }
 
 impl From<LedgerError> for LogError {
     fn from(e: LedgerError) -> LogError {
-        LogError::Ledger(e.to_string())
+        LogError::Ledger(Arc::new(e))
     }
 }
 
 impl From<MetaError> for LogError {
     fn from(e: MetaError) -> LogError {
-        LogError::Meta(e.to_string())
+        LogError::Meta(Arc::new(e))
     }
 }
 

@@ -24,7 +24,7 @@ use folio_proto::{Entry, EntryId, INVALID_ENTRY_ID, LedgerId};
 use tokio::sync::{Semaphore, watch};
 
 use crate::BookieConnection;
-use crate::error::{LedgerError, Result};
+use crate::error::{LedgerError, Result, WriterFailure};
 use crate::pool::BookiePool;
 
 mod reader;
@@ -251,7 +251,7 @@ struct WriterState {
     lac: EntryId,
     lac_length: u64,
     pending: BTreeMap<EntryId, PendingAdd>,
-    failed: Option<String>,
+    failed: Option<WriterFailure>,
     closed: bool,
     /// An ensemble change is in progress: the LAC must not move (BookKeeper's
     /// `changingEnsemble`), so the new fragment's start stays right.

@@ -13,7 +13,7 @@ use folio_proto::{
 use tokio::sync::{Semaphore, watch};
 
 use crate::BookieConnection;
-use crate::error::{LedgerError, Result};
+use crate::error::{LedgerError, Result, WriterFailure};
 
 use super::*;
 
@@ -107,7 +107,7 @@ impl LedgerWriter {
     }
 
     /// Why the writer failed, once it has: no add after that succeeds.
-    pub fn failure(&self) -> Option<String> {
+    pub fn failure(&self) -> Option<WriterFailure> {
         self.inner.state.lock().expect("writer lock").failed.clone()
     }
 
@@ -159,10 +159,7 @@ impl LedgerWriter {
         let positions: Vec<usize> =
             inner.write_set(entry_id).into_iter().filter(|p| !down.contains(p)).collect();
         if positions.len() < inner.quorums().1 {
-            inner.fail(format!(
-                "only {} bookies of entry {entry_id}'s write set are up, fewer than the ack quorum",
-                positions.len()
-            ));
+            inner.fail(WriterFailure::WriteSetDown { entry_id, up: positions.len() });
         }
         for pos in positions {
             inner.send(entry_id, pos);
@@ -189,11 +186,11 @@ impl WriterInner {
         if confirmed {
             return Ok(entry_id);
         }
-        let f = inner.state.lock().expect("writer lock").failed.clone().unwrap_or_default();
-        if f.contains("fenced") {
-            return Err(LedgerError::Fenced(inner.id));
+        let failed = inner.state.lock().expect("writer lock").failed.clone();
+        match failed.unwrap_or(WriterFailure::Dropped) {
+            WriterFailure::Fenced { .. } => Err(LedgerError::Fenced(inner.id)),
+            f => Err(LedgerError::WriterFailed(inner.id, f)),
         }
-        Err(LedgerError::WriterFailed(inner.id, f))
     }
 }
 
@@ -291,7 +288,7 @@ impl WriterInner {
         (0..w).map(|i| ((entry_id + i as i64) % e) as usize).collect()
     }
 
-    pub(super) fn fail(&self, reason: String) {
+    pub(super) fn fail(&self, reason: WriterFailure) {
         tracing::warn!(ledger = self.id, %reason, "ledger writer failed");
         self.state.lock().expect("writer lock").failed.get_or_insert(reason);
         self.lac_tx.send_modify(|_| {}); // wake every waiting add
@@ -337,11 +334,9 @@ impl WriterInner {
                     self.advance_lac();
                 }
             }
-            Ok(Status::Fenced) => {
-                self.fail(format!("ledger {} is fenced (bookie {bookie})", self.id))
-            }
+            Ok(Status::Fenced) => self.fail(WriterFailure::Fenced { bookie: bookie.to_string() }),
             Ok(Status::Unauthorized) => {
-                self.fail(format!("bookie {bookie} rejected the master key"))
+                self.fail(WriterFailure::Unauthorized { bookie: bookie.to_string() })
             }
             Ok(status) => self.replace_later(pos, bookie, status.name().to_string()),
             Err(e) => self.replace_later(pos, bookie, e),
@@ -387,7 +382,9 @@ impl WriterInner {
             match this.change_ensemble(pos, &bookie).await {
                 Ok(()) => {}
                 Err(LedgerError::NotEnoughBookies { .. }) => this.mark_down(pos, &bookie),
-                Err(e) => this.fail(format!("ensemble change after {bookie} failed ({why}): {e}")),
+                Err(e) => {
+                    this.fail(WriterFailure::EnsembleChange { bookie, why, error: e.to_string() })
+                }
             }
         });
     }
@@ -404,8 +401,14 @@ impl WriterInner {
             .find(|id| self.write_set(*id).iter().filter(|p| !st.down.contains(p)).count() < a);
         drop(st);
         match short {
-            Some(id) => self.fail(format!("bookie {bookie} failed, no replacement, and entry {id} can no longer reach its ack quorum")),
-            None => tracing::warn!(ledger = self.id, bookie, "no replacement bookie; writing to the rest of the ensemble"),
+            Some(entry_id) => {
+                self.fail(WriterFailure::NoReplacement { bookie: bookie.to_string(), entry_id })
+            }
+            None => tracing::warn!(
+                ledger = self.id,
+                bookie,
+                "no replacement bookie; writing to the rest of the ensemble"
+            ),
         }
     }
 

@@ -518,7 +518,7 @@ impl Actor {
                     backoff_ms = self.retry_backoff_ms,
                     "ledgers keep failing; backing off"
                 );
-                self.failed(&LogError::Ledger("ledgers keep failing".into()));
+                self.failed(&LogError::LedgersUnavailable("ledgers keep failing".into()));
                 Ok(())
             }
             Ok(()) => {

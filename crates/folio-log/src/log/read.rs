@@ -80,7 +80,9 @@ impl ManagedLog {
             }
             let mut done = false;
             for r in reads {
-                let e = r.await.map_err(|e| LogError::Ledger(format!("read task: {e}")))??;
+                let e = r
+                    .await
+                    .map_err(|e| LogError::LedgersUnavailable(format!("read task: {e}")))??;
                 if done || e.next_offset() > status.end_offset {
                     done = true;
                     continue;
