@@ -34,7 +34,7 @@ use folio_meta::{MetaError, MetadataStore, Txn, list_all};
 use std::sync::atomic::Ordering;
 use uuid::Uuid;
 
-use crate::broker::Inner;
+use crate::state::Inner;
 use crate::topics::{Topic, log_name, parse_log_name};
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -38,6 +38,10 @@ pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
 pub const INVALID_RECORD: i16 = 87;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
 
+/// A request (or one topic, partition or group of it) that failed: the Kafka error code
+/// to answer and a message for the client.
+pub type Failure = (i16, String);
+
 /// The code's name, for logs and metrics labels.
 pub fn name(code: i16) -> &'static str {
     match code {

@@ -238,6 +238,9 @@ impl Limit {
     }
 }
 
+/// How long a long poll may be asked to wait at most.
+pub const FETCH_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(60);
+
 #[cfg(test)]
 mod tests {
     use super::*;

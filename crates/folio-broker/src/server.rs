@@ -17,94 +17,22 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
-use kafka_protocol::protocol::{Decodable, Encodable};
+use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
-use tokio::task::JoinHandle;
+use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
-use crate::broker::Inner;
+use crate::budget::{Budgets, Held, RequestScope};
+use crate::framing::{HEADER_PREFIX_BYTES, Parsed, Pending, parse_header, ready};
 use crate::limits::Limit;
+use crate::state::Inner;
 
-/// An answer being worked on: its encoded frame, nothing (acks=0), or a reason to close.
-pub(crate) type Pending = JoinHandle<Result<Option<Bytes>, String>>;
-
-/// Bytes of the fixed request-header prefix: API key, version, correlation id.
-const HEADER_PREFIX_BYTES: usize = 8;
 /// Request bytes are reserved and read in steps of this size, as they arrive.
 const READ_STEP_BYTES: usize = 64 * 1024;
 /// The pause after a failed accept (EMFILE and the like) before the next one.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
-
-/// A connection's byte budget and the process's (see `crate::limits`).
-#[derive(Debug, Clone)]
-pub(crate) struct Budgets {
-    connection: Arc<Semaphore>,
-    process: Arc<Semaphore>,
-    answers: Arc<Semaphore>,
-}
-
-/// Bytes a request holds (its own, then its answer's) until its answer is written: permits
-/// of the connection's budget, and as many of the process's request or answer budget.
-#[derive(Debug, Default)]
-pub(crate) struct Held {
-    connection: Option<OwnedSemaphorePermit>,
-    process: Option<OwnedSemaphorePermit>,
-    answers: Option<OwnedSemaphorePermit>,
-}
-
-impl Held {
-    pub(crate) fn bytes(&self) -> usize {
-        self.connection.as_ref().map_or(0, OwnedSemaphorePermit::num_permits)
-    }
-
-    /// Adds what `other` holds to this.
-    pub(crate) fn merge(&mut self, other: Held) {
-        for (mine, theirs) in [
-            (&mut self.connection, other.connection),
-            (&mut self.process, other.process),
-            (&mut self.answers, other.answers),
-        ] {
-            match (mine.as_mut(), theirs) {
-                (Some(m), Some(t)) => m.merge(t),
-                (None, t) => *mine = t,
-                (Some(_), None) => {}
-            }
-        }
-    }
-
-    /// Gives back `n` answer bytes (at most what is held).
-    pub(crate) fn release_answer(&mut self, n: usize) {
-        let n = n.min(self.answers.as_ref().map_or(0, OwnedSemaphorePermit::num_permits));
-        for p in [&mut self.connection, &mut self.answers].into_iter().flatten() {
-            drop(p.split(n));
-        }
-    }
-}
-
-impl Budgets {
-    /// Reserves `n` bytes (at most `u32::MAX`): the connection's budget first, so a
-    /// connection waiting on its own budget holds none of the process's.
-    pub(crate) async fn reserve(&self, n: usize) -> Held {
-        let n32 = u32::try_from(n).expect("limits validated below 2 GiB");
-        let c = self.connection.clone().acquire_many_owned(n32).await.expect("never closed");
-        let p = self.process.clone().acquire_many_owned(n32).await.expect("never closed");
-        Held { connection: Some(c), process: Some(p), answers: None }
-    }
-
-    /// Reserves `n` answer bytes if the connection's budget and the answer budget have
-    /// them now.
-    pub(crate) fn try_reserve_answer(&self, n: usize) -> Option<Held> {
-        let n32 = u32::try_from(n).ok()?;
-        let c = self.connection.clone().try_acquire_many_owned(n32).ok()?;
-        let a = self.answers.clone().try_acquire_many_owned(n32).ok()?;
-        Some(Held { connection: Some(c), process: None, answers: Some(a) })
-    }
-}
 
 /// Open connections per client address.
 #[derive(Debug, Default)]
@@ -307,52 +235,6 @@ async fn read_frame(
     Ok(frame.freeze())
 }
 
-/// A request frame after its header.
-pub(crate) enum Parsed {
-    /// ApiVersions decodes its own header: it must answer versions it does not know.
-    ApiVersions {
-        version: i16,
-        correlation: i32,
-        frame: Bytes,
-    },
-    Request {
-        key: ApiKey,
-        header: RequestHeader,
-        body: Bytes,
-    },
-}
-
-/// Reads a frame's header: the API key must be known and the version one the protocol
-/// crate decodes.
-pub(crate) fn parse_header(frame: Bytes) -> Result<Parsed, String> {
-    if frame.len() < HEADER_PREFIX_BYTES {
-        return Err(format!("a {}-byte request is shorter than a request header", frame.len()));
-    }
-    let mut prefix = &frame[..HEADER_PREFIX_BYTES];
-    let (api_key, version, correlation) = (prefix.get_i16(), prefix.get_i16(), prefix.get_i32());
-    let Ok(key) = ApiKey::try_from(api_key) else {
-        return Err(format!("unknown API key {api_key}"));
-    };
-    if key == ApiKey::ApiVersions {
-        return Ok(Parsed::ApiVersions { version, correlation, frame });
-    }
-    let known = key.valid_versions();
-    if !(known.min..=known.max).contains(&version) {
-        return Err(format!("{key:?} v{version} is unknown to this broker"));
-    }
-    let mut body = frame;
-    let header = RequestHeader::decode(&mut body, key.request_header_version(version))
-        .map_err(|e| format!("{key:?} v{version}: bad request header: {e}"))?;
-    Ok(Parsed::Request { key, header, body })
-}
-
-/// What a request's task may reserve its answer's bytes from (Fetch does).
-#[derive(Debug, Clone)]
-pub(crate) struct RequestScope {
-    pub budgets: Budgets,
-    pub held: Arc<Mutex<Held>>,
-}
-
 /// Decodes the header and starts the request's work.
 async fn dispatch(
     inner: &Arc<Inner>,
@@ -375,40 +257,4 @@ async fn dispatch(
             crate::api::route(inner, key, header, body, scope).await
         }
     }
-}
-
-/// An answer that is already known.
-pub(crate) fn ready(r: Result<Option<Bytes>, String>) -> Pending {
-    tokio::spawn(async move { r })
-}
-
-/// Starts the work of an answer. The future is boxed: a finished task keeps its cell
-/// until its answer is written, and the cell of an unboxed future is as large as the
-/// future's state (kilobytes for a Fetch), so a client that pipelines requests and never
-/// reads its answers would pin that much per queued answer (`inflight_per_connection` of
-/// them per connection) outside every byte budget. Boxed, the state is freed when the
-/// work ends and only the encoded answer stays.
-pub(crate) fn spawn_answer(
-    work: impl std::future::Future<Output = Result<Option<Bytes>, String>> + Send + 'static,
-) -> Pending {
-    tokio::spawn(Box::pin(work))
-}
-
-/// Frames an answer: size, response header (at the API's header version), body.
-pub(crate) fn encode_response<R: Encodable>(
-    key: ApiKey,
-    version: i16,
-    correlation: i32,
-    body: &R,
-) -> Result<Bytes, String> {
-    let header_version = key.response_header_version(version);
-    let header = ResponseHeader::default().with_correlation_id(correlation);
-    let fail = |e: anyhow::Error| format!("encoding a {key:?} v{version} answer: {e}");
-    let size = header.compute_size(header_version).map_err(fail)?
-        + body.compute_size(version).map_err(fail)?;
-    let mut buf = BytesMut::with_capacity(4 + size);
-    buf.put_i32(size as i32);
-    header.encode(&mut buf, header_version).map_err(fail)?;
-    body.encode(&mut buf, version).map_err(fail)?;
-    Ok(buf.freeze())
 }

@@ -446,6 +446,63 @@ impl Topics {
     }
 }
 
+/// What a new topic asks for: CreateTopics, Metadata's auto-creation and `folio topics
+/// create` all create topics through [`Topics::create_topic`].
+#[derive(Debug, Clone)]
+pub struct NewTopic {
+    pub partitions: i32,
+    pub replication: i16,
+    /// The largest replication factor allowed (the bookies there are).
+    pub replication_max: u16,
+    /// Validated already (`validate_configs`).
+    pub configs: BTreeMap<String, String>,
+    pub now_ms: u64,
+}
+
+/// What to do when a topic of the name exists (or is created meanwhile).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfExists {
+    /// Fail with TOPIC_ALREADY_EXISTS (CreateTopics, `folio topics create`).
+    Fail,
+    /// Use it (auto-creation: two clients asking for the same unknown topic).
+    Use,
+}
+
+impl Topics {
+    /// Creates a topic after Kafka's checks, with a fresh topic id; with `validate_only`
+    /// answers what would be created and writes nothing. Every failure carries its Kafka
+    /// error code.
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        new: NewTopic,
+        if_exists: IfExists,
+        validate_only: bool,
+    ) -> Result<Arc<Topic>, errors::Failure> {
+        let NewTopic { partitions, replication, replication_max, configs, now_ms } = new;
+        let record =
+            TopicRecord::new(name, partitions, replication, replication_max, configs, now_ms)?;
+        let exists = || (errors::TOPIC_ALREADY_EXISTS, format!("topic {name} already exists"));
+        let storage = |e: MetaError| (errors::KAFKA_STORAGE_ERROR, format!("topic {name}: {e}"));
+        if if_exists == IfExists::Fail && self.get(name).await.map_err(storage)?.is_some() {
+            return Err(exists());
+        }
+        if validate_only {
+            return Ok(Arc::new(Topic { name: name.to_string(), record, version: 0 }));
+        }
+        match self.create(name, record).await.map_err(storage)? {
+            Some(t) => {
+                tracing::info!(topic = name, id = %t.record.id, partitions, replication, "topic created");
+                Ok(t)
+            }
+            None if if_exists == IfExists::Use => {
+                self.get(name).await.map_err(storage)?.ok_or_else(exists)
+            }
+            None => Err(exists()),
+        }
+    }
+}
+
 /// A fresh random topic id (never the nil id Kafka reserves for "none").
 pub fn new_topic_id() -> Uuid {
     loop {

@@ -120,24 +120,23 @@ pub fn run(args: Args) -> Result<(), String> {
                     pairs.push((k.trim(), v));
                 }
                 let configs = folio_broker::topics::validate_configs(pairs)?;
-                // CreateTopics' own checks (name, partitions).
-                let record = TopicRecord::new(
-                    &name,
-                    i32::try_from(partitions).unwrap_or(i32::MAX),
-                    replication as i16,
-                    replication,
-                    configs,
-                    env.now_ms(),
-                )
-                .map_err(|(_, e)| e)?;
                 let topics = folio_broker::topics::Topics::new(meta.clone(), keys.clone());
-                match topics.create(&name, record).await.map_err(|e| e.to_string())? {
-                    Some(t) => println!(
-                        "created topic {name} id {} partitions {partitions} replication {replication}",
-                        t.record.id.simple()
-                    ),
-                    None => return Err(format!("topic {name} already exists")),
-                }
+                let new = folio_broker::topics::NewTopic {
+                    partitions: i32::try_from(partitions).unwrap_or(i32::MAX),
+                    replication: replication as i16,
+                    replication_max: replication,
+                    configs,
+                    now_ms: env.now_ms(),
+                };
+                // CreateTopics' own checks (name, partitions) and write.
+                let t = topics
+                    .create_topic(&name, new, folio_broker::topics::IfExists::Fail, false)
+                    .await
+                    .map_err(|(_, e)| e)?;
+                println!(
+                    "created topic {name} id {} partitions {partitions} replication {replication}",
+                    t.record.id.simple()
+                );
             }
             Command::Delete { names } => {
                 let topics = folio_broker::topics::Topics::new(meta.clone(), keys.clone());

@@ -27,9 +27,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use crate::api::{Handler, first_error, str_bytes};
-use crate::broker::Inner;
 use crate::errors;
-use crate::topics::{PARTITIONS_MAX, TOPIC_CONFIG_KEYS, Topic, TopicRecord, validate_configs};
+use crate::state::Inner;
+use crate::topics::{PARTITIONS_MAX, TOPIC_CONFIG_KEYS, Topic, validate_configs};
 
 /// Kafka's config resource types.
 const RESOURCE_TOPIC: i8 = 2;
@@ -45,42 +45,8 @@ const TYPE_LONG: i8 = 5;
 const TYPE_LIST: i8 = 7;
 const TYPE_BOOLEAN: i8 = 1;
 
-type Failure = (i16, String);
-
-/// Creates a topic (also used by auto-creation): validates everything, then writes the
-/// record with a fresh topic id.
-pub(crate) async fn create_topic(
-    inner: &Inner,
-    name: &str,
-    partitions: u32,
-    replication: u16,
-    configs: BTreeMap<String, String>,
-) -> Result<Arc<Topic>, Failure> {
-    let record = new_record(inner, name, partitions as i32, replication as i16, configs)?;
-    match inner.topics.create(name, record).await {
-        Ok(Some(t)) => {
-            tracing::info!(topic = name, id = %t.record.id, partitions, replication, "topic created");
-            Ok(t)
-        }
-        // Created by someone else meanwhile (e.g. two auto-creates): use theirs.
-        Ok(None) => match inner.topics.get(name).await {
-            Ok(Some(t)) => Ok(t),
-            _ => Err((errors::TOPIC_ALREADY_EXISTS, format!("topic {name} already exists"))),
-        },
-        Err(e) => Err((errors::KAFKA_STORAGE_ERROR, format!("writing topic {name}: {e}"))),
-    }
-}
-
-fn new_record(
-    inner: &Inner,
-    name: &str,
-    partitions: i32,
-    replication: i16,
-    configs: BTreeMap<String, String>,
-) -> Result<TopicRecord, Failure> {
-    let max = inner.config.replication_max;
-    TopicRecord::new(name, partitions, replication, max, configs, inner.now_ms() as u64)
-}
+use crate::errors::Failure;
+use crate::topics::IfExists;
 
 pub(crate) struct CreateTopics;
 
@@ -107,38 +73,40 @@ impl Handler for CreateTopics {
             let mut r = CreatableTopicResult::default().with_name(t.name.clone());
             let outcome: Result<Option<Arc<Topic>>, Failure> = async {
                 if duplicated.contains(&name) {
-                    return Err((errors::INVALID_REQUEST, format!("topic {name} is named more than once")));
+                    return Err((
+                        errors::INVALID_REQUEST,
+                        format!("topic {name} is named more than once"),
+                    ));
                 }
                 if !t.assignments.is_empty() {
                     return Err((
                         errors::INVALID_REPLICA_ASSIGNMENT,
-                        "manual replica assignment is not supported: bookies are chosen per ledger".into(),
+                        "manual replica assignment is not supported: bookies are chosen per ledger"
+                            .into(),
                     ));
                 }
-                let partitions = if t.num_partitions == -1 { inner.config.default_partitions as i32 } else { t.num_partitions };
-                let replication =
-                    if t.replication_factor == -1 { inner.config.default_replication as i16 } else { t.replication_factor };
+                let partitions = if t.num_partitions == -1 {
+                    inner.config.default_partitions as i32
+                } else {
+                    t.num_partitions
+                };
+                let replication = if t.replication_factor == -1 {
+                    inner.config.default_replication as i16
+                } else {
+                    t.replication_factor
+                };
                 let configs = validate_configs(
-                    t.configs.iter().filter_map(|c| c.value.as_ref().map(|v| (c.name.as_str(), v.as_str()))),
+                    t.configs
+                        .iter()
+                        .filter_map(|c| c.value.as_ref().map(|v| (c.name.as_str(), v.as_str()))),
                 )
                 .map_err(|e| (errors::INVALID_CONFIG, e))?;
-                let record = new_record(&inner, &name, partitions, replication, configs)?;
-                match inner.topics.get(&name).await {
-                    Ok(Some(_)) => return Err((errors::TOPIC_ALREADY_EXISTS, format!("topic {name} already exists"))),
-                    Ok(None) => {}
-                    Err(e) => return Err((errors::KAFKA_STORAGE_ERROR, e.to_string())),
-                }
-                if req.validate_only {
-                    return Ok(Some(Arc::new(Topic { name: name.clone(), record, version: 0 })));
-                }
-                match inner.topics.create(&name, record).await {
-                    Ok(Some(t)) => {
-                        tracing::info!(topic = %name, id = %t.record.id, partitions, replication, "topic created");
-                        Ok(Some(t))
-                    }
-                    Ok(None) => Err((errors::TOPIC_ALREADY_EXISTS, format!("topic {name} already exists"))),
-                    Err(e) => Err((errors::KAFKA_STORAGE_ERROR, format!("writing topic {name}: {e}"))),
-                }
+                let new = inner.new_topic(partitions, replication, configs);
+                inner
+                    .topics
+                    .create_topic(&name, new, IfExists::Fail, req.validate_only)
+                    .await
+                    .map(Some)
             }
             .await;
             match outcome {

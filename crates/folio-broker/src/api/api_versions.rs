@@ -10,9 +10,9 @@ use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, 
 use kafka_protocol::protocol::Decodable;
 
 use crate::api::SUPPORTED;
-use crate::broker::Inner;
 use crate::errors;
-use crate::server::encode_response;
+use crate::framing::encode_response;
+use crate::state::Inner;
 
 /// Highest ApiVersions version this broker knows.
 pub(crate) const VERSION_MAX: i16 = 4;

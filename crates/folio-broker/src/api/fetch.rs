@@ -18,10 +18,11 @@ use tokio::task::JoinSet;
 
 use crate::api::{Handler, first_error};
 use crate::batch;
-use crate::broker::{FETCH_WAIT_MAX, Inner};
+use crate::budget::Held;
 use crate::errors;
+use crate::limits::FETCH_WAIT_MAX;
 use crate::limits::Limit;
-use crate::server::Held;
+use crate::state::Inner;
 use crate::topics::Topic;
 
 /// Batches read per partition per fetch, at most.

@@ -22,10 +22,10 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
 use crate::api::{Handler, first_error, str_bytes};
-use crate::broker::Inner;
 use crate::cluster::group_key;
 use crate::errors;
 use crate::group::OffsetRecord;
+use crate::state::Inner;
 
 /// The error a request for `group` gets before anything else: INVALID_GROUP_ID for an id
 /// above `GROUP_ID_BYTES_MAX`, NOT_COORDINATOR when another broker coordinates it.

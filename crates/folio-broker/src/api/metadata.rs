@@ -11,9 +11,10 @@ use kafka_protocol::messages::{ApiKey, BrokerId, MetadataRequest, MetadataRespon
 use uuid::Uuid;
 
 use crate::api::{Handler, first_error, str_bytes};
-use crate::broker::Inner;
 use crate::errors;
 use crate::limits::Limit;
+use crate::state::Inner;
+use crate::topics::IfExists;
 use crate::topics::{Topic, validate_name};
 
 pub(crate) struct Metadata;
@@ -145,15 +146,8 @@ async fn by_name(
         Ok(None) if creations.allowed && creations.take(inner) => {
             let (partitions, replication) =
                 (inner.config.default_partitions, inner.config.default_replication);
-            match crate::api::admin::create_topic(
-                inner,
-                name,
-                partitions,
-                replication,
-                Default::default(),
-            )
-            .await
-            {
+            let new = inner.new_topic(partitions as i32, replication as i16, Default::default());
+            match inner.topics.create_topic(name, new, IfExists::Use, false).await {
                 Ok(t) => {
                     tracing::info!(topic = name, partitions, "auto-created topic");
                     topic(inner, version, &t)

@@ -12,9 +12,10 @@ use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ProduceRequest, RequestHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-use crate::broker::Inner;
+use crate::budget::RequestScope;
 use crate::errors;
-use crate::server::{Pending, RequestScope, encode_response};
+use crate::framing::{Pending, encode_response};
+use crate::state::Inner;
 
 pub mod admin;
 pub mod api_versions;
@@ -146,7 +147,7 @@ fn run<H: Handler>(
     let req = H::Request::decode(&mut body, version)
         .map_err(|e| format!("{:?} v{version}: malformed request: {e}", H::KEY))?;
     let inner = inner.clone();
-    Ok(crate::server::spawn_answer(async move {
+    Ok(crate::framing::spawn_answer(async move {
         let resp = if supported(H::KEY, version) {
             REQUEST.scope(scope, H::handle(inner.clone(), version, req)).await
         } else {
@@ -161,8 +162,8 @@ fn run<H: Handler>(
 /// the body by API. The fuzz target of the request decoder: it must return, never panic or
 /// allocate by an unchecked length, whatever the bytes.
 pub fn decode_request(frame: Bytes) -> Result<(ApiKey, i16), String> {
-    match crate::server::parse_header(frame)? {
-        crate::server::Parsed::ApiVersions { version, frame, .. } => {
+    match crate::framing::parse_header(frame)? {
+        crate::framing::Parsed::ApiVersions { version, frame, .. } => {
             if !(0..=api_versions::VERSION_MAX).contains(&version) {
                 return Ok((ApiKey::ApiVersions, version));
             }
@@ -172,7 +173,7 @@ pub fn decode_request(frame: Bytes) -> Result<(ApiKey, i16), String> {
             ApiVersionsRequest::decode(&mut b, version).map_err(|e| e.to_string())?;
             Ok((ApiKey::ApiVersions, version))
         }
-        crate::server::Parsed::Request { key, header, body } => {
+        crate::framing::Parsed::Request { key, header, body } => {
             let version = header.request_api_version;
             decode_body(key, version, body).map(|()| (key, version))
         }

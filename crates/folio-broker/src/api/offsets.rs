@@ -19,8 +19,8 @@ use kafka_protocol::messages::{
 };
 
 use crate::api::{Handler, first_error};
-use crate::broker::Inner;
 use crate::errors;
+use crate::state::Inner;
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;

@@ -20,11 +20,11 @@ use kafka_protocol::protocol::Decodable;
 
 use crate::api::{first_error, str_bytes, supported};
 use crate::batch::{self, BatchError, Codec};
-use crate::broker::Inner;
 use crate::errors;
+use crate::framing::{Pending, encode_response, ready};
 use crate::metrics::TopicMetrics;
 use crate::producers::{Check, Outcome};
-use crate::server::{Pending, encode_response, ready};
+use crate::state::Inner;
 use crate::topics::TimestampType;
 use tokio::sync::watch;
 
@@ -253,7 +253,7 @@ pub(crate) async fn start(
     let inner = inner.clone();
     let timeout = (req.timeout_ms > 0).then(|| Duration::from_millis(req.timeout_ms as u64));
     if acks == 0 {
-        return Ok(crate::server::spawn_answer(async move {
+        return Ok(crate::framing::spawn_answer(async move {
             let resp = settle(&inner, topics, timeout).await;
             let code = first_error(partition_codes(&resp));
             inner.metrics.request(ApiKey::Produce, code);
@@ -269,7 +269,7 @@ pub(crate) async fn start(
         inner.metrics.request(ApiKey::Produce, errors::UNSUPPORTED_VERSION);
         return Ok(ready(encode_response(ApiKey::Produce, version, correlation, &resp).map(Some)));
     }
-    Ok(crate::server::spawn_answer(async move {
+    Ok(crate::framing::spawn_answer(async move {
         let resp = settle(&inner, topics, timeout).await;
         inner.metrics.request(ApiKey::Produce, first_error(partition_codes(&resp)));
         inner.metrics.produce_latency.observe(received.elapsed());

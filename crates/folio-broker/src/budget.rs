@@ -1,0 +1,80 @@
+//! The bytes a request holds, from its connection's budget and the process's, until its
+//! answer is written (see `crate::limits`). The listener reserves request bytes as they
+//! arrive; Fetch reserves its answer's bytes through the request's scope.
+
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// A connection's byte budget and the process's (see `crate::limits`).
+#[derive(Debug, Clone)]
+pub(crate) struct Budgets {
+    pub(crate) connection: Arc<Semaphore>,
+    pub(crate) process: Arc<Semaphore>,
+    pub(crate) answers: Arc<Semaphore>,
+}
+
+/// Bytes a request holds (its own, then its answer's) until its answer is written: permits
+/// of the connection's budget, and as many of the process's request or answer budget.
+#[derive(Debug, Default)]
+pub(crate) struct Held {
+    connection: Option<OwnedSemaphorePermit>,
+    process: Option<OwnedSemaphorePermit>,
+    answers: Option<OwnedSemaphorePermit>,
+}
+
+impl Held {
+    pub(crate) fn bytes(&self) -> usize {
+        self.connection.as_ref().map_or(0, OwnedSemaphorePermit::num_permits)
+    }
+
+    /// Adds what `other` holds to this.
+    pub(crate) fn merge(&mut self, other: Held) {
+        for (mine, theirs) in [
+            (&mut self.connection, other.connection),
+            (&mut self.process, other.process),
+            (&mut self.answers, other.answers),
+        ] {
+            match (mine.as_mut(), theirs) {
+                (Some(m), Some(t)) => m.merge(t),
+                (None, t) => *mine = t,
+                (Some(_), None) => {}
+            }
+        }
+    }
+
+    /// Gives back `n` answer bytes (at most what is held).
+    pub(crate) fn release_answer(&mut self, n: usize) {
+        let n = n.min(self.answers.as_ref().map_or(0, OwnedSemaphorePermit::num_permits));
+        for p in [&mut self.connection, &mut self.answers].into_iter().flatten() {
+            drop(p.split(n));
+        }
+    }
+}
+
+impl Budgets {
+    /// Reserves `n` bytes (at most `u32::MAX`): the connection's budget first, so a
+    /// connection waiting on its own budget holds none of the process's.
+    pub(crate) async fn reserve(&self, n: usize) -> Held {
+        let n32 = u32::try_from(n).expect("limits validated below 2 GiB");
+        let c = self.connection.clone().acquire_many_owned(n32).await.expect("never closed");
+        let p = self.process.clone().acquire_many_owned(n32).await.expect("never closed");
+        Held { connection: Some(c), process: Some(p), answers: None }
+    }
+
+    /// Reserves `n` answer bytes if the connection's budget and the answer budget have
+    /// them now.
+    pub(crate) fn try_reserve_answer(&self, n: usize) -> Option<Held> {
+        let n32 = u32::try_from(n).ok()?;
+        let c = self.connection.clone().try_acquire_many_owned(n32).ok()?;
+        let a = self.answers.clone().try_acquire_many_owned(n32).ok()?;
+        Some(Held { connection: Some(c), process: None, answers: Some(a) })
+    }
+}
+
+/// What a request's task may reserve its answer's bytes from (Fetch does).
+#[derive(Debug, Clone)]
+pub(crate) struct RequestScope {
+    pub budgets: Budgets,
+    pub held: Arc<Mutex<Held>>,
+}

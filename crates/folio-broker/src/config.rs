@@ -1,0 +1,89 @@
+//! What a broker is and how it behaves: [`BrokerConfig`], every field with the default a
+//! Kafka user expects.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use folio_log::LogConfig;
+
+use crate::group::GroupConfig;
+use crate::limits::ListenerLimits;
+use crate::topics::TopicConfig;
+
+/// What a broker is and how it behaves; every field has the default a Kafka user expects.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// `node.id`: the broker's id in Metadata answers.
+    pub node_id: i32,
+    /// Where the Kafka listener binds (port 0: any free port).
+    pub listen: SocketAddr,
+    /// The host and port clients are told to connect to (`advertised.listeners`); by default
+    /// the bound address.
+    pub advertised: Option<(String, u16)>,
+    /// `auto.create.topics.enable`: Metadata for an unknown topic creates it.
+    pub auto_create_topics: bool,
+    /// `num.partitions`: partitions of auto-created topics and of CreateTopics with -1.
+    pub default_partitions: u32,
+    /// `default.replication.factor`: copies of each batch (ledger ensemble = write quorum).
+    pub default_replication: u16,
+    /// The most copies a topic may ask for (the bookies there are).
+    pub replication_max: u16,
+    /// Topic config defaults (`log.retention.ms`, `message.max.bytes`, ...).
+    pub topic_defaults: TopicConfig,
+    /// Rollover, trimming and append settings of every partition's log (quorums and
+    /// retention come from the topic).
+    pub log: LogConfig,
+    /// The Kafka listener's limits: request and answer bytes, connections, timeouts,
+    /// fetch size, auto-creation (see `crate::limits`).
+    pub limits: ListenerLimits,
+    /// Batches per partition in one produce request.
+    pub batches_per_partition_max: usize,
+    /// The group coordinator's settings.
+    pub groups: GroupConfig,
+    /// The broker's registration lease: when it dies, its partitions move this long after.
+    pub lease_ttl: Duration,
+    /// How often the live brokers are listed.
+    pub membership_poll: Duration,
+    /// `delete.topic.enable`.
+    pub delete_topic_enable: bool,
+    /// The share of time the controller spends deleting topics' partitions while there is
+    /// work (it waits between partitions for the rest), so metadata writes of other
+    /// requests are not queued behind a large deletion. 1.0: no pause.
+    pub deletion_busy_fraction: f64,
+    /// The trash deleter this broker runs while it is the controller (exactly one deleter
+    /// per cluster: it moves with the controller lease). `None`: this broker never runs it
+    /// (tests that look at what the controller put in the trash).
+    pub trash: Option<folio_log::TrashConfig>,
+    /// How often the controller runs `folio audit`'s walk and publishes its classes as
+    /// gauges (`folio_audit_*`); `None`: never.
+    pub audit_interval: Option<Duration>,
+    /// How often topics are re-read from the metadata store (changes made through other
+    /// brokers arrive this late; a stale cache never resurrects a deleted topic's storage).
+    pub topic_refresh: Duration,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            node_id: 1,
+            listen: "127.0.0.1:9092".parse().expect("address"),
+            advertised: None,
+            auto_create_topics: true,
+            default_partitions: 1,
+            default_replication: 1,
+            replication_max: 1,
+            topic_defaults: TopicConfig::default(),
+            log: LogConfig::default(),
+            limits: ListenerLimits::default(),
+            batches_per_partition_max: 1024,
+            groups: GroupConfig::default(),
+            lease_ttl: Duration::from_secs(10),
+            membership_poll: Duration::from_millis(500),
+            delete_topic_enable: true,
+            deletion_busy_fraction: 0.5,
+            trash: Some(folio_log::TrashConfig::default()),
+            audit_interval: Some(Duration::from_secs(600)),
+            topic_refresh: Duration::from_secs(1),
+        }
+    }
+}

@@ -1,0 +1,351 @@
+//! What every part of the broker shares: its settings, the topics it serves, the groups it
+//! coordinates, its budgets, and the managed log behind each partition it has open (opened
+//! on first use, closed when idle, moved or deleted, and on shutdown).
+//!
+//! Architecture invariant: this module sits below the listener (`server`), the APIs
+//! (`api`) and topic deletion (`deletion`), and depends on none of them.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use folio_log::{LogConfig, LogEnv, ManagedLog};
+use tokio::sync::{OnceCell, watch};
+use uuid::Uuid;
+
+use crate::cluster::{self, Membership};
+use crate::config::BrokerConfig;
+use crate::group::{Coordinator, GroupConfig};
+use crate::limits::ListenerLimits;
+use crate::metrics::Metrics;
+use crate::producers::{Producers, REBUILD_OFFSETS};
+use crate::topics::{Topic, TopicConfig, Topics, log_name};
+
+/// A partition this broker has opened: its log and its idempotent producers.
+#[derive(Debug)]
+pub(crate) struct Partition {
+    pub log: ManagedLog,
+    pub producers: Mutex<Producers>,
+    /// When a request last used it (`LogEnv::now_ms`): idle and least recently used
+    /// partitions are closed (`partition_idle_timeout`, `partitions_open_max`).
+    pub(crate) last_used_ms: AtomicU64,
+}
+
+impl Partition {
+    /// Forgets an idempotent batch whose append failed, so its retry is appended.
+    pub fn forget_batch(&self, producer_id: i64, base_sequence: i32) {
+        self.producers.lock().expect("producers lock").forget(producer_id, base_sequence);
+    }
+}
+
+type LogCell = Arc<OnceCell<Arc<Partition>>>;
+
+pub(crate) struct Inner {
+    pub config: BrokerConfig,
+    pub env: LogEnv,
+    pub topics: Topics,
+    pub metrics: Metrics,
+    pub groups: Arc<Coordinator>,
+    pub groups_config: GroupConfig,
+    pub membership: Arc<Membership>,
+    /// Wakes the topic deleter.
+    pub deletions: tokio::sync::Notify,
+    pub cluster_id: String,
+    /// Host and port in Metadata answers.
+    pub advertised: (String, i32),
+    pub(crate) logs: Mutex<HashMap<(Uuid, i32), LogCell>>,
+    pub shutdown: watch::Sender<bool>,
+    /// The trash deleter, active while this broker is the controller; taken (and so
+    /// stopped) when the broker stops.
+    pub(crate) trash: Mutex<Option<folio_log::TrashHandle>>,
+    /// The deleter itself (for status and wake-ups), also after it stopped.
+    pub trash_deleter: folio_log::Trash,
+    /// The last audit this broker ran as the controller.
+    pub last_audit: Mutex<Option<crate::audit::Audit>>,
+    /// Request and answer bytes all connections may hold (`limits.process_bytes_max`).
+    pub request_budget: Arc<tokio::sync::Semaphore>,
+    /// Fetch answer bytes all connections may hold (`limits.answer_bytes_max`).
+    pub answer_budget: Arc<tokio::sync::Semaphore>,
+    /// Topics auto-created in the current minute (`limits.auto_create_per_minute_max`).
+    pub auto_created: Mutex<(std::time::Instant, usize)>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker")
+            .field("node_id", &self.config.node_id)
+            .field("advertised", &self.advertised)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inner {
+    /// A topic to create with this broker's replication limit and clock.
+    pub fn new_topic(
+        &self,
+        partitions: i32,
+        replication: i16,
+        configs: std::collections::BTreeMap<String, String>,
+    ) -> crate::topics::NewTopic {
+        crate::topics::NewTopic {
+            partitions,
+            replication,
+            replication_max: self.config.replication_max,
+            configs,
+            now_ms: self.now_ms() as u64,
+        }
+    }
+
+    /// The effective config of `topic`.
+    pub fn topic_config(&self, topic: &Topic) -> TopicConfig {
+        TopicConfig::resolve(&self.config.topic_defaults, &topic.record.configs)
+    }
+
+    /// The log of `topic`'s `partition`, opened (and so owned) on first use.
+    pub async fn log(
+        &self,
+        topic: &Topic,
+        partition: i32,
+    ) -> Result<ManagedLog, folio_log::LogError> {
+        Ok(self.partition(topic, partition).await?.log.clone())
+    }
+
+    /// `topic`'s `partition`, opened on first use: the log is fenced and recovered, then
+    /// the idempotent producers' state is rebuilt from its tail.
+    pub async fn partition(
+        &self,
+        topic: &Topic,
+        partition: i32,
+    ) -> Result<Arc<Partition>, folio_log::LogError> {
+        let key = (topic.record.id, partition);
+        let owner = self.membership.owner(&cluster::partition_key(topic.record.id, partition));
+        if owner.node_id != self.config.node_id {
+            return Err(folio_log::LogError::Fenced(format!(
+                "{} partition {partition}: served by broker {}",
+                topic.name, owner.node_id
+            )));
+        }
+        let (cell, evicted) = {
+            let mut logs = self.logs.lock().expect("logs lock");
+            let evicted = if logs.contains_key(&key) {
+                None
+            } else {
+                Self::make_room(&mut logs, &self.config.limits)
+            };
+            (logs.entry(key).or_default().clone(), evicted)
+        };
+        if let Some(((id, p), old)) = evicted {
+            self.metrics.limit_hit(crate::limits::Limit::PartitionsOpen);
+            self.close_cell(
+                id,
+                p,
+                old,
+                "least recently used, to open another (partitions_open_max)",
+            )
+            .await;
+        }
+        let log = cell
+            .get_or_try_init(|| async {
+                let tc = self.topic_config(topic);
+                let (retention_time, retention_bytes) = tc.retention();
+                let quorums = LogConfig::for_bookies(topic.record.replication as usize);
+                let mut lc = self.config.log.clone();
+                lc.ensemble_size = quorums.ensemble_size;
+                lc.write_quorum = quorums.write_quorum;
+                lc.ack_quorum = quorums.ack_quorum;
+                lc.retention_time = retention_time;
+                lc.retention_bytes = retention_bytes;
+                let log = self.open_or_create_log(topic, partition, lc).await?;
+                let producers = rebuild_producers(&log).await?;
+                self.metrics.partitions_opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Ok::<_, folio_log::LogError>(Arc::new(Partition {
+                    log,
+                    producers: Mutex::new(producers),
+                    last_used_ms: AtomicU64::new(self.env.now_ms()),
+                }))
+            })
+            .await;
+        match log {
+            Ok(p) if !p.log.is_usable() => {
+                // Fenced or deleted under us: forget it so the next use opens it afresh.
+                self.logs.lock().expect("logs lock").remove(&key);
+                Err(p.log.unusable_error())
+            }
+            Ok(p) => {
+                p.last_used_ms.fetch_max(self.env.now_ms(), Ordering::Relaxed);
+                Ok(p.clone())
+            }
+            Err(e) => {
+                self.logs.lock().expect("logs lock").remove(&key);
+                Err(e)
+            }
+        }
+    }
+
+    /// Opens `topic`'s `partition` log; creates it first if it was never created (a
+    /// partition's log is created on its first use). The creation compares the topic's
+    /// record, read from the store now, in the same transaction: a broker whose caches
+    /// still show a deleted topic never creates storage for it again (the L1 leak of a
+    /// resurrected log, and appends acknowledged into it that nobody would ever read).
+    async fn open_or_create_log(
+        &self,
+        topic: &Topic,
+        partition: i32,
+        config: LogConfig,
+    ) -> Result<ManagedLog, folio_log::LogError> {
+        let name = log_name(topic.record.id, partition);
+        match ManagedLog::open(self.env.clone(), &name, config.clone()).await {
+            Err(folio_log::LogError::NoSuchLog(_)) => {}
+            other => return other,
+        }
+        let gone =
+            || folio_log::LogError::Deleted(format!("{name}: topic {} was deleted", topic.name));
+        let fresh = self.topics.load(&topic.name).await?.ok_or_else(gone)?;
+        if fresh.record.id != topic.record.id || partition >= fresh.record.partitions as i32 {
+            return Err(gone());
+        }
+        let guard =
+            vec![folio_meta::Compare::Version(self.env.keys.topic(&topic.name), fresh.version)];
+        match ManagedLog::create(&self.env, &name, &config, guard).await {
+            // Exists: another broker (an owner before this one) created it first.
+            Ok(()) | Err(folio_log::LogError::Exists(_)) => {}
+            Err(folio_log::LogError::CreateRefused { .. }) => {
+                // Changed (configs, partitions) or deleted since the read: a caller retries
+                // with what the store says then.
+                return Err(folio_log::LogError::Fenced(format!(
+                    "{name}: topic {} changed while its log was being created; retry",
+                    topic.name
+                )));
+            }
+            Err(e) => return Err(e),
+        }
+        ManagedLog::open(self.env.clone(), &name, config).await
+    }
+
+    /// Stops serving every open partition `which` selects (pending appends finish first);
+    /// returns how many were open.
+    pub async fn close_partitions(&self, which: impl Fn(Uuid, i32) -> bool, why: &str) -> u64 {
+        let cells: Vec<((Uuid, i32), LogCell)> = {
+            let mut logs = self.logs.lock().expect("logs lock");
+            let keys: Vec<(Uuid, i32)> =
+                logs.keys().filter(|(id, p)| which(*id, *p)).copied().collect();
+            keys.into_iter().filter_map(|k| logs.remove(&k).map(|c| (k, c))).collect()
+        };
+        let mut closed = 0;
+        for ((id, p), cell) in cells {
+            closed += u64::from(self.close_cell(id, p, cell, why).await);
+        }
+        closed
+    }
+
+    /// Closes a partition already taken out of the open set; false if it never opened.
+    async fn close_cell(&self, id: Uuid, p: i32, cell: LogCell, why: &str) -> bool {
+        let Some(part) = cell.get() else { return false };
+        tracing::info!(log = part.log.name(), topic_id = %id, partition = p, why, "no longer serving a partition");
+        if let Err(e) = part.log.close().await {
+            tracing::warn!(log = part.log.name(), error = %e, "closing a partition failed");
+        }
+        true
+    }
+
+    /// With `partitions_open_max` partitions open, takes the least recently used one out
+    /// of `logs` for the caller to close (one still opening is never taken).
+    fn make_room(
+        logs: &mut HashMap<(Uuid, i32), LogCell>,
+        limits: &ListenerLimits,
+    ) -> Option<((Uuid, i32), LogCell)> {
+        if logs.len() < limits.partitions_open_max {
+            return None;
+        }
+        let lru = logs
+            .iter()
+            .filter_map(|(k, c)| Some((*k, c.get()?.last_used_ms.load(Ordering::Relaxed))))
+            .min_by_key(|(_, used)| *used)?
+            .0;
+        logs.remove(&lru).map(|c| (lru, c))
+    }
+
+    /// Closes the partitions no request used for `partition_idle_timeout`; returns how
+    /// many it closed.
+    pub async fn close_idle_partitions(&self) -> u64 {
+        let idle = self.config.limits.partition_idle_timeout.as_millis() as u64;
+        let before = self.env.now_ms().saturating_sub(idle);
+        let idle_keys: std::collections::HashSet<(Uuid, i32)> = {
+            let logs = self.logs.lock().expect("logs lock");
+            logs.iter()
+                .filter(|(_, c)| {
+                    c.get().is_some_and(|p| p.last_used_ms.load(Ordering::Relaxed) <= before)
+                })
+                .map(|(k, _)| *k)
+                .collect()
+        };
+        if idle_keys.is_empty() {
+            return 0;
+        }
+        let closed = self
+            .close_partitions(|id, p| idle_keys.contains(&(id, p)), "idle (partition_idle_timeout)")
+            .await;
+        self.metrics.partitions_closed_idle.fetch_add(closed, Ordering::Relaxed);
+        closed
+    }
+
+    /// Partitions open here now (including those being opened).
+    pub fn partitions_open(&self) -> usize {
+        self.logs.lock().expect("logs lock").len()
+    }
+
+    /// The open log of a partition, if this broker has opened it (no metadata access).
+    pub fn open_log(&self, id: Uuid, partition: i32) -> Option<ManagedLog> {
+        self.logs
+            .lock()
+            .expect("logs lock")
+            .get(&(id, partition))
+            .and_then(|c| c.get().map(|p| p.log.clone()))
+    }
+
+    /// Applies a topic's (new) retention to its open logs and trims them now.
+    pub async fn apply_retention(&self, topic: &Topic) {
+        let (time, bytes) = self.topic_config(topic).retention();
+        for p in 0..topic.record.partitions as i32 {
+            if let Some(log) = self.open_log(topic.record.id, p) {
+                log.set_retention(time, bytes);
+                if let Err(e) = log.trim().await {
+                    tracing::warn!(log = log.name(), error = %e, "trim after a retention change failed");
+                }
+            }
+        }
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.env.now_ms() as i64
+    }
+}
+
+/// The idempotent producers' state, from the batch headers of the log's last
+/// `REBUILD_OFFSETS` offsets.
+async fn rebuild_producers(log: &ManagedLog) -> Result<Producers, folio_log::LogError> {
+    let mut producers = Producers::default();
+    let status = log.status();
+    let mut offset = status.start_offset.max(status.end_offset.saturating_sub(REBUILD_OFFSETS));
+    while offset < status.end_offset {
+        let entries = log.read(offset, 8 << 20, 4096).await?;
+        let Some(last) = entries.last() else { break };
+        offset = last.next_offset();
+        for e in &entries {
+            match crate::batch::read_header(&e.payload) {
+                Ok(info) => producers.restore(&info, e.base_offset as i64),
+                Err(err) => {
+                    tracing::warn!(log = log.name(), offset = e.base_offset, error = %err, "a stored batch does not parse")
+                }
+            }
+        }
+    }
+    if !producers.is_empty() {
+        tracing::info!(
+            log = log.name(),
+            producers = producers.len(),
+            "idempotent producer state rebuilt"
+        );
+    }
+    Ok(producers)
+}
