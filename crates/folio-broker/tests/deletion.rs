@@ -1,7 +1,8 @@
 //! Topic deletion end to end (issue #11): an owner that died is fenced, not waited for
 //! (L3); a bookie down during deletion is retried and still gives its disk back (L1);
 //! deleting 1 000 topics does not queue topic creation (L4); deleting every topic gives
-//! the bookies' data dirs back (L1).
+//! the bookies' data dirs back (L1); a deleted topic is gone at once for produce and
+//! fetch, and a new controller finishes a deletion the dead one started (L3).
 
 // Kafka's wire format is big-endian (the shared test helpers build batches).
 #![allow(clippy::big_endian_bytes)]
@@ -15,12 +16,14 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use folio_broker::BrokerConfig;
+use folio_broker::errors;
 use folio_log::records::TrashRecord;
 use folio_log::{LogEnv, WallClock};
 use folio_meta::keys::Keys;
 use folio_meta::records::{LedgerState, Record};
 use folio_meta::{MetadataStore, list_all};
 use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
 
 fn produce_req(topic: &str, partition: i32, records: Vec<u8>) -> ProduceRequest {
     folio_broker::client::produce_request(topic, partition, records.into(), -1)
@@ -544,4 +547,217 @@ async fn l1_offsets_are_never_committed_for_a_topic_deleted_behind_the_cache() {
         list_all(s.cluster.meta.as_ref(), &groups).await.unwrap().is_empty(),
         "no offsets re-created under the deleted topic's id"
     );
+}
+
+/// Topic deletion (L3): DeleteTopics frees the name at once; produce and fetch by name get
+/// UNKNOWN_TOPIC_OR_PARTITION and by the old id UNKNOWN_TOPIC_ID; a topic recreated under
+/// the name has a new id and is empty; the controller moves the old partitions' ledgers to
+/// the trash and drops the marker and the topic's committed offsets.
+#[tokio::test]
+async fn a_deleted_topic_is_gone_at_once_and_a_recreated_one_is_empty() {
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    let s = start(1, |c| c.auto_create_topics = false).await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    let create = CreateTopicsRequest::default().with_timeout_ms(5000).with_topics(vec![
+        CreatableTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("doomed")))
+            .with_num_partitions(2)
+            .with_replication_factor(-1),
+    ]);
+    let r: CreateTopicsResponse = c.call(ApiKey::CreateTopics, 7, &create).await;
+    assert_eq!(r.topics[0].error_code, 0);
+    let old_id = r.topics[0].topic_id;
+    for p in 0..2 {
+        let r: ProduceResponse =
+            c.call(ApiKey::Produce, 9, &produce_req("doomed", p, batch(5, 1))).await;
+        assert_eq!(produced(&r), (0, 0));
+    }
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("g")))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("doomed")))
+                .with_partitions(vec![
+                    OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(3),
+                ]),
+        ]);
+    let r: OffsetCommitResponse = c.call(ApiKey::OffsetCommit, 7, &commit).await;
+    assert_eq!(r.topics[0].partitions[0].error_code, 0);
+    // Unknown names and ids, and both at once, are refused; the real one is deleted.
+    let del = DeleteTopicsRequest::default().with_timeout_ms(5000).with_topics(vec![
+        DeleteTopicState::default().with_name(Some(TopicName(StrBytes::from_static_str("doomed")))),
+        DeleteTopicState::default().with_name(Some(TopicName(StrBytes::from_static_str("never")))),
+        DeleteTopicState::default().with_name(None).with_topic_id(uuid::Uuid::from_u128(7)),
+        DeleteTopicState::default()
+            .with_name(Some(TopicName(StrBytes::from_static_str("x"))))
+            .with_topic_id(uuid::Uuid::from_u128(7)),
+    ]);
+    let r: DeleteTopicsResponse = c.call(ApiKey::DeleteTopics, 6, &del).await;
+    let codes: Vec<i16> = r.responses.iter().map(|r| r.error_code).collect();
+    assert_eq!(
+        codes,
+        vec![
+            0,
+            errors::UNKNOWN_TOPIC_OR_PARTITION,
+            errors::UNKNOWN_TOPIC_ID,
+            errors::INVALID_REQUEST
+        ]
+    );
+    assert_eq!(r.responses[0].topic_id, old_id);
+    // Gone at once, by name and by id.
+    let r: ProduceResponse =
+        c.call(ApiKey::Produce, 9, &produce_req("doomed", 0, batch(1, 1))).await;
+    assert_eq!(produced(&r).0, errors::UNKNOWN_TOPIC_OR_PARTITION);
+    let r: FetchResponse =
+        c.call(ApiKey::Fetch, 12, &fetch_req("doomed", uuid::Uuid::nil(), 0)).await;
+    assert_eq!(r.responses[0].partitions[0].error_code, errors::UNKNOWN_TOPIC_OR_PARTITION);
+    let r: FetchResponse = c.call(ApiKey::Fetch, 16, &fetch_req("", old_id, 0)).await;
+    assert_eq!(r.responses[0].partitions[0].error_code, errors::UNKNOWN_TOPIC_ID);
+    let r: MetadataResponse = c.call(ApiKey::Metadata, 9, &metadata_req(&["doomed"])).await;
+    assert_eq!(
+        r.topics[0].error_code,
+        errors::UNKNOWN_TOPIC_OR_PARTITION,
+        "no auto-create brought it back"
+    );
+    // Recreated under the same name: a new id, empty.
+    let r: CreateTopicsResponse = c.call(ApiKey::CreateTopics, 7, &create).await;
+    assert_eq!(r.topics[0].error_code, 0);
+    assert_ne!(r.topics[0].topic_id, old_id);
+    let r: FetchResponse =
+        c.call(ApiKey::Fetch, 12, &fetch_req("doomed", uuid::Uuid::nil(), 0)).await;
+    let p = &r.responses[0].partitions[0];
+    assert_eq!((p.error_code, p.high_watermark), (0, 0), "the recreated topic is empty");
+    // The controller finishes: markers gone, old logs gone (their ledgers in the trash),
+    // committed offsets of the old topic gone.
+    let meta = s.cluster.meta.clone();
+    let keys = folio_meta::keys::Keys::default();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let markers = folio_meta::list_all(meta.as_ref(), "folio/topic-deletions/").await.unwrap();
+        let logs_left = old_logs_left(&meta, &keys, old_id).await;
+        let counted = s.broker.render_metrics().contains("folio_kafka_topics_deleted_total 1");
+        if markers.is_empty() && logs_left == 0 && counted {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "deletion did not finish: {} markers, {logs_left} logs",
+            markers.len()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let trash = folio_meta::list_all(meta.as_ref(), &keys.trash()).await.unwrap();
+    assert!(trash.len() >= 2, "each deleted partition's ledgers are in the trash: {}", trash.len());
+    let offsets = folio_meta::list_all(meta.as_ref(), "folio/groups/").await.unwrap();
+    assert!(offsets.is_empty(), "the deleted topic's committed offsets are gone: {offsets:?}");
+}
+
+/// Logs of topic `id` still in the metadata store.
+async fn old_logs_left(
+    meta: &std::sync::Arc<dyn folio_meta::MetadataStore>,
+    keys: &folio_meta::keys::Keys,
+    id: uuid::Uuid,
+) -> usize {
+    let mut n = 0;
+    for p in 0..2 {
+        if meta.get(&keys.log(&format!("kafka-{}-{p}", id.simple()))).await.unwrap().is_some() {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// A deletion committed while the controller is dead (its lease not yet expired) is
+/// finished by the next controller from the marker (every partition's log gone, marker
+/// gone); with deletion disabled, DeleteTopics is refused with TOPIC_DELETION_DISABLED.
+#[tokio::test]
+async fn a_new_controller_finishes_a_deletion_the_dead_one_started() {
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    let tune = |id: i32, enable: bool| {
+        move |c: &mut folio_broker::BrokerConfig| {
+            c.node_id = id;
+            c.lease_ttl = std::time::Duration::from_secs(1);
+            c.membership_poll = std::time::Duration::from_millis(50);
+            c.delete_topic_enable = enable;
+        }
+    };
+    let s = start(1, tune(1, true)).await;
+    let b2 = broker_on(&s.cluster, tune(2, true)).await;
+    let b3 = broker_on(&s.cluster, tune(3, false)).await;
+    while [&s.broker, &b2, &b3].iter().any(|b| b.live_brokers().len() < 3) {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let mut c1 = Conn::open(s.broker.addr()).await;
+    let create = CreateTopicsRequest::default().with_timeout_ms(5000).with_topics(vec![
+        CreatableTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("big")))
+            .with_num_partitions(12)
+            .with_replication_factor(-1),
+    ]);
+    let r: CreateTopicsResponse = c1.call(ApiKey::CreateTopics, 7, &create).await;
+    let id = r.topics[0].topic_id;
+    // Write to the partitions broker 1 owns (the others answer NOT_LEADER_OR_FOLLOWER).
+    // (Broker 1 opens them, so deleting them later must fence its ledgers.)
+    for p in 0..12 {
+        let _: ProduceResponse =
+            c1.call(ApiKey::Produce, 9, &produce_req("big", p, batch(2, 1))).await;
+    }
+    let del = |v: i16| {
+        let mut r = DeleteTopicsRequest::default().with_timeout_ms(5000);
+        if v >= 6 {
+            r.topics = vec![
+                kafka_protocol::messages::delete_topics_request::DeleteTopicState::default()
+                    .with_name(Some(TopicName(StrBytes::from_static_str("big")))),
+            ];
+        } else {
+            r.topic_names = vec![TopicName(StrBytes::from_static_str("big"))];
+        }
+        r
+    };
+    let mut c3 = Conn::open(b3.addr()).await;
+    let r: DeleteTopicsResponse = c3.call(ApiKey::DeleteTopics, 4, &del(4)).await;
+    assert_eq!(
+        r.responses[0].error_code,
+        errors::TOPIC_DELETION_DISABLED,
+        "broker 3 has deletion off"
+    );
+    let r: DeleteTopicsResponse = c3.call(ApiKey::DeleteTopics, 2, &del(2)).await;
+    assert_eq!(r.responses[0].error_code, errors::INVALID_REQUEST, "before v3: INVALID_REQUEST");
+    // Broker 1, the controller (lowest id), dies; the delete commits through broker 2
+    // before broker 1's lease expires, so only the next controller can do the work.
+    s.broker.abort();
+    let mut c2 = Conn::open(b2.addr()).await;
+    let r: DeleteTopicsResponse = c2.call(ApiKey::DeleteTopics, 6, &del(6)).await;
+    assert_eq!(r.responses[0].error_code, 0);
+    let meta = s.cluster.meta.clone();
+    let keys = folio_meta::keys::Keys::default();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let markers = folio_meta::list_all(meta.as_ref(), "folio/topic-deletions/").await.unwrap();
+        let mut logs = 0;
+        for p in 0..12 {
+            if meta.get(&keys.log(&format!("kafka-{}-{p}", id.simple()))).await.unwrap().is_some() {
+                logs += 1;
+            }
+        }
+        // (The count goes up just after the marker is removed.)
+        let counted = b2.render_metrics().contains("folio_kafka_topics_deleted_total 1");
+        if markers.is_empty() && logs == 0 && counted {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new controller did not finish: {} markers, {logs} logs, counted by broker 2: {counted}",
+            markers.len()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(b2.live_brokers(), vec![2, 3]);
 }

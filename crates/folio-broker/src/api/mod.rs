@@ -19,6 +19,7 @@ use crate::state::Inner;
 
 pub mod admin;
 pub mod api_versions;
+pub mod configs;
 pub mod fetch;
 pub mod groups;
 pub mod metadata;
@@ -112,10 +113,10 @@ handlers! {
     Metadata => metadata::Metadata,
     CreateTopics => admin::CreateTopics,
     DeleteRecords => offsets::DeleteRecords,
-    DescribeConfigs => admin::DescribeConfigs,
-    AlterConfigs => admin::AlterConfigs,
+    DescribeConfigs => configs::DescribeConfigs,
+    AlterConfigs => configs::AlterConfigs,
     CreatePartitions => admin::CreatePartitions,
-    IncrementalAlterConfigs => admin::IncrementalAlterConfigs,
+    IncrementalAlterConfigs => configs::IncrementalAlterConfigs,
     DescribeCluster => admin::DescribeCluster,
     FindCoordinator => groups::FindCoordinator,
     JoinGroup => groups::JoinGroup,

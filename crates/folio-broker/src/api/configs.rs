@@ -1,0 +1,553 @@
+//! Topic configs: DescribeConfigs, AlterConfigs, IncrementalAlterConfigs.
+//!
+//! Config changes are validated, written to the topic record by compare-and-set, and
+//! applied to the open partition logs at once (retention trims immediately).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
+use kafka_protocol::messages::{
+    AlterConfigsRequest, AlterConfigsResponse, ApiKey, DescribeConfigsRequest,
+    DescribeConfigsResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::api::{Handler, first_error, str_bytes};
+use crate::errors::{self, Failure};
+use crate::state::Inner;
+use crate::topics::{TOPIC_CONFIG_KEYS, Topic, validate_configs};
+
+/// Kafka's config resource types.
+const RESOURCE_TOPIC: i8 = 2;
+const RESOURCE_BROKER: i8 = 4;
+/// Kafka's config sources.
+const SOURCE_TOPIC: i8 = 1;
+const SOURCE_STATIC_BROKER: i8 = 4;
+const SOURCE_DEFAULT: i8 = 5;
+/// Kafka's config types.
+const TYPE_STRING: i8 = 2;
+const TYPE_INT: i8 = 3;
+const TYPE_LONG: i8 = 5;
+const TYPE_LIST: i8 = 7;
+const TYPE_BOOLEAN: i8 = 1;
+
+/// Where a topic config's value comes from (Kafka's config source).
+pub(super) fn source(topic: &Topic, key: &str) -> i8 {
+    if topic.record.configs.contains_key(key) { SOURCE_TOPIC } else { SOURCE_DEFAULT }
+}
+
+fn config_type(key: &str) -> i8 {
+    match key {
+        "retention.ms" | "retention.bytes" | "log.retention.ms" | "log.retention.bytes" => {
+            TYPE_LONG
+        }
+        "max.message.bytes" | "message.max.bytes" | "num.partitions" => TYPE_INT,
+        "default.replication.factor" => TYPE_INT,
+        "cleanup.policy" => TYPE_LIST,
+        "auto.create.topics.enable" => TYPE_BOOLEAN,
+        _ => TYPE_STRING,
+    }
+}
+
+pub(crate) struct DescribeConfigs;
+
+impl Handler for DescribeConfigs {
+    type Request = DescribeConfigsRequest;
+    type Response = DescribeConfigsResponse;
+    const KEY: ApiKey = ApiKey::DescribeConfigs;
+
+    async fn handle(
+        inner: Arc<Inner>,
+        version: i16,
+        req: DescribeConfigsRequest,
+    ) -> DescribeConfigsResponse {
+        let mut resp = DescribeConfigsResponse::default();
+        for res in req.resources {
+            let mut r = DescribeConfigsResult::default()
+                .with_resource_type(res.resource_type)
+                .with_resource_name(res.resource_name.clone());
+            let wanted = |k: &str| {
+                res.configuration_keys
+                    .as_ref()
+                    .is_none_or(|keys| keys.iter().any(|w| w.as_str() == k))
+            };
+            let entry = |k: &str, v: String, read_only: bool, src: i8, doc: &str| {
+                let mut e = DescribeConfigsResourceResult::default()
+                    .with_name(str_bytes(k))
+                    .with_value(Some(str_bytes(v)))
+                    .with_read_only(read_only)
+                    .with_config_source(src);
+                if version >= 3 {
+                    e.config_type = config_type(k);
+                    if req.include_documentation {
+                        e.documentation = Some(str_bytes(doc));
+                    }
+                }
+                e
+            };
+            match res.resource_type {
+                RESOURCE_TOPIC => match inner.topics.get(res.resource_name.as_str()).await {
+                    Ok(Some(topic)) => {
+                        let c = inner.topic_config(&topic);
+                        for (k, doc) in TOPIC_CONFIG_KEYS.iter().filter(|(k, _)| wanted(k)) {
+                            let v = c.get(k).unwrap_or_default();
+                            r.configs.push(entry(k, v, false, source(&topic, k), doc));
+                        }
+                    }
+                    Ok(None) => {
+                        r.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION;
+                        r.error_message = Some(str_bytes(format!(
+                            "topic {} does not exist",
+                            res.resource_name.as_str()
+                        )));
+                    }
+                    Err(e) => {
+                        r.error_code = errors::KAFKA_STORAGE_ERROR;
+                        r.error_message = Some(str_bytes(e.to_string()));
+                    }
+                },
+                RESOURCE_BROKER
+                    if res.resource_name.is_empty()
+                        || res.resource_name.as_str() == inner.config.node_id.to_string() =>
+                {
+                    let d = &inner.config.topic_defaults;
+                    let cfg = &inner.config;
+                    let broker: [(&str, String, &str); 6] = [
+                        (
+                            "num.partitions",
+                            cfg.default_partitions.to_string(),
+                            "Partitions of auto-created topics.",
+                        ),
+                        (
+                            "default.replication.factor",
+                            cfg.default_replication.to_string(),
+                            "Copies of each batch for new topics.",
+                        ),
+                        (
+                            "auto.create.topics.enable",
+                            cfg.auto_create_topics.to_string(),
+                            "Metadata requests create unknown topics.",
+                        ),
+                        (
+                            "log.retention.ms",
+                            d.retention_ms.to_string(),
+                            "Default retention.ms of topics.",
+                        ),
+                        (
+                            "log.retention.bytes",
+                            d.retention_bytes.to_string(),
+                            "Default retention.bytes of topics.",
+                        ),
+                        (
+                            "message.max.bytes",
+                            d.max_message_bytes.to_string(),
+                            "Default max.message.bytes of topics.",
+                        ),
+                    ];
+                    for (k, v, doc) in broker.into_iter().filter(|(k, _, _)| wanted(k)) {
+                        r.configs.push(entry(k, v, true, SOURCE_STATIC_BROKER, doc));
+                    }
+                }
+                RESOURCE_BROKER => {
+                    r.error_code = errors::INVALID_REQUEST;
+                    r.error_message =
+                        Some(str_bytes(format!("this is broker {}", inner.config.node_id)));
+                }
+                other => {
+                    r.error_code = errors::INVALID_REQUEST;
+                    r.error_message = Some(str_bytes(format!(
+                        "config resource type {other} is not supported (topic: 2, broker: 4)"
+                    )));
+                }
+            }
+            resp.results.push(r);
+        }
+        resp
+    }
+
+    fn error(_version: i16, req: &DescribeConfigsRequest, code: i16) -> DescribeConfigsResponse {
+        DescribeConfigsResponse::default().with_results(
+            req.resources
+                .iter()
+                .map(|r| {
+                    DescribeConfigsResult::default()
+                        .with_resource_type(r.resource_type)
+                        .with_resource_name(r.resource_name.clone())
+                        .with_error_code(code)
+                })
+                .collect(),
+        )
+    }
+
+    fn error_code(resp: &DescribeConfigsResponse) -> i16 {
+        first_error(resp.results.iter().map(|r| r.error_code))
+    }
+}
+
+/// How one resource's configs change.
+enum Change {
+    /// AlterConfigs: these become the overrides; everything else returns to its default.
+    Replace(Vec<(String, Option<String>)>),
+    /// IncrementalAlterConfigs: (key, operation, value).
+    Incremental(Vec<(String, i8, Option<String>)>),
+}
+
+const OP_SET: i8 = 0;
+const OP_DELETE: i8 = 1;
+const OP_APPEND: i8 = 2;
+const OP_SUBTRACT: i8 = 3;
+
+/// The overrides after `change`, validated.
+fn apply_change(
+    current: &BTreeMap<String, String>,
+    change: &Change,
+) -> Result<BTreeMap<String, String>, Failure> {
+    let invalid = |m: String| (errors::INVALID_CONFIG, m);
+    let mut next = BTreeMap::new();
+    match change {
+        Change::Replace(pairs) => {
+            for (k, v) in pairs {
+                if next.contains_key(k) {
+                    return Err((
+                        errors::INVALID_REQUEST,
+                        format!("config {k} is named more than once"),
+                    ));
+                }
+                if let Some(v) = v {
+                    next.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        Change::Incremental(ops) => {
+            next = current.clone();
+            let mut seen = std::collections::HashSet::new();
+            for (k, op, v) in ops {
+                if !seen.insert(k) {
+                    return Err((
+                        errors::INVALID_REQUEST,
+                        format!("config {k} is named more than once"),
+                    ));
+                }
+                match *op {
+                    OP_SET => {
+                        let v = v
+                            .clone()
+                            .ok_or_else(|| invalid(format!("SET of {k} needs a value")))?;
+                        next.insert(k.clone(), v);
+                    }
+                    OP_DELETE => {
+                        next.remove(k);
+                    }
+                    OP_APPEND | OP_SUBTRACT => {
+                        if config_type(k) != TYPE_LIST {
+                            return Err(invalid(format!(
+                                "{k} is not a list: APPEND and SUBTRACT apply to lists only"
+                            )));
+                        }
+                        let mut items: Vec<String> = next
+                            .get(k)
+                            .cloned()
+                            .unwrap_or_else(|| "delete".to_string())
+                            .split(',')
+                            .map(|s| s.trim().to_string())
+                            .filter(|s| !s.is_empty())
+                            .collect();
+                        for item in v
+                            .as_deref()
+                            .unwrap_or("")
+                            .split(',')
+                            .map(str::trim)
+                            .filter(|s| !s.is_empty())
+                        {
+                            if *op == OP_APPEND {
+                                if !items.iter().any(|i| i == item) {
+                                    items.push(item.to_string());
+                                }
+                            } else {
+                                items.retain(|i| i != item);
+                            }
+                        }
+                        next.insert(k.clone(), items.join(","));
+                    }
+                    other => {
+                        return Err((
+                            errors::INVALID_REQUEST,
+                            format!("unknown config operation {other}"),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    validate_configs(next.iter().map(|(k, v)| (k.as_str(), v.as_str()))).map_err(invalid)
+}
+
+/// Applies `change` to topic `name` (compare-and-set), or only checks it.
+async fn alter_topic(
+    inner: &Inner,
+    name: &str,
+    change: &Change,
+    validate_only: bool,
+) -> Result<(), Failure> {
+    for _ in 0..10 {
+        let topic = match inner.topics.load(name).await {
+            Ok(Some(t)) => t,
+            Ok(None) => {
+                return Err((
+                    errors::UNKNOWN_TOPIC_OR_PARTITION,
+                    format!("topic {name} does not exist"),
+                ));
+            }
+            Err(e) => return Err((errors::KAFKA_STORAGE_ERROR, e.to_string())),
+        };
+        let configs = apply_change(&topic.record.configs, change)?;
+        if validate_only {
+            return Ok(());
+        }
+        let mut record = topic.record.clone();
+        record.configs = configs;
+        match inner.topics.update(&topic, record).await {
+            Ok(t) => {
+                tracing::info!(topic = name, configs = ?t.record.configs, "topic configs changed");
+                inner.apply_retention(&t).await;
+                return Ok(());
+            }
+            Err(folio_meta::MetaError::Conflict { .. }) => continue,
+            Err(e) => return Err((errors::KAFKA_STORAGE_ERROR, e.to_string())),
+        }
+    }
+    Err((errors::KAFKA_STORAGE_ERROR, format!("topic {name} keeps changing; try again")))
+}
+
+async fn alter(
+    inner: &Inner,
+    resource_type: i8,
+    name: &StrBytes,
+    change: Change,
+    validate_only: bool,
+) -> Result<(), Failure> {
+    match resource_type {
+        RESOURCE_TOPIC => alter_topic(inner, name.as_str(), &change, validate_only).await,
+        RESOURCE_BROKER => Err((
+            errors::INVALID_REQUEST,
+            "broker configs are static here: set them on the command line (see `folio broker --help`)".into(),
+        )),
+        other => Err((errors::INVALID_REQUEST, format!("config resource type {other} is not supported (topic: 2)"))),
+    }
+}
+
+/// Applies each resource's change in turn: (resource type, name, failure if any).
+async fn alter_each(
+    inner: &Inner,
+    changes: Vec<(i8, StrBytes, Change)>,
+    validate_only: bool,
+) -> Vec<(i8, StrBytes, Option<Failure>)> {
+    let mut out = Vec::with_capacity(changes.len());
+    for (kind, name, change) in changes {
+        let failure = alter(inner, kind, &name, change, validate_only).await.err();
+        out.push((kind, name, failure));
+    }
+    out
+}
+
+/// Per-resource answers of AlterConfigs and IncrementalAlterConfigs (two types of one shape).
+macro_rules! alter_answers {
+    ($answer:ty, $results:expr) => {
+        $results
+            .into_iter()
+            .map(|(kind, name, failure): (i8, StrBytes, Option<Failure>)| {
+                let mut r = <$answer>::default().with_resource_type(kind).with_resource_name(name);
+                if let Some((code, msg)) = failure {
+                    r.error_code = code;
+                    r.error_message = Some(str_bytes(msg));
+                }
+                r
+            })
+            .collect()
+    };
+}
+
+/// Every resource of a request failed with `code`.
+fn all_failed<'a>(
+    resources: impl Iterator<Item = (i8, &'a StrBytes)>,
+    code: i16,
+) -> Vec<(i8, StrBytes, Option<Failure>)> {
+    resources
+        .map(|(kind, name)| (kind, name.clone(), Some((code, errors::name(code).to_string()))))
+        .collect()
+}
+
+pub(crate) struct AlterConfigs;
+
+impl Handler for AlterConfigs {
+    type Request = AlterConfigsRequest;
+    type Response = AlterConfigsResponse;
+    const KEY: ApiKey = ApiKey::AlterConfigs;
+
+    async fn handle(
+        inner: Arc<Inner>,
+        _version: i16,
+        req: AlterConfigsRequest,
+    ) -> AlterConfigsResponse {
+        use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse as R;
+        let changes = req
+            .resources
+            .into_iter()
+            .map(|res| {
+                let pairs = res
+                    .configs
+                    .iter()
+                    .map(|c| {
+                        (
+                            c.name.as_str().to_string(),
+                            c.value.as_ref().map(|v| v.as_str().to_string()),
+                        )
+                    })
+                    .collect();
+                (res.resource_type, res.resource_name, Change::Replace(pairs))
+            })
+            .collect();
+        let results = alter_each(&inner, changes, req.validate_only).await;
+        AlterConfigsResponse::default().with_responses(alter_answers!(R, results))
+    }
+
+    fn error(_version: i16, req: &AlterConfigsRequest, code: i16) -> AlterConfigsResponse {
+        use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse as R;
+        let results =
+            all_failed(req.resources.iter().map(|r| (r.resource_type, &r.resource_name)), code);
+        AlterConfigsResponse::default().with_responses(alter_answers!(R, results))
+    }
+
+    fn error_code(resp: &AlterConfigsResponse) -> i16 {
+        first_error(resp.responses.iter().map(|r| r.error_code))
+    }
+}
+
+pub(crate) struct IncrementalAlterConfigs;
+
+impl Handler for IncrementalAlterConfigs {
+    type Request = IncrementalAlterConfigsRequest;
+    type Response = IncrementalAlterConfigsResponse;
+    const KEY: ApiKey = ApiKey::IncrementalAlterConfigs;
+
+    async fn handle(
+        inner: Arc<Inner>,
+        _version: i16,
+        req: IncrementalAlterConfigsRequest,
+    ) -> IncrementalAlterConfigsResponse {
+        use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse as R;
+        let changes = req
+            .resources
+            .into_iter()
+            .map(|res| {
+                let ops = res
+                    .configs
+                    .iter()
+                    .map(|c| {
+                        (
+                            c.name.as_str().to_string(),
+                            c.config_operation,
+                            c.value.as_ref().map(|v| v.as_str().to_string()),
+                        )
+                    })
+                    .collect();
+                (res.resource_type, res.resource_name, Change::Incremental(ops))
+            })
+            .collect();
+        let results = alter_each(&inner, changes, req.validate_only).await;
+        IncrementalAlterConfigsResponse::default().with_responses(alter_answers!(R, results))
+    }
+
+    fn error(
+        _version: i16,
+        req: &IncrementalAlterConfigsRequest,
+        code: i16,
+    ) -> IncrementalAlterConfigsResponse {
+        use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse as R;
+        let results =
+            all_failed(req.resources.iter().map(|r| (r.resource_type, &r.resource_name)), code);
+        IncrementalAlterConfigsResponse::default().with_responses(alter_answers!(R, results))
+    }
+
+    fn error_code(resp: &IncrementalAlterConfigsResponse) -> i16 {
+        first_error(resp.responses.iter().map(|r| r.error_code))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn replace_resets_unnamed_configs_and_incremental_keeps_them() {
+        let current = map(&[("retention.ms", "1000"), ("retention.bytes", "50")]);
+        let replaced = apply_change(
+            &current,
+            &Change::Replace(vec![("retention.ms".into(), Some("2000".into()))]),
+        )
+        .unwrap();
+        assert_eq!(replaced, map(&[("retention.ms", "2000")]));
+        let inc = apply_change(
+            &current,
+            &Change::Incremental(vec![
+                ("retention.ms".into(), OP_SET, Some("3000".into())),
+                ("retention.bytes".into(), OP_DELETE, None),
+                ("cleanup.policy".into(), OP_APPEND, Some("delete".into())),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(inc, map(&[("cleanup.policy", "delete"), ("retention.ms", "3000")]));
+    }
+
+    #[test]
+    fn bad_changes_are_refused_with_the_right_code() {
+        let none = BTreeMap::new();
+        let code = |c: Change| apply_change(&none, &c).unwrap_err().0;
+        assert_eq!(
+            code(Change::Incremental(vec![("retention.ms".into(), OP_SET, Some("x".into()))])),
+            errors::INVALID_CONFIG
+        );
+        assert_eq!(
+            code(Change::Incremental(vec![("retention.ms".into(), OP_APPEND, Some("1".into()))])),
+            errors::INVALID_CONFIG
+        );
+        assert_eq!(
+            code(Change::Incremental(vec![(
+                "cleanup.policy".into(),
+                OP_APPEND,
+                Some("compact".into())
+            )])),
+            errors::INVALID_CONFIG
+        );
+        assert_eq!(
+            code(Change::Incremental(vec![(
+                "cleanup.policy".into(),
+                OP_SUBTRACT,
+                Some("delete".into())
+            )])),
+            errors::INVALID_CONFIG
+        );
+        assert_eq!(
+            code(Change::Incremental(vec![("retention.ms".into(), 9, None)])),
+            errors::INVALID_REQUEST
+        );
+        assert_eq!(
+            code(Change::Replace(vec![
+                ("retention.ms".into(), Some("1".into())),
+                ("retention.ms".into(), Some("2".into()))
+            ])),
+            errors::INVALID_REQUEST
+        );
+        assert_eq!(
+            code(Change::Replace(vec![("segment.ms".into(), Some("1".into()))])),
+            errors::INVALID_CONFIG
+        );
+    }
+}
