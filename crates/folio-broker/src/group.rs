@@ -224,9 +224,6 @@ pub struct Coordinator {
     last_commits: Mutex<BTreeMap<(String, String, Uuid, i32), i64>>,
 }
 
-/// Etcd takes at most 128 operations per transaction.
-const COMMIT_TXN_OPS_MAX: usize = 100;
-
 impl Coordinator {
     pub fn new(config: GroupConfig, meta: Arc<dyn MetadataStore>, keys: Keys) -> Arc<Coordinator> {
         Arc::new(Coordinator {
@@ -509,7 +506,9 @@ impl Coordinator {
         offsets: &[(String, Uuid, Version, i32, OffsetRecord)],
     ) -> Result<Vec<usize>, MetaError> {
         let mut refused = Vec::new();
-        for (c, chunk) in offsets.chunks(COMMIT_TXN_OPS_MAX).enumerate() {
+        // Each offset takes a put and at most one topic-version compare.
+        let per_txn = (self.meta.txn_ops_max() / 2).max(1);
+        for (c, chunk) in offsets.chunks(per_txn).enumerate() {
             let mut txn = Txn::new();
             let mut guarded = std::collections::HashSet::new();
             for (name, topic, version, p, r) in chunk {
@@ -519,7 +518,7 @@ impl Coordinator {
                 txn = txn.put(self.offset_key(group_id, *topic, *p), r.encode());
             }
             if !self.meta.txn(txn).await?.succeeded {
-                let first = c * COMMIT_TXN_OPS_MAX;
+                let first = c * per_txn;
                 refused.extend(first..first + chunk.len());
                 continue;
             }
@@ -547,7 +546,7 @@ impl Coordinator {
             .map(|v| v.key)
             .filter(|k| k[prefix.len()..].contains(&segment))
             .collect();
-        for chunk in keys.chunks(COMMIT_TXN_OPS_MAX) {
+        for chunk in keys.chunks(self.meta.txn_ops_max()) {
             self.meta.txn(chunk.iter().fold(Txn::new(), |t, k| t.delete(k.clone()))).await?;
         }
         self.last_commits.lock().expect("commits lock").retain(|(_, _, id, _), _| *id != topic);
@@ -661,7 +660,7 @@ impl Coordinator {
         if keys.is_empty() && !known {
             return errors::GROUP_ID_NOT_FOUND;
         }
-        for chunk in keys.chunks(COMMIT_TXN_OPS_MAX) {
+        for chunk in keys.chunks(self.meta.txn_ops_max()) {
             let txn = chunk.iter().fold(Txn::new(), |t, v| t.delete(v.key.clone()));
             if self.meta.txn(txn).await.is_err() {
                 return errors::COORDINATOR_NOT_AVAILABLE;

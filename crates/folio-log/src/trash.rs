@@ -42,8 +42,6 @@ pub async fn pace(busy: Duration, fraction: f64) {
     }
 }
 
-/// Metadata operations per transaction when deleting a log (etcd allows 128).
-pub const TXN_OPS_MAX: usize = 100;
 const BACKOFF_MIN_MS: u64 = 1000;
 const BACKOFF_MAX_MS: u64 = 5 * 60 * 1000;
 
@@ -51,6 +49,9 @@ const BACKOFF_MAX_MS: u64 = 5 * 60 * 1000;
 /// resumes a deletion another process started. A missing log is already deleted.
 pub async fn delete_log(env: &LogEnv, name: &str, reason: &str) -> Result<()> {
     let key = env.keys.log(name);
+    // Ledgers and cursors per transaction: the store's cap less the record's compare and
+    // its final put or delete.
+    let per_txn = env.meta.txn_ops_max().saturating_sub(2).max(1);
     let mut fenced = std::collections::BTreeSet::new();
     loop {
         let Some(v) = env.meta.get(&key).await? else { return Ok(()) };
@@ -73,7 +74,7 @@ pub async fn delete_log(env: &LogEnv, name: &str, reason: &str) -> Result<()> {
             continue;
         }
         let cursors = list_all(env.meta.as_ref(), &env.keys.cursors(name)).await?;
-        let small = record.ledgers.len() + cursors.len() < TXN_OPS_MAX;
+        let small = record.ledgers.len() + cursors.len() < per_txn;
         if record.state != LogRecordState::Deleting && !small {
             // Too big for one transaction: mark it, then move it in batches.
             record.state = LogRecordState::Deleting;
@@ -85,8 +86,8 @@ pub async fn delete_log(env: &LogEnv, name: &str, reason: &str) -> Result<()> {
             }
             continue;
         }
-        let n = record.ledgers.len().min(TXN_OPS_MAX);
-        let last_batch = n == record.ledgers.len() && cursors.len() + n < TXN_OPS_MAX;
+        let n = record.ledgers.len().min(per_txn);
+        let last_batch = n == record.ledgers.len() && cursors.len() + n < per_txn;
         let mut txn = Txn::new().compare(Compare::Version(key.clone(), v.version));
         for l in record.ledgers.drain(..n) {
             let t = TrashRecord::new(l.ledger_id, name, LOG_DELETED, now);
@@ -101,7 +102,7 @@ pub async fn delete_log(env: &LogEnv, name: &str, reason: &str) -> Result<()> {
         } else if n == 0 {
             // Only cursors left, more than one transaction takes: remove a batch first.
             let mut txn = Txn::new();
-            for c in cursors.iter().take(TXN_OPS_MAX) {
+            for c in cursors.iter().take(per_txn) {
                 txn = txn.delete(c.key.clone());
             }
             env.meta.txn(txn).await?;

@@ -50,6 +50,9 @@ pub struct EmbeddedConfig {
     /// Batches a watcher may have queued before it is cut off with `Compacted`.
     pub watch_queue_depth: usize,
     pub lease_check_interval: Duration,
+    /// Compares plus operations one transaction may hold, at most [`TXN_OPS_MAX`]. Tests
+    /// set etcd's [`crate::ETCD_TXN_OPS_MAX`], so batching code runs as it does on etcd.
+    pub txn_ops_max: usize,
 }
 
 impl Default for EmbeddedConfig {
@@ -58,6 +61,7 @@ impl Default for EmbeddedConfig {
             events_retained: 100_000,
             watch_queue_depth: 4096,
             lease_check_interval: Duration::from_millis(100),
+            txn_ops_max: TXN_OPS_MAX,
         }
     }
 }
@@ -225,6 +229,12 @@ impl EmbeddedStore {
         config: EmbeddedConfig,
         clock: Arc<dyn Clock>,
     ) -> Result<EmbeddedStore> {
+        if !(1..=TXN_OPS_MAX).contains(&config.txn_ops_max) {
+            return Err(MetaError::InvalidArgument(format!(
+                "txn_ops_max must be 1..={TXN_OPS_MAX}, not {}",
+                config.txn_ops_max
+            )));
+        }
         crate::fjall_files::check_versions(dir).map_err(|detail| MetaError::Corrupt {
             key: format!("(the store's files in {})", dir.display()),
             detail,
@@ -483,9 +493,10 @@ impl Inner {
 
     fn txn(&self, txn: &Txn) -> Result<TxnOutcome> {
         let n = txn.compares.len() + txn.ops.len();
-        if n > TXN_OPS_MAX {
+        let max = self.config.txn_ops_max;
+        if n > max {
             return Err(MetaError::InvalidArgument(format!(
-                "a transaction of {n} compares and operations (at most {TXN_OPS_MAX})"
+                "a transaction of {n} compares and operations (at most {max})"
             )));
         }
         let mut st = self.lock()?;
@@ -582,7 +593,7 @@ async fn blocking<T: Send + 'static>(
 impl MetadataStore for EmbeddedStore {
     /// One fjall batch per transaction: thousands of operations are fine.
     fn txn_ops_max(&self) -> usize {
-        TXN_OPS_MAX
+        self.inner.config.txn_ops_max
     }
 
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>>> {

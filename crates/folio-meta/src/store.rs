@@ -29,6 +29,8 @@ pub const KEY_BYTES_MAX: usize = 4096;
 const _: () = assert!(KEY_BYTES_MAX < u16::MAX as usize);
 /// Largest page a list returns.
 pub const LIST_LIMIT_MAX: usize = 10_000;
+/// etcd's default `--max-txn-ops`: compares plus operations in one transaction.
+pub const ETCD_TXN_OPS_MAX: usize = 128;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetaError {
@@ -258,7 +260,7 @@ pub trait MetadataStore: Send + Sync + Debug {
     /// Compares plus operations one transaction may hold (etcd's default `--max-txn-ops`
     /// is 128; the embedded store takes far more). Callers that batch size by it.
     fn txn_ops_max(&self) -> usize {
-        128
+        ETCD_TXN_OPS_MAX
     }
     /// Every change under `prefix` with revision `>= from`, in order.
     fn watch<'a>(&'a self, prefix: &'a str, from: Revision) -> BoxFuture<'a, Result<Watch>>;

@@ -166,8 +166,16 @@ impl Cluster {
     /// `start`, with each bookie's config adjusted by `tune` first.
     pub async fn start_with(n: usize, tune: impl Fn(&mut BookieConfig)) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
-        let meta: Arc<dyn MetadataStore> =
-            Arc::new(EmbeddedStore::open(&dir.path().join("meta")).expect("metadata store"));
+        // etcd's transaction cap, so code that batches by it runs as it does on etcd.
+        let config = folio_meta::embedded::EmbeddedConfig {
+            txn_ops_max: folio_meta::ETCD_TXN_OPS_MAX,
+            ..Default::default()
+        };
+        let clock = Arc::new(folio_meta::SystemClock::default());
+        let meta: Arc<dyn MetadataStore> = Arc::new(
+            EmbeddedStore::open_with(&dir.path().join("meta"), config, clock)
+                .expect("metadata store"),
+        );
         let mut nodes = Vec::new();
         for i in 0..n {
             let link = FaultyLink::start().await;
