@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::StorageConfig;
-use crate::error::StorageError;
+pub use crate::error::BookieError;
 use crate::server::{self, Handler, ServerStats};
 use crate::storage::Storage;
 
@@ -93,20 +93,6 @@ impl BookieConfig {
         }
         dirs
     }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum BookieError {
-    #[error("invalid configuration: {0}")]
-    Config(String),
-    #[error("cookie check failed for {dir}: {reason}")]
-    Cookie { dir: String, reason: String },
-    #[error("metadata store: {0}")]
-    Meta(#[from] MetaError),
-    #[error("storage: {0}")]
-    Storage(#[from] StorageError),
-    #[error("{context}: {source}")]
-    Io { context: String, source: std::io::Error },
 }
 
 fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> BookieError {

@@ -29,8 +29,8 @@ use folio_meta::records::{LedgerMetadata, LedgerState, Record};
 use folio_proto::LedgerId;
 use folio_proto::wire::master_key;
 
-use crate::bookie::BookieError;
 use crate::config::StorageConfig;
+use crate::error::BookieError;
 use crate::index::flags::NEEDS_INTEGRITY_CHECK;
 use crate::storage::Storage;
 

@@ -6,9 +6,10 @@
 //! Memory: request bytes are reserved as they arrive, from the connection's budget and then
 //! the process's, and held until the request's answer is written; a Fetch reserves its
 //! answer's bytes from the connection's budget and the process's answer budget before
-//! reading (taking less, or nothing, when they are short: never waiting). A client that pipelines without reading
-//! therefore stops being read once its connection budget is spent, and is closed when an
-//! answer waits longer than `reply_write_timeout` for it to read.
+//! reading (taking less, or nothing, when they are short: never waiting). A client that
+//! pipelines without reading therefore stops being read once its connection budget is
+//! spent, and is closed when an answer waits longer than `reply_write_timeout` for it to
+//! read.
 
 use std::time::Duration;
 

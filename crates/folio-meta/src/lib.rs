@@ -1,6 +1,6 @@
-//! Folio's metadata store: every shared fact (ledger metadata, bookie liveness, cookies, and
-//! later managed logs, the trash and topics) lives here, and every lifecycle promise rests on
-//! its compare-and-set and transactions.
+//! Folio's metadata store: every shared fact (ledger metadata, bookie liveness, cookies,
+//! managed logs, cursors, the trash, topics and groups) lives here, and every lifecycle
+//! promise rests on its compare-and-set and transactions.
 //!
 //! - [`MetadataStore`]: the one trait. Versioned get, conditional put/delete, paged prefix
 //!   listing, ordered watches that resume from a revision, atomic multi-key transactions,

@@ -20,6 +20,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use crate::limits::ENTRY_BYTES_MAX;
 use crate::{EntryId, LedgerId};
 
+const _: () = assert!(ENTRY_BYTES_MAX > ENTRY_HEADER_BYTES, "an entry must fit its header");
+
 pub const ENTRY_HEADER_BYTES: usize = 36;
 const DIGEST_OFFSET: usize = 32;
 

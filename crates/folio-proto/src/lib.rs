@@ -1,5 +1,5 @@
-//! Folio's shared formats: the ledger entry as a client packages it, and (later) the bookie
-//! wire protocol.
+//! Folio's shared formats: the ledger entry as a client packages it, and the bookie wire
+//! protocol (`wire`).
 //!
 //! **Architecture invariant:** this crate knows nothing about storage, metadata or networking.
 //! It owns bytes and their meaning; everything that goes to disk or on the wire and is shared

@@ -7,5 +7,4 @@ pub const ENTRY_BYTES_MAX: usize = 5 * 1024 * 1024 - 512;
 /// A master key is the fixed-size secret that binds a ledger to its writer.
 pub const MASTER_KEY_BYTES: usize = 20;
 
-const _: () = assert!(ENTRY_BYTES_MAX > crate::entry::ENTRY_HEADER_BYTES);
 const _: () = assert!(ENTRY_BYTES_MAX <= u32::MAX as usize);

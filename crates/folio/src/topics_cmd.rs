@@ -39,8 +39,9 @@ enum Command {
         configs: Vec<String>,
     },
     /// Deletes topics: their names are free at once (one metadata transaction, split only
-    /// where the store's transaction limit needs it), and the controller broker deletes their data through the trash (watch it
-    /// with `folio topics list` or `GET /admin/deletions` on a broker's HTTP port).
+    /// where the store's transaction limit needs it), and the controller broker deletes their
+    /// data through the trash (watch it with `folio topics list` or `GET /admin/deletions`
+    /// on a broker's HTTP port).
     Delete {
         #[arg(required = true)]
         names: Vec<String>,

@@ -1,0 +1,298 @@
+//! Folio's house rules, checked over the workspace's own sources (`crates/*/src` and
+//! `crates/*/tests`; vendored crates are not ours). The checks live here; the budgets and
+//! allowlists they are held to live in `tests/tidy.rs`, which `.ci/run` runs with every
+//! other test.
+//!
+//! The checks read text, not syntax trees: a function is the lines from its `fn` line to
+//! the first line that closes at the same indentation (rustfmt's layout), a comment is a
+//! line that starts with `//`. That is exact for rustfmt-formatted code, which CI enforces.
+//!
+//! Architecture invariant: this crate depends on nothing but `std`, so it builds in
+//! seconds and never on the code it checks.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// One source file: its path relative to the workspace root, and its text.
+#[derive(Debug)]
+pub struct Source {
+    pub path: String,
+    pub text: String,
+}
+
+impl Source {
+    /// The crate directory the file belongs to (`folio-bookie` for
+    /// `crates/folio-bookie/src/lib.rs`).
+    pub fn krate(&self) -> &str {
+        self.path.split('/').nth(1).unwrap_or("")
+    }
+
+    /// Whether the file is library or binary code (under `src/`), not a test binary.
+    pub fn is_src(&self) -> bool {
+        self.path.split('/').nth(2) == Some("src")
+    }
+
+    /// The lines before the first `#[cfg(test)]` at the start of a line: the code that
+    /// ships, without its unit tests.
+    pub fn shipped(&self) -> &str {
+        self.text.split("\n#[cfg(test)]").next().unwrap_or("")
+    }
+}
+
+/// The workspace root (two levels above this crate).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Every `.rs` file under `crates/*/src` and `crates/*/tests`, sorted by path.
+pub fn workspace_sources(root: &Path) -> std::io::Result<Vec<Source>> {
+    let mut out = Vec::new();
+    let mut crates: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    crates.sort();
+    for c in crates {
+        for sub in ["src", "tests"] {
+            collect(&c.join(sub), root, &mut out)?;
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+fn collect(dir: &Path, root: &Path, out: &mut Vec<Source>) -> std::io::Result<()> {
+    if !dir.is_dir() {
+        return Ok(());
+    }
+    for e in std::fs::read_dir(dir)? {
+        let p = e?.path();
+        if p.is_dir() {
+            collect(&p, root, out)?;
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            let rel = p.strip_prefix(root).unwrap_or(&p);
+            let path = rel.to_string_lossy().replace("/./", "/").trim_start_matches("./").into();
+            out.push(Source { path, text: std::fs::read_to_string(&p)? });
+        }
+    }
+    Ok(())
+}
+
+/// Files longer than `max` lines: (path, lines).
+pub fn long_files(sources: &[Source], max: usize) -> Vec<(String, usize)> {
+    sources
+        .iter()
+        .map(|s| (s.path.clone(), s.text.lines().count()))
+        .filter(|(_, n)| *n > max)
+        .collect()
+}
+
+/// Comment lines wider than `max` characters: (path, line number). Table rows (`//! |`)
+/// and preformatted lines (two or more spaces after the comment marker: diagrams, format
+/// layouts) are exempt, as rustfmt leaves code lines to itself.
+pub fn wide_comments(sources: &[Source], max: usize) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    for s in sources {
+        for (i, line) in s.text.lines().enumerate() {
+            let t = line.trim_start();
+            if !t.starts_with("//") || line.chars().count() <= max {
+                continue;
+            }
+            let body = t.trim_start_matches('/').trim_start_matches('!');
+            if body.starts_with(" |") || body.starts_with("  ") {
+                continue;
+            }
+            out.push((s.path.clone(), i + 1));
+        }
+    }
+    out
+}
+
+/// Functions longer than `max` lines in shipped code: (path, name) → lines.
+pub fn long_functions(sources: &[Source], max: usize) -> BTreeMap<(String, String), usize> {
+    let mut out = BTreeMap::new();
+    for s in sources.iter().filter(|s| s.is_src()) {
+        let lines: Vec<&str> = s.shipped().lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let Some(name) = fn_name(line) else { continue };
+            let indent = &line[..line.len() - line.trim_start().len()];
+            let close = format!("{indent}}}");
+            let Some(len) = lines[i..].iter().position(|l| *l == close) else { continue };
+            if len + 1 > max {
+                let longest = out.entry((s.path.clone(), name)).or_insert(0);
+                *longest = (*longest).max(len + 1);
+            }
+        }
+    }
+    out
+}
+
+/// The name of the function a line starts, if it starts one with a body.
+fn fn_name(line: &str) -> Option<String> {
+    let mut t = line.trim_start();
+    if t.ends_with(';') {
+        return None;
+    }
+    for prefix in ["pub(crate) ", "pub(super) ", "pub ", "const ", "async ", "unsafe "] {
+        t = t.strip_prefix(prefix).unwrap_or(t);
+    }
+    let rest = t.strip_prefix("fn ")?;
+    let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+    (!name.is_empty()).then_some(name)
+}
+
+/// Words that say a comment is out of date: a feature promised for a later step, or work
+/// left undone.
+pub const STALE_WORDS: &[&str] = &["(later)", "(next)", "not here yet", "TODO", "FIXME"];
+
+/// Comment lines with a stale word: (path, line number, the word).
+pub fn stale_comments(sources: &[Source]) -> Vec<(String, usize, &'static str)> {
+    let mut out = Vec::new();
+    for s in sources {
+        for (i, line) in s.text.lines().enumerate() {
+            if !line.trim_start().starts_with("//") {
+                continue;
+            }
+            if let Some(w) = STALE_WORDS.iter().find(|w| line.contains(*w)) {
+                out.push((s.path.clone(), i + 1, *w));
+            }
+        }
+    }
+    out
+}
+
+/// Public items (`pub fn`, `struct`, `enum`, `trait`, `type`, `const`, `static`; not
+/// fields, variants or re-exports) in shipped code without a doc comment: per crate, the
+/// (path, line) of each.
+pub fn undocumented_pub_items(sources: &[Source]) -> BTreeMap<String, Vec<(String, usize)>> {
+    const KINDS: &[&str] = &["fn ", "struct ", "enum ", "trait ", "type ", "const ", "static "];
+    let mut out: BTreeMap<String, Vec<(String, usize)>> = BTreeMap::new();
+    for s in sources.iter().filter(|s| s.is_src()) {
+        let lines: Vec<&str> = s.shipped().lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let Some(rest) = line.trim_start().strip_prefix("pub ") else { continue };
+            let rest = rest.strip_prefix("async ").unwrap_or(rest);
+            let rest = rest.strip_prefix("unsafe ").unwrap_or(rest);
+            if !KINDS.iter().any(|k| rest.starts_with(k)) {
+                continue;
+            }
+            let documented = lines[..i]
+                .iter()
+                .rev()
+                .map(|l| l.trim_start())
+                .find(|l| !l.starts_with("#["))
+                .is_some_and(|l| l.starts_with("///"));
+            if !documented {
+                out.entry(s.krate().to_string()).or_default().push((s.path.clone(), i + 1));
+            }
+        }
+    }
+    out
+}
+
+/// Import circles between the top-level modules of each crate's shipped code: for every
+/// crate, each group of modules that reach each other through `crate::` paths. A module
+/// is a file or directory directly under `src/` (`storage/flush.rs` belongs to `storage`).
+pub fn module_cycles(sources: &[Source]) -> Vec<(String, BTreeSet<String>)> {
+    let mut graphs: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for s in sources.iter().filter(|s| s.is_src()) {
+        let module = s.path.split('/').nth(3).unwrap_or("").trim_end_matches(".rs").to_string();
+        if module == "lib" || module == "main" {
+            continue;
+        }
+        let graph = graphs.entry(s.krate().to_string()).or_default();
+        let edges = graph.entry(module.clone()).or_default();
+        let text = s.shipped();
+        for (at, _) in text.match_indices("crate::") {
+            let target: String =
+                text[at + 7..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            if !target.is_empty() && target != module {
+                edges.insert(target);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (krate, graph) in graphs {
+        let mut seen = BTreeSet::new();
+        for start in graph.keys() {
+            if seen.contains(start) {
+                continue;
+            }
+            let reach = reachable(&graph, start);
+            let group: BTreeSet<String> =
+                reach.iter().filter(|m| reachable(&graph, m).contains(start)).cloned().collect();
+            if group.len() > 1 {
+                seen.extend(group.iter().cloned());
+                out.push((krate.clone(), group));
+            }
+        }
+    }
+    out
+}
+
+fn reachable(graph: &BTreeMap<String, BTreeSet<String>>, from: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::from([from.to_string()]);
+    let mut stack = vec![from.to_string()];
+    while let Some(m) = stack.pop() {
+        for next in graph.get(&m).into_iter().flatten() {
+            if seen.insert(next.clone()) {
+                stack.push(next.clone());
+            }
+        }
+    }
+    seen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn src(path: &str, text: &str) -> Source {
+        Source { path: path.into(), text: text.into() }
+    }
+
+    #[test]
+    fn functions_are_measured_to_their_closing_brace() {
+        let s = src(
+            "crates/x/src/a.rs",
+            "fn a() {\n    1;\n    2;\n}\n    pub async fn b() {\n    }\n",
+        );
+        let long = long_functions(&[s], 3);
+        assert_eq!(
+            long.into_iter().collect::<Vec<_>>(),
+            [(("crates/x/src/a.rs".into(), "a".into()), 4)]
+        );
+    }
+
+    #[test]
+    fn a_cycle_between_modules_is_found_and_a_chain_is_not() {
+        let cyclic = [
+            src("crates/x/src/a.rs", "use crate::b::B;"),
+            src("crates/x/src/b/mod.rs", "use crate::a::A;"),
+            src("crates/x/src/c.rs", "use crate::a::A;"),
+        ];
+        let found = module_cycles(&cyclic);
+        assert_eq!(found, [("x".to_string(), BTreeSet::from(["a".to_string(), "b".to_string()]))]);
+        let chain = [src("crates/x/src/a.rs", "use crate::b::B;"), src("crates/x/src/b.rs", "")];
+        assert!(module_cycles(&chain).is_empty());
+    }
+
+    #[test]
+    fn undocumented_items_skip_attributes_and_fields() {
+        let s = src(
+            "crates/x/src/a.rs",
+            "/// Doc.\n#[derive(Debug)]\npub struct A {\n    pub field: u8,\n}\npub fn bare() {}\n",
+        );
+        let found = undocumented_pub_items(&[s]);
+        assert_eq!(found["x"], [("crates/x/src/a.rs".to_string(), 6)]);
+    }
+
+    #[test]
+    fn tables_and_diagrams_may_be_wide_prose_may_not() {
+        let wide = "x".repeat(120);
+        let s = src(
+            "crates/x/src/a.rs",
+            &format!("//! | {wide} |\n//!     {wide}\n/// {wide}\nlet s = \"{wide}\";\n"),
+        );
+        assert_eq!(wide_comments(&[s], 100), [("crates/x/src/a.rs".to_string(), 3)]);
+    }
+}
