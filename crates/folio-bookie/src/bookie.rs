@@ -157,7 +157,7 @@ impl Bookie {
         config: BookieConfig,
         meta: Arc<dyn MetadataStore>,
         disk: Arc<dyn DiskUsage>,
-        open: impl FnOnce(crate::config::StorageConfig) -> crate::error::Result<Storage>
+        open: impl FnOnce(crate::config::StorageConfig) -> folio_storage::Result<Storage>
         + Send
         + 'static,
     ) -> Result<Bookie, BookieError> {
@@ -668,7 +668,10 @@ async fn monitor_disk(
     reason_out: Arc<std::sync::Mutex<Option<String>>>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut poison = storage.subscribe_poison();
+    let (poisoned, mut poison) = watch::channel(());
+    storage.on_poison(move |_| {
+        let _ = poisoned.send(());
+    });
     loop {
         let usage = disk.usage(&config.storage.ledger_dir);
         let was = read_only.load(Ordering::SeqCst);
@@ -692,7 +695,7 @@ async fn monitor_disk(
             () = tokio::time::sleep(config.disk_check_interval) => {}
             r = poison.changed() => if r.is_err() {
                 // The storage is gone (shutting down); keep to the timed checks.
-                poison = watch::channel(None).1;
+                poison = watch::channel(()).1;
             },
             _ = stop.changed() => return,
         }

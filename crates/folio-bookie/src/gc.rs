@@ -26,8 +26,8 @@ use folio_meta::records::{LedgerMetadata, LedgerState, Record};
 use folio_meta::{MetaError, MetadataStore};
 use folio_proto::LedgerId;
 
-use crate::error::StorageError;
 use crate::storage::Storage;
+use folio_storage::StorageError;
 
 #[derive(Debug, Clone)]
 pub struct GcConfig {

@@ -24,9 +24,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
-use crate::error::StorageError;
 use crate::limits::ServerLimits;
 use crate::storage::Storage;
+use folio_storage::StorageError;
 
 /// Counters the server keeps (exported as metrics by the binary).
 #[derive(Debug, Default)]

@@ -10,20 +10,20 @@
 //! - [`records`] and [`keys`]: typed records and the key layout on top, and
 //!   [`records::update`], the compare-and-set update loop.
 //!
-//! - [`fjall_files`]: the check of fjall's version files before fjall opens them (the
-//!   embedded store's and the bookie index's).
+//! - [`fjall_files`] (the `folio-fjall` crate): the check of fjall's version files before
+//!   fjall opens them (the embedded store's and the bookie index's).
 //!
 //! **Architecture invariant:** the trait and the records know nothing about any backend;
-//! only `embedded.rs` (and `fjall_files.rs`, fjall's file format) knows fjall and only
-//! `etcd.rs` knows etcd. This crate depends on no
-//! other Folio crate.
+//! only `embedded.rs` (and `folio-fjall`, fjall's file format) knows fjall and only
+//! `etcd.rs` knows etcd. This crate depends on no other Folio crate but `folio-fjall`.
 
 pub mod clock;
 pub mod embedded;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(feature = "testing")]
 pub mod faulty;
-pub mod fjall_files;
+pub use folio_fjall as fjall_files;
 pub mod keys;
 pub mod records;
 mod store;

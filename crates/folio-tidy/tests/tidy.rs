@@ -39,13 +39,14 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
 /// only go down; lower it here when you document some.
 const UNDOCUMENTED_PUB_ITEMS: &[(&str, usize)] = &[
     ("folio", 41),
-    ("folio-bookie", 108),
+    ("folio-bookie", 22),
     ("folio-broker", 71),
     ("folio-client", 18),
     ("folio-log", 25),
     ("folio-meta", 56),
     ("folio-proto", 26),
     ("folio-repair", 1),
+    ("folio-storage", 85),
     ("folio-testkit", 6),
 ];
 

@@ -4,10 +4,12 @@
 //! image of every file and can produce the image a power cut would leave (unsynced writes
 //! dropped, applied or torn at sector granularity), fail an fsync, or refuse writes.
 //!
-//! **Architecture invariant:** nothing in `folio-bookie` opens a file except through
-//! [`FileSystem`]. The key-value index is the one exception: it is an embedded engine with its
-//! own durability, reached through `index::KvStore`, which tests replace with `MemKv`.
+//! **Architecture invariant:** nothing in `folio-storage` or `folio-bookie` opens a file
+//! except through [`FileSystem`]. The key-value index is the one exception: it is an
+//! embedded engine with its own durability, reached through `index::KvStore`, which tests
+//! replace with `MemKv`.
 
+#[cfg(feature = "testing")]
 mod fault;
 mod real;
 
@@ -16,6 +18,7 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
+#[cfg(feature = "testing")]
 pub use fault::{CrashPlan, FaultFs};
 pub use real::RealFs;
 

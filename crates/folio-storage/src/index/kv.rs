@@ -90,7 +90,7 @@ pub const INDEX_MEMTABLE_BYTES: u64 = 8 * 1024 * 1024;
 
 impl FjallKv {
     pub fn open(path: &Path) -> Result<FjallKv> {
-        folio_meta::fjall_files::check_versions(path).map_err(StorageError::Index)?;
+        folio_fjall::check_versions(path).map_err(StorageError::Index)?;
         let opening = |e: fjall::Error| {
             StorageError::Index(format!("opening the index at {}: {e}", path.display()))
         };

@@ -68,7 +68,7 @@ impl Inner {
         match result {
             Ok(()) => Ok(()),
             Err(e) => {
-                self.poison(format!("flush failed: {e}"));
+                self.poison(PoisonReason::Flush(e.to_string()));
                 Err(e)
             }
         }

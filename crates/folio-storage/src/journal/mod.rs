@@ -26,7 +26,7 @@ pub use format::{JournalPosition, JournalRecord, StopReason};
 pub use replay::{ReplayReport, replay};
 
 use crate::config::JournalConfig;
-use crate::error::{Poison, Result, StorageError};
+use crate::error::{Poison, PoisonReason, Result, StorageError};
 use crate::fs::{AlignedBuf, DIRECT_IO_ALIGN, FileHandle, FileSystem, OpenOptions};
 use format::{HEADER_BYTES, encode_header, encode_record, file_name, parse_file_name, record_len};
 
@@ -291,7 +291,7 @@ impl Journal {
         &self.shared.stats
     }
 
-    pub fn poisoned(&self) -> Option<String> {
+    pub fn poisoned(&self) -> Option<PoisonReason> {
         self.shared.poison.reason()
     }
 
@@ -499,8 +499,9 @@ impl Writer {
                 && let Err(std::sync::mpsc::SendError(w)) = to_syncer.send(written)
             {
                 // The syncer is gone only if it panicked.
-                fail_all(w.callbacks.into_iter().map(|(cb, _)| cb), "journal syncer stopped");
-                fail_all(w.barriers.into_iter(), "journal syncer stopped");
+                let reason = PoisonReason::SyncerStopped;
+                fail_all(w.callbacks.into_iter().map(|(cb, _)| cb), &reason);
+                fail_all(w.barriers.into_iter(), &reason);
             }
             if stop {
                 break;
@@ -552,7 +553,8 @@ impl Writer {
                 barriers: Vec::new(),
             },
             Err(e) => {
-                let reason = format!("journal file {:016x}: {e}", self.file_id);
+                let reason =
+                    PoisonReason::JournalWrite { file_id: self.file_id, error: e.to_string() };
                 tracing::error!(%reason, "journal write failed; journal poisoned");
                 shared.poison.set(reason.clone());
                 fail_all(callbacks.into_iter().map(|(cb, _)| cb), &reason);
@@ -588,9 +590,9 @@ impl Written {
     }
 }
 
-fn fail_all(callbacks: impl Iterator<Item = JournalCallback>, reason: &str) {
+fn fail_all(callbacks: impl Iterator<Item = JournalCallback>, reason: &PoisonReason) {
     for cb in callbacks {
-        cb(Err(StorageError::Poisoned(reason.to_string())));
+        cb(Err(StorageError::Poisoned(reason.clone())));
     }
 }
 
@@ -622,7 +624,8 @@ fn sync_batch(first: Written, from_writer: &Receiver<Written>, shared: &Shared, 
                 continue;
             }
             if let Err(e) = w.file.sync_data() {
-                let reason = format!("journal file {:016x}: fdatasync: {e}", w.end.file_id);
+                let reason =
+                    PoisonReason::JournalSync { file_id: w.end.file_id, error: e.to_string() };
                 tracing::error!(%reason, "journal fsync failed; journal poisoned");
                 shared.poison.set(reason.clone());
                 result = Err(reason);

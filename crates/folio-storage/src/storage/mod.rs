@@ -29,7 +29,7 @@ use folio_proto::{Entry, EntryId, INVALID_ENTRY_ID, LedgerId};
 
 use crate::config::StorageConfig;
 use crate::entry_log::{self, EntryLogReader, EntryLogWriter};
-use crate::error::{Poison, Result, StorageError};
+use crate::error::{Poison, PoisonReason, Result, StorageError};
 use crate::fs::{FileSystem, RealFs};
 use crate::index::{
     self, EntryLocation, EntryLogState, FjallKv, KvBatch, KvStore, LedgerState, Table,
@@ -115,13 +115,13 @@ impl Storage {
     }
 
     /// Why the storage is poisoned (an earlier write or fsync failed), if it is.
-    pub fn poisoned(&self) -> Option<String> {
+    pub fn poisoned(&self) -> Option<PoisonReason> {
         self.inner.poison.reason()
     }
 
-    /// Sees the poison reason as soon as it is set.
-    pub fn subscribe_poison(&self) -> tokio::sync::watch::Receiver<Option<String>> {
-        self.inner.poison.subscribe()
+    /// Runs `f` once the storage is poisoned (at once if it is already).
+    pub fn on_poison(&self, f: impl Fn(&PoisonReason) + Send + Sync + 'static) {
+        self.inner.poison.on_set(f);
     }
 
     pub fn recovery_report(&self) -> &RecoveryReport {
@@ -340,7 +340,7 @@ impl Inner {
         }
     }
 
-    fn poison(&self, reason: String) {
+    fn poison(&self, reason: PoisonReason) {
         tracing::error!(%reason, "storage poisoned; restart to recover from the journal");
         self.poison.set(reason);
     }

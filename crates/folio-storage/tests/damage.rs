@@ -20,10 +20,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use folio_bookie::fs::{CrashPlan, FaultFs, FileSystem};
-use folio_bookie::index::MemKv;
-use folio_bookie::{Storage, StorageConfig, StorageError};
 use folio_proto::Entry;
+use folio_storage::fs::{CrashPlan, FaultFs, FileSystem};
+use folio_storage::index::MemKv;
+use folio_storage::{Storage, StorageConfig, StorageError};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -226,7 +226,7 @@ fn run_index_seed(seed: u64, outcomes: &mut IndexOutcomes) {
 /// The index (fjall) case of D1: a flip in its version files, its journal or its tables
 /// ends in a refusal that names the index, or in a bookie that serves every acknowledged
 /// entry intact or answers it with an error. Never a panic (fjall asserted on its version
-/// files: `folio_meta::fjall_files`), never an entry silently missing (fjall truncates its
+/// files: `folio_fjall`), never an entry silently missing (fjall truncates its
 /// journal at a batch it cannot parse: `index::META_CHECKPOINT`). 2 000 seeds
 /// (`FOLIO_DAMAGE_SEEDS=0..2000`): see the closing note of #21.
 #[test]

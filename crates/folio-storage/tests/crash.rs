@@ -19,10 +19,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc::Receiver;
 
 use common::*;
-use folio_bookie::fs::{CrashPlan, FaultFs};
-use folio_bookie::index::MemKv;
-use folio_bookie::{Result, Storage, StorageConfig, StorageError};
 use folio_proto::{Entry, Status};
+use folio_storage::fs::{CrashPlan, FaultFs};
+use folio_storage::index::MemKv;
+use folio_storage::{Result, Storage, StorageConfig, StorageError};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -272,7 +272,7 @@ fn damage_before_the_journal_tail_refuses_to_start_and_says_where() {
     // Flip a byte in a record of the first file after the checkpoint.
     let jdir = std::path::Path::new("/data/journal");
     let first = {
-        use folio_bookie::fs::FileSystem;
+        use folio_storage::fs::FileSystem;
         fs.list_dir(jdir).unwrap().into_iter().filter(|n| n.ends_with(".jnl")).nth(1).unwrap()
     };
     fs.corrupt(&jdir.join(&first), 4096 + 20, b"\xff");

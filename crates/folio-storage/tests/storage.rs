@@ -5,10 +5,10 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
-use folio_bookie::StorageError;
-use folio_bookie::fs::{CrashPlan, FaultFs};
-use folio_bookie::index::MemKv;
 use folio_proto::{INVALID_ENTRY_ID, Status};
+use folio_storage::StorageError;
+use folio_storage::fs::{CrashPlan, FaultFs};
+use folio_storage::index::MemKv;
 
 #[test]
 fn entries_read_back_from_cache_and_from_entry_logs_after_flush() {
@@ -191,7 +191,7 @@ trait ListForTest {
 
 impl ListForTest for FaultFs {
     fn list_dir_for_test(&self, dir: &std::path::Path) -> usize {
-        use folio_bookie::fs::FileSystem;
+        use folio_storage::fs::FileSystem;
         self.list_dir(dir).unwrap().iter().filter(|n| n.ends_with(".jnl")).count()
     }
 }
@@ -239,10 +239,10 @@ fn storage_flags_persist() {
     let (fs, kv) = (FaultFs::new(), MemKv::new());
     let s = open(&fs, &kv, &config()).unwrap();
     assert_eq!(s.storage_flags().unwrap(), 0);
-    s.set_storage_flags(folio_bookie::index::flags::NEEDS_INTEGRITY_CHECK).unwrap();
+    s.set_storage_flags(folio_storage::index::flags::NEEDS_INTEGRITY_CHECK).unwrap();
     drop(s);
     let s = open(&fs, &kv, &config()).unwrap();
-    assert_eq!(s.storage_flags().unwrap(), folio_bookie::index::flags::NEEDS_INTEGRITY_CHECK);
+    assert_eq!(s.storage_flags().unwrap(), folio_storage::index::flags::NEEDS_INTEGRITY_CHECK);
 }
 
 #[test]

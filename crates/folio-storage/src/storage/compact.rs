@@ -51,7 +51,7 @@ impl Storage {
         if let Err(e) = &result
             && matches!(e, StorageError::Io { .. })
         {
-            self.inner.poison(format!("compaction of entry log {log_id} failed: {e}"));
+            self.inner.poison(PoisonReason::Compaction { log_id, error: e.to_string() });
         }
         result
     }
