@@ -30,6 +30,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::StorageConfig;
 pub use crate::error::BookieError;
+use crate::fs::{FileSystem, RealFs};
 use crate::server::{self, Handler, ServerStats};
 use crate::storage::Storage;
 
@@ -53,6 +54,8 @@ pub struct BookieConfig {
     pub server: crate::limits::ServerLimits,
     pub gc: crate::gc::GcConfig,
     pub integrity: crate::integrity::IntegrityConfig,
+    /// The file layer for the node's own files (cookies, `DIRTY`); tests crash it.
+    pub fs: Arc<dyn FileSystem>,
 }
 
 impl BookieConfig {
@@ -70,6 +73,7 @@ impl BookieConfig {
             server: crate::limits::ServerLimits::default(),
             gc: crate::gc::GcConfig::default(),
             integrity: crate::integrity::IntegrityConfig::default(),
+            fs: Arc::new(RealFs),
         }
     }
 
@@ -132,6 +136,7 @@ pub struct Bookie {
     keys: Keys,
     lease: Arc<std::sync::Mutex<LeaseId>>,
     ledger_dir: PathBuf,
+    fs: Arc<dyn FileSystem>,
     /// What the GC passes found; a watch, so that a caller can await the next pass.
     gc_status: Arc<watch::Sender<crate::gc::GcStatus>>,
 }
@@ -187,11 +192,11 @@ impl Bookie {
             false
         };
         let ledger_dir = config.storage.ledger_dir.clone();
-        let unclean_shutdown = ledger_dir.join(DIRTY_FILE).exists();
+        let unclean_shutdown = config.fs.exists(&ledger_dir.join(DIRTY_FILE));
         if unclean_shutdown {
             tracing::warn!(bookie = %id, dir = %ledger_dir.display(), "DIRTY marker found: the last shutdown was not clean");
         }
-        write_synced(&ledger_dir.join(DIRTY_FILE), b"")?;
+        write_synced(config.fs.as_ref(), &ledger_dir.join(DIRTY_FILE), b"")?;
         let storage_config = config.storage.clone();
         let storage = tokio::task::spawn_blocking(move || open(storage_config))
             .await
@@ -219,8 +224,7 @@ impl Bookie {
             .await?;
         }
         for (dir, cookie) in &restamp {
-            std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
-            write_synced(&dir.join(COOKIE_FILE), cookie)?;
+            write_synced(config.fs.as_ref(), &dir.join(COOKIE_FILE), cookie)?;
             tracing::warn!(bookie = %id, dir = %dir.display(), "cookie re-stamped after the pre-boot check");
         }
         let read_only = Arc::new(AtomicBool::new(false));
@@ -289,6 +293,7 @@ impl Bookie {
             keys,
             lease,
             ledger_dir,
+            fs: config.fs.clone(),
             gc_status,
         })
     }
@@ -384,8 +389,10 @@ impl Bookie {
             .await
             .map_err(|e| BookieError::Config(e.to_string()))??;
         let dirty = self.ledger_dir.join(DIRTY_FILE);
-        std::fs::remove_file(&dirty).map_err(io(format!("removing {}", dirty.display())))?;
-        sync_dir(&self.ledger_dir)?;
+        self.fs.remove_file(&dirty).map_err(io(format!("removing {}", dirty.display())))?;
+        self.fs
+            .sync_dir(&self.ledger_dir)
+            .map_err(io(format!("syncing {}", self.ledger_dir.display())))?;
         let lease = *self.lease.lock().expect("lease lock");
         if let Err(e) = self.meta.revoke_lease(lease).await {
             tracing::warn!(error = %e, "revoking the registration lease failed; it will expire");
@@ -395,28 +402,16 @@ impl Bookie {
     }
 }
 
-fn sync_dir(dir: &Path) -> Result<(), BookieError> {
-    std::fs::File::open(dir)
-        .and_then(|f| f.sync_all())
-        .map_err(io(format!("syncing {}", dir.display())))
-}
-
-fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), BookieError> {
+/// Writes a small file of the node's atomically and durably (its directory created first).
+fn write_synced(fs: &dyn FileSystem, path: &Path, bytes: &[u8]) -> Result<(), BookieError> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes)
-        .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(io(format!("writing {}", path.display())))?;
-    sync_dir(dir)
+    fs.create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+    fs.write_atomic(path, bytes).map_err(io(format!("writing {}", path.display())))
 }
 
 /// Whether a data dir holds anything but a cookie.
-fn has_data(dir: &Path) -> bool {
-    std::fs::read_dir(dir)
-        .map(|mut it| it.any(|e| e.is_ok_and(|e| e.file_name() != COOKIE_FILE)))
-        .unwrap_or(false)
+fn has_data(fs: &dyn FileSystem, dir: &Path) -> bool {
+    fs.list_dir(dir).map(|names| names.iter().any(|n| n != COOKIE_FILE)).unwrap_or(false)
 }
 
 async fn check_cookies(
@@ -438,7 +433,7 @@ async fn check_cookies(
     let mut local = Vec::new();
     for d in &dirs {
         let path = d.join(COOKIE_FILE);
-        let cookie = match std::fs::read(&path) {
+        let cookie = match config.fs.read_all(&path) {
             Ok(b) => Some(Cookie::decode(&path.display().to_string(), &b).map_err(|e| {
                 BookieError::Cookie {
                     dir: d.display().to_string(),
@@ -456,7 +451,7 @@ async fn check_cookies(
         // A new bookie: its dirs must not hold data from an earlier life.
         // (Whether ledgers still name its id is the caller's check: `known_id`.)
         for d in &dirs {
-            if has_data(d) {
+            if has_data(config.fs.as_ref(), d) {
                 return Err(cookie_err(
                     d,
                     "holds data but no cookie; run `folio bookie format` to start over".into(),
@@ -472,7 +467,7 @@ async fn check_cookies(
         };
         meta.put(&remote_key, cookie.encode(), Expect::Absent).await?;
         for d in &dirs {
-            write_synced(&d.join(COOKIE_FILE), &cookie.encode())?;
+            write_synced(config.fs.as_ref(), &d.join(COOKIE_FILE), &cookie.encode())?;
         }
         tracing::info!(bookie = %id, "new bookie: cookies stamped");
         return Ok(CookieCheck { restamp: Vec::new(), stamped_new: true });
@@ -725,13 +720,15 @@ pub async fn format(
         }
     }
     for d in config.dirs() {
-        if has_data(&d) && !force {
+        if has_data(config.fs.as_ref(), &d) && !force {
             return Err(BookieError::Cookie {
                 dir: d.display().to_string(),
                 reason: "holds data; pass --force to erase it".into(),
             });
         }
     }
+    // Erasing whole directory trees is outside what the file layer models; `format` runs
+    // offline, on no bookie.
     for d in config.dirs() {
         if d.exists() {
             for e in std::fs::read_dir(&d).map_err(io(format!("listing {}", d.display())))? {
