@@ -35,6 +35,7 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use crate::errors;
+pub use crate::limits::GROUP_ID_BYTES_MAX;
 
 /// Settings of the coordinator (Kafka's names).
 #[derive(Debug, Clone)]
@@ -198,11 +199,6 @@ impl Record for OffsetRecord {
         Ok(OffsetRecord { offset, leader_epoch, commit_ms, metadata })
     }
 }
-
-/// The longest group id (bytes). Escaped (`%2F` for each `/`) it stays well inside the
-/// metadata store's key limit with the rest of an offset key around it.
-pub const GROUP_ID_BYTES_MAX: usize = 1024;
-const _: () = assert!(GROUP_ID_BYTES_MAX * 3 + 256 <= folio_meta::KEY_BYTES_MAX);
 
 /// `/` and `%` escaped, so a group id is one key segment.
 fn escape(group: &str) -> String {

@@ -1,7 +1,8 @@
-//! Every limit of the Kafka listener, with its default, in one place (the README's limits
-//! table is this file). Each is enforced with a clear error to the offender (an error
-//! code, or a closed connection with a logged reason) and a metric
-//! (`folio_kafka_limit_hits_total{limit=...}`), never a panic.
+//! Every limit of the broker in one place: the Kafka listener's, each with its default
+//! (the README's limits table is this file), and the names, counts and sizes it
+//! accepts from clients, with their relations checked at compile time. Each is enforced
+//! with a clear error to the offender (an error code, or a closed connection with a
+//! logged reason) and a metric (`folio_kafka_limit_hits_total{limit=...}`), never a panic.
 //!
 //! Memory: request bytes are reserved as they arrive, from the connection's budget and then
 //! the process's, and held until the request's answer is written; a Fetch reserves its
@@ -238,6 +239,36 @@ impl Limit {
         }
     }
 }
+
+// Names, counts and sizes the broker accepts from clients (every one refused with a
+// Kafka error when exceeded).
+
+/// Kafka's limit on topic names.
+pub const TOPIC_NAME_BYTES_MAX: usize = 249;
+
+/// Partitions per topic (each one is a managed log).
+pub const PARTITIONS_MAX: i32 = 10_000;
+
+/// Config overrides per topic.
+pub const CONFIGS_MAX: usize = 64;
+
+/// The longest group id (bytes). Escaped (`%2F` for each `/`) it stays well inside the
+/// metadata store's key limit with the rest of an offset key around it.
+pub const GROUP_ID_BYTES_MAX: usize = 1024;
+const _: () = assert!(GROUP_ID_BYTES_MAX * 3 + 256 <= folio_meta::limits::KEY_BYTES_MAX);
+
+/// Producers remembered per partition; the least recently seen go first.
+pub const PRODUCERS_MAX: usize = 10_000;
+
+/// Batches read per partition per fetch, at most.
+pub const BATCHES_PER_PARTITION_MAX: usize = 10_000;
+
+// A topic name goes into its metadata key (Kafka allows 249 bytes) and a partition's
+// log name is derived from the topic id, not the name.
+const _: () = assert!(TOPIC_NAME_BYTES_MAX + 64 <= folio_meta::limits::KEY_BYTES_MAX);
+// Kafka's own limits on topic names and partition counts are below ours.
+const _: () = assert!(TOPIC_NAME_BYTES_MAX >= 249 && PARTITIONS_MAX > 0 && CONFIGS_MAX > 0);
+const _: () = assert!(PRODUCERS_MAX > 0 && BATCHES_PER_PARTITION_MAX > 0);
 
 /// How long a long poll may be asked to wait at most.
 pub const FETCH_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(60);

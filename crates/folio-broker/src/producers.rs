@@ -17,13 +17,12 @@ use tokio::sync::watch;
 
 use crate::batch::BatchInfo;
 use crate::errors;
+pub use crate::limits::PRODUCERS_MAX;
 
 /// Batches remembered per producer (Kafka: 5, the most a client keeps in flight).
 pub const BATCHES_PER_PRODUCER: usize = 5;
 /// Offsets at the end of a partition whose batch headers rebuild the table on open.
 pub const REBUILD_OFFSETS: u64 = 20_000;
-/// Producers remembered per partition; the least recently seen go first.
-pub const PRODUCERS_MAX: usize = 10_000;
 
 /// The outcome of an append: its first offset, or a Kafka error code. `None` while pending.
 pub type Outcome = Option<Result<i64, i16>>;

@@ -21,16 +21,11 @@ use folio_meta::{Expect, MetaError, MetadataStore, Version, list_all};
 use uuid::Uuid;
 
 use crate::errors;
+use crate::limits::CONFIGS_MAX;
+pub use crate::limits::{PARTITIONS_MAX, TOPIC_NAME_BYTES_MAX};
 
 const TOPIC_MAGIC: &[u8; 3] = b"FTP";
 const VERSION: u8 = 1;
-
-/// Kafka's limit on topic names.
-pub const TOPIC_NAME_BYTES_MAX: usize = 249;
-/// Partitions per topic (each one is a managed log).
-pub const PARTITIONS_MAX: i32 = 10_000;
-/// Config overrides per topic.
-const CONFIGS_MAX: usize = 64;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicRecord {

@@ -7,6 +7,7 @@
 mod connection;
 mod error;
 pub mod ledger;
+pub mod limits;
 mod pool;
 
 pub use connection::{BookieConnection, ConnectionError};

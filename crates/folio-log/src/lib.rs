@@ -17,6 +17,7 @@ pub mod config;
 pub mod entry;
 mod env;
 mod error;
+pub mod limits;
 mod log;
 pub mod records;
 pub mod trash;

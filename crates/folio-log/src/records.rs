@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::limits::TEXT_BYTES_MAX;
 use bytes::Bytes;
 use folio_meta::Result;
 use folio_meta::records::{Reader, Record, corrupt, put_string};
@@ -21,9 +22,6 @@ const LOG_MAGIC: &[u8; 3] = b"FLG";
 const CURSOR_MAGIC: &[u8; 3] = b"FCR";
 const TRASH_MAGIC: &[u8; 3] = b"FTR";
 const VERSION: u8 = 1;
-
-/// Strings in records are cut to this many bytes (error texts can be long).
-const TEXT_BYTES_MAX: usize = 1000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogRecordState {

@@ -38,10 +38,8 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 use tokio::sync::mpsc;
 
 use crate::clock::{Clock, SystemClock};
+pub use crate::limits::EMBEDDED_TXN_OPS_MAX as TXN_OPS_MAX;
 use crate::store::*;
-
-/// Compares plus operations in one transaction, at most.
-pub const TXN_OPS_MAX: usize = 16 * 1024;
 
 #[derive(Debug, Clone)]
 pub struct EmbeddedConfig {

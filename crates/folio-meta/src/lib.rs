@@ -25,6 +25,7 @@ pub mod etcd;
 pub mod faulty;
 pub use folio_fjall as fjall_files;
 pub mod keys;
+pub mod limits;
 pub mod records;
 mod store;
 

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
+pub use crate::limits::UPDATE_ATTEMPTS_MAX;
 use crate::store::{Expect, MetaError, MetadataStore, Result, Version};
 
 /// A value stored under one key.
@@ -23,9 +24,6 @@ pub enum Update<T> {
     /// Nothing to do: stop without writing.
     Nothing,
 }
-
-/// Upper bound on compare-and-set retries before giving up with `Conflict`.
-pub const UPDATE_ATTEMPTS_MAX: usize = 1000;
 
 /// The compare-and-set loop: read the record, let `transform` decide, write with the version
 /// read (create-if-absent when there was none), and start over on a conflict. Returns the

@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub use crate::limits::{ETCD_TXN_OPS_MAX, KEY_BYTES_MAX, LIST_LIMIT_MAX, VALUE_BYTES_MAX};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
@@ -20,17 +21,6 @@ pub type LeaseId = i64;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub type Result<T, E = MetaError> = std::result::Result<T, E>;
-
-/// Largest value the store accepts (etcd's default request limit is 1.5 MiB).
-pub const VALUE_BYTES_MAX: usize = 1024 * 1024;
-/// Longest key (or prefix) the store accepts. fjall refuses keys of 64 KiB and more by
-/// panicking; Folio's own keys are far below this (names are bounded by their layers).
-pub const KEY_BYTES_MAX: usize = 4096;
-const _: () = assert!(KEY_BYTES_MAX < u16::MAX as usize);
-/// Largest page a list returns.
-pub const LIST_LIMIT_MAX: usize = 10_000;
-/// etcd's default `--max-txn-ops`: compares plus operations in one transaction.
-pub const ETCD_TXN_OPS_MAX: usize = 128;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetaError {

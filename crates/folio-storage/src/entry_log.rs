@@ -28,6 +28,7 @@ use crate::error::{Result, StorageError};
 use crate::frame::{self, FRAME_HEADER_BYTES, Frame, StopReason};
 use crate::fs::{AlignedBuf, FileHandle, FileSystem, OpenOptions};
 use crate::index::{EntryLocation, EntryLogState};
+use crate::limits::{FRAME_BODY_BYTES_MAX, WRITE_BUFFER_BYTES};
 
 pub const HEADER_BYTES: u64 = 64;
 const MAGIC: &[u8; 8] = b"FOLIOELG";
@@ -35,9 +36,6 @@ const VERSION: u32 = 1;
 const KIND_ENTRY: u8 = 1;
 const KIND_LEDGERS_MAP: u8 = 2;
 const KIND_SEAL: u8 = 3;
-/// Bytes buffered before the writer hands them to the file and starts their writeback.
-const WRITE_BUFFER_BYTES: usize = 256 * 1024;
-const FRAME_BODY_BYTES_MAX: usize = ENTRY_BYTES_MAX;
 
 pub fn file_name(log_id: u64) -> String {
     format!("{log_id:016x}.log")

@@ -21,6 +21,7 @@ mod frame;
 pub mod fs;
 pub mod index;
 pub mod journal;
+pub mod limits;
 mod read_cache;
 pub mod storage;
 mod write_cache;

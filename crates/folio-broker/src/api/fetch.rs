@@ -20,13 +20,11 @@ use crate::api::{Handler, first_error};
 use crate::batch;
 use crate::budget::Held;
 use crate::errors;
+use crate::limits::BATCHES_PER_PARTITION_MAX;
 use crate::limits::FETCH_WAIT_MAX;
 use crate::limits::Limit;
 use crate::state::Inner;
 use crate::topics::Topic;
-
-/// Batches read per partition per fetch, at most.
-const BATCHES_PER_PARTITION_MAX: usize = 10_000;
 
 pub(crate) struct Fetch;
 

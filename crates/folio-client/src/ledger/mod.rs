@@ -31,6 +31,7 @@ mod reader;
 mod recovery;
 mod writer;
 
+pub use crate::limits::OUTSTANDING_ADDS_MAX;
 pub use folio_proto::wire::master_key;
 
 #[derive(Debug, Clone)]
@@ -63,9 +64,6 @@ impl CreateOptions {
         }
     }
 }
-
-/// Adds in flight per writer before `add` waits (backpressure).
-pub const OUTSTANDING_ADDS_MAX: usize = 10_000;
 
 #[derive(Debug, Clone)]
 pub struct LedgerClient {

@@ -40,24 +40,21 @@ use bytes::BytesMut;
 use folio_client::{LedgerReader, LedgerWriter};
 use folio_meta::Compare;
 use folio_meta::records::Record;
-use folio_proto::limits::ENTRY_BYTES_MAX;
-use folio_proto::{ENTRY_HEADER_BYTES, EntryId};
+use folio_proto::EntryId;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::config::LogConfig;
-use crate::entry::{self, LOG_ENTRY_HEADER_BYTES};
+use crate::entry::{self};
 use crate::env::LogEnv;
 use crate::error::{LogError, Result};
+use crate::limits::OPEN_ATTEMPTS_MAX;
+pub use crate::limits::{BATCH_BYTES_MAX, LOG_NAME_BYTES_MAX};
 use crate::records::{LedgerInfo, LogRecord, LogRecordState};
 use actor::Actor;
 use cursors::load_cursors;
 
 /// Every this-many entries of a ledger go into its sparse offset index.
 const INDEX_EVERY: i64 = 16;
-/// Attempts to open a log while other owners race for it.
-const OPEN_ATTEMPTS_MAX: usize = 10;
-/// The largest batch an append takes.
-pub const BATCH_BYTES_MAX: usize = ENTRY_BYTES_MAX - ENTRY_HEADER_BYTES - LOG_ENTRY_HEADER_BYTES;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogState {
@@ -233,9 +230,6 @@ fn check_log_name(name: &str) -> Result<()> {
     }
     Ok(())
 }
-
-/// The longest log name.
-pub const LOG_NAME_BYTES_MAX: usize = 512;
 
 /// A handle on an owned managed log. Clones share the log; the actor stops (closing the
 /// current ledger) when every handle is gone or `close` is called.

@@ -10,12 +10,8 @@ use folio_proto::{ENTRY_HEADER_BYTES, EntryId};
 use super::{INDEX_EVERY, LogState, ManagedLog};
 use crate::entry::{self, LogEntry};
 use crate::error::{LogError, Result};
+use crate::limits::{READ_AHEAD_MAX, READERS_MAX};
 use crate::records::LedgerInfo;
-
-/// Entries one `read` asks for at once, at most.
-const READ_AHEAD_MAX: usize = 16;
-/// Closed-ledger readers kept open per log.
-const READERS_MAX: usize = 64;
 
 impl ManagedLog {
     /// Reads batches from the one holding `offset` on, up to `max_bytes` of payload (at

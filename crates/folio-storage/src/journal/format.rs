@@ -33,7 +33,7 @@
 //! torn at 512-byte sector granularity.
 
 use bytes::Bytes;
-use folio_proto::limits::{ENTRY_BYTES_MAX, MASTER_KEY_BYTES};
+use folio_proto::limits::MASTER_KEY_BYTES;
 use folio_proto::{Entry, EntryId, LedgerId};
 
 use crate::frame::{self, Frame};
@@ -41,12 +41,11 @@ use crate::fs::AlignedBuf;
 
 pub const HEADER_BYTES: usize = 4096;
 pub use crate::frame::{FRAME_HEADER_BYTES as RECORD_HEADER_BYTES, StopReason};
+pub use crate::limits::RECORD_BODY_BYTES_MAX;
 const MAGIC: &[u8; 8] = b"FOLIOJNL";
 const CHECKPOINT_MAGIC: &[u8; 8] = b"FOLIOCKP";
 pub const FORMAT_VERSION: u32 = 1;
 pub const CHECKPOINT_BYTES: usize = 28;
-/// The largest record body: an entry of the largest size.
-pub const RECORD_BODY_BYTES_MAX: usize = ENTRY_BYTES_MAX;
 
 /// A position in the journal: the end of a record (or the start of the records of a file).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -15,13 +15,6 @@ use super::format::{decode_header, decode_record, file_name, parse_file_name};
 use crate::error::{Result, StorageError};
 use crate::fs::{FileHandle, FileSystem, OpenOptions};
 
-const READ_CHUNK_BYTES: usize = 8 * 1024 * 1024;
-
-/// How far past the end of the last file's records replay looks for proof of damage (a
-/// SyncMark beyond it). Records after a damaged spot resume within one record of its end,
-/// so only damage longer than this goes unnoticed; it bounds the start-up read.
-pub const DAMAGE_SCAN_BYTES_MAX: u64 = 64 * 1024 * 1024;
-
 /// What replay found.
 #[derive(Debug, Default, Clone)]
 pub struct ReplayReport {
@@ -234,3 +227,5 @@ fn durable_mark_after(
 }
 
 use super::format;
+pub use crate::limits::DAMAGE_SCAN_BYTES_MAX;
+use crate::limits::READ_CHUNK_BYTES;

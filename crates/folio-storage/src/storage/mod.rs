@@ -35,6 +35,7 @@ use crate::index::{
     self, EntryLocation, EntryLogState, FjallKv, KvBatch, KvStore, LedgerState, Table,
 };
 use crate::journal::{self, Journal, JournalPosition, JournalRecord, ReplayReport};
+use crate::limits::INDEX_PAGE;
 use crate::read_cache::ReadCache;
 use crate::write_cache::{CacheHalf, WriteCache};
 use entry_logs::EntryLogSet;
@@ -52,8 +53,6 @@ mod recovery;
 pub type AddCallback = Box<dyn FnOnce(Result<()>) + Send>;
 
 pub type MasterKey = [u8; MASTER_KEY_BYTES];
-
-const INDEX_PAGE: usize = 10_000;
 
 #[derive(Debug, Default, Clone)]
 struct Ledger {

@@ -1,0 +1,34 @@
+//! Every limit of the managed log, in one place, with their relations checked at compile
+//! time.
+
+use folio_meta::limits::KEY_BYTES_MAX;
+use folio_proto::ENTRY_HEADER_BYTES;
+use folio_proto::limits::ENTRY_BYTES_MAX;
+
+use crate::entry::LOG_ENTRY_HEADER_BYTES;
+
+/// The largest batch an append takes.
+pub const BATCH_BYTES_MAX: usize = ENTRY_BYTES_MAX - ENTRY_HEADER_BYTES - LOG_ENTRY_HEADER_BYTES;
+
+/// The longest log name.
+pub const LOG_NAME_BYTES_MAX: usize = 512;
+
+/// Attempts to open a log while other owners race for it.
+pub const OPEN_ATTEMPTS_MAX: usize = 10;
+
+/// Entries one `read` asks for at once, at most.
+pub const READ_AHEAD_MAX: usize = 16;
+
+/// Closed-ledger readers kept open per log.
+pub const READERS_MAX: usize = 64;
+
+/// Strings in records are cut to this many bytes (error texts can be long).
+pub const TEXT_BYTES_MAX: usize = 1000;
+
+// A batch plus both headers is one ledger entry.
+const _: () =
+    assert!(BATCH_BYTES_MAX + LOG_ENTRY_HEADER_BYTES + ENTRY_HEADER_BYTES <= ENTRY_BYTES_MAX);
+// A log's name goes into its metadata keys (the log record, its cursors) with room for
+// the root and a cursor name.
+const _: () = assert!(2 * LOG_NAME_BYTES_MAX < KEY_BYTES_MAX);
+const _: () = assert!(READ_AHEAD_MAX > 0 && READERS_MAX > 0 && OPEN_ATTEMPTS_MAX > 0);
