@@ -362,6 +362,9 @@ impl WriterInner {
             lac = id;
             lac_length = p.length;
         }
+        // D1: the LAC moves forward only over entries Qa bookies acknowledged, in entry
+        // order, and never past the last entry assigned.
+        assert!(lac >= before && lac < st.next_entry, "ledger {}: LAC {before} -> {lac}", self.id);
         st.lac = lac;
         st.lac_length = lac_length;
         drop(st);

@@ -162,6 +162,13 @@ impl Actor {
     }
 
     fn set_state(&mut self, state: LogState) {
+        // D3: a fenced, closed or deleted log never takes appends again.
+        assert!(
+            !self.state.is_final() || state.is_final(),
+            "log {}: {:?} -> {state:?} leaves a final state",
+            self.name(),
+            self.state
+        );
         if self.state != state {
             tracing::debug!(log = self.name(), from = ?self.state, to = ?state, "log state");
         }
@@ -199,6 +206,14 @@ impl Actor {
             current_ledger: self.record.ledgers.last().map_or(0, |l| l.ledger_id),
         };
         self.sh.status.send_if_modified(|s| {
+            // D1: what readers were told is confirmed stays confirmed while the log lives
+            // (a fenced or deleted log's end is no longer known here, and nothing reads it).
+            assert!(
+                status.state.is_final()
+                    || (status.end_offset >= s.end_offset && status.start_offset >= s.start_offset),
+                "log {}: status {s:?} -> {status:?} moves backwards",
+                self.sh.name
+            );
             let changed = *s != status;
             *s = status;
             changed

@@ -73,6 +73,13 @@ pub enum LogState {
     Deleted,
 }
 
+impl LogState {
+    /// A state the log never leaves for a live one: closed, fenced or deleted.
+    pub fn is_final(self) -> bool {
+        matches!(self, LogState::Closed | LogState::Fenced | LogState::Deleted)
+    }
+}
+
 /// What readers wait on: the end offset and the state, published by the actor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogStatus {

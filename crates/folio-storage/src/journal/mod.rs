@@ -639,7 +639,11 @@ fn sync_batch(first: Written, from_writer: &Receiver<Written>, shared: &Shared, 
         shared.stats.bytes_committed.fetch_add(bytes as u64, Relaxed);
         shared.stats.n_records.fetch_add(n_records as u64, Relaxed);
         let end = batch.last().expect("non-empty").end;
-        *shared.written.lock().expect("mark lock") = end;
+        let mut written = shared.written.lock().expect("mark lock");
+        // D1: the durable mark (what a checkpoint may cover) only moves forward.
+        assert!(end >= *written, "journal written mark {:?} -> {end:?} moves back", *written);
+        *written = end;
+        drop(written);
     }
     for w in batch {
         let end = w.end;
