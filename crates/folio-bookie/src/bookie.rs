@@ -34,9 +34,12 @@ use crate::fs::{FileSystem, RealFs};
 use crate::server::{self, Handler, ServerStats};
 use crate::storage::Storage;
 
+/// The cookie's file name in each of the bookie's directories.
 pub const COOKIE_FILE: &str = "VERSION";
+/// Present while the bookie runs: found at start, the last stop was not clean.
 pub const DIRTY_FILE: &str = "DIRTY";
 
+/// How a bookie runs: its directories, listener, storage, GC, integrity check and limits.
 #[derive(Debug, Clone)]
 pub struct BookieConfig {
     /// Defaults to the advertised address.
@@ -59,6 +62,7 @@ pub struct BookieConfig {
 }
 
 impl BookieConfig {
+    /// Defaults for a bookie keeping its data under `data_dir` and listening on `listen`.
     pub fn new(data_dir: impl Into<PathBuf>, listen: SocketAddr) -> BookieConfig {
         BookieConfig {
             bookie_id: None,
@@ -77,6 +81,7 @@ impl BookieConfig {
         }
     }
 
+    /// Checks every setting, naming the first that is out of range.
     pub fn validate(&self) -> Result<(), String> {
         self.storage.validate()?;
         let (t, l) = (self.disk_usage_threshold, self.disk_usage_lwm);
@@ -109,6 +114,7 @@ pub trait DiskUsage: Send + Sync + std::fmt::Debug {
     fn usage(&self, dir: &Path) -> std::io::Result<f64>;
 }
 
+/// Disk usage from `statvfs(2)` of the directory's file system.
 #[derive(Debug, Default)]
 pub struct StatvfsUsage;
 
@@ -142,6 +148,7 @@ pub struct Bookie {
 }
 
 impl Bookie {
+    /// Starts a bookie on the real disk: checks cookies, recovers storage, registers, serves.
     pub async fn start(
         config: BookieConfig,
         meta: Arc<dyn MetadataStore>,
@@ -149,6 +156,7 @@ impl Bookie {
         Bookie::start_with(config, meta, Arc::new(StatvfsUsage)).await
     }
 
+    /// Starts a bookie that reads its disk usage from `disk` (tests fill the disk with it).
     pub async fn start_with(
         config: BookieConfig,
         meta: Arc<dyn MetadataStore>,
@@ -298,15 +306,19 @@ impl Bookie {
         })
     }
 
+    /// The bookie's id, as registered in the metadata store.
     pub fn id(&self) -> &str {
         &self.id
     }
+    /// The address the bookie serves on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
+    /// The bookie's storage engine.
     pub fn storage(&self) -> &Arc<Storage> {
         &self.storage
     }
+    /// Whether the bookie refuses adds (disk full, storage poisoned, or started read-only).
     pub fn is_read_only(&self) -> bool {
         self.read_only.load(Ordering::SeqCst)
     }
@@ -348,9 +360,11 @@ impl Bookie {
             .is_ok_and(|f| f & crate::index::flags::NEEDS_INTEGRITY_CHECK != 0)
     }
 
+    /// Whether the last stop was not clean (`DIRTY` was found at start).
     pub fn unclean_shutdown(&self) -> bool {
         self.unclean_shutdown
     }
+    /// The server's counters (connections, requests, refusals).
     pub fn stats(&self) -> &ServerStats {
         &self.handler.stats
     }
@@ -550,21 +564,22 @@ async fn run_gc(
     mut stop: watch::Receiver<bool>,
 ) {
     // The first compactions run one interval after start, not at once.
-    let (mut last_minor, mut last_major) = (std::time::Instant::now(), std::time::Instant::now());
+    let clock = storage.config().clock.clone();
+    let (mut last_minor, mut last_major) = (clock.now_ms(), clock.now_ms());
     loop {
         tokio::select! {
             () = tokio::time::sleep(config.interval) => {}
             _ = stop.changed() => return,
         }
-        let started = std::time::Instant::now();
+        let (started, started_ms) = (std::time::Instant::now(), clock.now_ms());
         let mut pass = config.clone();
-        let due = crate::gc::compaction_due(&config, started, last_minor, last_major);
+        let due = crate::gc::compaction_due(&config, started_ms, last_minor, last_major);
         pass.compaction_threshold = due.map_or(0.0, |(t, _)| t);
         let result = crate::gc::gc_once(&storage, meta.as_ref(), &keys, &id, &pass).await;
         match (&result, due) {
             (Err(e), _) => tracing::warn!(error = %e, "GC pass failed; the next one retries"),
-            (Ok(_), Some((_, true))) => (last_major, last_minor) = (started, started),
-            (Ok(_), Some((_, false))) => last_minor = started,
+            (Ok(_), Some((_, true))) => (last_major, last_minor) = (started_ms, started_ms),
+            (Ok(_), Some((_, false))) => last_minor = started_ms,
             (Ok(_), None) => {}
         }
         status.send_modify(|s| s.record(started, &result));

@@ -29,6 +29,7 @@ use folio_proto::LedgerId;
 use crate::storage::Storage;
 use folio_storage::StorageError;
 
+/// How garbage collection and compaction run: interval, thresholds, rate limits.
 #[derive(Debug, Clone)]
 pub struct GcConfig {
     /// Time between passes.
@@ -56,14 +57,15 @@ pub struct GcConfig {
 /// when due, else minor when due. Returns the threshold and whether it is major.
 pub fn compaction_due(
     config: &GcConfig,
-    now: std::time::Instant,
-    last_minor: std::time::Instant,
-    last_major: std::time::Instant,
+    now_ms: u64,
+    last_minor_ms: u64,
+    last_major_ms: u64,
 ) -> Option<(f64, bool)> {
-    if config.major_threshold > 0.0 && now.duration_since(last_major) >= config.major_interval {
+    let since = |last_ms: u64| std::time::Duration::from_millis(now_ms.saturating_sub(last_ms));
+    if config.major_threshold > 0.0 && since(last_major_ms) >= config.major_interval {
         return Some((config.major_threshold, true));
     }
-    if config.minor_threshold > 0.0 && now.duration_since(last_minor) >= config.minor_interval {
+    if config.minor_threshold > 0.0 && since(last_minor_ms) >= config.minor_interval {
         return Some((config.minor_threshold, false));
     }
     None
@@ -105,11 +107,13 @@ pub struct KeptLog {
 }
 
 impl KeptLog {
+    /// Live bytes over size (0 for an empty log).
     pub fn usage(&self) -> f64 {
         if self.size_bytes == 0 { 0.0 } else { self.live_bytes as f64 / self.size_bytes as f64 }
     }
 }
 
+/// What one GC pass did: ledgers dropped, logs deleted and compacted, bytes reclaimed.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GcReport {
     pub ledgers_dropped: Vec<LedgerId>,
@@ -132,6 +136,7 @@ pub struct GcStatus {
 }
 
 impl GcStatus {
+    /// Records a finished pass that started at `started`.
     pub fn record(&mut self, started: std::time::Instant, result: &Result<GcReport, GcError>) {
         self.passes += 1;
         self.last_duration_ms = started.elapsed().as_millis() as u64;
@@ -176,7 +181,7 @@ impl GcStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     #[test]
     fn major_wins_when_due_then_minor_then_none() {
@@ -185,8 +190,8 @@ mod tests {
             major_interval: Duration::from_secs(100),
             ..GcConfig::default()
         };
-        let t0 = Instant::now();
-        let now = t0 + Duration::from_secs(150);
+        let t0 = 5_000;
+        let now = t0 + 150_000;
         assert_eq!(compaction_due(&c, now, t0, t0), Some((0.8, true)));
         assert_eq!(compaction_due(&c, now, t0, now), Some((0.2, false)));
         assert_eq!(compaction_due(&c, now, now, now), None);

@@ -34,6 +34,7 @@ use crate::error::BookieError;
 use crate::index::flags::NEEDS_INTEGRITY_CHECK;
 use crate::storage::Storage;
 
+/// How the integrity check runs: on or off, and how fast it copies.
 #[derive(Debug, Clone)]
 pub struct IntegrityConfig {
     /// Run the pre-boot check and the full check (`None`: exactly when
@@ -69,6 +70,7 @@ impl Default for IntegrityConfig {
 }
 
 impl IntegrityConfig {
+    /// Whether the check runs for this storage (on by default only without a journal).
     pub fn is_enabled(&self, storage: &StorageConfig) -> bool {
         self.enabled.unwrap_or(!storage.journal.write_data)
     }
@@ -145,6 +147,8 @@ pub async fn ledgers_naming(
     Ok((count, examples))
 }
 
+/// Before a journal-less bookie serves (steps 1 to 4 above): sets the check flag, then fences
+/// (and where needed puts in limbo) every ledger whose ensembles include this bookie.
 pub async fn pre_boot_check(
     storage: &Storage,
     meta: &dyn MetadataStore,

@@ -59,6 +59,7 @@ pub struct Handler {
 }
 
 impl Handler {
+    /// A handler over `storage`, refusing adds while `read_only` is set.
     pub fn new(
         storage: Arc<Storage>,
         read_only: Arc<AtomicBool>,

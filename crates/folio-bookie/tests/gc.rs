@@ -432,6 +432,8 @@ async fn l1_an_idle_shared_log_is_sealed_so_its_deleted_ledgers_come_back() {
     let mut c = common::config();
     c.entry_log_bytes_max = 64 * 1024 * 1024; // never full here
     c.entry_log_idle_rotation = Duration::from_secs(3600);
+    let clock = folio_meta::ManualClock::new();
+    c.clock = Arc::new(clock.clone());
     let s = Arc::new(open(&e.fs, &e.kv, &c).unwrap());
     create(&e, 1, LedgerState::Closed, &["b1"]).await;
     fill(&s, &[1], 8);
@@ -441,18 +443,20 @@ async fn l1_an_idle_shared_log_is_sealed_so_its_deleted_ledgers_come_back() {
     assert_eq!(r.ledgers_dropped, vec![1]);
     assert!(r.logs_deleted.is_empty(), "the active log is never deleted: {r:?}");
     assert_eq!(s.entry_log_states().unwrap().len(), 1);
-    drop(s);
-    c.entry_log_idle_rotation = Duration::ZERO;
-    let s = Arc::new(open(&e.fs, &e.kv, &c).unwrap());
-    // Reopening sealed the old active log already (recovery); write a second ledger's
-    // entries to a new active log, then let it go idle.
+    // A second ledger's entries go to the same active log; flushes that write nothing
+    // leave it active until an hour (on the storage's clock) has passed since the last
+    // flush that wrote to it.
     create(&e, 2, LedgerState::Closed, &["b1"]).await;
     fill(&s, &[2], 4);
     let active = |s: &folio_bookie::Storage| {
         s.entry_log_states().unwrap().iter().filter(|(_, st)| !st.sealed).count()
     };
-    assert_eq!(active(&s), 1, "ledger 2's entries are in an active log");
-    s.flush().unwrap(); // a flush that writes nothing: the log is idle
+    s.flush().unwrap();
+    clock.advance(Duration::from_secs(3599));
+    s.flush().unwrap();
+    assert_eq!(active(&s), 1, "ledger 2's entries are in an active log, idle < 1 h");
+    clock.advance(Duration::from_secs(1));
+    s.flush().unwrap(); // a flush that writes nothing, an hour after the last that did
     assert_eq!(active(&s), 0, "the idle log is sealed");
     e.meta.delete(&e.keys.ledger(2), Expect::Any).await.unwrap();
     let r = gc_once(&s, e.meta.as_ref(), &e.keys, "b1", &config()).await.unwrap();

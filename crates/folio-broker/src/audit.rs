@@ -44,6 +44,7 @@ pub enum Class {
 }
 
 impl Class {
+    /// Every class, in report order.
     pub const ALL: [Class; 6] = [
         Class::Live,
         Class::Trashed,
@@ -53,6 +54,7 @@ impl Class {
         Class::StrayLog,
     ];
 
+    /// The class's name in reports.
     pub fn name(self) -> &'static str {
         match self {
             Class::Live => "live",

@@ -22,6 +22,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+/// Bytes of a record batch's header (v2), up to and including the record count.
 pub const HEADER_BYTES: usize = 61;
 /// Bytes before the length field ends: base offset (8) + length (4).
 pub const LOG_OVERHEAD: usize = 12;
@@ -75,6 +76,7 @@ pub struct BatchInfo {
 }
 
 impl BatchInfo {
+    /// The batch's compression codec, from its attributes.
     pub fn codec(&self) -> Result<Codec, BatchError> {
         match self.attributes & 7 {
             0 => Ok(Codec::None),
@@ -85,9 +87,11 @@ impl BatchInfo {
             c => Err(BatchError::Corrupt(format!("unknown compression codec {c}"))),
         }
     }
+    /// Whether the batch belongs to a transaction.
     pub fn is_transactional(&self) -> bool {
         self.attributes & TRANSACTIONAL_BIT != 0
     }
+    /// Whether the batch is a control batch (transaction markers).
     pub fn is_control(&self) -> bool {
         self.attributes & CONTROL_BIT != 0
     }

@@ -77,7 +77,12 @@ impl Broker {
         }
         let inner = Arc::new(Inner {
             topics: Topics::new(env.meta.clone(), env.keys.clone()),
-            groups: Coordinator::new(config.groups.clone(), env.meta.clone(), env.keys.clone()),
+            groups: Coordinator::new(
+                config.groups.clone(),
+                env.meta.clone(),
+                env.keys.clone(),
+                env.clock.clone(),
+            ),
             groups_config: config.groups.clone(),
             membership,
             deletions: tokio::sync::Notify::new(),
@@ -128,6 +133,7 @@ impl Broker {
         self.addr
     }
 
+    /// The broker's metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
     }

@@ -27,6 +27,7 @@ pub struct KafkaConn {
 }
 
 impl KafkaConn {
+    /// Connects to a Kafka listener at `addr`.
     pub async fn connect(addr: SocketAddr) -> Result<KafkaConn, String> {
         let stream =
             TcpStream::connect(addr).await.map_err(|e| format!("connecting to {addr}: {e}"))?;

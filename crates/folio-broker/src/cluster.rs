@@ -67,6 +67,7 @@ fn score(key: &[u8], node_id: i32) -> u64 {
 }
 
 impl Membership {
+    /// The membership of a broker that knows only itself so far.
     pub fn new(me: BrokerInfo) -> Arc<Membership> {
         Arc::new(Membership {
             live: RwLock::new(vec![me.clone()]),
@@ -78,6 +79,7 @@ impl Membership {
         })
     }
 
+    /// This broker.
     pub fn me(&self) -> &BrokerInfo {
         &self.me
     }
@@ -96,6 +98,7 @@ impl Membership {
             .unwrap_or_else(|| self.me.clone())
     }
 
+    /// Whether this broker owns `key` (it coordinates the group or partition the key names).
     pub fn owns(&self, key: &[u8]) -> bool {
         self.owner(key).node_id == self.me.node_id
     }

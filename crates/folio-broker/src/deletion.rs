@@ -37,6 +37,7 @@ use uuid::Uuid;
 use crate::state::Inner;
 use crate::topics::{Topic, log_name, parse_log_name};
 
+/// The marker of a deleted topic: what is left to delete, until its logs are in the trash.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeletionMarker {
     pub name: String,
@@ -225,6 +226,7 @@ pub enum PartitionDeletion {
 }
 
 impl PartitionDeletion {
+    /// The stage's name in status answers.
     pub fn name(self) -> &'static str {
         match self {
             PartitionDeletion::Pending => "pending",

@@ -1,46 +1,201 @@
 //! Kafka error codes the broker answers with (names as in Kafka's `Errors.java`).
 
+/// No error.
 pub const NONE: i16 = 0;
+/// The offset asked for is outside the partition's range.
 pub const OFFSET_OUT_OF_RANGE: i16 = 1;
+/// A record batch failed its CRC or does not decode.
 pub const CORRUPT_MESSAGE: i16 = 2;
+/// No such topic or partition (clients refresh metadata and retry).
 pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+/// This broker does not own the partition (now); clients refresh metadata.
 pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+/// The request did not complete in its timeout.
 pub const REQUEST_TIMED_OUT: i16 = 7;
+/// A batch above `max.message.bytes`.
 pub const MESSAGE_TOO_LARGE: i16 = 10;
+/// Commit metadata above the limit.
 pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
+/// The group coordinator is not available yet.
 pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+/// This broker does not coordinate the group.
 pub const NOT_COORDINATOR: i16 = 16;
+/// A topic name outside Kafka's rules.
 pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
+/// `acks` other than 0, 1 or -1.
 pub const INVALID_REQUIRED_ACKS: i16 = 21;
+/// A group request from a past generation.
 pub const ILLEGAL_GENERATION: i16 = 22;
+/// A member whose protocols the group does not share.
 pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
+/// An empty or invalid group id.
 pub const INVALID_GROUP_ID: i16 = 24;
+/// A member id the group does not know.
 pub const UNKNOWN_MEMBER_ID: i16 = 25;
+/// A session timeout outside the broker's range.
 pub const INVALID_SESSION_TIMEOUT: i16 = 26;
+/// The group is rebalancing: rejoin.
 pub const REBALANCE_IN_PROGRESS: i16 = 27;
+/// A request version the broker does not serve.
 pub const UNSUPPORTED_VERSION: i16 = 35;
+/// CreateTopics of a name that is taken.
 pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+/// A partition count out of range.
 pub const INVALID_PARTITIONS: i16 = 37;
+/// A replication factor out of range.
 pub const INVALID_REPLICATION_FACTOR: i16 = 38;
+/// Explicit replica assignments (not taken).
 pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
+/// A config key or value outside its rules.
 pub const INVALID_CONFIG: i16 = 40;
+/// A request that makes no sense (duplicates, contradictions, unsupported features).
 pub const INVALID_REQUEST: i16 = 42;
+/// An idempotent batch that does not follow the producer's last sequence.
 pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+/// An idempotent batch already written.
 pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
+/// An idempotent batch from an older producer epoch.
 pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+/// Storage or metadata failed; clients retry.
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
+/// DeleteTopics while `delete.topic.enable=false` (v3+).
 pub const TOPIC_DELETION_DISABLED: i16 = 73;
+/// A producer id the partition does not know.
 pub const UNKNOWN_PRODUCER_ID: i16 = 59;
+/// DeleteGroups of a group with members.
 pub const NON_EMPTY_GROUP: i16 = 68;
+/// No such group.
 pub const GROUP_ID_NOT_FOUND: i16 = 69;
+/// A codec the request's version does not allow.
 pub const UNSUPPORTED_COMPRESSION_TYPE: i16 = 76;
+/// The group has its maximum number of members.
 pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
+/// A batch the broker does not take (transactional, control, bad sequence).
 pub const INVALID_RECORD: i16 = 87;
+/// No topic has the id asked for.
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
 
-/// A request (or one topic, partition or group of it) that failed: the Kafka error code
-/// to answer and a message for the client.
-pub type Failure = (i16, String);
+/// Why the broker failed a request, or one topic, partition or group of it. The one place
+/// where a failure becomes a Kafka error code is [`BrokerError::code`]; the `Display` text is
+/// the message the client gets (CreateTopics, DeleteTopics, DescribeConfigs answers) and the
+/// line the operator reads.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    /// The partition's managed log failed; [`log_code`] says what that means to a client.
+    #[error(transparent)]
+    Log(#[from] folio_log::LogError),
+    /// The metadata store failed or could not be reached.
+    #[error("metadata store: {0}")]
+    Meta(#[from] folio_meta::MetaError),
+    /// A compare-and-set on a topic lost to concurrent changes on every retry.
+    #[error("topic {0} keeps changing; try again")]
+    Contended(String),
+    /// No topic has this name.
+    #[error("topic {0} does not exist")]
+    UnknownTopic(String),
+    /// A partition index the topic does not have.
+    #[error("topic {topic} has {partitions} partitions, not {partition}")]
+    UnknownPartition {
+        /// The topic's name.
+        topic: String,
+        /// The index asked for.
+        partition: i32,
+        /// How many the topic has.
+        partitions: u32,
+    },
+    /// No topic has this id.
+    #[error("no topic has id {0}")]
+    UnknownTopicId(String),
+    /// CreateTopics of a name that is taken.
+    #[error("topic {0} already exists")]
+    TopicExists(String),
+    /// A topic name outside Kafka's rules.
+    #[error("{0}")]
+    InvalidTopic(String),
+    /// A topic config key or value outside its rules.
+    #[error("{0}")]
+    InvalidConfig(String),
+    /// A partition count out of range, or fewer partitions than the topic has.
+    #[error("{0}")]
+    InvalidPartitions(String),
+    /// A replication factor out of range.
+    #[error("{0}")]
+    InvalidReplicationFactor(String),
+    /// Explicit replica assignments (bookies are chosen per ledger).
+    #[error("{0}")]
+    InvalidReplicaAssignment(String),
+    /// DeleteTopics while `delete.topic.enable=false`.
+    #[error("topic deletion is disabled (delete.topic.enable=false)")]
+    TopicDeletionDisabled,
+    /// A request that is well-formed but asks for something that makes no sense.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// Produce with an `acks` other than 0, 1 or -1.
+    #[error("acks={0}: use 0, 1 or -1 (all)")]
+    InvalidRequiredAcks(i16),
+    /// A request version this broker decodes but does not serve.
+    #[error("{api} v{version} is not supported")]
+    UnsupportedVersion {
+        /// The API's name.
+        api: &'static str,
+        /// The version asked for.
+        version: i16,
+    },
+    /// A record batch that does not decode or fails its CRC.
+    #[error("{0}")]
+    CorruptMessage(String),
+    /// A batch this broker does not take (transactional, control, a bad sequence).
+    #[error("{0}")]
+    InvalidRecord(String),
+    /// A batch above the topic's `max.message.bytes`.
+    #[error("{0}")]
+    MessageTooLarge(String),
+    /// A codec the request's version does not allow.
+    #[error("{0}")]
+    UnsupportedCompression(String),
+    /// An idempotent producer's batch that does not follow its last sequence.
+    #[error("{0}")]
+    OutOfOrderSequence(String),
+    /// An idempotent producer's batch from an epoch older than its newest.
+    #[error("{0}")]
+    InvalidProducerEpoch(String),
+    /// A storage step that failed for a reason given in words (an append abandoned when its
+    /// log closed, a deletion that must be retried).
+    #[error("{0}")]
+    Storage(String),
+}
+
+impl BrokerError {
+    /// The Kafka error code this failure answers with.
+    pub fn code(&self) -> i16 {
+        match self {
+            BrokerError::Log(e) => log_code(e),
+            BrokerError::Meta(_) | BrokerError::Contended(_) | BrokerError::Storage(_) => {
+                KAFKA_STORAGE_ERROR
+            }
+            BrokerError::UnknownTopic(_) | BrokerError::UnknownPartition { .. } => {
+                UNKNOWN_TOPIC_OR_PARTITION
+            }
+            BrokerError::UnknownTopicId(_) => UNKNOWN_TOPIC_ID,
+            BrokerError::TopicExists(_) => TOPIC_ALREADY_EXISTS,
+            BrokerError::InvalidTopic(_) => INVALID_TOPIC_EXCEPTION,
+            BrokerError::InvalidConfig(_) => INVALID_CONFIG,
+            BrokerError::InvalidPartitions(_) => INVALID_PARTITIONS,
+            BrokerError::InvalidReplicationFactor(_) => INVALID_REPLICATION_FACTOR,
+            BrokerError::InvalidReplicaAssignment(_) => INVALID_REPLICA_ASSIGNMENT,
+            BrokerError::InvalidRequest(_) => INVALID_REQUEST,
+            BrokerError::TopicDeletionDisabled => TOPIC_DELETION_DISABLED,
+            BrokerError::InvalidRequiredAcks(_) => INVALID_REQUIRED_ACKS,
+            BrokerError::UnsupportedVersion { .. } => UNSUPPORTED_VERSION,
+            BrokerError::CorruptMessage(_) => CORRUPT_MESSAGE,
+            BrokerError::InvalidRecord(_) => INVALID_RECORD,
+            BrokerError::MessageTooLarge(_) => MESSAGE_TOO_LARGE,
+            BrokerError::UnsupportedCompression(_) => UNSUPPORTED_COMPRESSION_TYPE,
+            BrokerError::OutOfOrderSequence(_) => OUT_OF_ORDER_SEQUENCE_NUMBER,
+            BrokerError::InvalidProducerEpoch(_) => INVALID_PRODUCER_EPOCH,
+        }
+    }
+}
 
 /// The code's name, for logs and metrics labels.
 pub fn name(code: i16) -> &'static str {
@@ -87,7 +242,7 @@ pub fn name(code: i16) -> &'static str {
 }
 
 /// What a managed-log failure means to a Kafka client.
-pub fn from_log(e: &folio_log::LogError) -> i16 {
+fn log_code(e: &folio_log::LogError) -> i16 {
     use folio_log::LogError as E;
     match e {
         E::NoSuchLog(_) | E::Deleted(_) => UNKNOWN_TOPIC_OR_PARTITION,

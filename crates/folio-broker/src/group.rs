@@ -25,7 +25,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use folio_meta::Clock;
 
 use bytes::Bytes;
 use folio_meta::keys::Keys;
@@ -63,6 +65,7 @@ impl Default for GroupConfig {
     }
 }
 
+/// Where a group is in its rebalance cycle (Kafka's names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupState {
     Empty,
@@ -73,6 +76,7 @@ pub enum GroupState {
 }
 
 impl GroupState {
+    /// The state's name as DescribeGroups answers it.
     pub fn name(self) -> &'static str {
         match self {
             GroupState::Empty => "Empty",
@@ -84,6 +88,7 @@ impl GroupState {
     }
 }
 
+/// A member of a group: its id, timeouts, protocols and assignment.
 #[derive(Debug, Clone)]
 pub struct Member {
     pub id: String,
@@ -92,7 +97,8 @@ pub struct Member {
     /// (protocol name, metadata), in the member's order of preference.
     pub protocols: Vec<(String, Bytes)>,
     pub assignment: Bytes,
-    last_seen: Instant,
+    /// When (clock ms) the member was last heard from.
+    last_seen: u64,
 }
 
 /// What a JoinGroup gets.
@@ -127,15 +133,15 @@ struct Group {
     members: BTreeMap<String, Member>,
     joins: HashMap<String, oneshot::Sender<JoinResult>>,
     syncs: HashMap<String, oneshot::Sender<SyncResult>>,
-    /// While preparing: no completion before this (the initial delay) ...
-    not_before: Instant,
+    /// While preparing: no completion before this (clock ms; the initial delay) ...
+    not_before: u64,
     /// ... and completion (dropping who did not rejoin) at this.
-    deadline: Instant,
+    deadline: u64,
     rebalances: u64,
 }
 
 impl Group {
-    fn new(now: Instant) -> Group {
+    fn new(now: u64) -> Group {
         Group {
             state: GroupState::Empty,
             generation: 0,
@@ -209,9 +215,13 @@ fn unescape(s: &str) -> String {
     s.replace("%2F", "/").replace("%25", "%")
 }
 
+/// The group coordinator: the groups this broker coordinates, their members and rebalances, and
+/// their committed offsets in the metadata store.
 #[derive(Debug)]
 pub struct Coordinator {
     config: GroupConfig,
+    /// Session expiry and rebalance deadlines read this clock.
+    clock: Arc<dyn Clock>,
     meta: Arc<dyn MetadataStore>,
     keys: Keys,
     groups: Mutex<HashMap<String, Group>>,
@@ -221,9 +231,17 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    pub fn new(config: GroupConfig, meta: Arc<dyn MetadataStore>, keys: Keys) -> Arc<Coordinator> {
+    /// A coordinator with no groups yet, committing offsets to `meta` under `keys`, timing sessions
+    /// on `clock`.
+    pub fn new(
+        config: GroupConfig,
+        meta: Arc<dyn MetadataStore>,
+        keys: Keys,
+        clock: Arc<dyn Clock>,
+    ) -> Arc<Coordinator> {
         Arc::new(Coordinator {
             config,
+            clock,
             meta,
             keys,
             groups: Mutex::new(HashMap::new()),
@@ -251,14 +269,15 @@ impl Coordinator {
                 _ = interval.tick() => {}
                 _ = shutdown.wait_for(|s| *s) => return,
             }
-            let now = Instant::now();
+            let now = self.clock.now_ms();
             let mut groups = self.groups.lock().expect("groups lock");
             for (name, g) in groups.iter_mut() {
                 let expired: Vec<String> = g
                     .members
                     .values()
                     .filter(|m| {
-                        !g.joins.contains_key(&m.id) && m.last_seen + m.session_timeout < now
+                        !g.joins.contains_key(&m.id)
+                            && m.last_seen + (m.session_timeout.as_millis() as u64) < now
                     })
                     .map(|m| m.id.clone())
                     .collect();
@@ -271,6 +290,8 @@ impl Coordinator {
         }
     }
 
+    /// JoinGroup: adds or refreshes the member, starts a rebalance if needed and answers when the
+    /// join phase ends.
     pub async fn join(
         &self,
         group_id: &str,
@@ -293,7 +314,7 @@ impl Coordinator {
         if protocols.is_empty() || protocol_type.is_empty() {
             return fail(errors::INCONSISTENT_GROUP_PROTOCOL);
         }
-        let now = Instant::now();
+        let now = self.clock.now_ms();
         let rx = {
             let mut groups = self.groups.lock().expect("groups lock");
             let g = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(now));
@@ -360,6 +381,8 @@ impl Coordinator {
         rx.await.unwrap_or_else(|_| fail(errors::REBALANCE_IN_PROGRESS))
     }
 
+    /// SyncGroup: the leader hands out assignments; every member gets its own when the leader's
+    /// arrives.
     pub async fn sync(
         &self,
         group_id: &str,
@@ -376,7 +399,7 @@ impl Coordinator {
             let Some(m) = g.members.get_mut(member_id) else {
                 return fail(errors::UNKNOWN_MEMBER_ID);
             };
-            m.last_seen = Instant::now();
+            m.last_seen = self.clock.now_ms();
             if generation != g.generation {
                 return fail(errors::ILLEGAL_GENERATION);
             }
@@ -425,6 +448,7 @@ impl Coordinator {
         rx.await.unwrap_or_else(|_| fail(errors::REBALANCE_IN_PROGRESS))
     }
 
+    /// Heartbeat: keeps the member's session, and says whether a rebalance needs it to rejoin.
     pub fn heartbeat(&self, group_id: &str, generation: i32, member_id: &str) -> i16 {
         let mut groups = self.groups.lock().expect("groups lock");
         let Some(g) = groups.get_mut(group_id) else {
@@ -433,7 +457,7 @@ impl Coordinator {
         let Some(m) = g.members.get_mut(member_id) else {
             return errors::UNKNOWN_MEMBER_ID;
         };
-        m.last_seen = Instant::now();
+        m.last_seen = self.clock.now_ms();
         if g.state == GroupState::PreparingRebalance {
             return errors::REBALANCE_IN_PROGRESS;
         }
@@ -446,7 +470,7 @@ impl Coordinator {
     /// Removes members; returns an error code per member.
     pub fn leave(&self, group_id: &str, members: &[String]) -> Vec<i16> {
         let mut groups = self.groups.lock().expect("groups lock");
-        let now = Instant::now();
+        let now = self.clock.now_ms();
         let Some(g) = groups.get_mut(group_id) else {
             return vec![errors::UNKNOWN_MEMBER_ID; members.len()];
         };
@@ -480,7 +504,7 @@ impl Coordinator {
         let Some(m) = g.members.get_mut(member_id) else {
             return errors::UNKNOWN_MEMBER_ID;
         };
-        m.last_seen = Instant::now();
+        m.last_seen = self.clock.now_ms();
         if g.state == GroupState::CompletingRebalance {
             return errors::REBALANCE_IN_PROGRESS;
         }
@@ -590,6 +614,7 @@ impl Coordinator {
         Ok(out.into_iter().map(|(n, (s, t))| (n, s, t)).collect())
     }
 
+    /// A snapshot of the group, if it exists on this coordinator.
     pub fn describe(&self, group_id: &str) -> Option<GroupInfo> {
         let groups = self.groups.lock().expect("groups lock");
         groups.get(group_id).map(|g| GroupInfo {
@@ -667,12 +692,12 @@ impl Coordinator {
     }
 }
 
-fn prepare_rebalance(g: &mut Group, now: Instant, delay: Duration) {
+fn prepare_rebalance(g: &mut Group, now: u64, delay: Duration) {
     g.state = GroupState::PreparingRebalance;
     g.rebalances += 1;
     let timeout = g.members.values().map(|m| m.rebalance_timeout).max().unwrap_or_default();
-    g.not_before = now + delay;
-    g.deadline = now + timeout.max(delay);
+    g.not_before = now + delay.as_millis() as u64;
+    g.deadline = now + timeout.max(delay).as_millis() as u64;
     // Members waiting in SyncGroup must rejoin.
     for (_, tx) in g.syncs.drain() {
         let _ =
@@ -680,7 +705,7 @@ fn prepare_rebalance(g: &mut Group, now: Instant, delay: Duration) {
     }
 }
 
-fn remove_member(g: &mut Group, id: &str, now: Instant) {
+fn remove_member(g: &mut Group, id: &str, now: u64) {
     g.members.remove(id);
     if let Some(tx) = g.joins.remove(id) {
         let _ = tx.send(JoinResult { error: errors::UNKNOWN_MEMBER_ID, ..JoinResult::default() });
@@ -698,7 +723,7 @@ fn remove_member(g: &mut Group, id: &str, now: Instant) {
 
 /// Ends the join phase when every member has rejoined (after the initial delay) or the
 /// rebalance timeout has passed: a new generation, a leader, a protocol.
-fn maybe_complete_join(name: &str, g: &mut Group, now: Instant) {
+fn maybe_complete_join(name: &str, g: &mut Group, now: u64) {
     if g.state != GroupState::PreparingRebalance {
         return;
     }

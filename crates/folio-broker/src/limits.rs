@@ -206,6 +206,7 @@ pub enum Limit {
 }
 
 impl Limit {
+    /// Every limit, for listings and `--set` parsing.
     pub const ALL: [Limit; 12] = [
         Limit::RequestBytes,
         Limit::Connections,

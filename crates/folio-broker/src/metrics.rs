@@ -38,6 +38,7 @@ pub struct Histogram {
 }
 
 impl Histogram {
+    /// Counts one observation of `d`.
     pub fn observe(&self, d: Duration) {
         let s = d.as_secs_f64();
         let i = BUCKETS.iter().position(|b| s <= *b).unwrap_or(BUCKETS.len());
@@ -45,6 +46,7 @@ impl Histogram {
         self.sum_us.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
     }
 
+    /// Observations so far.
     pub fn count(&self) -> u64 {
         self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }
@@ -77,6 +79,7 @@ pub struct TopicMetrics {
     pub fetch_latency: Histogram,
 }
 
+/// The broker's counters and histograms, per API and per topic.
 #[derive(Debug, Default)]
 pub struct Metrics {
     /// (API key, error code) → requests answered.
@@ -133,6 +136,7 @@ impl Metrics {
         m.get(&(api as i16, error)).copied().unwrap_or(0)
     }
 
+    /// The metrics of topic `name`, created on first use.
     pub fn topic(&self, name: &str) -> std::sync::Arc<TopicMetrics> {
         let mut t = self.topics.lock().expect("metrics lock");
         if let Some(m) = t.get(name) {

@@ -16,7 +16,7 @@ use std::collections::{HashMap, VecDeque};
 use tokio::sync::watch;
 
 use crate::batch::BatchInfo;
-use crate::errors;
+use crate::errors::BrokerError;
 pub use crate::limits::PRODUCERS_MAX;
 
 /// Batches remembered per producer (Kafka: 5, the most a client keeps in flight).
@@ -48,10 +48,12 @@ pub enum Check {
     Append(watch::Sender<Outcome>),
     /// A retry of a batch already taken: answer with that batch's outcome.
     Duplicate(watch::Receiver<Outcome>),
-    /// Refuse it with this error code.
-    Refuse(i16, String),
+    /// Refuse it.
+    Refuse(BrokerError),
 }
 
+/// The idempotent producers of one partition: each one's epoch and recent batches (up to
+/// `PRODUCERS_MAX` producers, least recently used evicted).
 #[derive(Debug, Default)]
 pub struct Producers {
     by_id: HashMap<i64, Producer>,
@@ -66,10 +68,9 @@ impl Producers {
         let clock = self.clock;
         let (first_seq, last_seq) = (b.base_sequence, b.last_sequence());
         if first_seq < 0 {
-            return Check::Refuse(
-                errors::INVALID_RECORD,
-                format!("idempotent batch with sequence {first_seq}"),
-            );
+            return Check::Refuse(BrokerError::InvalidRecord(format!(
+                "idempotent batch with sequence {first_seq}"
+            )));
         }
         if !self.by_id.contains_key(&b.producer_id) && self.by_id.len() >= PRODUCERS_MAX {
             self.evict();
@@ -81,13 +82,10 @@ impl Producers {
         });
         p.last_used = clock;
         if b.producer_epoch < p.epoch {
-            return Check::Refuse(
-                errors::INVALID_PRODUCER_EPOCH,
-                format!(
-                    "producer {} epoch {} is older than {}",
-                    b.producer_id, b.producer_epoch, p.epoch
-                ),
-            );
+            return Check::Refuse(BrokerError::InvalidProducerEpoch(format!(
+                "producer {} epoch {} is older than {}",
+                b.producer_id, b.producer_epoch, p.epoch
+            )));
         }
         if b.producer_epoch > p.epoch {
             // A new epoch starts its sequence over.
@@ -102,13 +100,10 @@ impl Producers {
         if let Some(last) = p.batches.back() {
             let expected = if last.last_seq == i32::MAX { 0 } else { last.last_seq + 1 };
             if first_seq != expected {
-                return Check::Refuse(
-                    errors::OUT_OF_ORDER_SEQUENCE_NUMBER,
-                    format!(
-                        "producer {}: expected sequence {expected}, got {first_seq}",
-                        b.producer_id
-                    ),
-                );
+                return Check::Refuse(BrokerError::OutOfOrderSequence(format!(
+                    "producer {}: expected sequence {expected}, got {first_seq}",
+                    b.producer_id
+                )));
             }
         }
         let (tx, rx) = watch::channel(None);
@@ -160,10 +155,12 @@ impl Producers {
         }
     }
 
+    /// Producers tracked.
     pub fn len(&self) -> usize {
         self.by_id.len()
     }
 
+    /// Whether no producer is tracked.
     pub fn is_empty(&self) -> bool {
         self.by_id.is_empty()
     }
@@ -212,11 +209,11 @@ mod tests {
         }
         assert!(matches!(
             p.check(&info(7, 0, 9, 1)),
-            Check::Refuse(errors::OUT_OF_ORDER_SEQUENCE_NUMBER, _)
+            Check::Refuse(BrokerError::OutOfOrderSequence(_))
         ));
         assert!(matches!(
             p.check(&info(7, -1, 5, 1)),
-            Check::Refuse(errors::INVALID_PRODUCER_EPOCH, _)
+            Check::Refuse(BrokerError::InvalidProducerEpoch(_))
         ));
         // A new epoch starts over at 0; other producers are independent.
         append(&mut p, &info(7, 1, 0, 1), 200);
@@ -245,7 +242,7 @@ mod tests {
         // Sequence 2 fell out of the window: not a duplicate, and out of order.
         assert!(matches!(
             p.check(&info(3, 0, 2, 1)),
-            Check::Refuse(errors::OUT_OF_ORDER_SEQUENCE_NUMBER, _)
+            Check::Refuse(BrokerError::OutOfOrderSequence(_))
         ));
         let mut rebuilt = Producers::default();
         for i in 0..10 {

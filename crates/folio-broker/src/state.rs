@@ -316,6 +316,7 @@ impl Inner {
         }
     }
 
+    /// Milliseconds on the broker's clock.
     pub fn now_ms(&self) -> i64 {
         self.env.now_ms() as i64
     }

@@ -20,13 +20,15 @@ use folio_meta::records::{Reader, Record, corrupt, put_string};
 use folio_meta::{Expect, MetaError, MetadataStore, Version, list_all};
 use uuid::Uuid;
 
-use crate::errors;
+use crate::errors::BrokerError;
 use crate::limits::CONFIGS_MAX;
 pub use crate::limits::{PARTITIONS_MAX, TOPIC_NAME_BYTES_MAX};
 
 const TOPIC_MAGIC: &[u8; 3] = b"FTP";
 const VERSION: u8 = 1;
 
+/// A topic's record in the metadata store: id, partitions, replication, creation time, config
+/// overrides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicRecord {
     pub id: Uuid,
@@ -39,8 +41,8 @@ pub struct TopicRecord {
 }
 
 impl TopicRecord {
-    /// A new topic's record with a fresh id, after Kafka's checks (each failure with its
-    /// Kafka error code): the name, 1..=`PARTITIONS_MAX` partitions, 1..=`replication_max`
+    /// A new topic's record with a fresh id, after Kafka's checks (each failure a
+    /// `BrokerError`): the name, 1..=`PARTITIONS_MAX` partitions, 1..=`replication_max`
     /// copies. `configs` are validated already (`validate_configs`).
     pub fn new(
         name: &str,
@@ -49,21 +51,17 @@ impl TopicRecord {
         replication_max: u16,
         configs: BTreeMap<String, String>,
         now_ms: u64,
-    ) -> Result<TopicRecord, (i16, String)> {
-        validate_name(name).map_err(|e| (errors::INVALID_TOPIC_EXCEPTION, e))?;
+    ) -> Result<TopicRecord, BrokerError> {
+        validate_name(name).map_err(BrokerError::InvalidTopic)?;
         if partitions <= 0 || partitions > PARTITIONS_MAX {
-            return Err((
-                errors::INVALID_PARTITIONS,
-                format!("partitions must be 1..={PARTITIONS_MAX}, not {partitions}"),
-            ));
+            return Err(BrokerError::InvalidPartitions(format!(
+                "partitions must be 1..={PARTITIONS_MAX}, not {partitions}"
+            )));
         }
         if replication <= 0 || replication as u16 > replication_max {
-            return Err((
-                errors::INVALID_REPLICATION_FACTOR,
-                format!(
-                    "replication factor must be 1..={replication_max} (the bookies there are), not {replication}"
-                ),
-            ));
+            return Err(BrokerError::InvalidReplicationFactor(format!(
+                "replication factor must be 1..={replication_max} (the bookies there are), not {replication}"
+            )));
         }
         Ok(TopicRecord {
             id: new_topic_id(),
@@ -314,6 +312,7 @@ pub struct Topics {
 pub const BY_ID_MISS_LISTING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Topics {
+    /// The topics stored in `meta` under `keys`, with an empty cache.
     pub fn new(meta: Arc<dyn MetadataStore>, keys: Keys) -> Topics {
         Topics {
             meta,
@@ -473,26 +472,23 @@ impl Topics {
         new: NewTopic,
         if_exists: IfExists,
         validate_only: bool,
-    ) -> Result<Arc<Topic>, errors::Failure> {
+    ) -> Result<Arc<Topic>, BrokerError> {
         let NewTopic { partitions, replication, replication_max, configs, now_ms } = new;
         let record =
             TopicRecord::new(name, partitions, replication, replication_max, configs, now_ms)?;
-        let exists = || (errors::TOPIC_ALREADY_EXISTS, format!("topic {name} already exists"));
-        let storage = |e: MetaError| (errors::KAFKA_STORAGE_ERROR, format!("topic {name}: {e}"));
-        if if_exists == IfExists::Fail && self.get(name).await.map_err(storage)?.is_some() {
+        let exists = || BrokerError::TopicExists(name.to_string());
+        if if_exists == IfExists::Fail && self.get(name).await?.is_some() {
             return Err(exists());
         }
         if validate_only {
             return Ok(Arc::new(Topic { name: name.to_string(), record, version: 0 }));
         }
-        match self.create(name, record).await.map_err(storage)? {
+        match self.create(name, record).await? {
             Some(t) => {
                 tracing::info!(topic = name, id = %t.record.id, partitions, replication, "topic created");
                 Ok(t)
             }
-            None if if_exists == IfExists::Use => {
-                self.get(name).await.map_err(storage)?.ok_or_else(exists)
-            }
+            None if if_exists == IfExists::Use => self.get(name).await?.ok_or_else(exists),
             None => Err(exists()),
         }
     }

@@ -13,6 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
+/// Why a request to a bookie got no answer.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ConnectionError {
     #[error("connecting to bookie {addr}: {reason}")]
@@ -25,6 +26,7 @@ pub enum ConnectionError {
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<ResponseFrame>>>>;
 
+/// One multiplexed connection to a bookie: requests in flight by id, answers matched back.
 #[derive(Debug)]
 pub struct BookieConnection {
     addr: SocketAddr,
@@ -122,6 +124,7 @@ impl BookieConnection {
         })
     }
 
+    /// The bookie's address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }

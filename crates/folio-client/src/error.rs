@@ -5,6 +5,7 @@ use folio_proto::{EntryId, LedgerId, Status};
 
 use crate::ConnectionError;
 
+/// Why a ledger operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
     #[error("need {need} writable bookies, only {have} registered")]
@@ -83,4 +84,5 @@ impl LedgerError {
     }
 }
 
+/// A ledger operation's result.
 pub type Result<T, E = LedgerError> = std::result::Result<T, E>;

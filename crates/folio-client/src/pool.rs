@@ -10,6 +10,7 @@ use folio_meta::{MetadataStore, list_all};
 use crate::BookieConnection;
 use crate::error::{LedgerError, Result};
 
+/// Connections to bookies by id, opened on first use and replaced when they fail.
 #[derive(Debug)]
 pub struct BookiePool {
     meta: Arc<dyn MetadataStore>,
@@ -19,6 +20,8 @@ pub struct BookiePool {
 }
 
 impl BookiePool {
+    /// A pool resolving bookie ids through `meta`, with at most `inflight_max` requests in flight
+    /// per connection.
     pub fn new(meta: Arc<dyn MetadataStore>, keys: Keys, inflight_max: usize) -> BookiePool {
         BookiePool { meta, keys, inflight_max, conns: tokio::sync::Mutex::new(HashMap::new()) }
     }

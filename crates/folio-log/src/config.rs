@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+/// How a managed log rolls its ledgers over, replicates them and retains data.
 #[derive(Debug, Clone)]
 pub struct LogConfig {
     /// Ensemble size, write quorum and ack quorum of the log's ledgers.

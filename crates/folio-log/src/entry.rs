@@ -14,7 +14,9 @@
 
 use bytes::{Bytes, BytesMut};
 
+/// The version byte of the log entry header.
 pub const LOG_ENTRY_VERSION: u8 = 1;
+/// Bytes of the log entry header in front of each payload.
 pub const LOG_ENTRY_HEADER_BYTES: usize = 21;
 
 /// One batch as stored in the log, with where it lives.
@@ -43,6 +45,7 @@ pub struct EntryHeader {
     pub max_timestamp: i64,
 }
 
+/// A log entry: the header `h` followed by `payload`.
 pub fn encode(h: EntryHeader, payload: &[u8]) -> Bytes {
     let mut b = with_header_room(payload);
     write_header(&mut b, h);

@@ -30,6 +30,7 @@ pub struct LogEnv {
 }
 
 impl LogEnv {
+    /// Milliseconds on the environment's clock.
     pub fn now_ms(&self) -> u64 {
         self.clock.now_ms().max(1)
     }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use folio_client::LedgerError;
 use folio_meta::MetaError;
 
+/// Why a managed-log operation failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LogError {
     #[error("log {0} does not exist")]
@@ -50,4 +51,5 @@ impl From<MetaError> for LogError {
     }
 }
 
+/// A managed-log operation's result.
 pub type Result<T, E = LogError> = std::result::Result<T, E>;

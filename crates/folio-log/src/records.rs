@@ -23,6 +23,7 @@ const CURSOR_MAGIC: &[u8; 3] = b"FCR";
 const TRASH_MAGIC: &[u8; 3] = b"FTR";
 const VERSION: u8 = 1;
 
+/// A log record's state in the metadata store: active, or being deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogRecordState {
     /// Appendable by its owner.
@@ -51,6 +52,7 @@ pub struct LedgerInfo {
 }
 
 impl LedgerInfo {
+    /// The record of a ledger just opened at `first_offset`, with nothing in it yet.
     pub fn open(ledger_id: u64, first_offset: u64) -> LedgerInfo {
         LedgerInfo {
             ledger_id,
@@ -64,6 +66,7 @@ impl LedgerInfo {
         }
     }
 
+    /// Whether the ledger was closed (its close time is set).
     pub fn is_closed(&self) -> bool {
         self.close_ms != 0
     }
@@ -87,6 +90,7 @@ pub struct LogRecord {
 }
 
 impl LogRecord {
+    /// The record of a new, empty log owned by `owner`.
     pub fn new(owner: &str) -> LogRecord {
         LogRecord {
             state: LogRecordState::Active,
@@ -130,6 +134,7 @@ impl LogRecord {
         self.start_offset.max(first)
     }
 
+    /// Bytes in all of the log's ledgers.
     pub fn total_bytes(&self) -> u64 {
         self.ledgers.iter().map(|l| l.bytes).sum()
     }
@@ -261,6 +266,7 @@ pub struct TrashRecord {
 }
 
 impl TrashRecord {
+    /// A trash record of `ledger_id`, sent by log `log` for `reason` at `time_ms`.
     pub fn new(ledger_id: u64, log: &str, reason: &str, time_ms: u64) -> TrashRecord {
         TrashRecord {
             ledger_id,

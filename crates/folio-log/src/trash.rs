@@ -118,6 +118,7 @@ pub async fn delete_log(env: &LogEnv, name: &str, reason: &str) -> Result<()> {
     }
 }
 
+/// How the trash deleter runs: interval, batch sizes, retries.
 #[derive(Debug, Clone)]
 pub struct TrashConfig {
     /// How often the deleter passes over the trash when nobody wakes it.
@@ -179,10 +180,12 @@ pub struct Trash {
 }
 
 impl Trash {
+    /// A trash over `env`; nothing runs until it is started.
     pub fn new(env: LogEnv, config: TrashConfig) -> Trash {
         Trash { env, config, stats: Arc::default(), wake: Arc::default(), backoff: Arc::default() }
     }
 
+    /// The deleter's counters.
     pub fn stats(&self) -> &TrashStats {
         &self.stats
     }
@@ -197,6 +200,7 @@ impl Trash {
         list(&self.env).await
     }
 
+    /// What is in the trash now (counts and the oldest record's age), read from the store.
     pub async fn status(&self) -> Result<TrashStatus> {
         let now = self.env.now_ms();
         let all = self.list().await?;

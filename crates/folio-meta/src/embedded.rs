@@ -41,6 +41,7 @@ use crate::clock::{Clock, SystemClock};
 pub use crate::limits::EMBEDDED_TXN_OPS_MAX as TXN_OPS_MAX;
 use crate::store::*;
 
+/// How the embedded store keeps history, queues watches, expires leases and bounds transactions.
 #[derive(Debug, Clone)]
 pub struct EmbeddedConfig {
     /// Revisions of watch history kept on disk.
@@ -222,6 +223,7 @@ impl EmbeddedStore {
         EmbeddedStore::open_with(dir, EmbeddedConfig::default(), Arc::new(SystemClock::default()))
     }
 
+    /// Opens (or creates) a store in `dir` with `config`, reading lease time from `clock`.
     pub fn open_with(
         dir: &Path,
         config: EmbeddedConfig,

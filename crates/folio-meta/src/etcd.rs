@@ -23,6 +23,7 @@ use tokio::sync::mpsc;
 
 use crate::store::*;
 
+/// The metadata store on an etcd cluster (feature `etcd`).
 #[derive(Clone)]
 pub struct EtcdStore {
     client: Client,

@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use crate::store::*;
 
+/// A store wrapped with faults for tests: a crash after N operations (applying the last or not),
+/// failing transactions, held creates.
 #[derive(Debug)]
 pub struct FaultyStore {
     inner: Arc<dyn MetadataStore>,
@@ -28,6 +30,7 @@ pub struct FaultyStore {
 }
 
 impl FaultyStore {
+    /// Wraps `inner` with no fault planned.
     pub fn new(inner: Arc<dyn MetadataStore>) -> FaultyStore {
         FaultyStore {
             inner,
@@ -68,6 +71,7 @@ impl FaultyStore {
         let _ = self.held.subscribe().wait_for(|h| *h >= n).await;
     }
 
+    /// Whether the planned crash happened (every operation fails since).
     pub fn has_crashed(&self) -> bool {
         self.crashed.load(Ordering::SeqCst)
     }

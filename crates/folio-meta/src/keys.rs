@@ -20,11 +20,14 @@ use folio_proto_free::LedgerId;
 
 /// Id types used in keys (this crate depends on no other Folio crate).
 mod folio_proto_free {
+    /// A ledger's id.
     pub type LedgerId = u64;
 }
 
+/// The name of the id sequence ledger ids come from.
 pub const LEDGER_ID_SEQUENCE: &str = "ledger";
 
+/// Every key Folio stores, under one root (one cluster per root).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Keys {
     root: String,
@@ -37,6 +40,7 @@ impl Default for Keys {
 }
 
 impl Keys {
+    /// Keys under `root` (without a trailing `/`).
     pub fn new(root: impl Into<String>) -> Keys {
         let root = root.into();
         assert!(
@@ -46,39 +50,48 @@ impl Keys {
         Keys { root }
     }
 
+    /// The root every key is under.
     pub fn root(&self) -> &str {
         &self.root
     }
 
+    /// The key of the cluster's id, written once by the first process.
     pub fn cluster_id(&self) -> String {
         format!("{}/cluster_id", self.root)
     }
 
+    /// The prefix of writable bookies' lease-bound registrations.
     pub fn bookies_writable(&self) -> String {
         format!("{}/bookies/writable/", self.root)
     }
 
+    /// The prefix of read-only bookies' lease-bound registrations.
     pub fn bookies_readonly(&self) -> String {
         format!("{}/bookies/readonly/", self.root)
     }
 
+    /// A bookie's registration, under the writable or the read-only prefix.
     pub fn bookie(&self, bookie_id: &str, read_only: bool) -> String {
         let prefix = if read_only { self.bookies_readonly() } else { self.bookies_writable() };
         format!("{prefix}{bookie_id}")
     }
 
+    /// A bookie's cookie: its id bound to its directories and instance.
     pub fn cookie(&self, bookie_id: &str) -> String {
         format!("{}/cookies/{bookie_id}", self.root)
     }
 
+    /// The counter of id sequence `name`.
     pub fn id_sequence(&self, name: &str) -> String {
         format!("{}/ids/{name}", self.root)
     }
 
+    /// The prefix of every managed log's record.
     pub fn logs(&self) -> String {
         format!("{}/logs/", self.root)
     }
 
+    /// The record of managed log `name`: its ledgers, owner and state.
     pub fn log(&self, name: &str) -> String {
         format!("{}/logs/{name}", self.root)
     }
@@ -93,6 +106,7 @@ impl Keys {
         format!("{}/cursors/{log}/", self.root)
     }
 
+    /// Cursor `cursor` of log `log`: the offset it acknowledged up to.
     pub fn cursor(&self, log: &str, cursor: &str) -> String {
         format!("{}/cursors/{log}/{cursor}", self.root)
     }
@@ -102,6 +116,7 @@ impl Keys {
         format!("{}/topics/", self.root)
     }
 
+    /// The record of topic `name`.
     pub fn topic(&self, name: &str) -> String {
         format!("{}/topics/{name}", self.root)
     }
@@ -112,6 +127,7 @@ impl Keys {
         format!("{}/topic-deletions/", self.root)
     }
 
+    /// The deletion marker of the topic with this id.
     pub fn topic_deletion(&self, topic_id_hex: &str) -> String {
         format!("{}/topic-deletions/{topic_id_hex}", self.root)
     }
@@ -121,6 +137,7 @@ impl Keys {
         format!("{}/brokers/", self.root)
     }
 
+    /// The registration of broker `node_id`.
     pub fn broker(&self, node_id: i32) -> String {
         format!("{}/brokers/{node_id}", self.root)
     }
@@ -135,18 +152,22 @@ impl Keys {
         format!("{}/groups/", self.root)
     }
 
+    /// The prefix of the trash: ledgers waiting to be deleted.
     pub fn trash(&self) -> String {
         format!("{}/trash/", self.root)
     }
 
+    /// The trash record of `ledger_id`.
     pub fn trash_ledger(&self, ledger_id: LedgerId) -> String {
         format!("{}/trash/{ledger_id:020}", self.root)
     }
 
+    /// The prefix of every ledger's metadata.
     pub fn ledgers(&self) -> String {
         format!("{}/ledgers/", self.root)
     }
 
+    /// The metadata of `ledger_id`.
     pub fn ledger(&self, ledger_id: LedgerId) -> String {
         format!("{}/ledgers/{ledger_id:020}", self.root)
     }

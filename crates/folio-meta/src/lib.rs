@@ -17,7 +17,8 @@
 //! only `embedded.rs` (and `folio-fjall`, fjall's file format) knows fjall and only
 //! `etcd.rs` knows etcd. This crate depends on no other Folio crate but `folio-fjall`.
 
-pub mod clock;
+/// The clock seam (lives in `folio-proto`, shared with the storage engine).
+pub use folio_proto::clock;
 pub mod embedded;
 #[cfg(feature = "etcd")]
 pub mod etcd;

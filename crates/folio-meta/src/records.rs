@@ -57,6 +57,7 @@ pub async fn update<T: Record>(
     Err(MetaError::Conflict { key: key.into() })
 }
 
+/// The error for a record at `key` that does not decode.
 pub fn corrupt(key: &str, detail: impl Into<String>) -> MetaError {
     MetaError::Corrupt { key: key.into(), detail: detail.into() }
 }
@@ -75,27 +76,34 @@ impl<'a> Reader<'a> {
     pub fn new(key: &'a str, b: &'a [u8]) -> Reader<'a> {
         Reader { key, b, at: 0 }
     }
+    /// The next `n` bytes.
     pub fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         let s = self.b.get(self.at..self.at + n).ok_or_else(|| corrupt(self.key, "truncated"))?;
         self.at += n;
         Ok(s)
     }
+    /// The next byte.
     pub fn u8(&mut self) -> Result<u8> {
         Ok(self.take(1)?[0])
     }
+    /// The next little-endian u16.
     pub fn u16(&mut self) -> Result<u16> {
         Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
     }
+    /// The next little-endian u32.
     pub fn u32(&mut self) -> Result<u32> {
         Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
     }
+    /// The next little-endian u64.
     pub fn u64(&mut self) -> Result<u64> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
     }
+    /// The next length-prefixed UTF-8 string.
     pub fn string(&mut self) -> Result<String> {
         let n = self.u16()? as usize;
         String::from_utf8(self.take(n)?.to_vec()).map_err(|_| corrupt(self.key, "invalid UTF-8"))
     }
+    /// Fails unless every byte was read (trailing bytes mean a damaged or newer record).
     pub fn done(&self) -> Result<()> {
         if self.at != self.b.len() {
             return Err(corrupt(self.key, "trailing bytes"));
@@ -111,6 +119,7 @@ pub fn put_string(v: &mut Vec<u8>, s: &str) {
     v.extend_from_slice(s.as_bytes());
 }
 
+/// A ledger's state: open for its writer, being recovered, or closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LedgerState {
     Open = 1,
@@ -118,6 +127,7 @@ pub enum LedgerState {
     Closed = 3,
 }
 
+/// How entries are digested (CRC32C only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DigestType {
     Crc32c = 1,
@@ -152,6 +162,7 @@ const LEDGER_MAGIC: &[u8; 3] = b"FLM";
 const LEDGER_FORMAT_VERSION: u8 = 1;
 
 impl LedgerMetadata {
+    /// Checks the invariants listed above.
     pub fn validate(&self) -> std::result::Result<(), String> {
         let (e, w, a) = (self.ensemble_size, self.write_quorum, self.ack_quorum);
         if !(e >= w && w >= a && a >= 1) {

@@ -17,11 +17,15 @@ use tokio::sync::mpsc;
 pub type Revision = u64;
 /// The compare-and-set token of a key: the revision of its last write.
 pub type Version = Revision;
+/// A lease's id; keys put with it go when it expires.
 pub type LeaseId = i64;
 
+/// The future a store method returns.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+/// A metadata operation's result.
 pub type Result<T, E = MetaError> = std::result::Result<T, E>;
 
+/// Why a metadata operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum MetaError {
     /// A compare-and-set or transaction precondition failed.
@@ -68,6 +72,7 @@ pub enum Expect {
     Version(Version),
 }
 
+/// One page of a listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Page {
     /// Keys in ascending order.
@@ -78,6 +83,7 @@ pub struct Page {
     pub revision: Revision,
 }
 
+/// A condition of a transaction on one key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Compare {
     Version(String, Version),
@@ -85,6 +91,7 @@ pub enum Compare {
     Exists(String),
 }
 
+/// A write of a transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     Put { key: String, value: Bytes, lease: Option<LeaseId> },
@@ -99,17 +106,21 @@ pub struct Txn {
 }
 
 impl Txn {
+    /// An empty transaction (it applies nothing and succeeds).
     pub fn new() -> Txn {
         Txn::default()
     }
+    /// Adds a condition.
     pub fn compare(mut self, c: Compare) -> Txn {
         self.compares.push(c);
         self
     }
+    /// Adds a put.
     pub fn put(mut self, key: impl Into<String>, value: impl Into<Bytes>) -> Txn {
         self.ops.push(Op::Put { key: key.into(), value: value.into(), lease: None });
         self
     }
+    /// Adds a put bound to `lease`.
     pub fn put_with_lease(
         mut self,
         key: impl Into<String>,
@@ -119,12 +130,14 @@ impl Txn {
         self.ops.push(Op::Put { key: key.into(), value: value.into(), lease: Some(lease) });
         self
     }
+    /// Adds a delete.
     pub fn delete(mut self, key: impl Into<String>) -> Txn {
         self.ops.push(Op::Delete { key: key.into() });
         self
     }
 }
 
+/// Whether a transaction applied, and at which revision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TxnOutcome {
     pub succeeded: bool,
@@ -132,12 +145,14 @@ pub struct TxnOutcome {
     pub revision: Revision,
 }
 
+/// What a watch event did to its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
     Put,
     Delete,
 }
 
+/// One change a watch reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchEvent {
     pub kind: EventKind,

@@ -22,6 +22,7 @@ use crate::{EntryId, LedgerId};
 
 const _: () = assert!(ENTRY_BYTES_MAX > ENTRY_HEADER_BYTES, "an entry must fit its header");
 
+/// Bytes of the entry header: ledger id, entry id, LAC, length, digest.
 pub const ENTRY_HEADER_BYTES: usize = 36;
 const DIGEST_OFFSET: usize = 32;
 
@@ -34,6 +35,7 @@ pub struct EntryHeader {
     pub length: u64,
 }
 
+/// Why bytes are not a valid entry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EntryError {
     #[error("entry is {len} bytes, shorter than its {ENTRY_HEADER_BYTES}-byte header")]
@@ -130,6 +132,7 @@ impl Entry {
         Ok((read_u64(bytes, 0), read_u64(bytes, 8) as i64))
     }
 
+    /// The entry's header fields.
     pub fn header(&self) -> EntryHeader {
         EntryHeader {
             ledger_id: read_u64(&self.bytes, 0),
@@ -139,18 +142,22 @@ impl Entry {
         }
     }
 
+    /// The ledger the entry belongs to.
     pub fn ledger_id(&self) -> LedgerId {
         read_u64(&self.bytes, 0)
     }
 
+    /// The entry's position in its ledger.
     pub fn entry_id(&self) -> EntryId {
         read_u64(&self.bytes, 8) as i64
     }
 
+    /// The LAC the writer piggybacked on this entry.
     pub fn last_add_confirmed(&self) -> EntryId {
         read_u64(&self.bytes, 16) as i64
     }
 
+    /// The payload after the header.
     pub fn payload(&self) -> &[u8] {
         &self.bytes[ENTRY_HEADER_BYTES..]
     }
@@ -160,10 +167,12 @@ impl Entry {
         &self.bytes
     }
 
+    /// The whole encoded entry, header and payload, owned.
     pub fn into_bytes(self) -> Bytes {
         self.bytes
     }
 
+    /// Bytes of the whole encoded entry.
     pub fn encoded_len(&self) -> usize {
         self.bytes.len()
     }

@@ -26,6 +26,7 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status, in code order.
     pub const ALL: [Status; 10] = [
         Status::Ok,
         Status::NoLedger,
@@ -39,10 +40,12 @@ impl Status {
         Status::Unknown,
     ];
 
+    /// The status with wire code `code`, if there is one.
     pub fn from_u8(code: u8) -> Option<Status> {
         Status::ALL.iter().copied().find(|s| *s as u8 == code)
     }
 
+    /// The status's name, for logs and metrics.
     pub fn name(self) -> &'static str {
         match self {
             Status::Ok => "OK",

@@ -32,8 +32,11 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use crate::limits::{ENTRY_BYTES_MAX, MASTER_KEY_BYTES};
 use crate::{EntryId, LedgerId, Status};
 
+/// The version byte every frame carries.
 pub const PROTOCOL_VERSION: u8 = 1;
+/// Bytes of the length prefix in front of each frame.
 pub const FRAME_LEN_BYTES: usize = 4;
+/// Bytes of a frame's header after the length prefix: version, op, flags or status, request id.
 pub const HEADER_BYTES: usize = 12;
 /// The largest frame body: an ADD of the largest entry, plus headers.
 pub const FRAME_BYTES_MAX: usize = ENTRY_BYTES_MAX + 256;
@@ -54,6 +57,7 @@ pub const ENTRY_RANGES_MAX: usize = (FRAME_BYTES_MAX - HEADER_BYTES - 12) / 12;
 
 const _: () = assert!(HEADER_BYTES + MASTER_KEY_BYTES + ENTRY_BYTES_MAX <= FRAME_BYTES_MAX);
 
+/// The key an add must carry for its ledger: SHA-1 of the ledger's password.
 pub type MasterKey = [u8; MASTER_KEY_BYTES];
 
 /// A ledger's master key from its password: `SHA1("ledger" ‖ password)`, as BookKeeper
@@ -67,10 +71,13 @@ pub fn master_key(password: &[u8]) -> MasterKey {
 }
 
 pub mod flags {
+    /// An add from ledger recovery (allowed on a fenced ledger).
     pub const RECOVERY: u16 = 1;
+    /// A read that fences the ledger (no writer's add succeeds after it).
     pub const FENCE: u16 = 2;
 }
 
+/// The request kinds on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum OpCode {
@@ -85,6 +92,7 @@ pub enum OpCode {
 }
 
 impl OpCode {
+    /// The op with wire code `b`, if there is one.
     pub fn from_u8(b: u8) -> Option<OpCode> {
         Some(match b {
             1 => OpCode::Add,
@@ -100,6 +108,7 @@ impl OpCode {
     }
 }
 
+/// A request to a bookie.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     Add { master_key: MasterKey, recovery: bool, entry: Bytes },
@@ -113,6 +122,7 @@ pub enum Request {
 }
 
 impl Request {
+    /// The request's op code.
     pub fn op(&self) -> OpCode {
         match self {
             Request::Add { .. } => OpCode::Add,
@@ -165,6 +175,7 @@ pub enum Response {
 }
 
 impl Response {
+    /// The op code of the request this answers.
     pub fn op(&self) -> OpCode {
         match self {
             Response::Add { .. } => OpCode::Add,
@@ -179,12 +190,14 @@ impl Response {
     }
 }
 
+/// A request with the id its answer will carry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestFrame {
     pub request_id: u64,
     pub request: Request,
 }
 
+/// An answer: the request's id, a status and the body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResponseFrame {
     pub request_id: u64,
@@ -192,6 +205,7 @@ pub struct ResponseFrame {
     pub response: Response,
 }
 
+/// Why a frame does not decode.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
     #[error("frame of {len} bytes exceeds the {FRAME_BYTES_MAX}-byte limit")]

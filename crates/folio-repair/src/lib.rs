@@ -51,6 +51,8 @@ pub struct CheckReport {
     pub flag_cleared: bool,
 }
 
+/// What the integrity check works with: the local storage, a ledger client to copy from peers, the
+/// metadata store.
 #[derive(Debug, Clone)]
 pub struct IntegrityCheck {
     pub storage: Arc<Storage>,

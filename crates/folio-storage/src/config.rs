@@ -1,10 +1,13 @@
 //! Storage configuration with defaults and validation. Every limit has a name and a unit.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
+use folio_proto::clock::{Clock, SystemClock};
 use folio_proto::limits::ENTRY_BYTES_MAX;
 
+/// How the storage engine lays out, syncs, caches and rotates its files.
 #[derive(Debug, Clone)]
 pub struct StorageConfig {
     /// Directory for journal files.
@@ -40,8 +43,11 @@ pub struct StorageConfig {
     pub read_cache_bytes: usize,
     /// How many following entries a read miss fetches into the read-ahead cache.
     pub read_ahead_entries: usize,
+    /// The time decisions read (idle entry logs); tests and the simulator pass their own.
+    pub clock: Arc<dyn Clock>,
 }
 
+/// How the journal syncs, groups commits and recycles its files.
 #[derive(Debug, Clone)]
 pub struct JournalConfig {
     /// `false` skips the fdatasync before acknowledging (data can be lost on power loss).
@@ -102,6 +108,7 @@ impl StorageConfig {
             flush_interval: Duration::from_secs(10),
             read_cache_bytes: 64 * 1024 * 1024,
             read_ahead_entries: 100,
+            clock: Arc::new(SystemClock::default()),
         }
     }
 

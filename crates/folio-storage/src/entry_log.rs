@@ -30,6 +30,7 @@ use crate::fs::{AlignedBuf, FileHandle, FileSystem, OpenOptions};
 use crate::index::{EntryLocation, EntryLogState};
 use crate::limits::{FRAME_BODY_BYTES_MAX, WRITE_BUFFER_BYTES};
 
+/// Bytes of an entry log's file header (magic, version, log id).
 pub const HEADER_BYTES: u64 = 64;
 const MAGIC: &[u8; 8] = b"FOLIOELG";
 const VERSION: u32 = 1;
@@ -37,10 +38,12 @@ const KIND_ENTRY: u8 = 1;
 const KIND_LEDGERS_MAP: u8 = 2;
 const KIND_SEAL: u8 = 3;
 
+/// The file name of entry log `log_id` (16 hex digits, `.log`).
 pub fn file_name(log_id: u64) -> String {
     format!("{log_id:016x}.log")
 }
 
+/// The log id of an entry log's file name, if it is one.
 pub fn parse_file_name(name: &str) -> Option<u64> {
     let hex = name.strip_suffix(".log")?;
     if hex.len() != 16 {
@@ -143,6 +146,7 @@ impl EntryLogWriter {
         })
     }
 
+    /// The log's id.
     pub fn log_id(&self) -> u64 {
         self.log_id
     }
@@ -157,6 +161,7 @@ impl EntryLogWriter {
         self.buf_offset + self.buf.len() as u64
     }
 
+    /// Appends `entry` as a frame (buffered) and returns where it will be.
     pub fn append(&mut self, entry: &Entry) -> Result<EntryLocation> {
         let offset = self.size();
         frame::encode(self.log_id, KIND_ENTRY, entry.as_bytes(), &mut self.buf);
@@ -257,6 +262,7 @@ pub struct EntryLogReader {
 }
 
 impl EntryLogReader {
+    /// A reader of the entry logs in `dir`, opening files on first use.
     pub fn new(fs: Arc<dyn FileSystem>, dir: PathBuf) -> EntryLogReader {
         EntryLogReader { fs, dir, handles: Mutex::new(HashMap::new()) }
     }

@@ -3,6 +3,7 @@
 
 use folio_proto::{EntryError, EntryId, LedgerId, Status};
 
+/// Why a storage operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
     #[error("no such ledger {0}")]
@@ -36,6 +37,7 @@ pub enum StorageError {
     Index(String),
 }
 
+/// A storage operation's result.
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 
 /// Why a storage stopped taking writes: its first failed write or fsync.
@@ -114,10 +116,12 @@ impl Poison {
 }
 
 impl StorageError {
+    /// An I/O error, with what was being done.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> StorageError {
         StorageError::Io { context: context.into(), source }
     }
 
+    /// Bytes on disk that do not decode, with where and what.
     pub fn corruption(context: impl Into<String>, detail: impl Into<String>) -> StorageError {
         StorageError::Corruption { context: context.into(), detail: detail.into() }
     }

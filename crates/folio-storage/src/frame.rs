@@ -11,6 +11,7 @@
 
 use crate::fs::AlignedBuf;
 
+/// Bytes of a frame's header: length, kind, checksum.
 pub const FRAME_HEADER_BYTES: usize = 12;
 
 /// Why a frame could not be read.
@@ -26,6 +27,7 @@ pub enum StopReason {
     Malformed,
 }
 
+/// What reading a frame at an offset found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Frame<'a> {
     /// A valid frame: its kind, body, and total length including the header.

@@ -5,6 +5,7 @@ use std::collections::{HashMap, VecDeque};
 
 use folio_proto::{Entry, EntryId, LedgerId};
 
+/// Entries read ahead, by ledger and entry id, at most `bytes_max` bytes (oldest evicted first).
 #[derive(Debug)]
 pub struct ReadCache {
     bytes_max: usize,
@@ -14,14 +15,17 @@ pub struct ReadCache {
 }
 
 impl ReadCache {
+    /// An empty cache of at most `bytes_max` bytes.
     pub fn new(bytes_max: usize) -> ReadCache {
         ReadCache { bytes_max, bytes: 0, entries: HashMap::new(), order: VecDeque::new() }
     }
 
+    /// The entry, if cached.
     pub fn get(&self, ledger_id: LedgerId, entry_id: EntryId) -> Option<Entry> {
         self.entries.get(&(ledger_id, entry_id)).cloned()
     }
 
+    /// Caches `entry`, evicting the oldest entries beyond the limit.
     pub fn insert(&mut self, entry: Entry) {
         let key = (entry.ledger_id(), entry.entry_id());
         if entry.encoded_len() > self.bytes_max || self.entries.contains_key(&key) {
@@ -39,12 +43,14 @@ impl ReadCache {
         debug_assert!(self.bytes <= self.bytes_max);
     }
 
+    /// Drops every entry.
     pub fn clear(&mut self) {
         self.entries.clear();
         self.order.clear();
         self.bytes = 0;
     }
 
+    /// Drops the ledger's entries.
     pub fn remove_ledger(&mut self, ledger_id: LedgerId) {
         let bytes = &mut self.bytes;
         self.entries.retain(|k, e| {

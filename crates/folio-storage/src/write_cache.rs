@@ -13,6 +13,7 @@ use folio_proto::{Entry, EntryId, LedgerId};
 
 use crate::error::{Result, StorageError};
 
+/// An entry's ledger and entry id.
 pub type EntryKey = (LedgerId, EntryId);
 
 /// One half of the cache, sorted by (ledger, entry): the flush order.
@@ -34,6 +35,7 @@ struct State {
     flushing: Option<Arc<CacheHalf>>,
 }
 
+/// Entries added but not yet flushed: an active half taking adds and a half being flushed.
 #[derive(Debug)]
 pub struct WriteCache {
     half_bytes_max: usize,
@@ -42,6 +44,7 @@ pub struct WriteCache {
 }
 
 impl WriteCache {
+    /// An empty cache of `total_bytes`, half for each half.
     pub fn new(total_bytes: usize) -> WriteCache {
         WriteCache {
             half_bytes_max: total_bytes / 2,
@@ -87,6 +90,7 @@ impl WriteCache {
         state.active.bytes += size;
     }
 
+    /// Whether the active half has room for `bytes` more.
     pub fn has_room(&self, bytes: usize) -> bool {
         self.state.lock().expect("write cache lock").active.bytes + bytes <= self.half_bytes_max
     }
@@ -97,10 +101,12 @@ impl WriteCache {
         bytes as f64 / self.half_bytes_max.max(1) as f64
     }
 
+    /// Whether the active half is full (time to flush).
     pub fn is_active_full(&self) -> bool {
         self.state.lock().expect("write cache lock").active.bytes >= self.half_bytes_max
     }
 
+    /// The entry, from either half.
     pub fn get(&self, ledger_id: LedgerId, entry_id: EntryId) -> Option<Entry> {
         let state = self.state.lock().expect("write cache lock");
         if let Some(e) = state.active.entries.get(&(ledger_id, entry_id)) {
@@ -109,6 +115,7 @@ impl WriteCache {
         state.flushing.as_ref()?.entries.get(&(ledger_id, entry_id)).cloned()
     }
 
+    /// The highest entry id of the ledger in either half.
     pub fn last_entry(&self, ledger_id: LedgerId) -> Option<EntryId> {
         let state = self.state.lock().expect("write cache lock");
         let a = state.active.last_entry(ledger_id);
@@ -165,6 +172,7 @@ impl WriteCache {
         out
     }
 
+    /// Drops the ledger's entries from both halves.
     pub fn remove_ledger(&self, ledger_id: LedgerId) {
         let mut state = self.state.lock().expect("write cache lock");
         let keys: Vec<EntryKey> = state

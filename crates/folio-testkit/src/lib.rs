@@ -39,6 +39,7 @@ pub struct FaultyLink {
 }
 
 impl FaultyLink {
+    /// Starts a proxy on a free loopback port with no target and no fault.
     pub async fn start() -> FaultyLink {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy address");
@@ -83,6 +84,7 @@ impl FaultyLink {
         self.addr
     }
 
+    /// Sends new connections to `to`.
     pub fn set_target(&self, to: SocketAddr) {
         *self.target.lock().expect("target lock") = Some(to);
     }
@@ -92,6 +94,7 @@ impl FaultyLink {
         self.drop_new.store(n, std::sync::atomic::Ordering::SeqCst);
     }
 
+    /// Applies `f` to every connection from now on.
     pub fn set_fault(&self, f: Fault) {
         tracing::debug!(proxy = %self.addr, fault = ?f, "link fault");
         self.fault.send_replace(f);
@@ -159,6 +162,7 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// Starts `n` bookies, each behind its own faulty link, on an embedded metadata store.
     pub async fn start(n: usize) -> Cluster {
         Cluster::start_with(n, |_| {}).await
     }
@@ -194,6 +198,7 @@ impl Cluster {
         Cluster { meta, nodes, _dir: dir }
     }
 
+    /// The node named `id`.
     pub fn node(&mut self, id: &str) -> &mut Node {
         self.nodes.iter_mut().find(|n| n.id == id).expect("node exists")
     }
@@ -215,6 +220,7 @@ impl Node {
         self.bookie = Some(bookie);
     }
 
+    /// The node's running bookie (panics if stopped).
     pub fn bookie(&self) -> &Bookie {
         self.bookie.as_ref().expect("bookie running")
     }

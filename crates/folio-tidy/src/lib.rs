@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// One source file: its path relative to the workspace root, and its text.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Source {
     pub path: String,
     pub text: String,
@@ -161,12 +161,15 @@ pub fn stale_comments(sources: &[Source]) -> Vec<(String, usize, &'static str)> 
 }
 
 /// Public items (`pub fn`, `struct`, `enum`, `trait`, `type`, `const`, `static`; not
-/// fields, variants or re-exports) in shipped code without a doc comment: per crate, the
-/// (path, line) of each.
+/// fields, variants or re-exports) in the shipped code of library crates without a doc
+/// comment: per crate, the (path, line) of each. A binary-only crate (no `src/lib.rs`) has
+/// no public API, and a doc comment on its clap structs would become `--help` text.
 pub fn undocumented_pub_items(sources: &[Source]) -> BTreeMap<String, Vec<(String, usize)>> {
     const KINDS: &[&str] = &["fn ", "struct ", "enum ", "trait ", "type ", "const ", "static "];
+    let libraries: BTreeSet<&str> =
+        sources.iter().filter(|s| s.path.ends_with("/src/lib.rs")).map(|s| s.krate()).collect();
     let mut out: BTreeMap<String, Vec<(String, usize)>> = BTreeMap::new();
-    for s in sources.iter().filter(|s| s.is_src()) {
+    for s in sources.iter().filter(|s| s.is_src() && libraries.contains(s.krate())) {
         let lines: Vec<&str> = s.shipped().lines().collect();
         for (i, line) in lines.iter().enumerate() {
             let Some(rest) = line.trim_start().strip_prefix("pub ") else { continue };
@@ -282,8 +285,11 @@ mod tests {
             "crates/x/src/a.rs",
             "/// Doc.\n#[derive(Debug)]\npub struct A {\n    pub field: u8,\n}\npub fn bare() {}\n",
         );
-        let found = undocumented_pub_items(&[s]);
+        let lib = src("crates/x/src/lib.rs", "pub mod a;\n");
+        let found = undocumented_pub_items(&[s.clone(), lib]);
         assert_eq!(found["x"], [("crates/x/src/a.rs".to_string(), 6)]);
+        // The same file in a binary-only crate (no lib.rs) is not checked.
+        assert!(undocumented_pub_items(&[s]).is_empty());
     }
 
     #[test]

@@ -35,20 +35,9 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("crates/folio/src/topics_cmd.rs", "run", 149),
 ];
 
-/// Public items without a doc comment, per crate, when the rule came in. The count may
-/// only go down; lower it here when you document some.
-const UNDOCUMENTED_PUB_ITEMS: &[(&str, usize)] = &[
-    ("folio", 41),
-    ("folio-bookie", 22),
-    ("folio-broker", 71),
-    ("folio-client", 18),
-    ("folio-log", 25),
-    ("folio-meta", 56),
-    ("folio-proto", 26),
-    ("folio-repair", 1),
-    ("folio-storage", 85),
-    ("folio-testkit", 6),
-];
+/// Public items of library crates without a doc comment, per crate. Every item is documented
+/// now; a crate listed here would get a budget that may only go down.
+const UNDOCUMENTED_PUB_ITEMS: &[(&str, usize)] = &[];
 
 fn sources() -> Vec<Source> {
     let s = workspace_sources(&workspace_root()).expect("reading the workspace's sources");

@@ -133,7 +133,7 @@ pub fn run(args: Args) -> Result<(), String> {
                 let t = topics
                     .create_topic(&name, new, folio_broker::topics::IfExists::Fail, false)
                     .await
-                    .map_err(|(_, e)| e)?;
+                    .map_err(|e| e.to_string())?;
                 println!(
                     "created topic {name} id {} partitions {partitions} replication {replication}",
                     t.record.id.simple()

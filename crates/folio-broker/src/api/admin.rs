@@ -19,13 +19,12 @@ use kafka_protocol::messages::{
     DescribeClusterResponse, TopicName,
 };
 
-use crate::api::{Handler, first_error, str_bytes};
-use crate::errors;
+use crate::api::{Handler, str_bytes};
+use crate::errors::{self, BrokerError};
 use crate::state::Inner;
 use crate::topics::{PARTITIONS_MAX, TOPIC_CONFIG_KEYS, Topic, validate_configs};
 
 use super::configs::source;
-use crate::errors::Failure;
 use crate::topics::IfExists;
 
 pub(crate) struct CreateTopics;
@@ -51,16 +50,14 @@ impl Handler for CreateTopics {
         for t in req.topics {
             let name = t.name.as_str().to_string();
             let mut r = CreatableTopicResult::default().with_name(t.name.clone());
-            let outcome: Result<Option<Arc<Topic>>, Failure> = async {
+            let outcome: Result<Option<Arc<Topic>>, BrokerError> = async {
                 if duplicated.contains(&name) {
-                    return Err((
-                        errors::INVALID_REQUEST,
-                        format!("topic {name} is named more than once"),
-                    ));
+                    return Err(BrokerError::InvalidRequest(format!(
+                        "topic {name} is named more than once"
+                    )));
                 }
                 if !t.assignments.is_empty() {
-                    return Err((
-                        errors::INVALID_REPLICA_ASSIGNMENT,
+                    return Err(BrokerError::InvalidReplicaAssignment(
                         "manual replica assignment is not supported: bookies are chosen per ledger"
                             .into(),
                     ));
@@ -80,7 +77,7 @@ impl Handler for CreateTopics {
                         .iter()
                         .filter_map(|c| c.value.as_ref().map(|v| (c.name.as_str(), v.as_str()))),
                 )
-                .map_err(|e| (errors::INVALID_CONFIG, e))?;
+                .map_err(BrokerError::InvalidConfig)?;
                 let new = inner.new_topic(partitions, replication, configs);
                 inner
                     .topics
@@ -112,9 +109,9 @@ impl Handler for CreateTopics {
                     }
                 }
                 Ok(None) => {}
-                Err((code, msg)) => {
-                    r.error_code = code;
-                    r.error_message = Some(str_bytes(msg));
+                Err(e) => {
+                    r.error_code = e.code();
+                    r.error_message = Some(str_bytes(e.to_string()));
                 }
             }
             resp.topics.push(r);
@@ -133,9 +130,7 @@ impl Handler for CreateTopics {
         )
     }
 
-    fn error_code(resp: &CreateTopicsResponse) -> i16 {
-        first_error(resp.topics.iter().map(|t| t.error_code))
-    }
+    error_code_of!([topics]);
 }
 
 pub(crate) struct CreatePartitions;
@@ -153,27 +148,23 @@ impl Handler for CreatePartitions {
         let mut resp = CreatePartitionsResponse::default();
         for t in req.topics {
             let name = t.name.as_str().to_string();
-            let outcome: Result<(), Failure> = async {
+            let outcome: Result<(), BrokerError> = async {
                 if t.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
-                    return Err((
-                        errors::INVALID_REPLICA_ASSIGNMENT,
+                    return Err(BrokerError::InvalidReplicaAssignment(
                         "manual replica assignment is not supported: bookies are chosen per ledger".into(),
                     ));
                 }
                 if t.count > PARTITIONS_MAX {
-                    return Err((errors::INVALID_PARTITIONS, format!("partitions must be at most {PARTITIONS_MAX}")));
+                    return Err(BrokerError::InvalidPartitions(format!("partitions must be at most {PARTITIONS_MAX}")));
                 }
                 // Compare-and-set, re-reading on a conflict.
                 for _ in 0..10 {
-                    let topic = match inner.topics.load(&name).await {
-                        Ok(Some(t)) => t,
-                        Ok(None) => return Err((errors::UNKNOWN_TOPIC_OR_PARTITION, format!("topic {name} does not exist"))),
-                        Err(e) => return Err((errors::KAFKA_STORAGE_ERROR, e.to_string())),
+                    let Some(topic) = inner.topics.load(&name).await? else {
+                        return Err(BrokerError::UnknownTopic(name.clone()));
                     };
                     let current = topic.record.partitions as i32;
                     if t.count <= current {
-                        return Err((
-                            errors::INVALID_PARTITIONS,
+                        return Err(BrokerError::InvalidPartitions(
                             format!("topic {name} has {current} partitions; the count can only grow, not become {}", t.count),
                         ));
                     }
@@ -188,16 +179,16 @@ impl Handler for CreatePartitions {
                             return Ok(());
                         }
                         Err(folio_meta::MetaError::Conflict { .. }) => continue,
-                        Err(e) => return Err((errors::KAFKA_STORAGE_ERROR, e.to_string())),
+                        Err(e) => return Err(e.into()),
                     }
                 }
-                Err((errors::KAFKA_STORAGE_ERROR, format!("topic {name} keeps changing; try again")))
+                Err(BrokerError::Contended(name.clone()))
             }
             .await;
             let mut r = CreatePartitionsTopicResult::default().with_name(t.name.clone());
-            if let Err((code, msg)) = outcome {
-                r.error_code = code;
-                r.error_message = Some(str_bytes(msg));
+            if let Err(e) = outcome {
+                r.error_code = e.code();
+                r.error_message = Some(str_bytes(e.to_string()));
             }
             resp.results.push(r);
         }
@@ -217,9 +208,7 @@ impl Handler for CreatePartitions {
         )
     }
 
-    fn error_code(resp: &CreatePartitionsResponse) -> i16 {
-        first_error(resp.results.iter().map(|t| t.error_code))
-    }
+    error_code_of!([results]);
 }
 
 pub(crate) struct DeleteTopics;
@@ -247,33 +236,24 @@ impl Handler for DeleteTopics {
                 .map(|n| (Some(n.as_str().to_string()), uuid::Uuid::nil()))
                 .collect()
         };
-        let mut outcome: Vec<Result<Arc<Topic>, Failure>> = Vec::with_capacity(entries.len());
+        let mut outcome: Vec<Result<Arc<Topic>, BrokerError>> = Vec::with_capacity(entries.len());
         let mut seen = std::collections::HashSet::new();
         let mut listing = None;
         for (name, id) in &entries {
             let r = if !inner.config.delete_topic_enable {
-                let code = if version >= 3 {
-                    errors::TOPIC_DELETION_DISABLED
-                } else {
-                    errors::INVALID_REQUEST
-                };
-                Err((code, "topic deletion is disabled (delete.topic.enable=false)".to_string()))
+                Err(BrokerError::TopicDeletionDisabled)
             } else {
                 match (name, id.is_nil()) {
-                    (Some(_), false) => Err((
-                        errors::INVALID_REQUEST,
+                    (Some(_), false) => Err(BrokerError::InvalidRequest(
                         "give a topic's name or its id, not both".into(),
                     )),
                     (None, true) => {
-                        Err((errors::INVALID_REQUEST, "give a topic's name or its id".into()))
+                        Err(BrokerError::InvalidRequest("give a topic's name or its id".into()))
                     }
                     (Some(n), true) => match inner.topics.load(n).await {
                         Ok(Some(t)) => Ok(t),
-                        Ok(None) => Err((
-                            errors::UNKNOWN_TOPIC_OR_PARTITION,
-                            format!("topic {n} does not exist"),
-                        )),
-                        Err(e) => Err((errors::KAFKA_STORAGE_ERROR, e.to_string())),
+                        Ok(None) => Err(BrokerError::UnknownTopic(n.clone())),
+                        Err(e) => Err(e.into()),
                     },
                     // A fresh listing (once per request): the cache may still hold a
                     // topic deleted elsewhere.
@@ -282,21 +262,21 @@ impl Handler for DeleteTopics {
                             listing = Some(inner.topics.list().await);
                         }
                         match listing.as_ref().expect("just listed") {
-                            Ok(all) => {
-                                all.iter().find(|t| t.record.id == *id).cloned().ok_or_else(|| {
-                                    (errors::UNKNOWN_TOPIC_ID, format!("no topic has id {id}"))
-                                })
-                            }
-                            Err(e) => Err((errors::KAFKA_STORAGE_ERROR, e.to_string())),
+                            Ok(all) => all
+                                .iter()
+                                .find(|t| t.record.id == *id)
+                                .cloned()
+                                .ok_or_else(|| BrokerError::UnknownTopicId(id.to_string())),
+                            Err(e) => Err(BrokerError::Storage(format!("listing topics: {e}"))),
                         }
                     }
                 }
             };
             let r = match r {
-                Ok(t) if !seen.insert(t.record.id) => Err((
-                    errors::INVALID_REQUEST,
-                    format!("topic {} is named more than once", t.name),
-                )),
+                Ok(t) if !seen.insert(t.record.id) => Err(BrokerError::InvalidRequest(format!(
+                    "topic {} is named more than once",
+                    t.name
+                ))),
                 other => other,
             };
             outcome.push(r);
@@ -307,10 +287,9 @@ impl Handler for DeleteTopics {
             && let Err(e) = crate::deletion::unbind(&inner, &targets).await
         {
             tracing::warn!(error = %e, "deleting topics failed");
-            let failure = (errors::KAFKA_STORAGE_ERROR, format!("deleting failed (retry): {e}"));
             for r in outcome.iter_mut() {
                 if r.is_ok() {
-                    *r = Err(failure.clone());
+                    *r = Err(BrokerError::Storage(format!("deleting failed (retry): {e}")));
                 }
             }
         }
@@ -329,10 +308,16 @@ impl Handler for DeleteTopics {
                             d.name = Some(TopicName(str_bytes(t.name.clone())));
                         }
                     }
-                    Err((code, msg)) => {
-                        d.error_code = code;
+                    Err(e) => {
+                        d.error_code = match e.code() {
+                            // Versions before 3 do not know the code.
+                            errors::TOPIC_DELETION_DISABLED if version < 3 => {
+                                errors::INVALID_REQUEST
+                            }
+                            code => code,
+                        };
                         if version >= 5 {
-                            d.error_message = Some(str_bytes(msg));
+                            d.error_message = Some(str_bytes(e.to_string()));
                         }
                     }
                 }
@@ -357,9 +342,7 @@ impl Handler for DeleteTopics {
         )
     }
 
-    fn error_code(resp: &DeleteTopicsResponse) -> i16 {
-        first_error(resp.responses.iter().map(|r| r.error_code))
-    }
+    error_code_of!([responses]);
 }
 
 pub(crate) struct DescribeCluster;
@@ -398,11 +381,7 @@ impl Handler for DescribeCluster {
         resp
     }
 
-    fn error(_version: i16, _req: &DescribeClusterRequest, code: i16) -> DescribeClusterResponse {
-        DescribeClusterResponse::default().with_error_code(code)
-    }
+    error_answer_of!(top);
 
-    fn error_code(resp: &DescribeClusterResponse) -> i16 {
-        resp.error_code
-    }
+    error_code_of!(top);
 }

@@ -15,8 +15,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::api::{Handler, first_error, str_bytes};
-use crate::errors::{self, Failure};
+use crate::api::{Handler, str_bytes};
+use crate::errors::{self, BrokerError};
 use crate::state::Inner;
 use crate::topics::{TOPIC_CONFIG_KEYS, Topic, validate_configs};
 
@@ -98,14 +98,13 @@ impl Handler for DescribeConfigs {
                         }
                     }
                     Ok(None) => {
-                        r.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION;
-                        r.error_message = Some(str_bytes(format!(
-                            "topic {} does not exist",
-                            res.resource_name.as_str()
-                        )));
+                        let e = BrokerError::UnknownTopic(res.resource_name.to_string());
+                        r.error_code = e.code();
+                        r.error_message = Some(str_bytes(e.to_string()));
                     }
                     Err(e) => {
-                        r.error_code = errors::KAFKA_STORAGE_ERROR;
+                        let e = BrokerError::Meta(e);
+                        r.error_code = e.code();
                         r.error_message = Some(str_bytes(e.to_string()));
                     }
                 },
@@ -182,9 +181,7 @@ impl Handler for DescribeConfigs {
         )
     }
 
-    fn error_code(resp: &DescribeConfigsResponse) -> i16 {
-        first_error(resp.results.iter().map(|r| r.error_code))
-    }
+    error_code_of!([results]);
 }
 
 /// How one resource's configs change.
@@ -204,17 +201,16 @@ const OP_SUBTRACT: i8 = 3;
 fn apply_change(
     current: &BTreeMap<String, String>,
     change: &Change,
-) -> Result<BTreeMap<String, String>, Failure> {
-    let invalid = |m: String| (errors::INVALID_CONFIG, m);
+) -> Result<BTreeMap<String, String>, BrokerError> {
+    let invalid = BrokerError::InvalidConfig;
     let mut next = BTreeMap::new();
     match change {
         Change::Replace(pairs) => {
             for (k, v) in pairs {
                 if next.contains_key(k) {
-                    return Err((
-                        errors::INVALID_REQUEST,
-                        format!("config {k} is named more than once"),
-                    ));
+                    return Err(BrokerError::InvalidRequest(format!(
+                        "config {k} is named more than once"
+                    )));
                 }
                 if let Some(v) = v {
                     next.insert(k.clone(), v.clone());
@@ -226,10 +222,9 @@ fn apply_change(
             let mut seen = std::collections::HashSet::new();
             for (k, op, v) in ops {
                 if !seen.insert(k) {
-                    return Err((
-                        errors::INVALID_REQUEST,
-                        format!("config {k} is named more than once"),
-                    ));
+                    return Err(BrokerError::InvalidRequest(format!(
+                        "config {k} is named more than once"
+                    )));
                 }
                 match *op {
                     OP_SET => {
@@ -273,10 +268,9 @@ fn apply_change(
                         next.insert(k.clone(), items.join(","));
                     }
                     other => {
-                        return Err((
-                            errors::INVALID_REQUEST,
-                            format!("unknown config operation {other}"),
-                        ));
+                        return Err(BrokerError::InvalidRequest(format!(
+                            "unknown config operation {other}"
+                        )));
                     }
                 }
             }
@@ -291,17 +285,10 @@ async fn alter_topic(
     name: &str,
     change: &Change,
     validate_only: bool,
-) -> Result<(), Failure> {
+) -> Result<(), BrokerError> {
     for _ in 0..10 {
-        let topic = match inner.topics.load(name).await {
-            Ok(Some(t)) => t,
-            Ok(None) => {
-                return Err((
-                    errors::UNKNOWN_TOPIC_OR_PARTITION,
-                    format!("topic {name} does not exist"),
-                ));
-            }
-            Err(e) => return Err((errors::KAFKA_STORAGE_ERROR, e.to_string())),
+        let Some(topic) = inner.topics.load(name).await? else {
+            return Err(BrokerError::UnknownTopic(name.to_string()));
         };
         let configs = apply_change(&topic.record.configs, change)?;
         if validate_only {
@@ -316,10 +303,10 @@ async fn alter_topic(
                 return Ok(());
             }
             Err(folio_meta::MetaError::Conflict { .. }) => continue,
-            Err(e) => return Err((errors::KAFKA_STORAGE_ERROR, e.to_string())),
+            Err(e) => return Err(e.into()),
         }
     }
-    Err((errors::KAFKA_STORAGE_ERROR, format!("topic {name} keeps changing; try again")))
+    Err(BrokerError::Contended(name.to_string()))
 }
 
 async fn alter(
@@ -328,26 +315,32 @@ async fn alter(
     name: &StrBytes,
     change: Change,
     validate_only: bool,
-) -> Result<(), Failure> {
+) -> Result<(), BrokerError> {
     match resource_type {
         RESOURCE_TOPIC => alter_topic(inner, name.as_str(), &change, validate_only).await,
-        RESOURCE_BROKER => Err((
-            errors::INVALID_REQUEST,
+        RESOURCE_BROKER => Err(BrokerError::InvalidRequest(
             "broker configs are static here: set them on the command line (see `folio broker --help`)".into(),
         )),
-        other => Err((errors::INVALID_REQUEST, format!("config resource type {other} is not supported (topic: 2)"))),
+        other => Err(BrokerError::InvalidRequest(format!("config resource type {other} is not supported (topic: 2)"))),
     }
 }
 
-/// Applies each resource's change in turn: (resource type, name, failure if any).
+/// One resource's outcome: its type, its name, and the error code and message if it failed.
+type Altered = (i8, StrBytes, Option<(i16, String)>);
+
+/// Applies each resource's change in turn: (resource type, name, error code and message if
+/// it failed).
 async fn alter_each(
     inner: &Inner,
     changes: Vec<(i8, StrBytes, Change)>,
     validate_only: bool,
-) -> Vec<(i8, StrBytes, Option<Failure>)> {
+) -> Vec<Altered> {
     let mut out = Vec::with_capacity(changes.len());
     for (kind, name, change) in changes {
-        let failure = alter(inner, kind, &name, change, validate_only).await.err();
+        let failure = alter(inner, kind, &name, change, validate_only)
+            .await
+            .err()
+            .map(|e| (e.code(), e.to_string()));
         out.push((kind, name, failure));
     }
     out
@@ -358,7 +351,7 @@ macro_rules! alter_answers {
     ($answer:ty, $results:expr) => {
         $results
             .into_iter()
-            .map(|(kind, name, failure): (i8, StrBytes, Option<Failure>)| {
+            .map(|(kind, name, failure): Altered| {
                 let mut r = <$answer>::default().with_resource_type(kind).with_resource_name(name);
                 if let Some((code, msg)) = failure {
                     r.error_code = code;
@@ -371,10 +364,7 @@ macro_rules! alter_answers {
 }
 
 /// Every resource of a request failed with `code`.
-fn all_failed<'a>(
-    resources: impl Iterator<Item = (i8, &'a StrBytes)>,
-    code: i16,
-) -> Vec<(i8, StrBytes, Option<Failure>)> {
+fn all_failed<'a>(resources: impl Iterator<Item = (i8, &'a StrBytes)>, code: i16) -> Vec<Altered> {
     resources
         .map(|(kind, name)| (kind, name.clone(), Some((code, errors::name(code).to_string()))))
         .collect()
@@ -421,9 +411,7 @@ impl Handler for AlterConfigs {
         AlterConfigsResponse::default().with_responses(alter_answers!(R, results))
     }
 
-    fn error_code(resp: &AlterConfigsResponse) -> i16 {
-        first_error(resp.responses.iter().map(|r| r.error_code))
-    }
+    error_code_of!([responses]);
 }
 
 pub(crate) struct IncrementalAlterConfigs;
@@ -472,9 +460,7 @@ impl Handler for IncrementalAlterConfigs {
         IncrementalAlterConfigsResponse::default().with_responses(alter_answers!(R, results))
     }
 
-    fn error_code(resp: &IncrementalAlterConfigsResponse) -> i16 {
-        first_error(resp.responses.iter().map(|r| r.error_code))
-    }
+    error_code_of!([responses]);
 }
 
 #[cfg(test)]
@@ -509,7 +495,7 @@ mod tests {
     #[test]
     fn bad_changes_are_refused_with_the_right_code() {
         let none = BTreeMap::new();
-        let code = |c: Change| apply_change(&none, &c).unwrap_err().0;
+        let code = |c: Change| apply_change(&none, &c).unwrap_err().code();
         assert_eq!(
             code(Change::Incremental(vec![("retention.ms".into(), OP_SET, Some("x".into()))])),
             errors::INVALID_CONFIG

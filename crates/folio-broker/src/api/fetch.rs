@@ -16,10 +16,10 @@ use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, Partition
 use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
 use tokio::task::JoinSet;
 
-use crate::api::{Handler, first_error};
+use crate::api::Handler;
 use crate::batch;
 use crate::budget::Held;
-use crate::errors;
+use crate::errors::{self, BrokerError};
 use crate::limits::BATCHES_PER_PARTITION_MAX;
 use crate::limits::FETCH_WAIT_MAX;
 use crate::limits::Limit;
@@ -158,13 +158,7 @@ impl Handler for Fetch {
         FetchResponse::default().with_responses(topics.collect())
     }
 
-    fn error_code(resp: &FetchResponse) -> i16 {
-        first_error(
-            std::iter::once(resp.error_code).chain(
-                resp.responses.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
-            ),
-        )
-    }
+    error_code_of!(top, [responses => partitions]);
 }
 
 async fn open(inner: &Inner, topic: &Topic, partition: i32) -> Result<ManagedLog, i16> {
@@ -173,7 +167,7 @@ async fn open(inner: &Inner, topic: &Topic, partition: i32) -> Result<ManagedLog
     }
     inner.log(topic, partition).await.map_err(|e| {
         tracing::warn!(topic = %topic.name, partition, error = %e, "opening a partition for fetch failed");
-        errors::from_log(&e)
+        BrokerError::from(e).code()
     })
 }
 
@@ -285,7 +279,7 @@ async fn read_all(
                     settled = true;
                     held.release_answer(room.max(1));
                     tracing::warn!(log = log.name(), offset = w.offset, error = %e, "fetch read failed");
-                    p.error_code = errors::from_log(&e);
+                    p.error_code = BrokerError::from(e).code();
                 }
             }
         }

@@ -21,7 +21,7 @@ use kafka_protocol::messages::offset_fetch_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
-use crate::api::{Handler, first_error, str_bytes};
+use crate::api::{Handler, str_bytes};
 use crate::cluster::group_key;
 use crate::errors;
 use crate::group::OffsetRecord;
@@ -98,11 +98,7 @@ impl Handler for FindCoordinator {
         FindCoordinatorResponse::default().with_error_code(code)
     }
 
-    fn error_code(resp: &FindCoordinatorResponse) -> i16 {
-        first_error(
-            std::iter::once(resp.error_code).chain(resp.coordinators.iter().map(|c| c.error_code)),
-        )
-    }
+    error_code_of!(top, [coordinators]);
 }
 
 pub(crate) struct JoinGroup;
@@ -165,9 +161,7 @@ impl Handler for JoinGroup {
         JoinGroupResponse::default().with_error_code(code).with_member_id(req.member_id.clone())
     }
 
-    fn error_code(resp: &JoinGroupResponse) -> i16 {
-        resp.error_code
-    }
+    error_code_of!(top);
 }
 
 pub(crate) struct SyncGroup;
@@ -199,13 +193,9 @@ impl Handler for SyncGroup {
         resp
     }
 
-    fn error(_version: i16, _req: &SyncGroupRequest, code: i16) -> SyncGroupResponse {
-        SyncGroupResponse::default().with_error_code(code)
-    }
+    error_answer_of!(top);
 
-    fn error_code(resp: &SyncGroupResponse) -> i16 {
-        resp.error_code
-    }
+    error_code_of!(top);
 }
 
 pub(crate) struct Heartbeat;
@@ -226,13 +216,9 @@ impl Handler for Heartbeat {
         ))
     }
 
-    fn error(_version: i16, _req: &HeartbeatRequest, code: i16) -> HeartbeatResponse {
-        HeartbeatResponse::default().with_error_code(code)
-    }
+    error_answer_of!(top);
 
-    fn error_code(resp: &HeartbeatResponse) -> i16 {
-        resp.error_code
-    }
+    error_code_of!(top);
 }
 
 pub(crate) struct LeaveGroup;
@@ -268,15 +254,9 @@ impl Handler for LeaveGroup {
         )
     }
 
-    fn error(_version: i16, _req: &LeaveGroupRequest, code: i16) -> LeaveGroupResponse {
-        LeaveGroupResponse::default().with_error_code(code)
-    }
+    error_answer_of!(top);
 
-    fn error_code(resp: &LeaveGroupResponse) -> i16 {
-        first_error(
-            std::iter::once(resp.error_code).chain(resp.members.iter().map(|m| m.error_code)),
-        )
-    }
+    error_code_of!(top, [members]);
 }
 
 pub(crate) struct OffsetCommit;
@@ -413,9 +393,7 @@ impl Handler for OffsetCommit {
         )
     }
 
-    fn error_code(resp: &OffsetCommitResponse) -> i16 {
-        first_error(resp.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)))
-    }
+    error_code_of!([topics => partitions]);
 }
 
 pub(crate) struct OffsetFetch;
@@ -571,11 +549,7 @@ impl Handler for OffsetFetch {
         OffsetFetchResponse::default().with_error_code(if version >= 2 { code } else { 0 })
     }
 
-    fn error_code(resp: &OffsetFetchResponse) -> i16 {
-        first_error(
-            std::iter::once(resp.error_code).chain(resp.groups.iter().map(|g| g.error_code)),
-        )
-    }
+    error_code_of!(top, [groups]);
 }
 
 pub(crate) struct ListGroups;
@@ -617,13 +591,9 @@ impl Handler for ListGroups {
         }
     }
 
-    fn error(_version: i16, _req: &ListGroupsRequest, code: i16) -> ListGroupsResponse {
-        ListGroupsResponse::default().with_error_code(code)
-    }
+    error_answer_of!(top);
 
-    fn error_code(resp: &ListGroupsResponse) -> i16 {
-        resp.error_code
-    }
+    error_code_of!(top);
 }
 
 pub(crate) struct DescribeGroups;
@@ -684,9 +654,7 @@ impl Handler for DescribeGroups {
         )
     }
 
-    fn error_code(resp: &DescribeGroupsResponse) -> i16 {
-        first_error(resp.groups.iter().map(|g| g.error_code))
-    }
+    error_code_of!([groups]);
 }
 
 pub(crate) struct DeleteGroups;
@@ -724,7 +692,5 @@ impl Handler for DeleteGroups {
         )
     }
 
-    fn error_code(resp: &DeleteGroupsResponse) -> i16 {
-        first_error(resp.results.iter().map(|r| r.error_code))
-    }
+    error_code_of!([results]);
 }

@@ -10,8 +10,8 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::{ApiKey, BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use uuid::Uuid;
 
-use crate::api::{Handler, first_error, str_bytes};
-use crate::errors;
+use crate::api::{Handler, str_bytes};
+use crate::errors::{self, BrokerError};
 use crate::limits::Limit;
 use crate::state::Inner;
 use crate::topics::IfExists;
@@ -73,11 +73,7 @@ impl Handler for Metadata {
         MetadataResponse::default().with_topics(topics.collect())
     }
 
-    fn error_code(resp: &MetadataResponse) -> i16 {
-        first_error(
-            std::iter::once(resp.error_code).chain(resp.topics.iter().map(|t| t.error_code)),
-        )
-    }
+    error_code_of!(top, [topics]);
 }
 
 /// The live brokers.
@@ -152,16 +148,16 @@ async fn by_name(
                     tracing::info!(topic = name, partitions, "auto-created topic");
                     topic(inner, version, &t)
                 }
-                Err((code, msg)) => {
-                    tracing::warn!(topic = name, error = %msg, "auto-creating a topic failed");
-                    failed(code)
+                Err(e) => {
+                    tracing::warn!(topic = name, error = %e, "auto-creating a topic failed");
+                    failed(e.code())
                 }
             }
         }
         Ok(None) => failed(errors::UNKNOWN_TOPIC_OR_PARTITION),
         Err(e) => {
             tracing::warn!(topic = name, error = %e, "reading a topic failed");
-            failed(errors::KAFKA_STORAGE_ERROR)
+            failed(BrokerError::Meta(e).code())
         }
     }
 }
@@ -176,7 +172,7 @@ async fn by_id(inner: &Arc<Inner>, version: i16, id: Uuid) -> MetadataResponseTo
         Err(e) => {
             tracing::warn!(%id, error = %e, "reading topics failed");
             MetadataResponseTopic::default()
-                .with_error_code(errors::KAFKA_STORAGE_ERROR)
+                .with_error_code(BrokerError::Meta(e).code())
                 .with_name(None)
                 .with_topic_id(id)
         }

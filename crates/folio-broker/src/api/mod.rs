@@ -17,6 +17,53 @@ use crate::errors;
 use crate::framing::{Pending, encode_response};
 use crate::state::Inner;
 
+/// `Handler::error_code` generated from the answer's shape: the first non-zero code among
+/// its top-level `error_code` (`top`) and those of its list (`[results]`) or of the lists in
+/// its list (`[topics => partitions]`).
+macro_rules! error_code_of {
+    (top) => {
+        fn error_code(resp: &Self::Response) -> i16 {
+            resp.error_code
+        }
+    };
+    ([$list:ident]) => {
+        fn error_code(resp: &Self::Response) -> i16 {
+            $crate::api::first_error(resp.$list.iter().map(|x| x.error_code))
+        }
+    };
+    (top, [$list:ident]) => {
+        fn error_code(resp: &Self::Response) -> i16 {
+            $crate::api::first_error(
+                std::iter::once(resp.error_code).chain(resp.$list.iter().map(|x| x.error_code)),
+            )
+        }
+    };
+    ([$list:ident => $inner:ident]) => {
+        fn error_code(resp: &Self::Response) -> i16 {
+            $crate::api::first_error(
+                resp.$list.iter().flat_map(|x| x.$inner.iter().map(|y| y.error_code)),
+            )
+        }
+    };
+    (top, [$list:ident => $inner:ident]) => {
+        fn error_code(resp: &Self::Response) -> i16 {
+            $crate::api::first_error(
+                std::iter::once(resp.error_code)
+                    .chain(resp.$list.iter().flat_map(|x| x.$inner.iter().map(|y| y.error_code))),
+            )
+        }
+    };
+}
+
+/// `Handler::error` generated for an answer with one top-level error code (`top`).
+macro_rules! error_answer_of {
+    (top) => {
+        fn error(_version: i16, _req: &Self::Request, code: i16) -> Self::Response {
+            <Self::Response as Default>::default().with_error_code(code)
+        }
+    };
+}
+
 pub mod admin;
 pub mod api_versions;
 pub mod configs;
@@ -57,6 +104,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteTopics, 1, 6),
 ];
 
+/// Whether this broker serves `key` at `version`.
 pub fn supported(key: ApiKey, version: i16) -> bool {
     SUPPORTED.iter().any(|(k, lo, hi)| *k == key && (*lo..=*hi).contains(&version))
 }

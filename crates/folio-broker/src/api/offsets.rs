@@ -18,8 +18,8 @@ use kafka_protocol::messages::{
     ApiKey, DeleteRecordsRequest, DeleteRecordsResponse, ListOffsetsRequest, ListOffsetsResponse,
 };
 
-use crate::api::{Handler, first_error};
-use crate::errors;
+use crate::api::Handler;
+use crate::errors::{self, BrokerError};
 use crate::state::Inner;
 
 const LATEST: i64 = -1;
@@ -31,12 +31,12 @@ async fn partition_log(inner: &Inner, topic: &str, partition: i32) -> Result<Man
     let t = match inner.topics.get(topic).await {
         Ok(Some(t)) => t,
         Ok(None) => return Err(errors::UNKNOWN_TOPIC_OR_PARTITION),
-        Err(_) => return Err(errors::KAFKA_STORAGE_ERROR),
+        Err(e) => return Err(BrokerError::from(e).code()),
     };
     if partition < 0 || partition >= t.record.partitions as i32 {
         return Err(errors::UNKNOWN_TOPIC_OR_PARTITION);
     }
-    inner.log(&t, partition).await.map_err(|e| errors::from_log(&e))
+    inner.log(&t, partition).await.map_err(|e| BrokerError::from(e).code())
 }
 
 pub(crate) struct ListOffsets;
@@ -93,9 +93,7 @@ impl Handler for ListOffsets {
         ListOffsetsResponse::default().with_topics(topics.collect())
     }
 
-    fn error_code(resp: &ListOffsetsResponse) -> i16 {
-        first_error(resp.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)))
-    }
+    error_code_of!([topics => partitions]);
 }
 
 /// (offset, timestamp) for a ListOffsets timestamp; (-1, -1) when no batch qualifies.
@@ -104,7 +102,7 @@ async fn lookup(log: &ManagedLog, timestamp: i64) -> Result<(i64, i64), i16> {
     let at = |offset: u64| async move {
         match log.read(offset, 1, 1).await {
             Ok(e) => Ok((offset as i64, e.first().map_or(-1, |e| e.max_timestamp))),
-            Err(e) => Err(errors::from_log(&e)),
+            Err(e) => Err(BrokerError::from(e).code()),
         }
     };
     match timestamp {
@@ -118,14 +116,14 @@ async fn lookup(log: &ManagedLog, timestamp: i64) -> Result<(i64, i64), i16> {
             match log.offset_for_timestamp(max).await {
                 Ok(Some(o)) => at(o.max(status.start_offset)).await,
                 Ok(None) => Ok((-1, -1)),
-                Err(e) => Err(errors::from_log(&e)),
+                Err(e) => Err(BrokerError::from(e).code()),
             }
         }
         ts if ts < 0 => Err(errors::INVALID_REQUEST),
         ts => match log.offset_for_timestamp(ts).await {
             Ok(Some(o)) if o < status.end_offset => at(o.max(status.start_offset)).await,
             Ok(_) => Ok((-1, -1)),
-            Err(e) => Err(errors::from_log(&e)),
+            Err(e) => Err(BrokerError::from(e).code()),
         },
     }
 }
@@ -168,7 +166,7 @@ impl Handler for DeleteRecords {
                                     );
                                     r.low_watermark = start as i64;
                                 }
-                                Err(e) => r.error_code = errors::from_log(&e),
+                                Err(e) => r.error_code = BrokerError::from(e).code(),
                             }
                         }
                     }
@@ -196,7 +194,5 @@ impl Handler for DeleteRecords {
         DeleteRecordsResponse::default().with_topics(topics.collect())
     }
 
-    fn error_code(resp: &DeleteRecordsResponse) -> i16 {
-        first_error(resp.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)))
-    }
+    error_code_of!([topics => partitions]);
 }

@@ -20,7 +20,7 @@ use kafka_protocol::protocol::Decodable;
 
 use crate::api::{first_error, str_bytes, supported};
 use crate::batch::{self, BatchError, Codec};
-use crate::errors;
+use crate::errors::{self, BrokerError};
 use crate::framing::{Pending, encode_response, ready};
 use crate::metrics::TopicMetrics;
 use crate::producers::{Check, Outcome};
@@ -37,14 +37,18 @@ enum Queued {
 impl Queued {
     async fn wait(self) -> Result<u64, (i16, String)> {
         match self {
-            Queued::Append(a) => a.wait().await.map_err(|e| (errors::from_log(&e), e.to_string())),
+            Queued::Append(a) => a.wait().await.map_err(|e| {
+                let e = BrokerError::Log(e);
+                (e.code(), e.to_string())
+            }),
             Queued::Outcome(mut rx) => match rx.wait_for(Option::is_some).await {
                 Ok(o) => match (*o).expect("waited for an outcome") {
                     Ok(offset) => Ok(offset as u64),
-                    Err(code) => Err((code, "the append failed".to_string())),
+                    Err(code) => Err((code, format!("the append failed ({})", errors::name(code)))),
                 },
                 Err(_) => {
-                    Err((errors::KAFKA_STORAGE_ERROR, "the append was abandoned".to_string()))
+                    let e = BrokerError::Storage("the append was abandoned".into());
+                    Err((e.code(), e.to_string()))
                 }
             },
         }
@@ -67,13 +71,14 @@ enum Part {
     },
 }
 
-fn failed(index: i32, code: i16, message: impl Into<String>) -> Part {
+/// A partition's answer failed with `e` (its code and message).
+fn failed(index: i32, e: &BrokerError) -> Part {
     Part::Done(
         PartitionProduceResponse::default()
             .with_index(index)
-            .with_error_code(code)
+            .with_error_code(e.code())
             .with_base_offset(-1)
-            .with_error_message(Some(str_bytes(message.into()))),
+            .with_error_message(Some(str_bytes(e.to_string()))),
     )
 }
 
@@ -91,11 +96,11 @@ pub(crate) async fn start(
     let mut topics: Vec<(TopicProduceResponse, Vec<Part>)> = Vec::new();
     let unsupported = !supported(ApiKey::Produce, version);
     let refuse = if unsupported {
-        Some((errors::UNSUPPORTED_VERSION, format!("Produce v{version} is not supported")))
+        Some(BrokerError::UnsupportedVersion { api: "Produce", version })
     } else if !matches!(acks, -1..=1) {
-        Some((errors::INVALID_REQUIRED_ACKS, format!("acks={acks}: use 0, 1 or -1 (all)")))
+        Some(BrokerError::InvalidRequiredAcks(acks))
     } else if req.transactional_id.is_some() {
-        Some((errors::INVALID_REQUEST, "transactions are not supported".to_string()))
+        Some(BrokerError::InvalidRequest("transactions are not supported".into()))
     } else {
         None
     };
@@ -103,30 +108,22 @@ pub(crate) async fn start(
         let head =
             TopicProduceResponse::default().with_name(t.name.clone()).with_topic_id(t.topic_id);
         let mut parts = Vec::with_capacity(t.partition_data.len());
-        if let Some((code, msg)) = &refuse {
-            parts.extend(t.partition_data.iter().map(|p| failed(p.index, *code, msg.clone())));
+        if let Some(e) = &refuse {
+            parts.extend(t.partition_data.iter().map(|p| failed(p.index, e)));
             topics.push((head, parts));
             continue;
         }
         let topic = match inner.topics.get(t.name.as_str()).await {
             Ok(Some(topic)) => topic,
             Ok(None) => {
-                let msg = format!("topic {} does not exist", t.name.as_str());
-                parts.extend(
-                    t.partition_data
-                        .iter()
-                        .map(|p| failed(p.index, errors::UNKNOWN_TOPIC_OR_PARTITION, msg.clone())),
-                );
+                let e = BrokerError::UnknownTopic(t.name.to_string());
+                parts.extend(t.partition_data.iter().map(|p| failed(p.index, &e)));
                 topics.push((head, parts));
                 continue;
             }
             Err(e) => {
-                let msg = format!("reading topic {}: {e}", t.name.as_str());
-                parts.extend(
-                    t.partition_data
-                        .iter()
-                        .map(|p| failed(p.index, errors::KAFKA_STORAGE_ERROR, msg.clone())),
-                );
+                let e = BrokerError::Meta(e);
+                parts.extend(t.partition_data.iter().map(|p| failed(p.index, &e)));
                 topics.push((head, parts));
                 continue;
             }
@@ -135,33 +132,34 @@ pub(crate) async fn start(
         let metrics = inner.metrics.topic(&topic.name);
         for p in t.partition_data {
             if p.index < 0 || p.index >= topic.record.partitions as i32 {
-                parts.push(failed(
-                    p.index,
-                    errors::UNKNOWN_TOPIC_OR_PARTITION,
-                    format!("topic {} has {} partitions", topic.name, topic.record.partitions),
-                ));
+                let e = BrokerError::UnknownPartition {
+                    topic: topic.name.clone(),
+                    partition: p.index,
+                    partitions: topic.record.partitions,
+                };
+                parts.push(failed(p.index, &e));
                 continue;
             }
             let records = p.records.unwrap_or_default();
             let batches = match batch::split(&records, inner.config.batches_per_partition_max) {
                 Ok(b) => b,
                 Err(e @ BatchError::Corrupt(_)) => {
-                    parts.push(failed(p.index, errors::CORRUPT_MESSAGE, e.to_string()));
+                    parts.push(failed(p.index, &BrokerError::CorruptMessage(e.to_string())));
                     continue;
                 }
                 Err(e @ BatchError::Invalid(_)) => {
-                    parts.push(failed(p.index, errors::INVALID_RECORD, e.to_string()));
+                    parts.push(failed(p.index, &BrokerError::InvalidRecord(e.to_string())));
                     continue;
                 }
             };
-            if let Some((code, msg)) = check(&batches, version, config.max_message_bytes) {
-                parts.push(failed(p.index, code, msg));
+            if let Some(e) = check(&batches, version, config.max_message_bytes) {
+                parts.push(failed(p.index, &e));
                 continue;
             }
             let partition = match inner.partition(&topic, p.index).await {
                 Ok(l) => l,
                 Err(e) => {
-                    parts.push(failed(p.index, errors::from_log(&e), e.to_string()));
+                    parts.push(failed(p.index, &BrokerError::Log(e)));
                     continue;
                 }
             };
@@ -184,9 +182,9 @@ pub(crate) async fn start(
                             appends.push(Queued::Outcome(rx));
                             continue;
                         }
-                        Check::Refuse(code, msg) => {
-                            tracing::info!(topic = %topic.name, partition = p.index, error = %msg, "idempotent batch refused");
-                            error = Some((code, msg));
+                        Check::Refuse(e) => {
+                            tracing::info!(topic = %topic.name, partition = p.index, error = %e, "idempotent batch refused");
+                            error = Some(e);
                             break;
                         }
                     }
@@ -212,7 +210,7 @@ pub(crate) async fn start(
                                 Ok(offset) => Ok(offset as i64),
                                 Err(e) => {
                                     partition.forget_batch(pid, seq);
-                                    Err(errors::from_log(&e))
+                                    Err(BrokerError::Log(e).code())
                                 }
                             };
                             tx.send_replace(Some(outcome));
@@ -223,17 +221,17 @@ pub(crate) async fn start(
                         if publish.is_some() {
                             partition.forget_batch(info.producer_id, info.base_sequence);
                         }
-                        error = Some((errors::from_log(&e), e.to_string()));
+                        error = Some(BrokerError::Log(e));
                         break;
                     }
                 }
                 bytes += info.size as u64;
                 n += info.records_count as u64;
             }
-            if let Some((code, msg)) = error {
+            if let Some(e) = error {
                 // Batches queued before the failure may still land; the client retries
                 // the whole partition (as after any Kafka produce error).
-                parts.push(failed(p.index, code, msg));
+                parts.push(failed(p.index, &e));
                 continue;
             }
             parts.push(Part::Queued {
@@ -282,31 +280,26 @@ fn check(
     batches: &[(batch::BatchInfo, Bytes)],
     version: i16,
     max_message_bytes: i32,
-) -> Option<(i16, String)> {
+) -> Option<BrokerError> {
     for (info, _) in batches {
         if info.size > max_message_bytes as usize {
-            return Some((
-                errors::MESSAGE_TOO_LARGE,
-                format!(
-                    "a batch of {} bytes is above max.message.bytes={max_message_bytes}",
-                    info.size
-                ),
-            ));
+            return Some(BrokerError::MessageTooLarge(format!(
+                "a batch of {} bytes is above max.message.bytes={max_message_bytes}",
+                info.size
+            )));
         }
         match info.codec() {
             Ok(Codec::Zstd) if version < 7 => {
-                return Some((
-                    errors::UNSUPPORTED_COMPRESSION_TYPE,
-                    "zstd needs Produce v7 or later".to_string(),
+                return Some(BrokerError::UnsupportedCompression(
+                    "zstd needs Produce v7 or later".into(),
                 ));
             }
             Ok(_) => {}
-            Err(e) => return Some((errors::CORRUPT_MESSAGE, e.to_string())),
+            Err(e) => return Some(BrokerError::CorruptMessage(e.to_string())),
         }
         if info.is_transactional() || info.is_control() {
-            return Some((
-                errors::INVALID_RECORD,
-                "transactional and control batches are not supported".to_string(),
+            return Some(BrokerError::InvalidRecord(
+                "transactional and control batches are not supported".into(),
             ));
         }
     }
@@ -430,11 +423,7 @@ impl crate::api::Handler for InitProducerId {
         }
     }
 
-    fn error(_version: i16, _req: &Self::Request, code: i16) -> Self::Response {
-        Self::Response::default().with_error_code(code)
-    }
+    error_answer_of!(top);
 
-    fn error_code(resp: &Self::Response) -> i16 {
-        resp.error_code
-    }
+    error_code_of!(top);
 }

@@ -34,6 +34,7 @@ mod writer;
 pub use crate::limits::OUTSTANDING_ADDS_MAX;
 pub use folio_proto::wire::master_key;
 
+/// A new ledger's ensemble size, quorums, password and custom metadata.
 #[derive(Debug, Clone)]
 pub struct CreateOptions {
     pub ensemble_size: u16,
@@ -52,6 +53,7 @@ pub struct CreateOptions {
 }
 
 impl CreateOptions {
+    /// Options for an ensemble of `ensemble_size` with the given write and ack quorums.
     pub fn new(ensemble_size: u16, write_quorum: u16, ack_quorum: u16) -> CreateOptions {
         CreateOptions {
             ensemble_size,
@@ -65,6 +67,7 @@ impl CreateOptions {
     }
 }
 
+/// Creates, opens, recovers and deletes ledgers over the bookies registered in the metadata store.
 #[derive(Debug, Clone)]
 pub struct LedgerClient {
     meta: Arc<dyn MetadataStore>,
@@ -81,6 +84,7 @@ pub struct LedgerClient {
 }
 
 impl LedgerClient {
+    /// A client over `meta`'s bookie registrations and ledger metadata under `keys`.
     pub fn new(meta: Arc<dyn MetadataStore>, keys: Keys) -> LedgerClient {
         let pool = Arc::new(BookiePool::new(meta.clone(), keys.clone(), 4096));
         LedgerClient {
@@ -200,6 +204,7 @@ impl LedgerClient {
         self.pool.writable().await
     }
 
+    /// The ledger's metadata as stored now.
     pub async fn metadata(&self, ledger_id: LedgerId) -> Result<LedgerMetadata> {
         let key = self.keys.ledger(ledger_id);
         let v = self.meta.get(&key).await?.ok_or(LedgerError::NoSuchLedger(ledger_id))?;
@@ -223,6 +228,7 @@ impl LedgerClient {
         Ok(())
     }
 
+    /// Every ledger id in the metadata store.
     pub async fn list(&self) -> Result<Vec<LedgerId>> {
         let prefix = self.keys.ledgers();
         Ok(list_all(self.meta.as_ref(), &prefix)

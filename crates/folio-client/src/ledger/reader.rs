@@ -11,10 +11,12 @@ use crate::error::{LedgerError, Result};
 use super::*;
 
 impl LedgerReader {
+    /// The ledger's id.
     pub fn id(&self) -> LedgerId {
         self.id
     }
 
+    /// The metadata the reader opened the ledger with.
     pub fn metadata(&self) -> &LedgerMetadata {
         &self.metadata
     }

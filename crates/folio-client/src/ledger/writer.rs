@@ -54,14 +54,17 @@ impl LedgerWriter {
         LedgerWriter { inner, slots: Arc::new(Semaphore::new(OUTSTANDING_ADDS_MAX)) }
     }
 
+    /// The ledger's id.
     pub fn id(&self) -> LedgerId {
         self.inner.id
     }
 
+    /// The last entry acknowledged by an ack quorum, with every entry before it (-1: none).
     pub fn last_add_confirmed(&self) -> EntryId {
         *self.inner.lac_tx.borrow()
     }
 
+    /// The ledger's metadata as the writer knows it (its ensembles so far).
     pub fn metadata(&self) -> LedgerMetadata {
         self.inner.metadata.lock().expect("metadata lock").clone()
     }

@@ -51,6 +51,7 @@ impl ManagedLog {
         Ok(())
     }
 
+    /// The offset cursor `name` has acknowledged up to, if it exists.
     pub fn cursor(&self, name: &str) -> Option<u64> {
         self.shared.cursors.lock().expect("cursor lock").get(name).map(|c| c.offset)
     }

@@ -56,6 +56,8 @@ use cursors::load_cursors;
 /// Every this-many entries of a ledger go into its sparse offset index.
 const INDEX_EVERY: i64 = 16;
 
+/// Where a log is in its life: appending, rolling over, retrying a failed rollover, closed, fenced
+/// or deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogState {
     /// Appending to the current ledger.
@@ -345,14 +347,17 @@ impl ManagedLog {
         Err(last_err.unwrap_or_else(|| LogError::Fenced(name.into())))
     }
 
+    /// The log's name.
     pub fn name(&self) -> &str {
         &self.shared.name
     }
 
+    /// The settings the log was opened with.
     pub fn config(&self) -> &LogConfig {
         &self.shared.config
     }
 
+    /// Offsets and state as of now.
     pub fn status(&self) -> LogStatus {
         *self.shared.status.borrow()
     }
@@ -362,6 +367,7 @@ impl ManagedLog {
         self.shared.status.subscribe()
     }
 
+    /// The first offset still readable (retention and DeleteRecords move it up).
     pub fn start_offset(&self) -> u64 {
         self.status().start_offset
     }
@@ -371,6 +377,7 @@ impl ManagedLog {
         self.status().end_offset
     }
 
+    /// The log's counters (appends, bytes, rollovers, trims).
     pub fn stats(&self) -> &LogStats {
         &self.shared.stats
     }
@@ -380,6 +387,7 @@ impl ManagedLog {
         self.shared.view.read().expect("view lock").clone()
     }
 
+    /// A snapshot of the log's ledgers and cursors, for status pages and admin answers.
     pub fn info(&self) -> LogInfo {
         let ledgers = self.view().ledgers();
         let cursors = self

@@ -193,6 +193,7 @@ impl FileHandle for FaultFile {
 }
 
 impl FaultFs {
+    /// A fault file system with nothing on it and no fault planned.
     pub fn new() -> FaultFs {
         FaultFs::default()
     }

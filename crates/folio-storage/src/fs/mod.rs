@@ -36,9 +36,12 @@ pub struct OpenOptions {
 }
 
 impl OpenOptions {
+    /// Open a file that exists.
     pub const EXISTING: OpenOptions =
         OpenOptions { create: false, create_new: false, direct: false };
+    /// Open a file, creating it if missing.
     pub const CREATE: OpenOptions = OpenOptions { create: true, create_new: false, direct: false };
+    /// Create a file that must not exist yet.
     pub const CREATE_NEW: OpenOptions =
         OpenOptions { create: true, create_new: true, direct: false };
 }
@@ -139,14 +142,17 @@ impl AlignedBuf {
         AlignedBuf { raw, start, len: 0 }
     }
 
+    /// Bytes the buffer can hold without growing.
     pub fn capacity(&self) -> usize {
         self.raw.len() - DIRECT_IO_ALIGN
     }
 
+    /// Bytes in the buffer.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the buffer holds nothing.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -160,6 +166,7 @@ impl AlignedBuf {
         }
     }
 
+    /// Appends `bytes`, growing (aligned) if needed.
     pub fn extend_from_slice(&mut self, bytes: &[u8]) {
         self.reserve_total(self.len + bytes.len());
         let at = self.start + self.len;
@@ -175,14 +182,17 @@ impl AlignedBuf {
         self.len = target;
     }
 
+    /// Empties the buffer, keeping its memory.
     pub fn clear(&mut self) {
         self.len = 0;
     }
 
+    /// The bytes in the buffer.
     pub fn as_slice(&self) -> &[u8] {
         &self.raw[self.start..self.start + self.len]
     }
 
+    /// The bytes in the buffer, writable.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         &mut self.raw[self.start..self.start + self.len]
     }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use super::{FileHandle, FileSystem, OpenOptions};
 
+/// The operating system's file system (with `O_DIRECT` where asked).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RealFs;
 

@@ -31,6 +31,7 @@ impl Table {
     }
 }
 
+/// A key and its value.
 pub type KvPair = (Vec<u8>, Vec<u8>);
 
 /// Puts and deletes applied together.
@@ -40,20 +41,25 @@ pub struct KvBatch {
 }
 
 impl KvBatch {
+    /// Adds a put of `key` in `table`.
     pub fn put(&mut self, table: Table, key: Vec<u8>, value: Vec<u8>) {
         self.ops.push((table, key, Some(value)));
     }
+    /// Adds a delete of `key` in `table`.
     pub fn delete(&mut self, table: Table, key: Vec<u8>) {
         self.ops.push((table, key, None));
     }
+    /// Operations in the batch.
     pub fn len(&self) -> usize {
         self.ops.len()
     }
+    /// Whether the batch holds no operation.
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }
 }
 
+/// The index's key-value store: tables of ordered keys, atomic batches, durable commits.
 pub trait KvStore: Send + Sync + Debug {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>>;
     /// Pairs with `start <= key < end`, ascending, at most `limit` of them.
@@ -89,6 +95,7 @@ pub const INDEX_CACHE_BYTES: u64 = 16 * 1024 * 1024;
 pub const INDEX_MEMTABLE_BYTES: u64 = 8 * 1024 * 1024;
 
 impl FjallKv {
+    /// Opens (or creates) the index's fjall keyspace at `path`.
     pub fn open(path: &Path) -> Result<FjallKv> {
         folio_fjall::check_versions(path).map_err(StorageError::Index)?;
         let opening = |e: fjall::Error| {
@@ -158,9 +165,11 @@ struct MemKvState {
 }
 
 impl MemKv {
+    /// An empty in-memory store.
     pub fn new() -> MemKv {
         MemKv::default()
     }
+    /// Makes every commit fail (or succeed again), for tests.
     pub fn fail_commits(&self, fail: bool) {
         self.inner.lock().expect("memkv lock").fail_commits = fail;
     }

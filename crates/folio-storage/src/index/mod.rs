@@ -20,6 +20,7 @@ pub use kv::{FjallKv, KvBatch, KvStore, MemKv, Table};
 
 use crate::error::{Result, StorageError};
 
+/// The index key of an entry's location: ledger id and entry id, big-endian so they sort.
 #[allow(clippy::big_endian_bytes)] // Index keys sort numerically.
 pub fn location_key(ledger_id: LedgerId, entry_id: EntryId) -> Vec<u8> {
     debug_assert!(entry_id >= 0);
@@ -29,6 +30,7 @@ pub fn location_key(ledger_id: LedgerId, entry_id: EntryId) -> Vec<u8> {
     k
 }
 
+/// The ledger and entry id of a location key.
 #[allow(clippy::big_endian_bytes)]
 pub fn parse_location_key(key: &[u8]) -> Result<(LedgerId, EntryId)> {
     if key.len() != 16 {
@@ -44,11 +46,13 @@ pub fn parse_location_key(key: &[u8]) -> Result<(LedgerId, EntryId)> {
     Ok((u64::from_be_bytes(a), u64::from_be_bytes(b) as i64))
 }
 
+/// The index key of a ledger's state.
 #[allow(clippy::big_endian_bytes)]
 pub fn ledger_key(ledger_id: LedgerId) -> Vec<u8> {
     ledger_id.to_be_bytes().to_vec()
 }
 
+/// The ledger id of a ledger-state key.
 #[allow(clippy::big_endian_bytes)]
 pub fn parse_ledger_key(key: &[u8]) -> Result<LedgerId> {
     let a: [u8; 8] = key.try_into().map_err(|_| {
@@ -65,8 +69,11 @@ pub fn ledger_location_range(ledger_id: LedgerId) -> (Vec<u8>, Vec<u8>) {
     (start, end)
 }
 
+/// The meta key of the storage flags (`NEEDS_INTEGRITY_CHECK`).
 pub const META_FLAGS: &[u8] = b"flags";
+/// The meta key of the next entry log id.
 pub const META_NEXT_LOG_ID: &[u8] = b"next_log_id";
+/// The prefix of the meta keys of entry log states.
 pub const META_ELOG_PREFIX: &[u8] = b"elog/";
 /// The journal position the last flush checkpointed (the journal's checkpoint format),
 /// committed with that flush's locations, before the journal's `checkpoint` file moves.
@@ -75,6 +82,7 @@ pub const META_ELOG_PREFIX: &[u8] = b"elog/";
 /// that would replay them are gone.
 pub const META_CHECKPOINT: &[u8] = b"checkpoint";
 
+/// The meta key of entry log `log_id`'s state.
 #[allow(clippy::big_endian_bytes)]
 pub fn elog_key(log_id: u64) -> Vec<u8> {
     let mut k = META_ELOG_PREFIX.to_vec();
@@ -82,6 +90,7 @@ pub fn elog_key(log_id: u64) -> Vec<u8> {
     k
 }
 
+/// The log id of an entry log state key, if it is one.
 #[allow(clippy::big_endian_bytes)]
 pub fn parse_elog_key(key: &[u8]) -> Option<u64> {
     let rest = key.strip_prefix(META_ELOG_PREFIX)?;
@@ -104,6 +113,7 @@ pub struct EntryLocation {
 }
 
 impl EntryLocation {
+    /// `log_id u64 ‖ offset u64 ‖ len u32`, little-endian.
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(20);
         v.extend_from_slice(&self.log_id.to_le_bytes());
@@ -112,6 +122,7 @@ impl EntryLocation {
         v
     }
 
+    /// Decodes what `encode` wrote, refusing any other length.
     pub fn decode(b: &[u8]) -> Result<EntryLocation> {
         if b.len() != 20 {
             return Err(StorageError::corruption(
@@ -168,6 +179,7 @@ impl LedgerState {
         v
     }
 
+    /// Decodes what `encode` wrote, refusing damage.
     pub fn decode(b: &[u8]) -> Result<LedgerState> {
         let bad = |d: &str| StorageError::corruption("index ledger state", d.to_string());
         if b.len() < 2 || b[0] != LEDGER_STATE_VERSION {
@@ -215,6 +227,7 @@ pub struct EntryLogState {
 }
 
 impl EntryLogState {
+    /// A new log being written, with nothing durable yet.
     pub fn active() -> EntryLogState {
         EntryLogState { sealed: false, size_bytes: 0, ledgers: Vec::new() }
     }
@@ -236,6 +249,7 @@ impl EntryLogState {
         v
     }
 
+    /// Decodes what `encode` wrote, refusing damage.
     pub fn decode(b: &[u8]) -> Result<EntryLogState> {
         let bad =
             || StorageError::corruption("index entry log state", format!("{} bytes", b.len()));

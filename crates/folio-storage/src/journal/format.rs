@@ -39,12 +39,15 @@ use folio_proto::{Entry, EntryId, LedgerId};
 use crate::frame::{self, Frame};
 use crate::fs::AlignedBuf;
 
+/// Bytes of a journal file's header (one aligned block).
 pub const HEADER_BYTES: usize = 4096;
 pub use crate::frame::{FRAME_HEADER_BYTES as RECORD_HEADER_BYTES, StopReason};
 pub use crate::limits::RECORD_BODY_BYTES_MAX;
 const MAGIC: &[u8; 8] = b"FOLIOJNL";
 const CHECKPOINT_MAGIC: &[u8; 8] = b"FOLIOCKP";
+/// The journal format's version in each file header.
 pub const FORMAT_VERSION: u32 = 1;
+/// Bytes of an encoded checkpoint.
 pub const CHECKPOINT_BYTES: usize = 28;
 
 /// A position in the journal: the end of a record (or the start of the records of a file).
@@ -54,6 +57,7 @@ pub struct JournalPosition {
     pub offset: u64,
 }
 
+/// What a journal record holds: an entry, or a ledger's master key, fence or explicit LAC.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JournalRecord {
     Entry(Entry),
@@ -89,6 +93,7 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(w)
 }
 
+/// The header block of journal file `file_id`.
 pub fn encode_header(file_id: u64) -> [u8; HEADER_BYTES] {
     let mut h = [0u8; HEADER_BYTES];
     h[0..8].copy_from_slice(MAGIC);
@@ -146,6 +151,7 @@ pub fn encode_record(file_id: u64, record: &JournalRecord, out: &mut AlignedBuf)
     frame::encode(file_id, kind, body, out)
 }
 
+/// Bytes of `record` as a frame (header and body).
 pub fn record_len(record: &JournalRecord) -> usize {
     RECORD_HEADER_BYTES
         + match record {
@@ -205,6 +211,7 @@ pub fn decode_record(file_id: u64, bytes: &[u8], at_eof: bool) -> Decoded {
     Decoded::Record(record, total)
 }
 
+/// The checkpoint of `pos`: magic, position and checksum.
 pub fn encode_checkpoint(pos: JournalPosition) -> [u8; CHECKPOINT_BYTES] {
     let mut b = [0u8; CHECKPOINT_BYTES];
     b[0..8].copy_from_slice(CHECKPOINT_MAGIC);
@@ -215,6 +222,7 @@ pub fn encode_checkpoint(pos: JournalPosition) -> [u8; CHECKPOINT_BYTES] {
     b
 }
 
+/// The position in a checkpoint, refusing damage.
 pub fn decode_checkpoint(b: &[u8]) -> Result<JournalPosition, String> {
     if b.len() != CHECKPOINT_BYTES || &b[0..8] != CHECKPOINT_MAGIC {
         return Err(format!("not a checkpoint file ({} bytes)", b.len()));
@@ -225,10 +233,12 @@ pub fn decode_checkpoint(b: &[u8]) -> Result<JournalPosition, String> {
     Ok(JournalPosition { file_id: u64_at(b, 8), offset: u64_at(b, 16) })
 }
 
+/// The file name of journal file `file_id`.
 pub fn file_name(file_id: u64) -> String {
     format!("{file_id:016x}.jnl")
 }
 
+/// The file id of a journal file's name, if it is one.
 pub fn parse_file_name(name: &str) -> Option<u64> {
     let hex = name.strip_suffix(".jnl")?;
     if hex.len() != 16 {

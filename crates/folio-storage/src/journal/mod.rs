@@ -287,10 +287,12 @@ impl Journal {
         let _ = self.queue.push(Request::ReleaseBefore(file_id));
     }
 
+    /// The journal's counters.
     pub fn stats(&self) -> &JournalStats {
         &self.shared.stats
     }
 
+    /// Why the journal stopped taking writes, if it did.
     pub fn poisoned(&self) -> Option<PoisonReason> {
         self.shared.poison.reason()
     }

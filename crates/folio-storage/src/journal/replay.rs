@@ -32,6 +32,7 @@ pub struct ReplayReport {
 }
 
 impl ReplayReport {
+    /// The id the next journal file gets.
     pub fn next_file_id(&self) -> u64 {
         self.max_file_id + 1
     }

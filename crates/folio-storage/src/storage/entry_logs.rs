@@ -13,8 +13,8 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
+use folio_proto::clock::Clock;
 use folio_proto::{Entry, LedgerId};
 
 use crate::config::StorageConfig;
@@ -30,20 +30,21 @@ struct Rotation {
     sync_bytes: u64,
     per_ledger: bool,
     per_ledger_open_max: usize,
-    idle: Duration,
+    idle_ms: u64,
 }
 
 #[derive(Debug)]
 pub(super) struct EntryLogSet {
     fs: Arc<dyn FileSystem>,
+    clock: Arc<dyn Clock>,
     dir: PathBuf,
     rotation: Rotation,
     /// Shared mode (and compaction output in both modes): the current log.
     shared: Option<EntryLogWriter>,
-    /// When a flush last wrote to `shared`.
-    shared_touched: Instant,
-    /// Per-ledger mode: each ledger's open log and when a flush last wrote to it.
-    per_ledger: HashMap<LedgerId, (EntryLogWriter, Instant)>,
+    /// When (clock ms) a flush last wrote to `shared`.
+    shared_touched_ms: u64,
+    /// Per-ledger mode: each ledger's open log and when (clock ms) a flush last wrote to it.
+    per_ledger: HashMap<LedgerId, (EntryLogWriter, u64)>,
     next_log_id: u64,
 }
 
@@ -58,16 +59,17 @@ impl EntryLogSet {
         assert!(next_log_id >= 1, "entry log ids start at 1");
         EntryLogSet {
             fs,
+            clock: config.clock.clone(),
             dir,
             rotation: Rotation {
                 bytes_max: config.entry_log_bytes_max,
                 sync_bytes: config.entry_log_sync_bytes,
                 per_ledger: config.entry_log_per_ledger,
                 per_ledger_open_max: config.entry_log_per_ledger_open_max,
-                idle: config.entry_log_idle_rotation,
+                idle_ms: config.entry_log_idle_rotation.as_millis() as u64,
             },
             shared: None,
-            shared_touched: Instant::now(),
+            shared_touched_ms: config.clock.now_ms(),
             per_ledger: HashMap::new(),
             next_log_id,
         }
@@ -112,19 +114,20 @@ impl EntryLogSet {
             for (w, _) in self.per_ledger.values_mut() {
                 w.sync()?;
             }
-            let idle = self.rotation.idle;
+            let (idle_ms, now_ms) = (self.rotation.idle_ms, self.clock.now_ms());
             let done: Vec<LedgerId> = self
                 .per_ledger
                 .iter()
-                .filter(|(l, (_, t))| t.elapsed() >= idle || !ledger_exists(**l))
+                .filter(|(l, (_, t))| now_ms.saturating_sub(*t) >= idle_ms || !ledger_exists(**l))
                 .map(|(l, _)| *l)
                 .collect();
             for l in done {
                 self.seal_ledger_log(l, batch)?;
             }
         } else if wrote {
-            self.shared_touched = Instant::now();
-        } else if self.shared_touched.elapsed() >= self.rotation.idle
+            self.shared_touched_ms = self.clock.now_ms();
+        } else if self.clock.now_ms().saturating_sub(self.shared_touched_ms)
+            >= self.rotation.idle_ms
             && self.shared.as_ref().is_some_and(|w| !w.is_empty())
         {
             // A log nobody writes to any more is sealed so GC can give its space back once
@@ -208,11 +211,11 @@ impl EntryLogSet {
                 self.seal_ledger_log(lru, batch)?;
             }
             let w = self.create(batch)?;
-            self.per_ledger.insert(ledger_id, (w, Instant::now()));
+            self.per_ledger.insert(ledger_id, (w, self.clock.now_ms()));
         }
         assert!(self.per_ledger.len() <= self.rotation.per_ledger_open_max.max(1));
         let slot = self.per_ledger.get_mut(&ledger_id).expect("just ensured");
-        slot.1 = Instant::now();
+        slot.1 = self.clock.now_ms();
         Ok(&mut slot.0)
     }
 

@@ -52,6 +52,7 @@ mod recovery;
 /// Runs once an add (or fence, or explicit-LAC write) is durable, or failed.
 pub type AddCallback = Box<dyn FnOnce(Result<()>) + Send>;
 
+/// The key an add must carry for its ledger.
 pub type MasterKey = [u8; MASTER_KEY_BYTES];
 
 #[derive(Debug, Default, Clone)]
@@ -123,6 +124,7 @@ impl Storage {
         self.inner.poison.on_set(f);
     }
 
+    /// What recovery found and did when the storage opened.
     pub fn recovery_report(&self) -> &RecoveryReport {
         &self.recovery
     }
@@ -163,6 +165,7 @@ impl Storage {
         self.inner.update_ledger(ledger_id, master_key, JournalRecord::Fence { ledger_id }, done)
     }
 
+    /// Sets the ledger's explicit LAC (journaled first), calling `done` once durable.
     pub fn set_explicit_lac(
         &self,
         ledger_id: LedgerId,
@@ -201,6 +204,7 @@ impl Storage {
         self.inner.last_entry(ledger_id)
     }
 
+    /// The ledger's state (master key, fenced, limbo, explicit LAC), if it exists here.
     pub fn ledger_state(&self, ledger_id: LedgerId) -> Option<LedgerState> {
         self.inner.lock_ledgers().get(&ledger_id).map(|l| l.state.clone())
     }
@@ -219,6 +223,7 @@ impl Storage {
         Ok((usages, more))
     }
 
+    /// Whether this bookie has the ledger.
     pub fn ledger_exists(&self, ledger_id: LedgerId) -> bool {
         self.inner.lock_ledgers().contains_key(&ledger_id)
     }
@@ -261,18 +266,22 @@ impl Storage {
         self.inner.delete_ledger(ledger_id)
     }
 
+    /// The persistent storage flags.
     pub fn storage_flags(&self) -> Result<u64> {
         self.inner.storage_flags()
     }
 
+    /// The journal's counters.
     pub fn journal_stats(&self) -> &journal::JournalStats {
         self.inner.journal().stats()
     }
 
+    /// The settings the storage was opened with.
     pub fn config(&self) -> &StorageConfig {
         &self.inner.config
     }
 
+    /// Replaces the persistent storage flags (durably).
     pub fn set_storage_flags(&self, flags: u64) -> Result<()> {
         let mut b = KvBatch::default();
         b.put(Table::Meta, index::META_FLAGS.to_vec(), flags.to_le_bytes().to_vec());

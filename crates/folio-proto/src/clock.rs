@@ -1,10 +1,13 @@
-//! Time as the metadata store sees it, injectable so tests drive lease expiry.
+//! Time as Folio's components read it for decisions (lease expiry, idle logs, compaction
+//! schedules), injectable so tests and the simulator drive it. Durations that are only
+//! measured for metrics and logs read `Instant` directly.
 
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// A source of time for decisions; the real one is [`SystemClock`].
 pub trait Clock: Send + Sync + Debug {
     /// Milliseconds on a monotonic scale (the origin is arbitrary).
     fn now_ms(&self) -> u64;
@@ -35,9 +38,11 @@ pub struct ManualClock {
 }
 
 impl ManualClock {
+    /// A clock at 0.
     pub fn new() -> ManualClock {
         ManualClock::default()
     }
+    /// Moves the time forward by `by` (every clone sees it).
     pub fn advance(&self, by: Duration) {
         self.now_ms.fetch_add(by.as_millis() as u64, Ordering::SeqCst);
     }
