@@ -19,6 +19,10 @@ pub const OPEN_ATTEMPTS_MAX: usize = 10;
 /// Entries one `read` asks for at once, at most.
 pub const READ_AHEAD_MAX: usize = 16;
 
+/// Entries' base offsets the offset index keeps densely per log (8 bytes each: 2 MiB).
+/// Beyond it the oldest ledgers keep every 16th; a read there searches entry headers.
+pub const INDEX_ENTRIES_MAX: usize = 256 * 1024;
+
 /// Closed-ledger readers kept open per log.
 pub const READERS_MAX: usize = 64;
 
@@ -32,3 +36,4 @@ const _: () =
 // the root and a cursor name.
 const _: () = assert!(2 * LOG_NAME_BYTES_MAX < KEY_BYTES_MAX);
 const _: () = assert!(READ_AHEAD_MAX > 0 && READERS_MAX > 0 && OPEN_ATTEMPTS_MAX > 0);
+const _: () = assert!(INDEX_ENTRIES_MAX >= 1024);

@@ -47,6 +47,44 @@ async fn appends_get_dense_offsets_and_read_back_across_rollovers() {
     assert!(matches!(log.read(next + 1, 1, 1).await, Err(LogError::OffsetOutOfRange { .. })));
 }
 
+/// #22: the offset index finds a read's first entry without reading entries: always for
+/// the ledgers this process appended; for a log opened by a new owner, once a reader went
+/// through a ledger from its start. Only reads past what the index knows search.
+#[tokio::test]
+async fn reads_locate_their_entry_from_the_offset_index_without_searching() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let c = Cluster::start(1).await;
+    let log = ManagedLog::open_or_create(env(&c, "a"), "idx", small(1, 50)).await.unwrap();
+    for i in 0..120u64 {
+        log.append(&batch(i), 3, 0).await.unwrap();
+    }
+    for off in (0..360).step_by(7) {
+        let got = log.read(off, 1, 1).await.unwrap();
+        assert_eq!(got[0].base_offset, off / 3 * 3, "offset {off}");
+    }
+    let stats = log.stats();
+    assert_eq!(stats.locate_searches.load(Relaxed), 0, "the appender's index knows every entry");
+    assert!(stats.locate_exact.load(Relaxed) >= 52);
+    log.close().await.unwrap();
+
+    // A new owner knows nothing yet: its first read in the middle searches; a reader going
+    // through the log from its start teaches the index every ledger it passes.
+    let log = ManagedLog::open_or_create(env(&c, "b"), "idx", small(1, 50)).await.unwrap();
+    assert_eq!(log.read(200, 1, 1).await.unwrap()[0].base_offset, 198);
+    let searched = log.stats().locate_searches.load(Relaxed);
+    assert!(searched >= 1, "nothing known: the first read searches");
+    let mut next = 0;
+    while next < 360 {
+        let got = log.read(next, 1 << 20, 7).await.unwrap();
+        next = got.last().unwrap().base_offset + 3;
+    }
+    let searched = log.stats().locate_searches.load(Relaxed);
+    for off in (0..360).rev().step_by(5) {
+        assert_eq!(log.read(off, 1, 1).await.unwrap()[0].base_offset, off / 3 * 3);
+    }
+    assert_eq!(log.stats().locate_searches.load(Relaxed), searched, "every ledger is known now");
+}
+
 #[tokio::test]
 async fn reopening_continues_the_offsets_and_keeps_every_batch() {
     let c = Cluster::start(1).await;

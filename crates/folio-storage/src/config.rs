@@ -41,8 +41,13 @@ pub struct StorageConfig {
     pub flush_interval: Duration,
     /// Memory of the read-ahead cache.
     pub read_cache_bytes: usize,
-    /// How many following entries a read miss fetches into the read-ahead cache.
+    /// How many following entries a read miss fetches into the read-ahead cache, at most.
     pub read_ahead_entries: usize,
+    /// How many bytes of following entries a read miss fetches, at most (and never more than
+    /// half the read cache, so a window never evicts itself). 4 MiB by default: a window counted
+    /// only in entries (100 batches of 1 MiB) was larger than the 64 MiB cache, evicted its
+    /// own start and made a sequential reader re-read 100 MiB per entry.
+    pub read_ahead_bytes: usize,
     /// The time decisions read (idle entry logs); tests and the simulator pass their own.
     pub clock: Arc<dyn Clock>,
 }
@@ -108,6 +113,7 @@ impl StorageConfig {
             flush_interval: Duration::from_secs(10),
             read_cache_bytes: 64 * 1024 * 1024,
             read_ahead_entries: 100,
+            read_ahead_bytes: 4 * 1024 * 1024,
             clock: Arc::new(SystemClock::default()),
         }
     }
@@ -122,6 +128,7 @@ impl StorageConfig {
         c.entry_log_sync_bytes = 256 * 1024;
         c.read_cache_bytes = 256 * 1024;
         c.read_ahead_entries = 8;
+        c.read_ahead_bytes = 64 * 1024;
         c
     }
 

@@ -46,6 +46,7 @@ CONFIG KEYS (TOML file via --config; any key also via --override KEY=VALUE):
   flush_interval_ms         integer  default 10000
   read_cache_bytes          integer  default 67108864
   read_ahead_entries        integer  default 100
+  read_ahead_bytes          integer  default 4194304 (capped at half of read_cache_bytes)
   journal.sync              bool     default true
   journal.write_data        bool     default true (false = journal-less mode)
   journal.group_wait_us     integer  default 1000
@@ -292,6 +293,7 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
             "flush_interval_ms" => c.storage.flush_interval = ms(int()?),
             "read_cache_bytes" => c.storage.read_cache_bytes = int()? as usize,
             "read_ahead_entries" => c.storage.read_ahead_entries = int()? as usize,
+            "read_ahead_bytes" => c.storage.read_ahead_bytes = int()? as usize,
             "journal.sync" => j.sync = boolean()?,
             "journal.write_data" => j.write_data = boolean()?,
             "journal.group_wait_us" => j.group_wait_max = Duration::from_micros(int()?),

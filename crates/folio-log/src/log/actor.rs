@@ -15,7 +15,7 @@ use folio_meta::{Clock, Compare, MetaError, Txn, Version};
 use folio_proto::{ENTRY_HEADER_BYTES, EntryId};
 use tokio::sync::{mpsc, watch};
 
-use super::{Command, INDEX_EVERY, LogState, LogStatus, Reply, Shared, put_config};
+use super::{Command, LogState, LogStatus, Reply, Shared, put_config};
 use crate::config::LogConfig;
 use crate::entry::{self, EntryHeader};
 use crate::env::{LogEnv, fence_ledger, ledger_options};
@@ -452,10 +452,7 @@ impl Actor {
                 self.cur.first_ts = p.max_ts;
             }
             self.cur.max_ts = self.cur.max_ts.max(p.max_ts);
-            if entry_id % INDEX_EVERY == 0 {
-                let mut index = self.sh.index.lock().expect("index lock");
-                index.entry(lid).or_default().insert(p.base_offset, entry_id);
-            }
+            self.sh.index.lock().expect("index lock").learn(lid, entry_id, p.base_offset);
             self.sh.stats.appends.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             self.sh
                 .stats
@@ -778,7 +775,7 @@ impl Actor {
             let mut index = self.sh.index.lock().expect("index lock");
             let mut readers = self.sh.readers.lock().expect("readers lock");
             for id in &gone {
-                index.remove(id);
+                index.remove(*id);
                 readers.remove(id);
             }
         }

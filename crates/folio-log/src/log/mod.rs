@@ -30,6 +30,7 @@
 
 mod actor;
 mod cursors;
+mod index;
 mod read;
 
 use std::collections::{BTreeMap, HashMap};
@@ -40,7 +41,6 @@ use bytes::BytesMut;
 use folio_client::{LedgerReader, LedgerWriter};
 use folio_meta::Compare;
 use folio_meta::records::Record;
-use folio_proto::EntryId;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::config::LogConfig;
@@ -52,9 +52,6 @@ pub use crate::limits::{BATCH_BYTES_MAX, LOG_NAME_BYTES_MAX};
 use crate::records::{LedgerInfo, LogRecord, LogRecordState};
 use actor::Actor;
 use cursors::load_cursors;
-
-/// Every this-many entries of a ledger go into its sparse offset index.
-const INDEX_EVERY: i64 = 16;
 
 /// Where a log is in its life: appending, rolling over, retrying a failed rollover, closed, fenced
 /// or deleted.
@@ -110,6 +107,10 @@ pub struct LogStats {
     pub rollovers: std::sync::atomic::AtomicU64,
     pub ledger_failures: std::sync::atomic::AtomicU64,
     pub ledgers_trashed: std::sync::atomic::AtomicU64,
+    /// Reads whose first entry the offset index knew exactly (no entry read to find it).
+    pub locate_exact: std::sync::atomic::AtomicU64,
+    /// Reads that searched entry headers to find their first entry.
+    pub locate_searches: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,8 +164,8 @@ struct Shared {
     view: RwLock<View>,
     status: watch::Sender<LogStatus>,
     readers: Mutex<HashMap<u64, Arc<LedgerReader>>>,
-    /// Per ledger: base offset → entry id, for some entries (sparse).
-    index: Mutex<HashMap<u64, BTreeMap<u64, EntryId>>>,
+    /// Per ledger: which entry holds which offset (`index.rs`).
+    index: Mutex<index::OffsetIndex>,
     cursors: Mutex<BTreeMap<String, CursorState>>,
     stats: LogStats,
 }
@@ -327,7 +328,7 @@ impl ManagedLog {
                 })
                 .0,
                 readers: Mutex::new(HashMap::new()),
-                index: Mutex::new(HashMap::new()),
+                index: Mutex::new(index::OffsetIndex::default()),
                 cursors: Mutex::new(cursors),
                 stats: LogStats::default(),
             });

@@ -1,13 +1,17 @@
-//! Reads by offset and by time. The sparse offset index narrows the search and a binary
-//! search over entry headers finishes it; closed ledgers are read through cached readers,
-//! the open one through its writer.
+//! Reads by offset and by time. The offset index (`index.rs`) finds the entry holding an
+//! offset without reading entries when it knows the ledger (always for the ledger this
+//! process appends to; for others once read from their start), otherwise it narrows a binary
+//! search over entry headers; closed ledgers are read through cached readers, the open one
+//! through its writer.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 
 use folio_client::{LedgerReader, LedgerWriter};
 use folio_proto::{ENTRY_HEADER_BYTES, EntryId};
 
-use super::{INDEX_EVERY, LogState, ManagedLog};
+use super::index::Located;
+use super::{LogState, ManagedLog};
 use crate::entry::{self, LogEntry};
 use crate::error::{LogError, Result};
 use crate::limits::{READ_AHEAD_MAX, READERS_MAX};
@@ -57,16 +61,18 @@ impl ManagedLog {
                 }
             }
             // Read ahead: as many entries at once as the bytes left probably hold (by the
-            // average size so far), within this ledger and the limits.
-            let window = if out.is_empty() {
-                1
+            // average entry of what was read so far, or of the ledger), within this ledger
+            // and the limits.
+            let average = if out.is_empty() {
+                (info.bytes / info.entries.max(1)) as usize
             } else {
-                let average = (bytes / out.len()).max(1);
-                (max_bytes.saturating_sub(bytes) / average)
-                    .clamp(1, READ_AHEAD_MAX)
-                    .min(max_entries - out.len())
-                    .min((info.entries as i64 - entry_id) as usize)
-            };
+                bytes / out.len()
+            }
+            .max(1);
+            let window = (max_bytes.saturating_sub(bytes) / average)
+                .clamp(1, READ_AHEAD_MAX)
+                .min(max_entries - out.len())
+                .min((info.entries as i64 - entry_id) as usize);
             let mut reads = Vec::with_capacity(window);
             for id in entry_id..entry_id + window as i64 {
                 let (me, current) = (self.clone(), current.clone());
@@ -79,6 +85,12 @@ impl ManagedLog {
                 let e = r
                     .await
                     .map_err(|e| LogError::LedgersUnavailable(format!("read task: {e}")))??;
+                // In entry order (the reads ran in parallel), so the dense prefix grows.
+                self.shared.index.lock().expect("index lock").learn(
+                    e.ledger_id,
+                    e.entry_id,
+                    e.base_offset,
+                );
                 if done || e.next_offset() > status.end_offset {
                     done = true;
                     continue;
@@ -122,23 +134,27 @@ impl ManagedLog {
         Ok(Some(e.base_offset.max(start)))
     }
 
-    /// The entry of `info` that holds `offset`: the sparse index narrows the range, a
-    /// binary search over entry headers finishes.
+    /// The entry of `info` that holds `offset`: from the offset index when it knows, else
+    /// a binary search over entry headers in the range the index narrowed it to.
     async fn locate(
         &self,
         info: &LedgerInfo,
         current: Option<&LedgerWriter>,
         offset: u64,
     ) -> Result<EntryId> {
-        let (mut lo, mut hi) = {
-            let index = self.shared.index.lock().expect("index lock");
-            let map = index.get(&info.ledger_id);
-            let lo = map.and_then(|m| m.range(..=offset).next_back()).map_or(0, |(_, e)| *e);
-            let hi = map
-                .and_then(|m| m.range(offset + 1..).next())
-                .map_or(info.entries as i64 - 1, |(_, e)| *e - 1);
-            (lo, hi.max(lo))
+        let located = self.shared.index.lock().expect("index lock").locate(
+            info.ledger_id,
+            info.entries,
+            offset,
+        );
+        let (mut lo, mut hi) = match located {
+            Located::Exact(e) => {
+                self.shared.stats.locate_exact.fetch_add(1, Relaxed);
+                return Ok(e);
+            }
+            Located::Between(lo, hi) => (lo, hi),
         };
+        self.shared.stats.locate_searches.fetch_add(1, Relaxed);
         // Invariant: the answer is in [lo, hi].
         while lo < hi {
             let mid = lo + (hi - lo + 1) / 2;
@@ -166,10 +182,11 @@ impl ManagedLog {
         let bytes = e.as_bytes().slice(ENTRY_HEADER_BYTES..);
         let (h, payload) = entry::decode(&bytes)
             .ok_or(LogError::CorruptEntry { ledger_id: info.ledger_id, entry_id })?;
-        if entry_id % INDEX_EVERY == 0 {
-            let mut index = self.shared.index.lock().expect("index lock");
-            index.entry(info.ledger_id).or_default().insert(h.base_offset, entry_id);
-        }
+        self.shared.index.lock().expect("index lock").learn(
+            info.ledger_id,
+            entry_id,
+            h.base_offset,
+        );
         Ok(LogEntry {
             base_offset: h.base_offset,
             record_count: h.record_count,

@@ -61,6 +61,7 @@ struct State {
     fail_writes: bool,
     n_syncs: u64,
     n_mutations: u64,
+    n_bytes_read: u64,
     crash_countdown: Option<(u64, CrashPlan)>,
 }
 
@@ -131,7 +132,7 @@ impl FaultFile {
 
 impl FileHandle for FaultFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let state = self.lock()?;
+        let mut state = self.lock()?;
         let live = &state.inodes[&self.ino].live;
         let offset = offset as usize;
         if offset >= live.len() {
@@ -139,6 +140,7 @@ impl FileHandle for FaultFile {
         }
         let n = buf.len().min(live.len() - offset);
         buf[..n].copy_from_slice(&live[offset..offset + n]);
+        state.n_bytes_read += n as u64;
         Ok(n)
     }
 
@@ -231,6 +233,11 @@ impl FaultFs {
     /// Whether a crash has happened since `mount` was made.
     pub fn has_crashed_since(&self, mount: &FaultFs) -> bool {
         mount.mounted.is_some_and(|g| g != self.lock().generation)
+    }
+
+    /// Bytes read through file handles so far.
+    pub fn n_bytes_read(&self) -> u64 {
+        self.lock().n_bytes_read
     }
 
     /// Mutating calls made so far.

@@ -120,12 +120,18 @@ impl Inner {
     }
 
     /// Loads the entries that follow `entry_id` in the same log into the read cache, with one
-    /// read. Best effort: a failure here is logged, never returned.
+    /// read of at most `read_ahead_entries` entries and `read_ahead_bytes` bytes; nothing when
+    /// the next entry is cached already (the reader is inside a window read before). Best
+    /// effort: a failure here is logged, never returned.
     pub(super) fn read_ahead(&self, ledger_id: LedgerId, entry_id: EntryId, first: EntryLocation) {
         let n = self.config.read_ahead_entries;
         if n == 0 {
             return;
         }
+        if self.read_cache.lock().expect("read cache lock").get(ledger_id, entry_id + 1).is_some() {
+            return;
+        }
+        let bytes_max = self.config.read_ahead_bytes.min(self.config.read_cache_bytes / 2) as u64;
         let start = index::location_key(ledger_id, entry_id + 1);
         let end = index::location_key(ledger_id, entry_id.saturating_add(1 + n as i64));
         let Ok(next) = self.kv.range(Table::Locations, &start, &end, n) else { return };
@@ -134,10 +140,14 @@ impl Inner {
         let span_start = span_end;
         for (_, v) in next {
             let Ok(loc) = EntryLocation::decode(&v) else { break };
-            if loc.log_id != first.log_id || loc.offset != span_end {
+            let len = crate::frame::FRAME_HEADER_BYTES as u64 + u64::from(loc.len);
+            if loc.log_id != first.log_id
+                || loc.offset != span_end
+                || span_end + len - span_start > bytes_max
+            {
                 break;
             }
-            span_end += crate::frame::FRAME_HEADER_BYTES as u64 + u64::from(loc.len);
+            span_end += len;
         }
         if span_end == span_start {
             return;
