@@ -25,6 +25,11 @@ impl ReadCache {
         self.entries.get(&(ledger_id, entry_id)).cloned()
     }
 
+    /// Whether the entry is cached.
+    pub fn contains(&self, ledger_id: LedgerId, entry_id: EntryId) -> bool {
+        self.entries.contains_key(&(ledger_id, entry_id))
+    }
+
     /// Caches `entry`, evicting the oldest entries beyond the limit.
     pub fn insert(&mut self, entry: Entry) {
         let key = (entry.ledger_id(), entry.entry_id());

@@ -30,6 +30,21 @@ struct LedgerOffsets {
     sparse: BTreeMap<u64, EntryId>,
 }
 
+impl LedgerOffsets {
+    /// Moves the dense offsets to the sparse map (every `SPARSE_EVERY`-th kept); returns how
+    /// many dense offsets it dropped.
+    fn sparsify(&mut self) -> usize {
+        let dense = std::mem::take(&mut self.dense);
+        let n = dense.len();
+        for (i, b) in dense.into_iter().enumerate() {
+            if i as i64 % SPARSE_EVERY == 0 {
+                self.sparse.insert(b, i as i64);
+            }
+        }
+        n
+    }
+}
+
 /// Per ledger, entry ids by base offset (see the module doc).
 #[derive(Debug, Default)]
 pub(super) struct OffsetIndex {
@@ -122,25 +137,11 @@ impl OffsetIndex {
             if self.dense_total <= INDEX_ENTRIES_MAX {
                 return;
             }
-            let l = self.ledgers.get_mut(&id).expect("listed");
-            let dense = std::mem::take(&mut l.dense);
-            self.dense_total -= dense.len();
-            for (i, b) in dense.into_iter().enumerate() {
-                if i as i64 % SPARSE_EVERY == 0 {
-                    l.sparse.insert(b, i as i64);
-                }
-            }
+            self.dense_total -= self.ledgers.get_mut(&id).expect("listed").sparsify();
         }
         if self.dense_total > INDEX_ENTRIES_MAX {
             // Only `keep` is left dense and it alone is over: thin it too.
-            let l = self.ledgers.get_mut(&keep).expect("being learned");
-            let dense = std::mem::take(&mut l.dense);
-            self.dense_total -= dense.len();
-            for (i, b) in dense.into_iter().enumerate() {
-                if i as i64 % SPARSE_EVERY == 0 {
-                    l.sparse.insert(b, i as i64);
-                }
-            }
+            self.dense_total -= self.ledgers.get_mut(&keep).expect("being learned").sparsify();
         }
         assert!(self.dense_total <= INDEX_ENTRIES_MAX);
     }

@@ -159,6 +159,7 @@ impl ManagedLog {
         while lo < hi {
             let mid = lo + (hi - lo + 1) / 2;
             let e = self.read_entry(info, current, mid).await?;
+            self.shared.index.lock().expect("index lock").learn(info.ledger_id, mid, e.base_offset);
             if e.base_offset <= offset {
                 lo = mid;
             } else {
@@ -182,11 +183,6 @@ impl ManagedLog {
         let bytes = e.as_bytes().slice(ENTRY_HEADER_BYTES..);
         let (h, payload) = entry::decode(&bytes)
             .ok_or(LogError::CorruptEntry { ledger_id: info.ledger_id, entry_id })?;
-        self.shared.index.lock().expect("index lock").learn(
-            info.ledger_id,
-            entry_id,
-            h.base_offset,
-        );
         Ok(LogEntry {
             base_offset: h.base_offset,
             record_count: h.record_count,

@@ -128,7 +128,7 @@ impl Inner {
         if n == 0 {
             return;
         }
-        if self.read_cache.lock().expect("read cache lock").get(ledger_id, entry_id + 1).is_some() {
+        if self.read_cache.lock().expect("read cache lock").contains(ledger_id, entry_id + 1) {
             return;
         }
         let bytes_max = self.config.read_ahead_bytes.min(self.config.read_cache_bytes / 2) as u64;
