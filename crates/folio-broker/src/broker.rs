@@ -255,6 +255,24 @@ impl Broker {
         self.inner.partition(&t, partition).await.map(|_| ()).map_err(|e| e.to_string())
     }
 
+    /// What `topic`'s `partition` holds (its ledgers, offsets, cursors), opening it if this
+    /// broker owns it.
+    pub async fn partition_info(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<folio_log::LogInfo, String> {
+        let t = self
+            .inner
+            .topics
+            .get(topic)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("no topic {topic}"))?;
+        let p = self.inner.partition(&t, partition).await.map_err(|e| e.to_string())?;
+        Ok(p.log.info())
+    }
+
     /// Topic deletions in progress (from the metadata store): see `deletion::progress`.
     pub async fn deletions(&self) -> Result<Vec<crate::deletion::DeletionProgress>, String> {
         crate::deletion::progress(&self.inner.env).await

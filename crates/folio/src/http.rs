@@ -148,6 +148,11 @@ async fn metrics(bookies: &Bookies) -> String {
         ("folio_bookie_read_only", "1 while the bookie is read-only.", &|b| {
             u64::from(b.is_read_only())
         }),
+        (
+            "folio_bookie_entry_log_read_bytes_total",
+            "Bytes read from entry-log files (cache misses and read-ahead).",
+            &|b| b.storage().entry_log_bytes_read(),
+        ),
         ("folio_journal_commits_total", "Journal group commits.", &|b| {
             b.storage().journal_stats().n_commits.load(Ordering::Relaxed)
         }),

@@ -271,6 +271,12 @@ impl Storage {
         self.inner.storage_flags()
     }
 
+    /// Bytes read from entry-log files so far (reads that missed the caches, and
+    /// read-ahead): against bytes served, the read amplification.
+    pub fn entry_log_bytes_read(&self) -> u64 {
+        self.inner.reader.bytes_read()
+    }
+
     /// The journal's counters.
     pub fn journal_stats(&self) -> &journal::JournalStats {
         self.inner.journal().stats()

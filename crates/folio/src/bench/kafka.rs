@@ -9,16 +9,27 @@
 //! lease expires, broker 2 sees it, opens the partitions: fences and recovers their
 //! ledgers).
 //!
+//! Then the backlog phase (`--phase backlog` alone): for 1 and 3 bookies and for 1 KiB and
+//! 100 B records, produce N records (1 M with `--quick`, 4 M without) to one partition,
+//! then a fresh consumer reads them from offset 0: `backlog_consume_mb_per_s`,
+//! `ratio_vs_produce` (against the produce rate of the same run), the time to the first
+//! record from the start, the middle and the newest ledger, and what the process read per
+//! byte served: `read_amplification` (entry-log file bytes the bookies read) and
+//! `rchar_per_byte_served` (every read syscall of the process, from `/proc/self/io`: the
+//! bookies run in-process and the ledger client reads their answers from loopback sockets,
+//! so a read path without amplification shows about 2 there).
+//!
 //! The client driver is `kafka_driver.py`, embedded in the binary and run with python3
 //! (needs `pip install confluent-kafka`).
 
+use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use folio_broker::{Broker, BrokerConfig};
 use folio_client::CreateOptions;
-use folio_log::LogEnv;
+use folio_log::{LogConfig, LogEnv};
 
 use super::ledger::{cluster, measure};
 
@@ -28,6 +39,10 @@ const DRIVER: &str = include_str!("kafka_driver.py");
 pub struct Args {
     #[command(flatten)]
     run: super::Run,
+    /// Which phases: `all`, `produce` (ledger baseline, produce and consume, brokers) or
+    /// `backlog` (catching up on a backlog, 1 and 3 bookies, 1 KiB and 100 B records).
+    #[arg(long, default_value = "all", value_parser = ["all", "produce", "backlog"])]
+    phase: String,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -50,13 +65,31 @@ async fn run_async(args: Args) -> Result<(), String> {
         return Err("bench kafka drives librdkafka through python3 + confluent-kafka: pip install confluent-kafka".into());
     }
     let tmp = super::temp_dir(&args.run.dir, ".folio-bench-kafka-")?;
+    let driver = tmp.path().join("kafka_driver.py");
+    std::fs::write(&driver, DRIVER).map_err(|e| format!("writing {}: {e}", driver.display()))?;
+    if args.phase != "backlog" {
+        produce_phases(&args, tmp.path(), &driver).await?;
+    }
+    if args.phase != "produce" {
+        let records = if args.run.quick { 1_000_000 } else { 4_000_000 };
+        for (bookies, record_bytes) in [(1, 1024), (3, 1024), (1, 100), (3, 100)] {
+            let dir = tmp.path().join(format!("backlog-{bookies}-{record_bytes}"));
+            backlog(&driver, &dir, bookies, records, record_bytes).await?;
+            std::fs::remove_dir_all(&dir)
+                .map_err(|e| format!("removing {}: {e}", dir.display()))?;
+        }
+    }
+    Ok(())
+}
+
+async fn produce_phases(args: &Args, tmp: &Path, driver: &Path) -> Result<(), String> {
     let secs = if args.run.quick { 10 } else { 30 };
     let (record_bytes, inflight) = (1024usize, 256usize);
     println!(
         "bench=kafka quick={} seconds_per_run={secs} record_bytes={record_bytes}",
         args.run.quick
     );
-    let (client, bookies, meta) = cluster(&tmp.path().join("cluster"), 3).await?;
+    let (client, bookies, meta) = cluster(&tmp.join("cluster"), 3).await?;
 
     // Baseline: raw ledger adds on the same bookies and quorums.
     let raw = measure(
@@ -85,10 +118,9 @@ async fn run_async(args: Args) -> Result<(), String> {
         ..BrokerConfig::default()
     };
     let broker = Broker::start(config(1), env.clone()).await?;
-    let driver = tmp.path().join("kafka_driver.py");
-    std::fs::write(&driver, DRIVER).map_err(|e| format!("writing {}: {e}", driver.display()))?;
     let run = |bootstrap: String, topic: &'static str, partitions: usize| {
-        drive(driver.clone(), bootstrap, topic, secs, record_bytes, partitions)
+        let args = [secs.to_string(), record_bytes.to_string(), partitions.to_string()];
+        drive(driver, "run", bootstrap, topic, args.to_vec())
     };
     let line = run(broker.addr().to_string(), "bench", 1).await?;
     println!(
@@ -177,25 +209,84 @@ async fn run_async(args: Args) -> Result<(), String> {
 /// Partitions of the two-broker phase.
 const PARTITIONS: usize = 4;
 
-/// Runs the client driver; returns its figures line.
+/// The backlog phase for one configuration (see the module doc).
+async fn backlog(
+    driver: &Path,
+    dir: &Path,
+    n_bookies: usize,
+    records: u64,
+    record_bytes: usize,
+) -> Result<(), String> {
+    let topic = "backlog";
+    let (client, bookies, meta) = cluster(dir, n_bookies).await?;
+    let env = super::log_env(meta, client);
+    // About eight ledgers of backlog, so reads cross ledger boundaries.
+    let backlog_bytes = records * record_bytes as u64;
+    let config = BrokerConfig {
+        listen: "127.0.0.1:0".parse().expect("address"),
+        default_replication: n_bookies as u16,
+        replication_max: n_bookies as u16,
+        default_partitions: 1,
+        log: LogConfig { rollover_bytes: backlog_bytes / 8, ..LogConfig::default() },
+        ..BrokerConfig::default()
+    };
+    let broker = Broker::start(config, env).await?;
+    let bootstrap = broker.addr().to_string();
+    let args = vec![records.to_string(), record_bytes.to_string()];
+    let produced = drive(driver, "produce", bootstrap.clone(), topic, args).await?;
+    let produce_mb = mb_per_s(&produced)?;
+
+    let info = broker.partition_info(topic, 0).await?;
+    let newest = info.ledgers.iter().rev().find(|l| l.entries > 0 || l.records > 0);
+    let newest = newest.map_or(0, |l| l.first_offset);
+    let bookie_reads = || bookies.iter().map(|b| b.storage().entry_log_bytes_read()).sum::<u64>();
+    let served = || broker.metrics().bytes_out.load(Relaxed);
+    let (rchar0, disk0, served0) = (super::process_io("rchar"), bookie_reads(), served());
+    let consumed =
+        drive(driver, "consume", bootstrap.clone(), topic, vec![records.to_string()]).await?;
+    let (rchar1, disk1, served1) = (super::process_io("rchar"), bookie_reads(), served());
+    let served_bytes = (served1 - served0).max(1) as f64;
+    let consume_mb = figure(&consumed, "consume_mb_per_s")?;
+    let first_ms = figure(&consumed, "first_record_ms")?;
+    let offsets = [records / 2, newest + 1];
+    let args = offsets.iter().map(|o| o.to_string()).collect();
+    let firsts = drive(driver, "first", bootstrap, topic, args).await?;
+    let first_at = |o: u64| figure(&firsts, &format!("offset_{o}_ms"));
+    let rchar = match (rchar0, rchar1) {
+        (Some(a), Some(b)) => format!("{:.2}", (b - a) as f64 / served_bytes),
+        _ => "unknown".into(),
+    };
+    println!(
+        "setup=backlog bookies={n_bookies} replication={n_bookies} record_bytes={record_bytes} records={records} ledgers={} produce_mb_per_s={produce_mb:.1} backlog_consume_mb_per_s={consume_mb:.1} ratio_vs_produce={:.2} first_record_ms_from_backlog_start={first_ms:.1} first_record_ms_from_backlog_middle={:.1} first_record_ms_from_backlog_newest_ledger={:.1} served_mb={:.1} read_amplification={:.2} rchar_per_byte_served={rchar}",
+        info.ledgers.len(),
+        consume_mb / produce_mb,
+        first_at(offsets[0])?,
+        first_at(offsets[1])?,
+        served_bytes / super::MIB,
+        (disk1 - disk0) as f64 / served_bytes,
+    );
+    broker.shutdown().await;
+    for b in bookies {
+        b.shutdown().await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Runs the client driver in `mode` with `args` after bootstrap and topic; returns its
+/// figures line.
 async fn drive(
-    driver: std::path::PathBuf,
+    driver: &Path,
+    mode: &'static str,
     bootstrap: String,
     topic: &'static str,
-    secs: u64,
-    record_bytes: usize,
-    partitions: usize,
+    args: Vec<String>,
 ) -> Result<String, String> {
+    let driver = driver.to_path_buf();
     let out = tokio::task::spawn_blocking(move || {
         Command::new("python3")
             .arg(&driver)
-            .args([
-                bootstrap.as_str(),
-                topic,
-                &secs.to_string(),
-                &record_bytes.to_string(),
-                &partitions.to_string(),
-            ])
+            .args([mode, bootstrap.as_str(), topic])
+            .args(args)
             .output()
     })
     .await
@@ -212,11 +303,16 @@ async fn drive(
 }
 
 fn mb_per_s(line: &str) -> Result<f64, String> {
+    figure(line, "mb_per_s")
+}
+
+/// The number `key=` of a driver's figures line.
+fn figure(line: &str, key: &str) -> Result<f64, String> {
     figures(line)
         .into_iter()
-        .find(|(k, _)| k == "mb_per_s")
+        .find(|(k, _)| k == key)
         .and_then(|(_, v)| v.parse().ok())
-        .ok_or_else(|| format!("no mb_per_s in the driver's output: {line}"))
+        .ok_or_else(|| format!("no {key} in the driver's output: {line}"))
 }
 
 fn librdkafka_version() -> String {
