@@ -129,6 +129,36 @@ async fn with_qa_below_qw_a_dead_bookie_does_not_stop_writes_or_reads() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequential_reads_of_a_fully_replicated_ledger_ask_one_bookie_until_it_fails() {
+    // Sticky reads: with E = Qw every bookie holds every entry; spreading a sequential
+    // reader over them makes each read the same span ahead (3x the bytes read).
+    let mut c = cluster(3, &[]).await;
+    let client = LedgerClient::new(c.meta.clone(), Keys::default());
+    let w = client.create(CreateOptions::new(3, 3, 2)).await.unwrap();
+    for i in 0..60u64 {
+        w.add(&payload(i)).await.unwrap();
+    }
+    w.close().await.unwrap();
+    let requests = |c: &Cluster| {
+        c.bookies.iter().map(|b| b.stats().requests.load(Ordering::SeqCst)).collect::<Vec<_>>()
+    };
+    let r = client.open(w.id()).await.unwrap();
+    let before = requests(&c);
+    for e in 0..30u64 {
+        assert_eq!(r.read(e as i64).await.unwrap().payload(), &payload(e)[..]);
+    }
+    let asked: Vec<u64> = requests(&c).iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert_eq!(asked.iter().filter(|n| **n > 0).count(), 1, "one bookie served: {asked:?}");
+    assert_eq!(asked.iter().sum::<u64>(), 30, "one request per entry: {asked:?}");
+    // The sticky bookie goes: reads go on from another, and stay there.
+    let sticky = asked.iter().position(|n| *n > 0).unwrap();
+    c.bookies.remove(sticky).abort().await;
+    for e in 30..60u64 {
+        assert_eq!(r.read(e as i64).await.unwrap().payload(), &payload(e)[..]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn placement_never_picks_a_read_only_bookie() {
     let c = cluster(3, &[1]).await;
     let keys = Keys::default();

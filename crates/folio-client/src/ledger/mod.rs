@@ -213,11 +213,7 @@ impl LedgerClient {
 
     /// Opens a ledger for reading, without recovery (it may still be written).
     pub async fn open(&self, ledger_id: LedgerId) -> Result<LedgerReader> {
-        Ok(LedgerReader {
-            id: ledger_id,
-            metadata: self.metadata(ledger_id).await?,
-            client: self.clone(),
-        })
+        Ok(LedgerReader::new(ledger_id, self.metadata(ledger_id).await?, self.clone()))
     }
 
     /// Deletes the ledger's metadata; bookies reclaim its data through garbage collection.
@@ -297,6 +293,22 @@ pub struct LedgerReader {
     id: LedgerId,
     metadata: LedgerMetadata,
     client: LedgerClient,
+    /// Sticky reads: when every bookie of an ensemble holds every entry (E = Qw), entries
+    /// are read from this one (an index into the ensemble) until it fails, so that one
+    /// bookie's read-ahead serves a sequential reader instead of every bookie reading the
+    /// same span ahead. Starts at `ledger_id % E`, so ledgers spread their readers.
+    sticky: std::sync::atomic::AtomicUsize,
+}
+
+impl LedgerReader {
+    pub(crate) fn new(id: LedgerId, metadata: LedgerMetadata, client: LedgerClient) -> Self {
+        LedgerReader {
+            id,
+            metadata,
+            client,
+            sticky: std::sync::atomic::AtomicUsize::new(id as usize),
+        }
+    }
 }
 
 /// Where a recovery writes entries back, and the fragments its bookie replacements started.

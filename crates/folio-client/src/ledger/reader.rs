@@ -6,6 +6,8 @@ use folio_meta::records::{LedgerMetadata, LedgerState};
 use folio_proto::wire::{Request, Response};
 use folio_proto::{Entry, EntryId, INVALID_ENTRY_ID, LedgerId, Status};
 
+use std::sync::atomic::Ordering::Relaxed;
+
 use crate::error::{LedgerError, Result};
 
 use super::*;
@@ -61,8 +63,12 @@ impl LedgerReader {
         }
         let ensemble = self.metadata.ensemble_for(entry_id);
         let (e, w) = (ensemble.len() as i64, self.metadata.write_quorum as i64);
+        // The write set in the order tried: from the sticky bookie when it holds every
+        // entry (see `LedgerReader::sticky`), else from the entry's first replica.
+        let sticky = (w == e).then(|| self.sticky.load(Relaxed));
+        let first = sticky.map_or(entry_id, |s| (s % e as usize) as i64);
         let replicas: Vec<String> =
-            (0..w).map(|i| ensemble[((entry_id + i) % e) as usize].clone()).collect();
+            (0..w).map(|i| ensemble[((first + i) % e) as usize].clone()).collect();
         let (tx, mut rx) = tokio::sync::mpsc::channel(replicas.len());
         let attempt = |bookie: String| {
             let (client, tx, id) = (self.client.clone(), tx.clone(), self.id);
@@ -80,7 +86,15 @@ impl LedgerReader {
                     outstanding -= 1;
                     match r {
                         Ok(entry) => return Ok(entry),
-                        Err(e) => errors.push(format!("{bookie}: {e}")),
+                        Err(e) => {
+                            // The sticky bookie failed: later reads start at the next one.
+                            if let Some(s) = sticky
+                                && bookie == replicas[0]
+                            {
+                                let _ = self.sticky.compare_exchange(s, s.wrapping_add(1), Relaxed, Relaxed);
+                            }
+                            errors.push(format!("{bookie}: {e}"));
+                        }
                     }
                     if next < replicas.len() {
                         attempt(replicas[next].clone());
@@ -163,6 +177,6 @@ impl LedgerReader {
     pub(super) async fn read_unchecked(&self, entry_id: EntryId) -> Result<Entry> {
         let mut m = self.metadata.clone();
         m.state = LedgerState::Open;
-        LedgerReader { id: self.id, metadata: m, client: self.client.clone() }.read(entry_id).await
+        LedgerReader::new(self.id, m, self.client.clone()).read(entry_id).await
     }
 }

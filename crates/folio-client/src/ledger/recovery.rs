@@ -75,7 +75,7 @@ impl LedgerClient {
         .await?;
         let Some((metadata, _)) = marked else { return Err(LedgerError::NoSuchLedger(ledger_id)) };
         if metadata.state == LedgerState::Closed {
-            return Ok(LedgerReader { id: ledger_id, metadata, client: self.clone() });
+            return Ok(LedgerReader::new(ledger_id, metadata, self.clone()));
         }
         let key = master_key(metadata.password.as_deref().unwrap_or_default());
         let (w, a) = (metadata.write_quorum as usize, metadata.ack_quorum as usize);
@@ -198,7 +198,7 @@ impl LedgerClient {
             last_entry = metadata.last_entry_id,
             "ledger recovered and closed"
         );
-        Ok(LedgerReader { id: ledger_id, metadata, client: self.clone() })
+        Ok(LedgerReader::new(ledger_id, metadata, self.clone()))
     }
 
     /// Re-adds a recovered entry to its write set with the recovery flag (which passes the

@@ -72,11 +72,7 @@ impl LedgerWriter {
     /// A reader over this ledger as the writer knows it now (its current ensembles), for
     /// entries up to `last_add_confirmed`.
     pub fn reader(&self) -> LedgerReader {
-        LedgerReader {
-            id: self.inner.id,
-            metadata: self.metadata(),
-            client: self.inner.client.clone(),
-        }
+        LedgerReader::new(self.inner.id, self.metadata(), self.inner.client.clone())
     }
 
     /// Appends `payload`; returns its entry id once it and every earlier entry reached the
