@@ -87,6 +87,11 @@ struct Inner {
     journal: OnceLock<Journal>,
     cache: WriteCache,
     read_cache: Mutex<ReadCache>,
+    /// Entries being read from disk into the read cache now (ledger, first, end): a read
+    /// of one of them waits for that read instead of reading the same bytes again
+    /// (`read.rs`).
+    reads_from_disk: Mutex<Vec<(LedgerId, EntryId, EntryId)>>,
+    reads_from_disk_done: Condvar,
     reader: EntryLogReader,
     ledgers: Mutex<HashMap<LedgerId, Ledger>>,
     flush: Mutex<FlushState>,

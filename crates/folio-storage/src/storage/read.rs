@@ -1,5 +1,25 @@
 use super::*;
 
+/// How long a read waits for a read from disk of the same entry in progress.
+const READ_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A read from disk in progress (see `Inner::reads_from_disk`): registered for its life.
+pub(super) struct ReadingFromDisk<'a> {
+    inner: &'a Inner,
+    span: (LedgerId, EntryId, EntryId),
+}
+
+impl Drop for ReadingFromDisk<'_> {
+    fn drop(&mut self) {
+        let mut reading = self.inner.reads_from_disk.lock().expect("reads from disk lock");
+        if let Some(i) = reading.iter().position(|s| *s == self.span) {
+            reading.swap_remove(i);
+        }
+        drop(reading);
+        self.inner.reads_from_disk_done.notify_all();
+    }
+}
+
 impl Inner {
     pub(super) fn missing(&self, ledger_id: LedgerId, entry_id: EntryId) -> StorageError {
         match self.lock_ledgers().get(&ledger_id) {
@@ -91,9 +111,12 @@ impl Inner {
         if let Some(e) = self.cache.get(ledger_id, entry_id) {
             return Ok(e);
         }
-        if let Some(e) = self.read_cache.lock().expect("read cache lock").get(ledger_id, entry_id) {
-            return Ok(e);
-        }
+        // Else this read reads the entry and its read-ahead from disk; concurrent reads of
+        // them wait for it (a sequential reader keeps several reads in flight).
+        let _reading = match self.cached_or_claim(ledger_id, entry_id) {
+            Ok(e) => return Ok(e),
+            Err(reading) => reading,
+        };
         let Some(loc) = self.kv.get(Table::Locations, &index::location_key(ledger_id, entry_id))?
         else {
             // It may have been flushed between the cache lookup and the index lookup.
@@ -123,6 +146,40 @@ impl Inner {
     /// read of at most `read_ahead_entries` entries and `read_ahead_bytes` bytes; nothing when
     /// the next entry is cached already (the reader is inside a window read before). Best
     /// effort: a failure here is logged, never returned.
+    /// The entry from the read cache, waiting first for a read from disk in progress that
+    /// covers it; else (or after `READ_WAIT_MAX`) the claim to read it and its read-ahead
+    /// from disk, registered in the same critical section as the check.
+    fn cached_or_claim(
+        &self,
+        ledger_id: LedgerId,
+        entry_id: EntryId,
+    ) -> std::result::Result<Entry, ReadingFromDisk<'_>> {
+        let deadline = std::time::Instant::now() + READ_WAIT_MAX;
+        let mut reading = self.reads_from_disk.lock().expect("reads from disk lock");
+        loop {
+            if let Some(e) =
+                self.read_cache.lock().expect("read cache lock").get(ledger_id, entry_id)
+            {
+                return Ok(e);
+            }
+            let covered = reading
+                .iter()
+                .any(|(l, from, end)| *l == ledger_id && (*from..*end).contains(&entry_id));
+            let now = std::time::Instant::now();
+            if !covered || now >= deadline {
+                let end = entry_id.saturating_add(1 + self.config.read_ahead_entries as i64);
+                let span = (ledger_id, entry_id, end);
+                reading.push(span);
+                return Err(ReadingFromDisk { inner: self, span });
+            }
+            reading = self
+                .reads_from_disk_done
+                .wait_timeout(reading, deadline - now)
+                .expect("reads from disk lock")
+                .0;
+        }
+    }
+
     pub(super) fn read_ahead(&self, ledger_id: LedgerId, entry_id: EntryId, first: EntryLocation) {
         let n = self.config.read_ahead_entries;
         if n == 0 {
@@ -132,8 +189,20 @@ impl Inner {
             return;
         }
         let bytes_max = self.config.read_ahead_bytes.min(self.config.read_cache_bytes / 2) as u64;
+        // Up to the next entry another read is reading from disk now (it reads ahead from
+        // there itself).
+        let stop = self
+            .reads_from_disk
+            .lock()
+            .expect("reads from disk lock")
+            .iter()
+            .filter(|(l, from, _)| *l == ledger_id && *from > entry_id)
+            .map(|(_, from, _)| *from)
+            .min()
+            .unwrap_or(i64::MAX)
+            .min(entry_id.saturating_add(1 + n as i64));
         let start = index::location_key(ledger_id, entry_id + 1);
-        let end = index::location_key(ledger_id, entry_id.saturating_add(1 + n as i64));
+        let end = index::location_key(ledger_id, stop);
         let Ok(next) = self.kv.range(Table::Locations, &start, &end, n) else { return };
         let mut span_end =
             first.offset + (crate::frame::FRAME_HEADER_BYTES as u64) + u64::from(first.len);

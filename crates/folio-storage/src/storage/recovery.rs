@@ -22,6 +22,8 @@ impl Storage {
         let inner = Arc::new(Inner {
             cache: WriteCache::new(config.write_cache_bytes),
             read_cache: Mutex::new(ReadCache::new(config.read_cache_bytes)),
+            reads_from_disk: Mutex::new(Vec::new()),
+            reads_from_disk_done: Condvar::new(),
             reader: EntryLogReader::new(fs.clone(), log_dir.clone()),
             ledgers: Mutex::new(ledgers),
             flush: Mutex::new(FlushState {
