@@ -169,6 +169,11 @@ impl Broker {
             "# HELP folio_kafka_partitions_open Partition logs open here (limit: partitions_open_max).\n# TYPE folio_kafka_partitions_open gauge\nfolio_kafka_partitions_open {}",
             self.partitions_open()
         );
+        let _ = writeln!(
+            out,
+            "# HELP folio_log_read_prefetched_bytes Bytes partition readers hold or have in flight ahead of their next fetch (limit: PREFETCH_BYTES_MAX).\n# TYPE folio_log_read_prefetched_bytes gauge\nfolio_log_read_prefetched_bytes {}",
+            folio_log::prefetched_bytes()
+        );
         out.push_str("# HELP folio_kafka_group_members Members of a group this broker coordinates.\n# TYPE folio_kafka_group_members gauge\n");
         let groups = self.inner.groups.snapshot();
         // Group ids are any string a client sends: escaped, they cannot forge samples.

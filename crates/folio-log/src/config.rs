@@ -44,6 +44,13 @@ pub struct LogConfig {
     /// fails as fenced. A writer idle across a deletion would otherwise add to a ledger
     /// whose fence the bookies forgot when their GC dropped it, and be acknowledged.
     pub idle_revalidation: Duration,
+    /// A reader catching up keeps up to this many bytes of entries in flight from the
+    /// bookies beyond what its current read asks for (its read stream, `log/stream.rs`),
+    /// so the next read finds them there.
+    pub read_window_bytes: usize,
+    /// The newest confirmed entries kept in memory, in bytes, so that tailing readers get
+    /// them without a bookie round trip (`log/tail.rs`).
+    pub tail_cache_bytes: usize,
 }
 
 impl Default for LogConfig {
@@ -66,6 +73,8 @@ impl Default for LogConfig {
             trash_batch_max: 100,
             append_timeout: Duration::from_secs(30),
             idle_revalidation: Duration::from_secs(1),
+            read_window_bytes: 8 * 1024 * 1024,
+            tail_cache_bytes: 2 * 1024 * 1024,
         }
     }
 }

@@ -28,5 +28,6 @@ pub use env::{LogEnv, OWNER_TAG, WallClock};
 pub use error::{LogError, Result};
 pub use log::{
     BATCH_BYTES_MAX, LogInfo, LogState, LogStats, LogStatus, ManagedLog, PendingAppend, TrimReport,
+    prefetched_bytes,
 };
 pub use trash::{Trash, TrashConfig, TrashHandle, TrashPass, TrashStatus};

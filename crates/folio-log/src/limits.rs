@@ -16,8 +16,18 @@ pub const LOG_NAME_BYTES_MAX: usize = 512;
 /// Attempts to open a log while other owners race for it.
 pub const OPEN_ATTEMPTS_MAX: usize = 10;
 
-/// Entries one `read` asks for at once, at most.
-pub const READ_AHEAD_MAX: usize = 16;
+/// Entry reads one read stream keeps in flight, at most (whatever their bytes).
+pub const STREAM_ENTRIES_MAX: usize = 64;
+
+/// Read streams kept per log (one per reader position; the least recently used goes).
+pub const STREAMS_MAX: usize = 8;
+
+/// A read stream's window, at most, whatever `read_window_bytes` and the read ask.
+pub const STREAM_WINDOW_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Bytes read ahead by every read stream of the process together, beyond what the reads
+/// in progress asked for; past it streams read only what is asked.
+pub const PREFETCH_BYTES_MAX: usize = 256 * 1024 * 1024;
 
 /// Entries' base offsets the offset index keeps densely per log (8 bytes each: 2 MiB).
 /// Beyond it the oldest ledgers keep every 16th; a read there searches entry headers.
@@ -35,5 +45,6 @@ const _: () =
 // A log's name goes into its metadata keys (the log record, its cursors) with room for
 // the root and a cursor name.
 const _: () = assert!(2 * LOG_NAME_BYTES_MAX < KEY_BYTES_MAX);
-const _: () = assert!(READ_AHEAD_MAX > 0 && READERS_MAX > 0 && OPEN_ATTEMPTS_MAX > 0);
+const _: () = assert!(STREAM_ENTRIES_MAX > 0 && STREAMS_MAX > 0 && READERS_MAX > 0);
+const _: () = assert!(OPEN_ATTEMPTS_MAX > 0 && STREAM_WINDOW_BYTES_MAX <= PREFETCH_BYTES_MAX);
 const _: () = assert!(INDEX_ENTRIES_MAX >= 1024);

@@ -54,7 +54,9 @@ async fn appends_get_dense_offsets_and_read_back_across_rollovers() {
 async fn reads_locate_their_entry_from_the_offset_index_without_searching() {
     use std::sync::atomic::Ordering::Relaxed;
     let c = Cluster::start(1).await;
-    let log = ManagedLog::open_or_create(env(&c, "a"), "idx", small(1, 50)).await.unwrap();
+    // No tail cache: every read goes to the ledgers.
+    let config = LogConfig { tail_cache_bytes: 0, ..small(1, 50) };
+    let log = ManagedLog::open_or_create(env(&c, "a"), "idx", config.clone()).await.unwrap();
     for i in 0..120u64 {
         log.append(&batch(i), 3, 0).await.unwrap();
     }
@@ -69,7 +71,7 @@ async fn reads_locate_their_entry_from_the_offset_index_without_searching() {
 
     // A new owner knows nothing yet: its first read in the middle searches; a reader going
     // through the log from its start teaches the index every ledger it passes.
-    let log = ManagedLog::open_or_create(env(&c, "b"), "idx", small(1, 50)).await.unwrap();
+    let log = ManagedLog::open_or_create(env(&c, "b"), "idx", config).await.unwrap();
     assert_eq!(log.read(200, 1, 1).await.unwrap()[0].base_offset, 198);
     let searched = log.stats().locate_searches.load(Relaxed);
     assert!(searched >= 1, "nothing known: the first read searches");

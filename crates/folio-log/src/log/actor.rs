@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::{Command, LogState, LogStatus, Reply, Shared, put_config};
 use crate::config::LogConfig;
-use crate::entry::{self, EntryHeader};
+use crate::entry::{self, EntryHeader, LogEntry};
 use crate::env::{LogEnv, fence_ledger, ledger_options};
 use crate::error::{LogError, Result};
 use crate::records::{CursorRecord, LedgerInfo, LogRecord, TrashRecord};
@@ -453,6 +453,18 @@ impl Actor {
             }
             self.cur.max_ts = self.cur.max_ts.max(p.max_ts);
             self.sh.index.lock().expect("index lock").learn(lid, entry_id, p.base_offset);
+            let tail_max = self.sh.config.tail_cache_bytes;
+            if tail_max > 0 && p.data.len() >= entry::LOG_ENTRY_HEADER_BYTES {
+                let e = LogEntry {
+                    base_offset: p.base_offset,
+                    record_count: p.records,
+                    max_timestamp: p.max_ts,
+                    ledger_id: lid,
+                    entry_id,
+                    payload: p.data.slice(entry::LOG_ENTRY_HEADER_BYTES..),
+                };
+                self.sh.tail.lock().expect("tail lock").push(e, tail_max);
+            }
             self.sh.stats.appends.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             self.sh
                 .stats

@@ -32,6 +32,9 @@ mod actor;
 mod cursors;
 mod index;
 mod read;
+mod stream;
+pub use stream::prefetched_bytes;
+mod tail;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
@@ -111,6 +114,10 @@ pub struct LogStats {
     pub locate_exact: std::sync::atomic::AtomicU64,
     /// Reads that searched entry headers to find their first entry.
     pub locate_searches: std::sync::atomic::AtomicU64,
+    /// Reads that continued a read stream an earlier read left at their offset.
+    pub reads_continued: std::sync::atomic::AtomicU64,
+    /// Reads served from the tail cache (no bookie round trip).
+    pub reads_from_tail: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,6 +173,10 @@ struct Shared {
     readers: Mutex<HashMap<u64, Arc<LedgerReader>>>,
     /// Per ledger: which entry holds which offset (`index.rs`).
     index: Mutex<index::OffsetIndex>,
+    /// Readers' positions with their entries in flight (`stream.rs`).
+    streams: Mutex<stream::Streams>,
+    /// The newest confirmed entries (`tail.rs`).
+    tail: Mutex<tail::TailCache>,
     cursors: Mutex<BTreeMap<String, CursorState>>,
     stats: LogStats,
 }
@@ -329,6 +340,8 @@ impl ManagedLog {
                 .0,
                 readers: Mutex::new(HashMap::new()),
                 index: Mutex::new(index::OffsetIndex::default()),
+                streams: Mutex::new(stream::Streams::default()),
+                tail: Mutex::new(tail::TailCache::default()),
                 cursors: Mutex::new(cursors),
                 stats: LogStats::default(),
             });
@@ -346,6 +359,11 @@ impl ManagedLog {
             return Ok(ManagedLog { shared, cmd: cmd_tx });
         }
         Err(last_err.unwrap_or_else(|| LogError::Fenced(name.into())))
+    }
+
+    /// Read streams kept for readers' next reads (see `stream.rs`).
+    pub fn read_streams(&self) -> usize {
+        self.shared.streams.lock().expect("streams lock").len()
     }
 
     /// The log's name.

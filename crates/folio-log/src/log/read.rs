@@ -1,8 +1,10 @@
-//! Reads by offset and by time. The offset index (`index.rs`) finds the entry holding an
-//! offset without reading entries when it knows the ledger (always for the ledger this
-//! process appends to; for others once read from their start), otherwise it narrows a binary
-//! search over entry headers; closed ledgers are read through cached readers, the open one
-//! through its writer.
+//! Reads by offset and by time. The newest entries come from the tail cache (`tail.rs`);
+//! a reader continuing where its last read ended takes its read stream (`stream.rs`);
+//! otherwise the offset index (`index.rs`) finds the entry holding an offset without
+//! reading entries when it knows the ledger (always for the ledger this process appends
+//! to; for others once read from their start), else it narrows a binary search over entry
+//! headers. Closed ledgers are read through cached readers, the open one through its
+//! writer.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -11,16 +13,22 @@ use folio_client::{LedgerReader, LedgerWriter};
 use folio_proto::{ENTRY_HEADER_BYTES, EntryId};
 
 use super::index::Located;
+use super::stream::ReadStream;
 use super::{LogState, ManagedLog};
 use crate::entry::{self, LogEntry};
 use crate::error::{LogError, Result};
-use crate::limits::{READ_AHEAD_MAX, READERS_MAX};
+use crate::limits::{READERS_MAX, STREAM_WINDOW_BYTES_MAX};
 use crate::records::LedgerInfo;
 
 impl ManagedLog {
     /// Reads batches from the one holding `offset` on, up to `max_bytes` of payload (at
-    /// least one batch) and `max_entries` batches. An empty result means `offset` is the
-    /// end of the log.
+    /// least one batch; no batch that would go past it) and `max_entries` batches. An empty
+    /// result means `offset` is the end of the log.
+    ///
+    /// The newest entries come from memory (`tail.rs`); others through the read stream
+    /// that ends at `offset` if an earlier read left one (`stream.rs`), else through a new
+    /// stream from the entry the offset index (or a search) finds. The stream keeps reading
+    /// ahead for the next read.
     pub async fn read(
         &self,
         offset: u64,
@@ -38,71 +46,83 @@ impl ManagedLog {
                 end: status.end_offset,
             });
         }
-        let mut out: Vec<LogEntry> = Vec::new();
         if offset == status.end_offset || max_entries == 0 {
+            return Ok(Vec::new());
+        }
+        let tail = self.shared.tail.lock().expect("tail lock").read(
+            offset,
+            status.end_offset,
+            max_bytes,
+            max_entries,
+        );
+        if let Some(out) = tail.filter(|o| !o.is_empty()) {
+            self.shared.stats.reads_from_tail.fetch_add(1, Relaxed);
+            // A stream left at this offset is behind the reader now.
+            drop(self.shared.streams.lock().expect("streams lock").take(offset));
             return Ok(out);
         }
         let view = self.view();
-        let current = view.current.clone();
-        let Some(mut li) = view.find(offset) else {
-            return Ok(out);
+        let kept = self.shared.streams.lock().expect("streams lock").take(offset);
+        let mut stream = match kept {
+            Some(s) => {
+                self.shared.stats.reads_continued.fetch_add(1, Relaxed);
+                s
+            }
+            None => {
+                let Some(li) = view.find(offset) else {
+                    return Ok(Vec::new());
+                };
+                let first = view.get(li).expect("found ledger exists");
+                let entry_id = self.locate(&first, view.current.as_deref(), offset).await?;
+                ReadStream::new(offset, &view, li, entry_id)
+            }
         };
-        let first = view.get(li).expect("found ledger exists");
-        let mut entry_id = self.locate(&first, current.as_deref(), offset).await?;
+        let window = max_bytes
+            .saturating_add(self.shared.config.read_window_bytes)
+            .min(STREAM_WINDOW_BYTES_MAX.max(max_bytes));
+        let mut out: Vec<LogEntry> = Vec::new();
         let mut bytes = 0usize;
-        while out.len() < max_entries && (out.is_empty() || bytes < max_bytes) {
-            let info = view.get(li).expect("ledger index in range");
-            if entry_id >= info.entries as i64 {
-                li += 1;
-                entry_id = 0;
-                match view.get(li) {
-                    Some(l) if l.entries > 0 => continue,
-                    _ => break,
+        while out.len() < max_entries && bytes < max_bytes {
+            stream.fill(self, &view, window, max_bytes - bytes);
+            let e = match stream.peek().await {
+                None => break,
+                Some(Ok(e)) => e,
+                Some(Err(e)) => {
+                    // The stream is dropped (its reads aborted); a trim may have taken its
+                    // ledgers.
+                    let start = self.start_offset();
+                    if offset < start {
+                        let end = self.end_offset();
+                        return Err(LogError::OffsetOutOfRange { offset, start, end });
+                    }
+                    return Err(e);
                 }
-            }
-            // Read ahead: as many entries at once as the bytes left probably hold (by the
-            // average entry of what was read so far, or of the ledger), within this ledger
-            // and the limits.
-            let average = if out.is_empty() {
-                (info.bytes / info.entries.max(1)) as usize
-            } else {
-                bytes / out.len()
-            }
-            .max(1);
-            let window = (max_bytes.saturating_sub(bytes) / average)
-                .clamp(1, READ_AHEAD_MAX)
-                .min(max_entries - out.len())
-                .min((info.entries as i64 - entry_id) as usize);
-            let mut reads = Vec::with_capacity(window);
-            for id in entry_id..entry_id + window as i64 {
-                let (me, current) = (self.clone(), current.clone());
-                reads.push(tokio::spawn(async move {
-                    me.read_entry(&info, current.as_deref(), id).await
-                }));
-            }
-            let mut done = false;
-            for r in reads {
-                let e = r
-                    .await
-                    .map_err(|e| LogError::LedgersUnavailable(format!("read task: {e}")))??;
-                // In entry order (the reads ran in parallel), so the dense prefix grows.
-                self.shared.index.lock().expect("index lock").learn(
-                    e.ledger_id,
-                    e.entry_id,
-                    e.base_offset,
-                );
-                if done || e.next_offset() > status.end_offset {
-                    done = true;
-                    continue;
-                }
-                bytes += e.payload.len();
-                out.push(e);
-                entry_id += 1;
-            }
-            if done {
+            };
+            if e.next_offset() > status.end_offset
+                || (!out.is_empty() && bytes + e.payload.len() > max_bytes)
+            {
                 break;
             }
+            let e = stream.take();
+            debug_assert!(
+                out.last().map_or(e.base_offset <= offset && offset < e.next_offset(), |l| {
+                    l.next_offset() == e.base_offset
+                }),
+                "read stream out of order at {}",
+                e.base_offset
+            );
+            // In entry order, so the offset index's dense prefix grows.
+            self.shared.index.lock().expect("index lock").learn(
+                e.ledger_id,
+                e.entry_id,
+                e.base_offset,
+            );
+            bytes += e.payload.len();
+            out.push(e);
         }
+        // Keep reading ahead for the read that continues where this one ends.
+        stream.fill(self, &view, window, 0);
+        self.shared.streams.lock().expect("streams lock").put(stream);
         Ok(out)
     }
 
@@ -169,7 +189,7 @@ impl ManagedLog {
         Ok(lo)
     }
 
-    async fn read_entry(
+    pub(super) async fn read_entry(
         &self,
         info: &LedgerInfo,
         current: Option<&LedgerWriter>,
