@@ -51,6 +51,11 @@ impl Histogram {
         self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }
 
+    /// The sum of the observations.
+    pub fn sum(&self) -> Duration {
+        Duration::from_micros(self.sum_us.load(Ordering::Relaxed))
+    }
+
     fn render(&self, out: &mut String, name: &str, labels: &str) {
         let mut cumulative = 0;
         for (i, c) in self.counts.iter().enumerate() {

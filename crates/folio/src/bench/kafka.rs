@@ -15,9 +15,13 @@
 //! `ratio_vs_produce` (against the produce rate of the same run), the time to the first
 //! record from the start, the middle and the newest ledger, and what the process read per
 //! byte served: `read_amplification` (entry-log file bytes the bookies read) and
-//! `rchar_per_byte_served` (every read syscall of the process, from `/proc/self/io`: the
-//! bookies run in-process and the ledger client reads their answers from loopback sockets,
-//! so a read path without amplification shows about 2 there).
+//! `rchar_per_byte_served` (`rchar` of `/proc/self/io`: every read() of the process, which
+//! runs the bookies and the broker; socket receives are recv() calls and not counted). The
+//! consumer is tuned for throughput (10 MiB partition fetches; librdkafka's queue threshold
+//! raised: by default 100 000 queued records postpone its next fetch by a second, which
+//! with 100 B records measures the client's backoff); the first-record probes use
+//! librdkafka's defaults. `consumer_cpu_share` near or above 1 says the client was the
+//! bottleneck; `fetches` and `fetch_ms_mean` are the broker's side.
 //!
 //! The client driver is `kafka_driver.py`, embedded in the binary and run with python3
 //! (needs `pip install confluent-kafka`).
@@ -241,14 +245,24 @@ async fn backlog(
     let newest = newest.map_or(0, |l| l.first_offset);
     let bookie_reads = || bookies.iter().map(|b| b.storage().entry_log_bytes_read()).sum::<u64>();
     let served = || broker.metrics().bytes_out.load(Relaxed);
+    let fetches = || {
+        let h = &broker.metrics().fetch_latency;
+        (h.count(), h.sum())
+    };
     let (rchar0, disk0, served0) = (super::process_io("rchar"), bookie_reads(), served());
+    let fetches0 = fetches();
     let consumed =
         drive(driver, "consume", bootstrap.clone(), topic, vec![records.to_string()]).await?;
     let (rchar1, disk1, served1) = (super::process_io("rchar"), bookie_reads(), served());
+    let fetches1 = fetches();
+    let n_fetches = (fetches1.0 - fetches0.0).max(1);
+    let fetch_ms = (fetches1.1 - fetches0.1).as_secs_f64() * 1000.0 / n_fetches as f64;
+    let t = broker.metrics().topic(topic);
+    let batch_bytes = t.bytes_in.load(Relaxed) / t.batches_in.load(Relaxed).max(1);
     let served_bytes = (served1 - served0).max(1) as f64;
     let consume_mb = figure(&consumed, "consume_mb_per_s")?;
-    let first_ms = figure(&consumed, "first_record_ms")?;
-    let offsets = [records / 2, newest + 1];
+    let client_cpu = figure(&consumed, "client_cpu_share")?;
+    let offsets = [0, records / 2, newest + 1];
     let args = offsets.iter().map(|o| o.to_string()).collect();
     let firsts = drive(driver, "first", bootstrap, topic, args).await?;
     let first_at = |o: u64| figure(&firsts, &format!("offset_{o}_ms"));
@@ -257,11 +271,12 @@ async fn backlog(
         _ => "unknown".into(),
     };
     println!(
-        "setup=backlog bookies={n_bookies} replication={n_bookies} record_bytes={record_bytes} records={records} ledgers={} produce_mb_per_s={produce_mb:.1} backlog_consume_mb_per_s={consume_mb:.1} ratio_vs_produce={:.2} first_record_ms_from_backlog_start={first_ms:.1} first_record_ms_from_backlog_middle={:.1} first_record_ms_from_backlog_newest_ledger={:.1} served_mb={:.1} read_amplification={:.2} rchar_per_byte_served={rchar}",
+        "setup=backlog bookies={n_bookies} replication={n_bookies} record_bytes={record_bytes} records={records} ledgers={} produce_mb_per_s={produce_mb:.1} backlog_consume_mb_per_s={consume_mb:.1} ratio_vs_produce={:.2} first_record_ms_from_backlog_start={:.1} first_record_ms_from_backlog_middle={:.1} first_record_ms_from_backlog_newest_ledger={:.1} served_mb={:.1} read_amplification={:.2} rchar_per_byte_served={rchar} consumer_cpu_share={client_cpu:.2} batch_bytes_avg={batch_bytes} fetches={n_fetches} fetch_ms_mean={fetch_ms:.1}",
         info.ledgers.len(),
         consume_mb / produce_mb,
         first_at(offsets[0])?,
         first_at(offsets[1])?,
+        first_at(offsets[2])?,
         served_bytes / super::MIB,
         (disk1 - disk0) as f64 / served_bytes,
     );
