@@ -62,6 +62,13 @@ pub struct KafkaArgs {
     /// (0: never).
     #[arg(long, default_value_t = 600)]
     pub audit_interval_s: u64,
+    /// A partition's ledger is closed and a new one started after this many bytes
+    /// [log.segment.bytes]...
+    #[arg(long, default_value_t = 1 << 30)]
+    pub ledger_rollover_bytes: u64,
+    /// ...or this many batches (Pulsar's managedLedgerMaxEntriesPerLedger).
+    #[arg(long, default_value_t = 50_000)]
+    pub ledger_rollover_entries: u64,
     /// Sets a limit of the Kafka listener, e.g. `--limit connections_per_address_max=64`
     /// (repeatable; durations in ms). The limits and their defaults: request_bytes_max
     /// 100 MiB [socket.request.max.bytes], connection_bytes_max 128 MiB, process_bytes_max
@@ -114,6 +121,9 @@ impl KafkaArgs {
             limits.set(name.trim(), value.trim())?;
         }
         limits.validate()?;
+        if self.ledger_rollover_bytes == 0 || self.ledger_rollover_entries == 0 {
+            return Err("--ledger-rollover-bytes and --ledger-rollover-entries must be > 0".into());
+        }
         if self.broker_lease_ms < 1000 {
             return Err("--broker-lease-ms must be at least 1000".into());
         }
@@ -134,6 +144,11 @@ impl KafkaArgs {
                 ..folio_log::TrashConfig::default()
             }),
             topic_refresh: Duration::from_millis(self.topic_refresh_ms.max(1)),
+            log: folio_log::LogConfig {
+                rollover_bytes: self.ledger_rollover_bytes,
+                rollover_entries: self.ledger_rollover_entries,
+                ..folio_log::LogConfig::default()
+            },
             audit_interval: (self.audit_interval_s > 0)
                 .then(|| Duration::from_secs(self.audit_interval_s)),
             ..BrokerConfig::default()

@@ -139,6 +139,52 @@ fn python_script() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka/clients.py")
 }
 
+/// Runs `clients.py read_positions <addr> <topic> <phase>`; panics with its output.
+fn read_positions(addr: &str, topic: &str, phase: &str) {
+    let out = Command::new("python3")
+        .arg(python_script())
+        .args(["read_positions", addr, topic, phase])
+        .output()
+        .expect("python3 with confluent-kafka");
+    assert!(
+        out.status.success(),
+        "read_positions {phase}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// #22 where users run it: a `folio broker` on etcd with two `folio bookie` processes,
+/// ledgers of 8 KiB. confluent-kafka assigned at every offset gets that record first (start,
+/// inside a batch, ledger boundaries, the open ledger); again from a new broker process
+/// after the first is SIGKILLed (its offset index starts empty), and after DeleteRecords.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_from_every_position_on_etcd_after_a_broker_restart_and_a_trim() {
+    let etcd = std::env::var("FOLIO_ETCD_ENDPOINTS")
+        .expect("FOLIO_ETCD_ENDPOINTS (scripts/test.sh sets it)");
+    let root = format!("positions-test-{:x}", rand::random::<u64>());
+    let tmp = tempfile::tempdir().unwrap();
+    let _bookies: Vec<Proc> = (0..2)
+        .map(|i| start_bookie(tmp.path(), &format!("bookie-{i}"), &etcd, &root, &[]))
+        .collect();
+    let args = ["--broker-lease-ms", "2000", "--ledger-rollover-bytes", "8192"];
+    let (broker, addr) = start_broker_with(&etcd, &root, 1, &args);
+    read_positions(&addr, "positions", "produce");
+    read_positions(&addr, "positions", "check");
+    drop(broker); // SIGKILL
+    let (_broker, addr) = start_broker_with(&etcd, &root, 2, &args);
+    // Clients go to the partition's leader: wait until broker 1's lease has expired and
+    // broker 2 leads it.
+    for _ in 0..200 {
+        if kcat(&["-L", "-b", &addr, "-t", "positions"], None).contains("leader 2,") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    read_positions(&addr, "positions", "check");
+    read_positions(&addr, "positions", "trim");
+}
+
 /// Two `folio broker` processes on etcd with three bookies; an idempotent acks=all
 /// producer spreads records over 4 partitions; one broker is SIGKILLed mid-stream. After
 /// its lease expires its partitions move to the other broker (which fences and recovers

@@ -91,6 +91,23 @@ fn run_scenario(name: &str) {
     print!("{out}");
 }
 
+/// #22: confluent-kafka assigned at every offset gets that record first — the start,
+/// inside a batch, every ledger boundary (ledgers of 8 KiB: about 3 batches each), the open
+/// ledger — before and after a SIGKILL and restart (a new owner whose offset index knows
+/// nothing yet), and after DeleteRecords moved the start inside a batch.
+#[test]
+fn reads_from_every_position_get_their_record_across_ledgers_restart_and_trim() {
+    let dir = tempfile::tempdir().unwrap();
+    let small_ledgers = ["--ledger-rollover-bytes", "8192"];
+    let s = Standalone::start_with(dir.path(), 1, &small_ledgers);
+    scenario(&s.kafka, "read_positions", &["positions", "produce"]);
+    scenario(&s.kafka, "read_positions", &["positions", "check"]);
+    s.kill();
+    let s = Standalone::start_with(dir.path(), 1, &small_ledgers);
+    print!("{}", scenario(&s.kafka, "read_positions", &["positions", "check"]));
+    print!("{}", scenario(&s.kafka, "read_positions", &["positions", "trim"]));
+}
+
 #[test]
 fn confluent_kafka_acks_0_1_all_with_every_codec() {
     run_scenario("confluent_codecs");

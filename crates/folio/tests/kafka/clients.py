@@ -193,6 +193,70 @@ def scenario_delete_records(bootstrap):
     print("ok delete records")
 
 
+def read_positions(bootstrap, topic, phase):
+    """#22: reads from every position. `produce`: 40 batches of exactly 10 records (values
+    `v-<offset>` padded to 200 bytes) to partition 0 of a new topic; run the broker with small
+    ledgers so that they span many. `check`: a consumer assigned at each offset from the log
+    start to the end gets that record first (the start, inside a batch, each ledger
+    boundary, the open ledger), and a read from the start gets every record in order.
+    `trim`: DeleteRecords to offset 137 (inside a batch), then `check` again."""
+    value = lambda o: f"v-{o}".encode().ljust(200, b".")
+    if phase == "produce":
+        create_topic(bootstrap, topic)
+        # A long linger and a flush per 10 records: each batch holds exactly those 10.
+        p = ck().Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 10_000})
+        for b in range(40):
+            reports = []
+            for i in range(10):
+                p.produce(topic, value=value(b * 10 + i), partition=0,
+                          on_delivery=lambda err, m: reports.append((err, m.offset())))
+            check(p.flush(30) == 0, "records still queued after flush")
+            offsets = sorted(o for e, o in reports if e is None)
+            check(offsets == list(range(b * 10, b * 10 + 10)), f"batch {b} offsets {offsets}")
+        print("ok produced")
+        return
+    if phase == "trim":
+        a = admin(bootstrap)
+        tp = ck().TopicPartition(topic, 0, 137)
+        result = a.delete_records([tp])[tp].result(timeout=20)
+        check(result.low_watermark == 137, f"low watermark {result.low_watermark}")
+    # A short long-poll: after each record the client fetches on to the end of the log and
+    # waits there, and the next assignment's fetch queues behind that wait.
+    c = ck().Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
+                       "enable.auto.commit": False, "fetch.wait.max.ms": 10,
+                       "auto.offset.reset": "error"})
+    lo, hi = c.get_watermark_offsets(ck().TopicPartition(topic, 0), timeout=30)
+    check((lo, hi) == ((137 if phase == "trim" else 0), 400), f"watermarks {(lo, hi)}")
+    for o in range(lo, hi):
+        c.assign([ck().TopicPartition(topic, 0, o)])
+        deadline = time.time() + 20
+        m = None
+        while m is None and time.time() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error():
+                fail(f"reading from {o}: {m.error()}")
+        check(m is not None, f"nothing read from offset {o} within 20 s")
+        check(m.offset() == o and m.value() == value(o),
+              f"from offset {o}: got offset {m.offset()} value {m.value()[:12]}")
+        c.unassign()
+    if phase == "trim":
+        # Below the log start: the client is told the offset is out of range.
+        c.assign([ck().TopicPartition(topic, 0, 136)])
+        deadline, err = time.time() + 20, None
+        while err is None and time.time() < deadline:
+            m = c.poll(0.5)
+            if m is not None:
+                check(m.error() is not None, f"read {m.offset()} below the log start")
+                err = m.error()
+        check(err is not None and err.code() == ck().KafkaError._AUTO_OFFSET_RESET,
+              f"below the log start: {err}")
+    c.close()
+    got = consume_all(bootstrap, topic, 0, lo, hi - lo)
+    check([m.offset() for m in got] == list(range(lo, hi)), "offsets in order")
+    check(all(m.value() == value(m.offset()) for m in got), "values")
+    print(f"ok read positions {lo}..{hi}")
+
+
 def scenario_create_partitions(bootstrap):
     from confluent_kafka.admin import NewPartitions
     topic = topic_name("parts")
@@ -878,6 +942,7 @@ SCENARIOS = {
     "dump": dump,
     "produce_spread": produce_spread,
     "dump_all": dump_all,
+    "read_positions": read_positions,
     "lifecycle_create_produce": lifecycle_create_produce,
     "lifecycle_delete": lifecycle_delete,
     "lifecycle_produce_one": lifecycle_produce_one,
