@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use folio_log::LogEnv;
+use folio_log::{LogEnv, ManagedLog};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -250,14 +250,7 @@ impl Broker {
     /// Takes `topic`'s `partition` over now if this broker owns it: opens the log (fencing
     /// and recovering the previous owner's last ledger) and rebuilds producer state.
     pub async fn open_partition(&self, topic: &str, partition: i32) -> Result<(), String> {
-        let t = self
-            .inner
-            .topics
-            .get(topic)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("no topic {topic}"))?;
-        self.inner.partition(&t, partition).await.map(|_| ()).map_err(|e| e.to_string())
+        self.partition_log(topic, partition).await.map(|_| ())
     }
 
     /// What `topic`'s `partition` holds (its ledgers, offsets, cursors), opening it if this
@@ -267,6 +260,11 @@ impl Broker {
         topic: &str,
         partition: i32,
     ) -> Result<folio_log::LogInfo, String> {
+        Ok(self.partition_log(topic, partition).await?.info())
+    }
+
+    /// `topic`'s `partition` log, opened if this broker owns it.
+    async fn partition_log(&self, topic: &str, partition: i32) -> Result<ManagedLog, String> {
         let t = self
             .inner
             .topics
@@ -274,8 +272,7 @@ impl Broker {
             .await
             .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("no topic {topic}"))?;
-        let p = self.inner.partition(&t, partition).await.map_err(|e| e.to_string())?;
-        Ok(p.log.info())
+        self.inner.log(&t, partition).await.map_err(|e| e.to_string())
     }
 
     /// Topic deletions in progress (from the metadata store): see `deletion::progress`.

@@ -218,20 +218,31 @@ fn reads_after_restart_use_read_ahead_and_stay_correct() {
 /// divided by the read-ahead count reads each byte about once. Read-ahead counted only in
 /// entries (100 here, 256 KiB each) was larger than the 8 MiB cache: each window evicted its
 /// own start, so every next entry missed and read the whole window again.
-#[test]
-fn sequential_reads_of_large_entries_read_each_byte_about_once() {
-    let (fs, kv) = (FaultFs::new(), MemKv::new());
+/// Ledger 1 with 64 entries of 256 KiB in one entry log (read-ahead spans are not cut
+/// short), closed; the config (4 MiB read-ahead, `read_cache_bytes`) and the payload.
+fn large_entries(
+    fs: &FaultFs,
+    kv: &MemKv,
+    read_cache_bytes: usize,
+) -> (folio_storage::StorageConfig, Vec<u8>) {
     let mut c = config();
-    c.read_cache_bytes = 8 * 1024 * 1024;
+    c.read_cache_bytes = read_cache_bytes;
     c.read_ahead_entries = 100;
     c.read_ahead_bytes = 4 * 1024 * 1024;
-    c.entry_log_bytes_max = 64 * 1024 * 1024; // one log: read-ahead spans are not cut short
+    c.entry_log_bytes_max = 64 * 1024 * 1024;
     let payload = vec![7u8; 256 * 1024];
-    let s = open(&fs, &kv, &c).unwrap();
+    let s = open(fs, kv, &c).unwrap();
     for e in 0..64 {
         add(&s, &entry(1, e, &payload)).unwrap();
     }
     s.close().unwrap();
+    (c, payload)
+}
+
+#[test]
+fn sequential_reads_of_large_entries_read_each_byte_about_once() {
+    let (fs, kv) = (FaultFs::new(), MemKv::new());
+    let (c, payload) = large_entries(&fs, &kv, 8 * 1024 * 1024);
     let s = open(&fs, &kv, &c).unwrap();
     let before = fs.n_bytes_read();
     for e in 0..64 {
@@ -251,17 +262,7 @@ fn concurrent_reads_of_a_sequential_reader_read_each_byte_about_once() {
     // A reader streams with several reads in flight: the reads of entries a read-ahead in
     // progress covers wait for it instead of reading the same bytes again.
     let (fs, kv) = (FaultFs::new(), MemKv::new());
-    let mut c = config();
-    c.read_cache_bytes = 16 * 1024 * 1024;
-    c.read_ahead_entries = 100;
-    c.read_ahead_bytes = 4 * 1024 * 1024;
-    c.entry_log_bytes_max = 64 * 1024 * 1024;
-    let payload = vec![7u8; 256 * 1024];
-    let s = open(&fs, &kv, &c).unwrap();
-    for e in 0..64 {
-        add(&s, &entry(1, e, &payload)).unwrap();
-    }
-    s.close().unwrap();
+    let (c, payload) = large_entries(&fs, &kv, 16 * 1024 * 1024);
     let s = std::sync::Arc::new(open(&fs, &kv, &c).unwrap());
     let before = fs.n_bytes_read();
     // Four readers take entries 0, 1, 2, 3, then 4, 5, 6, 7, ... each one at a time, in
