@@ -117,9 +117,9 @@ async fn connection(inner: Arc<Inner>, stream: TcpStream) -> Result<(), String> 
     let mut writer = tokio::spawn(async move {
         while let Some((p, held)) = rx.recv().await {
             match p.await {
-                Ok(Ok(Some(frame))) => {
+                Ok(Ok(Some(mut frame))) => {
                     let wait = limits.reply_write_timeout;
-                    match tokio::time::timeout(wait, wr.write_all(&frame)).await {
+                    match tokio::time::timeout(wait, wr.write_all_buf(&mut frame)).await {
                         Ok(r) => r.map_err(|e| format!("writing: {e}"))?,
                         Err(_) => {
                             writer_inner.metrics.limit_hit(Limit::ReplyWriteTimeout);

@@ -11,7 +11,7 @@ use kafka_protocol::protocol::Decodable;
 
 use crate::api::SUPPORTED;
 use crate::errors;
-use crate::framing::encode_response;
+use crate::framing::{Frame, encode_response};
 use crate::state::Inner;
 
 /// Highest ApiVersions version this broker knows.
@@ -22,7 +22,7 @@ pub(crate) fn answer(
     version: i16,
     correlation: i32,
     frame: Bytes,
-) -> Result<Option<Bytes>, String> {
+) -> Result<Option<Frame>, String> {
     let mut resp = ApiVersionsResponse::default().with_api_keys(
         SUPPORTED
             .iter()

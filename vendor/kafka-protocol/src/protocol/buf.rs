@@ -181,6 +181,12 @@ pub trait ByteBufMut: BufMut {
     /// Read a range from the buffer.
     fn range(&mut self, r: Range<usize>) -> &mut [u8];
 
+    /// Put bytes the caller holds as `bytes::Bytes`. FOLIO-PATCH: a buffer that keeps
+    /// chunks may keep a reference to them instead of a copy; by default they are copied.
+    fn put_shared(&mut self, b: &bytes::Bytes) {
+        self.put_slice(b)
+    }
+
     /// Put a gap of `len` at the current buffer offset.
     fn put_gap(&mut self, len: usize) -> Gap {
         let res = Gap {
@@ -237,6 +243,9 @@ impl ByteBufMut for Vec<u8> {
 impl<T: ByteBufMut> ByteBufMut for &mut T {
     fn offset(&self) -> usize {
         (**self).offset()
+    }
+    fn put_shared(&mut self, b: &bytes::Bytes) {
+        (**self).put_shared(b)
     }
     fn seek(&mut self, offset: usize) {
         (**self).seek(offset)

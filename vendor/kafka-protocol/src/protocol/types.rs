@@ -613,7 +613,16 @@ impl Encoder<&Option<Vec<u8>>> for Bytes {
 
 impl Encoder<Option<&bytes::Bytes>> for Bytes {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, value: Option<&bytes::Bytes>) -> Result<()> {
-        Bytes.encode(buf, value.map(|s| &**s))
+        // FOLIO-PATCH: the bytes go through `put_shared`, so a buffer may keep a reference
+        // instead of a copy.
+        match value {
+            Some(s) if s.len() <= i32::MAX as usize => {
+                Int32.encode(buf, s.len() as i32)?;
+                buf.put_shared(s);
+                Ok(())
+            }
+            _ => Bytes.encode(buf, value.map(|s| &**s)),
+        }
     }
     fn compute_size(&self, value: Option<&bytes::Bytes>) -> Result<usize> {
         Bytes.compute_size(value.map(|s| &**s))
@@ -765,7 +774,15 @@ impl Encoder<&Option<Vec<u8>>> for CompactBytes {
 
 impl Encoder<Option<&bytes::Bytes>> for CompactBytes {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, value: Option<&bytes::Bytes>) -> Result<()> {
-        CompactBytes.encode(buf, value.map(|s| &**s))
+        // FOLIO-PATCH: the bytes go through `put_shared` (see `Bytes` above).
+        match value {
+            Some(s) if s.len() < u32::MAX as usize => {
+                UnsignedVarInt.encode(buf, (s.len() as u32) + 1)?;
+                buf.put_shared(s);
+                Ok(())
+            }
+            _ => CompactBytes.encode(buf, value.map(|s| &**s)),
+        }
     }
     fn compute_size(&self, value: Option<&bytes::Bytes>) -> Result<usize> {
         CompactBytes.compute_size(value.map(|s| &**s))
