@@ -1,7 +1,7 @@
 //! Every limit of the managed log, in one place, with their relations checked at compile
 //! time.
 
-use folio_meta::limits::KEY_BYTES_MAX;
+use folio_meta::limits::{KEY_BYTES_MAX, VALUE_BYTES_MAX};
 use folio_proto::ENTRY_HEADER_BYTES;
 use folio_proto::limits::ENTRY_BYTES_MAX;
 
@@ -33,6 +33,10 @@ pub const PREFETCH_BYTES_MAX: usize = 256 * 1024 * 1024;
 /// Beyond it the oldest ledgers keep every 16th; a read there searches entry headers.
 pub const INDEX_ENTRIES_MAX: usize = 256 * 1024;
 
+/// Bytes of one ledger's persisted offset index (about 32 Ki entries at 2 bytes each;
+/// beyond that every 2nd, 4th, ... entry is kept, and a read there searches that gap).
+pub const OFFSET_INDEX_RECORD_BYTES_MAX: usize = 64 * 1024;
+
 /// Closed-ledger readers kept open per log.
 pub const READERS_MAX: usize = 64;
 
@@ -48,3 +52,5 @@ const _: () = assert!(2 * LOG_NAME_BYTES_MAX < KEY_BYTES_MAX);
 const _: () = assert!(STREAM_ENTRIES_MAX > 0 && STREAMS_MAX > 0 && READERS_MAX > 0);
 const _: () = assert!(OPEN_ATTEMPTS_MAX > 0 && STREAM_WINDOW_BYTES_MAX <= PREFETCH_BYTES_MAX);
 const _: () = assert!(INDEX_ENTRIES_MAX >= 1024);
+// An offset index record is one metadata value.
+const _: () = assert!(OFFSET_INDEX_RECORD_BYTES_MAX <= VALUE_BYTES_MAX);

@@ -9,11 +9,20 @@
 //! CursorRecord  "FCR" 1 | offset u64 | updated_ms u64
 //! TrashRecord   "FTR" 1 | ledger_id u64 | log str | reason str | time_ms u64 | attempts u32
 //!               | next_attempt_ms u64 | last_error str
+//! OffsetIndexRecord "FOI" 1 | ledger_id u64 | entries u64 | stride u32 | n u32
+//!               | n × uvarint: base offset of entry i × stride, each as the difference
+//!               from the one before (the first from 0); strictly increasing
 //! ```
+//!
+//! An offset index record is written with the log record that closes its ledger (same
+//! transaction, so it exists only for a ledger the chain lists as closed) and deleted with
+//! the ledger's trash record: it lives exactly as long as its ledger's place in the trash
+//! or the chain (L1). It is a cache: a missing or damaged one costs a search, never a read
+//! of wrong data.
 
 use std::collections::BTreeMap;
 
-use crate::limits::TEXT_BYTES_MAX;
+use crate::limits::{OFFSET_INDEX_RECORD_BYTES_MAX, TEXT_BYTES_MAX};
 use bytes::Bytes;
 use folio_meta::Result;
 use folio_meta::records::{Reader, Record, corrupt, put_string};
@@ -21,6 +30,7 @@ use folio_meta::records::{Reader, Record, corrupt, put_string};
 const LOG_MAGIC: &[u8; 3] = b"FLG";
 const CURSOR_MAGIC: &[u8; 3] = b"FCR";
 const TRASH_MAGIC: &[u8; 3] = b"FTR";
+const OFFSET_INDEX_MAGIC: &[u8; 3] = b"FOI";
 const VERSION: u8 = 1;
 
 /// A log record's state in the metadata store: active, or being deleted.
@@ -311,6 +321,129 @@ impl Record for TrashRecord {
     }
 }
 
+/// The persisted offset index of a closed ledger: the base offset of every `stride`-th
+/// entry (every entry when `stride` is 1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetIndexRecord {
+    pub ledger_id: u64,
+    /// Entries in the ledger.
+    pub entries: u64,
+    /// Entry `i * stride` starts at `base_offsets[i]`.
+    pub stride: u32,
+    pub base_offsets: Vec<u64>,
+}
+
+/// Bytes of the fixed part of an offset index record.
+const OFFSET_INDEX_FIXED_BYTES: usize = 3 + 1 + 8 + 8 + 4 + 4;
+
+fn put_uvarint(v: &mut Vec<u8>, mut x: u64) {
+    while x >= 0x80 {
+        v.push((x as u8) | 0x80);
+        x >>= 7;
+    }
+    v.push(x as u8);
+}
+
+fn uvarint_bytes(x: u64) -> usize {
+    (64 - (x | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+impl OffsetIndexRecord {
+    /// The record of a ledger whose entries start at `dense` (entry `i` at `dense[i]`,
+    /// strictly increasing), keeping every entry if that fits in `bytes_max`, else every
+    /// `stride`-th for the smallest power-of-two stride that fits. `None` if even one
+    /// offset does not fit, or the offsets do not increase.
+    pub fn from_dense(ledger_id: u64, dense: &[u64], bytes_max: usize) -> Option<Self> {
+        if dense.windows(2).any(|w| w[0] >= w[1]) {
+            return None;
+        }
+        let mut stride = 1usize;
+        loop {
+            let mut size = OFFSET_INDEX_FIXED_BYTES;
+            let mut prev = 0;
+            for b in dense.iter().step_by(stride) {
+                size += uvarint_bytes(b - prev);
+                prev = *b;
+            }
+            if size <= bytes_max {
+                break;
+            }
+            if stride >= dense.len() {
+                return None;
+            }
+            stride *= 2;
+        }
+        Some(OffsetIndexRecord {
+            ledger_id,
+            entries: dense.len() as u64,
+            stride: u32::try_from(stride).ok()?,
+            base_offsets: dense.iter().step_by(stride).copied().collect(),
+        })
+    }
+}
+
+impl Record for OffsetIndexRecord {
+    fn encode(&self) -> Bytes {
+        let mut v = OFFSET_INDEX_MAGIC.to_vec();
+        v.push(VERSION);
+        v.extend_from_slice(&self.ledger_id.to_le_bytes());
+        v.extend_from_slice(&self.entries.to_le_bytes());
+        v.extend_from_slice(&self.stride.to_le_bytes());
+        v.extend_from_slice(&(self.base_offsets.len() as u32).to_le_bytes());
+        let mut prev = 0;
+        for b in &self.base_offsets {
+            assert!(*b >= prev, "offset index offsets increase");
+            put_uvarint(&mut v, b - prev);
+            prev = *b;
+        }
+        debug_assert!(v.len() <= OFFSET_INDEX_RECORD_BYTES_MAX);
+        Bytes::from(v)
+    }
+
+    fn decode(key: &str, b: &[u8]) -> Result<Self> {
+        if b.len() > OFFSET_INDEX_RECORD_BYTES_MAX {
+            return Err(corrupt(key, format!("an offset index of {} bytes", b.len())));
+        }
+        let mut r = Reader::new(key, b);
+        check_magic(&mut r, key, OFFSET_INDEX_MAGIC, "offset index record")?;
+        let ledger_id = r.u64()?;
+        let entries = r.u64()?;
+        let stride = r.u32()?;
+        let n = r.u32()? as usize;
+        if stride == 0 || n as u64 != entries.div_ceil(u64::from(stride)) {
+            return Err(corrupt(key, format!("{n} offsets for {entries} entries by {stride}")));
+        }
+        // Each offset takes at least a byte: a count above what is left is corrupt.
+        if n > b.len() {
+            return Err(corrupt(key, format!("{n} offsets in {} bytes", b.len())));
+        }
+        let mut base_offsets = Vec::with_capacity(n);
+        let mut prev = 0u64;
+        for i in 0..n {
+            let mut x = 0u64;
+            let mut shift = 0;
+            loop {
+                let byte = r.u8()?;
+                if shift > 63 || (shift == 63 && byte > 1) {
+                    return Err(corrupt(key, "offset varint overflows"));
+                }
+                x |= u64::from(byte & 0x7f) << shift;
+                if byte & 0x80 == 0 {
+                    break;
+                }
+                shift += 7;
+            }
+            if i > 0 && x == 0 {
+                return Err(corrupt(key, "offsets do not increase"));
+            }
+            prev = prev.checked_add(x).ok_or_else(|| corrupt(key, "offset overflows"))?;
+            base_offsets.push(prev);
+        }
+        r.done()?;
+        Ok(OffsetIndexRecord { ledger_id, entries, stride, base_offsets })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,6 +492,7 @@ mod tests {
             let _ = LogRecord::decode("k", &b);
             let _ = CursorRecord::decode("k", &b);
             let _ = TrashRecord::decode("k", &b);
+            let _ = OffsetIndexRecord::decode("k", &b);
             let _ = crate::entry::decode(&bytes::Bytes::from(b));
         }
 
@@ -371,6 +505,40 @@ mod tests {
             b[at] ^= x;
             if let Ok(r) = LogRecord::decode("k", &b) {
                 proptest::prop_assert_eq!(r.validate(), Ok(()));
+            }
+        }
+    }
+
+    /// An offset index keeps every entry while it fits, else every stride-th for the least
+    /// power-of-two stride that fits; it round-trips, and damage is refused or decodes to
+    /// offsets that still increase.
+    #[test]
+    fn offset_index_records_fit_their_bound_and_round_trip() {
+        let dense: Vec<u64> = (0..5000u64).map(|i| 1_000_000 + i * 300).collect();
+        let full = OffsetIndexRecord::from_dense(4, &dense, OFFSET_INDEX_RECORD_BYTES_MAX).unwrap();
+        assert_eq!((full.stride, full.base_offsets.len()), (1, 5000));
+        assert_eq!(OffsetIndexRecord::decode("k", &full.encode()).unwrap(), full);
+        let small = OffsetIndexRecord::from_dense(4, &dense, 2000).unwrap();
+        assert!(small.encode().len() <= 2000, "{}", small.encode().len());
+        assert!(small.stride > 1 && small.stride.is_power_of_two());
+        let half = OffsetIndexRecord::from_dense(4, &dense, 2 * small.encode().len() - 40);
+        assert!(half.unwrap().stride <= small.stride);
+        for (i, b) in small.base_offsets.iter().enumerate() {
+            assert_eq!(*b, dense[i * small.stride as usize]);
+        }
+        assert_eq!(small.entries, 5000);
+        assert_eq!(OffsetIndexRecord::decode("k", &small.encode()).unwrap(), small);
+        assert_eq!(OffsetIndexRecord::from_dense(4, &[5, 5], 1000), None, "not increasing");
+        assert_eq!(OffsetIndexRecord::from_dense(4, &dense, 10), None, "nothing fits");
+        let b = small.encode();
+        for n in 0..b.len() {
+            assert!(OffsetIndexRecord::decode("k", &b[..n]).is_err(), "cut at {n}");
+        }
+        for at in 0..b.len() {
+            let mut d = b.to_vec();
+            d[at] ^= 0x41;
+            if let Ok(r) = OffsetIndexRecord::decode("k", &d) {
+                assert!(r.base_offsets.windows(2).all(|w| w[0] < w[1]), "damage at {at}");
             }
         }
     }

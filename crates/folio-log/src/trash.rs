@@ -4,7 +4,7 @@
 //! removes its ledger from a chain. The deleter then, per record: reads the ledger's
 //! metadata; if the ledger is gone, the record goes; if the ledger's owner tag names
 //! another log, it is **never** deleted (the record stays, saying why); otherwise the
-//! ledger is deleted and only then the record. Failures back off (1 s doubling to 5 min)
+//! ledger is deleted, then its persisted offset index, and only then the record. Failures back off (1 s doubling to 5 min)
 //! and are retried for ever; every process that runs a deleter resumes the whole trash,
 //! and every log left in the `deleting` state.
 //!
@@ -287,7 +287,9 @@ impl Trash {
                 }
             };
             gone?;
-            // Only after the ledger is gone does its record go.
+            // Only after the ledger is gone do its offset index (if it had one) and then its
+            // record go: a crash in between leaves the record, and the next pass redoes both.
+            env.meta.delete(&env.keys.offset_index(t.ledger_id), Expect::Any).await?;
             match env.meta.delete(&key, Expect::Version(version)).await {
                 Ok(_) | Err(MetaError::Conflict { .. }) => Ok(()),
                 Err(e) => Err(e.into()),

@@ -48,8 +48,9 @@ async fn appends_get_dense_offsets_and_read_back_across_rollovers() {
 }
 
 /// #22: the offset index finds a read's first entry without reading entries: always for
-/// the ledgers this process appended; for a log opened by a new owner, once a reader went
-/// through a ledger from its start. Only reads past what the index knows search.
+/// the ledgers this process appended; for a log opened by a new owner, from the closed
+/// ledgers' persisted indexes, or (without them) once a reader went through a ledger from
+/// its start. Only reads past what the index knows search.
 #[tokio::test]
 async fn reads_locate_their_entry_from_the_offset_index_without_searching() {
     use std::sync::atomic::Ordering::Relaxed;
@@ -69,9 +70,23 @@ async fn reads_locate_their_entry_from_the_offset_index_without_searching() {
     assert!(stats.locate_exact.load(Relaxed) >= 52);
     log.close().await.unwrap();
 
-    // A new owner knows nothing yet: its first read in the middle searches; a reader going
-    // through the log from its start teaches the index every ledger it passes.
-    let log = ManagedLog::open_or_create(env(&c, "b"), "idx", config).await.unwrap();
+    // A new owner loads the closed ledgers' persisted indexes: no search either.
+    let log = ManagedLog::open_or_create(env(&c, "b"), "idx", config.clone()).await.unwrap();
+    for off in (0..360).step_by(11) {
+        assert_eq!(log.read(off, 1, 1).await.unwrap()[0].base_offset, off / 3 * 3);
+    }
+    assert_eq!(log.stats().locate_searches.load(Relaxed), 0, "persisted indexes");
+    assert_eq!(log.stats().offset_indexes_loaded.load(Relaxed), 3, "one per closed ledger");
+    log.close().await.unwrap();
+
+    // Without persisted indexes (a ledger recovered after its writer died has none) a new
+    // owner knows nothing: its first read in the middle searches; a reader going through
+    // the log from its start teaches the index every ledger it passes.
+    let keys = folio_meta::keys::Keys::default();
+    for v in folio_meta::list_all(&*c.meta, &keys.offset_indexes()).await.unwrap() {
+        c.meta.delete(&v.key, folio_meta::Expect::Any).await.unwrap();
+    }
+    let log = ManagedLog::open_or_create(env(&c, "c"), "idx", config).await.unwrap();
     assert_eq!(log.read(200, 1, 1).await.unwrap()[0].base_offset, 198);
     let searched = log.stats().locate_searches.load(Relaxed);
     assert!(searched >= 1, "nothing known: the first read searches");

@@ -1,13 +1,13 @@
 //! The read path (#22) on real in-process bookies: read streams that continue where the
 //! last read ended, across ledger boundaries, within the bytes asked; the tail cache that
-//! serves the newest entries from memory.
+//! serves the newest entries from memory; the persisted offset index of closed ledgers.
 
 mod common;
 
 use std::sync::atomic::Ordering::Relaxed;
 
 use common::*;
-use folio_log::{LogConfig, ManagedLog};
+use folio_log::{LogConfig, ManagedLog, Trash, TrashConfig};
 use folio_testkit::Cluster;
 
 /// A reader catching up continues where its last read ended (its read stream): no search
@@ -68,4 +68,50 @@ async fn a_tailing_reader_gets_the_newest_entries_from_memory() {
     c.nodes[0].restart(&meta).await;
     let got = log.read(9, usize::MAX, 100).await.unwrap();
     assert_eq!(got.len(), 11, "from the bookie again, up to the end");
+}
+
+/// A new owner (a restarted or replacement broker) reading inside closed ledgers finds
+/// each read's first entry from the ledgers' persisted offset indexes: no entry read to
+/// search, every read starting with the batch that holds its offset. The indexes go with
+/// their ledgers: after a trim and the deleter, none is left (L1).
+#[tokio::test]
+async fn l1_a_new_owner_locates_offsets_in_closed_ledgers_from_their_persisted_index() {
+    let c = Cluster::start(1).await;
+    let config = LogConfig { tail_cache_bytes: 0, ..small(1, 10) };
+    let log = ManagedLog::open_or_create(env(&c, "a"), "indexed", config.clone()).await.unwrap();
+    for i in 0..95u64 {
+        assert_eq!(log.append(&batch(i), 3, 0).await.unwrap(), 3 * i);
+    }
+    log.close().await.unwrap();
+    let closed: Vec<u64> =
+        log.info().ledgers.iter().filter(|l| l.close_ms > 0).map(|l| l.ledger_id).collect();
+    assert!(closed.len() >= 9, "{closed:?}");
+    assert_eq!(
+        offset_indexed(&*c.meta).await.into_iter().collect::<Vec<_>>(),
+        closed,
+        "every closed ledger the owner wrote has its index"
+    );
+    let log = ManagedLog::open_or_create(env(&c, "b"), "indexed", config).await.unwrap();
+    // Offsets inside batches, at batch starts and at ledger boundaries, out of order, each
+    // a new reader position (no read stream to continue).
+    let mut offsets: Vec<u64> = (0..285).step_by(7).collect();
+    offsets.extend([0, 29, 30, 31, 59, 60, 284]);
+    offsets.reverse();
+    for offset in &offsets {
+        let got = log.read(*offset, 1, 1).await.unwrap();
+        assert_eq!(got.len(), 1, "at {offset}");
+        assert_eq!(got[0].base_offset, offset - offset % 3, "the batch holding {offset}");
+        assert_eq!(got[0].payload, batch(offset / 3), "at {offset}");
+    }
+    let stats = log.stats();
+    assert_eq!(stats.locate_searches.load(Relaxed), 0, "no read searched entry headers");
+    assert_eq!(stats.offset_indexes_loaded.load(Relaxed), closed.len() as u64);
+    // Trim it all away: the deleter takes ledgers and indexes.
+    let end = log.end_offset();
+    log.delete_records(end).await.unwrap();
+    let trash = Trash::new(env(&c, "deleter"), TrashConfig::default());
+    let pass = trash.run_once().await.unwrap();
+    assert!(pass.deleted >= closed.len() as u64, "{pass:?}");
+    assert!(offset_indexed(&*c.meta).await.is_empty(), "indexes deleted with their ledgers");
+    assert_no_leak(&*c.meta, "after the deleter").await;
 }

@@ -11,6 +11,7 @@
 //! <root>/logs/<name>                         a managed log: its ledger chain (folio-log)
 //! <root>/cursors/<log>/<cursor>              a durable cursor of a managed log
 //! <root>/trash/<ledger_id, 20 digits>        a ledger removed from a chain, to be deleted
+//! <root>/offset-index/<ledger_id, 20 digits> a closed ledger's offset index (folio-log)
 //! ```
 //! Log and cursor names are arbitrary UTF-8 without `/` in cursor names; a log name may
 //! contain `/` (e.g. `topic/partition`), so cursors live under their own prefix.
@@ -160,6 +161,16 @@ impl Keys {
     /// The trash record of `ledger_id`.
     pub fn trash_ledger(&self, ledger_id: LedgerId) -> String {
         format!("{}/trash/{ledger_id:020}", self.root)
+    }
+
+    /// The prefix of closed ledgers' persisted offset indexes.
+    pub fn offset_indexes(&self) -> String {
+        format!("{}/offset-index/", self.root)
+    }
+
+    /// The persisted offset index of `ledger_id`.
+    pub fn offset_index(&self, ledger_id: LedgerId) -> String {
+        format!("{}/offset-index/{ledger_id:020}", self.root)
     }
 
     /// The prefix of every ledger's metadata.

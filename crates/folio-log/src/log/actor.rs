@@ -20,7 +20,8 @@ use crate::config::LogConfig;
 use crate::entry::{self, EntryHeader, LogEntry};
 use crate::env::{LogEnv, fence_ledger, ledger_options};
 use crate::error::{LogError, Result};
-use crate::records::{CursorRecord, LedgerInfo, LogRecord, TrashRecord};
+use crate::limits::OFFSET_INDEX_RECORD_BYTES_MAX;
+use crate::records::{CursorRecord, LedgerInfo, LogRecord, OffsetIndexRecord, TrashRecord};
 
 mod trim;
 
@@ -651,27 +652,15 @@ impl Actor {
         let now = env.now_ms();
         let mut record = self.record.clone();
         let mut trash = Vec::new();
+        let mut offset_index = None;
         if let Some(last) = record.ledgers.last().copied()
             && !last.is_closed()
         {
             let sealed = match known {
-                Some(c) => LedgerInfo {
-                    entries: c.entries,
-                    bytes: c.bytes,
-                    records: c.records,
-                    first_publish_ms: c.first_ts,
-                    max_publish_ms: c.max_ts,
-                    close_ms: now,
-                    ..last
-                },
+                Some(c) => sealed_info(last, c, now),
                 None => self.recover_ledger(last, now).await?,
             };
-            record.ledgers.pop();
-            if sealed.entries == 0 {
-                trash.push(TrashRecord::new(sealed.ledger_id, self.name(), "empty", now));
-            } else {
-                record.ledgers.push(sealed);
-            }
+            offset_index = self.seal_into(&mut record, &mut trash, sealed, now);
         }
         let end = record.ledgers.last().map_or(record.start_offset, |l| l.end_offset());
         let end = end.max(record.start_offset);
@@ -680,7 +669,7 @@ impl Actor {
         }
         let id = env.client.allocate_id().await?;
         record.ledgers.push(LedgerInfo::open(id, end));
-        self.commit(record, &trash).await?;
+        self.commit_with_index(record, &trash, offset_index.as_ref()).await?;
         self.sh
             .stats
             .ledgers_trashed
@@ -714,6 +703,45 @@ impl Actor {
                 Err(e.into())
             }
         }
+    }
+
+    /// Replaces the chain's open last ledger in `record` by `sealed` (or, empty, moves it to
+    /// `trash`). Returns its offset index to persist when this actor wrote the ledger (its
+    /// index is then complete).
+    fn seal_into(
+        &self,
+        record: &mut LogRecord,
+        trash: &mut Vec<TrashRecord>,
+        sealed: LedgerInfo,
+        now: u64,
+    ) -> Option<OffsetIndexRecord> {
+        let last = record.ledgers.pop();
+        assert!(
+            last.is_some_and(|l| l.ledger_id == sealed.ledger_id && !l.is_closed()),
+            "sealing the chain's open last ledger"
+        );
+        if sealed.entries == 0 {
+            trash.push(TrashRecord::new(sealed.ledger_id, self.name(), "empty", now));
+            return None;
+        }
+        record.ledgers.push(sealed);
+        let index = self.sh.index.lock().expect("index lock");
+        let dense = index.dense(sealed.ledger_id, sealed.entries)?;
+        OffsetIndexRecord::from_dense(sealed.ledger_id, dense, OFFSET_INDEX_RECORD_BYTES_MAX)
+    }
+
+    /// After a clean close of the current ledger: the chain records it closed, with its
+    /// offset index, so the next owner neither recovers it nor searches it.
+    async fn seal_on_close(&mut self, ledger_id: u64) -> Result<()> {
+        let mut record = self.record.clone();
+        let Some(last) = record.ledgers.last().copied() else { return Ok(()) };
+        if last.ledger_id != ledger_id || last.is_closed() {
+            return Ok(());
+        }
+        let now = self.env().now_ms();
+        let mut trash = Vec::new();
+        let index = self.seal_into(&mut record, &mut trash, sealed_info(last, self.cur, now), now);
+        self.commit_with_index(record, &trash, index.as_ref()).await
     }
 
     /// Ledger `id` is created only while the log's record is still the one this actor
@@ -766,6 +794,16 @@ impl Actor {
     /// Commits `record` (CAS on the version) with `trash` records, in one transaction;
     /// memory follows only a commit.
     async fn commit(&mut self, record: LogRecord, trash: &[TrashRecord]) -> Result<()> {
+        self.commit_with_index(record, trash, None).await
+    }
+
+    /// `commit`, also putting a closed ledger's offset index (see `records.rs`).
+    async fn commit_with_index(
+        &mut self,
+        record: LogRecord,
+        trash: &[TrashRecord],
+        offset_index: Option<&OffsetIndexRecord>,
+    ) -> Result<()> {
         let env = self.env().clone();
         let key = env.keys.log(self.name());
         let mut txn = Txn::new()
@@ -773,6 +811,12 @@ impl Actor {
             .put(key.clone(), record.encode());
         for t in trash {
             txn = txn.put(env.keys.trash_ledger(t.ledger_id), t.encode());
+        }
+        if let Some(x) = offset_index {
+            debug_assert!(
+                record.ledgers.iter().any(|l| l.ledger_id == x.ledger_id && l.is_closed())
+            );
+            txn = txn.put(env.keys.offset_index(x.ledger_id), x.encode());
         }
         let out = env.meta.txn(txn).await?;
         if !out.succeeded {
@@ -831,7 +875,12 @@ impl Actor {
         let flushed = self.flush_cursors().await;
         if let Some(w) = self.take_writer() {
             match w.close().await {
-                Ok(lac) => self.confirm_through(w.id(), lac),
+                Ok(lac) => {
+                    self.confirm_through(w.id(), lac);
+                    if let Err(e) = self.seal_on_close(w.id()).await {
+                        tracing::warn!(log = self.name(), ledger = w.id(), error = %e, "recording the closed ledger failed; the next owner recovers it");
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(log = self.name(), error = %e, "closing the ledger failed")
                 }
@@ -853,6 +902,19 @@ impl Actor {
         }
         self.publish();
         crate::trash::delete_log(self.env(), self.name(), reason).await
+    }
+}
+
+/// The chain's record of `last`, closed at `now` with what its writer knows (`c`).
+fn sealed_info(last: LedgerInfo, c: Current, now: u64) -> LedgerInfo {
+    LedgerInfo {
+        entries: c.entries,
+        bytes: c.bytes,
+        records: c.records,
+        first_publish_ms: c.first_ts,
+        max_publish_ms: c.max_ts,
+        close_ms: now,
+        ..last
     }
 }
 

@@ -12,12 +12,18 @@
 //!
 //! Memory is bounded: at most `INDEX_ENTRIES_MAX` dense offsets per log; beyond that the
 //! oldest ledgers' dense offsets are thinned to the sparse map.
+//!
+//! A ledger's index outlives the process that wrote it: when the actor closes a ledger it
+//! knows densely, it persists the index (`OffsetIndexRecord`, with the log record that
+//! closes it), and a reader of a closed ledger the index does not know loads that record
+//! once (`load`) before it would search.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use folio_proto::EntryId;
 
 use crate::limits::INDEX_ENTRIES_MAX;
+use crate::records::OffsetIndexRecord;
 
 /// Beyond the dense prefix, every this many entries are remembered.
 pub(super) const SPARSE_EVERY: i64 = 16;
@@ -49,6 +55,9 @@ impl LedgerOffsets {
 #[derive(Debug, Default)]
 pub(super) struct OffsetIndex {
     ledgers: HashMap<u64, LedgerOffsets>,
+    /// Ledgers whose persisted index was looked for (found or not): never again. At most
+    /// the chain's ledgers (forgotten with them).
+    looked_up: HashSet<u64>,
     /// Dense offsets held, over all ledgers (at most `INDEX_ENTRIES_MAX`).
     dense_total: usize,
 }
@@ -113,8 +122,39 @@ impl OffsetIndex {
 
     /// Forgets a ledger (trimmed or deleted).
     pub(super) fn remove(&mut self, ledger_id: u64) {
+        self.looked_up.remove(&ledger_id);
         if let Some(l) = self.ledgers.remove(&ledger_id) {
             self.dense_total -= l.dense.len();
+        }
+    }
+
+    /// Every entry's base offset of `ledger_id`, if the index knows all `entries` of it.
+    pub(super) fn dense(&self, ledger_id: u64, entries: u64) -> Option<&[u64]> {
+        let l = self.ledgers.get(&ledger_id)?;
+        (l.dense.len() as u64 == entries && entries > 0).then_some(l.dense.as_slice())
+    }
+
+    /// Marks `ledger_id`'s persisted index as looked for; false if it already was.
+    pub(super) fn look_up(&mut self, ledger_id: u64) -> bool {
+        self.looked_up.insert(ledger_id)
+    }
+
+    /// Learns a ledger's persisted index: every entry when its stride is 1 (in order, as
+    /// from appends), else every stride-th entry into the sparse map.
+    pub(super) fn load(&mut self, r: &OffsetIndexRecord) {
+        let stride = i64::from(r.stride.max(1));
+        if stride == 1 {
+            for (i, b) in r.base_offsets.iter().enumerate() {
+                self.learn(r.ledger_id, i as EntryId, *b);
+            }
+            return;
+        }
+        let l = self.ledgers.entry(r.ledger_id).or_default();
+        for (i, b) in r.base_offsets.iter().enumerate() {
+            let entry = i as i64 * stride;
+            if entry as usize >= l.dense.len() {
+                l.sparse.insert(*b, entry);
+            }
         }
     }
 
@@ -198,6 +238,38 @@ mod tests {
         assert_eq!(x.dense_total(), 20);
         x.remove(7);
         assert_eq!(x.dense_total(), 0);
+    }
+
+    /// A persisted index loaded whole locates exactly; one with a stride narrows every
+    /// offset to fewer entries than the stride.
+    #[test]
+    fn a_loaded_index_locates_exactly_or_within_its_stride() {
+        let dense: Vec<u64> = (0..100).map(|e| 100 + 10 * e).collect();
+        let whole = OffsetIndexRecord::from_dense(7, &dense, 1 << 20).unwrap();
+        let mut x = OffsetIndex::default();
+        x.load(&whole);
+        assert_eq!(x.dense(7, 100), Some(dense.as_slice()));
+        for offset in 100..1100 {
+            assert_eq!(x.locate(7, 100, offset), Located::Exact((offset as i64 - 100) / 10));
+        }
+        let strided = OffsetIndexRecord::from_dense(7, &dense, 60).unwrap();
+        assert!(strided.stride > 1);
+        let mut x = OffsetIndex::default();
+        x.load(&strided);
+        assert_eq!(x.dense(7, 100), None);
+        for offset in 100..1100 {
+            let want = (offset as i64 - 100) / 10;
+            match x.locate(7, 100, offset) {
+                Located::Exact(e) => assert_eq!(e, want),
+                Located::Between(lo, hi) => {
+                    assert!(lo <= want && want <= hi, "{offset}: {lo}..={hi}");
+                    assert!(hi - lo < i64::from(strided.stride), "{offset}: {lo}..={hi}");
+                }
+            }
+        }
+        assert!(x.look_up(7) && !x.look_up(7));
+        x.remove(7);
+        assert!(x.look_up(7), "forgotten with its ledger");
     }
 
     #[test]

@@ -114,6 +114,8 @@ pub struct LogStats {
     pub locate_exact: std::sync::atomic::AtomicU64,
     /// Reads that searched entry headers to find their first entry.
     pub locate_searches: std::sync::atomic::AtomicU64,
+    /// Closed ledgers' persisted offset indexes loaded (once per ledger and process).
+    pub offset_indexes_loaded: std::sync::atomic::AtomicU64,
     /// Reads that continued a read stream an earlier read left at their offset.
     pub reads_continued: std::sync::atomic::AtomicU64,
     /// Reads served from the tail cache (no bookie round trip).

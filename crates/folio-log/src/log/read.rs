@@ -3,13 +3,16 @@
 //! otherwise the offset index (`index.rs`) finds the entry holding an offset without
 //! reading entries when it knows the ledger (always for the ledger this process appends
 //! to; for others once read from their start), else it narrows a binary search over entry
-//! headers. Closed ledgers are read through cached readers, the open one through its
-//! writer.
+//! headers. A closed ledger the index does not know has its persisted index loaded first
+//! (`records::OffsetIndexRecord`), so a new owner or a restarted broker searches only
+//! within its stride. Closed ledgers are read through cached readers, the open one through
+//! its writer.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use folio_client::{LedgerReader, LedgerWriter};
+use folio_meta::records::Record;
 use folio_proto::{ENTRY_HEADER_BYTES, EntryId};
 
 use super::index::Located;
@@ -18,7 +21,7 @@ use super::{LogState, ManagedLog};
 use crate::entry::{self, LogEntry};
 use crate::error::{LogError, Result};
 use crate::limits::{READERS_MAX, STREAM_WINDOW_BYTES_MAX};
-use crate::records::LedgerInfo;
+use crate::records::{LedgerInfo, OffsetIndexRecord};
 
 impl ManagedLog {
     /// Reads batches from the one holding `offset` on, up to `max_bytes` of payload (at
@@ -162,11 +165,18 @@ impl ManagedLog {
         current: Option<&LedgerWriter>,
         offset: u64,
     ) -> Result<EntryId> {
-        let located = self.shared.index.lock().expect("index lock").locate(
+        let mut located = self.shared.index.lock().expect("index lock").locate(
             info.ledger_id,
             info.entries,
             offset,
         );
+        if matches!(located, Located::Between(..)) && self.load_offset_index(info).await {
+            located = self.shared.index.lock().expect("index lock").locate(
+                info.ledger_id,
+                info.entries,
+                offset,
+            );
+        }
         let (mut lo, mut hi) = match located {
             Located::Exact(e) => {
                 self.shared.stats.locate_exact.fetch_add(1, Relaxed);
@@ -187,6 +197,44 @@ impl ManagedLog {
             }
         }
         Ok(lo)
+    }
+
+    /// Loads the persisted offset index of closed ledger `info` (once per ledger): true if
+    /// the index learned from it. A missing or damaged record only costs the search.
+    async fn load_offset_index(&self, info: &LedgerInfo) -> bool {
+        if !info.is_closed()
+            || !self.shared.index.lock().expect("index lock").look_up(info.ledger_id)
+        {
+            return false;
+        }
+        let key = self.shared.env.keys.offset_index(info.ledger_id);
+        let record = match self.shared.env.meta.get(&key).await {
+            Ok(Some(v)) => OffsetIndexRecord::decode(&key, &v.value),
+            Ok(None) => return false,
+            Err(e) => Err(e),
+        };
+        match record {
+            Ok(r) if r.ledger_id == info.ledger_id && r.entries == info.entries => {
+                self.shared.index.lock().expect("index lock").load(&r);
+                self.shared.stats.offset_indexes_loaded.fetch_add(1, Relaxed);
+                true
+            }
+            Ok(r) => {
+                tracing::warn!(
+                    log = self.name(),
+                    ledger = info.ledger_id,
+                    entries = info.entries,
+                    record_ledger = r.ledger_id,
+                    record_entries = r.entries,
+                    "a persisted offset index does not match its ledger; searching instead"
+                );
+                false
+            }
+            Err(e) => {
+                tracing::warn!(log = self.name(), ledger = info.ledger_id, error = %e, "reading a persisted offset index failed; searching instead");
+                false
+            }
+        }
     }
 
     pub(super) async fn read_entry(

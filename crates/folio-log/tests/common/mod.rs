@@ -58,7 +58,19 @@ pub async fn ledger_sets(
     (all, chained, trashed)
 }
 
-/// L1 at the metadata level: no ledger exists that neither a chain nor the trash names.
+/// The ledgers that have a persisted offset index.
+pub async fn offset_indexed(meta: &dyn MetadataStore) -> BTreeSet<u64> {
+    let keys = Keys::default();
+    let prefix = keys.offset_indexes();
+    let mut out = BTreeSet::new();
+    for v in list_all(meta, &prefix).await.unwrap() {
+        out.insert(v.key[prefix.len()..].parse().unwrap());
+    }
+    out
+}
+
+/// L1 at the metadata level: no ledger exists that neither a chain nor the trash names,
+/// and no persisted offset index outlives its ledger's place in a chain or the trash.
 pub async fn assert_no_leak(meta: &dyn MetadataStore, context: &str) {
     let (all, chained, trashed) = ledger_sets(meta).await;
     let leaked: Vec<u64> =
@@ -67,4 +79,11 @@ pub async fn assert_no_leak(meta: &dyn MetadataStore, context: &str) {
         leaked.is_empty(),
         "{context}: ledgers {leaked:?} are in no chain and not in the trash (chains {chained:?}, trash {trashed:?})"
     );
+    let indexes = offset_indexed(meta).await;
+    let stale: Vec<u64> = indexes
+        .iter()
+        .filter(|id| !chained.contains(id) && !trashed.contains(id))
+        .copied()
+        .collect();
+    assert!(stale.is_empty(), "{context}: offset indexes {stale:?} outlive their ledgers");
 }
