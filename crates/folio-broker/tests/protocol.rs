@@ -762,3 +762,49 @@ async fn topic_changes_on_one_broker_reach_the_others() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+/// #22: a long-polling Fetch answers once `min_bytes` are there (not at `max_wait_ms`),
+/// with what arrived; a partition's limit takes no batch past it, except a first batch
+/// larger than it (KIP-74).
+#[tokio::test]
+async fn a_long_poll_answers_once_min_bytes_are_there_and_limits_take_no_batch_past_them() {
+    let s = start(1, |_| {}).await;
+    let mut fetcher = Conn::open(s.broker.addr()).await;
+    let mut producer = Conn::open(s.broker.addr()).await;
+    let _: MetadataResponse = producer.call(ApiKey::Metadata, 9, &metadata_req(&["w"])).await;
+    let b = batch_sized(1, 1000);
+    let r: ProduceResponse =
+        producer.call(ApiKey::Produce, 9, &produce_req("w", 0, b.clone(), -1)).await;
+    assert_eq!(produced(&r), (0, 0));
+    // One batch is there, min_bytes asks for more than one: the fetch waits.
+    let mut req = fetch_req("w", uuid::Uuid::nil(), 0);
+    req.max_wait_ms = 60_000;
+    req.min_bytes = (b.len() * 3 / 2) as i32;
+    fetcher.send(ApiKey::Fetch, 12, &req).await;
+    let early =
+        tokio::time::timeout(std::time::Duration::from_millis(300), fetcher.recv_raw()).await;
+    assert!(early.is_err(), "answered before min_bytes were there");
+    // The second batch makes min_bytes: the answer comes now, not after 60 s.
+    let r: ProduceResponse =
+        producer.call(ApiKey::Produce, 9, &produce_req("w", 0, b.clone(), -1)).await;
+    assert_eq!(produced(&r), (0, 1));
+    let (_, r): (i32, FetchResponse) =
+        tokio::time::timeout(std::time::Duration::from_secs(30), fetcher.recv(ApiKey::Fetch, 12))
+            .await
+            .expect("min_bytes met: answered long before max_wait_ms");
+    let p = &r.responses[0].partitions[0];
+    assert_eq!(p.high_watermark, 2);
+    assert_eq!(base_offsets(p.records.as_ref().unwrap()), vec![0, 1]);
+    // A partition limit one batch wide: one batch, not two.
+    let mut req = fetch_req("w", uuid::Uuid::nil(), 0);
+    req.topics[0].partitions[0].partition_max_bytes = (b.len() + 10) as i32;
+    let r: FetchResponse = fetcher.call(ApiKey::Fetch, 12, &req).await;
+    let records = r.responses[0].partitions[0].records.clone().unwrap();
+    assert_eq!(base_offsets(&records), vec![0]);
+    assert_eq!(records.len(), b.len());
+    // A limit below one batch still gets the first batch whole (KIP-74), and only it.
+    let mut req = fetch_req("w", uuid::Uuid::nil(), 1);
+    req.max_bytes = 1;
+    let r: FetchResponse = fetcher.call(ApiKey::Fetch, 12, &req).await;
+    assert_eq!(base_offsets(r.responses[0].partitions[0].records.as_ref().unwrap()), vec![1]);
+}

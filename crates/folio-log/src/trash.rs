@@ -4,9 +4,9 @@
 //! removes its ledger from a chain. The deleter then, per record: reads the ledger's
 //! metadata; if the ledger is gone, the record goes; if the ledger's owner tag names
 //! another log, it is **never** deleted (the record stays, saying why); otherwise the
-//! ledger is deleted, then its persisted offset index, and only then the record. Failures back off (1 s doubling to 5 min)
-//! and are retried for ever; every process that runs a deleter resumes the whole trash,
-//! and every log left in the `deleting` state.
+//! ledger is deleted, then its persisted offset index, and only then the record. Failures
+//! back off (1 s doubling to 5 min) and are retried for ever; every process that runs a
+//! deleter resumes the whole trash, and every log left in the `deleting` state.
 //!
 //! Deleting a log: its last ledger is recovered (fencing its writer), or, if the owner has
 //! put it in the chain but not created it yet, created closed (so the owner's create

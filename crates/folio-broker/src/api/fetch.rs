@@ -1,5 +1,10 @@
 //! Fetch: read batches from each partition's managed log, patch their base offsets, and
-//! long-poll (up to `max_wait_ms`) until `min_bytes` are there. Topics are named up to
+//! long-poll (up to `max_wait_ms`) until `min_bytes` are there. As in Kafka, each round
+//! reads every wanted partition once, up to its `partition_max_bytes` and what is left of
+//! `max_bytes` (no batch past either, beyond a first one: KIP-74), and answers as soon as
+//! the round holds `min_bytes`; a round that does not waits for any partition to grow.
+//! The records are the only copy of a batch the broker makes (`batch::put_for_fetch`):
+//! the answer's frame keeps them by reference (`framing::Frame`). Topics are named up to
 //! v12 and addressed by topic id from v13. A fetch from inside a batch returns the whole
 //! batch (clients skip the records before their offset). No fetch sessions: the answer's
 //! session id is 0, which tells clients to send full requests. Without transactions,
