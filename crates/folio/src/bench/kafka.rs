@@ -13,7 +13,8 @@
 //! 100 B records, produce N records (1 M with `--quick`, 4 M without) to one partition,
 //! then a fresh consumer reads them from offset 0: `backlog_consume_mb_per_s`,
 //! `ratio_vs_produce` (against the produce rate of the same run), the time to the first
-//! record from the start, the middle and the newest ledger, and what the process read per
+//! record from the start, the middle and the newest ledger (also after the broker is
+//! restarted: `first_record_ms_after_restart_*`), and what the process read per
 //! byte served: `read_amplification` (entry-log file bytes the bookies read) and
 //! `rchar_per_byte_served` (`rchar` of `/proc/self/io`: every read() of the process, which
 //! runs the bookies and the broker; socket receives are recv() calls and not counted). The
@@ -234,6 +235,7 @@ async fn backlog(
         log: LogConfig { rollover_bytes: backlog_bytes / 8, ..LogConfig::default() },
         ..BrokerConfig::default()
     };
+    let restart = (config.clone(), env.clone());
     let broker = Broker::start(config, env).await?;
     let bootstrap = broker.addr().to_string();
     let args = vec![records.to_string(), record_bytes.to_string()];
@@ -263,20 +265,29 @@ async fn backlog(
     let consume_mb = figure(&consumed, "consume_mb_per_s")?;
     let client_cpu = figure(&consumed, "client_cpu_share")?;
     let offsets = [0, records / 2, newest + 1];
-    let args = offsets.iter().map(|o| o.to_string()).collect();
-    let firsts = drive(driver, "first", bootstrap, topic, args).await?;
+    let args: Vec<String> = offsets.iter().map(|o| o.to_string()).collect();
+    let firsts = drive(driver, "first", bootstrap, topic, args.clone()).await?;
     let first_at = |o: u64| figure(&firsts, &format!("offset_{o}_ms"));
+    // A restarted broker knows the closed ledgers only from their persisted offset
+    // indexes (its first probe also opens the partition: fences and seals it).
+    broker.shutdown().await;
+    let broker = Broker::start(restart.0, restart.1).await?;
+    let restarted = drive(driver, "first", broker.addr().to_string(), topic, args).await?;
+    let restarted_at = |o: u64| figure(&restarted, &format!("offset_{o}_ms"));
     let rchar = match (rchar0, rchar1) {
         (Some(a), Some(b)) => format!("{:.2}", (b - a) as f64 / served_bytes),
         _ => "unknown".into(),
     };
     println!(
-        "setup=backlog bookies={n_bookies} replication={n_bookies} record_bytes={record_bytes} records={records} ledgers={} produce_mb_per_s={produce_mb:.1} backlog_consume_mb_per_s={consume_mb:.1} ratio_vs_produce={:.2} first_record_ms_from_backlog_start={:.1} first_record_ms_from_backlog_middle={:.1} first_record_ms_from_backlog_newest_ledger={:.1} served_mb={:.1} read_amplification={:.2} rchar_per_byte_served={rchar} consumer_cpu_share={client_cpu:.2} batch_bytes_avg={batch_bytes} fetches={n_fetches} fetch_ms_mean={fetch_ms:.1}",
+        "setup=backlog bookies={n_bookies} replication={n_bookies} record_bytes={record_bytes} records={records} ledgers={} produce_mb_per_s={produce_mb:.1} backlog_consume_mb_per_s={consume_mb:.1} ratio_vs_produce={:.2} first_record_ms_from_backlog_start={:.1} first_record_ms_from_backlog_middle={:.1} first_record_ms_from_backlog_newest_ledger={:.1} first_record_ms_after_restart_start={:.1} first_record_ms_after_restart_middle={:.1} first_record_ms_after_restart_newest_ledger={:.1} served_mb={:.1} read_amplification={:.2} rchar_per_byte_served={rchar} consumer_cpu_share={client_cpu:.2} batch_bytes_avg={batch_bytes} fetches={n_fetches} fetch_ms_mean={fetch_ms:.1}",
         info.ledgers.len(),
         consume_mb / produce_mb,
         first_at(offsets[0])?,
         first_at(offsets[1])?,
         first_at(offsets[2])?,
+        restarted_at(offsets[0])?,
+        restarted_at(offsets[1])?,
+        restarted_at(offsets[2])?,
         served_bytes / super::MIB,
         (disk1 - disk0) as f64 / served_bytes,
     );
