@@ -48,6 +48,9 @@ pub struct StorageConfig {
     /// only in entries (100 batches of 1 MiB) was larger than the 64 MiB cache, evicted its
     /// own start and made a sequential reader re-read 100 MiB per entry.
     pub read_ahead_bytes: usize,
+    /// How long a read waits for another read from disk that covers its entry (single
+    /// flight) before it reads the entry itself: a bound on waiting, not a timeout of reads.
+    pub read_wait_max: Duration,
     /// The time decisions read (idle entry logs); tests and the simulator pass their own.
     pub clock: Arc<dyn Clock>,
 }
@@ -114,6 +117,7 @@ impl StorageConfig {
             read_cache_bytes: 64 * 1024 * 1024,
             read_ahead_entries: 100,
             read_ahead_bytes: 4 * 1024 * 1024,
+            read_wait_max: Duration::from_secs(1),
             clock: Arc::new(SystemClock::default()),
         }
     }

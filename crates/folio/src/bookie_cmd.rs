@@ -44,6 +44,7 @@ CONFIG KEYS (TOML file via --config; any key also via --override KEY=VALUE):
   entry_log.open_max        integer  default 500 (per-ledger mode: logs open at once)
   entry_log.idle_rotation_ms integer default 300000 (per-ledger mode: seal idle logs)
   flush_interval_ms         integer  default 10000
+  read_wait_ms              integer  default 1000 (a read waits this long for another read from disk of its entry)
   read_cache_bytes          integer  default 67108864
   read_ahead_entries        integer  default 100
   read_ahead_bytes          integer  default 4194304 (capped at half of read_cache_bytes)
@@ -291,6 +292,7 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
             "entry_log.open_max" => c.storage.entry_log_per_ledger_open_max = int()? as usize,
             "entry_log.idle_rotation_ms" => c.storage.entry_log_idle_rotation = ms(int()?),
             "flush_interval_ms" => c.storage.flush_interval = ms(int()?),
+            "read_wait_ms" => c.storage.read_wait_max = ms(int()?),
             "read_cache_bytes" => c.storage.read_cache_bytes = int()? as usize,
             "read_ahead_entries" => c.storage.read_ahead_entries = int()? as usize,
             "read_ahead_bytes" => c.storage.read_ahead_bytes = int()? as usize,

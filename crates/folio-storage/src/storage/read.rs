@@ -1,8 +1,5 @@
 use super::*;
 
-/// How long a read waits for a read from disk of the same entry in progress.
-const READ_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// A read from disk in progress (see `Inner::reads_from_disk`): registered for its life.
 pub(super) struct ReadingFromDisk<'a> {
     inner: &'a Inner,
@@ -147,14 +144,14 @@ impl Inner {
     /// the next entry is cached already (the reader is inside a window read before). Best
     /// effort: a failure here is logged, never returned.
     /// The entry from the read cache, waiting first for a read from disk in progress that
-    /// covers it; else (or after `READ_WAIT_MAX`) the claim to read it and its read-ahead
+    /// covers it; else (or after `read_wait_max`) the claim to read it and its read-ahead
     /// from disk, registered in the same critical section as the check.
     fn cached_or_claim(
         &self,
         ledger_id: LedgerId,
         entry_id: EntryId,
     ) -> std::result::Result<Entry, ReadingFromDisk<'_>> {
-        let deadline = std::time::Instant::now() + READ_WAIT_MAX;
+        let deadline = std::time::Instant::now() + self.config.read_wait_max;
         let mut reading = self.reads_from_disk.lock().expect("reads from disk lock");
         loop {
             if let Some(e) =
@@ -207,10 +204,16 @@ impl Inner {
         let mut span_end =
             first.offset + (crate::frame::FRAME_HEADER_BYTES as u64) + u64::from(first.len);
         let span_start = span_end;
-        for (_, v) in next {
+        // Up to the first entry the cache holds: a read that overtook this one (a reader
+        // with reads in flight) read it and its read-ahead already.
+        let cache = self.read_cache.lock().expect("read cache lock");
+        for (k, v) in next {
             let Ok(loc) = EntryLocation::decode(&v) else { break };
+            let cached =
+                index::parse_location_key(&k).is_ok_and(|(_, e)| cache.contains(ledger_id, e));
             let len = crate::frame::FRAME_HEADER_BYTES as u64 + u64::from(loc.len);
-            if loc.log_id != first.log_id
+            if cached
+                || loc.log_id != first.log_id
                 || loc.offset != span_end
                 || span_end + len - span_start > bytes_max
             {
@@ -218,6 +221,7 @@ impl Inner {
             }
             span_end += len;
         }
+        drop(cache);
         if span_end == span_start {
             return;
         }
