@@ -16,6 +16,12 @@
 //! Orphans are leaks (L1). `repair` moves orphan metadata into the trash under the log its
 //! owner tag names (the deleter then checks that tag, as for every record) and deletes stray
 //! logs through the trash; orphan data needs nothing but the bookies' GC.
+//!
+//! Besides ledgers, a closed ledger's persisted offset index (`offset-index/<ledger>`) is
+//! an orphan once no chain and no trash record names its ledger (the deleter removes it
+//! before the trash record, so none should be left); `repair` deletes it (it is a cache).
+//! Indexes are listed before the chains, so an index written by a rollover during the
+//! audit is never taken for an orphan.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -98,6 +104,8 @@ pub struct Audit {
     pub bookies_unreachable: Vec<(String, String)>,
     /// Stray logs (Kafka partition logs whose topic id exists nowhere).
     pub stray_logs: Vec<String>,
+    /// Ledgers whose persisted offset index outlived their place in a chain or the trash.
+    pub orphan_offset_indexes: Vec<u64>,
 }
 
 impl Audit {
@@ -108,6 +116,11 @@ impl Audit {
             .iter()
             .filter(|f| f.class.is_orphan() && f.age_ms.is_none_or(|a| a >= grace))
             .collect()
+    }
+
+    /// Leaks of any kind: orphans older than `grace` and orphan offset indexes.
+    pub fn leaks_older_than(&self, grace: Duration) -> usize {
+        self.orphans_older_than(grace).len() + self.orphan_offset_indexes.len()
     }
 
     /// Counts one ledger (or copy) of class `c` holding `bytes`.
@@ -146,6 +159,13 @@ impl Audit {
                 )
             }
         );
+        if !self.orphan_offset_indexes.is_empty() {
+            let _ = writeln!(
+                out,
+                "orphan offset indexes (ledgers in no chain and not in the trash): {:?}",
+                self.orphan_offset_indexes
+            );
+        }
         for f in &self.findings {
             let age = f
                 .age_ms
@@ -183,6 +203,11 @@ impl Audit {
             "# HELP folio_audit_bookies_unreachable Bookies the last audit could not list.\n# TYPE folio_audit_bookies_unreachable gauge\nfolio_audit_bookies_unreachable {}",
             self.bookies_unreachable.len()
         );
+        let _ = writeln!(
+            out,
+            "# HELP folio_audit_orphan_offset_indexes Offset indexes of ledgers in no chain and not in the trash.\n# TYPE folio_audit_orphan_offset_indexes gauge\nfolio_audit_orphan_offset_indexes {}",
+            self.orphan_offset_indexes.len()
+        );
         out
     }
 
@@ -210,6 +235,10 @@ impl Audit {
                 .map(|(b, e)| format!("{{\"bookie\":{},\"error\":{}}}", json_str(b), json_str(e)))
                 .collect::<Vec<_>>()
                 .join(","),
+        );
+        out.push_str("],\"orphan_offset_indexes\":[");
+        out.push_str(
+            &self.orphan_offset_indexes.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(","),
         );
         out.push_str("],\"findings\":[");
         for (i, f) in self.findings.iter().enumerate() {
@@ -305,6 +334,8 @@ async fn list_bookies(
 pub async fn run(env: &LogEnv) -> Result<Audit, MetaError> {
     let now = env.now_ms();
     let keys = &env.keys;
+    // Offset indexes first (see the module doc).
+    let mut indexed = offset_indexes(env).await?;
     // Topics and deletions in progress, by topic id.
     let mut topic_ids = std::collections::HashSet::new();
     for v in list_all(env.meta.as_ref(), &keys.topics()).await? {
@@ -337,14 +368,10 @@ pub async fn run(env: &LogEnv) -> Result<Audit, MetaError> {
             chained.insert(l.ledger_id, (name.to_string(), class));
         }
     }
-    let mut trashed: HashMap<u64, TrashRecord> = HashMap::new();
-    for v in list_all(env.meta.as_ref(), &keys.trash()).await? {
-        if let Ok(t) = TrashRecord::decode(&v.key, &v.value) {
-            trashed.insert(t.ledger_id, t);
-        }
-    }
+    let trashed = trash_records(env).await?;
+    indexed.retain(|l| !chained.contains_key(l) && !trashed.contains_key(l));
     // What the bookies hold.
-    let mut audit = Audit { stray_logs, ..Audit::default() };
+    let mut audit = Audit { stray_logs, orphan_offset_indexes: indexed, ..Audit::default() };
     let mut stored: HashMap<u64, Vec<(String, u64)>> = HashMap::new();
     for (bookie, listing) in list_bookies(env).await? {
         match listing {
@@ -413,6 +440,24 @@ pub async fn run(env: &LogEnv) -> Result<Audit, MetaError> {
     Ok(audit)
 }
 
+/// The ledgers that have a persisted offset index.
+async fn offset_indexes(env: &LogEnv) -> Result<Vec<u64>, MetaError> {
+    let prefix = env.keys.offset_indexes();
+    let listed = list_all(env.meta.as_ref(), &prefix).await?;
+    Ok(listed.iter().filter_map(|v| v.key[prefix.len()..].parse().ok()).collect())
+}
+
+/// Every trash record, by ledger.
+async fn trash_records(env: &LogEnv) -> Result<HashMap<u64, TrashRecord>, MetaError> {
+    let mut trashed = HashMap::new();
+    for v in list_all(env.meta.as_ref(), &env.keys.trash()).await? {
+        if let Ok(t) = TrashRecord::decode(&v.key, &v.value) {
+            trashed.insert(t.ledger_id, t);
+        }
+    }
+    Ok(trashed)
+}
+
 fn push_orphan_data(audit: &mut Audit, ledger_id: u64, bytes: u64, detail: String) {
     audit.count(Class::OrphanData, bytes);
     audit.findings.push(Finding {
@@ -445,6 +490,13 @@ pub async fn repair(env: &LogEnv, audit: &Audit, grace: Duration) -> Vec<String>
                 format!("ledger {}: already in the trash", f.ledger_id)
             }
             Err(e) => format!("ledger {}: not moved: {e}", f.ledger_id),
+        };
+        done.push(line);
+    }
+    for ledger in &audit.orphan_offset_indexes {
+        let line = match env.meta.delete(&env.keys.offset_index(*ledger), Expect::Any).await {
+            Ok(_) => format!("offset index of ledger {ledger}: deleted"),
+            Err(e) => format!("offset index of ledger {ledger}: not deleted: {e}"),
         };
         done.push(line);
     }

@@ -82,8 +82,15 @@ async fn l1_audit_finds_every_kind_of_orphan_and_repair_sends_them_through_the_t
     for n in &s.cluster.nodes {
         n.bookie().storage().flush().unwrap();
     }
+    // An orphan offset index: of a ledger no chain or trash record names.
+    let index_key = Keys::default().offset_index(orphan.id());
+    s.cluster.meta.put(&index_key, Bytes::from_static(b"FOI"), Expect::Any).await.unwrap();
 
     let a = audit::run(&env).await.unwrap();
+    assert_eq!(a.orphan_offset_indexes, vec![orphan.id()], "{}", a.table());
+    assert!(a.gauges().contains("folio_audit_orphan_offset_indexes 1"), "{}", a.gauges());
+    assert!(a.json().contains(&format!("\"orphan_offset_indexes\":[{}]", orphan.id())));
+    assert!(a.leaks_older_than(Duration::ZERO) > a.orphans_older_than(Duration::ZERO).len());
     let found = classes(&a);
     assert!(found.contains(&(Class::OrphanMetadata, orphan.id())), "{}", a.table());
     assert!(found.contains(&(Class::OrphanData, gone.id())), "{}", a.table());
@@ -106,6 +113,8 @@ async fn l1_audit_finds_every_kind_of_orphan_and_repair_sends_them_through_the_t
 
     let done = audit::repair(&env, &a, Duration::ZERO).await;
     assert!(done.iter().any(|l| l.contains("moved to the trash")), "{done:?}");
+    assert!(done.iter().any(|l| l.contains("offset index of ledger")), "{done:?}");
+    assert_eq!(s.cluster.meta.get(&index_key).await.unwrap(), None, "repair deleted it");
     let a = audit::run(&env).await.unwrap();
     assert!(classes(&a).contains(&(Class::Trashed, orphan.id())), "{}", a.table());
     // The deleter and the bookie's GC finish the job.

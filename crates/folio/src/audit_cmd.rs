@@ -37,12 +37,12 @@ pub fn run(args: Args) -> Result<(), String> {
                 eprintln!("repair: {line}");
             }
         }
-        let old = audit.orphans_older_than(grace).len();
+        let old = audit.leaks_older_than(grace);
         if old > 0 {
             let repair = if args.repair {
-                "repair moved orphan metadata and stray logs to the trash"
+                "repair moved orphan metadata and stray logs to the trash and deleted orphan offset indexes"
             } else {
-                "--repair moves orphan metadata and stray logs to the trash"
+                "--repair moves orphan metadata and stray logs to the trash and deletes orphan offset indexes"
             };
             return Err(format!(
                 "{old} orphans older than {} s (orphan data, whose age a bookie does not know, always counts: the bookies' GC drops it); {repair}",
