@@ -174,6 +174,11 @@ impl Broker {
             "# HELP folio_log_read_prefetched_bytes Bytes partition readers hold or have in flight ahead of their next fetch (limit: PREFETCH_BYTES_MAX).\n# TYPE folio_log_read_prefetched_bytes gauge\nfolio_log_read_prefetched_bytes {}",
             folio_log::prefetched_bytes()
         );
+        let _ = writeln!(
+            out,
+            "# HELP folio_ledger_adds_stalled_total Ledger adds of this process reported as stalled: not confirmed within add_stall_after (each logged with its bookies).\n# TYPE folio_ledger_adds_stalled_total counter\nfolio_ledger_adds_stalled_total {}",
+            folio_client::adds_stalled_total()
+        );
         out.push_str("# HELP folio_kafka_group_members Members of a group this broker coordinates.\n# TYPE folio_kafka_group_members gauge\n");
         let groups = self.inner.groups.snapshot();
         // Group ids are any string a client sends: escaped, they cannot forge samples.

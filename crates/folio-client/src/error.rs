@@ -58,6 +58,12 @@ pub enum WriterFailure {
         "bookie {bookie} failed, no replacement, and entry {entry_id} can no longer reach its ack quorum"
     )]
     NoReplacement { bookie: String, entry_id: EntryId },
+    /// An add stayed unconfirmed for two stall bounds, the second after the bookies that
+    /// had not acknowledged it were replaced (`ledger/stall.rs`).
+    #[error(
+        "entry {entry_id} was not confirmed within {waited_ms} ms, even after replacing the bookies that had not acknowledged it"
+    )]
+    AddStalled { entry_id: EntryId, waited_ms: u64 },
     /// The writer went away before the add was confirmed.
     #[error("the writer was dropped before the add was confirmed")]
     Dropped,

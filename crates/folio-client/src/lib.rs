@@ -12,5 +12,7 @@ mod pool;
 
 pub use connection::{BookieConnection, ConnectionError};
 pub use error::{LedgerError, Result, WriterFailure};
-pub use ledger::{CreateOptions, LedgerClient, LedgerReader, LedgerWriter, master_key};
+pub use ledger::{
+    CreateOptions, LedgerClient, LedgerReader, LedgerWriter, adds_stalled_total, master_key,
+};
 pub use pool::BookiePool;

@@ -29,7 +29,10 @@ use crate::pool::BookiePool;
 
 mod reader;
 mod recovery;
+mod stall;
 mod writer;
+
+pub use stall::adds_stalled_total;
 
 pub use crate::limits::OUTSTANDING_ADDS_MAX;
 pub use folio_proto::wire::master_key;
@@ -81,6 +84,9 @@ pub struct LedgerClient {
     /// Writers send the LAC to their ensemble this often when it moved and no add carried
     /// it (`None`: only piggybacked on adds).
     explicit_lac_interval: Option<std::time::Duration>,
+    /// An add not confirmed this long after it started is reported and handled
+    /// (`stall.rs`); `None` turns the watchdog off.
+    add_stall_after: Option<std::time::Duration>,
 }
 
 impl LedgerClient {
@@ -94,6 +100,7 @@ impl LedgerClient {
             request_timeout: REQUEST_TIMEOUT,
             speculative_read_timeout: std::time::Duration::from_secs(2),
             explicit_lac_interval: Some(std::time::Duration::from_secs(1)),
+            add_stall_after: Some(ADD_STALL_AFTER),
         }
     }
 
@@ -106,6 +113,12 @@ impl LedgerClient {
     /// The same client with another speculative read timeout.
     pub fn with_speculative_read_timeout(mut self, timeout: std::time::Duration) -> LedgerClient {
         self.speculative_read_timeout = timeout;
+        self
+    }
+
+    /// The same client with another stalled-add bound (`None` turns the watchdog off).
+    pub fn with_add_stall_after(mut self, after: Option<std::time::Duration>) -> LedgerClient {
+        self.add_stall_after = after;
         self
     }
 
@@ -240,6 +253,8 @@ impl LedgerClient {
 struct PendingAdd {
     entry: Bytes,
     length: u64,
+    /// When the add was started (the stall watchdog's clock).
+    since: std::time::Instant,
     /// Ensemble positions whose bookie acknowledged this entry.
     acked: std::collections::BTreeSet<usize>,
 }
@@ -263,6 +278,10 @@ struct WriterState {
 
 /// Default per-request timeout (see `LedgerClient::with_request_timeout`).
 pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Default stalled-add bound (`LedgerClient::with_add_stall_after`): two request timeouts,
+/// so a bookie that does not answer is replaced by its request timeout first.
+pub const ADD_STALL_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[derive(Debug)]
 struct WriterInner {

@@ -51,6 +51,9 @@ impl LedgerWriter {
         if let Some(interval) = inner.client.explicit_lac_interval {
             tokio::spawn(explicit_lac(Arc::downgrade(&inner), interval));
         }
+        if let Some(after) = inner.client.add_stall_after {
+            tokio::spawn(super::stall::watch_stalls(Arc::downgrade(&inner), after));
+        }
         LedgerWriter { inner, slots: Arc::new(Semaphore::new(OUTSTANDING_ADDS_MAX)) }
     }
 
@@ -151,7 +154,8 @@ impl LedgerWriter {
             };
             let entry = Entry::encode(header, payload).into_bytes();
             let length = st.length;
-            st.pending.insert(id, PendingAdd { entry, length, acked: Default::default() });
+            let since = std::time::Instant::now();
+            st.pending.insert(id, PendingAdd { entry, length, since, acked: Default::default() });
             id
         };
         let down = inner.state.lock().expect("writer lock").down.clone();
