@@ -47,6 +47,8 @@ pub struct BookieConfig {
     pub listen: SocketAddr,
     /// What clients connect to; defaults to the bound listen address.
     pub advertised_address: Option<String>,
+    /// The rack (or zone) registered for placement; none by default.
+    pub rack: Option<String>,
     pub storage: StorageConfig,
     pub metadata_root: String,
     pub lease_ttl: Duration,
@@ -61,6 +63,16 @@ pub struct BookieConfig {
     pub fs: Arc<dyn FileSystem>,
 }
 
+/// What a bookie registers: its id, address and rack.
+fn registration_of(id: &str, advertised: &str, config: &BookieConfig) -> BookieRegistration {
+    BookieRegistration {
+        bookie_id: id.to_string(),
+        address: advertised.to_string(),
+        http_address: None,
+        rack: config.rack.clone(),
+    }
+}
+
 impl BookieConfig {
     /// Defaults for a bookie keeping its data under `data_dir` and listening on `listen`.
     pub fn new(data_dir: impl Into<PathBuf>, listen: SocketAddr) -> BookieConfig {
@@ -68,6 +80,7 @@ impl BookieConfig {
             bookie_id: None,
             listen,
             advertised_address: None,
+            rack: None,
             storage: StorageConfig::new(data_dir),
             metadata_root: "folio".into(),
             lease_ttl: Duration::from_secs(10),
@@ -236,11 +249,7 @@ impl Bookie {
             tracing::warn!(bookie = %id, dir = %dir.display(), "cookie re-stamped after the pre-boot check");
         }
         let read_only = Arc::new(AtomicBool::new(false));
-        let registration = BookieRegistration {
-            bookie_id: id.clone(),
-            address: advertised.clone(),
-            http_address: None,
-        };
+        let registration = registration_of(&id, &advertised, &config);
         let lease = meta.grant_lease(config.lease_ttl).await?;
         register(meta.as_ref(), &keys, &registration, lease, false).await?;
         let lease = Arc::new(std::sync::Mutex::new(lease));

@@ -8,6 +8,7 @@ mod connection;
 mod error;
 pub mod ledger;
 pub mod limits;
+pub mod placement;
 mod pool;
 
 pub use connection::{BookieConnection, ConnectionError};

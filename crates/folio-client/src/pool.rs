@@ -36,6 +36,33 @@ impl BookiePool {
             .collect())
     }
 
+    /// The bookies registered as writable, with their racks (placement's candidates).
+    pub async fn writable_candidates(&self) -> Result<Vec<crate::placement::Candidate>> {
+        let prefix = self.keys.bookies_writable();
+        Ok(list_all(self.meta.as_ref(), &prefix)
+            .await?
+            .into_iter()
+            .map(|v| crate::placement::Candidate {
+                bookie_id: v.key[prefix.len()..].to_string(),
+                rack: BookieRegistration::decode(&v.key, &v.value).ok().and_then(|r| r.rack),
+            })
+            .collect())
+    }
+
+    /// The racks of `bookies` as registered (writable or read-only); none for a bookie that
+    /// is not registered or has no rack.
+    pub async fn racks(&self, bookies: &[String]) -> Result<Vec<Option<String>>> {
+        let mut racks = HashMap::new();
+        for prefix in [self.keys.bookies_writable(), self.keys.bookies_readonly()] {
+            for v in list_all(self.meta.as_ref(), &prefix).await? {
+                if let Ok(r) = BookieRegistration::decode(&v.key, &v.value) {
+                    racks.insert(r.bookie_id, r.rack);
+                }
+            }
+        }
+        Ok(bookies.iter().map(|b| racks.get(b).cloned().flatten()).collect())
+    }
+
     /// A live connection to `bookie_id` (reconnecting if the last one failed).
     pub async fn get(&self, bookie_id: &str) -> Result<Arc<BookieConnection>> {
         let mut conns = self.conns.lock().await;

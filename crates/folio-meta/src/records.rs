@@ -386,6 +386,8 @@ pub struct BookieRegistration {
     pub bookie_id: String,
     pub address: String,
     pub http_address: Option<String>,
+    /// The rack (or zone) the bookie is in; placement spreads ensembles over racks.
+    pub rack: Option<String>,
 }
 
 impl Record for BookieRegistration {
@@ -393,6 +395,9 @@ impl Record for BookieRegistration {
         let mut f = vec![("bookie_id", self.bookie_id.clone()), ("address", self.address.clone())];
         if let Some(h) = &self.http_address {
             f.push(("http_address", h.clone()));
+        }
+        if let Some(r) = &self.rack {
+            f.push(("rack", r.clone()));
         }
         encode_fields("folio-bookie", &f)
     }
@@ -403,6 +408,7 @@ impl Record for BookieRegistration {
             bookie_id: field(key, &m, "bookie_id")?,
             address: field(key, &m, "address")?,
             http_address: m.get("http_address").cloned(),
+            rack: m.get("rack").cloned(),
         })
     }
 }
@@ -480,8 +486,11 @@ mod tests {
             bookie_id: "b1".into(),
             address: "127.0.0.1:3181".into(),
             http_address: None,
+            rack: None,
         };
         assert_eq!(BookieRegistration::decode("k", &r.encode()).unwrap(), r);
+        let racked = BookieRegistration { rack: Some("rack-a".into()), ..r };
+        assert_eq!(BookieRegistration::decode("k", &racked.encode()).unwrap(), racked);
         assert!(Cookie::decode("k", b"folio-cookie 2\n").is_err());
     }
 

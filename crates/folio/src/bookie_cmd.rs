@@ -12,6 +12,7 @@ CONFIG KEYS (TOML file via --config; any key also via --override KEY=VALUE):
   bookie_id                 string   default: the advertised address
   listen                    string   default \"127.0.0.1:3181\"
   advertised_address        string   default: the bound listen address
+  rack                      string   default none (placement spreads ensembles over racks)
   data_dir                  path     default \"./folio-bookie\"
   journal_dir               path     default <data_dir>/journal
   ledger_dir                path     default <data_dir>/ledgers
@@ -237,6 +238,7 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
     let mut c = BookieConfig::new(&data_dir, listen);
     c.bookie_id = string("bookie_id")?;
     c.advertised_address = string("advertised_address")?;
+    c.rack = string("rack")?;
     if let Some(d) = string("journal_dir")? {
         c.storage.journal_dir = d.into();
     }
@@ -265,7 +267,7 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
         let ms = |x: u64| Duration::from_millis(x);
         let j = &mut c.storage.journal;
         match k.as_str() {
-            "bookie_id" | "listen" | "advertised_address" | "data_dir" | "journal_dir"
+            "bookie_id" | "listen" | "advertised_address" | "rack" | "data_dir" | "journal_dir"
             | "ledger_dir" | "metadata" | "metadata_root" | "http_listen" => {}
             "lease_ttl_ms" => c.lease_ttl = ms(int()?),
             "disk_check_interval_ms" => c.disk_check_interval = ms(int()?),

@@ -148,7 +148,8 @@ impl LedgerClient {
         }
     }
 
-    /// Creates a ledger on `E` writable bookies chosen at random (never read-only ones).
+    /// Creates a ledger on `E` writable bookies (never read-only ones), spread over racks
+    /// (`placement::ensemble`).
     pub async fn create(&self, opts: CreateOptions) -> Result<LedgerWriter> {
         let (e, w, a) = (opts.ensemble_size, opts.write_quorum, opts.ack_quorum);
         if !(e >= w && w >= a && a >= 1) {
@@ -156,16 +157,11 @@ impl LedgerClient {
                 "need E >= Qw >= Qa >= 1, got E={e} Qw={w} Qa={a}"
             )));
         }
-        let writable = self.pool.writable().await?;
-        if writable.len() < e as usize {
+        let writable = self.pool.writable_candidates().await?;
+        let Some(ensemble) =
+            crate::placement::ensemble(&writable, e as usize, w as usize, &mut rand::rng())
+        else {
             return Err(LedgerError::NotEnoughBookies { need: e as usize, have: writable.len() });
-        }
-        let ensemble: Vec<String> = {
-            let mut rng = rand::rng();
-            rand::seq::index::sample(&mut rng, writable.len(), e as usize)
-                .into_iter()
-                .map(|i| writable[i].clone())
-                .collect()
         };
         let id = match opts.ledger_id {
             Some(id) => id,

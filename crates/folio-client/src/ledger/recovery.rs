@@ -202,8 +202,6 @@ impl LedgerClient {
     }
 
     /// Re-adds a recovered entry to its write set with the recovery flag (which passes the
-    /// fence) and waits for the ack quorum.
-    /// Re-adds a recovered entry to its write set with the recovery flag (which passes the
     /// fence) and waits for every position to take it. A bookie that fails is replaced in
     /// the recovery's own ensemble (BookKeeper's `newEnsemblesFromRecovery`): the new
     /// fragment starts at this entry and is written to the metadata when the ledger closes.
@@ -238,17 +236,19 @@ impl LedgerClient {
                             Err(e) => e.to_string(),
                         };
                         failures.push(format!("{b}: {why}"));
-                        let spare: Vec<String> = self
+                        let spare: Vec<crate::placement::Candidate> = self
                             .pool
-                            .writable()
+                            .writable_candidates()
                             .await?
                             .into_iter()
-                            .filter(|x| !ensemble.contains(x))
+                            .filter(|x| !ensemble.contains(&x.bookie_id))
                             .collect();
-                        if spare.is_empty() {
+                        let racks = self.pool.racks(ensemble).await?;
+                        let Some(pick) =
+                            crate::placement::replacement(&spare, &racks, pos, w, &mut rand::rng())
+                        else {
                             break;
-                        }
-                        let pick = spare[rand::random_range(0..spare.len())].clone();
+                        };
                         tracing::info!(ledger = ledger_id, failed = %b, replacement = %pick, from_entry = entry_id, "recovery replaces a bookie");
                         ensemble[pos] = pick;
                         fragments.insert(entry_id, ensemble.clone());

@@ -462,16 +462,25 @@ impl WriterInner {
         let client = &self.client;
         let current: Vec<String> =
             self.ensemble.lock().expect("ensemble lock").iter().map(|(b, _)| b.clone()).collect();
-        let mut candidates: Vec<String> =
-            client.pool.writable().await?.into_iter().filter(|b| !current.contains(b)).collect();
+        let mut candidates: Vec<crate::placement::Candidate> = client
+            .pool
+            .writable_candidates()
+            .await?
+            .into_iter()
+            .filter(|c| !current.contains(&c.bookie_id))
+            .collect();
+        let racks = client.pool.racks(&current).await?;
+        let qw = self.quorums().0;
         loop {
-            if candidates.is_empty() {
+            let Some(pick) =
+                crate::placement::replacement(&candidates, &racks, pos, qw, &mut rand::rng())
+            else {
                 return Err(LedgerError::NotEnoughBookies {
                     need: current.len() + 1,
                     have: current.len(),
                 });
-            }
-            let pick = candidates.swap_remove(rand::random_range(0..candidates.len()));
+            };
+            candidates.retain(|c| c.bookie_id != pick);
             let Ok(conn) = client.pool.get(&pick).await else { continue };
             let start = self.state.lock().expect("writer lock").lac + 1;
             let key = client.keys.ledger(self.id);
