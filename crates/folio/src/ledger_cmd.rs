@@ -81,6 +81,10 @@ enum Command {
     List,
     /// Show a ledger's metadata.
     Inspect { ledger: u64 },
+    /// Read every entry (through the last, or the LAC of an open ledger) from every bookie
+    /// of its write set, checking digests; names each missing or damaged copy and fails if
+    /// there is one.
+    Check { ledger: u64 },
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -166,24 +170,46 @@ pub fn run(args: Args) -> Result<(), String> {
                     println!("{id}");
                 }
             }
-            Command::Inspect { ledger } => {
-                let m = client.metadata(ledger).await.map_err(e)?;
-                println!("ledger {ledger}");
-                println!("  state: {:?}", m.state);
-                println!(
-                    "  quorums: E={} Qw={} Qa={}",
-                    m.ensemble_size, m.write_quorum, m.ack_quorum
-                );
-                println!("  last entry: {}, length: {} bytes", m.last_entry_id, m.length);
-                for (first, bookies) in &m.ensembles {
-                    println!("  fragment from entry {first}: {}", bookies.join(", "));
-                }
-                for (k, v) in &m.custom {
-                    println!("  custom {k} = {}", String::from_utf8_lossy(v));
-                }
-                println!("  created (ms since epoch): {}", m.ctime_ms);
-            }
+            Command::Check { ledger } => check(&client, ledger).await?,
+            Command::Inspect { ledger } => inspect(&client, ledger).await?,
         }
         Ok(())
     })
+}
+
+/// `folio ledger inspect`: the ledger's metadata.
+async fn inspect(client: &folio_client::LedgerClient, ledger: u64) -> Result<(), String> {
+    let m = client.metadata(ledger).await.map_err(|e| e.to_string())?;
+    println!("ledger {ledger}");
+    println!("  state: {:?}", m.state);
+    println!("  quorums: E={} Qw={} Qa={}", m.ensemble_size, m.write_quorum, m.ack_quorum);
+    println!("  last entry: {}, length: {} bytes", m.last_entry_id, m.length);
+    for (first, bookies) in &m.ensembles {
+        println!("  fragment from entry {first}: {}", bookies.join(", "));
+    }
+    for (k, v) in &m.custom {
+        println!("  custom {k} = {}", String::from_utf8_lossy(v));
+    }
+    println!("  created (ms since epoch): {}", m.ctime_ms);
+    Ok(())
+}
+
+/// `folio ledger check`: every copy of every entry (see `LedgerReader::check_replicas`).
+async fn check(client: &folio_client::LedgerClient, ledger: u64) -> Result<(), String> {
+    let r = client.open(ledger).await.map_err(|e| e.to_string())?;
+    let check = r.check_replicas().await.map_err(|e| e.to_string())?;
+    for m in &check.missing {
+        println!("entry {}\tbookie {}\t{}", m.entry_id, m.bookie, m.error);
+    }
+    println!(
+        "ledger {ledger}: {} entries, {} copies read, {} missing or damaged",
+        check.entries,
+        check.copies,
+        check.missing.len()
+    );
+    if check.missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("ledger {ledger}: {} copies missing or damaged", check.missing.len()))
+    }
 }

@@ -71,14 +71,36 @@ async fn d1_three_bookie_processes_on_etcd_one_sigkilled_during_writes() {
     }
     // The killed bookie comes back on its dirs.
     procs[1] = Some(start_bookie(tmp.path(), "bookie-1", &etcd, &root, &[]));
-    let reader =
-        LedgerClient::new(meta, Keys::new(root)).with_request_timeout(Duration::from_secs(2));
+    let reader = LedgerClient::new(meta, Keys::new(root.clone()))
+        .with_request_timeout(Duration::from_secs(2));
     let r = reader.recover(w.id()).await.unwrap();
     let last = r.last_entry_id().unwrap();
     for (id, i) in &acked {
         assert!(*id <= last, "acknowledged entry {id} past the recovered end {last}");
         assert_eq!(r.read(*id).await.unwrap().payload(), &payload(*i)[..], "entry {id}");
     }
+    // `folio ledger check` (#23): every copy of the recovered ledger is on its write set;
+    // with bookie-0 killed, it names bookie-0's copies and fails.
+    let check = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_folio"))
+            .args(["--log", "error", "ledger", "--metadata", &format!("etcd://{etcd}")])
+            .args(["--root", &root, "check", &w.id().to_string()])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.status.success(), text)
+    };
+    let (ok, text) = check();
+    assert!(ok, "{text}");
+    assert!(
+        text.contains(&format!("{} entries", last + 1)) && text.contains(" 0 missing"),
+        "{text}"
+    );
+    procs[0].take();
+    let (ok, text) = check();
+    assert!(!ok, "{text}");
+    assert!(text.contains("bookie bookie-0"), "{text}");
+    assert!(!text.contains("bookie bookie-1") && !text.contains("bookie bookie-2"), "{text}");
     drop(procs);
 }
 

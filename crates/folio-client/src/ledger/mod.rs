@@ -27,11 +27,13 @@ use crate::BookieConnection;
 use crate::error::{LedgerError, Result, WriterFailure};
 use crate::pool::BookiePool;
 
+mod check;
 mod reader;
 mod recovery;
 mod stall;
 mod writer;
 
+pub use check::{MissingCopy, ReplicaCheck};
 pub use stall::adds_stalled_total;
 
 pub use crate::limits::OUTSTANDING_ADDS_MAX;

@@ -1,0 +1,67 @@
+//! The replica check (`folio ledger check`, #23 item 4): every entry of a ledger read from
+//! every bookie of its write set, with the digest and ids checked, so that a missing or
+//! damaged copy is named with its bookie. One entry at a time, its write set in parallel:
+//! at most Qw reads in flight.
+
+use folio_proto::EntryId;
+use tokio::task::JoinSet;
+
+use crate::error::Result;
+
+use super::*;
+
+/// A copy the check did not find whole: the entry, the bookie, what it answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingCopy {
+    pub entry_id: EntryId,
+    pub bookie: String,
+    pub error: String,
+}
+
+/// What a replica check read and what it did not find.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplicaCheck {
+    /// Entries checked (0 through the last entry, or the LAC of an open ledger).
+    pub entries: u64,
+    /// Copies read: entries × Qw.
+    pub copies: u64,
+    /// Copies missing or damaged, in entry order.
+    pub missing: Vec<MissingCopy>,
+}
+
+impl LedgerReader {
+    /// Reads every entry through the last one (a closed ledger) or the LAC (an open one)
+    /// from each bookie of its write set.
+    pub async fn check_replicas(&self) -> Result<ReplicaCheck> {
+        let last = match self.last_entry_id() {
+            Some(l) => l,
+            None => self.read_lac().await?,
+        };
+        let w = self.metadata.write_quorum as usize;
+        let mut out = ReplicaCheck::default();
+        for entry_id in 0..=last {
+            let ensemble = self.metadata.ensemble_for(entry_id);
+            let mut reads = JoinSet::new();
+            for i in 0..w {
+                let bookie = ensemble[(entry_id as usize + i) % ensemble.len()].clone();
+                let (client, id) = (self.client.clone(), self.id);
+                reads.spawn(async move {
+                    let r = client.read_one(&bookie, id, entry_id).await;
+                    (bookie, r)
+                });
+            }
+            let mut missing = Vec::new();
+            while let Some(done) = reads.join_next().await {
+                let (bookie, r) = done.expect("a replica read does not panic");
+                out.copies += 1;
+                if let Err(e) = r {
+                    missing.push(MissingCopy { entry_id, bookie, error: e.to_string() });
+                }
+            }
+            missing.sort_by(|a, b| a.bookie.cmp(&b.bookie));
+            out.missing.extend(missing);
+            out.entries += 1;
+        }
+        Ok(out)
+    }
+}
