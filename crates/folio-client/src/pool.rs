@@ -63,6 +63,17 @@ impl BookiePool {
         Ok(bookies.iter().map(|b| racks.get(b).cloned().flatten()).collect())
     }
 
+    /// A replacement's candidates for a position of `ensemble`: the writable bookies outside
+    /// it, and the racks of its members (`placement::replacement` takes both).
+    pub async fn spares(
+        &self,
+        ensemble: &[String],
+    ) -> Result<(Vec<crate::placement::Candidate>, Vec<Option<String>>)> {
+        let mut spares = self.writable_candidates().await?;
+        spares.retain(|c| !ensemble.contains(&c.bookie_id));
+        Ok((spares, self.racks(ensemble).await?))
+    }
+
     /// A live connection to `bookie_id` (reconnecting if the last one failed).
     pub async fn get(&self, bookie_id: &str) -> Result<Arc<BookieConnection>> {
         let mut conns = self.conns.lock().await;

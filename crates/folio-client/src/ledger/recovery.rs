@@ -236,14 +236,7 @@ impl LedgerClient {
                             Err(e) => e.to_string(),
                         };
                         failures.push(format!("{b}: {why}"));
-                        let spare: Vec<crate::placement::Candidate> = self
-                            .pool
-                            .writable_candidates()
-                            .await?
-                            .into_iter()
-                            .filter(|x| !ensemble.contains(&x.bookie_id))
-                            .collect();
-                        let racks = self.pool.racks(ensemble).await?;
+                        let (spare, racks) = self.pool.spares(ensemble).await?;
                         let Some(pick) =
                             crate::placement::replacement(&spare, &racks, pos, w, &mut rand::rng())
                         else {

@@ -462,14 +462,7 @@ impl WriterInner {
         let client = &self.client;
         let current: Vec<String> =
             self.ensemble.lock().expect("ensemble lock").iter().map(|(b, _)| b.clone()).collect();
-        let mut candidates: Vec<crate::placement::Candidate> = client
-            .pool
-            .writable_candidates()
-            .await?
-            .into_iter()
-            .filter(|c| !current.contains(&c.bookie_id))
-            .collect();
-        let racks = client.pool.racks(&current).await?;
+        let (mut candidates, racks) = client.pool.spares(&current).await?;
         let qw = self.quorums().0;
         loop {
             let Some(pick) =
