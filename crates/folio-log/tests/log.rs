@@ -86,7 +86,7 @@ async fn reads_locate_their_entry_from_the_offset_index_without_searching() {
     for v in folio_meta::list_all(&*c.meta, &keys.offset_indexes()).await.unwrap() {
         c.meta.delete(&v.key, folio_meta::Expect::Any).await.unwrap();
     }
-    let log = ManagedLog::open_or_create(env(&c, "c"), "idx", config).await.unwrap();
+    let log = ManagedLog::open_or_create(env(&c, "c"), "idx", config.clone()).await.unwrap();
     assert_eq!(log.read(200, 1, 1).await.unwrap()[0].base_offset, 198);
     let searched = log.stats().locate_searches.load(Relaxed);
     assert!(searched >= 1, "nothing known: the first read searches");
@@ -100,6 +100,18 @@ async fn reads_locate_their_entry_from_the_offset_index_without_searching() {
         assert_eq!(log.read(off, 1, 1).await.unwrap()[0].base_offset, off / 3 * 3);
     }
     assert_eq!(log.stats().locate_searches.load(Relaxed), searched, "every ledger is known now");
+    // What the reads taught was persisted (once per closed ledger), so the next owner
+    // searches nothing.
+    let closed = log.info().ledgers.iter().filter(|l| l.close_ms > 0).count();
+    assert_eq!(log.stats().offset_indexes_rebuilt.load(Relaxed), closed as u64);
+    assert_eq!(offset_indexed(&*c.meta).await.len(), closed);
+    log.close().await.unwrap();
+    let log = ManagedLog::open_or_create(env(&c, "d"), "idx", config).await.unwrap();
+    for off in (0..360).step_by(13) {
+        assert_eq!(log.read(off, 1, 1).await.unwrap()[0].base_offset, off / 3 * 3);
+    }
+    assert_eq!(log.stats().locate_searches.load(Relaxed), 0, "rebuilt indexes");
+    assert_no_leak(&*c.meta, "rebuilt indexes").await;
 }
 
 #[tokio::test]

@@ -58,6 +58,8 @@ pub(super) struct OffsetIndex {
     /// Ledgers whose persisted index was looked for (found or not): never again. At most
     /// the chain's ledgers (forgotten with them).
     looked_up: HashSet<u64>,
+    /// Ledgers whose index, learned whole from reads, was offered to the store: never again.
+    offered: HashSet<u64>,
     /// Dense offsets held, over all ledgers (at most `INDEX_ENTRIES_MAX`).
     dense_total: usize,
 }
@@ -123,6 +125,7 @@ impl OffsetIndex {
     /// Forgets a ledger (trimmed or deleted).
     pub(super) fn remove(&mut self, ledger_id: u64) {
         self.looked_up.remove(&ledger_id);
+        self.offered.remove(&ledger_id);
         if let Some(l) = self.ledgers.remove(&ledger_id) {
             self.dense_total -= l.dense.len();
         }
@@ -132,6 +135,11 @@ impl OffsetIndex {
     pub(super) fn dense(&self, ledger_id: u64, entries: u64) -> Option<&[u64]> {
         let l = self.ledgers.get(&ledger_id)?;
         (l.dense.len() as u64 == entries && entries > 0).then_some(l.dense.as_slice())
+    }
+
+    /// Marks `ledger_id`'s index as offered to the store; false if it already was.
+    pub(super) fn offer(&mut self, ledger_id: u64) -> bool {
+        self.offered.insert(ledger_id)
     }
 
     /// Marks `ledger_id`'s persisted index as looked for; false if it already was.

@@ -116,6 +116,8 @@ pub struct LogStats {
     pub locate_searches: std::sync::atomic::AtomicU64,
     /// Closed ledgers' persisted offset indexes loaded (once per ledger and process).
     pub offset_indexes_loaded: std::sync::atomic::AtomicU64,
+    /// Offset indexes learned whole from reads and persisted (ledgers that had none).
+    pub offset_indexes_rebuilt: std::sync::atomic::AtomicU64,
     /// Reads that continued a read stream an earlier read left at their offset.
     pub reads_continued: std::sync::atomic::AtomicU64,
     /// Reads served from the tail cache (no bookie round trip).

@@ -13,14 +13,15 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use folio_client::{LedgerReader, LedgerWriter};
 use folio_meta::records::Record;
+use folio_meta::{Compare, Txn};
 use folio_proto::{ENTRY_HEADER_BYTES, EntryId};
 
 use super::index::Located;
 use super::stream::ReadStream;
-use super::{LogState, ManagedLog};
+use super::{LogState, ManagedLog, View};
 use crate::entry::{self, LogEntry};
 use crate::error::{LogError, Result};
-use crate::limits::{READERS_MAX, STREAM_WINDOW_BYTES_MAX};
+use crate::limits::{OFFSET_INDEX_RECORD_BYTES_MAX, READERS_MAX, STREAM_WINDOW_BYTES_MAX};
 use crate::records::{LedgerInfo, OffsetIndexRecord};
 
 impl ManagedLog {
@@ -120,6 +121,9 @@ impl ManagedLog {
                 e.entry_id,
                 e.base_offset,
             );
+            if e.entry_id >= 0 {
+                self.persist_learned_index(&view, e.ledger_id, e.entry_id, e.base_offset).await;
+            }
             bytes += e.payload.len();
             out.push(e);
         }
@@ -233,6 +237,51 @@ impl ManagedLog {
             Err(e) => {
                 tracing::warn!(log = self.name(), ledger = info.ledger_id, error = %e, "reading a persisted offset index failed; searching instead");
                 false
+            }
+        }
+    }
+
+    /// After a read of the last entry of a closed ledger whose index the reads taught whole
+    /// (a ledger recovered after its writer died has no persisted index): persists it, once,
+    /// in a transaction that requires the ledger's metadata to exist and no index to be
+    /// there. The deleter deletes a ledger's metadata before its index, so an index put
+    /// here never outlives its ledger (L1). Best effort: a failure only costs later
+    /// readers a search.
+    async fn persist_learned_index(
+        &self,
+        view: &View,
+        ledger_id: u64,
+        entry_id: EntryId,
+        base: u64,
+    ) {
+        let Some(info) = view.find(base).and_then(|i| view.get(i)) else { return };
+        if info.ledger_id != ledger_id || !info.is_closed() || entry_id as u64 + 1 != info.entries {
+            return;
+        }
+        let record = {
+            let mut index = self.shared.index.lock().expect("index lock");
+            let Some(dense) = index.dense(ledger_id, info.entries) else { return };
+            let record =
+                OffsetIndexRecord::from_dense(ledger_id, dense, OFFSET_INDEX_RECORD_BYTES_MAX);
+            if !index.offer(ledger_id) {
+                return;
+            }
+            record
+        };
+        let Some(record) = record else { return };
+        let keys = &self.shared.env.keys;
+        let key = keys.offset_index(ledger_id);
+        let txn = Txn::new()
+            .compare(Compare::Exists(keys.ledger(ledger_id)))
+            .compare(Compare::Absent(key.clone()))
+            .put(key, record.encode());
+        match self.shared.env.meta.txn(txn).await {
+            Ok(out) if out.succeeded => {
+                self.shared.stats.offset_indexes_rebuilt.fetch_add(1, Relaxed);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(log = self.name(), ledger = ledger_id, error = %e, "persisting a learned offset index failed")
             }
         }
     }
