@@ -18,11 +18,26 @@ use folio_proto::{ENTRY_HEADER_BYTES, EntryId};
 
 use super::index::Located;
 use super::stream::ReadStream;
-use super::{LogState, ManagedLog, View};
+use super::{LogState, ManagedLog};
 use crate::entry::{self, LogEntry};
 use crate::error::{LogError, Result};
 use crate::limits::{OFFSET_INDEX_RECORD_BYTES_MAX, READERS_MAX, STREAM_WINDOW_BYTES_MAX};
 use crate::records::{LedgerInfo, OffsetIndexRecord};
+
+/// The chain's record of `e`'s ledger if `e` is the last entry of that closed ledger;
+/// `ledger` caches the record, so the chain is searched once per ledger a read passes.
+fn ended_closed_ledger(
+    view: &super::View,
+    ledger: &mut Option<LedgerInfo>,
+    e: &LogEntry,
+) -> Option<LedgerInfo> {
+    if ledger.is_none_or(|l| l.ledger_id != e.ledger_id) {
+        *ledger = view.find(e.base_offset).and_then(|i| view.get(i));
+    }
+    ledger.filter(|l| {
+        l.ledger_id == e.ledger_id && l.is_closed() && e.entry_id + 1 == l.entries as i64
+    })
+}
 
 impl ManagedLog {
     /// Reads batches from the one holding `offset` on, up to `max_bytes` of payload (at
@@ -86,6 +101,7 @@ impl ManagedLog {
             .min(STREAM_WINDOW_BYTES_MAX.max(max_bytes));
         let mut out: Vec<LogEntry> = Vec::new();
         let mut bytes = 0usize;
+        let mut ledger: Option<LedgerInfo> = None;
         while out.len() < max_entries && bytes < max_bytes {
             stream.fill(self, &view, window, max_bytes - bytes);
             let e = match stream.peek().await {
@@ -121,8 +137,8 @@ impl ManagedLog {
                 e.entry_id,
                 e.base_offset,
             );
-            if e.entry_id >= 0 {
-                self.persist_learned_index(&view, e.ledger_id, e.entry_id, e.base_offset).await;
+            if let Some(info) = ended_closed_ledger(&view, &mut ledger, &e) {
+                self.persist_learned_index(&info).await;
             }
             bytes += e.payload.len();
             out.push(e);
@@ -241,23 +257,14 @@ impl ManagedLog {
         }
     }
 
-    /// After a read of the last entry of a closed ledger whose index the reads taught whole
-    /// (a ledger recovered after its writer died has no persisted index): persists it, once,
+    /// After a read of the last entry of closed ledger `info`, if the reads taught its index
+    /// whole (a ledger recovered after its writer died has none persisted): persists it, once,
     /// in a transaction that requires the ledger's metadata to exist and no index to be
     /// there. The deleter deletes a ledger's metadata before its index, so an index put
     /// here never outlives its ledger (L1). Best effort: a failure only costs later
     /// readers a search.
-    async fn persist_learned_index(
-        &self,
-        view: &View,
-        ledger_id: u64,
-        entry_id: EntryId,
-        base: u64,
-    ) {
-        let Some(info) = view.find(base).and_then(|i| view.get(i)) else { return };
-        if info.ledger_id != ledger_id || !info.is_closed() || entry_id as u64 + 1 != info.entries {
-            return;
-        }
+    async fn persist_learned_index(&self, info: &LedgerInfo) {
+        let ledger_id = info.ledger_id;
         let record = {
             let mut index = self.shared.index.lock().expect("index lock");
             let Some(dense) = index.dense(ledger_id, info.entries) else { return };
