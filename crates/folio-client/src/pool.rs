@@ -36,9 +36,16 @@ impl BookiePool {
             .collect())
     }
 
-    /// The bookies registered as writable, with their racks (placement's candidates).
+    /// The bookies registered as writable and not being drained (`folio bookie
+    /// decommission`), with their racks: placement's candidates.
     pub async fn writable_candidates(&self) -> Result<Vec<crate::placement::Candidate>> {
         let prefix = self.keys.bookies_writable();
+        let draining = self.keys.decommissions();
+        let draining: std::collections::HashSet<String> = list_all(self.meta.as_ref(), &draining)
+            .await?
+            .into_iter()
+            .map(|v| v.key[draining.len()..].to_string())
+            .collect();
         Ok(list_all(self.meta.as_ref(), &prefix)
             .await?
             .into_iter()
@@ -46,6 +53,7 @@ impl BookiePool {
                 bookie_id: v.key[prefix.len()..].to_string(),
                 rack: BookieRegistration::decode(&v.key, &v.value).ok().and_then(|r| r.rack),
             })
+            .filter(|c| !draining.contains(&c.bookie_id))
             .collect())
     }
 

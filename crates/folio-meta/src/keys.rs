@@ -12,6 +12,12 @@
 //! <root>/cursors/<log>/<cursor>              a durable cursor of a managed log
 //! <root>/trash/<ledger_id, 20 digits>        a ledger removed from a chain, to be deleted
 //! <root>/offset-index/<ledger_id, 20 digits> a closed ledger's offset index (folio-log)
+//! <root>/underreplicated/<ledger_id, 20 d.>  an under-replication mark (folio-repair)
+//! <root>/autorecovery/auditor                the auditor's claim (leased)
+//! <root>/autorecovery/claims/<ledger_id>     a replication worker's claim (leased)
+//! <root>/autorecovery/decommission/<bookie>  a request to drain a bookie
+//! <root>/autorecovery/seen/<bookie_id>       the cookie instance the auditor last saw
+//! <root>/autorecovery/maintenance/<bookie>   a bookie whose absence is not a loss
 //! ```
 //! Log and cursor names are arbitrary UTF-8 without `/` in cursor names; a log name may
 //! contain `/` (e.g. `topic/partition`), so cursors live under their own prefix.
@@ -173,6 +179,72 @@ impl Keys {
         format!("{}/offset-index/{ledger_id:020}", self.root)
     }
 
+    /// The prefix of under-replication marks (ledgers with a copy to restore).
+    pub fn under_replicated(&self) -> String {
+        format!("{}/underreplicated/", self.root)
+    }
+
+    /// The under-replication mark of `ledger_id`.
+    pub fn under_replicated_ledger(&self, ledger_id: LedgerId) -> String {
+        format!("{}/underreplicated/{ledger_id:020}", self.root)
+    }
+
+    /// The ledger id of a key from [`Keys::under_replicated_ledger`].
+    pub fn parse_under_replicated(&self, key: &str) -> Option<LedgerId> {
+        parse_id(key.strip_prefix(&self.under_replicated())?)
+    }
+
+    /// The auditor's lease-bound claim (one auditor per cluster).
+    pub fn auditor(&self) -> String {
+        format!("{}/autorecovery/auditor", self.root)
+    }
+
+    /// A replication worker's lease-bound claim on `ledger_id`.
+    pub fn replication_claim(&self, ledger_id: LedgerId) -> String {
+        format!("{}/autorecovery/claims/{ledger_id:020}", self.root)
+    }
+
+    /// The prefix of replication workers' claims.
+    pub fn replication_claims(&self) -> String {
+        format!("{}/autorecovery/claims/", self.root)
+    }
+
+    /// The prefix of decommission requests.
+    pub fn decommissions(&self) -> String {
+        format!("{}/autorecovery/decommission/", self.root)
+    }
+
+    /// The request to drain `bookie_id` (`folio bookie decommission`).
+    pub fn decommission(&self, bookie_id: &str) -> String {
+        format!("{}/autorecovery/decommission/{bookie_id}", self.root)
+    }
+
+    /// The prefix of bookies in maintenance (their absence is not a loss).
+    pub fn maintenances(&self) -> String {
+        format!("{}/autorecovery/maintenance/", self.root)
+    }
+
+    /// The maintenance flag of `bookie_id`.
+    pub fn maintenance(&self, bookie_id: &str) -> String {
+        format!("{}/autorecovery/maintenance/{bookie_id}", self.root)
+    }
+
+    /// The cookie instance id of `bookie_id` the auditor last saw (a change means the
+    /// bookie's disks were formatted).
+    pub fn bookie_seen(&self, bookie_id: &str) -> String {
+        format!("{}/autorecovery/seen/{bookie_id}", self.root)
+    }
+
+    /// The prefix of the auditor's seen instances.
+    pub fn bookies_seen(&self) -> String {
+        format!("{}/autorecovery/seen/", self.root)
+    }
+
+    /// The prefix of bookie cookies (every bookie that ever joined and was not removed).
+    pub fn cookies(&self) -> String {
+        format!("{}/cookies/", self.root)
+    }
+
     /// The prefix of every ledger's metadata.
     pub fn ledgers(&self) -> String {
         format!("{}/ledgers/", self.root)
@@ -185,12 +257,16 @@ impl Keys {
 
     /// The ledger id of a key from [`Keys::ledger`].
     pub fn parse_ledger(&self, key: &str) -> Option<LedgerId> {
-        let digits = key.strip_prefix(&self.ledgers())?;
-        if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        digits.parse().ok()
+        parse_id(key.strip_prefix(&self.ledgers())?)
     }
+}
+
+/// A 20-digit, zero-padded ledger id.
+fn parse_id(digits: &str) -> Option<LedgerId> {
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
 }
 
 #[cfg(test)]

@@ -16,6 +16,8 @@
 //! **Architecture invariant:** the only crate that links both the bookie and the ledger
 //! client; the bookie never depends on the client.
 
+pub mod autorecovery;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;

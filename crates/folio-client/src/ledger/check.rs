@@ -3,10 +3,11 @@
 //! damaged copy is named with its bookie. One entry at a time, its write set in parallel:
 //! at most Qw reads in flight.
 
-use folio_proto::EntryId;
+use folio_proto::wire::{MasterKey, Request, Response};
+use folio_proto::{Entry, EntryId, LedgerId, Status};
 use tokio::task::JoinSet;
 
-use crate::error::Result;
+use crate::error::{LedgerError, Result};
 
 use super::*;
 
@@ -63,5 +64,57 @@ impl LedgerReader {
             out.entries += 1;
         }
         Ok(out)
+    }
+}
+
+/// Single-replica access for autorecovery (`folio_repair::autorecovery`): the entries one
+/// bookie holds, one entry copied to one bookie, and a replacement for an ensemble position.
+impl LedgerClient {
+    /// The entry ids `bookie` holds of `ledger_id`, as runs `(first, count)` (one bounded
+    /// `ListEntries` request; an unknown ledger is an empty list).
+    pub async fn list_entries(
+        &self,
+        bookie: &str,
+        ledger_id: LedgerId,
+    ) -> Result<Vec<(EntryId, u32)>> {
+        let f = self.call(bookie, Request::ListEntries { ledger_id }).await?;
+        match (f.status, f.response) {
+            (Status::Ok, Response::ListEntries { ranges, .. }) => Ok(ranges),
+            (Status::NoLedger, _) => Ok(Vec::new()),
+            (status, _) => Err(LedgerError::ReadFailed {
+                ledger_id,
+                entry_id: folio_proto::INVALID_ENTRY_ID,
+                detail: format!("bookie {bookie}: listing entries: {}", status.name()),
+            }),
+        }
+    }
+
+    /// Writes `entry` (already verified) to `bookie` as a recovery add, which passes a
+    /// fence: a copy restoring a replica, never a new entry.
+    pub async fn copy_entry_to(&self, bookie: &str, key: MasterKey, entry: &Entry) -> Result<()> {
+        let add = Request::Add { master_key: key, recovery: true, entry: entry.as_bytes().clone() };
+        let f = self.call(bookie, add).await?;
+        match f.status {
+            Status::Ok => Ok(()),
+            Status::Unauthorized => Err(LedgerError::Unauthorized(entry.ledger_id())),
+            status => Err(LedgerError::NotEnoughAcks {
+                ledger_id: entry.ledger_id(),
+                entry_id: entry.entry_id(),
+                detail: format!("copy to {bookie}: {}", status.name()),
+            }),
+        }
+    }
+
+    /// A writable, not draining bookie outside `ensemble` to take position `pos`, preferring
+    /// a rack no other member of its write sets holds (`placement::replacement`); `None`
+    /// if there is none.
+    pub async fn pick_replacement(
+        &self,
+        ensemble: &[String],
+        pos: usize,
+        write_quorum: usize,
+    ) -> Result<Option<String>> {
+        let (spares, racks) = self.pool.spares(ensemble).await?;
+        Ok(crate::placement::replacement(&spares, &racks, pos, write_quorum, &mut rand::rng()))
     }
 }

@@ -1,0 +1,328 @@
+//! Autorecovery (#23): a lost, wiped or decommissioned bookie's copies are restored on
+//! live bookies without anyone running a command.
+//!
+//! Every process that runs an [`Autorecovery`] (each bookie, standalone, or a dedicated
+//! `folio autorecovery`) holds one lease and runs two loops:
+//! - the **auditor** (`auditor.rs`), elected by a lease-bound claim at
+//!   `<root>/autorecovery/auditor` so that one runs per cluster: it notices bookies gone
+//!   longer than `lost_after`, bookies back with formatted disks, and decommission
+//!   requests, and writes durable under-replication marks (`mark.rs`); a periodic check
+//!   lists each bookie's entries of each ledger and marks what is missing;
+//! - the **replication worker** (`worker.rs`): claims one marked ledger at a time by a
+//!   lease-bound claim, restores its copies and drops the mark.
+//!
+//! A process that dies loses its lease, and with it the auditor role and its claim: another
+//! process takes over, and a ledger half-copied is started over (nothing a reader can see
+//! changed before the copy was whole).
+//!
+//! **Architecture invariant:** autorecovery changes ledger metadata only through
+//! compare-and-set on one fragment's ensemble position, and only after the copies are
+//! written; it never deletes a ledger and never writes an entry that is not a verified copy.
+
+pub mod auditor;
+pub mod decommission;
+pub mod mark;
+mod status;
+pub mod worker;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use folio_client::LedgerClient;
+use folio_meta::keys::Keys;
+use folio_meta::{Compare, LeaseId, MetadataStore, Txn, list_all};
+use rand::seq::SliceRandom;
+use tokio::sync::watch;
+
+pub use status::{Status, status};
+
+/// Marks a worker lists per round at most (it works through them one ledger at a time).
+pub const MARKS_PER_ROUND_MAX: usize = 1000;
+
+/// How autorecovery behaves; every field has a config key of the same name under
+/// `autorecovery.` (see `folio bookie --help`).
+#[derive(Debug, Clone)]
+pub struct AutorecoveryConfig {
+    /// A bookie unregistered this long is lost and its copies restored elsewhere (60 s).
+    pub lost_after: Duration,
+    /// How often the auditor looks at registrations and workers at marks (5 s).
+    pub poll_interval: Duration,
+    /// How often the periodic check lists every ledger's entries on its bookies (daily;
+    /// `None` turns it off).
+    pub check_interval: Option<Duration>,
+    /// `ListEntries` requests the periodic check sends per second at most (100).
+    pub check_requests_per_s: u32,
+    /// How long a marked open ledger's last fragment is left to its writer before the
+    /// ledger is fenced and recovered (30 s, BookKeeper's open-ledger grace period).
+    pub open_ledger_grace: Duration,
+    /// Bytes a worker copies per second at most (32 MiB/s; 0 = unlimited).
+    pub bytes_per_s: u64,
+    /// The lease holding this process's auditor role and claims (10 s).
+    pub lease_ttl: Duration,
+    /// Run the auditor election here (false: a worker only).
+    pub auditor: bool,
+}
+
+impl Default for AutorecoveryConfig {
+    fn default() -> Self {
+        AutorecoveryConfig {
+            lost_after: Duration::from_secs(60),
+            poll_interval: Duration::from_secs(5),
+            check_interval: Some(Duration::from_secs(86_400)),
+            check_requests_per_s: 100,
+            open_ledger_grace: Duration::from_secs(30),
+            bytes_per_s: 32 << 20,
+            lease_ttl: Duration::from_secs(10),
+            auditor: true,
+        }
+    }
+}
+
+/// What this process's autorecovery did (the `folio_autorecovery_*` metrics).
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub entries_copied: AtomicU64,
+    pub bytes_copied: AtomicU64,
+    pub copy_errors: AtomicU64,
+    pub copies_discarded: AtomicU64,
+    pub ledgers_healed: AtomicU64,
+    pub ledgers_marked: AtomicU64,
+    /// Marks and their fragments as the last round listed them, and the oldest mark's age.
+    pub marks: AtomicU64,
+    pub marked_fragments: AtomicU64,
+    pub oldest_mark_age_ms: AtomicU64,
+    /// 1 while this process is the auditor.
+    pub auditor: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Inner {
+    meta: Arc<dyn MetadataStore>,
+    keys: Keys,
+    client: LedgerClient,
+    config: AutorecoveryConfig,
+    /// Who this is, in claims and logs (e.g. the bookie id).
+    host: String,
+    stats: Arc<Stats>,
+    /// The pacing window: when it started and the bytes copied since.
+    pace: std::sync::Mutex<(Instant, u64)>,
+}
+
+/// One process's auditor candidate and replication worker (see the module comment).
+#[derive(Debug, Clone)]
+pub struct Autorecovery {
+    inner: Arc<Inner>,
+}
+
+impl Autorecovery {
+    /// Autorecovery over `meta` for the ledgers under `keys`, named `host` in claims.
+    pub fn new(
+        meta: Arc<dyn MetadataStore>,
+        keys: Keys,
+        client: LedgerClient,
+        config: AutorecoveryConfig,
+        host: impl Into<String>,
+    ) -> Autorecovery {
+        Autorecovery {
+            inner: Arc::new(Inner {
+                meta,
+                keys,
+                client,
+                config,
+                host: host.into(),
+                stats: Arc::new(Stats::default()),
+                pace: std::sync::Mutex::new((Instant::now(), 0)),
+            }),
+        }
+    }
+
+    /// This process's counters.
+    pub fn stats(&self) -> Arc<Stats> {
+        self.inner.stats.clone()
+    }
+
+    /// Runs the auditor election and the worker until `stop` turns true; the lease (and
+    /// with it the auditor role and any claim) is revoked on the way out.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let mut auditor = auditor::AuditorState::default();
+        let mut lease: Option<LeaseId> = None;
+        let mut renewed = Instant::now();
+        let poll = self.inner.config.poll_interval;
+        tracing::info!(host = %self.inner.host, auditor = self.inner.config.auditor, "autorecovery running");
+        loop {
+            if let Err(e) = self.round(&mut lease, &mut renewed, &mut auditor).await {
+                tracing::warn!(host = %self.inner.host, error = %e, "autorecovery round failed; retrying");
+            }
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => break,
+                () = tokio::time::sleep(poll.min(self.inner.config.lease_ttl / 3)) => {}
+            }
+        }
+        self.inner.stats.auditor.store(0, Relaxed);
+        if let Some(l) = lease {
+            let _ = self.inner.meta.revoke_lease(l).await;
+        }
+    }
+
+    /// One round: keep the lease, audit if elected, restore marked ledgers.
+    async fn round(
+        &self,
+        lease: &mut Option<LeaseId>,
+        renewed: &mut Instant,
+        auditor: &mut auditor::AuditorState,
+    ) -> Result<(), String> {
+        let l = self.keep_lease(lease, renewed).await?;
+        if self.inner.config.auditor && self.elect(l).await? {
+            self.audit_once(auditor).await?;
+        } else {
+            self.inner.stats.auditor.store(0, Relaxed);
+        }
+        self.work_once(l).await
+    }
+
+    /// The lease, renewed (or granted anew when it expired: claims on the old one are gone).
+    async fn keep_lease(
+        &self,
+        lease: &mut Option<LeaseId>,
+        renewed: &mut Instant,
+    ) -> Result<LeaseId, String> {
+        let meta = &self.inner.meta;
+        if let Some(l) = *lease {
+            if renewed.elapsed() < self.inner.config.lease_ttl / 3 {
+                return Ok(l);
+            }
+            if meta.keep_alive(l).await.is_ok() {
+                *renewed = Instant::now();
+                return Ok(l);
+            }
+            tracing::warn!(host = %self.inner.host, "autorecovery lease expired; taking a new one");
+        }
+        let l = meta.grant_lease(self.inner.config.lease_ttl).await.map_err(|e| e.to_string())?;
+        *lease = Some(l);
+        *renewed = Instant::now();
+        Ok(l)
+    }
+
+    /// Whether this process holds the auditor claim (claiming it when free).
+    async fn elect(&self, lease: LeaseId) -> Result<bool, String> {
+        let (meta, key) = (&self.inner.meta, self.inner.keys.auditor());
+        let claim = Txn::new().compare(Compare::Absent(key.clone())).put_with_lease(
+            key.clone(),
+            self.inner.host.clone().into_bytes(),
+            lease,
+        );
+        meta.txn(claim).await.map_err(|e| e.to_string())?;
+        let holder = meta.get(&key).await.map_err(|e| e.to_string())?;
+        let me = holder.is_some_and(|v| v.value == self.inner.host.as_bytes());
+        let was = self.inner.stats.auditor.swap(u64::from(me), Relaxed) == 1;
+        if me && !was {
+            tracing::info!(host = %self.inner.host, "this process is the autorecovery auditor");
+        }
+        Ok(me)
+    }
+
+    /// Lists the marks and restores the ledgers they name, one claimed ledger at a time.
+    pub async fn work_once(&self, lease: LeaseId) -> Result<(), String> {
+        let inner = &self.inner;
+        let prefix = inner.keys.under_replicated();
+        let page =
+            inner.meta.list(&prefix, None, MARKS_PER_ROUND_MAX).await.map_err(|e| e.to_string())?;
+        self.record_marks(&page.items);
+        let mut ids: Vec<u64> =
+            page.items.iter().filter_map(|v| inner.keys.parse_under_replicated(&v.key)).collect();
+        // Workers in other processes start elsewhere in the list.
+        ids.shuffle(&mut rand::rng());
+        for id in ids {
+            let claim_key = inner.keys.replication_claim(id);
+            let claim = Txn::new().compare(Compare::Absent(claim_key.clone())).put_with_lease(
+                claim_key.clone(),
+                inner.host.clone().into_bytes(),
+                lease,
+            );
+            let won = inner.meta.txn(claim).await.map_err(|e| e.to_string())?.succeeded;
+            if !won {
+                continue; // another worker has it
+            }
+            let outcome = self.replicate_ledger(id).await;
+            let _ = inner.meta.delete(&claim_key, folio_meta::Expect::Any).await;
+            match outcome {
+                Ok(worker::Outcome::Deferred(why)) => {
+                    tracing::debug!(ledger = id, why, "re-replication deferred");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(ledger = id, error = %e, "re-replication failed; the mark stays for a later attempt")
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn record_marks(&self, marks: &[folio_meta::Versioned]) {
+        use folio_meta::records::Record;
+        let (mut fragments, mut oldest) = (0u64, u64::MAX);
+        for v in marks {
+            if let Ok(m) = mark::ReplicationMark::decode(&v.key, &v.value) {
+                fragments += m.fragments.len() as u64;
+                oldest = oldest.min(m.since_ms);
+            }
+        }
+        let s = &self.inner.stats;
+        s.marks.store(marks.len() as u64, Relaxed);
+        s.marked_fragments.store(fragments, Relaxed);
+        let age = if oldest == u64::MAX { 0 } else { now_ms().saturating_sub(oldest) };
+        s.oldest_mark_age_ms.store(age, Relaxed);
+    }
+
+    /// Waits as long as it takes to keep copies at `bytes_per_s` (a window restarting every
+    /// second, so an idle worker does not save up a burst).
+    async fn pace(&self, bytes: u64) {
+        let rate = self.inner.config.bytes_per_s;
+        if rate == 0 {
+            return;
+        }
+        let wait = {
+            let mut p = self.inner.pace.lock().expect("pace lock");
+            if p.0.elapsed() > Duration::from_secs(1) && p.1 <= rate {
+                *p = (Instant::now(), 0);
+            }
+            p.1 += bytes;
+            folio_bookie::gc::pace(p.1, p.0.elapsed(), rate)
+        };
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// Bookies registered now, writable or read-only.
+    async fn registered(&self) -> Result<BTreeSet<String>, String> {
+        let k = &self.inner.keys;
+        let mut out = BTreeSet::new();
+        for prefix in [k.bookies_writable(), k.bookies_readonly()] {
+            for v in list_all(self.inner.meta.as_ref(), &prefix).await.map_err(|e| e.to_string())? {
+                out.insert(v.key[prefix.len()..].to_string());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Bookies being drained.
+    async fn draining(&self) -> Result<BTreeSet<String>, String> {
+        let prefix = self.inner.keys.decommissions();
+        Ok(list_all(self.inner.meta.as_ref(), &prefix)
+            .await
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|v| v.key[prefix.len()..].to_string())
+            .collect())
+    }
+}
+
+/// Wall-clock milliseconds since the Unix epoch (mark ages survive restarts).
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
