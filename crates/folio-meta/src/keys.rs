@@ -18,6 +18,7 @@
 //! <root>/autorecovery/decommission/<bookie>  a request to drain a bookie
 //! <root>/autorecovery/seen/<bookie_id>       the cookie instance the auditor last saw
 //! <root>/autorecovery/maintenance/<bookie>   a bookie whose absence is not a loss
+//! <root>/autorecovery/last-check             when the periodic check last finished (ms)
 //! ```
 //! Log and cursor names are arbitrary UTF-8 without `/` in cursor names; a log name may
 //! contain `/` (e.g. `topic/partition`), so cursors live under their own prefix.
@@ -217,6 +218,11 @@ impl Keys {
     /// The request to drain `bookie_id` (`folio bookie decommission`).
     pub fn decommission(&self, bookie_id: &str) -> String {
         format!("{}/autorecovery/decommission/{bookie_id}", self.root)
+    }
+
+    /// When the auditor's periodic check last finished (ms since the epoch, decimal).
+    pub fn last_check(&self) -> String {
+        format!("{}/autorecovery/last-check", self.root)
     }
 
     /// The prefix of bookies in maintenance (their absence is not a loss).

@@ -64,7 +64,7 @@ CONFIG KEYS (TOML file via --config; any key also via --override KEY=VALUE):
   integrity.check_interval_ms integer default 3000";
 
 #[derive(Debug, clap::Args)]
-#[command(args_conflicts_with_subcommands = true, after_help = KEYS_HELP)]
+#[command(args_conflicts_with_subcommands = true, after_help = format!("{KEYS_HELP}\n{}", crate::autorecovery_cmd::KEYS_HELP))]
 pub struct Args {
     #[command(subcommand)]
     command: Option<BookieCommand>,
@@ -129,6 +129,27 @@ enum BookieCommand {
         #[arg(long)]
         repair: bool,
     },
+    /// Drain a bookie: autorecovery copies everything it holds to other bookies (new
+    /// ledgers avoid it meanwhile); waits with a progress line until no ledger names it,
+    /// then removes its cookie and registration. Then stop its process.
+    Decommission {
+        #[command(flatten)]
+        cluster: crate::ledger_cmd::ClusterArgs,
+        /// The bookie's id.
+        bookie_id: String,
+        /// Only ask for the drain; do not wait for it.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Put a bookie in maintenance (`on`: its absence is not a loss, nothing is copied
+    /// while it is down) or take it out (`off`).
+    Maintenance {
+        #[command(flatten)]
+        cluster: crate::ledger_cmd::ClusterArgs,
+        bookie_id: String,
+        #[arg(value_parser = ["on", "off"])]
+        state: String,
+    },
     /// Describe a stopped bookie's data dir: cookie, journal, entry logs, ledgers, flags.
     Inspect {
         /// The data dir (with `journal/` and `ledgers/` inside).
@@ -146,6 +167,8 @@ pub struct Resolved {
     pub bookie: BookieConfig,
     pub metadata: String,
     pub http_listen: Option<std::net::SocketAddr>,
+    /// This bookie's autorecovery (auditor candidate and worker); `None` when disabled.
+    pub autorecovery: Option<folio_repair::autorecovery::AutorecoveryConfig>,
 }
 
 impl Resolved {
@@ -172,7 +195,7 @@ fn set(table: &mut toml::Table, key: &str, value: toml::Value) {
 }
 
 /// Parses `KEY=VALUE`, reading VALUE as TOML and falling back to a plain string.
-fn parse_override(s: &str) -> Result<(String, toml::Value), String> {
+pub fn parse_override(s: &str) -> Result<(String, toml::Value), String> {
     let (k, v) = s.split_once('=').ok_or_else(|| format!("--override {s:?} is not KEY=VALUE"))?;
     let value = format!("v = {v}")
         .parse::<toml::Table>()
@@ -253,7 +276,12 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
         Some(a) => Some(a.parse().map_err(|e| format!("http_listen = {a:?}: {e}"))?),
         None => None,
     };
+    let mut autorecovery = folio_repair::autorecovery::AutorecoveryConfig::default();
+    let mut autorecovery_on = true;
     for (k, v) in flat {
+        if crate::autorecovery_cmd::set_key(&mut autorecovery, &mut autorecovery_on, k, v)? {
+            continue;
+        }
         let int = || {
             v.as_integer()
                 .filter(|i| *i >= 0)
@@ -316,7 +344,12 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
         }
     }
     c.validate()?;
-    Ok(Resolved { bookie: c, metadata, http_listen })
+    Ok(Resolved {
+        bookie: c,
+        metadata,
+        http_listen,
+        autorecovery: autorecovery_on.then_some(autorecovery),
+    })
 }
 
 /// Opens the metadata store named by `spec` (`embedded:<dir>` or `etcd:<endpoints>`).
@@ -364,6 +397,21 @@ pub fn run(args: Args) -> Result<(), String> {
                 Ok(())
             })
         }
+        Some(BookieCommand::Decommission { cluster, bookie_id, no_wait }) => {
+            runtime.block_on(crate::autorecovery_cmd::decommission(&cluster, &bookie_id, !no_wait))
+        }
+        Some(BookieCommand::Maintenance { cluster, bookie_id, state }) => runtime.block_on(async {
+            let (meta, keys, _) = cluster.connect().await?;
+            let key = keys.maintenance(&bookie_id);
+            if state == "on" {
+                let v = bytes::Bytes::from_static(b"maintenance");
+                meta.put(&key, v, folio_meta::Expect::Any).await.map_err(|e| e.to_string())?;
+            } else {
+                meta.delete(&key, folio_meta::Expect::Any).await.map_err(|e| e.to_string())?;
+            }
+            println!("bookie {bookie_id}: maintenance {state}");
+            Ok(())
+        }),
         Some(BookieCommand::Check { settings, repair }) => {
             runtime.block_on(check(settings, repair))
         }
@@ -394,6 +442,7 @@ pub fn run(args: Args) -> Result<(), String> {
             println!("bookie {} listening on {}", bookie.id(), bookie.addr());
             // The full integrity check: repairs from peers while the storage flag is set.
             let (stop_check, stop_rx) = tokio::sync::watch::channel(false);
+            let stop_rx_ar = stop_rx.clone();
             // Also without integrity on: a bookie restarted empty under a known id was fenced
             // before serving and repairs what it held from its peers.
             let check_task = (enabled || bookie.needs_integrity_check()).then(|| {
@@ -405,6 +454,10 @@ pub fn run(args: Args) -> Result<(), String> {
                     bookie_id: bookie.id().to_string(),
                 };
                 tokio::spawn(check.serve(integrity.check_interval, stop_rx))
+            });
+            let recovery = r.autorecovery.map(|config| {
+                let (meta, keys) = (meta.clone(), keys.clone());
+                crate::autorecovery_cmd::spawn(meta, keys, config, bookie.id(), stop_rx_ar)
             });
             let bookies: crate::http::Bookies =
                 std::sync::Arc::new(tokio::sync::RwLock::new(vec![bookie]));
@@ -423,6 +476,9 @@ pub fn run(args: Args) -> Result<(), String> {
             }
             let _ = stop_check.send(true);
             if let Some(t) = check_task {
+                let _ = t.await;
+            }
+            if let Some(t) = recovery {
                 let _ = t.await;
             }
             let mut result = Ok(());

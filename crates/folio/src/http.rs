@@ -57,6 +57,7 @@ pub async fn serve(listener: TcpListener, bookies: Bookies, broker: Option<folio
                 (_, "/health") => health(&bookies).await,
                 (_, "/metrics") => {
                     let mut m = metrics(&bookies).await;
+                    m.push_str(&autorecovery_metrics());
                     if let Some(b) = &broker {
                         m.push_str(&trash_metrics(b.trash(), b.trash_deleter_active()).await);
                         m.push_str(&b.render_metrics());
@@ -250,6 +251,70 @@ async fn trash_metrics(trash: &Trash, active: bool) -> String {
             "folio_trash_deletion_failures_total",
             "Failed deletion attempts (retried with backoff).",
             trash.stats().failed.load(Ordering::Relaxed),
+        ),
+    ];
+    for (name, help, v) in rows {
+        let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+    }
+    out
+}
+
+/// The `folio_autorecovery_*` metrics of this process's autorecovery (none if it runs none).
+fn autorecovery_metrics() -> String {
+    let mut out = String::new();
+    let Some(s) = folio_repair::autorecovery::process_stats() else { return out };
+    let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let rows: [(&str, &str, u64); 10] = [
+        (
+            "folio_autorecovery_auditor",
+            "1 while this process is the cluster's auditor.",
+            l(&s.auditor),
+        ),
+        (
+            "folio_autorecovery_under_replicated_ledgers",
+            "Ledgers with an under-replication mark.",
+            l(&s.marks),
+        ),
+        (
+            "folio_autorecovery_under_replicated_fragments",
+            "Fragments the marks name.",
+            l(&s.marked_fragments),
+        ),
+        (
+            "folio_autorecovery_oldest_mark_age_ms",
+            "Age of the oldest under-replication mark.",
+            l(&s.oldest_mark_age_ms),
+        ),
+        (
+            "folio_autorecovery_bytes_rereplicated_total",
+            "Bytes this process's worker copied.",
+            l(&s.bytes_copied),
+        ),
+        (
+            "folio_autorecovery_entries_rereplicated_total",
+            "Entries this process's worker copied.",
+            l(&s.entries_copied),
+        ),
+        (
+            "folio_autorecovery_copy_errors_total",
+            "Entry copies that failed (the ledger is retried).",
+            l(&s.copy_errors),
+        ),
+        (
+            "folio_autorecovery_copies_discarded_total",
+            "Fragment copies another worker won the swap for.",
+            l(&s.copies_discarded),
+        ),
+        (
+            "folio_autorecovery_ledgers_healed_total",
+            "Ledgers this process's worker restored.",
+            l(&s.ledgers_healed),
+        ),
+        (
+            "folio_autorecovery_ledgers_marked_total",
+            "Marks this process's auditor created or grew.",
+            l(&s.ledgers_marked),
         ),
     ];
     for (name, help, v) in rows {

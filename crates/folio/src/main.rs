@@ -1,6 +1,7 @@
 //! `folio`: the one binary. Subcommands run a node, administer a cluster, or benchmark.
 
 mod audit_cmd;
+mod autorecovery_cmd;
 mod bench;
 mod bookie_cmd;
 mod broker_cmd;
@@ -48,6 +49,9 @@ enum Command {
     /// orphan (metadata nobody references, data no metadata names, a log with no topic).
     /// Exits non-zero when orphans older than the grace period exist.
     Audit(audit_cmd::Args),
+    /// Autorecovery: run an auditor candidate and a replication worker (every bookie runs
+    /// one too), or show the under-replicated ledgers and the work in progress.
+    Autorecovery(autorecovery_cmd::Args),
     /// Benchmarks; each prints key=value figures and ratios against a baseline measured in
     /// the same run.
     Bench {
@@ -97,6 +101,7 @@ fn main() -> ExitCode {
         Command::Broker(args) => broker_cmd::run(*args),
         Command::Topics(args) => topics_cmd::run(args),
         Command::Audit(args) => audit_cmd::run(args),
+        Command::Autorecovery(args) => autorecovery_cmd::run(args),
         Command::Bench { what } => bench::run(what),
         Command::Debug { what } => debug::run(what),
     };

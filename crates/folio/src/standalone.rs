@@ -1,7 +1,8 @@
 //! `folio standalone`: everything in one process on embedded defaults.
 //!
 //! The embedded metadata store, `--bookies N` bookies serving the bookie wire protocol on
-//! consecutive ports from `--listen`, the deleter of trashed ledgers, a Kafka broker
+//! consecutive ports from `--listen`, the deleter of trashed ledgers, autorecovery (auditor
+//! and replication worker), a Kafka broker
 //! (`--kafka-listen`, default 127.0.0.1:9092), and an HTTP endpoint (`/health`,
 //! `/metrics`). Topics get E = Qw = min(bookies, 3) copies by default. It recovers after a
 //! crash (journal replay per bookie, then each partition log is fenced and recovered on
@@ -84,6 +85,16 @@ pub fn run(args: Args) -> Result<(), String> {
             clock: Arc::new(folio_log::WallClock),
             owner: "standalone".into(),
         };
+        // Autorecovery: with several bookies, a bookie that stops serving is healed from
+        // the others like in a cluster.
+        let (stop_recovery, stop_rx) = tokio::sync::watch::channel(false);
+        let recovery = crate::autorecovery_cmd::spawn(
+            env.meta.clone(),
+            env.keys.clone(),
+            folio_repair::autorecovery::AutorecoveryConfig::default(),
+            "standalone",
+            stop_rx,
+        );
         let broker_config = args.kafka.config(args.bookies as usize)?;
         let broker = folio_broker::Broker::start(broker_config, env).await?;
         let http_task =
@@ -101,6 +112,8 @@ pub fn run(args: Args) -> Result<(), String> {
         tracing::info!("shutting down: flushing and checkpointing");
         http_task.abort();
         broker.shutdown().await;
+        let _ = stop_recovery.send(true);
+        let _ = recovery.await;
         let mut result = Ok(());
         for b in bookies.write().await.drain(..) {
             if let Err(e) = b.shutdown().await {

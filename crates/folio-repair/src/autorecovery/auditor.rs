@@ -9,7 +9,8 @@
 //! 2. When that set changed, or every `REMARK_INTERVAL` while it is not empty, every
 //!    ledger's metadata is read and each fragment holding one of those bookies is added to
 //!    the ledger's mark (a compare-and-set merge; the first mark's time is kept).
-//! 3. Every `check_interval`, the periodic check asks each registered bookie of each
+//! 3. Every `check_interval` (its last run kept at `<root>/autorecovery/last-check`), the
+//!    periodic check asks each registered bookie of each
 //!    ledger's ensembles for the entries it holds (`ListEntries`, paced to
 //!    `check_requests_per_s`) and marks fragments whose write-set entries are missing.
 //!
@@ -39,7 +40,6 @@ pub struct AuditorState {
     /// The bookies the last scan marked for, with why.
     marked_for: BTreeMap<String, Reason>,
     last_scan: Option<Instant>,
-    last_check: Option<Instant>,
 }
 
 /// What one audit round found.
@@ -126,12 +126,22 @@ impl Autorecovery {
                 .map_err(err)?;
             }
         }
-        if let Some(every) = inner.config.check_interval
-            && st.last_check.is_none_or(|t| t.elapsed() >= every)
-        {
-            report.missing_fragments = self.check_all(&registered, &cookies).await?;
-            report.checked = true;
-            st.last_check = Some(Instant::now());
+        if let Some(every) = inner.config.check_interval {
+            // When the last check finished is kept in the store, so that auditors taking
+            // over from each other keep to the interval (a cluster never checked: now).
+            let key = keys.last_check();
+            let last: u64 = match meta.get(&key).await.map_err(err)? {
+                Some(v) => {
+                    std::str::from_utf8(&v.value).ok().and_then(|s| s.parse().ok()).unwrap_or(0)
+                }
+                None => 0,
+            };
+            if now_ms().saturating_sub(last) >= every.as_millis() as u64 {
+                report.missing_fragments = self.check_all(&registered, &cookies).await?;
+                report.checked = true;
+                let stamp = bytes::Bytes::from(now_ms().to_string());
+                meta.put(&key, stamp, folio_meta::Expect::Any).await.map_err(err)?;
+            }
         }
         Ok(report)
     }

@@ -146,6 +146,7 @@ impl Autorecovery {
     /// Runs the auditor election and the worker until `stop` turns true; the lease (and
     /// with it the auditor role and any claim) is revoked on the way out.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let _ = PROCESS_STATS.set(self.inner.stats.clone());
         let mut auditor = auditor::AuditorState::default();
         let mut lease: Option<LeaseId> = None;
         let mut renewed = Instant::now();
@@ -318,6 +319,13 @@ impl Autorecovery {
             .map(|v| v.key[prefix.len()..].to_string())
             .collect())
     }
+}
+
+static PROCESS_STATS: std::sync::OnceLock<Arc<Stats>> = std::sync::OnceLock::new();
+
+/// The counters of the first autorecovery this process ran (what `/metrics` shows).
+pub fn process_stats() -> Option<Arc<Stats>> {
+    PROCESS_STATS.get().cloned()
 }
 
 /// Wall-clock milliseconds since the Unix epoch (mark ages survive restarts).

@@ -1,0 +1,152 @@
+//! #23 item 5 where users rely on it: four `folio bookie` processes on etcd, each running
+//! autorecovery (auditor candidate and replication worker), and a `folio broker` process
+//! serving a topic. 150 ledgers (E=3 Qw=2 Qa=2; closed, and open with an idle writer) plus
+//! the topic's managed logs; one bookie is SIGKILLed and its disk wiped while kcat
+//! produces. Without anyone running a command, every ledger gets back to its write
+//! quorum on live bookies (checked by reading each entry from each replica of its write
+//! set), `folio autorecovery status` reports nothing left; then a second bookie is killed
+//! and every acknowledged entry and record still reads (D1).
+#![cfg(feature = "etcd")]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use folio_client::{CreateOptions, LedgerClient};
+use folio_meta::keys::Keys;
+
+use common::{Proc, start_bookie, start_broker_with};
+
+const AUTORECOVERY: &[&str] = &[
+    "lease_ttl_ms=2000",
+    "autorecovery.lost_after_ms=3000",
+    "autorecovery.poll_interval_ms=200",
+    "autorecovery.open_ledger_grace_ms=3000",
+    "autorecovery.lease_ttl_ms=2000",
+    "autorecovery.bytes_per_s=0",
+];
+
+fn kcat(args: &[&str], stdin: Option<&str>) -> String {
+    use std::io::Write;
+    let mut c = Command::new("kcat")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kcat (apt-get install kcat; scripts/test.sh does this)");
+    let mut input = c.stdin.take().unwrap();
+    if let Some(s) = stdin {
+        input.write_all(s.as_bytes()).unwrap();
+    }
+    drop(input);
+    let out = c.wait_with_output().unwrap();
+    assert!(out.status.success(), "kcat {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+fn produce(addr: &str, from: u64, n: u64) {
+    let lines: String = (from..from + n).map(|i| format!("record-{i}\n")).collect();
+    kcat(&["-b", addr, "-P", "-t", "heal", "-X", "acks=all"], Some(&lines));
+}
+
+fn status(etcd: &str, root: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_folio"))
+        .args(["--log", "error", "autorecovery", "--metadata", &format!("etcd://{etcd}")])
+        .args(["--root", root, "status"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+async fn naming(client: &LedgerClient, bookie: &str) -> Vec<u64> {
+    let mut out = Vec::new();
+    for id in client.list().await.unwrap() {
+        if let Ok(m) = client.metadata(id).await
+            && m.ensembles.values().any(|e| e.iter().any(|b| b == bookie))
+        {
+            out.push(id);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bookie_process_lost_on_etcd_heals_by_itself_and_a_second_loss_loses_nothing() {
+    let etcd = std::env::var("FOLIO_ETCD_ENDPOINTS")
+        .expect("FOLIO_ETCD_ENDPOINTS (scripts/test.sh sets it)");
+    let root = format!("autorecovery-test-{:x}", rand::random::<u64>());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut procs: Vec<Option<Proc>> = (0..4)
+        .map(|i| Some(start_bookie(tmp.path(), &format!("bookie-{i}"), &etcd, &root, AUTORECOVERY)))
+        .collect();
+    let meta =
+        Arc::new(folio_meta::etcd::EtcdStore::connect(std::slice::from_ref(&etcd)).await.unwrap());
+    let client = LedgerClient::new(meta.clone(), Keys::new(root.clone()))
+        .with_request_timeout(Duration::from_secs(1))
+        .with_speculative_read_timeout(Duration::from_millis(200));
+    let (_broker, addr) = start_broker_with(&etcd, &root, 1, &["--broker-lease-ms", "2000"]);
+    produce(&addr, 0, 200);
+    let mut acked: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut idle = Vec::new();
+    for i in 0..150u64 {
+        let w = client.create(CreateOptions::new(3, 2, 2)).await.unwrap();
+        for j in 0..(1 + i % 5) {
+            w.add(format!("ledger {i} entry {j}").as_bytes()).await.unwrap();
+        }
+        acked.insert(w.id(), 1 + i % 5);
+        if i % 4 == 0 {
+            idle.push(w);
+        } else {
+            w.close().await.unwrap();
+        }
+    }
+    let lost = "bookie-1";
+    let before = naming(&client, lost).await.len();
+    assert!(before > 50, "bookie-1 holds copies of many ledgers: {before}");
+    procs[1].take(); // SIGKILL
+    std::fs::remove_dir_all(tmp.path().join(lost)).unwrap();
+    // The topic keeps taking records while the cluster heals (kcat retries a partition
+    // whose ledger autorecovery fenced).
+    produce(&addr, 200, 200);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let left = naming(&client, lost).await;
+        let s = status(&etcd, &root);
+        if left.is_empty() && s.contains("under_replicated_ledgers=0\n") {
+            assert!(s.contains("auditor=bookie-"), "{s}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not healed: {left:?}\n{s}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    produce(&addr, 400, 100);
+    for id in client.list().await.unwrap() {
+        let r = client.open(id).await.unwrap();
+        let check = r.check_replicas().await.unwrap();
+        assert!(check.missing.is_empty(), "ledger {id}: {:?}", check.missing);
+    }
+    // A second loss: every acknowledged entry and record still reads (D1).
+    procs[2].take();
+    for (id, n) in &acked {
+        let r = client.open(*id).await.unwrap();
+        for j in 0..*n {
+            let e = r.read(j as i64).await.unwrap_or_else(|e| panic!("ledger {id} entry {j}: {e}"));
+            assert!(e.payload().ends_with(format!("entry {j}").as_bytes()));
+        }
+    }
+    let got = kcat(&["-b", &addr, "-C", "-t", "heal", "-o", "beginning", "-e", "-q"], None);
+    let mut records: Vec<&str> = got.lines().collect();
+    records.sort();
+    records.dedup();
+    let want: Vec<String> = (0..500).map(|i| format!("record-{i}")).collect();
+    let mut want_sorted: Vec<&str> = want.iter().map(String::as_str).collect();
+    want_sorted.sort();
+    assert_eq!(records, want_sorted, "every produced record reads after two losses");
+    drop(idle);
+    drop(procs);
+}
