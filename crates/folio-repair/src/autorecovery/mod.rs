@@ -148,62 +148,51 @@ impl Autorecovery {
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let _ = PROCESS_STATS.set(self.inner.stats.clone());
         let mut auditor = auditor::AuditorState::default();
-        let mut lease: Option<LeaseId> = None;
-        let mut renewed = Instant::now();
+        let lease: Arc<std::sync::Mutex<Option<LeaseId>>> = Arc::default();
+        // The lease is renewed on its own task: a round copying for longer than the TTL
+        // must not lose its claims and the auditor role.
+        let keeper = tokio::spawn(keep_alive(self.clone(), lease.clone()));
         let poll = self.inner.config.poll_interval;
         tracing::info!(host = %self.inner.host, auditor = self.inner.config.auditor, "autorecovery running");
         loop {
-            if let Err(e) = self.round(&mut lease, &mut renewed, &mut auditor).await {
+            if let Err(e) = self.round(&lease, &mut auditor).await {
                 tracing::warn!(host = %self.inner.host, error = %e, "autorecovery round failed; retrying");
             }
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => break,
-                () = tokio::time::sleep(poll.min(self.inner.config.lease_ttl / 3)) => {}
+                () = tokio::time::sleep(poll) => {}
             }
         }
+        keeper.abort();
         self.inner.stats.auditor.store(0, Relaxed);
-        if let Some(l) = lease {
+        let held = *lease.lock().expect("lease lock");
+        if let Some(l) = held {
             let _ = self.inner.meta.revoke_lease(l).await;
         }
     }
 
-    /// One round: keep the lease, audit if elected, restore marked ledgers.
+    /// One round: hold a lease, audit if elected, restore marked ledgers.
     async fn round(
         &self,
-        lease: &mut Option<LeaseId>,
-        renewed: &mut Instant,
+        lease: &std::sync::Mutex<Option<LeaseId>>,
         auditor: &mut auditor::AuditorState,
     ) -> Result<(), String> {
-        let l = self.keep_lease(lease, renewed).await?;
+        let held = *lease.lock().expect("lease lock");
+        let l = match held {
+            Some(l) => l,
+            None => {
+                let ttl = self.inner.config.lease_ttl;
+                let l = self.inner.meta.grant_lease(ttl).await.map_err(|e| e.to_string())?;
+                *lease.lock().expect("lease lock") = Some(l);
+                l
+            }
+        };
         if self.inner.config.auditor && self.elect(l).await? {
             self.audit_once(auditor).await?;
         } else {
             self.inner.stats.auditor.store(0, Relaxed);
         }
         self.work_once(l).await
-    }
-
-    /// The lease, renewed (or granted anew when it expired: claims on the old one are gone).
-    async fn keep_lease(
-        &self,
-        lease: &mut Option<LeaseId>,
-        renewed: &mut Instant,
-    ) -> Result<LeaseId, String> {
-        let meta = &self.inner.meta;
-        if let Some(l) = *lease {
-            if renewed.elapsed() < self.inner.config.lease_ttl / 3 {
-                return Ok(l);
-            }
-            if meta.keep_alive(l).await.is_ok() {
-                *renewed = Instant::now();
-                return Ok(l);
-            }
-            tracing::warn!(host = %self.inner.host, "autorecovery lease expired; taking a new one");
-        }
-        let l = meta.grant_lease(self.inner.config.lease_ttl).await.map_err(|e| e.to_string())?;
-        *lease = Some(l);
-        *renewed = Instant::now();
-        Ok(l)
     }
 
     /// Whether this process holds the auditor claim (claiming it when free).
@@ -318,6 +307,23 @@ impl Autorecovery {
             .into_iter()
             .map(|v| v.key[prefix.len()..].to_string())
             .collect())
+    }
+}
+
+/// Renews the lease every third of its TTL; one that expired is dropped (the next round
+/// takes a new one: the claims on the old one are gone with it).
+async fn keep_alive(a: Autorecovery, lease: Arc<std::sync::Mutex<Option<LeaseId>>>) {
+    loop {
+        tokio::time::sleep(a.inner.config.lease_ttl / 3).await;
+        let held = *lease.lock().expect("lease lock");
+        let Some(l) = held else { continue };
+        if let Err(e) = a.inner.meta.keep_alive(l).await {
+            tracing::warn!(host = %a.inner.host, error = %e, "autorecovery lease lost; the next round takes a new one");
+            let mut cur = lease.lock().expect("lease lock");
+            if *cur == Some(l) {
+                *cur = None;
+            }
+        }
     }
 }
 

@@ -37,7 +37,7 @@ use super::mark::ReplicationMark;
 use super::{Autorecovery, now_ms};
 
 /// Entry copies in flight at once, per worker.
-pub const COPIES_IN_FLIGHT: usize = 16;
+pub const COPIES_IN_FLIGHT: usize = 64;
 
 /// What restoring one ledger came to.
 #[derive(Debug, Clone, PartialEq, Eq)]

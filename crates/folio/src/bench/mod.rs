@@ -9,6 +9,7 @@ mod kafka;
 mod ledger;
 mod log;
 mod meta;
+mod recovery;
 mod storage;
 
 #[derive(Debug, clap::Subcommand)]
@@ -39,6 +40,9 @@ pub enum Bench {
     /// names, auto-create and by-id storms, idle), against its rate alone; and peak RSS
     /// against the configured memory budget.
     Hostile(hostile::Args),
+    /// Autorecovery: time until a killed bookie's copies are restored on four in-process
+    /// bookies (MB/s against the disk), and a writer's rate meanwhile against without.
+    Recovery(recovery::Args),
 }
 
 pub fn run(what: Bench) -> Result<(), String> {
@@ -52,6 +56,7 @@ pub fn run(what: Bench) -> Result<(), String> {
         Bench::Kafka(args) => kafka::run(args),
         Bench::Delete(args) => delete::run(args),
         Bench::Hostile(args) => hostile::run(args),
+        Bench::Recovery(args) => recovery::run(args),
     }
 }
 
