@@ -151,7 +151,7 @@ impl Autorecovery {
         let lease: Arc<std::sync::Mutex<Option<LeaseId>>> = Arc::default();
         // The lease is renewed on its own task: a round copying for longer than the TTL
         // must not lose its claims and the auditor role.
-        let keeper = tokio::spawn(keep_alive(self.clone(), lease.clone()));
+        let keeper = KeeperGuard(tokio::spawn(keep_alive(self.clone(), lease.clone())));
         let poll = self.inner.config.poll_interval;
         tracing::info!(host = %self.inner.host, auditor = self.inner.config.auditor, "autorecovery running");
         loop {
@@ -163,7 +163,7 @@ impl Autorecovery {
                 () = tokio::time::sleep(poll) => {}
             }
         }
-        keeper.abort();
+        drop(keeper);
         self.inner.stats.auditor.store(0, Relaxed);
         let held = *lease.lock().expect("lease lock");
         if let Some(l) = held {
@@ -307,6 +307,16 @@ impl Autorecovery {
             .into_iter()
             .map(|v| v.key[prefix.len()..].to_string())
             .collect())
+    }
+}
+
+/// Stops the lease keeper when `run` ends or is dropped (a task aborted like a crashed
+/// process: its lease must then expire, not be renewed by an orphaned keeper).
+struct KeeperGuard(tokio::task::JoinHandle<()>);
+
+impl Drop for KeeperGuard {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
