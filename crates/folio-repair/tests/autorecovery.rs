@@ -166,6 +166,9 @@ async fn a_lost_bookie_heals_while_writers_write_and_a_second_loss_loses_nothing
     let (stop_b, task_b) = spawn(&b);
     let lost = "bookie-1";
     kill_and_wipe(&mut c, lost).await;
+    // The faulty links refuse a surviving bookie's next connections: copies fail and are
+    // retried in a later round.
+    c.node("bookie-2").link.drop_next_connections(3);
     task_a.abort(); // the auditor's host dies too (its lease expires: no clean stop)
     until("every ledger back on live bookies", Duration::from_secs(90), || async {
         references(&client, lost).await == 0 && marks(&c).await == 0

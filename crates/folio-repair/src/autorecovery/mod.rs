@@ -89,7 +89,8 @@ pub struct Stats {
     pub copies_discarded: AtomicU64,
     pub ledgers_healed: AtomicU64,
     pub ledgers_marked: AtomicU64,
-    /// Marks and their fragments as the last round listed them, and the oldest mark's age.
+    /// Marks and their fragments as the last round listed them (its first
+    /// `MARKS_PER_ROUND_MAX`), and the oldest mark's age.
     pub marks: AtomicU64,
     pub marked_fragments: AtomicU64,
     pub oldest_mark_age_ms: AtomicU64,
