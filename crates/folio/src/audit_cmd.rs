@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::ledger_cmd::ClusterArgs;
+use crate::cluster::ClusterArgs;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

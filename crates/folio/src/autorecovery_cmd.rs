@@ -55,11 +55,28 @@ pub fn set_key(
     Ok(true)
 }
 
+/// Settings as `(key, value)` pairs, flattened from TOML.
+pub type Flat = Vec<(String, toml::Value)>;
+
+/// Splits the `autorecovery.*` keys off a bookie's settings: the autorecovery config
+/// (`None` when `autorecovery.enabled = false`) and the other keys.
+pub fn take_keys(
+    flat: &[(String, toml::Value)],
+) -> Result<(Option<AutorecoveryConfig>, Flat), String> {
+    let (mut config, mut enabled, mut rest) = (AutorecoveryConfig::default(), true, Vec::new());
+    for (k, v) in flat {
+        if !set_key(&mut config, &mut enabled, k, v)? {
+            rest.push((k.clone(), v.clone()));
+        }
+    }
+    Ok((enabled.then_some(config), rest))
+}
+
 #[derive(Debug, clap::Args)]
 #[command(after_help = KEYS_HELP)]
 pub struct Args {
     #[command(flatten)]
-    cluster: crate::ledger_cmd::ClusterArgs,
+    cluster: crate::cluster::ClusterArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -100,7 +117,7 @@ pub fn run(args: Args) -> Result<(), String> {
                 let mut config = AutorecoveryConfig::default();
                 let mut enabled = true;
                 for o in &overrides {
-                    let (k, v) = crate::bookie_cmd::parse_override(o)?;
+                    let (k, v) = crate::cluster::parse_override(o)?;
                     let k = if k.starts_with("autorecovery.") {
                         k
                     } else {
@@ -151,7 +168,7 @@ pub fn spawn(
 /// `folio bookie decommission ID`: asks for the drain, waits with a progress line until no
 /// ledger names the bookie, then removes its cookie and registrations.
 pub async fn decommission(
-    cluster: &crate::ledger_cmd::ClusterArgs,
+    cluster: &crate::cluster::ClusterArgs,
     bookie_id: &str,
     wait: bool,
 ) -> Result<(), String> {
@@ -194,5 +211,23 @@ pub async fn decommission(
     println!(
         "bookie {bookie_id} decommissioned: nothing names it; cookie and registration removed; stop its process"
     );
+    Ok(())
+}
+
+/// `folio bookie maintenance ID on|off`: while on, the bookie's absence is not a loss.
+pub async fn maintenance(
+    cluster: &crate::cluster::ClusterArgs,
+    bookie_id: &str,
+    on: bool,
+) -> Result<(), String> {
+    let (meta, keys, _) = cluster.connect().await?;
+    let key = keys.maintenance(bookie_id);
+    if on {
+        let v = bytes::Bytes::from_static(b"maintenance");
+        meta.put(&key, v, folio_meta::Expect::Any).await.map_err(|e| e.to_string())?;
+    } else {
+        meta.delete(&key, folio_meta::Expect::Any).await.map_err(|e| e.to_string())?;
+    }
+    println!("bookie {bookie_id}: maintenance {}", if on { "on" } else { "off" });
     Ok(())
 }

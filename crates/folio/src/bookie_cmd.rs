@@ -1,11 +1,11 @@
 //! `folio bookie`: run a storage node, format it, or inspect its data dir.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::cluster::{open_metadata, parse_override};
 use folio_bookie::bookie::{Bookie, BookieConfig};
-use folio_meta::MetadataStore;
 
 const KEYS_HELP: &str = "\
 CONFIG KEYS (TOML file via --config; any key also via --override KEY=VALUE):
@@ -64,7 +64,7 @@ CONFIG KEYS (TOML file via --config; any key also via --override KEY=VALUE):
   integrity.check_interval_ms integer default 3000";
 
 #[derive(Debug, clap::Args)]
-#[command(args_conflicts_with_subcommands = true, after_help = format!("{KEYS_HELP}\n{}", crate::autorecovery_cmd::KEYS_HELP))]
+#[command(args_conflicts_with_subcommands = true, after_help = format!("{KEYS_HELP}\n\n{}", crate::autorecovery_cmd::KEYS_HELP))]
 pub struct Args {
     #[command(subcommand)]
     command: Option<BookieCommand>,
@@ -134,7 +134,7 @@ enum BookieCommand {
     /// then removes its cookie and registration. Then stop its process.
     Decommission {
         #[command(flatten)]
-        cluster: crate::ledger_cmd::ClusterArgs,
+        cluster: crate::cluster::ClusterArgs,
         /// The bookie's id.
         bookie_id: String,
         /// Only ask for the drain; do not wait for it.
@@ -145,7 +145,7 @@ enum BookieCommand {
     /// while it is down) or take it out (`off`).
     Maintenance {
         #[command(flatten)]
-        cluster: crate::ledger_cmd::ClusterArgs,
+        cluster: crate::cluster::ClusterArgs,
         bookie_id: String,
         #[arg(value_parser = ["on", "off"])]
         state: String,
@@ -192,17 +192,6 @@ fn set(table: &mut toml::Table, key: &str, value: toml::Value) {
             table.insert(key.to_string(), value);
         }
     }
-}
-
-/// Parses `KEY=VALUE`, reading VALUE as TOML and falling back to a plain string.
-pub fn parse_override(s: &str) -> Result<(String, toml::Value), String> {
-    let (k, v) = s.split_once('=').ok_or_else(|| format!("--override {s:?} is not KEY=VALUE"))?;
-    let value = format!("v = {v}")
-        .parse::<toml::Table>()
-        .ok()
-        .and_then(|mut t| t.remove("v"))
-        .unwrap_or_else(|| toml::Value::String(v.to_string()));
-    Ok((k.trim().to_string(), value))
 }
 
 fn flatten(prefix: &str, table: &toml::Table, out: &mut Vec<(String, toml::Value)>) {
@@ -276,12 +265,8 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
         Some(a) => Some(a.parse().map_err(|e| format!("http_listen = {a:?}: {e}"))?),
         None => None,
     };
-    let mut autorecovery = folio_repair::autorecovery::AutorecoveryConfig::default();
-    let mut autorecovery_on = true;
-    for (k, v) in flat {
-        if crate::autorecovery_cmd::set_key(&mut autorecovery, &mut autorecovery_on, k, v)? {
-            continue;
-        }
+    let (autorecovery, flat) = crate::autorecovery_cmd::take_keys(flat)?;
+    for (k, v) in &flat {
         let int = || {
             v.as_integer()
                 .filter(|i| *i >= 0)
@@ -344,38 +329,7 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
         }
     }
     c.validate()?;
-    Ok(Resolved {
-        bookie: c,
-        metadata,
-        http_listen,
-        autorecovery: autorecovery_on.then_some(autorecovery),
-    })
-}
-
-/// Opens the metadata store named by `spec` (`embedded:<dir>` or `etcd:<endpoints>`).
-pub async fn open_metadata(spec: &str) -> Result<Arc<dyn MetadataStore>, String> {
-    if let Some(dir) = spec.strip_prefix("embedded:") {
-        std::fs::create_dir_all(dir).map_err(|e| format!("creating {dir}: {e}"))?;
-        let s = folio_meta::embedded::EmbeddedStore::open(Path::new(dir))
-            .map_err(|e| format!("metadata {spec}: {e}"))?;
-        return Ok(Arc::new(s));
-    }
-    if let Some(eps) = spec.strip_prefix("etcd:") {
-        return open_etcd(eps).await;
-    }
-    Err(format!("metadata = {spec:?}: expected \"embedded:<dir>\" or \"etcd:<host:port>,…\""))
-}
-
-#[cfg(feature = "etcd")]
-async fn open_etcd(eps: &str) -> Result<Arc<dyn MetadataStore>, String> {
-    let eps: Vec<String> = eps.split(',').map(str::to_string).collect();
-    let s = folio_meta::etcd::EtcdStore::connect(&eps).await.map_err(|e| e.to_string())?;
-    Ok(Arc::new(s))
-}
-
-#[cfg(not(feature = "etcd"))]
-async fn open_etcd(_eps: &str) -> Result<Arc<dyn MetadataStore>, String> {
-    Err("this folio was built without etcd support: rebuild with `--features etcd`".into())
+    Ok(Resolved { bookie: c, metadata, http_listen, autorecovery })
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -400,38 +354,12 @@ pub fn run(args: Args) -> Result<(), String> {
         Some(BookieCommand::Decommission { cluster, bookie_id, no_wait }) => {
             runtime.block_on(crate::autorecovery_cmd::decommission(&cluster, &bookie_id, !no_wait))
         }
-        Some(BookieCommand::Maintenance { cluster, bookie_id, state }) => runtime.block_on(async {
-            let (meta, keys, _) = cluster.connect().await?;
-            let key = keys.maintenance(&bookie_id);
-            if state == "on" {
-                let v = bytes::Bytes::from_static(b"maintenance");
-                meta.put(&key, v, folio_meta::Expect::Any).await.map_err(|e| e.to_string())?;
-            } else {
-                meta.delete(&key, folio_meta::Expect::Any).await.map_err(|e| e.to_string())?;
-            }
-            println!("bookie {bookie_id}: maintenance {state}");
-            Ok(())
-        }),
+        Some(BookieCommand::Maintenance { cluster, bookie_id, state }) => runtime
+            .block_on(crate::autorecovery_cmd::maintenance(&cluster, &bookie_id, state == "on")),
         Some(BookieCommand::Check { settings, repair }) => {
             runtime.block_on(check(settings, repair))
         }
-        Some(BookieCommand::Gc { now, http }) => runtime.block_on(async {
-            if !now {
-                return Err("say --now: the pass runs immediately".into());
-            }
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let mut s = tokio::net::TcpStream::connect(http)
-                .await
-                .map_err(|e| format!("connecting to {http}: {e}"))?;
-            s.write_all(b"POST /gc HTTP/1.1\r\nhost: folio\r\ncontent-length: 0\r\n\r\n")
-                .await
-                .map_err(|e| e.to_string())?;
-            let mut response = String::new();
-            s.read_to_string(&mut response).await.map_err(|e| e.to_string())?;
-            let body = response.split_once("\r\n\r\n").map_or(response.as_str(), |(_, b)| b);
-            print!("{body}");
-            Ok(())
-        }),
+        Some(BookieCommand::Gc { now, http }) => runtime.block_on(gc_now(now, http)),
         None => runtime.block_on(async {
             let r = args.settings.resolve()?;
             let meta = open_metadata(&r.metadata).await?;
@@ -488,6 +416,25 @@ pub fn run(args: Args) -> Result<(), String> {
             result
         }),
     }
+}
+
+/// `folio bookie gc --now --http ADDR`: a GC pass on a running bookie through its HTTP port.
+async fn gc_now(now: bool, http: std::net::SocketAddr) -> Result<(), String> {
+    if !now {
+        return Err("say --now: the pass runs immediately".into());
+    }
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(http)
+        .await
+        .map_err(|e| format!("connecting to {http}: {e}"))?;
+    s.write_all(b"POST /gc HTTP/1.1\r\nhost: folio\r\ncontent-length: 0\r\n\r\n")
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    s.read_to_string(&mut response).await.map_err(|e| e.to_string())?;
+    let body = response.split_once("\r\n\r\n").map_or(response.as_str(), |(_, b)| b);
+    print!("{body}");
+    Ok(())
 }
 
 /// `folio bookie check [--repair]` on a stopped bookie's dirs.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use folio_broker::{Broker, BrokerConfig, TopicConfig};
 use folio_log::{LogEnv, WallClock};
 
-use crate::ledger_cmd::ClusterArgs;
+use crate::cluster::ClusterArgs;
 
 /// The Kafka listener and topic defaults (Kafka's names in brackets).
 #[derive(Debug, Clone, clap::Args)]

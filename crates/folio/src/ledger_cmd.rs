@@ -3,35 +3,10 @@
 //! process at a time).
 
 use std::io::BufRead;
-use std::time::Duration;
 
-use folio_client::{CreateOptions, LedgerClient};
-use folio_meta::keys::Keys;
+use folio_client::CreateOptions;
 
-/// Where a cluster's metadata lives: shared by the commands that act on a cluster.
-#[derive(Debug, clap::Args)]
-pub struct ClusterArgs {
-    /// The cluster's metadata: `etcd://host:port[,host:port…]` or `embedded:<dir>`.
-    #[arg(long)]
-    metadata: String,
-    /// Key root in the metadata store.
-    #[arg(long, default_value = "folio")]
-    root: String,
-}
-
-impl ClusterArgs {
-    /// The metadata store, the key layout and a ledger client (5 s request timeout).
-    pub async fn connect(
-        &self,
-    ) -> Result<(std::sync::Arc<dyn folio_meta::MetadataStore>, Keys, LedgerClient), String> {
-        let spec = self.metadata.replacen("etcd://", "etcd:", 1);
-        let meta = crate::bookie_cmd::open_metadata(&spec).await?;
-        let keys = Keys::new(self.root.clone());
-        let client = LedgerClient::new(meta.clone(), keys.clone())
-            .with_request_timeout(Duration::from_secs(5));
-        Ok((meta, keys, client))
-    }
-}
+pub use crate::cluster::ClusterArgs;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

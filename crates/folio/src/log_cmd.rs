@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::ledger_cmd::ClusterArgs;
+use crate::cluster::ClusterArgs;
 use folio_log::records::{CursorRecord, LedgerInfo, LogRecord, LogRecordState, TrashRecord};
 use folio_log::{LogEnv, Trash, TrashConfig, WallClock};
 use folio_meta::records::Record;

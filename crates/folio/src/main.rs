@@ -5,6 +5,7 @@ mod autorecovery_cmd;
 mod bench;
 mod bookie_cmd;
 mod broker_cmd;
+mod cluster;
 mod debug;
 mod http;
 mod inspect;

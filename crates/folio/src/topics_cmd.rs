@@ -7,7 +7,7 @@ use folio_log::records::LogRecord;
 use folio_meta::list_all;
 use folio_meta::records::Record;
 
-use crate::ledger_cmd::ClusterArgs;
+use crate::cluster::ClusterArgs;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

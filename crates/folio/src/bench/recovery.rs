@@ -92,33 +92,8 @@ async fn run_async(args: Args) -> Result<(), String> {
         fill_bytes >> 20,
         config.bytes_per_s as f64 / MIB
     );
-    // Fill: 32 ledgers of E=3 Qw=2 Qa=2.
-    let payload = vec![0x42u8; ENTRY_BYTES];
-    let per_ledger = fill_bytes / 32 / ENTRY_BYTES as u64;
-    for _ in 0..32 {
-        let w =
-            Arc::new(client.create(CreateOptions::new(3, 2, 2)).await.map_err(|e| e.to_string())?);
-        let mut adds = tokio::task::JoinSet::new();
-        for _ in 0..per_ledger {
-            let (w, p) = (w.clone(), payload.clone());
-            adds.spawn(async move { w.add(&p).await.map(|_| ()).map_err(|e| e.to_string()) });
-            while adds.len() >= 64 {
-                adds.join_next().await.expect("an add").map_err(|e| e.to_string())??;
-            }
-        }
-        while let Some(r) = adds.join_next().await {
-            r.map_err(|e| e.to_string())??;
-        }
-        w.close().await.map_err(|e| e.to_string())?;
-    }
-    // Kill bookie-1 and wait for its registration to expire.
-    let lost = bookies.remove(1);
-    let lost_id = lost.id().to_string();
-    lost.abort().await;
-    let key = Keys::default().bookie(&lost_id, false);
-    while meta.get(&key).await.map_err(|e| e.to_string())?.is_some() {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    fill(&client, fill_bytes).await?;
+    let lost_id = kill(&mut bookies, &meta).await?;
     let lost_bytes = naming_bytes(&client, &lost_id).await?;
     // The baseline: the stream on the survivors, nothing else running.
     let (base_bytes, base_secs) = stream(&client, d, || false).await?;
@@ -131,20 +106,8 @@ async fn run_async(args: Args) -> Result<(), String> {
     let stats = a.stats();
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let task = tokio::spawn(a.run(stop_rx));
-    let started = Instant::now();
     let healed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watcher = {
-        let (client, lost_id, healed) = (client.clone(), lost_id.clone(), healed.clone());
-        tokio::spawn(async move {
-            loop {
-                if matches!(naming_bytes(&client, &lost_id).await, Ok(0)) {
-                    healed.store(true, Relaxed);
-                    return started.elapsed();
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-    };
+    let watcher = tokio::spawn(watch_healed(client.clone(), lost_id.clone(), healed.clone()));
     let limit = Duration::from_secs(if quick { 90 } else { 600 });
     let flag = healed.clone();
     let (rec_bytes, rec_secs) = stream(&client, limit, move || flag.load(Relaxed)).await?;
@@ -184,17 +147,7 @@ async fn run_async(args: Args) -> Result<(), String> {
         "produce_mb_per_s_no_recovery={base_mb_s:.1} produce_mb_per_s_during_recovery={rec_mb_s:.1} ratio_vs_no_recovery={:.2}",
         rec_mb_s / base_mb_s
     );
-    match unlimited {
-        Some((bytes, t)) => {
-            let mb_s = bytes as f64 / MIB / t;
-            println!(
-                "unlimited_copied_mb={:.1} unlimited_recovery_seconds={t:.1} rereplicate_mb_per_s_unlimited={mb_s:.1} ratio_vs_disk_unlimited={:.2}",
-                bytes as f64 / MIB,
-                mb_s / disk_mb
-            );
-        }
-        None => println!("unlimited_recovery_seconds=not_reached"),
-    }
+    print_unlimited(unlimited, disk_mb);
     let served = (copied + rec_bytes).max(1) as f64;
     println!(
         "process_read_mb={:.1} process_written_mb={:.1} read_per_byte_served={:.2} written_per_byte_served={:.2}",
@@ -209,6 +162,75 @@ async fn run_async(args: Args) -> Result<(), String> {
     Ok(())
 }
 
+/// Waits until nothing names `lost` and sets `healed`; returns the time it took.
+async fn watch_healed(
+    client: LedgerClient,
+    lost: String,
+    healed: Arc<std::sync::atomic::AtomicBool>,
+) -> Duration {
+    let started = Instant::now();
+    loop {
+        if matches!(naming_bytes(&client, &lost).await, Ok(0)) {
+            healed.store(true, Relaxed);
+            return started.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn print_unlimited(unlimited: Option<(u64, f64)>, disk_mb: f64) {
+    match unlimited {
+        Some((bytes, t)) => {
+            let mb_s = bytes as f64 / MIB / t;
+            println!(
+                "unlimited_copied_mb={:.1} unlimited_recovery_seconds={t:.1} rereplicate_mb_per_s_unlimited={mb_s:.1} ratio_vs_disk_unlimited={:.2}",
+                bytes as f64 / MIB,
+                mb_s / disk_mb
+            );
+        }
+        None => println!("unlimited_recovery_seconds=not_reached"),
+    }
+}
+
+/// Fills 32 ledgers of E=3 Qw=2 Qa=2 with `bytes` of 16 KiB entries, 64 adds in flight.
+async fn fill(client: &LedgerClient, bytes: u64) -> Result<(), String> {
+    let payload = vec![0x42u8; ENTRY_BYTES];
+    let per_ledger = bytes / 32 / ENTRY_BYTES as u64;
+    for _ in 0..32 {
+        let w =
+            Arc::new(client.create(CreateOptions::new(3, 2, 2)).await.map_err(|e| e.to_string())?);
+        let mut adds = tokio::task::JoinSet::new();
+        for _ in 0..per_ledger {
+            let (w, p) = (w.clone(), payload.clone());
+            adds.spawn(async move { w.add(&p).await.map(|_| ()).map_err(|e| e.to_string()) });
+            while adds.len() >= 64 {
+                adds.join_next().await.expect("an add").map_err(|e| e.to_string())??;
+            }
+        }
+        while let Some(r) = adds.join_next().await {
+            r.map_err(|e| e.to_string())??;
+        }
+        w.close().await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Kills the second bookie of `bookies` (an abort: no clean stop) and waits for its
+/// registration to expire; returns its id.
+async fn kill(
+    bookies: &mut Vec<folio_bookie::bookie::Bookie>,
+    meta: &super::ledger::Meta,
+) -> Result<String, String> {
+    let lost = bookies.remove(1);
+    let lost_id = lost.id().to_string();
+    lost.abort().await;
+    let key = Keys::default().bookie(&lost_id, false);
+    while meta.get(&key).await.map_err(|e| e.to_string())?.is_some() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(lost_id)
+}
+
 /// Kills another bookie and restores its copies with no rate limit and nothing else
 /// running; returns the bytes copied and the seconds until nothing names it.
 async fn unlimited(
@@ -218,13 +240,7 @@ async fn unlimited(
     config: &AutorecoveryConfig,
     limit: Duration,
 ) -> Result<Option<(u64, f64)>, String> {
-    let lost = bookies.remove(1);
-    let lost_id = lost.id().to_string();
-    lost.abort().await;
-    let key = Keys::default().bookie(&lost_id, false);
-    while meta.get(&key).await.map_err(|e| e.to_string())?.is_some() {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let lost_id = kill(bookies, meta).await?;
     let config = AutorecoveryConfig { bytes_per_s: 0, ..config.clone() };
     let a = Autorecovery::new(meta.clone(), Keys::default(), client.clone(), config, "bench-2");
     let stats = a.stats();
