@@ -808,3 +808,43 @@ async fn a_long_poll_answers_once_min_bytes_are_there_and_limits_take_no_batch_p
     let r: FetchResponse = fetcher.call(ApiKey::Fetch, 12, &req).await;
     assert_eq!(base_offsets(r.responses[0].partitions[0].records.as_ref().unwrap()), vec![1]);
 }
+
+/// #25 item 1: CreateTopics with explicit replica assignments is accepted, the partition
+/// count and replication factor taken from them; bad assignments get Kafka's codes.
+#[tokio::test]
+async fn create_topics_takes_explicit_replica_assignments() {
+    use kafka_protocol::messages::create_topics_request::{
+        CreatableReplicaAssignment, CreatableTopic,
+    };
+    let s = start(1, |_| {}).await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    let topic = |name: &'static str, assignment: Vec<(i32, Vec<i32>)>, partitions: i32| {
+        CreatableTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str(name)))
+            .with_num_partitions(partitions)
+            .with_replication_factor(-1)
+            .with_assignments(
+                assignment
+                    .into_iter()
+                    .map(|(p, b)| {
+                        CreatableReplicaAssignment::default()
+                            .with_partition_index(p)
+                            .with_broker_ids(b.into_iter().map(BrokerId).collect())
+                    })
+                    .collect(),
+            )
+    };
+    let req = CreateTopicsRequest::default().with_timeout_ms(10_000).with_topics(vec![
+        topic("assigned", vec![(0, vec![1]), (1, vec![1]), (2, vec![1])], -1),
+        topic("gap", vec![(0, vec![1]), (2, vec![1])], -1),
+        topic("both", vec![(0, vec![1])], 1),
+    ]);
+    let r: CreateTopicsResponse = c.call(ApiKey::CreateTopics, 5, &req).await;
+    let by_name = |n: &str| r.topics.iter().find(|t| t.name.as_str() == n).unwrap();
+    let ok = by_name("assigned");
+    assert_eq!((ok.error_code, ok.num_partitions, ok.replication_factor), (0, 3, 1));
+    assert_eq!(by_name("gap").error_code, errors::INVALID_REPLICA_ASSIGNMENT);
+    assert_eq!(by_name("both").error_code, errors::INVALID_REQUEST);
+    let m: MetadataResponse = c.call(ApiKey::Metadata, 9, &metadata_req(&["assigned"])).await;
+    assert_eq!(m.topics[0].partitions.len(), 3);
+}

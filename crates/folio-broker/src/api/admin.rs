@@ -2,7 +2,9 @@
 //! (configs are in `configs`).
 //!
 //! A topic's replication factor is the ledger ensemble and write quorum of its partitions'
-//! logs (bookies are chosen per ledger, so manual replica assignments are refused). Config
+//! logs (bookies are chosen per ledger: explicit replica assignments are checked the way
+//! Kafka checks them and give the partition count and replication factor; the broker ids
+//! they name are not used, since ledgers place the data). Config
 //! changes are validated, written to the topic record by compare-and-set, and applied to
 //! the open partition logs at once (retention trims immediately).
 
@@ -56,12 +58,21 @@ impl Handler for CreateTopics {
                         "topic {name} is named more than once"
                     )));
                 }
-                if !t.assignments.is_empty() {
-                    return Err(BrokerError::InvalidReplicaAssignment(
-                        "manual replica assignment is not supported: bookies are chosen per ledger"
-                            .into(),
-                    ));
-                }
+                let assigned = replica_assignment(
+                    &t.assignments
+                        .iter()
+                        .map(|a| (a.partition_index, a.broker_ids.iter().map(|b| b.0).collect()))
+                        .collect::<Vec<_>>(),
+                    t.num_partitions,
+                    t.replication_factor,
+                )?;
+                let (num_partitions, replication_factor) = match assigned {
+                    Some((p, r)) => (p, r),
+                    None => (t.num_partitions, t.replication_factor),
+                };
+                let t = t
+                    .with_num_partitions(num_partitions)
+                    .with_replication_factor(replication_factor);
                 let partitions = if t.num_partitions == -1 {
                     inner.config.default_partitions as i32
                 } else {
@@ -384,4 +395,67 @@ impl Handler for DescribeCluster {
     error_answer_of!(top);
 
     error_code_of!(top);
+}
+
+/// Explicit replica assignments of CreateTopics, checked as Kafka checks them: with them,
+/// `num_partitions` and `replication_factor` must be -1; partitions are 0..n once each;
+/// every partition names the same number of distinct brokers. Gives (partitions,
+/// replication factor), or `None` without assignments. The broker ids are advisory on
+/// Folio: a partition's data lives in ledgers whose bookies are chosen per ledger.
+pub(crate) fn replica_assignment(
+    assignments: &[(i32, Vec<i32>)],
+    num_partitions: i32,
+    replication_factor: i16,
+) -> Result<Option<(i32, i16)>, BrokerError> {
+    if assignments.is_empty() {
+        return Ok(None);
+    }
+    if num_partitions != -1 || replication_factor != -1 {
+        return Err(BrokerError::InvalidRequest(
+            "both numPartitions or replicationFactor and replicasAssignments were set: use one"
+                .into(),
+        ));
+    }
+    let bad = |why: String| Err(BrokerError::InvalidReplicaAssignment(why));
+    let mut indexes: Vec<i32> = assignments.iter().map(|(p, _)| *p).collect();
+    indexes.sort_unstable();
+    if indexes.iter().enumerate().any(|(i, p)| *p != i as i32) {
+        return bad(format!("partitions must be 0..{} each once, got {indexes:?}", indexes.len()));
+    }
+    let replicas = assignments[0].1.len();
+    for (p, brokers) in assignments {
+        if brokers.is_empty() || brokers.len() != replicas {
+            return bad(format!(
+                "partition {p} names {} brokers; every partition must name the same number (at least one)",
+                brokers.len()
+            ));
+        }
+        let distinct: std::collections::BTreeSet<_> = brokers.iter().collect();
+        if distinct.len() != brokers.len() {
+            return bad(format!("partition {p} names a broker twice: {brokers:?}"));
+        }
+    }
+    let replication = i16::try_from(replicas)
+        .map_err(|_| BrokerError::InvalidReplicaAssignment(format!("{replicas} replicas")))?;
+    Ok(Some((assignments.len() as i32, replication)))
+}
+
+#[cfg(test)]
+mod assignment_tests {
+    use super::*;
+
+    #[test]
+    fn explicit_assignments_give_partitions_and_replication_or_kafkas_error() {
+        let ok = [(1, vec![2, 3]), (0, vec![1, 2]), (2, vec![3, 1])];
+        assert!(matches!(replica_assignment(&ok, -1, -1), Ok(Some((3, 2)))));
+        assert!(matches!(replica_assignment(&[], 4, 3), Ok(None)));
+        let code = |r: Result<Option<(i32, i16)>, BrokerError>| r.unwrap_err().code();
+        assert_eq!(code(replica_assignment(&ok, 3, -1)), errors::INVALID_REQUEST);
+        let gap = [(0, vec![1]), (2, vec![2])];
+        assert_eq!(code(replica_assignment(&gap, -1, -1)), errors::INVALID_REPLICA_ASSIGNMENT);
+        let uneven = [(0, vec![1, 2]), (1, vec![2])];
+        assert_eq!(code(replica_assignment(&uneven, -1, -1)), errors::INVALID_REPLICA_ASSIGNMENT);
+        let twice = [(0, vec![1, 1])];
+        assert_eq!(code(replica_assignment(&twice, -1, -1)), errors::INVALID_REPLICA_ASSIGNMENT);
+    }
 }
