@@ -253,10 +253,7 @@ async fn trash_metrics(trash: &Trash, active: bool) -> String {
             trash.stats().failed.load(Ordering::Relaxed),
         ),
     ];
-    for (name, help, v) in rows {
-        let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
-    }
+    write_rows(&mut out, &rows);
     out
 }
 
@@ -317,11 +314,17 @@ fn autorecovery_metrics() -> String {
             l(&s.ledgers_marked),
         ),
     ];
+    write_rows(&mut out, &rows);
+    out
+}
+
+/// Writes `(name, help, value)` rows in the Prometheus text format: a counter when the name
+/// ends in `_total`, else a gauge.
+fn write_rows(out: &mut String, rows: &[(&str, &str, u64)]) {
     for (name, help, v) in rows {
         let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
     }
-    out
 }
 
 /// Runs a GC pass on every bookie now; one line per bookie.

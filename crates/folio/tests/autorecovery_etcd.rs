@@ -11,14 +11,14 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 use folio_client::{CreateOptions, LedgerClient};
 use folio_meta::keys::Keys;
 
-use common::{Proc, start_bookie, start_broker_with};
+use common::{Proc, kcat, start_bookie, start_broker_with};
 
 const AUTORECOVERY: &[&str] = &[
     "lease_ttl_ms=2000",
@@ -28,25 +28,6 @@ const AUTORECOVERY: &[&str] = &[
     "autorecovery.lease_ttl_ms=2000",
     "autorecovery.bytes_per_s=0",
 ];
-
-fn kcat(args: &[&str], stdin: Option<&str>) -> String {
-    use std::io::Write;
-    let mut c = Command::new("kcat")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kcat (apt-get install kcat; scripts/test.sh does this)");
-    let mut input = c.stdin.take().unwrap();
-    if let Some(s) = stdin {
-        input.write_all(s.as_bytes()).unwrap();
-    }
-    drop(input);
-    let out = c.wait_with_output().unwrap();
-    assert!(out.status.success(), "kcat {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).to_string()
-}
 
 fn produce(addr: &str, from: u64, n: u64) {
     let lines: String = (from..from + n).map(|i| format!("record-{i}\n")).collect();

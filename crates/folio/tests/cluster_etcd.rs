@@ -16,7 +16,7 @@ use std::time::Duration;
 use folio_client::{CreateOptions, LedgerClient};
 use folio_meta::keys::Keys;
 
-use common::{Proc, start_bookie, start_broker_with};
+use common::{Proc, kcat, start_bookie, start_broker_with};
 
 fn payload(i: u64) -> Vec<u8> {
     format!("cluster-entry-{i};").repeat(20).into_bytes()
@@ -107,25 +107,6 @@ async fn d1_three_bookie_processes_on_etcd_one_sigkilled_during_writes() {
 /// A broker whose partitions move 2 s after it dies.
 fn start_broker(etcd: &str, root: &str, node_id: u16) -> (Proc, String) {
     start_broker_with(etcd, root, node_id, &["--broker-lease-ms", "2000"])
-}
-
-fn kcat(args: &[&str], stdin: Option<&str>) -> String {
-    use std::io::Write;
-    let mut c = Command::new("kcat")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kcat (apt-get install kcat; scripts/test.sh does this)");
-    let mut input = c.stdin.take().unwrap();
-    if let Some(s) = stdin {
-        input.write_all(s.as_bytes()).unwrap();
-    }
-    drop(input);
-    let out = c.wait_with_output().unwrap();
-    assert!(out.status.success(), "kcat {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).to_string()
 }
 
 /// `folio broker` on etcd with two `folio bookie` processes: kcat produces and consumes; the

@@ -11,7 +11,6 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use folio_broker::client::{KafkaConn, create_topics_request, encode_request, produce_request};
@@ -20,7 +19,7 @@ use kafka_protocol::protocol::StrBytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use common::{Proc, start_bookie, start_broker_with};
+use common::{Proc, kcat, start_bookie, start_broker_with};
 
 /// Reads until the broker closes `s` (end of stream or reset); fails after 30 s.
 async fn closed_by_broker(s: &mut TcpStream) {
@@ -47,24 +46,6 @@ async fn produce(c: &mut KafkaConn, topic: &str, partition: i32, n: i32) -> i64 
     let p = &r.responses[0].partition_responses[0];
     assert_eq!(p.error_code, 0, "produce to {topic}/{partition}");
     p.base_offset
-}
-
-fn kcat(args: &[&str], stdin: Option<&str>) -> String {
-    let mut c = Command::new("kcat")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kcat (apt-get install kcat; scripts/test.sh does this)");
-    let mut input = c.stdin.take().unwrap();
-    if let Some(s) = stdin {
-        std::io::Write::write_all(&mut input, s.as_bytes()).unwrap();
-    }
-    drop(input);
-    let out = c.wait_with_output().unwrap();
-    assert!(out.status.success(), "kcat {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -269,13 +269,4 @@ impl Autorecovery {
         }
         Ok(missing_fragments)
     }
-
-    async fn listed_ids(&self, prefix: &str) -> Result<BTreeSet<String>, String> {
-        Ok(list_all(self.inner.meta.as_ref(), prefix)
-            .await
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .map(|v| v.key[prefix.len()..].to_string())
-            .collect())
-    }
 }

@@ -300,14 +300,18 @@ impl Autorecovery {
     }
 
     /// Bookies being drained.
-    async fn draining(&self) -> Result<BTreeSet<String>, String> {
-        let prefix = self.inner.keys.decommissions();
-        Ok(list_all(self.inner.meta.as_ref(), &prefix)
+    /// The ids under `prefix` (a key per bookie: draining, in maintenance).
+    async fn listed_ids(&self, prefix: &str) -> Result<BTreeSet<String>, String> {
+        Ok(list_all(self.inner.meta.as_ref(), prefix)
             .await
             .map_err(|e| e.to_string())?
             .into_iter()
             .map(|v| v.key[prefix.len()..].to_string())
             .collect())
+    }
+
+    async fn draining(&self) -> Result<BTreeSet<String>, String> {
+        self.listed_ids(&self.inner.keys.decommissions()).await
     }
 }
 

@@ -143,3 +143,22 @@ pub fn start_broker_with(etcd: &str, root: &str, node_id: u16, extra: &[&str]) -
     let addr = kafka_addr(&mut child);
     (Proc(child), addr)
 }
+
+/// Runs kcat with `args`, `stdin` fed to it; its stdout (fails the test if kcat fails).
+pub fn kcat(args: &[&str], stdin: Option<&str>) -> String {
+    let mut c = Command::new("kcat")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kcat (apt-get install kcat; scripts/test.sh does this)");
+    let mut input = c.stdin.take().unwrap();
+    if let Some(s) = stdin {
+        std::io::Write::write_all(&mut input, s.as_bytes()).unwrap();
+    }
+    drop(input);
+    let out = c.wait_with_output().unwrap();
+    assert!(out.status.success(), "kcat {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
