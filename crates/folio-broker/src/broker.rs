@@ -24,6 +24,8 @@ use crate::topics::Topics;
 pub struct Broker {
     pub(crate) inner: Arc<Inner>,
     addr: SocketAddr,
+    /// Every listener's name and bound address.
+    addrs: Arc<Vec<(String, SocketAddr)>>,
 }
 
 impl Broker {
@@ -46,23 +48,42 @@ impl Broker {
                 config.default_replication, config.replication_max
             ));
         }
-        let listener = listen(config.listen, &config.limits)
-            .map_err(|e| format!("binding the Kafka listener on {}: {e}", config.listen))?;
-        let addr = listener.local_addr().map_err(|e| format!("listener address: {e}"))?;
-        let advertised = match &config.advertised {
-            Some((h, p)) => (h.clone(), *p as i32),
-            None if addr.ip().is_unspecified() => {
-                return Err(format!(
-                    "listening on {addr} needs an advertised address clients can reach (--advertise host:port)"
-                ));
+        crate::security::validate(&config.listeners, config.tls.as_ref(), &config.sasl)?;
+        let tls = match &config.tls {
+            Some(t) if config.listeners.iter().any(|l| l.protocol.tls()) => {
+                Some(Arc::new(crate::security::tls::TlsAcceptor::new(t.clone())?))
             }
-            None => (addr.ip().to_string(), addr.port() as i32),
+            _ => None,
         };
+        let mut bound = Vec::new();
+        let mut endpoints = Vec::new();
+        for l in &config.listeners {
+            let socket = listen(l.bind, &config.limits)
+                .map_err(|e| format!("binding the Kafka listener {} on {}: {e}", l.name, l.bind))?;
+            let addr = socket.local_addr().map_err(|e| format!("listener address: {e}"))?;
+            let (host, port) = match &l.advertised {
+                Some((h, p)) => (h.clone(), *p as i32),
+                None if addr.ip().is_unspecified() => {
+                    return Err(format!(
+                        "listener {} on {addr} needs an advertised address clients can reach (--advertise host:port or --advertised-listener {}://host:port)",
+                        l.name, l.name
+                    ));
+                }
+                None => (addr.ip().to_string(), addr.port() as i32),
+            };
+            endpoints.push(cluster::Endpoint { listener: l.name.clone(), host, port });
+            let runtime = crate::server::Listener {
+                name: l.name.as_str().into(),
+                protocol: l.protocol,
+                tls: if l.protocol.tls() { tls.clone() } else { None },
+            };
+            bound.push((socket, addr, Arc::new(runtime)));
+        }
+        let addr = bound[0].1;
         let cluster_id = folio_meta::records::ensure_cluster_id(env.meta.as_ref(), &env.keys)
             .await
             .map_err(|e| format!("reading the cluster id: {e}"))?;
-        let me =
-            BrokerInfo { node_id: config.node_id, host: advertised.0.clone(), port: advertised.1 };
+        let me = BrokerInfo { node_id: config.node_id, endpoints };
         let lease = cluster::register(env.meta.as_ref(), &env.keys, &me, config.lease_ttl).await?;
         let membership = Membership::new(me);
         let trash_deleter =
@@ -90,7 +111,7 @@ impl Broker {
             env,
             metrics: Metrics::default(),
             cluster_id,
-            advertised,
+            tls: tls.clone(),
             logs: Mutex::new(HashMap::new()),
             shutdown: watch::channel(false).0,
             trash: Mutex::new(trash),
@@ -100,14 +121,24 @@ impl Broker {
             answer_budget: Arc::new(tokio::sync::Semaphore::new(config_limits.answer_bytes_max)),
             auto_created: Mutex::new((std::time::Instant::now(), 0)),
         });
-        tracing::info!(
-            node_id = inner.config.node_id,
-            %addr,
-            advertised = %format!("{}:{}", inner.advertised.0, inner.advertised.1),
-            cluster_id = %inner.cluster_id,
-            "Kafka listener up"
-        );
-        tokio::spawn(crate::server::accept(inner.clone(), listener));
+        let admission = crate::server::Admission::new(&inner.config.limits);
+        let mut addrs = Vec::new();
+        for ((socket, addr, runtime), e) in bound.into_iter().zip(&inner.membership.me().endpoints) {
+            tracing::info!(
+                node_id = inner.config.node_id,
+                listener = %runtime.name,
+                protocol = runtime.protocol.name(),
+                %addr,
+                advertised = %format!("{}:{}", e.host, e.port),
+                cluster_id = %inner.cluster_id,
+                "Kafka listener up"
+            );
+            addrs.push((runtime.name.to_string(), addr));
+            tokio::spawn(crate::server::accept(inner.clone(), socket, runtime, admission.clone()));
+        }
+        if let Some(tls) = &tls {
+            tokio::spawn(tls.clone().watch(inner.shutdown.subscribe()));
+        }
         tokio::spawn(inner.groups.clone().tick(inner.shutdown.subscribe()));
         tokio::spawn(cluster::maintain(
             inner.env.meta.clone(),
@@ -125,12 +156,26 @@ impl Broker {
         if let Some(every) = inner.config.audit_interval {
             tokio::spawn(run_audits(inner.clone(), every));
         }
-        Ok(Broker { inner, addr })
+        Ok(Broker { inner, addr, addrs: Arc::new(addrs) })
     }
 
-    /// The bound listener address.
+    /// The bound address of the first listener.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The bound address of the listener named `name`.
+    pub fn listener_addr(&self, name: &str) -> Option<SocketAddr> {
+        self.addrs.iter().find(|(n, _)| n == name).map(|(_, a)| *a)
+    }
+
+    /// Reads the TLS certificate and key again now (what SIGHUP does); an error keeps the
+    /// running ones.
+    pub fn reload_tls(&self) -> Result<(), String> {
+        match &self.inner.tls {
+            Some(t) => t.reload(),
+            None => Err("this broker has no TLS listener".into()),
+        }
     }
 
     /// The broker's metrics.

@@ -77,4 +77,6 @@ impl Budgets {
 pub(crate) struct RequestScope {
     pub budgets: Budgets,
     pub held: Arc<Mutex<Held>>,
+    /// Who sent the request, on which listener.
+    pub session: crate::security::Session,
 }

@@ -1,7 +1,9 @@
 //! Brokers of a cluster and who serves what.
 //!
-//! Each broker registers `brokers/<node id>` → `host:port` on a lease it keeps alive; the
-//! live brokers are the registrations that exist. Every partition and every group has one
+//! Each broker registers `brokers/<node id>` → its advertised listeners
+//! (`NAME://host:port,NAME://host:port`; a registration of an older Folio, `host:port`, is
+//! one `PLAINTEXT` listener) on a lease it keeps alive; the live brokers are the
+//! registrations that exist. Every partition and every group has one
 //! owner among the live brokers, chosen by rendezvous hashing (the live broker with the
 //! highest hash of (key, node id)), so every broker computes the same owner from the same
 //! list, and a broker joining or leaving moves only its share.
@@ -31,8 +33,45 @@ use tokio::sync::watch;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerInfo {
     pub node_id: i32,
+    /// Its advertised listeners, in its configured order.
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// One advertised listener of a broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub listener: String,
     pub host: String,
     pub port: i32,
+}
+
+impl BrokerInfo {
+    /// The endpoint of the listener named `listener`, if the broker has one.
+    pub fn endpoint(&self, listener: &str) -> Option<&Endpoint> {
+        self.endpoints.iter().find(|e| e.listener == listener)
+    }
+
+    /// The registration value (see the module doc).
+    pub fn registration(&self) -> String {
+        let eps: Vec<String> =
+            self.endpoints.iter().map(|e| format!("{}://{}:{}", e.listener, e.host, e.port)).collect();
+        eps.join(",")
+    }
+
+    /// Reads a registration value; `None` if it is damaged.
+    pub fn parse_registration(node_id: i32, value: &str) -> Option<BrokerInfo> {
+        let mut endpoints = Vec::new();
+        for part in value.split(',') {
+            let (listener, addr) = part.split_once("://").unwrap_or(("PLAINTEXT", part));
+            let (host, port) = addr.rsplit_once(':')?;
+            endpoints.push(Endpoint {
+                listener: listener.to_string(),
+                host: host.to_string(),
+                port: port.parse().ok()?,
+            });
+        }
+        Some(BrokerInfo { node_id, endpoints })
+    }
 }
 
 /// The live brokers as this broker last saw them (sorted by node id).
@@ -174,7 +213,7 @@ pub async fn register(
     ttl: Duration,
 ) -> Result<LeaseId, String> {
     let k = keys.broker(me.node_id);
-    let value = format!("{}:{}", me.host, me.port);
+    let value = me.registration();
     let deadline = tokio::time::Instant::now() + 2 * ttl;
     let mut logged = false;
     loop {
@@ -266,10 +305,12 @@ async fn refresh(
     let mut live = Vec::new();
     for v in list_all(meta, &p).await? {
         let Ok(node_id) = v.key[p.len()..].parse::<i32>() else { continue };
-        let addr = String::from_utf8_lossy(&v.value).to_string();
-        let Some((host, port)) = addr.rsplit_once(':') else { continue };
-        let Ok(port) = port.parse::<i32>() else { continue };
-        live.push(BrokerInfo { node_id, host: host.to_string(), port });
+        let value = String::from_utf8_lossy(&v.value);
+        let Some(b) = BrokerInfo::parse_registration(node_id, &value) else {
+            tracing::warn!(key = %v.key, %value, "a broker registration that does not parse; skipped");
+            continue;
+        };
+        live.push(b);
     }
     Ok(membership.set_live(live))
 }
@@ -328,7 +369,20 @@ mod tests {
     use super::*;
 
     fn b(id: i32) -> BrokerInfo {
-        BrokerInfo { node_id: id, host: "h".into(), port: id }
+        let e = |l: &str, port| Endpoint { listener: l.into(), host: "h".into(), port };
+        BrokerInfo { node_id: id, endpoints: vec![e("PLAINTEXT", id), e("SASL_SSL", id + 100)] }
+    }
+
+    #[test]
+    fn registrations_round_trip_and_read_the_old_form() {
+        let one = b(7);
+        assert_eq!(BrokerInfo::parse_registration(7, &one.registration()), Some(one.clone()));
+        assert_eq!(one.endpoint("SASL_SSL").map(|e| e.port), Some(107));
+        let old = BrokerInfo::parse_registration(3, "10.0.0.1:9092").unwrap();
+        assert_eq!(old.endpoint("PLAINTEXT").map(|e| (e.host.as_str(), e.port)), Some(("10.0.0.1", 9092)));
+        for bad in ["", "PLAINTEXT://h", "X://h:port", "h:1,"] {
+            assert_eq!(BrokerInfo::parse_registration(1, bad), None, "{bad}");
+        }
     }
 
     #[test]

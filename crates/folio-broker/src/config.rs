@@ -4,6 +4,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+pub use crate::security::tls::TlsConfig;
+pub use crate::security::{ListenerConfig, SaslConfig};
+
 use folio_log::LogConfig;
 
 use crate::group::GroupConfig;
@@ -15,11 +18,13 @@ use crate::topics::TopicConfig;
 pub struct BrokerConfig {
     /// `node.id`: the broker's id in Metadata answers.
     pub node_id: i32,
-    /// Where the Kafka listener binds (port 0: any free port).
-    pub listen: SocketAddr,
-    /// The host and port clients are told to connect to (`advertised.listeners`); by default
-    /// the bound address.
-    pub advertised: Option<(String, u16)>,
+    /// The Kafka listeners (`listeners`, `advertised.listeners`,
+    /// `listener.security.protocol.map`), the first the one `Broker::addr` names.
+    pub listeners: Vec<ListenerConfig>,
+    /// The certificate and key of the TLS listeners (`ssl.*`).
+    pub tls: Option<TlsConfig>,
+    /// SASL mechanisms and session lifetime of the SASL listeners (`sasl.*`).
+    pub sasl: SaslConfig,
     /// `auto.create.topics.enable`: Metadata for an unknown topic creates it.
     pub auto_create_topics: bool,
     /// `num.partitions`: partitions of auto-created topics and of CreateTopics with -1.
@@ -62,12 +67,20 @@ pub struct BrokerConfig {
     pub topic_refresh: Duration,
 }
 
+impl BrokerConfig {
+    /// A broker with one `PLAINTEXT` listener on `bind` and defaults otherwise.
+    pub fn plaintext(bind: SocketAddr) -> BrokerConfig {
+        BrokerConfig { listeners: vec![ListenerConfig::plaintext(bind)], ..BrokerConfig::default() }
+    }
+}
+
 impl Default for BrokerConfig {
     fn default() -> Self {
         BrokerConfig {
             node_id: 1,
-            listen: "127.0.0.1:9092".parse().expect("address"),
-            advertised: None,
+            listeners: vec![ListenerConfig::plaintext("127.0.0.1:9092".parse().expect("address"))],
+            tls: None,
+            sasl: SaslConfig::default(),
             auto_create_topics: true,
             default_partitions: 1,
             default_replication: 1,

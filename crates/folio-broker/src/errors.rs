@@ -74,6 +74,18 @@ pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
 pub const INVALID_RECORD: i16 = 87;
 /// No topic has the id asked for.
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
+/// A SASL mechanism the broker does not offer.
+pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+/// A SASL request the connection's state does not allow.
+pub const ILLEGAL_SASL_STATE: i16 = 34;
+/// Wrong user or password.
+pub const SASL_AUTHENTICATION_FAILED: i16 = 58;
+/// No such resource (a user without SCRAM credentials).
+pub const RESOURCE_NOT_FOUND: i16 = 91;
+/// A resource named twice in one request.
+pub const DUPLICATE_RESOURCE: i16 = 92;
+/// A credential outside the rules (iterations, empty user).
+pub const UNACCEPTABLE_CREDENTIAL: i16 = 93;
 
 /// Why the broker failed a request, or one topic, partition or group of it. The one place
 /// where a failure becomes a Kafka error code is [`BrokerError::code`]; the `Display` text is

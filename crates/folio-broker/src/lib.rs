@@ -2,7 +2,8 @@
 //! partitions are managed logs (`folio-log`) on bookies; the broker keeps no data itself.
 //!
 //! - [`Broker`] (`broker.rs`): settings, the topics served, the partition logs it owns.
-//! - `server.rs`: connections, framing, answers in request order.
+//! - `server.rs`: listeners, connections, framing, answers in request order.
+//! - [`security`]: listeners' protocols, TLS, SASL (PLAIN, SCRAM) and credentials.
 //! - `api/`: one module per group of Kafka APIs; `api::SUPPORTED` lists what is advertised.
 //! - [`batch`]: record batches as opaque bytes (header, CRC, offset patching).
 //! - [`topics`]: the topic record (name → topic id binding) and topic configs.
@@ -34,6 +35,7 @@ pub mod group;
 pub mod limits;
 pub mod metrics;
 pub mod producers;
+pub mod security;
 mod server;
 mod state;
 pub mod topics;

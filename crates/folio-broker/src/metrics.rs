@@ -117,9 +117,26 @@ pub struct Metrics {
     topics: Mutex<HashMap<String, std::sync::Arc<TopicMetrics>>>,
     /// Times each listener limit was hit (by `Limit` order).
     limit_hits: [AtomicU64; Limit::ALL.len()],
+    /// SASL authentications that succeeded.
+    pub sasl_authentications: AtomicU64,
+    /// SASL authentications that failed (wrong user or password, malformed exchange).
+    pub sasl_authentication_failures: AtomicU64,
+    /// TLS handshakes that failed or did not finish in time.
+    pub tls_handshake_failures: AtomicU64,
 }
 
 impl Metrics {
+    /// Counts one SASL authentication, succeeded or not.
+    pub fn sasl_authenticated(&self, ok: bool) {
+        let c = if ok { &self.sasl_authentications } else { &self.sasl_authentication_failures };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one failed TLS handshake.
+    pub fn tls_handshake_failed(&self) {
+        self.tls_handshake_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts one hit of a listener limit.
     pub fn limit_hit(&self, limit: Limit) {
         self.limit_hits[limit as usize].fetch_add(1, Ordering::Relaxed);
@@ -218,6 +235,24 @@ impl Metrics {
                 "Partitions of deleted topics not in the trash yet (controller only).",
                 gauge,
                 &self.partitions_being_deleted,
+            ),
+            (
+                "folio_kafka_sasl_authentications_total",
+                "SASL authentications that succeeded.",
+                counter,
+                &self.sasl_authentications,
+            ),
+            (
+                "folio_kafka_sasl_authentication_failures_total",
+                "SASL authentications that failed (wrong user or password, malformed exchange).",
+                counter,
+                &self.sasl_authentication_failures,
+            ),
+            (
+                "folio_kafka_tls_handshake_failures_total",
+                "TLS handshakes that failed or did not finish within request_read_timeout.",
+                counter,
+                &self.tls_handshake_failures,
             ),
             (
                 "folio_kafka_topic_deletions_pending",

@@ -8,6 +8,11 @@
 //! A produce queues its batches on the partition logs *before* the reader takes the next
 //! frame, so pipelined produces to one partition keep their order.
 //!
+//! A broker has several listeners (`security::ListenerConfig`), each with its protocol: a
+//! TLS listener runs the handshake first (within `request_read_timeout`), a SASL listener
+//! passes every frame through the connection's `SaslGate` before anything is served.
+//! Each request runs with the connection's `Session` (listener and principal).
+//!
 //! A frame larger than `request_bytes_max`, a header that does not decode, an unknown API
 //! key or a body that does not decode closes the connection (as Kafka does); nothing
 //! read from the network can panic the broker.
@@ -18,15 +23,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedReadHalf;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
 use crate::budget::{Budgets, Held, RequestScope};
-use crate::framing::{HEADER_PREFIX_BYTES, Parsed, Pending, parse_header, ready};
+use crate::framing::{Parsed, Pending, parse_header, ready};
 use crate::limits::Limit;
+use crate::security::sasl::{Gated, SaslGate, Store};
+use crate::security::tls::TlsAcceptor;
+use crate::security::{SecurityProtocol, Session};
 use crate::state::Inner;
 
 /// Request bytes are reserved and read in steps of this size, as they arrive.
@@ -65,24 +72,52 @@ impl Drop for AddressSlot {
     }
 }
 
-pub(crate) async fn accept(inner: Arc<Inner>, listener: TcpListener) {
+/// What every listener of a broker shares: the connection limits.
+#[derive(Debug)]
+pub(crate) struct Admission {
+    permits: Arc<Semaphore>,
+    per_address: Arc<PerAddress>,
+}
+
+impl Admission {
+    pub(crate) fn new(limits: &crate::limits::ListenerLimits) -> Arc<Admission> {
+        Arc::new(Admission {
+            permits: Arc::new(Semaphore::new(limits.connections_max)),
+            per_address: Arc::new(PerAddress::default()),
+        })
+    }
+}
+
+/// One listener as it runs: its name, its protocol and, for TLS, the acceptor.
+#[derive(Debug)]
+pub(crate) struct Listener {
+    pub name: Arc<str>,
+    pub protocol: SecurityProtocol,
+    pub tls: Option<Arc<TlsAcceptor>>,
+}
+
+pub(crate) async fn accept(
+    inner: Arc<Inner>,
+    socket: TcpListener,
+    listener: Arc<Listener>,
+    admission: Arc<Admission>,
+) {
     let mut shutdown = inner.shutdown.subscribe();
     let limits = inner.config.limits.clone();
-    let permits = Arc::new(Semaphore::new(limits.connections_max));
-    let per_address = Arc::new(PerAddress::default());
     loop {
         let accepted = tokio::select! {
             _ = shutdown.wait_for(|s| *s) => break,
-            a = listener.accept() => a,
+            a = socket.accept() => a,
         };
         match accepted {
             Ok((stream, peer)) => {
-                let Ok(permit) = permits.clone().try_acquire_owned() else {
+                let Ok(permit) = admission.permits.clone().try_acquire_owned() else {
                     inner.metrics.limit_hit(Limit::Connections);
                     tracing::warn!(%peer, max = limits.connections_max, "refusing a connection: too many open (connections_max)");
                     continue;
                 };
-                let Some(slot) = per_address.take(peer.ip(), limits.connections_per_address_max)
+                let Some(slot) =
+                    admission.per_address.take(peer.ip(), limits.connections_per_address_max)
                 else {
                     inner.metrics.limit_hit(Limit::ConnectionsPerAddress);
                     tracing::warn!(%peer, max = limits.connections_per_address_max, "refusing a connection: too many from this address (connections_per_address_max)");
@@ -91,11 +126,13 @@ pub(crate) async fn accept(inner: Arc<Inner>, listener: TcpListener) {
                 let _ = stream.set_nodelay(true);
                 inner.metrics.connections.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let inner = inner.clone();
+                let listener = listener.clone();
                 tokio::spawn(async move {
                     let (_permit, _slot) = (permit, slot);
-                    match connection(inner, stream).await {
-                        Ok(()) => tracing::debug!(%peer, "connection closed by the client"),
-                        Err(e) => tracing::info!(%peer, reason = %e, "closing the connection"),
+                    let name = &listener.name;
+                    match secure(inner, stream, &listener).await {
+                        Ok(()) => tracing::debug!(%peer, listener = %name, "connection closed by the client"),
+                        Err(e) => tracing::info!(%peer, listener = %name, reason = %e, "closing the connection"),
                     }
                 });
             }
@@ -108,9 +145,44 @@ pub(crate) async fn accept(inner: Arc<Inner>, listener: TcpListener) {
     }
 }
 
-async fn connection(inner: Arc<Inner>, stream: TcpStream) -> Result<(), String> {
+/// Runs the TLS handshake if the listener has TLS (within `request_read_timeout`), then
+/// serves the connection.
+async fn secure(inner: Arc<Inner>, stream: TcpStream, listener: &Listener) -> Result<(), String> {
+    let session = Session::anonymous(listener.name.clone());
+    let sasl = listener.protocol.sasl();
+    let Some(tls) = &listener.tls else {
+        return connection(inner, stream, session, sasl).await;
+    };
+    let wait = inner.config.limits.request_read_timeout;
+    let stream = match tokio::time::timeout(wait, tls.acceptor().accept(stream)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            inner.metrics.tls_handshake_failed();
+            return Err(format!("TLS handshake failed: {e}"));
+        }
+        Err(_) => {
+            inner.metrics.tls_handshake_failed();
+            return Err(format!("no TLS handshake within {wait:?} (request_read_timeout)"));
+        }
+    };
+    let mut session = session;
+    if let Some(p) = crate::security::tls::principal(stream.get_ref().1) {
+        session.principal = p.into();
+    }
+    connection(inner, stream, session, sasl).await
+}
+
+async fn connection<S>(
+    inner: Arc<Inner>,
+    stream: S,
+    mut session: Session,
+    sasl: bool,
+) -> Result<(), String>
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
     let limits = inner.config.limits.clone();
-    let (mut rd, mut wr) = stream.into_split();
+    let (mut rd, mut wr) = tokio::io::split(stream);
     let (tx, mut rx) =
         mpsc::channel::<(Pending, Arc<Mutex<Held>>)>(limits.inflight_per_connection.max(1));
     let writer_inner = inner.clone();
@@ -135,6 +207,7 @@ async fn connection(inner: Arc<Inner>, stream: TcpStream) -> Result<(), String> 
             }
             drop(held); // the request's and its answer's bytes are free again
         }
+        let _ = wr.shutdown().await; // a TLS close_notify; nothing to lose if it fails
         Ok(())
     });
     let limits = inner.config.limits.clone();
@@ -143,6 +216,7 @@ async fn connection(inner: Arc<Inner>, stream: TcpStream) -> Result<(), String> 
         process: inner.request_budget.clone(),
         answers: inner.answer_budget.clone(),
     };
+    let mut gate = SaslGate::new(inner.config.sasl.clone(), sasl);
     let mut shutdown = inner.shutdown.subscribe();
     loop {
         let mut size = [0u8; 4];
@@ -160,12 +234,15 @@ async fn connection(inner: Arc<Inner>, stream: TcpStream) -> Result<(), String> 
             _ = shutdown.wait_for(|s| *s) => return Err("the broker is shutting down".into()),
         }
         let size = i32::from_be_bytes(size);
-        if size < HEADER_PREFIX_BYTES as i32 || size as usize > limits.request_bytes_max {
+        let (min, max) = (gate.frame_bytes_min(), gate.frame_bytes_max(limits.request_bytes_max));
+        if size < min as i32 || size as usize > max {
             inner.metrics.limit_hit(Limit::RequestBytes);
-            return Err(format!(
-                "request size {size} is outside [{HEADER_PREFIX_BYTES}, {}] (request_bytes_max, socket.request.max.bytes)",
-                limits.request_bytes_max
-            ));
+            let which = if max < limits.request_bytes_max {
+                "before authentication: sasl.server.max.receive.size"
+            } else {
+                "request_bytes_max, socket.request.max.bytes"
+            };
+            return Err(format!("request size {size} is outside [{min}, {max}] ({which})"));
         }
         let mut held = Held::default();
         let frame = match read_frame(&mut rd, size as usize, &budgets, &mut held, &limits).await {
@@ -176,9 +253,27 @@ async fn connection(inner: Arc<Inner>, stream: TcpStream) -> Result<(), String> 
             }
             Err(ReadError::Io(why)) => return Err(why),
         };
-        let held = Arc::new(Mutex::new(held));
-        let pending = dispatch(&inner, frame, &budgets, &held).await?;
-        if tx.send((pending, held)).await.is_err() {
+        let store = Store { meta: inner.env.meta.as_ref(), keys: &inner.env.keys };
+        let pending = match gate.admit(&store, frame, &mut session).await? {
+            Gated::Dispatch(frame) => {
+                let held = Arc::new(Mutex::new(held));
+                let p = dispatch(&inner, frame, &budgets, &held, &session).await?;
+                (p, held)
+            }
+            Gated::Answer(f) => (ready(Ok(Some(f))), Arc::new(Mutex::new(held))),
+            Gated::Authenticated(f) => {
+                inner.metrics.sasl_authenticated(true);
+                tracing::debug!(principal = %session.principal, listener = %session.listener, "SASL authentication succeeded");
+                (ready(Ok(Some(f))), Arc::new(Mutex::new(held)))
+            }
+            Gated::Refused(f, why) => {
+                inner.metrics.sasl_authenticated(false);
+                tracing::info!(listener = %session.listener, reason = %why, "SASL authentication failed");
+                let _ = tx.send((ready(Ok(Some(f))), Arc::new(Mutex::new(held)))).await;
+                break;
+            }
+        };
+        if tx.send(pending).await.is_err() {
             break;
         }
     }
@@ -195,8 +290,8 @@ enum ReadError {
 /// Reads a request body of `size` bytes, reserving them from the budgets step by step as
 /// they arrive. The body must arrive within `request_read_timeout`; time spent waiting for
 /// budget (the broker's doing, not the client's) does not count.
-async fn read_frame(
-    rd: &mut OwnedReadHalf,
+async fn read_frame<R: AsyncRead + Unpin>(
+    rd: &mut R,
     size: usize,
     budgets: &Budgets,
     held: &mut Held,
@@ -241,6 +336,7 @@ async fn dispatch(
     frame: Bytes,
     budgets: &Budgets,
     held: &Arc<Mutex<Held>>,
+    session: &Session,
 ) -> Result<Pending, String> {
     match parse_header(frame)? {
         Parsed::ApiVersions { version, correlation, frame } => {
@@ -253,7 +349,11 @@ async fn dispatch(
                 inner.metrics.limit_hit(Limit::ClientId);
                 return Err(format!("a client id above {max} bytes (client_id_bytes_max)"));
             }
-            let scope = RequestScope { budgets: budgets.clone(), held: held.clone() };
+            let scope = RequestScope {
+                budgets: budgets.clone(),
+                held: held.clone(),
+                session: session.clone(),
+            };
             crate::api::route(inner, key, header, body, scope).await
         }
     }

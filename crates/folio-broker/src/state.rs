@@ -51,8 +51,8 @@ pub(crate) struct Inner {
     /// Wakes the topic deleter.
     pub deletions: tokio::sync::Notify,
     pub cluster_id: String,
-    /// Host and port in Metadata answers.
-    pub advertised: (String, i32),
+    /// The TLS configuration of the TLS listeners (reloaded in place).
+    pub tls: Option<Arc<crate::security::tls::TlsAcceptor>>,
     pub(crate) logs: Mutex<HashMap<(Uuid, i32), LogCell>>,
     pub shutdown: watch::Sender<bool>,
     /// The trash deleter, active while this broker is the controller; taken (and so
@@ -74,7 +74,7 @@ impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Broker")
             .field("node_id", &self.config.node_id)
-            .field("advertised", &self.advertised)
+            .field("endpoints", &self.membership.me().endpoints)
             .finish_non_exhaustive()
     }
 }

@@ -19,6 +19,7 @@
 //! <root>/autorecovery/seen/<bookie_id>       the cookie instance the auditor last saw
 //! <root>/autorecovery/maintenance/<bookie>   a bookie whose absence is not a loss
 //! <root>/autorecovery/last-check             when the periodic check last finished (ms)
+//! <root>/users/<mechanism>/<user>            a SCRAM credential (folio-broker's `security`)
 //! ```
 //! Log and cursor names are arbitrary UTF-8 without `/` in cursor names; a log name may
 //! contain `/` (e.g. `topic/partition`), so cursors live under their own prefix.
@@ -249,6 +250,17 @@ impl Keys {
     /// The prefix of bookie cookies (every bookie that ever joined and was not removed).
     pub fn cookies(&self) -> String {
         format!("{}/cookies/", self.root)
+    }
+
+    /// The SCRAM credentials of one mechanism (e.g. `SCRAM-SHA-512`), one key per user.
+    pub fn scram_credentials(&self, mechanism: &str) -> String {
+        format!("{}/users/{mechanism}/", self.root)
+    }
+
+    /// The SCRAM credential of `user` for `mechanism`. User names are any UTF-8 (Kafka's
+    /// rule); the name is the rest of the key, `/` included.
+    pub fn scram_credential(&self, mechanism: &str, user: &str) -> String {
+        format!("{}/users/{mechanism}/{user}", self.root)
     }
 
     /// The prefix of every ledger's metadata.

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use folio_broker::config::TlsConfig;
 use folio_broker::{Broker, BrokerConfig, TopicConfig};
 use folio_log::{LogEnv, WallClock};
 
@@ -13,13 +14,51 @@ use crate::cluster::ClusterArgs;
 /// The Kafka listener and topic defaults (Kafka's names in brackets).
 #[derive(Debug, Clone, clap::Args)]
 pub struct KafkaArgs {
-    /// Where the Kafka listener binds (port 0: any free port).
-    #[arg(long, default_value = "127.0.0.1:9092")]
-    pub kafka_listen: SocketAddr,
-    /// The `host:port` clients are told to connect to [advertised.listeners]; default: the
-    /// bound address (required when binding 0.0.0.0).
-    #[arg(long, value_name = "HOST:PORT")]
+    /// Where the Kafka listener binds, as one PLAINTEXT listener (port 0: any free port);
+    /// default 127.0.0.1:9092. `--listener` gives several, with TLS and SASL.
+    #[arg(long, conflicts_with = "listeners")]
+    pub kafka_listen: Option<SocketAddr>,
+    /// A Kafka listener, `NAME://IP:PORT` [listeners] (repeatable or comma-separated). NAME
+    /// is its security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) or any name
+    /// mapped to one by --listener-security-protocol-map; e.g. `--listener
+    /// PLAINTEXT://127.0.0.1:9092 --listener SASL_SSL://0.0.0.0:9093`.
+    #[arg(long = "listener", value_name = "NAME://IP:PORT")]
+    pub listeners: Vec<String>,
+    /// What clients are told to connect to for a listener, `NAME://host:port`
+    /// [advertised.listeners]; default: its bound address (required when binding 0.0.0.0).
+    #[arg(long = "advertised-listener", value_name = "NAME://HOST:PORT")]
+    pub advertised_listeners: Vec<String>,
+    /// `NAME:PROTOCOL` pairs for listeners not named after their protocol
+    /// [listener.security.protocol.map], e.g. `INTERNAL:SASL_PLAINTEXT`.
+    #[arg(long = "listener-security-protocol-map", value_name = "NAME:PROTOCOL,…")]
+    pub protocol_map: Vec<String>,
+    /// The `host:port` clients are told to connect to for the first listener (a shorthand
+    /// of --advertised-listener).
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "advertised_listeners")]
     pub advertise: Option<String>,
+    /// The TLS listeners' certificate chain, PEM, the broker's own first
+    /// [ssl.keystore.location]. Reloaded on SIGHUP and when the file changes.
+    #[arg(long, value_name = "PEM")]
+    pub ssl_cert: Option<std::path::PathBuf>,
+    /// The TLS listeners' private key, PEM (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "PEM", requires = "ssl_cert")]
+    pub ssl_key: Option<std::path::PathBuf>,
+    /// CA certificates client certificates must chain to, PEM [ssl.truststore.location].
+    #[arg(long, value_name = "PEM")]
+    pub ssl_client_ca: Option<std::path::PathBuf>,
+    /// Whether TLS clients must show a certificate [ssl.client.auth]: none, requested or
+    /// required (the principal is then `User:<certificate subject>`).
+    #[arg(long, default_value = "none")]
+    pub ssl_client_auth: String,
+    /// SASL mechanisms offered [sasl.enabled.mechanisms]. Users are `folio users`' (or
+    /// AlterUserScramCredentials'); PLAIN checks the password against the same salted
+    /// credential.
+    #[arg(long, default_value = "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN")]
+    pub sasl_enabled_mechanisms: String,
+    /// A SASL session lasts this long; then the client must authenticate again on the
+    /// connection (KIP-368) or is disconnected [connections.max.reauth.ms]; 0: for ever.
+    #[arg(long, default_value_t = 0)]
+    pub connections_max_reauth_ms: u64,
     /// This broker's id in Metadata answers [node.id].
     #[arg(long, default_value_t = 1)]
     pub node_id: i32,
@@ -92,20 +131,7 @@ impl KafkaArgs {
         }
         let replication_max = bookies.min(u16::MAX as usize) as u16;
         let default_replication = self.default_replication_factor.unwrap_or(replication_max.min(3));
-        let advertised = match &self.advertise {
-            None => None,
-            Some(a) => {
-                let (host, port) = a
-                    .rsplit_once(':')
-                    .ok_or_else(|| format!("--advertise {a:?}: expected host:port"))?;
-                let port: u16 =
-                    port.parse().map_err(|_| format!("--advertise {a:?}: bad port {port:?}"))?;
-                if host.is_empty() {
-                    return Err(format!("--advertise {a:?}: empty host"));
-                }
-                Some((host.to_string(), port))
-            }
-        };
+        let (listeners, tls, sasl) = self.security()?;
         let mut topic_defaults = TopicConfig::default();
         for (k, v) in [
             ("retention.ms", self.log_retention_ms.to_string()),
@@ -131,8 +157,9 @@ impl KafkaArgs {
             lease_ttl: Duration::from_millis(self.broker_lease_ms),
             delete_topic_enable: !self.no_delete_topics,
             node_id: self.node_id,
-            listen: self.kafka_listen,
-            advertised,
+            listeners,
+            tls,
+            sasl,
             auto_create_topics: !self.no_auto_create_topics,
             default_partitions: self.num_partitions,
             default_replication,
@@ -153,6 +180,61 @@ impl KafkaArgs {
                 .then(|| Duration::from_secs(self.audit_interval_s)),
             ..BrokerConfig::default()
         })
+    }
+}
+
+impl KafkaArgs {
+    /// The listeners, TLS and SASL settings.
+    fn security(
+        &self,
+    ) -> Result<
+        (Vec<folio_broker::config::ListenerConfig>, Option<TlsConfig>, folio_broker::config::SaslConfig),
+        String,
+    > {
+        use folio_broker::security;
+        let mut listeners = if self.listeners.is_empty() {
+            let bind = self.kafka_listen.unwrap_or(([127, 0, 0, 1], 9092).into());
+            vec![security::ListenerConfig::plaintext(bind)]
+        } else {
+            security::listeners_from(
+                &self.listeners,
+                &self.advertised_listeners,
+                &self.protocol_map,
+            )?
+        };
+        if let Some(a) = &self.advertise {
+            let (host, port) =
+                a.rsplit_once(':').ok_or_else(|| format!("--advertise {a:?}: expected host:port"))?;
+            let port: u16 =
+                port.parse().map_err(|_| format!("--advertise {a:?}: bad port {port:?}"))?;
+            if host.is_empty() {
+                return Err(format!("--advertise {a:?}: empty host"));
+            }
+            listeners[0].advertised = Some((host.to_string(), port));
+        }
+        let tls = match (&self.ssl_cert, &self.ssl_key) {
+            (Some(cert), Some(key)) => Some(TlsConfig {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: self.ssl_client_ca.clone(),
+                client_auth: security::tls::ClientAuth::parse(&self.ssl_client_auth)?,
+            }),
+            (Some(_), None) => return Err("--ssl-cert needs --ssl-key".into()),
+            _ => None,
+        };
+        let mut mechanisms = Vec::new();
+        for m in self.sasl_enabled_mechanisms.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+            mechanisms.push(security::Mechanism::parse(m).ok_or_else(|| {
+                format!("--sasl-enabled-mechanisms: {m:?} is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+            })?);
+        }
+        let sasl = security::SaslConfig {
+            mechanisms,
+            session_lifetime: (self.connections_max_reauth_ms > 0)
+                .then(|| Duration::from_millis(self.connections_max_reauth_ms)),
+        };
+        security::validate(&listeners, tls.as_ref(), &sasl)?;
+        Ok((listeners, tls, sasl))
     }
 }
 

@@ -376,11 +376,14 @@ impl Handler for DescribeCluster {
                     .membership
                     .live()
                     .into_iter()
-                    .map(|b| {
-                        DescribeClusterBroker::default()
-                            .with_broker_id(BrokerId(b.node_id))
-                            .with_host(str_bytes(b.host))
-                            .with_port(b.port)
+                    .filter_map(|b| {
+                        let e = super::endpoint_of(&inner, &b)?;
+                        Some(
+                            DescribeClusterBroker::default()
+                                .with_broker_id(BrokerId(b.node_id))
+                                .with_host(str_bytes(e.host))
+                                .with_port(e.port),
+                        )
                     })
                     .collect(),
             );

@@ -66,9 +66,16 @@ impl Handler for FindCoordinator {
                         return e.with_node_id(BrokerId(-1)).with_port(-1);
                     }
                     let b = owner(k.as_str());
-                    e.with_node_id(BrokerId(b.node_id))
-                        .with_host(str_bytes(b.host))
-                        .with_port(b.port)
+                    match super::endpoint_of(&inner, &b) {
+                        Some(ep) => e
+                            .with_node_id(BrokerId(b.node_id))
+                            .with_host(str_bytes(ep.host))
+                            .with_port(ep.port),
+                        None => e
+                            .with_error_code(errors::COORDINATOR_NOT_AVAILABLE)
+                            .with_node_id(BrokerId(-1))
+                            .with_port(-1),
+                    }
                 })
                 .collect();
             return FindCoordinatorResponse::default().with_coordinators(coordinators);
@@ -80,10 +87,16 @@ impl Handler for FindCoordinator {
                 .with_port(-1);
         }
         let b = owner(req.key.as_str());
+        let Some(ep) = super::endpoint_of(&inner, &b) else {
+            return FindCoordinatorResponse::default()
+                .with_error_code(errors::COORDINATOR_NOT_AVAILABLE)
+                .with_node_id(BrokerId(-1))
+                .with_port(-1);
+        };
         FindCoordinatorResponse::default()
             .with_node_id(BrokerId(b.node_id))
-            .with_host(str_bytes(b.host))
-            .with_port(b.port)
+            .with_host(str_bytes(ep.host))
+            .with_port(ep.port)
     }
 
     fn error(version: i16, req: &FindCoordinatorRequest, code: i16) -> FindCoordinatorResponse {

@@ -82,11 +82,14 @@ fn brokers(inner: &Inner) -> Vec<MetadataResponseBroker> {
         .membership
         .live()
         .into_iter()
-        .map(|b| {
-            MetadataResponseBroker::default()
-                .with_node_id(BrokerId(b.node_id))
-                .with_host(str_bytes(b.host))
-                .with_port(b.port)
+        .filter_map(|b| {
+            let e = super::endpoint_of(inner, &b)?;
+            Some(
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(b.node_id))
+                    .with_host(str_bytes(e.host))
+                    .with_port(e.port),
+            )
         })
         .collect()
 }

@@ -229,6 +229,24 @@ pub fn decode_request(frame: Bytes) -> Result<(ApiKey, i16), String> {
     }
 }
 
+/// The session of the request being handled (an anonymous one on the broker's first
+/// listener outside a request, e.g. in unit tests).
+pub(crate) fn session(inner: &Inner) -> crate::security::Session {
+    REQUEST.try_with(|s| s.session.clone()).unwrap_or_else(|_| {
+        let first = inner.config.listeners.first().map_or("PLAINTEXT", |l| l.name.as_str());
+        crate::security::Session::anonymous(first.into())
+    })
+}
+
+/// Where a client on this request's listener reaches broker `b`: its endpoint of the same
+/// listener name (Kafka's rule; a broker without one is left out of answers).
+pub(crate) fn endpoint_of(
+    inner: &Inner,
+    b: &crate::cluster::BrokerInfo,
+) -> Option<crate::cluster::Endpoint> {
+    b.endpoint(&session(inner).listener).cloned()
+}
+
 /// The first non-zero code of `codes` (0 if none).
 pub(crate) fn first_error(codes: impl IntoIterator<Item = i16>) -> i16 {
     codes.into_iter().find(|c| *c != 0).unwrap_or(0)

@@ -41,7 +41,7 @@ pub async fn broker_on(cluster: &Cluster, tune: impl FnOnce(&mut BrokerConfig)) 
         owner: "test".into(),
     };
     let mut config = BrokerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
+        listeners: vec![folio_broker::config::ListenerConfig::plaintext("127.0.0.1:0".parse().unwrap())],
         default_replication: bookies as u16,
         replication_max: bookies as u16,
         // Tests look at what the controller puts in the trash; those about the deleter
