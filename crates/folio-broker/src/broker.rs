@@ -123,7 +123,8 @@ impl Broker {
         });
         let admission = crate::server::Admission::new(&inner.config.limits);
         let mut addrs = Vec::new();
-        for ((socket, addr, runtime), e) in bound.into_iter().zip(&inner.membership.me().endpoints) {
+        for ((socket, addr, runtime), e) in bound.into_iter().zip(&inner.membership.me().endpoints)
+        {
             tracing::info!(
                 node_id = inner.config.node_id,
                 listener = %runtime.name,

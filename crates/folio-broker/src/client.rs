@@ -13,17 +13,63 @@ use kafka_protocol::messages::{
     ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Answers larger than this are refused (a broken or hostile peer).
 pub const ANSWER_BYTES_MAX: usize = 256 * 1024 * 1024;
 
+/// A connection's byte stream: TCP, or TLS over TCP.
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + std::fmt::Debug {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + std::fmt::Debug> Stream for T {}
+
 /// One connection to a broker.
 #[derive(Debug)]
 pub struct KafkaConn {
-    stream: TcpStream,
+    stream: Box<dyn Stream>,
     next_correlation: i32,
+}
+
+/// How a TLS client connection trusts the broker and shows itself.
+#[derive(Debug, Clone)]
+pub struct TlsClient {
+    /// CA certificates (PEM) the broker's certificate must chain to.
+    pub ca: std::path::PathBuf,
+    /// The name the broker's certificate must hold.
+    pub server_name: String,
+    /// A client certificate chain and key (PEM), if the broker asks for one.
+    pub identity: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
+impl TlsClient {
+    /// The rustls client configuration.
+    pub fn config(&self) -> Result<rustls::ClientConfig, String> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        let certs = |p: &std::path::Path| -> Result<Vec<CertificateDer<'static>>, String> {
+            CertificateDer::pem_file_iter(p)
+                .map_err(|e| format!("{}: {e}", p.display()))?
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("{}: {e}", p.display()))
+        };
+        for c in certs(&self.ca)? {
+            roots.add(c).map_err(|e| format!("{}: {e}", self.ca.display()))?;
+        }
+        let b = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots);
+        match &self.identity {
+            None => Ok(b.with_no_client_auth()),
+            Some((cert, key)) => {
+                let key = PrivateKeyDer::from_pem_file(key)
+                    .map_err(|e| format!("{}: {e}", key.display()))?;
+                b.with_client_auth_cert(certs(cert)?, key).map_err(|e| e.to_string())
+            }
+        }
+    }
 }
 
 impl KafkaConn {
@@ -32,12 +78,64 @@ impl KafkaConn {
         let stream =
             TcpStream::connect(addr).await.map_err(|e| format!("connecting to {addr}: {e}"))?;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
-        Ok(KafkaConn { stream, next_correlation: 1 })
+        Ok(KafkaConn { stream: Box::new(stream), next_correlation: 1 })
     }
 
-    /// The socket, for tests that write raw bytes.
-    pub fn stream(&mut self) -> &mut TcpStream {
-        &mut self.stream
+    /// Connects to a TLS listener at `addr`.
+    pub async fn connect_tls(addr: SocketAddr, tls: &TlsClient) -> Result<KafkaConn, String> {
+        let stream =
+            TcpStream::connect(addr).await.map_err(|e| format!("connecting to {addr}: {e}"))?;
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls.config()?));
+        let name = rustls::pki_types::ServerName::try_from(tls.server_name.clone())
+            .map_err(|e| format!("server name {:?}: {e}", tls.server_name))?;
+        let stream = connector
+            .connect(name, stream)
+            .await
+            .map_err(|e| format!("TLS handshake with {addr}: {e}"))?;
+        Ok(KafkaConn { stream: Box::new(stream), next_correlation: 1 })
+    }
+
+    /// Authenticates with SASL (`PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`) through
+    /// SaslHandshake v1 and SaslAuthenticate v2. The error names the broker's answer.
+    pub async fn authenticate(
+        &mut self,
+        mechanism: crate::security::Mechanism,
+        user: &str,
+        password: &str,
+    ) -> Result<(), String> {
+        use kafka_protocol::messages::{
+            SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+            SaslHandshakeResponse,
+        };
+        let hs = SaslHandshakeRequest::default()
+            .with_mechanism(StrBytes::from_static_str(mechanism.name()));
+        let r: SaslHandshakeResponse = self.call(ApiKey::SaslHandshake, 1, &hs).await?;
+        if r.error_code != 0 {
+            return Err(format!("SaslHandshake: error {}", r.error_code));
+        }
+        let mut client = crate::security::scram::Client::new(mechanism, user, password);
+        let mut token = client.first();
+        loop {
+            let req = SaslAuthenticateRequest::default().with_auth_bytes(token.into());
+            let r: SaslAuthenticateResponse = self.call(ApiKey::SaslAuthenticate, 2, &req).await?;
+            if r.error_code != 0 {
+                return Err(format!(
+                    "SaslAuthenticate: error {}: {}",
+                    r.error_code,
+                    r.error_message.as_deref().unwrap_or("")
+                ));
+            }
+            match client.next(&r.auth_bytes)? {
+                Some(t) => token = t,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// The stream, for tests that write raw bytes.
+    pub fn stream(&mut self) -> &mut dyn Stream {
+        &mut *self.stream
     }
 
     /// Sends a request of `key` at `version`; returns its correlation id.

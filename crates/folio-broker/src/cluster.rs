@@ -53,8 +53,11 @@ impl BrokerInfo {
 
     /// The registration value (see the module doc).
     pub fn registration(&self) -> String {
-        let eps: Vec<String> =
-            self.endpoints.iter().map(|e| format!("{}://{}:{}", e.listener, e.host, e.port)).collect();
+        let eps: Vec<String> = self
+            .endpoints
+            .iter()
+            .map(|e| format!("{}://{}:{}", e.listener, e.host, e.port))
+            .collect();
         eps.join(",")
     }
 
@@ -379,7 +382,10 @@ mod tests {
         assert_eq!(BrokerInfo::parse_registration(7, &one.registration()), Some(one.clone()));
         assert_eq!(one.endpoint("SASL_SSL").map(|e| e.port), Some(107));
         let old = BrokerInfo::parse_registration(3, "10.0.0.1:9092").unwrap();
-        assert_eq!(old.endpoint("PLAINTEXT").map(|e| (e.host.as_str(), e.port)), Some(("10.0.0.1", 9092)));
+        assert_eq!(
+            old.endpoint("PLAINTEXT").map(|e| (e.host.as_str(), e.port)),
+            Some(("10.0.0.1", 9092))
+        );
         for bad in ["", "PLAINTEXT://h", "X://h:port", "h:1,"] {
             assert_eq!(BrokerInfo::parse_registration(1, bad), None, "{bad}");
         }

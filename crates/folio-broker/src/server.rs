@@ -131,8 +131,12 @@ pub(crate) async fn accept(
                     let (_permit, _slot) = (permit, slot);
                     let name = &listener.name;
                     match secure(inner, stream, &listener).await {
-                        Ok(()) => tracing::debug!(%peer, listener = %name, "connection closed by the client"),
-                        Err(e) => tracing::info!(%peer, listener = %name, reason = %e, "closing the connection"),
+                        Ok(()) => {
+                            tracing::debug!(%peer, listener = %name, "connection closed by the client")
+                        }
+                        Err(e) => {
+                            tracing::info!(%peer, listener = %name, reason = %e, "closing the connection")
+                        }
                     }
                 });
             }

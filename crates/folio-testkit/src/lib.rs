@@ -6,6 +6,8 @@
 //!
 //! Bookies register the proxy's address, so every client reaches them through it.
 
+pub mod certs;
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

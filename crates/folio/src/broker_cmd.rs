@@ -188,7 +188,11 @@ impl KafkaArgs {
     fn security(
         &self,
     ) -> Result<
-        (Vec<folio_broker::config::ListenerConfig>, Option<TlsConfig>, folio_broker::config::SaslConfig),
+        (
+            Vec<folio_broker::config::ListenerConfig>,
+            Option<TlsConfig>,
+            folio_broker::config::SaslConfig,
+        ),
         String,
     > {
         use folio_broker::security;
@@ -203,8 +207,9 @@ impl KafkaArgs {
             )?
         };
         if let Some(a) = &self.advertise {
-            let (host, port) =
-                a.rsplit_once(':').ok_or_else(|| format!("--advertise {a:?}: expected host:port"))?;
+            let (host, port) = a
+                .rsplit_once(':')
+                .ok_or_else(|| format!("--advertise {a:?}: expected host:port"))?;
             let port: u16 =
                 port.parse().map_err(|_| format!("--advertise {a:?}: bad port {port:?}"))?;
             if host.is_empty() {
@@ -225,7 +230,9 @@ impl KafkaArgs {
         let mut mechanisms = Vec::new();
         for m in self.sasl_enabled_mechanisms.split(',').map(str::trim).filter(|m| !m.is_empty()) {
             mechanisms.push(security::Mechanism::parse(m).ok_or_else(|| {
-                format!("--sasl-enabled-mechanisms: {m:?} is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+                format!(
+                    "--sasl-enabled-mechanisms: {m:?} is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
+                )
             })?);
         }
         let sasl = security::SaslConfig {

@@ -13,6 +13,7 @@ mod ledger_cmd;
 mod log_cmd;
 mod standalone;
 mod topics_cmd;
+mod users_cmd;
 
 use std::process::ExitCode;
 
@@ -46,6 +47,9 @@ enum Command {
     Broker(Box<broker_cmd::Args>),
     /// Kafka topics and the deletions in progress (list, describe, create, delete).
     Topics(topics_cmd::Args),
+    /// SCRAM users of the SASL listeners (add, list, delete); PLAIN checks against the same
+    /// salted credential.
+    Users(users_cmd::Args),
     /// Account for every ledger and stored byte: live, trashed, being deleted, or an
     /// orphan (metadata nobody references, data no metadata names, a log with no topic).
     /// Exits non-zero when orphans older than the grace period exist.
@@ -101,6 +105,7 @@ fn main() -> ExitCode {
         Command::Standalone(args) => standalone::run(args),
         Command::Broker(args) => broker_cmd::run(*args),
         Command::Topics(args) => topics_cmd::run(args),
+        Command::Users(args) => users_cmd::run(args),
         Command::Audit(args) => audit_cmd::run(args),
         Command::Autorecovery(args) => autorecovery_cmd::run(args),
         Command::Bench { what } => bench::run(what),

@@ -72,6 +72,7 @@ pub mod groups;
 pub mod metadata;
 pub mod offsets;
 pub mod produce;
+pub mod users;
 
 /// What is advertised: API, lowest and highest version. Minimums are Kafka 4.1's (the
 /// protocol crate's), so Debian's kcat (librdkafka 2.0.2) and aiokafka (non-flexible
@@ -102,6 +103,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 /// Whether this broker serves `key` at `version`.
@@ -178,6 +183,8 @@ handlers! {
     DeleteGroups => groups::DeleteGroups,
     InitProducerId => produce::InitProducerId,
     DeleteTopics => admin::DeleteTopics,
+    DescribeUserScramCredentials => users::DescribeUserScramCredentials,
+    AlterUserScramCredentials => users::AlterUserScramCredentials,
 }
 
 tokio::task_local! {

@@ -13,7 +13,10 @@ use super::scram::{Credential, Mechanism, USER_NAME_BYTES_MAX};
 /// Checks a user name: 1..=256 bytes (any UTF-8, as Kafka allows).
 pub fn check_user(user: &str) -> Result<(), String> {
     if user.is_empty() || user.len() > USER_NAME_BYTES_MAX {
-        return Err(format!("a user name must be 1..={USER_NAME_BYTES_MAX} bytes, not {}", user.len()));
+        return Err(format!(
+            "a user name must be 1..={USER_NAME_BYTES_MAX} bytes, not {}",
+            user.len()
+        ));
     }
     Ok(())
 }
@@ -74,7 +77,8 @@ pub async fn list(
         let prefix = keys.scram_credentials(mech.name());
         for v in list_all(meta, &prefix).await.map_err(|e| format!("listing {prefix}: {e}"))? {
             let user = v.key[prefix.len()..].to_string();
-            let text = std::str::from_utf8(&v.value).map_err(|_| format!("{}: not UTF-8", v.key))?;
+            let text =
+                std::str::from_utf8(&v.value).map_err(|_| format!("{}: not UTF-8", v.key))?;
             let c = Credential::decode(text).map_err(|e| format!("{}: {e}", v.key))?;
             users.entry(user).or_default().push((mech, c.iterations));
         }

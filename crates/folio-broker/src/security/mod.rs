@@ -15,6 +15,7 @@
 
 pub mod credentials;
 pub(crate) mod sasl;
+pub use sasl::SASL_RECEIVE_BYTES_MAX;
 pub mod scram;
 pub mod tls;
 mod x509;
@@ -247,7 +248,11 @@ pub fn validate(
             ));
         }
         if l.protocol.sasl() && sasl.mechanisms.is_empty() {
-            return Err(format!("listener {} is {}: enable a SASL mechanism", l.name, l.protocol.name()));
+            return Err(format!(
+                "listener {} is {}: enable a SASL mechanism",
+                l.name,
+                l.protocol.name()
+            ));
         }
     }
     if sasl.session_lifetime.is_some_and(|d| d < Duration::from_secs(1)) {
@@ -263,7 +268,10 @@ mod tests {
     #[test]
     fn listeners_are_built_from_kafkas_three_settings() {
         let l = listeners_from(
-            &["PLAINTEXT://127.0.0.1:9092,INTERNAL://:9094".into(), "SASL_SSL://0.0.0.0:9093".into()],
+            &[
+                "PLAINTEXT://127.0.0.1:9092,INTERNAL://:9094".into(),
+                "SASL_SSL://0.0.0.0:9093".into(),
+            ],
             &["SASL_SSL://kafka.example:443".into()],
             &["INTERNAL:SASL_PLAINTEXT".into()],
         )

@@ -57,8 +57,14 @@ enum Exchange {
 enum State {
     Handshake,
     /// After SaslHandshake: the exchange under way; `raw` after a v0 handshake.
-    Authenticate { exchange: Exchange, raw: bool, mech: Mechanism },
-    Open { expires: Option<Instant> },
+    Authenticate {
+        exchange: Exchange,
+        raw: bool,
+        mech: Mechanism,
+    },
+    Open {
+        expires: Option<Instant>,
+    },
 }
 
 /// One connection's authentication state (see the module doc).
@@ -158,7 +164,8 @@ impl SaslGate {
         let f = if key == ApiKey::SaslHandshake {
             encode_response(key, v, c, &SaslHandshakeResponse::default().with_error_code(code))
         } else {
-            let r = SaslAuthenticateResponse::default().with_error_code(code).with_error_message(msg);
+            let r =
+                SaslAuthenticateResponse::default().with_error_code(code).with_error_message(msg);
             encode_response(key, v, c, &r)
         };
         f.map(Gated::Answer)
@@ -171,14 +178,10 @@ impl SaslGate {
         let v = header.request_api_version;
         let req = SaslHandshakeRequest::decode(&mut body, v)
             .map_err(|e| format!("SaslHandshake v{v}: malformed: {e}"))?;
-        let offered: Vec<StrBytes> = self
-            .config
-            .mechanisms
-            .iter()
-            .map(|m| StrBytes::from_static_str(m.name()))
-            .collect();
-        let mech = Mechanism::parse(req.mechanism.as_str())
-            .filter(|m| self.config.mechanisms.contains(m));
+        let offered: Vec<StrBytes> =
+            self.config.mechanisms.iter().map(|m| StrBytes::from_static_str(m.name())).collect();
+        let mech =
+            Mechanism::parse(req.mechanism.as_str()).filter(|m| self.config.mechanisms.contains(m));
         let mut resp = SaslHandshakeResponse::default().with_mechanisms(offered);
         match mech {
             Some(mech) => {
@@ -205,9 +208,8 @@ impl SaslGate {
         let v = header.request_api_version;
         let req = SaslAuthenticateRequest::decode(&mut body, v)
             .map_err(|e| format!("SaslAuthenticate v{v}: malformed: {e}"))?;
-        let answer = |resp: &SaslAuthenticateResponse| {
-            encode_response(key, v, header.correlation_id, resp)
-        };
+        let answer =
+            |resp: &SaslAuthenticateResponse| encode_response(key, v, header.correlation_id, resp);
         let (mech, step) = self.step(store, &req.auth_bytes).await?;
         match step {
             Step::Challenge(reply, next) => {
@@ -279,13 +281,19 @@ impl SaslGate {
             },
             Exchange::ScramFirst(m) => match scram::parse_client_first(token) {
                 Err(e) => Step::Failed(e),
-                Ok(first) => match credentials::get(store.meta, store.keys, m, &first.user).await? {
-                    None => Step::Failed(format!("user {:?} has no {} credential", first.user, m.name())),
-                    Some(c) => {
-                        let (server, reply) = ScramServer::start(m, first, c);
-                        Step::Challenge(reply, Exchange::ScramFinal(Box::new(server)))
+                Ok(first) => {
+                    match credentials::get(store.meta, store.keys, m, &first.user).await? {
+                        None => Step::Failed(format!(
+                            "user {:?} has no {} credential",
+                            first.user,
+                            m.name()
+                        )),
+                        Some(c) => {
+                            let (server, reply) = ScramServer::start(m, first, c);
+                            Step::Challenge(reply, Exchange::ScramFinal(Box::new(server)))
+                        }
                     }
-                },
+                }
             },
             Exchange::ScramFinal(server) => {
                 let user = server.user().to_string();

@@ -348,12 +348,82 @@ pub fn parse_plain(msg: &[u8]) -> Result<(String, String), String> {
     Ok((user.to_string(), password.to_string()))
 }
 
+/// The client's side of an exchange (PLAIN or SCRAM), for Folio's own raw client (tests
+/// and benchmarks).
+#[derive(Debug)]
+pub struct Client {
+    mech: Mechanism,
+    user: String,
+    password: String,
+    nonce: String,
+    /// After the server's first message: the server signature to expect.
+    expect: Option<Vec<u8>>,
+}
+
+impl Client {
+    pub fn new(mech: Mechanism, user: &str, password: &str) -> Client {
+        let nonce: [u8; 18] = rand::random();
+        let (user, password) = (user.to_string(), password.to_string());
+        Client { mech, user, password, nonce: B64.encode(nonce), expect: None }
+    }
+
+    fn first_bare(&self) -> String {
+        let name = self.user.replace('=', "=3D").replace(',', "=2C");
+        format!("n={name},r={}", self.nonce)
+    }
+
+    /// The first message.
+    pub fn first(&self) -> Vec<u8> {
+        match self.mech {
+            Mechanism::Plain => format!("\0{}\0{}", self.user, self.password).into_bytes(),
+            _ => format!("n,,{}", self.first_bare()).into_bytes(),
+        }
+    }
+
+    /// Takes the server's answer: the next message to send, or `None` when done.
+    pub fn next(&mut self, answer: &[u8]) -> Result<Option<Vec<u8>>, String> {
+        if self.mech == Mechanism::Plain {
+            return Ok(None);
+        }
+        let s = std::str::from_utf8(answer).map_err(|_| "a server message that is not UTF-8")?;
+        if let Some(expect) = &self.expect {
+            let v = s.strip_prefix("v=").ok_or("no server signature")?;
+            let got = B64.decode(v).map_err(|_| "a server signature that is not base64")?;
+            return if &got == expect { Ok(None) } else { Err("a wrong server signature".into()) };
+        }
+        let mut attrs = s.split(',');
+        let nonce = attrs.next().and_then(|a| a.strip_prefix("r=")).ok_or("no nonce")?;
+        let salt = attrs.next().and_then(|a| a.strip_prefix("s=")).ok_or("no salt")?;
+        let iterations = attrs.next().and_then(|a| a.strip_prefix("i=")).ok_or("no iterations")?;
+        if !nonce.starts_with(&self.nonce) {
+            return Err("the server's nonce does not extend ours".into());
+        }
+        let salt = B64.decode(salt).map_err(|_| "a salt that is not base64")?;
+        let iterations = check_iterations(iterations.parse().map_err(|_| "bad iterations")?)?;
+        let salted = self.mech.salted_password(self.password.as_bytes(), &salt, iterations);
+        let client_key = self.mech.hmac(&salted, b"Client Key");
+        let stored = self.mech.hash(&client_key);
+        let without_proof = format!("c=biws,r={nonce}");
+        let auth = format!("{},{s},{without_proof}", self.first_bare());
+        let signature = self.mech.hmac(&stored, auth.as_bytes());
+        let proof: Vec<u8> = client_key.iter().zip(&signature).map(|(a, b)| a ^ b).collect();
+        let server_key = self.mech.hmac(&salted, b"Server Key");
+        self.expect = Some(self.mech.hmac(&server_key, auth.as_bytes()));
+        Ok(Some(format!("{without_proof},p={}", B64.encode(proof)).into_bytes()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// A SCRAM client, as a Kafka client runs it, to drive the server.
-    fn client_final(mech: Mechanism, password: &str, first_bare: &str, server_first: &str) -> String {
+    fn client_final(
+        mech: Mechanism,
+        password: &str,
+        first_bare: &str,
+        server_first: &str,
+    ) -> String {
         let attrs: Vec<&str> = server_first.split(',').collect();
         let nonce = attrs[0].strip_prefix("r=").unwrap();
         let salt = B64.decode(attrs[1].strip_prefix("s=").unwrap()).unwrap();
@@ -431,8 +501,12 @@ mod tests {
         assert_eq!(back, c);
         assert!(back.check_password(Mechanism::ScramSha512, "pw"));
         assert!(!back.check_password(Mechanism::ScramSha512, "pW"));
-        for bad in ["", "salt=AA==", "salt=!,stored_key=AA==,server_key=AA==,iterations=4096",
-            "salt=AA==,stored_key=AA==,server_key=AA==,iterations=10"] {
+        for bad in [
+            "",
+            "salt=AA==",
+            "salt=!,stored_key=AA==,server_key=AA==,iterations=4096",
+            "salt=AA==,stored_key=AA==,server_key=AA==,iterations=10",
+        ] {
             assert!(Credential::decode(bad).is_err(), "{bad}");
         }
     }

@@ -192,7 +192,9 @@ impl TlsAcceptor {
                     "TLS certificate and key reloaded"
                 ),
                 Ok(false) => {}
-                Err(e) => tracing::warn!(error = %e, "TLS reload failed; the running certificate stays"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "TLS reload failed; the running certificate stays")
+                }
             }
         }
     }

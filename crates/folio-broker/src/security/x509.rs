@@ -140,6 +140,9 @@ mod tests {
             let _ = subject(&flipped);
             flipped[i] ^= 0xff;
         }
-        assert_eq!(dotted(&[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d]).as_deref(), Some("1.2.840.113549"));
+        assert_eq!(
+            dotted(&[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d]).as_deref(),
+            Some("1.2.840.113549")
+        );
     }
 }

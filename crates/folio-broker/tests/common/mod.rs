@@ -13,7 +13,6 @@ use folio_meta::keys::Keys;
 use folio_testkit::Cluster;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::{Decodable, Encodable};
-use tokio::net::TcpStream;
 
 pub struct Setup {
     pub cluster: Cluster,
@@ -41,7 +40,9 @@ pub async fn broker_on(cluster: &Cluster, tune: impl FnOnce(&mut BrokerConfig)) 
         owner: "test".into(),
     };
     let mut config = BrokerConfig {
-        listeners: vec![folio_broker::config::ListenerConfig::plaintext("127.0.0.1:0".parse().unwrap())],
+        listeners: vec![folio_broker::config::ListenerConfig::plaintext(
+            "127.0.0.1:0".parse().unwrap(),
+        )],
         default_replication: bookies as u16,
         replication_max: bookies as u16,
         // Tests look at what the controller puts in the trash; those about the deleter
@@ -61,7 +62,7 @@ impl Conn {
         Conn(folio_broker::client::KafkaConn::connect(addr).await.unwrap())
     }
 
-    pub fn stream(&mut self) -> &mut TcpStream {
+    pub fn stream(&mut self) -> &mut dyn folio_broker::client::Stream {
         self.0.stream()
     }
 

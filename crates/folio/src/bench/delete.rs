@@ -97,7 +97,9 @@ async fn run_async(args: Args) -> Result<(), String> {
     let config = BrokerConfig {
         // The broker (the controller) runs the trash deleter.
         trash: Some(TrashConfig { interval: trash_interval, ..TrashConfig::default() }),
-        listeners: vec![folio_broker::config::ListenerConfig::plaintext("127.0.0.1:0".parse().expect("address"))],
+        listeners: vec![folio_broker::config::ListenerConfig::plaintext(
+            "127.0.0.1:0".parse().expect("address"),
+        )],
         default_replication: 3,
         replication_max: 3,
         auto_create_topics: false,

@@ -81,8 +81,12 @@ async fn run_async(args: Args) -> Result<(), String> {
     let caches = folio_bookie::config::StorageConfig::new(".");
     let caches_bytes = caches.write_cache_bytes + caches.read_cache_bytes;
     let env = super::log_env(meta, client);
-    let mut config =
-        BrokerConfig { listeners: vec![folio_broker::config::ListenerConfig::plaintext("127.0.0.1:0".parse().expect("address"))], ..BrokerConfig::default() };
+    let mut config = BrokerConfig {
+        listeners: vec![folio_broker::config::ListenerConfig::plaintext(
+            "127.0.0.1:0".parse().expect("address"),
+        )],
+        ..BrokerConfig::default()
+    };
     for l in &args.limits {
         let (name, value) =
             l.split_once('=').ok_or_else(|| format!("--limit {l:?}: expected NAME=VALUE"))?;
