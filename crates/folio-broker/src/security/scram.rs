@@ -307,8 +307,11 @@ impl ScramServer {
         if B64.decode(binding).ok().as_deref() != Some(self.first.gs2_header.as_bytes()) {
             return Err("the channel binding differs from the first message's header".into());
         }
-        if nonce != self.nonce {
-            return Err("the nonce differs from the one the server sent".into());
+        // Kafka checks that the echoed nonce *ends with* the server's: librdkafka 2.0 sends
+        // its own nonce again in front of the server's whole one. The server's random part
+        // is in it either way, and the proof covers the message as sent.
+        if !nonce.ends_with(&self.nonce) {
+            return Err("the nonce does not end with the one the server sent".into());
         }
         let proof = B64.decode(proof).map_err(|_| "the proof is not base64")?;
         let auth_message = format!("{},{},{without_proof}", self.first.bare, self.server_first);

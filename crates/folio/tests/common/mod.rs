@@ -162,3 +162,28 @@ pub fn kcat(args: &[&str], stdin: Option<&str>) -> String {
     assert!(out.status.success(), "kcat {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).to_string()
 }
+
+/// Waits for `n` "Kafka listener up" log lines; returns each listener's name and bound
+/// address, in the order they came.
+pub fn kafka_listeners(child: &mut Child, n: usize) -> Vec<(String, String)> {
+    let seen = std::sync::Mutex::new(Vec::new());
+    wait_for_log(child, "Kafka listeners", move |l| {
+        if !l.contains("Kafka listener up") {
+            return None;
+        }
+        let mut seen = seen.lock().unwrap();
+        seen.push((field(l, "listener=")?, field(l, "addr=")?));
+        (seen.len() == n).then(|| seen.clone())
+    })
+}
+
+/// Runs kcat with `args`; its exit status, stdout and stderr (for runs meant to fail).
+pub fn kcat_status(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new("kcat")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("kcat (apt-get install kcat; scripts/test.sh does this)");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
