@@ -16,6 +16,7 @@ use crate::config::BrokerConfig;
 use crate::group::Coordinator;
 use crate::limits::ListenerLimits;
 use crate::metrics::{Metrics, label_value};
+use crate::security::tls::TlsAcceptor;
 use crate::state::Inner;
 use crate::topics::Topics;
 
@@ -49,36 +50,7 @@ impl Broker {
             ));
         }
         crate::security::validate(&config.listeners, config.tls.as_ref(), &config.sasl)?;
-        let tls = match &config.tls {
-            Some(t) if config.listeners.iter().any(|l| l.protocol.tls()) => {
-                Some(Arc::new(crate::security::tls::TlsAcceptor::new(t.clone())?))
-            }
-            _ => None,
-        };
-        let mut bound = Vec::new();
-        let mut endpoints = Vec::new();
-        for l in &config.listeners {
-            let socket = listen(l.bind, &config.limits)
-                .map_err(|e| format!("binding the Kafka listener {} on {}: {e}", l.name, l.bind))?;
-            let addr = socket.local_addr().map_err(|e| format!("listener address: {e}"))?;
-            let (host, port) = match &l.advertised {
-                Some((h, p)) => (h.clone(), *p as i32),
-                None if addr.ip().is_unspecified() => {
-                    return Err(format!(
-                        "listener {} on {addr} needs an advertised address clients can reach (--advertise host:port or --advertised-listener {}://host:port)",
-                        l.name, l.name
-                    ));
-                }
-                None => (addr.ip().to_string(), addr.port() as i32),
-            };
-            endpoints.push(cluster::Endpoint { listener: l.name.clone(), host, port });
-            let runtime = crate::server::Listener {
-                name: l.name.as_str().into(),
-                protocol: l.protocol,
-                tls: if l.protocol.tls() { tls.clone() } else { None },
-            };
-            bound.push((socket, addr, Arc::new(runtime)));
-        }
+        let (bound, endpoints, tls) = bind_listeners(&config)?;
         let addr = bound[0].1;
         let cluster_id = folio_meta::records::ensure_cluster_id(env.meta.as_ref(), &env.keys)
             .await
@@ -441,6 +413,47 @@ async fn run_audits(inner: Arc<Inner>, every: Duration) {
             Err(e) => tracing::warn!(error = %e, "audit failed; the next one retries"),
         }
     }
+}
+
+/// A bound listener: its socket, address and what runs it.
+type Bound = (TcpListener, SocketAddr, Arc<crate::server::Listener>);
+/// The bound listeners, what they advertise, and the TLS configuration they share.
+type Listeners = (Vec<Bound>, Vec<cluster::Endpoint>, Option<Arc<TlsAcceptor>>);
+
+/// Binds every listener; returns them, what each advertises, and the TLS configuration
+/// if a listener needs it.
+fn bind_listeners(config: &BrokerConfig) -> Result<Listeners, String> {
+    let tls = match &config.tls {
+        Some(t) if config.listeners.iter().any(|l| l.protocol.tls()) => {
+            Some(Arc::new(TlsAcceptor::new(t.clone())?))
+        }
+        _ => None,
+    };
+    let mut bound = Vec::new();
+    let mut endpoints = Vec::new();
+    for l in &config.listeners {
+        let socket = listen(l.bind, &config.limits)
+            .map_err(|e| format!("binding the Kafka listener {} on {}: {e}", l.name, l.bind))?;
+        let addr = socket.local_addr().map_err(|e| format!("listener address: {e}"))?;
+        let (host, port) = match &l.advertised {
+            Some((h, p)) => (h.clone(), *p as i32),
+            None if addr.ip().is_unspecified() => {
+                return Err(format!(
+                    "listener {} on {addr} needs an advertised address clients can reach (--advertise host:port or --advertised-listener {}://host:port)",
+                    l.name, l.name
+                ));
+            }
+            None => (addr.ip().to_string(), addr.port() as i32),
+        };
+        endpoints.push(cluster::Endpoint { listener: l.name.clone(), host, port });
+        let runtime = crate::server::Listener {
+            name: l.name.as_str().into(),
+            protocol: l.protocol,
+            tls: if l.protocol.tls() { tls.clone() } else { None },
+        };
+        bound.push((socket, addr, Arc::new(runtime)));
+    }
+    Ok((bound, endpoints, tls))
 }
 
 /// Connections waiting to be accepted (the kernel's listen backlog).

@@ -126,6 +126,33 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// The authentication counters, as Prometheus text.
+    fn render_security(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        for (name, help, v) in [
+            (
+                "folio_kafka_sasl_authentications_total",
+                "SASL authentications that succeeded.",
+                &self.sasl_authentications,
+            ),
+            (
+                "folio_kafka_sasl_authentication_failures_total",
+                "SASL authentications that failed (wrong user or password, malformed exchange).",
+                &self.sasl_authentication_failures,
+            ),
+            (
+                "folio_kafka_tls_handshake_failures_total",
+                "TLS handshakes that failed or did not finish within request_read_timeout.",
+                &self.tls_handshake_failures,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            let _ = writeln!(out, "{name} {}", v.load(Ordering::Relaxed));
+        }
+        out
+    }
+
     /// Counts one SASL authentication, succeeded or not.
     pub fn sasl_authenticated(&self, ok: bool) {
         let c = if ok { &self.sasl_authentications } else { &self.sasl_authentication_failures };
@@ -169,7 +196,7 @@ impl Metrics {
 
     /// Prometheus text format.
     pub fn render(&self) -> String {
-        let mut out = String::new();
+        let mut out = self.render_security();
         out.push_str("# HELP folio_kafka_requests_total Kafka requests answered, by API and error code.\n# TYPE folio_kafka_requests_total counter\n");
         for ((api, code), n) in self.requests.lock().expect("metrics lock").iter() {
             let api = ApiKey::try_from(*api).map_or_else(|_| api.to_string(), |k| format!("{k:?}"));
@@ -235,24 +262,6 @@ impl Metrics {
                 "Partitions of deleted topics not in the trash yet (controller only).",
                 gauge,
                 &self.partitions_being_deleted,
-            ),
-            (
-                "folio_kafka_sasl_authentications_total",
-                "SASL authentications that succeeded.",
-                counter,
-                &self.sasl_authentications,
-            ),
-            (
-                "folio_kafka_sasl_authentication_failures_total",
-                "SASL authentications that failed (wrong user or password, malformed exchange).",
-                counter,
-                &self.sasl_authentication_failures,
-            ),
-            (
-                "folio_kafka_tls_handshake_failures_total",
-                "TLS handshakes that failed or did not finish within request_read_timeout.",
-                counter,
-                &self.tls_handshake_failures,
             ),
             (
                 "folio_kafka_topic_deletions_pending",

@@ -186,35 +186,9 @@ where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
     let limits = inner.config.limits.clone();
-    let (mut rd, mut wr) = tokio::io::split(stream);
-    let (tx, mut rx) =
-        mpsc::channel::<(Pending, Arc<Mutex<Held>>)>(limits.inflight_per_connection.max(1));
-    let writer_inner = inner.clone();
-    let mut writer = tokio::spawn(async move {
-        while let Some((p, held)) = rx.recv().await {
-            match p.await {
-                Ok(Ok(Some(mut frame))) => {
-                    let wait = limits.reply_write_timeout;
-                    match tokio::time::timeout(wait, wr.write_all_buf(&mut frame)).await {
-                        Ok(r) => r.map_err(|e| format!("writing: {e}"))?,
-                        Err(_) => {
-                            writer_inner.metrics.limit_hit(Limit::ReplyWriteTimeout);
-                            return Err(format!(
-                                "the client took no answer for {wait:?} (reply_write_timeout)"
-                            ));
-                        }
-                    }
-                }
-                Ok(Ok(None)) => {}
-                Ok(Err(e)) => return Err(e),
-                Err(e) => return Err(format!("a request task failed: {e}")),
-            }
-            drop(held); // the request's and its answer's bytes are free again
-        }
-        let _ = wr.shutdown().await; // a TLS close_notify; nothing to lose if it fails
-        Ok(())
-    });
-    let limits = inner.config.limits.clone();
+    let (mut rd, wr) = tokio::io::split(stream);
+    let (tx, rx) = mpsc::channel::<Queued>(limits.inflight_per_connection.max(1));
+    let mut writer = tokio::spawn(write_answers(inner.clone(), wr, rx));
     let budgets = Budgets {
         connection: Arc::new(Semaphore::new(limits.connection_bytes_max)),
         process: inner.request_budget.clone(),
@@ -283,6 +257,40 @@ where
     }
     drop(tx);
     writer.await.map_err(|e| e.to_string())?
+}
+
+/// An answer being worked on, with the bytes its request holds.
+type Queued = (Pending, Arc<Mutex<Held>>);
+
+/// Writes the answers in request order, each within `reply_write_timeout`.
+async fn write_answers<W: AsyncWrite + Unpin>(
+    inner: Arc<Inner>,
+    mut wr: W,
+    mut rx: mpsc::Receiver<Queued>,
+) -> Result<(), String> {
+    let limits = inner.config.limits.clone();
+    while let Some((p, held)) = rx.recv().await {
+        match p.await {
+            Ok(Ok(Some(mut frame))) => {
+                let wait = limits.reply_write_timeout;
+                match tokio::time::timeout(wait, wr.write_all_buf(&mut frame)).await {
+                    Ok(r) => r.map_err(|e| format!("writing: {e}"))?,
+                    Err(_) => {
+                        inner.metrics.limit_hit(Limit::ReplyWriteTimeout);
+                        return Err(format!(
+                            "the client took no answer for {wait:?} (reply_write_timeout)"
+                        ));
+                    }
+                }
+            }
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(e) => return Err(format!("a request task failed: {e}")),
+        }
+        drop(held); // the request's and its answer's bytes are free again
+    }
+    let _ = wr.shutdown().await; // a TLS close_notify; nothing to lose if it fails
+    Ok(())
 }
 
 enum ReadError {

@@ -3,6 +3,8 @@
 //! The real clients (kcat, confluent-kafka, kafka-python, aiokafka) are in
 //! `crates/folio/tests/kafka_security.rs`.
 
+#![allow(clippy::big_endian_bytes)] // Kafka's wire format (the shared test helpers)
+
 mod common;
 
 use std::net::SocketAddr;

@@ -114,6 +114,14 @@ pub fn long_functions(sources: &[Source], max: usize) -> BTreeMap<(String, Strin
         let lines: Vec<&str> = s.shipped().lines().collect();
         for (i, line) in lines.iter().enumerate() {
             let Some(name) = fn_name(line) else { continue };
+            // A signature over several lines that ends in `;` has no body (a trait's).
+            let end = lines[i..].iter().find(|l| {
+                let t = l.trim_end();
+                t.ends_with('{') || t.ends_with(';')
+            });
+            if end.is_some_and(|l| l.trim_end().ends_with(';')) {
+                continue;
+            }
             let indent = &line[..line.len() - line.trim_start().len()];
             let close = format!("{indent}}}");
             let Some(len) = lines[i..].iter().position(|l| *l == close) else { continue };

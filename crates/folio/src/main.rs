@@ -42,7 +42,7 @@ enum Command {
     Trash(log_cmd::TrashArgs),
     /// Run Folio in one process with embedded defaults: metadata, bookies and a Kafka
     /// broker (listening on 127.0.0.1:9092).
-    Standalone(standalone::Args),
+    Standalone(Box<standalone::Args>),
     /// Run a Kafka-compatible broker on a cluster's metadata and bookies.
     Broker(Box<broker_cmd::Args>),
     /// Kafka topics and the deletions in progress (list, describe, create, delete).
@@ -102,7 +102,7 @@ fn main() -> ExitCode {
         Command::Ledger(args) => ledger_cmd::run(args),
         Command::Log(args) => log_cmd::run(args),
         Command::Trash(args) => log_cmd::run_trash(args),
-        Command::Standalone(args) => standalone::run(args),
+        Command::Standalone(args) => standalone::run(*args),
         Command::Broker(args) => broker_cmd::run(*args),
         Command::Topics(args) => topics_cmd::run(args),
         Command::Users(args) => users_cmd::run(args),

@@ -10,8 +10,8 @@
 //! - `sasl`: a connection's authentication state (what may be sent before, during and
 //!   after the exchange; KIP-368 session lifetimes).
 //!
-//! Architecture invariant: depends on nothing of the broker but its metadata keys, so the
-//! listener (`server`) and the APIs both use it.
+//! Architecture invariant: depends on nothing of the broker but `framing` and `errors`
+//! (below every module), so the listener (`server`) and the APIs both use it.
 
 pub mod credentials;
 pub(crate) mod sasl;

@@ -364,6 +364,7 @@ pub struct Client {
 }
 
 impl Client {
+    /// A client of `mech` for `user` with `password`.
     pub fn new(mech: Mechanism, user: &str, password: &str) -> Client {
         let nonce: [u8; 18] = rand::random();
         let (user, password) = (user.to_string(), password.to_string());

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use folio_broker::client::{
     KafkaConn, create_topics_request, delete_topics_request, produce_request,
 };
+use folio_broker::config::ListenerConfig;
 use folio_broker::{Broker, BrokerConfig};
 use folio_log::TrashConfig;
 use folio_meta::list_all;
@@ -97,9 +98,7 @@ async fn run_async(args: Args) -> Result<(), String> {
     let config = BrokerConfig {
         // The broker (the controller) runs the trash deleter.
         trash: Some(TrashConfig { interval: trash_interval, ..TrashConfig::default() }),
-        listeners: vec![folio_broker::config::ListenerConfig::plaintext(
-            "127.0.0.1:0".parse().expect("address"),
-        )],
+        listeners: vec![ListenerConfig::plaintext("127.0.0.1:0".parse().expect("address"))],
         default_replication: 3,
         replication_max: 3,
         auto_create_topics: false,

@@ -32,6 +32,7 @@ use std::process::Command;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
+use folio_broker::config::ListenerConfig;
 use folio_broker::{Broker, BrokerConfig};
 use folio_client::CreateOptions;
 use folio_log::{LogConfig, LogEnv};
@@ -115,9 +116,7 @@ async fn produce_phases(args: &Args, tmp: &Path, driver: &Path) -> Result<(), St
     let lease_ttl = Duration::from_secs(5);
     let config = |node_id| BrokerConfig {
         node_id,
-        listeners: vec![folio_broker::config::ListenerConfig::plaintext(
-            "127.0.0.1:0".parse().expect("address"),
-        )],
+        listeners: vec![ListenerConfig::plaintext("127.0.0.1:0".parse().expect("address"))],
         default_replication: 3,
         replication_max: 3,
         default_partitions: PARTITIONS as u32,
@@ -230,9 +229,7 @@ async fn backlog(
     // About eight ledgers of backlog, so reads cross ledger boundaries.
     let backlog_bytes = records * record_bytes as u64;
     let config = BrokerConfig {
-        listeners: vec![folio_broker::config::ListenerConfig::plaintext(
-            "127.0.0.1:0".parse().expect("address"),
-        )],
+        listeners: vec![ListenerConfig::plaintext("127.0.0.1:0".parse().expect("address"))],
         default_replication: n_bookies as u16,
         replication_max: n_bookies as u16,
         default_partitions: 1,
