@@ -68,6 +68,7 @@ impl Broker {
         if let Err(e) = cluster::join(env.meta.as_ref(), &env.keys, &membership, lease).await {
             tracing::warn!(error = %e, "reading the live brokers and the controller failed; retrying in the background");
         }
+        let acls = config.authorizer.clone().map(crate::security::acl::Acls::new);
         let inner = Arc::new(Inner {
             topics: Topics::new(env.meta.clone(), env.keys.clone()),
             groups: Coordinator::new(
@@ -84,6 +85,7 @@ impl Broker {
             metrics: Metrics::default(),
             cluster_id,
             tls: tls.clone(),
+            acls,
             logs: Mutex::new(HashMap::new()),
             shutdown: watch::channel(false).0,
             trash: Mutex::new(trash),
@@ -93,6 +95,7 @@ impl Broker {
             answer_budget: Arc::new(tokio::sync::Semaphore::new(config_limits.answer_bytes_max)),
             auto_created: Mutex::new((std::time::Instant::now(), 0)),
         });
+        start_security(&inner).await?;
         let admission = crate::server::Admission::new(&inner.config.limits);
         let mut addrs = Vec::new();
         for ((socket, addr, runtime), e) in bound.into_iter().zip(&inner.membership.me().endpoints)
@@ -108,9 +111,6 @@ impl Broker {
             );
             addrs.push((runtime.name.to_string(), addr));
             tokio::spawn(crate::server::accept(inner.clone(), socket, runtime, admission.clone()));
-        }
-        if let Some(tls) = &tls {
-            tokio::spawn(tls.clone().watch(inner.shutdown.subscribe()));
         }
         tokio::spawn(inner.groups.clone().tick(inner.shutdown.subscribe()));
         tokio::spawn(cluster::maintain(
@@ -413,6 +413,20 @@ async fn run_audits(inner: Arc<Inner>, every: Duration) {
             Err(e) => tracing::warn!(error = %e, "audit failed; the next one retries"),
         }
     }
+}
+
+/// Loads the ACLs (before any connection is served) and starts the watches that keep them
+/// and the TLS certificate current.
+async fn start_security(inner: &Arc<Inner>) -> Result<(), String> {
+    if let Some(tls) = &inner.tls {
+        tokio::spawn(tls.clone().watch(inner.shutdown.subscribe()));
+    }
+    if let Some(acls) = &inner.acls {
+        acls.reload(inner.env.meta.as_ref(), &inner.env.keys).await?;
+        let (meta, keys) = (inner.env.meta.clone(), inner.env.keys.clone());
+        tokio::spawn(acls.clone().watch(meta, keys, inner.shutdown.subscribe()));
+    }
+    Ok(())
 }
 
 /// A bound listener: its socket, address and what runs it.

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+pub use crate::security::acl::AuthorizerConfig;
 pub use crate::security::tls::TlsConfig;
 pub use crate::security::{ListenerConfig, SaslConfig};
 
@@ -25,6 +26,9 @@ pub struct BrokerConfig {
     pub tls: Option<TlsConfig>,
     /// SASL mechanisms and session lifetime of the SASL listeners (`sasl.*`).
     pub sasl: SaslConfig,
+    /// Kafka ACLs are checked on every request (`authorizer.class.name`); `None`: every
+    /// client may do everything, and the ACL APIs answer SECURITY_DISABLED.
+    pub authorizer: Option<AuthorizerConfig>,
     /// `auto.create.topics.enable`: Metadata for an unknown topic creates it.
     pub auto_create_topics: bool,
     /// `num.partitions`: partitions of auto-created topics and of CreateTopics with -1.
@@ -81,6 +85,7 @@ impl Default for BrokerConfig {
             listeners: vec![ListenerConfig::plaintext("127.0.0.1:9092".parse().expect("address"))],
             tls: None,
             sasl: SaslConfig::default(),
+            authorizer: None,
             auto_create_topics: true,
             default_partitions: 1,
             default_replication: 1,

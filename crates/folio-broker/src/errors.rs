@@ -74,6 +74,16 @@ pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
 pub const INVALID_RECORD: i16 = 87;
 /// No topic has the id asked for.
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
+/// The principal may not do this to the topic.
+pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+/// The principal may not do this to the group.
+pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
+/// The principal may not do this to the cluster.
+pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
+/// The principal may not use the transactional id.
+pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+/// No authorizer is configured (the ACL APIs).
+pub const SECURITY_DISABLED: i16 = 54;
 /// A SASL mechanism the broker does not offer.
 pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
 /// A SASL request the connection's state does not allow.
@@ -105,6 +115,14 @@ pub enum BrokerError {
     /// No topic has this name.
     #[error("topic {0} does not exist")]
     UnknownTopic(String),
+    /// The request's principal may not do this to the topic (an ACL).
+    #[error("not authorized to {op} topic {topic}")]
+    TopicAuthorization {
+        /// The operation (`Write`, `Read`).
+        op: &'static str,
+        /// The topic's name.
+        topic: String,
+    },
     /// A partition index the topic does not have.
     #[error("topic {topic} has {partitions} partitions, not {partition}")]
     UnknownPartition {
@@ -189,6 +207,7 @@ impl BrokerError {
                 UNKNOWN_TOPIC_OR_PARTITION
             }
             BrokerError::UnknownTopicId(_) => UNKNOWN_TOPIC_ID,
+            BrokerError::TopicAuthorization { .. } => TOPIC_AUTHORIZATION_FAILED,
             BrokerError::TopicExists(_) => TOPIC_ALREADY_EXISTS,
             BrokerError::InvalidTopic(_) => INVALID_TOPIC_EXCEPTION,
             BrokerError::InvalidConfig(_) => INVALID_CONFIG,
@@ -249,6 +268,10 @@ pub fn name(code: i16) -> &'static str {
         NON_EMPTY_GROUP => "NON_EMPTY_GROUP",
         GROUP_ID_NOT_FOUND => "GROUP_ID_NOT_FOUND",
         GROUP_MAX_SIZE_REACHED => "GROUP_MAX_SIZE_REACHED",
+        TOPIC_AUTHORIZATION_FAILED => "TOPIC_AUTHORIZATION_FAILED",
+        GROUP_AUTHORIZATION_FAILED => "GROUP_AUTHORIZATION_FAILED",
+        CLUSTER_AUTHORIZATION_FAILED => "CLUSTER_AUTHORIZATION_FAILED",
+        SASL_AUTHENTICATION_FAILED => "SASL_AUTHENTICATION_FAILED",
         _ => "OTHER",
     }
 }

@@ -130,7 +130,7 @@ pub(crate) async fn accept(
                 tokio::spawn(async move {
                     let (_permit, _slot) = (permit, slot);
                     let name = &listener.name;
-                    match secure(inner, stream, &listener).await {
+                    match secure(inner, stream, &listener, peer).await {
                         Ok(()) => {
                             tracing::debug!(%peer, listener = %name, "connection closed by the client")
                         }
@@ -151,8 +151,13 @@ pub(crate) async fn accept(
 
 /// Runs the TLS handshake if the listener has TLS (within `request_read_timeout`), then
 /// serves the connection.
-async fn secure(inner: Arc<Inner>, stream: TcpStream, listener: &Listener) -> Result<(), String> {
-    let session = Session::anonymous(listener.name.clone());
+async fn secure(
+    inner: Arc<Inner>,
+    stream: TcpStream,
+    listener: &Listener,
+    peer: std::net::SocketAddr,
+) -> Result<(), String> {
+    let session = Session::anonymous(listener.name.clone(), peer.ip().to_string().into());
     let sasl = listener.protocol.sasl();
     let Some(tls) = &listener.tls else {
         return connection(inner, stream, session, sasl).await;

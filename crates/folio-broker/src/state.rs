@@ -51,6 +51,8 @@ pub(crate) struct Inner {
     /// Wakes the topic deleter.
     pub deletions: tokio::sync::Notify,
     pub cluster_id: String,
+    /// The ACLs, when an authorizer is configured.
+    pub acls: Option<Arc<crate::security::acl::Acls>>,
     /// The TLS configuration of the TLS listeners (reloaded in place).
     pub tls: Option<Arc<crate::security::tls::TlsAcceptor>>,
     pub(crate) logs: Mutex<HashMap<(Uuid, i32), LogCell>>,

@@ -59,6 +59,16 @@ pub struct KafkaArgs {
     /// connection (KIP-368) or is disconnected [connections.max.reauth.ms]; 0: for ever.
     #[arg(long, default_value_t = 0)]
     pub connections_max_reauth_ms: u64,
+    /// Check Kafka ACLs on every request [authorizer.class.name]; without it every client
+    /// may do everything. ACLs are managed with `folio acls` or CreateAcls/DeleteAcls.
+    #[arg(long)]
+    pub authorizer: bool,
+    /// A principal that may do everything, e.g. `User:admin` [super.users] (repeatable).
+    #[arg(long = "super-user", value_name = "User:NAME", requires = "authorizer")]
+    pub super_users: Vec<String>,
+    /// Allow a request on a resource no ACL names [allow.everyone.if.no.acl.found].
+    #[arg(long, requires = "authorizer")]
+    pub allow_everyone_if_no_acl_found: bool,
     /// This broker's id in Metadata answers [node.id].
     #[arg(long, default_value_t = 1)]
     pub node_id: i32,
@@ -160,6 +170,10 @@ impl KafkaArgs {
             listeners,
             tls,
             sasl,
+            authorizer: self.authorizer.then(|| folio_broker::config::AuthorizerConfig {
+                super_users: self.super_users.clone(),
+                allow_if_no_acl: self.allow_everyone_if_no_acl_found,
+            }),
             auto_create_topics: !self.no_auto_create_topics,
             default_partitions: self.num_partitions,
             default_replication,

@@ -1,5 +1,6 @@
 //! `folio`: the one binary. Subcommands run a node, administer a cluster, or benchmark.
 
+mod acls_cmd;
 mod audit_cmd;
 mod autorecovery_cmd;
 mod bench;
@@ -50,6 +51,8 @@ enum Command {
     /// SCRAM users of the SASL listeners (add, list, delete); PLAIN checks against the same
     /// salted credential.
     Users(users_cmd::Args),
+    /// Kafka ACLs checked by brokers run with --authorizer (add, list, delete).
+    Acls(acls_cmd::Args),
     /// Account for every ledger and stored byte: live, trashed, being deleted, or an
     /// orphan (metadata nobody references, data no metadata names, a log with no topic).
     /// Exits non-zero when orphans older than the grace period exist.
@@ -106,6 +109,7 @@ fn main() -> ExitCode {
         Command::Broker(args) => broker_cmd::run(*args),
         Command::Topics(args) => topics_cmd::run(args),
         Command::Users(args) => users_cmd::run(args),
+        Command::Acls(args) => acls_cmd::run(args),
         Command::Audit(args) => audit_cmd::run(args),
         Command::Autorecovery(args) => autorecovery_cmd::run(args),
         Command::Bench { what } => bench::run(what),

@@ -23,6 +23,7 @@ use kafka_protocol::messages::{
 
 use crate::api::{Handler, str_bytes};
 use crate::errors::{self, BrokerError};
+use crate::security::acl::{Operation, ResourceType};
 use crate::state::Inner;
 use crate::topics::{PARTITIONS_MAX, TOPIC_CONFIG_KEYS, Topic, validate_configs};
 
@@ -35,6 +36,18 @@ impl Handler for CreateTopics {
     type Request = CreateTopicsRequest;
     type Response = CreateTopicsResponse;
     const KEY: ApiKey = ApiKey::CreateTopics;
+
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        // CREATE on the cluster allows every topic; without it each topic needs its own.
+        super::cluster_denied(inner, Operation::Create)?;
+        super::all_denied(
+            inner,
+            Operation::Create,
+            ResourceType::Topic,
+            req.topics.iter().map(|t| t.name.as_str()),
+            errors::TOPIC_AUTHORIZATION_FAILED,
+        )
+    }
 
     async fn handle(
         inner: Arc<Inner>,
@@ -151,6 +164,16 @@ impl Handler for CreatePartitions {
     type Response = CreatePartitionsResponse;
     const KEY: ApiKey = ApiKey::CreatePartitions;
 
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        super::all_denied(
+            inner,
+            Operation::Alter,
+            ResourceType::Topic,
+            req.topics.iter().map(|t| t.name.as_str()),
+            errors::TOPIC_AUTHORIZATION_FAILED,
+        )
+    }
+
     async fn handle(
         inner: Arc<Inner>,
         _version: i16,
@@ -228,6 +251,21 @@ impl Handler for DeleteTopics {
     type Request = DeleteTopicsRequest;
     type Response = DeleteTopicsResponse;
     const KEY: ApiKey = ApiKey::DeleteTopics;
+
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        let names = req
+            .topic_names
+            .iter()
+            .map(|n| n.as_str())
+            .chain(req.topics.iter().filter_map(|t| t.name.as_ref().map(|n| n.as_str())));
+        super::all_denied(
+            inner,
+            Operation::Delete,
+            ResourceType::Topic,
+            names,
+            errors::TOPIC_AUTHORIZATION_FAILED,
+        )
+    }
 
     async fn handle(
         inner: Arc<Inner>,
@@ -362,6 +400,10 @@ impl Handler for DescribeCluster {
     type Request = DescribeClusterRequest;
     type Response = DescribeClusterResponse;
     const KEY: ApiKey = ApiKey::DescribeCluster;
+
+    fn authorize(inner: &Inner, _req: &Self::Request) -> Option<i16> {
+        super::cluster_denied(inner, Operation::Describe)
+    }
 
     async fn handle(
         inner: Arc<Inner>,

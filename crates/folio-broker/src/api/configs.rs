@@ -17,6 +17,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::api::{Handler, str_bytes};
 use crate::errors::{self, BrokerError};
+use crate::security::acl::Operation;
 use crate::state::Inner;
 use crate::topics::{TOPIC_CONFIG_KEYS, Topic, validate_configs};
 
@@ -58,6 +59,14 @@ impl Handler for DescribeConfigs {
     type Request = DescribeConfigsRequest;
     type Response = DescribeConfigsResponse;
     const KEY: ApiKey = ApiKey::DescribeConfigs;
+
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        super::configs_denied(
+            inner,
+            Operation::DescribeConfigs,
+            req.resources.iter().map(|r| (r.resource_type, r.resource_name.as_str())),
+        )
+    }
 
     async fn handle(
         inner: Arc<Inner>,
@@ -377,6 +386,14 @@ impl Handler for AlterConfigs {
     type Response = AlterConfigsResponse;
     const KEY: ApiKey = ApiKey::AlterConfigs;
 
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        super::configs_denied(
+            inner,
+            Operation::AlterConfigs,
+            req.resources.iter().map(|r| (r.resource_type, r.resource_name.as_str())),
+        )
+    }
+
     async fn handle(
         inner: Arc<Inner>,
         _version: i16,
@@ -420,6 +437,14 @@ impl Handler for IncrementalAlterConfigs {
     type Request = IncrementalAlterConfigsRequest;
     type Response = IncrementalAlterConfigsResponse;
     const KEY: ApiKey = ApiKey::IncrementalAlterConfigs;
+
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        super::configs_denied(
+            inner,
+            Operation::AlterConfigs,
+            req.resources.iter().map(|r| (r.resource_type, r.resource_name.as_str())),
+        )
+    }
 
     async fn handle(
         inner: Arc<Inner>,

@@ -28,6 +28,7 @@ use crate::errors::{self, BrokerError};
 use crate::limits::BATCHES_PER_PARTITION_MAX;
 use crate::limits::FETCH_WAIT_MAX;
 use crate::limits::Limit;
+use crate::security::acl::{Operation, ResourceType};
 use crate::state::Inner;
 use crate::topics::Topic;
 
@@ -78,6 +79,10 @@ impl Handler for Fetch {
                     .map_err(|_| errors::KAFKA_STORAGE_ERROR)
                     .and_then(|t| t.ok_or(errors::UNKNOWN_TOPIC_OR_PARTITION))
             };
+            let topic = topic.and_then(|t| {
+                let ok = super::allowed(&inner, Operation::Read, ResourceType::Topic, &t.name);
+                if ok { Ok(t) } else { Err(errors::TOPIC_AUTHORIZATION_FAILED) }
+            });
             heads.push(
                 FetchableTopicResponse::default()
                     .with_topic(t.topic.clone())

@@ -25,6 +25,7 @@ use crate::api::{Handler, str_bytes};
 use crate::cluster::group_key;
 use crate::errors;
 use crate::group::OffsetRecord;
+use crate::security::acl::{Operation, ResourceType};
 use crate::state::Inner;
 
 /// The error a request for `group` gets before anything else: INVALID_GROUP_ID for an id
@@ -47,6 +48,22 @@ impl Handler for FindCoordinator {
     type Request = FindCoordinatorRequest;
     type Response = FindCoordinatorResponse;
     const KEY: ApiKey = ApiKey::FindCoordinator;
+
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        if req.key_type != 0 {
+            return None;
+        }
+        let keys = std::iter::once(req.key.as_str())
+            .filter(|k| !k.is_empty())
+            .chain(req.coordinator_keys.iter().map(|k| k.as_str()));
+        super::all_denied(
+            inner,
+            Operation::Describe,
+            ResourceType::Group,
+            keys,
+            errors::GROUP_AUTHORIZATION_FAILED,
+        )
+    }
 
     async fn handle(
         inner: Arc<Inner>,
@@ -121,6 +138,16 @@ impl Handler for JoinGroup {
     type Response = JoinGroupResponse;
     const KEY: ApiKey = ApiKey::JoinGroup;
 
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        super::all_denied(
+            inner,
+            Operation::Read,
+            ResourceType::Group,
+            [req.group_id.as_str()],
+            errors::GROUP_AUTHORIZATION_FAILED,
+        )
+    }
+
     async fn handle(inner: Arc<Inner>, version: i16, req: JoinGroupRequest) -> JoinGroupResponse {
         if let Some(code) = elsewhere(&inner, s(&req.group_id)) {
             return Self::error(version, &req, code);
@@ -184,6 +211,16 @@ impl Handler for SyncGroup {
     type Response = SyncGroupResponse;
     const KEY: ApiKey = ApiKey::SyncGroup;
 
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        super::all_denied(
+            inner,
+            Operation::Read,
+            ResourceType::Group,
+            [req.group_id.as_str()],
+            errors::GROUP_AUTHORIZATION_FAILED,
+        )
+    }
+
     async fn handle(inner: Arc<Inner>, version: i16, req: SyncGroupRequest) -> SyncGroupResponse {
         if let Some(code) = elsewhere(&inner, s(&req.group_id)) {
             return Self::error(version, &req, code);
@@ -218,6 +255,16 @@ impl Handler for Heartbeat {
     type Response = HeartbeatResponse;
     const KEY: ApiKey = ApiKey::Heartbeat;
 
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        super::all_denied(
+            inner,
+            Operation::Read,
+            ResourceType::Group,
+            [req.group_id.as_str()],
+            errors::GROUP_AUTHORIZATION_FAILED,
+        )
+    }
+
     async fn handle(inner: Arc<Inner>, version: i16, req: HeartbeatRequest) -> HeartbeatResponse {
         if let Some(code) = elsewhere(&inner, s(&req.group_id)) {
             return Self::error(version, &req, code);
@@ -240,6 +287,16 @@ impl Handler for LeaveGroup {
     type Request = LeaveGroupRequest;
     type Response = LeaveGroupResponse;
     const KEY: ApiKey = ApiKey::LeaveGroup;
+
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        super::all_denied(
+            inner,
+            Operation::Read,
+            ResourceType::Group,
+            [req.group_id.as_str()],
+            errors::GROUP_AUTHORIZATION_FAILED,
+        )
+    }
 
     async fn handle(inner: Arc<Inner>, version: i16, req: LeaveGroupRequest) -> LeaveGroupResponse {
         if let Some(code) = elsewhere(&inner, s(&req.group_id)) {
@@ -278,6 +335,25 @@ impl Handler for OffsetCommit {
     type Request = OffsetCommitRequest;
     type Response = OffsetCommitResponse;
     const KEY: ApiKey = ApiKey::OffsetCommit;
+
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        super::all_denied(
+            inner,
+            Operation::Read,
+            ResourceType::Group,
+            [req.group_id.as_str()],
+            errors::GROUP_AUTHORIZATION_FAILED,
+        )
+        .or_else(|| {
+            super::all_denied(
+                inner,
+                Operation::Read,
+                ResourceType::Topic,
+                req.topics.iter().map(|t| t.name.as_str()),
+                errors::TOPIC_AUTHORIZATION_FAILED,
+            )
+        })
+    }
 
     async fn handle(
         inner: Arc<Inner>,
@@ -467,6 +543,19 @@ impl Handler for OffsetFetch {
     type Response = OffsetFetchResponse;
     const KEY: ApiKey = ApiKey::OffsetFetch;
 
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        let groups = std::iter::once(req.group_id.as_str())
+            .filter(|g| !g.is_empty())
+            .chain(req.groups.iter().map(|g| g.group_id.as_str()));
+        super::all_denied(
+            inner,
+            Operation::Describe,
+            ResourceType::Group,
+            groups,
+            errors::GROUP_AUTHORIZATION_FAILED,
+        )
+    }
+
     async fn handle(
         inner: Arc<Inner>,
         version: i16,
@@ -572,6 +661,10 @@ impl Handler for ListGroups {
     type Response = ListGroupsResponse;
     const KEY: ApiKey = ApiKey::ListGroups;
 
+    fn authorize(inner: &Inner, _req: &Self::Request) -> Option<i16> {
+        super::cluster_denied(inner, Operation::Describe)
+    }
+
     async fn handle(inner: Arc<Inner>, version: i16, req: ListGroupsRequest) -> ListGroupsResponse {
         match inner.groups.list().await {
             Ok(groups) => ListGroupsResponse::default().with_groups(
@@ -615,6 +708,16 @@ impl Handler for DescribeGroups {
     type Request = DescribeGroupsRequest;
     type Response = DescribeGroupsResponse;
     const KEY: ApiKey = ApiKey::DescribeGroups;
+
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        super::all_denied(
+            inner,
+            Operation::Describe,
+            ResourceType::Group,
+            req.groups.iter().map(|g| g.as_str()),
+            errors::GROUP_AUTHORIZATION_FAILED,
+        )
+    }
 
     async fn handle(
         inner: Arc<Inner>,
@@ -676,6 +779,16 @@ impl Handler for DeleteGroups {
     type Request = DeleteGroupsRequest;
     type Response = DeleteGroupsResponse;
     const KEY: ApiKey = ApiKey::DeleteGroups;
+
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        super::all_denied(
+            inner,
+            Operation::Delete,
+            ResourceType::Group,
+            req.groups_names.iter().map(|g| g.as_str()),
+            errors::GROUP_AUTHORIZATION_FAILED,
+        )
+    }
 
     async fn handle(
         inner: Arc<Inner>,

@@ -13,6 +13,7 @@ use uuid::Uuid;
 use crate::api::{Handler, str_bytes};
 use crate::errors::{self, BrokerError};
 use crate::limits::Limit;
+use crate::security::acl::{Operation, ResourceType};
 use crate::state::Inner;
 use crate::topics::IfExists;
 use crate::topics::{Topic, validate_name};
@@ -39,7 +40,19 @@ impl Handler for Metadata {
         if all {
             match inner.topics.list().await {
                 Ok(topics) => {
-                    resp.topics = topics.iter().map(|t| topic(&inner, version, t)).collect()
+                    // Topics the principal may not describe are left out (Kafka's rule).
+                    resp.topics = topics
+                        .iter()
+                        .filter(|t| {
+                            super::allowed(
+                                &inner,
+                                Operation::Describe,
+                                ResourceType::Topic,
+                                &t.name,
+                            )
+                        })
+                        .map(|t| topic(&inner, version, t))
+                        .collect()
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "listing topics failed");
@@ -140,8 +153,18 @@ async fn by_name(
     if validate_name(name).is_err() {
         return failed(errors::INVALID_TOPIC_EXCEPTION);
     }
+    if !super::allowed(inner, Operation::Describe, ResourceType::Topic, name) {
+        return failed(errors::TOPIC_AUTHORIZATION_FAILED);
+    }
+    let may_create = || {
+        super::cluster_denied(inner, Operation::Create).is_none()
+            || super::allowed(inner, Operation::Create, ResourceType::Topic, name)
+    };
     match inner.topics.get(name).await {
         Ok(Some(t)) => topic(inner, version, &t),
+        Ok(None) if creations.allowed && !may_create() => {
+            failed(errors::TOPIC_AUTHORIZATION_FAILED)
+        }
         Ok(None) if creations.allowed && creations.take(inner) => {
             let (partitions, replication) =
                 (inner.config.default_partitions, inner.config.default_replication);
@@ -167,6 +190,14 @@ async fn by_name(
 
 async fn by_id(inner: &Arc<Inner>, version: i16, id: Uuid) -> MetadataResponseTopic {
     match inner.topics.by_id(id).await {
+        Ok(Some(t))
+            if !super::allowed(inner, Operation::Describe, ResourceType::Topic, &t.name) =>
+        {
+            MetadataResponseTopic::default()
+                .with_error_code(errors::TOPIC_AUTHORIZATION_FAILED)
+                .with_name(None)
+                .with_topic_id(id)
+        }
         Ok(Some(t)) => topic(inner, version, &t),
         Ok(None) => MetadataResponseTopic::default()
             .with_error_code(errors::UNKNOWN_TOPIC_ID)

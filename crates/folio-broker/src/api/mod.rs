@@ -15,6 +15,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use crate::budget::RequestScope;
 use crate::errors;
 use crate::framing::{Pending, encode_response};
+use crate::security::acl::{Operation, ResourceType};
 use crate::state::Inner;
 
 /// `Handler::error_code` generated from the answer's shape: the first non-zero code among
@@ -64,6 +65,7 @@ macro_rules! error_answer_of {
     };
 }
 
+pub mod acls;
 pub mod admin;
 pub mod api_versions;
 pub mod configs;
@@ -107,6 +109,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
 ];
 
 /// Whether this broker serves `key` at `version`.
@@ -128,6 +133,12 @@ pub(crate) trait Handler: 'static {
     fn error(version: i16, req: &Self::Request, code: i16) -> Self::Response;
     /// The first non-zero error code of an answer (for metrics).
     fn error_code(resp: &Self::Response) -> i16;
+    /// The code that fails the whole request (through `error`) if its principal may not
+    /// send it, checked before `handle`; `None`: go on. APIs that answer per topic or
+    /// group check inside `handle` instead.
+    fn authorize(_inner: &Inner, _req: &Self::Request) -> Option<i16> {
+        None
+    }
 }
 
 /// The APIs served through `Handler` (Produce and ApiVersions have paths of their own):
@@ -142,7 +153,7 @@ macro_rules! handlers {
             scope: RequestScope,
         ) -> Result<Pending, String> {
             match key {
-                ApiKey::Produce => produce::start(inner, header, body).await,
+                ApiKey::Produce => produce::start(inner, header, body, &scope.session).await,
                 $(ApiKey::$key => run::<$handler>(inner, header, body, scope),)*
                 other => Err(format!("{other:?} is not supported by this broker (not advertised)")),
             }
@@ -185,6 +196,9 @@ handlers! {
     DeleteTopics => admin::DeleteTopics,
     DescribeUserScramCredentials => users::DescribeUserScramCredentials,
     AlterUserScramCredentials => users::AlterUserScramCredentials,
+    DescribeAcls => acls::DescribeAcls,
+    CreateAcls => acls::CreateAcls,
+    DeleteAcls => acls::DeleteAcls,
 }
 
 tokio::task_local! {
@@ -205,7 +219,14 @@ fn run<H: Handler>(
     let inner = inner.clone();
     Ok(crate::framing::spawn_answer(async move {
         let resp = if supported(H::KEY, version) {
-            REQUEST.scope(scope, H::handle(inner.clone(), version, req)).await
+            REQUEST
+                .scope(scope, async {
+                    match H::authorize(&inner, &req) {
+                        Some(code) => H::error(version, &req, code),
+                        None => H::handle(inner.clone(), version, req).await,
+                    }
+                })
+                .await
         } else {
             H::error(version, &req, errors::UNSUPPORTED_VERSION)
         };
@@ -241,7 +262,7 @@ pub fn decode_request(frame: Bytes) -> Result<(ApiKey, i16), String> {
 pub(crate) fn session(inner: &Inner) -> crate::security::Session {
     REQUEST.try_with(|s| s.session.clone()).unwrap_or_else(|_| {
         let first = inner.config.listeners.first().map_or("PLAINTEXT", |l| l.name.as_str());
-        crate::security::Session::anonymous(first.into())
+        crate::security::Session::anonymous(first.into(), "127.0.0.1".into())
     })
 }
 
@@ -252,6 +273,77 @@ pub(crate) fn endpoint_of(
     b: &crate::cluster::BrokerInfo,
 ) -> Option<crate::cluster::Endpoint> {
     b.endpoint(&session(inner).listener).cloned()
+}
+
+/// Whether this request's principal may do `op` on the resource (always, without an
+/// authorizer).
+pub(crate) fn allowed(inner: &Inner, op: Operation, rtype: ResourceType, name: &str) -> bool {
+    inner.acls.is_none() || allowed_as(inner, &session(inner), op, rtype, name)
+}
+
+/// Whether `session` may do `op` on the resource (always, without an authorizer).
+pub(crate) fn allowed_as(
+    inner: &Inner,
+    session: &crate::security::Session,
+    op: Operation,
+    rtype: ResourceType,
+    name: &str,
+) -> bool {
+    inner.acls.as_ref().is_none_or(|a| a.authorize(session, op, rtype, name))
+}
+
+/// CLUSTER_AUTHORIZATION_FAILED unless this request's principal may do `op` on the cluster.
+pub(crate) fn cluster_denied(inner: &Inner, op: Operation) -> Option<i16> {
+    let ok = allowed(inner, op, ResourceType::Cluster, crate::security::acl::CLUSTER_NAME);
+    (!ok).then_some(errors::CLUSTER_AUTHORIZATION_FAILED)
+}
+
+/// `code` unless this request's principal may do `op` on every one of `names` of `rtype`.
+pub(crate) fn all_denied<'a>(
+    inner: &Inner,
+    op: Operation,
+    rtype: ResourceType,
+    names: impl IntoIterator<Item = &'a str>,
+    code: i16,
+) -> Option<i16> {
+    let ok = names.into_iter().all(|n| allowed(inner, op, rtype, n));
+    (!ok).then_some(code)
+}
+
+/// The configs authorization of DescribeConfigs and the AlterConfigs (resource type 2 a
+/// topic, 4 a broker: the cluster).
+pub(crate) fn configs_denied<'a>(
+    inner: &Inner,
+    op: Operation,
+    resources: impl IntoIterator<Item = (i8, &'a str)>,
+) -> Option<i16> {
+    for (rtype, name) in resources {
+        let (denied, code) = match rtype {
+            2 => {
+                (!allowed(inner, op, ResourceType::Topic, name), errors::TOPIC_AUTHORIZATION_FAILED)
+            }
+            _ => (cluster_denied(inner, op).is_some(), errors::CLUSTER_AUTHORIZATION_FAILED),
+        };
+        if denied {
+            return Some(code);
+        }
+    }
+    None
+}
+
+/// InitProducerId: an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on
+/// some topic; a transactional one WRITE on its transactional id.
+pub(crate) fn init_producer_denied(inner: &Inner, transactional_id: Option<&str>) -> Option<i16> {
+    let Some(acls) = &inner.acls else { return None };
+    let s = session(inner);
+    if let Some(t) = transactional_id {
+        let ok = acls.authorize(&s, Operation::Write, ResourceType::TransactionalId, t);
+        return (!ok).then_some(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+    }
+    let cluster = crate::security::acl::CLUSTER_NAME;
+    let ok = acls.authorize(&s, Operation::IdempotentWrite, ResourceType::Cluster, cluster)
+        || acls.may_write_some_topic(&s);
+    (!ok).then_some(errors::CLUSTER_AUTHORIZATION_FAILED)
 }
 
 /// The first non-zero code of `codes` (0 if none).

@@ -20,6 +20,7 @@ use kafka_protocol::messages::{
 
 use crate::api::Handler;
 use crate::errors::{self, BrokerError};
+use crate::security::acl::{Operation, ResourceType};
 use crate::state::Inner;
 
 const LATEST: i64 = -1;
@@ -45,6 +46,16 @@ impl Handler for ListOffsets {
     type Request = ListOffsetsRequest;
     type Response = ListOffsetsResponse;
     const KEY: ApiKey = ApiKey::ListOffsets;
+
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        super::all_denied(
+            inner,
+            Operation::Describe,
+            ResourceType::Topic,
+            req.topics.iter().map(|t| t.name.as_str()),
+            errors::TOPIC_AUTHORIZATION_FAILED,
+        )
+    }
 
     async fn handle(
         inner: Arc<Inner>,
@@ -134,6 +145,16 @@ impl Handler for DeleteRecords {
     type Request = DeleteRecordsRequest;
     type Response = DeleteRecordsResponse;
     const KEY: ApiKey = ApiKey::DeleteRecords;
+
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        super::all_denied(
+            inner,
+            Operation::Delete,
+            ResourceType::Topic,
+            req.topics.iter().map(|t| t.name.as_str()),
+            errors::TOPIC_AUTHORIZATION_FAILED,
+        )
+    }
 
     async fn handle(
         inner: Arc<Inner>,

@@ -24,6 +24,7 @@ use crate::errors::{self, BrokerError};
 use crate::framing::{Pending, encode_response, ready};
 use crate::metrics::TopicMetrics;
 use crate::producers::{Check, Outcome};
+use crate::security::acl::{Operation, ResourceType};
 use crate::state::Inner;
 use crate::topics::TimestampType;
 use tokio::sync::watch;
@@ -86,6 +87,7 @@ pub(crate) async fn start(
     inner: &Arc<Inner>,
     header: RequestHeader,
     mut body: Bytes,
+    session: &crate::security::Session,
 ) -> Result<Pending, String> {
     let version = header.request_api_version;
     let correlation = header.correlation_id;
@@ -110,6 +112,12 @@ pub(crate) async fn start(
         let mut parts = Vec::with_capacity(t.partition_data.len());
         if let Some(e) = &refuse {
             parts.extend(t.partition_data.iter().map(|p| failed(p.index, e)));
+            topics.push((head, parts));
+            continue;
+        }
+        if !super::allowed_as(inner, session, Operation::Write, ResourceType::Topic, &t.name) {
+            let e = BrokerError::TopicAuthorization { op: "write", topic: t.name.to_string() };
+            parts.extend(t.partition_data.iter().map(|p| failed(p.index, &e)));
             topics.push((head, parts));
             continue;
         }
@@ -391,6 +399,10 @@ impl crate::api::Handler for InitProducerId {
     type Request = kafka_protocol::messages::InitProducerIdRequest;
     type Response = kafka_protocol::messages::InitProducerIdResponse;
     const KEY: ApiKey = ApiKey::InitProducerId;
+
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        super::init_producer_denied(inner, req.transactional_id.as_ref().map(|t| t.as_str()))
+    }
 
     async fn handle(inner: Arc<Inner>, version: i16, req: Self::Request) -> Self::Response {
         use kafka_protocol::messages::ProducerId;

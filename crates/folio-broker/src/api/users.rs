@@ -23,6 +23,7 @@ use kafka_protocol::messages::{
 
 use super::{Handler, str_bytes};
 use crate::errors;
+use crate::security::acl::Operation;
 use crate::security::credentials;
 use crate::security::scram::{self, Credential, Mechanism};
 use crate::state::Inner;
@@ -33,6 +34,10 @@ impl Handler for DescribeUserScramCredentials {
     type Request = DescribeUserScramCredentialsRequest;
     type Response = DescribeUserScramCredentialsResponse;
     const KEY: ApiKey = ApiKey::DescribeUserScramCredentials;
+
+    fn authorize(inner: &Inner, _req: &Self::Request) -> Option<i16> {
+        super::cluster_denied(inner, Operation::Describe)
+    }
 
     async fn handle(
         inner: Arc<Inner>,
@@ -124,6 +129,10 @@ impl Handler for AlterUserScramCredentials {
     type Request = AlterUserScramCredentialsRequest;
     type Response = AlterUserScramCredentialsResponse;
     const KEY: ApiKey = ApiKey::AlterUserScramCredentials;
+
+    fn authorize(inner: &Inner, _req: &Self::Request) -> Option<i16> {
+        super::cluster_denied(inner, Operation::Alter)
+    }
 
     async fn handle(
         inner: Arc<Inner>,

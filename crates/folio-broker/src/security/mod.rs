@@ -7,12 +7,14 @@
 //! - [`scram`]: the SCRAM exchange (RFC 5802, 7677) and PLAIN, both against salted
 //!   credentials ([`scram::Credential`]); no password is ever stored.
 //! - [`credentials`]: the credentials in the metadata store.
+//! - [`acl`]: Kafka ACLs, stored in the metadata store and cached with a watch.
 //! - `sasl`: a connection's authentication state (what may be sent before, during and
 //!   after the exchange; KIP-368 session lifetimes).
 //!
 //! Architecture invariant: depends on nothing of the broker but `framing` and `errors`
 //! (below every module), so the listener (`server`) and the APIs both use it.
 
+pub mod acl;
 pub mod credentials;
 pub(crate) mod sasl;
 pub use sasl::SASL_RECEIVE_BYTES_MAX;
@@ -201,12 +203,14 @@ pub struct Session {
     /// Kafka's principal: `User:<name>` after SASL, `User:<subject>` with a client
     /// certificate, else `User:ANONYMOUS`.
     pub principal: Arc<str>,
+    /// The client's IP address (ACL bindings name hosts).
+    pub host: Arc<str>,
 }
 
 impl Session {
-    /// An unauthenticated connection on `listener`.
-    pub fn anonymous(listener: Arc<str>) -> Session {
-        Session { listener, principal: ANONYMOUS.into() }
+    /// An unauthenticated connection on `listener` from `host`.
+    pub fn anonymous(listener: Arc<str>, host: Arc<str>) -> Session {
+        Session { listener, principal: ANONYMOUS.into(), host }
     }
 }
 
