@@ -156,3 +156,60 @@ fn real_clients_authenticate_over_sasl_ssl_and_sasl_plaintext_and_bad_logins_fai
     }
     assert!(child.0.try_wait().unwrap().is_none(), "SIGHUP ended the process");
 }
+
+/// ACLs with a real client: `folio acls` grants alice WRITE and READ on `orders-*` and READ
+/// on group `g`; kcat produces and consumes there as alice, is refused `secret` with
+/// librdkafka's "Topic authorization failed", and the super user may do everything.
+#[test]
+fn kcat_is_allowed_and_refused_by_acls() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let meta = format!("embedded:{}", data.join("metadata").display());
+    for user in ["admin", "alice"] {
+        folio(&["users", "--metadata", &meta, "add", user, "--password", "pw"]);
+    }
+    let grant = ["--principal", "User:alice", "--resource-type", "Topic", "--name", "orders-"];
+    let ops = ["--pattern", "Prefixed", "--operation", "Write", "--operation", "Read"];
+    folio(&[&["acls", "--metadata", &meta, "add"][..], &grant, &ops].concat());
+    let group = ["--principal", "User:alice", "--resource-type", "Group", "--name", "g"];
+    folio(&[&["acls", "--metadata", &meta, "add"][..], &group, &["--operation", "Read"]].concat());
+    let listed = folio(&["acls", "--metadata", &meta, "list"]);
+    assert_eq!(listed.lines().count(), 3, "{listed}");
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))
+        .args(["standalone", "--data-dir"])
+        .arg(&data)
+        .args(["--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .args(["--listener", "SASL_PLAINTEXT://127.0.0.1:0"])
+        .args(["--authorizer", "--super-user", "User:admin"])
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn folio standalone");
+    let at = common::kafka_listeners(&mut child, 1)[0].1.clone();
+    let _child = common::Proc(child);
+    let none = Path::new("");
+    let as_user = |u: &str| sasl("SASL_PLAINTEXT", "SCRAM-SHA-512", u, "pw", none);
+    // The super user creates both topics (auto-creation needs CREATE, which alice lacks).
+    for topic in ["orders-1", "secret"] {
+        let p = with(&["-P", "-b", &at, "-t", topic], &as_user("admin"));
+        common::kcat(&strs(&p), Some("from-admin\n"));
+    }
+    let p = with(&["-P", "-b", &at, "-t", "orders-1"], &as_user("alice"));
+    common::kcat(&strs(&p), Some("from-alice\n"));
+    let c =
+        with(&["-C", "-b", &at, "-G", "g", "-o", "beginning", "-e", "orders-1"], &as_user("alice"));
+    let mut got: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while got.len() < 2 && Instant::now() < deadline {
+        got = common::kcat(&strs(&c), None).lines().map(str::to_string).collect();
+    }
+    assert_eq!(got, ["from-admin", "from-alice"]);
+    let p = with(&["-P", "-b", &at, "-t", "secret"], &as_user("alice"));
+    let (ok, _, stderr) = common::kcat_status_with(&strs(&p), "no\n");
+    assert!(!ok && stderr.contains("Topic authorization failed"), "{stderr}");
+    let c = with(&["-C", "-b", &at, "-t", "secret", "-o", "beginning", "-e"], &as_user("alice"));
+    let (ok, _, stderr) = common::kcat_status(&strs(&c));
+    assert!(stderr.contains("Topic authorization failed"), "alice read secret ({ok}): {stderr}");
+}

@@ -187,3 +187,18 @@ pub fn kcat_status(args: &[&str]) -> (bool, String, String) {
     let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
     (out.status.success(), text(&out.stdout), text(&out.stderr))
 }
+
+/// Runs kcat with `args` and `stdin`; its exit status, stdout and stderr.
+pub fn kcat_status_with(args: &[&str], stdin: &str) -> (bool, String, String) {
+    let mut c = Command::new("kcat")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kcat (apt-get install kcat; scripts/test.sh does this)");
+    std::io::Write::write_all(&mut c.stdin.take().unwrap(), stdin.as_bytes()).unwrap();
+    let out = c.wait_with_output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
