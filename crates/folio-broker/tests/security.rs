@@ -348,3 +348,44 @@ async fn unauthenticated_input_is_bounded_and_v0_raw_tokens_work() {
     c.send_raw(b"\0alice\0wrong").await.unwrap();
     assert_eq!(c.recv_raw().await.unwrap(), None, "a failed v0 exchange closes without an answer");
 }
+
+/// A TLS connection's large answers: 12 MiB fetched in 10 MiB answers over SSL. When the
+/// listener split the TLS stream into a reader and a writer, a read flushing pending TLS
+/// records took the writer's wake-up and a large answer stalled half-sent for ever (found
+/// by `bench kafka --tls`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_answers_over_tls_are_written_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, certs) = secured(dir.path(), |_| {}).await;
+    let mut plain = Conn::open(addr(&s, SecurityProtocol::Plaintext)).await;
+    let _: MetadataResponse = plain.call(ApiKey::Metadata, 12, &metadata_req(&["big"])).await;
+    let batches = 96;
+    for _ in 0..batches {
+        let b = Bytes::from(common::batch_sized(128, 1024));
+        let req = folio_broker::client::produce_request("big", 0, b, -1);
+        let r: kafka_protocol::messages::ProduceResponse =
+            plain.call(ApiKey::Produce, 9, &req).await;
+        assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+    }
+    let mut c = KafkaConn::connect_tls(addr(&s, SecurityProtocol::Ssl), &tls_client(&certs.ca))
+        .await
+        .unwrap();
+    let (mut offset, mut bytes) = (0i64, 0usize);
+    let fetched = tokio::time::timeout(Duration::from_secs(60), async {
+        while offset < batches * 128 {
+            let mut req = common::fetch_req("big", uuid::Uuid::nil(), offset);
+            req.max_bytes = 50 << 20;
+            req.topics[0].partitions[0].partition_max_bytes = 10 << 20;
+            let r: kafka_protocol::messages::FetchResponse =
+                c.call(ApiKey::Fetch, 12, &req).await.unwrap();
+            let p = &r.responses[0].partitions[0];
+            assert_eq!(p.error_code, 0);
+            let records = p.records.as_ref().unwrap();
+            bytes += records.len();
+            offset = common::base_offsets(records).last().unwrap() + 128;
+        }
+    })
+    .await;
+    assert!(fetched.is_ok(), "a fetch over TLS stalled at offset {offset} after {bytes} bytes");
+    assert!(bytes >= 12 << 20, "{bytes} bytes fetched");
+}

@@ -49,6 +49,10 @@ pub struct Args {
     /// `backlog` (catching up on a backlog, 1 and 3 bookies, 1 KiB and 100 B records).
     #[arg(long, default_value = "all", value_parser = ["all", "produce", "backlog"])]
     phase: String,
+    /// Instead: produce and consume over SASL_SSL (SCRAM-SHA-512) against PLAINTEXT in the
+    /// same run (`ratio_vs_plaintext`).
+    #[arg(long)]
+    tls: bool,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -73,6 +77,9 @@ async fn run_async(args: Args) -> Result<(), String> {
     let tmp = super::temp_dir(&args.run.dir, ".folio-bench-kafka-")?;
     let driver = tmp.path().join("kafka_driver.py");
     std::fs::write(&driver, DRIVER).map_err(|e| format!("writing {}: {e}", driver.display()))?;
+    if args.tls {
+        return super::kafka_tls::run(args.run.quick, tmp.path(), &driver).await;
+    }
     if args.phase != "backlog" {
         produce_phases(&args, tmp.path(), &driver).await?;
     }
@@ -308,13 +315,27 @@ async fn drive(
     topic: &'static str,
     args: Vec<String>,
 ) -> Result<String, String> {
+    drive_with(driver, mode, bootstrap, topic, args, None).await
+}
+
+/// `drive` with extra client settings (JSON, merged into the producer's and consumer's
+/// configs: security settings).
+pub(crate) async fn drive_with(
+    driver: &Path,
+    mode: &'static str,
+    bootstrap: String,
+    topic: &'static str,
+    args: Vec<String>,
+    conf: Option<String>,
+) -> Result<String, String> {
     let driver = driver.to_path_buf();
     let out = tokio::task::spawn_blocking(move || {
-        Command::new("python3")
-            .arg(&driver)
-            .args([mode, bootstrap.as_str(), topic])
-            .args(args)
-            .output()
+        let mut c = Command::new("python3");
+        c.arg(&driver).args([mode, bootstrap.as_str(), topic]).args(args);
+        if let Some(conf) = conf {
+            c.env("FOLIO_BENCH_KAFKA_CONF", conf);
+        }
+        c.output()
     })
     .await
     .map_err(|e| e.to_string())?
@@ -334,7 +355,7 @@ fn mb_per_s(line: &str) -> Result<f64, String> {
 }
 
 /// The number `key=` of a driver's figures line.
-fn figure(line: &str, key: &str) -> Result<f64, String> {
+pub(crate) fn figure(line: &str, key: &str) -> Result<f64, String> {
     figures(line)
         .into_iter()
         .find(|(k, _)| k == key)

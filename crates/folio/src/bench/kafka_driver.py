@@ -14,12 +14,17 @@
 
 Prints key=value figures on one line.
 """
+import json
+import os
 import sys
 import time
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 MIB = 1024.0 * 1024.0
+# Extra client settings (JSON) for both producer and consumer: the security settings of
+# `bench kafka --tls`.
+EXTRA = json.loads(os.environ.get("FOLIO_BENCH_KAFKA_CONF", "{}"))
 mode, bootstrap, topic = sys.argv[1], sys.argv[2], sys.argv[3]
 latencies = []
 errors = []
@@ -42,6 +47,7 @@ def producer():
         # A bounded client queue: latency at saturation is queueing, so keep it near the
         # pipeline's depth rather than librdkafka's default of 100 000 records.
         "queue.buffering.max.messages": 20_000,
+        **EXTRA,
     })
 
 
@@ -53,7 +59,7 @@ def consumer(defaults=False):
     if not defaults:
         config.update({"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760,
                        "queued.min.messages": 1_000_000})
-    return Consumer(config)
+    return Consumer({**config, **EXTRA})
 
 
 def pct(q):

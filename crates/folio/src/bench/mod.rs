@@ -6,6 +6,7 @@ mod delete;
 mod gc;
 mod hostile;
 mod kafka;
+mod kafka_tls;
 mod ledger;
 mod log;
 mod meta;
