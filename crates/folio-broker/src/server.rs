@@ -179,15 +179,12 @@ async fn secure(
         session.principal = p.into();
     }
     // One task moves the bytes between the TLS stream and an in-memory pipe that the
-    // connection splits into its reader and writer. Splitting the TLS stream itself loses
-    // wake-ups: a read that flushes pending TLS records takes the socket's write-readiness
-    // waker from the writer, which then sleeps for ever with a large answer half sent
-    // (found by `bench kafka --tls`: 10 MiB fetches stalled).
+    // connection splits into its reader and writer (`pump_tls`). Splitting the TLS stream
+    // itself loses wake-ups: a read that flushes pending TLS records takes the socket's
+    // write-readiness waker from the writer, which then sleeps for ever with a large
+    // answer half sent (found by `bench kafka --tls`: 10 MiB fetches stalled).
     let (ours, theirs) = tokio::io::duplex(TLS_PIPE_BYTES);
-    let mut pump = tokio::spawn(async move {
-        let (mut tls, mut theirs) = (stream, theirs);
-        let _ = tokio::io::copy_bidirectional(&mut tls, &mut theirs).await;
-    });
+    let mut pump = tokio::spawn(pump_tls(stream, theirs));
     let r = connection(inner.clone(), ours, session, sasl).await;
     // The pipe is closed: the pump flushes what is left and sends close_notify, within
     // reply_write_timeout (a client that never reads or closes does not keep it).
@@ -199,6 +196,111 @@ async fn secure(
 
 /// Bytes buffered between a TLS connection's stream and its reader and writer.
 const TLS_PIPE_BYTES: usize = 256 * 1024;
+
+/// Moves bytes both ways between a TLS stream and the connection's pipe, in one task and
+/// one poll (so both directions wake the same waker). Once the connection has ended and
+/// everything it wrote is flushed to the TLS stream, what the client
+/// still sends is read and dropped until it closes, at most `CLOSE_LINGER`: closing a
+/// socket with unread bytes resets it, and a reset can make the client drop the last
+/// answer unread (kafka-python lost a failed SASL exchange's answer so).
+async fn pump_tls<T: AsyncRead + AsyncWrite + Unpin>(
+    mut tls: T,
+    mut pipe: tokio::io::DuplexStream,
+) {
+    // The TLS side is flushed, not shut down: a close_notify right behind the last answer
+    // made kafka-python report "socket disconnected" instead of reading that answer (a
+    // failed SASL exchange); the socket's close ends the connection all the same.
+    let (mut up, mut down) = (Flow::new(false), Flow::new(true));
+    let (mut up_done, mut down_done) = (false, false);
+    let mut linger: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    std::future::poll_fn(|cx| {
+        use std::task::Poll;
+        if !up_done && up.poll(cx, &mut pipe, &mut tls).is_ready() {
+            up_done = true;
+        }
+        if !down_done && down.poll(cx, &mut tls, &mut pipe).is_ready() {
+            down_done = true;
+        }
+        if !up_done {
+            return Poll::Pending;
+        }
+        if down_done {
+            return Poll::Ready(());
+        }
+        let l = linger.get_or_insert_with(|| Box::pin(tokio::time::sleep(CLOSE_LINGER)));
+        l.as_mut().poll(cx)
+    })
+    .await;
+}
+
+/// One direction of `pump_tls`: a buffer between a reader and a writer.
+struct Flow {
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+    eof: bool,
+    /// The writer failed (the connection is gone): what is read is dropped.
+    discard: bool,
+    /// Whether the writer is shut down after the reader's end.
+    shutdown: bool,
+}
+
+impl Flow {
+    fn new(shutdown: bool) -> Flow {
+        let buf = vec![0; 64 * 1024].into_boxed_slice();
+        Flow { buf, start: 0, end: 0, eof: false, discard: false, shutdown }
+    }
+
+    /// Copies until `r` ends (then flushes `w`, and shuts it down if `shutdown`) or fails;
+    /// once `w` failed, what `r` gives is dropped.
+    fn poll<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        r: &mut R,
+        w: &mut W,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::pin::Pin;
+        use std::task::Poll;
+        loop {
+            if self.start < self.end {
+                if self.discard {
+                    self.start = self.end;
+                    continue;
+                }
+                match Pin::new(&mut *w).poll_write(cx, &self.buf[self.start..self.end]) {
+                    Poll::Ready(Ok(n)) if n > 0 => self.start += n,
+                    Poll::Ready(_) => self.discard = true,
+                    Poll::Pending => return Poll::Pending,
+                }
+                continue;
+            }
+            if self.eof {
+                std::task::ready!(Pin::new(&mut *w).poll_flush(cx))?;
+                if self.discard || !self.shutdown {
+                    return Poll::Ready(Ok(()));
+                }
+                return Pin::new(&mut *w).poll_shutdown(cx);
+            }
+            let mut rb = tokio::io::ReadBuf::new(&mut self.buf);
+            match Pin::new(&mut *r).poll_read(cx, &mut rb) {
+                Poll::Ready(Ok(())) => {
+                    let n = rb.filled().len();
+                    (self.start, self.end, self.eof) = (0, n, n == 0);
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {
+                    // Nothing to read now: push out what the writer buffered (TLS records).
+                    if !self.discard
+                        && let Poll::Ready(Err(e)) = Pin::new(&mut *w).poll_flush(cx)
+                    {
+                        return Poll::Ready(Err(e));
+                    }
+                    return Poll::Pending;
+                }
+            }
+        }
+    }
+}
 
 async fn connection<S>(
     inner: Arc<Inner>,
@@ -272,7 +374,10 @@ where
                 inner.metrics.sasl_authenticated(false);
                 tracing::info!(listener = %session.listener, reason = %why, "SASL authentication failed");
                 let _ = tx.send((ready(Ok(Some(f))), Arc::new(Mutex::new(held)))).await;
-                break;
+                drop(tx);
+                let written = writer.await.map_err(|e| e.to_string())?;
+                linger(&mut rd).await;
+                return written;
             }
         };
         if tx.send(pending).await.is_err() {
@@ -282,6 +387,22 @@ where
     drop(tx);
     writer.await.map_err(|e| e.to_string())?
 }
+
+/// After a last answer the broker closes on (a failed authentication): reads and drops
+/// what the client still sends until it closes, at most `CLOSE_LINGER`. Closing a socket
+/// with unread bytes resets it, and a reset can make the client drop that answer unread
+/// (kafka-python did, now and then).
+async fn linger<R: AsyncRead + Unpin>(rd: &mut R) {
+    let mut scratch = [0u8; 4096];
+    let _ = tokio::time::timeout(CLOSE_LINGER, async {
+        while matches!(rd.read(&mut scratch).await, Ok(n) if n > 0) {}
+    })
+    .await;
+}
+
+/// How long a connection the broker closes keeps reading (and dropping) what its client
+/// sends.
+const CLOSE_LINGER: Duration = Duration::from_secs(2);
 
 /// An answer being worked on, with the bytes its request holds.
 type Queued = (Pending, Arc<Mutex<Held>>);
@@ -313,7 +434,8 @@ async fn write_answers<W: AsyncWrite + Unpin>(
         }
         drop(held); // the request's and its answer's bytes are free again
     }
-    let _ = wr.shutdown().await; // a TLS close_notify; nothing to lose if it fails
+    // No shutdown (FIN) here: a FIN right behind a last answer made kafka-python drop that
+    // answer now and then; the socket's close sends it.
     Ok(())
 }
 

@@ -143,8 +143,12 @@ async fn sasl_plain_and_scram_authenticate_on_both_sasl_listeners_and_bad_logins
         assert_eq!(c.recv_raw().await.unwrap(), None, "{mech:?} {user}: connection closed");
     }
 
-    // SASL_SSL: TLS first, then SCRAM; Metadata names the SASL_SSL port.
+    // SASL_SSL: TLS first, then SCRAM; Metadata names the SASL_SSL port. A wrong
+    // password's answer arrives before the close over TLS too.
     let sasl_ssl = addr(&s, SecurityProtocol::SaslSsl);
+    let mut c = KafkaConn::connect_tls(sasl_ssl, &tls_client(&certs.ca)).await.unwrap();
+    let e = c.authenticate(Mechanism::ScramSha512, "alice", "wrong").await.unwrap_err();
+    assert!(e.contains(&format!("error {}", errors::SASL_AUTHENTICATION_FAILED)), "over TLS: {e}");
     let mut c = KafkaConn::connect_tls(sasl_ssl, &tls_client(&certs.ca)).await.unwrap();
     c.authenticate(Mechanism::ScramSha512, "alice", "alice-secret").await.unwrap();
     assert_eq!(metadata(&mut c).await.unwrap().brokers[0].port, sasl_ssl.port() as i32);
@@ -169,7 +173,7 @@ async fn sasl_plain_and_scram_authenticate_on_both_sasl_listeners_and_bad_logins
     assert_eq!(r.error_code, errors::ILLEGAL_SASL_STATE);
     let m = s.broker.metrics();
     assert_eq!(m.sasl_authentications.load(std::sync::atomic::Ordering::Relaxed), 4);
-    assert_eq!(m.sasl_authentication_failures.load(std::sync::atomic::Ordering::Relaxed), 4);
+    assert_eq!(m.sasl_authentication_failures.load(std::sync::atomic::Ordering::Relaxed), 5);
     assert!(m.tls_handshake_failures.load(std::sync::atomic::Ordering::Relaxed) >= 2);
 }
 
