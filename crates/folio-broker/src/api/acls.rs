@@ -128,6 +128,22 @@ async fn reload(inner: &Inner) {
     }
 }
 
+/// The `AclFilter` of a DescribeAcls request or a DeleteAcls filter (the same fields in
+/// two generated types).
+macro_rules! filter_of {
+    ($r:expr) => {
+        AclFilter {
+            resource_type: $r.resource_type_filter,
+            name: $r.resource_name_filter.map(|n| n.to_string()),
+            pattern: $r.pattern_type_filter,
+            principal: $r.principal_filter.map(|n| n.to_string()),
+            host: $r.host_filter.map(|n| n.to_string()),
+            operation: $r.operation,
+            permission: $r.permission_type,
+        }
+    };
+}
+
 pub(crate) struct DescribeAcls;
 
 impl Handler for DescribeAcls {
@@ -146,15 +162,7 @@ impl Handler for DescribeAcls {
                 .with_error_code(code)
                 .with_error_message(Some(str_bytes(msg)));
         }
-        let f = AclFilter {
-            resource_type: req.resource_type_filter,
-            name: req.resource_name_filter.map(|n| n.to_string()),
-            pattern: req.pattern_type_filter,
-            principal: req.principal_filter.map(|n| n.to_string()),
-            host: req.host_filter.map(|n| n.to_string()),
-            operation: req.operation,
-            permission: req.permission_type,
-        };
+        let f = filter_of!(req);
         if let Err(e) = f.validate() {
             return DescribeAclsResponse::default()
                 .with_error_code(errors::INVALID_REQUEST)
@@ -218,15 +226,7 @@ impl Handler for DeleteAcls {
     ) -> DeleteAclsResponse {
         let mut resp = DeleteAclsResponse::default();
         for f in req.filters {
-            let f = AclFilter {
-                resource_type: f.resource_type_filter,
-                name: f.resource_name_filter.map(|n| n.to_string()),
-                pattern: f.pattern_type_filter,
-                principal: f.principal_filter.map(|n| n.to_string()),
-                host: f.host_filter.map(|n| n.to_string()),
-                operation: f.operation,
-                permission: f.permission_type,
-            };
+            let f = filter_of!(f);
             let result = if inner.acls.is_none() {
                 Err(disabled())
             } else if let Err(e) = f.validate() {
