@@ -139,13 +139,7 @@ impl Handler for JoinGroup {
     const KEY: ApiKey = ApiKey::JoinGroup;
 
     fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
-        super::all_denied(
-            inner,
-            Operation::Read,
-            ResourceType::Group,
-            [req.group_id.as_str()],
-            errors::GROUP_AUTHORIZATION_FAILED,
-        )
+        super::group_denied(inner, Operation::Read, &req.group_id)
     }
 
     async fn handle(inner: Arc<Inner>, version: i16, req: JoinGroupRequest) -> JoinGroupResponse {
@@ -212,13 +206,7 @@ impl Handler for SyncGroup {
     const KEY: ApiKey = ApiKey::SyncGroup;
 
     fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
-        super::all_denied(
-            inner,
-            Operation::Read,
-            ResourceType::Group,
-            [req.group_id.as_str()],
-            errors::GROUP_AUTHORIZATION_FAILED,
-        )
+        super::group_denied(inner, Operation::Read, &req.group_id)
     }
 
     async fn handle(inner: Arc<Inner>, version: i16, req: SyncGroupRequest) -> SyncGroupResponse {
@@ -256,13 +244,7 @@ impl Handler for Heartbeat {
     const KEY: ApiKey = ApiKey::Heartbeat;
 
     fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
-        super::all_denied(
-            inner,
-            Operation::Read,
-            ResourceType::Group,
-            [req.group_id.as_str()],
-            errors::GROUP_AUTHORIZATION_FAILED,
-        )
+        super::group_denied(inner, Operation::Read, &req.group_id)
     }
 
     async fn handle(inner: Arc<Inner>, version: i16, req: HeartbeatRequest) -> HeartbeatResponse {
@@ -289,13 +271,7 @@ impl Handler for LeaveGroup {
     const KEY: ApiKey = ApiKey::LeaveGroup;
 
     fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
-        super::all_denied(
-            inner,
-            Operation::Read,
-            ResourceType::Group,
-            [req.group_id.as_str()],
-            errors::GROUP_AUTHORIZATION_FAILED,
-        )
+        super::group_denied(inner, Operation::Read, &req.group_id)
     }
 
     async fn handle(inner: Arc<Inner>, version: i16, req: LeaveGroupRequest) -> LeaveGroupResponse {
@@ -337,14 +313,7 @@ impl Handler for OffsetCommit {
     const KEY: ApiKey = ApiKey::OffsetCommit;
 
     fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
-        super::all_denied(
-            inner,
-            Operation::Read,
-            ResourceType::Group,
-            [req.group_id.as_str()],
-            errors::GROUP_AUTHORIZATION_FAILED,
-        )
-        .or_else(|| {
+        super::group_denied(inner, Operation::Read, &req.group_id).or_else(|| {
             super::all_denied(
                 inner,
                 Operation::Read,

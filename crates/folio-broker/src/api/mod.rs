@@ -310,6 +310,11 @@ pub(crate) fn all_denied<'a>(
     (!ok).then_some(code)
 }
 
+/// GROUP_AUTHORIZATION_FAILED unless this request's principal may do `op` on `group`.
+pub(crate) fn group_denied(inner: &Inner, op: Operation, group: &str) -> Option<i16> {
+    all_denied(inner, op, ResourceType::Group, [group], errors::GROUP_AUTHORIZATION_FAILED)
+}
+
 /// The configs authorization of DescribeConfigs and the AlterConfigs (resource type 2 a
 /// topic, 4 a broker: the cluster).
 pub(crate) fn configs_denied<'a>(
