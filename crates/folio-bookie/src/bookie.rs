@@ -59,6 +59,8 @@ pub struct BookieConfig {
     pub server: crate::limits::ServerLimits,
     pub gc: crate::gc::GcConfig,
     pub integrity: crate::integrity::IntegrityConfig,
+    /// Who may connect: the cluster secret connections prove (`crate::auth`).
+    pub auth: crate::auth::AuthConfig,
     /// The file layer for the node's own files (cookies, `DIRTY`); tests crash it.
     pub fs: Arc<dyn FileSystem>,
 }
@@ -90,6 +92,7 @@ impl BookieConfig {
             server: crate::limits::ServerLimits::default(),
             gc: crate::gc::GcConfig::default(),
             integrity: crate::integrity::IntegrityConfig::default(),
+            auth: crate::auth::AuthConfig::default(),
             fs: Arc::new(RealFs),
         }
     }
@@ -104,6 +107,7 @@ impl BookieConfig {
         if self.lease_ttl < Duration::from_secs(1) {
             return Err("lease_ttl must be at least 1 s".into());
         }
+        self.auth.validate(self.listen)?;
         self.server.validate()
     }
 
@@ -253,12 +257,15 @@ impl Bookie {
         let lease = meta.grant_lease(config.lease_ttl).await?;
         register(meta.as_ref(), &keys, &registration, lease, false).await?;
         let lease = Arc::new(std::sync::Mutex::new(lease));
-        let handler = Arc::new(Handler::new(
-            storage.clone(),
-            read_only.clone(),
-            ledger_dir.clone(),
-            config.server.clone(),
-        ));
+        let handler = Arc::new(
+            Handler::new(
+                storage.clone(),
+                read_only.clone(),
+                ledger_dir.clone(),
+                config.server.clone(),
+            )
+            .with_secret(config.auth.secret.clone()),
+        );
         let (stop, stop_rx) = watch::channel(false);
         let stop_rx_gc = stop_rx.clone();
         let mut tasks =

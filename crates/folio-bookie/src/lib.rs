@@ -6,6 +6,7 @@
 //! knows no network, metadata store or async runtime; this crate adds those. The storage
 //! engine's modules are re-exported under their own names for the node's users.
 
+pub mod auth;
 pub mod bookie;
 pub mod error;
 pub mod gc;

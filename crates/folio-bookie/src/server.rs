@@ -8,6 +8,9 @@
 //! frame closes its connection (logged with the peer and the reason) and nothing else; so
 //! do an idle connection, a frame that trickles in, and a client that takes no replies.
 //!
+//! With a cluster secret (`Handler::secret`), a connection proves it first (`crate::auth`);
+//! one that does not is answered UNAUTHORIZED and closed, counted in `auth_refused`.
+//!
 //! Storage calls that may block (an add, fence, LAC or force waiting for write-cache or
 //! journal-queue room, reads from disk) run on blocking threads, never on the async
 //! workers.
@@ -18,6 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::BytesMut;
+use folio_proto::auth::ClusterSecret;
 use folio_proto::wire::{self, MasterKey, Request, RequestFrame, Response, ResponseFrame};
 use folio_proto::{Entry, EntryId, LedgerId, Status};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -42,6 +46,8 @@ pub struct ServerStats {
     pub slow_requests_closed: AtomicU64,
     /// Connections closed because a reply waited `reply_write_timeout`.
     pub slow_readers_closed: AtomicU64,
+    /// Connections refused: they did not prove the cluster secret.
+    pub auth_refused: AtomicU64,
 }
 
 /// What a connection needs to serve requests.
@@ -56,6 +62,8 @@ pub struct Handler {
     /// Request and reply bytes all connections hold (`limits.process_bytes_max`).
     pub budget: Arc<Semaphore>,
     pub stats: ServerStats,
+    /// The secret every connection must prove first; `None`: connections are trusted.
+    pub secret: Option<ClusterSecret>,
 }
 
 impl Handler {
@@ -67,7 +75,14 @@ impl Handler {
         limits: ServerLimits,
     ) -> Handler {
         let budget = Arc::new(Semaphore::new(limits.process_bytes_max));
-        Handler { storage, read_only, ledger_dir, limits, budget, stats: ServerStats::default() }
+        let stats = ServerStats::default();
+        Handler { storage, read_only, ledger_dir, limits, budget, stats, secret: None }
+    }
+
+    /// The same handler, requiring `secret` of every connection when it is set.
+    pub fn with_secret(mut self, secret: Option<ClusterSecret>) -> Handler {
+        self.secret = secret;
+        self
     }
 
     /// Request and reply bytes all connections hold now.
@@ -147,11 +162,25 @@ fn reserve_bytes(frame: &RequestFrame, frame_len: usize) -> usize {
 }
 
 async fn connection(
-    stream: TcpStream,
+    mut stream: TcpStream,
     peer: SocketAddr,
     h: Arc<Handler>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    if let Some(secret) = &h.secret {
+        let timeout = h.limits.request_read_timeout;
+        match crate::auth::accept(&mut stream, peer, secret, timeout).await {
+            Ok(rest) => buf.extend_from_slice(&rest),
+            Err(refusal) => {
+                // Counted before the answer goes out: whoever reads the answer sees the count.
+                h.stats.auth_refused.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%peer, "refused a bookie connection: {}", refusal.why);
+                crate::auth::refuse(&mut stream, &refusal).await;
+                return;
+            }
+        }
+    }
     h.stats.connections_open.fetch_add(1, Ordering::Relaxed);
     let (mut rd, mut wr) = stream.into_split();
     // Unbounded in items, bounded in fact: every reply holds one of the connection's
@@ -190,7 +219,6 @@ async fn connection(
     });
     let slots = Arc::new(Semaphore::new(h.limits.inflight_per_connection));
     let budget = Arc::new(Semaphore::new(h.limits.connection_bytes_max));
-    let mut buf = BytesMut::with_capacity(64 * 1024);
     // When the first byte of a frame not yet complete arrived.
     let mut frame_started: Option<tokio::time::Instant> = None;
     let mut slow_reader = None;
@@ -373,6 +401,14 @@ fn dispatch(h: &Arc<Handler>, frame: RequestFrame, permit: Held, tx: mpsc::Unbou
                     permit,
                 ),
             });
+        }
+        // The handshake is over (or this bookie has no secret): AUTH means nothing now.
+        Request::Auth(step) => {
+            let step = match step {
+                wire::AuthStep::Hello { .. } => 1,
+                wire::AuthStep::Proof { .. } => 2,
+            };
+            reply(&tx, Status::BadRequest, Response::Auth { step, challenge: None }, permit)
         }
     }
 }

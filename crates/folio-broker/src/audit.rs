@@ -300,7 +300,9 @@ async fn list_bookies(
                 .map_err(|e| format!("resolving {}: {e}", r.address))?
                 .next()
                 .ok_or_else(|| format!("{} resolves to nothing", r.address))?;
-            let conn = BookieConnection::connect(addr, 4).await.map_err(|e| e.to_string())?;
+            let secret = env.client.cluster_secret();
+            let conn =
+                BookieConnection::connect_with(addr, 4, secret).await.map_err(|e| e.to_string())?;
             let mut all = Vec::new();
             let mut from = 0u64;
             loop {

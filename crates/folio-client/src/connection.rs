@@ -1,6 +1,12 @@
 //! One TCP connection to a bookie, shared by any number of concurrent callers: requests are
 //! pipelined with request ids and matched to responses in whatever order they come back.
 //! The number of requests in flight is bounded; callers wait for a slot.
+//!
+//! With a cluster secret, the connection proves it and checks the bookie's proof
+//! (`folio_proto::auth`) before it carries any request; a bookie that refuses it, or cannot
+//! prove the secret itself, fails the connect with `Refused`. A bookie that wants a secret
+//! this client lacks answers its first request UNAUTHORIZED: the connection fails with
+//! `Refused` too, saying so.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -8,7 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
-use folio_proto::wire::{self, Request, RequestFrame, ResponseFrame};
+use folio_proto::Status;
+use folio_proto::auth::{AuthToken, ClusterSecret};
+use folio_proto::wire::{self, AuthStep, OpCode, Request, RequestFrame, Response, ResponseFrame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc, oneshot};
@@ -22,7 +30,12 @@ pub enum ConnectionError {
     Closed { addr: SocketAddr, reason: String },
     #[error("bookie {addr} sent a malformed frame: {reason}")]
     Protocol { addr: SocketAddr, reason: String },
+    #[error("bookie {addr}: {reason}")]
+    Refused { addr: SocketAddr, reason: String },
 }
+
+/// How long the cluster-secret handshake may take.
+const AUTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<ResponseFrame>>>>;
 
@@ -43,10 +56,29 @@ impl BookieConnection {
         addr: SocketAddr,
         inflight_max: usize,
     ) -> Result<BookieConnection, ConnectionError> {
-        let stream = TcpStream::connect(addr)
+        BookieConnection::connect_with(addr, inflight_max, None).await
+    }
+
+    /// Connects, proving `secret` first when there is one.
+    pub async fn connect_with(
+        addr: SocketAddr,
+        inflight_max: usize,
+        secret: Option<&ClusterSecret>,
+    ) -> Result<BookieConnection, ConnectionError> {
+        let mut stream = TcpStream::connect(addr)
             .await
             .map_err(|e| ConnectionError::Connect { addr, reason: e.to_string() })?;
         let _ = stream.set_nodelay(true);
+        if let Some(secret) = secret {
+            tokio::time::timeout(AUTH_TIMEOUT, handshake(&mut stream, addr, secret))
+                .await
+                .map_err(|_| ConnectionError::Refused {
+                    addr,
+                    reason: format!(
+                        "no answer to the cluster-secret handshake in {AUTH_TIMEOUT:?}"
+                    ),
+                })??;
+        }
         let (mut rd, mut wr) = stream.into_split();
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let closed = Arc::new(Mutex::new(None));
@@ -78,6 +110,17 @@ impl BookieConnection {
                     match wire::take_frame(&mut buf) {
                         Ok(None) => break,
                         Ok(Some(body)) => match wire::decode_response(body) {
+                            Ok(f)
+                                if f.status == Status::Unauthorized
+                                    && f.response.op() == OpCode::Auth =>
+                            {
+                                break 'read ConnectionError::Refused {
+                                    addr,
+                                    reason: "the bookie requires the cluster secret, and this \
+                                             client has none (--cluster-secret-file)"
+                                        .into(),
+                                };
+                            }
                             Ok(f) => {
                                 let waiter = reader_pending
                                     .lock()
@@ -155,5 +198,75 @@ impl BookieConnection {
             return Err(self.closed_error());
         }
         done_rx.await.map_err(|_| self.closed_error())
+    }
+}
+
+/// The client's side of the cluster-secret handshake, on the bare stream.
+async fn handshake(
+    stream: &mut TcpStream,
+    addr: SocketAddr,
+    secret: &ClusterSecret,
+) -> Result<(), ConnectionError> {
+    let refused = |reason: String| ConnectionError::Refused { addr, reason };
+    let client_nonce: AuthToken = rand::random();
+    let hello = Request::Auth(AuthStep::Hello { client_nonce });
+    let (status, response) = auth_step(stream, addr, hello).await?;
+    let (server_nonce, proof) = match (status, response) {
+        (Status::Ok, Response::Auth { step: 1, challenge: Some(c) }) => c,
+        (Status::BadRequest, Response::Auth { .. }) => {
+            return Err(refused(
+                "the bookie has no cluster secret, and this client has one: give the same \
+                 cluster_secret_file to every bookie, broker and tool of the cluster"
+                    .into(),
+            ));
+        }
+        (status, _) => return Err(refused(format!("the handshake's hello got {}", status.name()))),
+    };
+    if !secret.verify_server(&client_nonce, &server_nonce, &proof) {
+        return Err(refused(
+            "the bookie cannot prove the cluster secret (another cluster's bookie, or another \
+             secret)"
+                .into(),
+        ));
+    }
+    let client_proof = secret.client_proof(&client_nonce, &server_nonce);
+    match auth_step(stream, addr, Request::Auth(AuthStep::Proof { client_proof })).await? {
+        (Status::Ok, Response::Auth { step: 2, .. }) => Ok(()),
+        (Status::Unauthorized, _) => {
+            Err(refused("the bookie refused this client's cluster secret (another secret)".into()))
+        }
+        (status, _) => Err(refused(format!("the handshake's proof got {}", status.name()))),
+    }
+}
+
+/// Sends one AUTH request and reads its answer.
+async fn auth_step(
+    stream: &mut TcpStream,
+    addr: SocketAddr,
+    request: Request,
+) -> Result<(Status, Response), ConnectionError> {
+    let mut out = BytesMut::new();
+    wire::encode_request(&RequestFrame { request_id: 0, request }, &mut out);
+    let closed = |e: std::io::Error| ConnectionError::Closed { addr, reason: e.to_string() };
+    stream.write_all(&out).await.map_err(closed)?;
+    let mut buf = BytesMut::with_capacity(256);
+    loop {
+        match wire::take_frame(&mut buf) {
+            Ok(Some(body)) => {
+                let f = wire::decode_response(body)
+                    .map_err(|e| ConnectionError::Protocol { addr, reason: e.to_string() })?;
+                return Ok((f.status, f.response));
+            }
+            Ok(None) => {}
+            Err(e) => return Err(ConnectionError::Protocol { addr, reason: e.to_string() }),
+        }
+        if buf.len() > 256 {
+            let reason = "an oversized answer to the handshake".into();
+            return Err(ConnectionError::Protocol { addr, reason });
+        }
+        if stream.read_buf(&mut buf).await.map_err(closed)? == 0 {
+            let reason = "closed by the bookie during the handshake".into();
+            return Err(ConnectionError::Closed { addr, reason });
+        }
     }
 }

@@ -14,6 +14,7 @@ mod pool;
 pub use connection::{BookieConnection, ConnectionError};
 pub use error::{LedgerError, Result, WriterFailure};
 pub use ledger::{
-    CreateOptions, LedgerClient, LedgerReader, LedgerWriter, adds_stalled_total, master_key,
+    CreateOptions, LEDGER_PASSWORD_BYTES, LedgerClient, LedgerReader, LedgerWriter,
+    adds_stalled_total, master_key,
 };
 pub use pool::BookiePool;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use folio_meta::keys::Keys;
 use folio_meta::records::{BookieRegistration, Record};
 use folio_meta::{MetadataStore, list_all};
+use folio_proto::auth::ClusterSecret;
 
 use crate::BookieConnection;
 use crate::error::{LedgerError, Result};
@@ -16,6 +17,8 @@ pub struct BookiePool {
     meta: Arc<dyn MetadataStore>,
     keys: Keys,
     inflight_max: usize,
+    /// The cluster secret every connection proves, if the cluster has one.
+    secret: Option<ClusterSecret>,
     conns: tokio::sync::Mutex<HashMap<String, Arc<BookieConnection>>>,
 }
 
@@ -23,7 +26,19 @@ impl BookiePool {
     /// A pool resolving bookie ids through `meta`, with at most `inflight_max` requests in flight
     /// per connection.
     pub fn new(meta: Arc<dyn MetadataStore>, keys: Keys, inflight_max: usize) -> BookiePool {
-        BookiePool { meta, keys, inflight_max, conns: tokio::sync::Mutex::new(HashMap::new()) }
+        let conns = tokio::sync::Mutex::new(HashMap::new());
+        BookiePool { meta, keys, inflight_max, secret: None, conns }
+    }
+
+    /// The same pool, proving `secret` on every connection it opens.
+    pub fn with_secret(mut self, secret: Option<ClusterSecret>) -> BookiePool {
+        self.secret = secret;
+        self
+    }
+
+    /// The cluster secret connections prove, if any.
+    pub fn secret(&self) -> Option<&ClusterSecret> {
+        self.secret.as_ref()
     }
 
     /// Ids of the bookies registered as writable.
@@ -100,7 +115,8 @@ impl BookiePool {
         let addr = reg.address.parse().map_err(|_| {
             LedgerError::UnknownBookie(format!("{bookie_id} (bad address {})", reg.address))
         })?;
-        let c = Arc::new(BookieConnection::connect(addr, self.inflight_max).await?);
+        let secret = self.secret.as_ref();
+        let c = Arc::new(BookieConnection::connect_with(addr, self.inflight_max, secret).await?);
         conns.insert(bookie_id.to_string(), c.clone());
         Ok(c)
     }

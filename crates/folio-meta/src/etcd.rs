@@ -65,14 +65,76 @@ fn header_revision(h: Option<&etcd_client::ResponseHeader>) -> Revision {
     h.map_or(0, |h| h.revision() as u64)
 }
 
+/// How to reach a secured etcd: a user and password (etcd's `auth enable`) and TLS.
+#[derive(Clone, Default)]
+pub struct EtcdAccess {
+    /// User name and password.
+    pub user: Option<(String, String)>,
+    /// TLS: the CA that signed etcd's certificate (PEM), and a client certificate and key
+    /// (PEM) when etcd asks for one (`--client-cert-auth`).
+    pub tls: Option<EtcdTls>,
+}
+
+impl std::fmt::Debug for EtcdAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdAccess")
+            .field("user", &self.user.as_ref().map(|(u, _)| u))
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+/// TLS to etcd (see `EtcdAccess`).
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    /// PEM file of the CA that signed etcd's certificate.
+    pub ca_file: std::path::PathBuf,
+    /// PEM files of a client certificate and its key.
+    pub client: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
+impl EtcdTls {
+    fn options(&self) -> Result<etcd_client::TlsOptions> {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).map_err(|e| {
+                MetaError::Unavailable(format!("reading etcd TLS file {}: {e}", p.display()))
+            })
+        };
+        let ca = etcd_client::Certificate::from_pem(read(&self.ca_file)?);
+        let mut tls = etcd_client::TlsOptions::new().ca_certificate(ca);
+        if let Some((cert, key)) = &self.client {
+            tls = tls.identity(etcd_client::Identity::from_pem(read(cert)?, read(key)?));
+        }
+        Ok(tls)
+    }
+}
+
 impl EtcdStore {
     /// Connects to etcd at `endpoints` (`host:port`).
     pub async fn connect(endpoints: &[String]) -> Result<EtcdStore> {
-        let options = ConnectOptions::new()
+        EtcdStore::connect_with(endpoints, &EtcdAccess::default()).await
+    }
+
+    /// Connects to etcd at `endpoints` with a user and password and over TLS as `access`
+    /// says (with TLS, an endpoint without a scheme is taken as `https://`).
+    pub async fn connect_with(endpoints: &[String], access: &EtcdAccess) -> Result<EtcdStore> {
+        let mut options = ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(2))
             .with_timeout(Duration::from_secs(5))
             .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5));
-        let client = Client::connect(endpoints, Some(options)).await.map_err(|e| {
+        if let Some((user, password)) = &access.user {
+            options = options.with_user(user.clone(), password.clone());
+        }
+        let mut urls = endpoints.to_vec();
+        if let Some(tls) = &access.tls {
+            options = options.with_tls(tls.options()?);
+            for u in &mut urls {
+                if !u.contains("://") {
+                    *u = format!("https://{u}");
+                }
+            }
+        }
+        let client = Client::connect(&urls, Some(options)).await.map_err(|e| {
             MetaError::Unavailable(format!("connecting to etcd at {}: {e}", endpoints.join(",")))
         })?;
         Ok(EtcdStore { client, endpoints: endpoints.to_vec() })

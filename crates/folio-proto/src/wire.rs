@@ -19,7 +19,13 @@
 //!  7  LIST_ENTRIES     ledger u64                               ledger ‖ [n u32 ‖ n × (first i64, count u32) if OK]
 //!  8  LIST_LEDGERS     from u64 ‖ limit u32                     [n u32 ‖ n × (ledger u64, entries u64, bytes u64)
 //!                                                               ‖ more u8 if OK]
+//!  9  AUTH             step u8 = 1 ‖ client_nonce[32]           step u8 ‖ [server_nonce[32] ‖ server_proof[32]
+//!                      step u8 = 2 ‖ client_proof[32]           if step 1 and OK]
 //! ```
+//!
+//! AUTH is the cluster-secret handshake (`crate::auth`): on a bookie that requires it, the
+//! first two requests of a connection, and any other request before it succeeds is answered
+//! UNAUTHORIZED (as an AUTH answer) and the connection closed.
 //!
 //! LIST_LEDGERS pages through what a bookie stores (ledger ids from `from` on, in order, at
 //! most `min(limit, LEDGERS_PAGE_MAX)`): `folio audit` compares it with the metadata.
@@ -29,6 +35,7 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
+use crate::auth::{AUTH_TOKEN_BYTES, AuthToken};
 use crate::limits::{ENTRY_BYTES_MAX, MASTER_KEY_BYTES};
 use crate::{EntryId, LedgerId, Status};
 
@@ -89,6 +96,7 @@ pub enum OpCode {
     GetBookieInfo = 6,
     ListEntries = 7,
     ListLedgers = 8,
+    Auth = 9,
 }
 
 impl OpCode {
@@ -103,6 +111,7 @@ impl OpCode {
             6 => OpCode::GetBookieInfo,
             7 => OpCode::ListEntries,
             8 => OpCode::ListLedgers,
+            9 => OpCode::Auth,
             _ => return None,
         })
     }
@@ -119,6 +128,25 @@ pub enum Request {
     GetBookieInfo,
     ListEntries { ledger_id: LedgerId },
     ListLedgers { from: LedgerId, limit: u32 },
+    Auth(AuthStep),
+}
+
+/// A client's step of the cluster-secret handshake (`crate::auth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthStep {
+    /// Step 1: the client's nonce.
+    Hello { client_nonce: AuthToken },
+    /// Step 2: the client's proof.
+    Proof { client_proof: AuthToken },
+}
+
+impl AuthStep {
+    fn code(&self) -> u8 {
+        match self {
+            AuthStep::Hello { .. } => 1,
+            AuthStep::Proof { .. } => 2,
+        }
+    }
 }
 
 impl Request {
@@ -133,6 +161,7 @@ impl Request {
             Request::GetBookieInfo => OpCode::GetBookieInfo,
             Request::ListEntries { .. } => OpCode::ListEntries,
             Request::ListLedgers { .. } => OpCode::ListLedgers,
+            Request::Auth(_) => OpCode::Auth,
         }
     }
 }
@@ -172,6 +201,12 @@ pub enum Response {
         ledgers: Vec<LedgerUsage>,
         more: bool,
     },
+    /// The answer to an AUTH step (`step` 1 or 2); step 1's carries the bookie's nonce and
+    /// proof when OK.
+    Auth {
+        step: u8,
+        challenge: Option<(AuthToken, AuthToken)>,
+    },
 }
 
 impl Response {
@@ -186,6 +221,7 @@ impl Response {
             Response::GetBookieInfo { .. } => OpCode::GetBookieInfo,
             Response::ListEntries { .. } => OpCode::ListEntries,
             Response::ListLedgers { .. } => OpCode::ListLedgers,
+            Response::Auth { .. } => OpCode::Auth,
         }
     }
 }
@@ -299,6 +335,14 @@ pub fn encode_request(f: &RequestFrame, out: &mut BytesMut) {
                 b.put_u64_le(*from);
                 b.put_u32_le(*limit);
             }
+            Request::Auth(step) => {
+                b.put_u8(step.code());
+                match step {
+                    AuthStep::Hello { client_nonce: t } | AuthStep::Proof { client_proof: t } => {
+                        b.put_slice(t)
+                    }
+                }
+            }
         }
     });
 }
@@ -366,6 +410,13 @@ pub fn encode_response(f: &ResponseFrame, out: &mut BytesMut) {
                 }
                 b.put_u8(u8::from(*more || n < ledgers.len()));
             }
+            Response::Auth { step, challenge } => {
+                b.put_u8(*step);
+                if let Some((nonce, proof)) = challenge.as_ref().filter(|_| ok && *step == 1) {
+                    b.put_slice(nonce);
+                    b.put_slice(proof);
+                }
+            }
         }
     });
 }
@@ -404,6 +455,12 @@ impl Payload {
         let mut k = [0u8; MASTER_KEY_BYTES];
         self.b.copy_to_slice(&mut k);
         Ok(k)
+    }
+    fn token(&mut self) -> Result<AuthToken, WireError> {
+        self.need(AUTH_TOKEN_BYTES)?;
+        let mut t = [0u8; AUTH_TOKEN_BYTES];
+        self.b.copy_to_slice(&mut t);
+        Ok(t)
     }
     fn rest(&mut self) -> Bytes {
         self.b.split_off(0)
@@ -456,6 +513,11 @@ pub fn decode_request(body: Bytes) -> Result<RequestFrame, WireError> {
         OpCode::GetBookieInfo => Request::GetBookieInfo,
         OpCode::ListEntries => Request::ListEntries { ledger_id: p.u64()? },
         OpCode::ListLedgers => Request::ListLedgers { from: p.u64()?, limit: p.u32()? },
+        OpCode::Auth => Request::Auth(match p.u8()? {
+            1 => AuthStep::Hello { client_nonce: p.token()? },
+            2 => AuthStep::Proof { client_proof: p.token()? },
+            _ => return Err(WireError::Malformed { op, detail: "auth step" }),
+        }),
     };
     p.end()?;
     Ok(RequestFrame { request_id, request })
@@ -524,6 +586,11 @@ pub fn decode_response(body: Bytes) -> Result<ResponseFrame, WireError> {
             }
             Response::ListLedgers { ledgers, more }
         }
+        OpCode::Auth => {
+            let step = p.u8()?;
+            let challenge = if ok && step == 1 { Some((p.token()?, p.token()?)) } else { None };
+            Response::Auth { step, challenge }
+        }
     };
     p.end()?;
     Ok(ResponseFrame { request_id, status, response })
@@ -564,6 +631,8 @@ mod tests {
             Request::GetBookieInfo,
             Request::ListEntries { ledger_id: 5 },
             Request::ListLedgers { from: 3, limit: 100 },
+            Request::Auth(AuthStep::Hello { client_nonce: [5; 32] }),
+            Request::Auth(AuthStep::Proof { client_proof: [6; 32] }),
         ]
     }
 
@@ -590,6 +659,9 @@ mod tests {
                 },
             ),
             (Status::Ok, Response::ListLedgers { ledgers: Vec::new(), more: false }),
+            (Status::Ok, Response::Auth { step: 1, challenge: Some(([7; 32], [8; 32])) }),
+            (Status::Ok, Response::Auth { step: 2, challenge: None }),
+            (Status::Unauthorized, Response::Auth { step: 1, challenge: None }),
         ]
     }
 
@@ -664,7 +736,7 @@ mod tests {
         /// decodes re-encodes to a frame that decodes to the same value.
         #[test]
         fn whatever_decodes_re_encodes_to_itself(bytes in proptest::collection::vec(any::<u8>(), 12..200),
-                                                 op in 1u8..8, status in 0u8..10) {
+                                                 op in 1u8..10, status in 0u8..10) {
             let mut body = bytes.clone();
             body[0] = PROTOCOL_VERSION;
             body[1] = op;
@@ -682,7 +754,7 @@ mod tests {
         }
 
         #[test]
-        fn a_truncated_frame_is_never_a_valid_different_one(cut in 0usize..60, which in 0usize..9) {
+        fn a_truncated_frame_is_never_a_valid_different_one(cut in 0usize..60, which in 0usize..11) {
             let r = requests().swap_remove(which);
             let mut b = BytesMut::new();
             encode_request(&RequestFrame { request_id: 1, request: r.clone() }, &mut b);

@@ -157,11 +157,11 @@ fn print_status(s: &folio_repair::autorecovery::Status) {
 pub fn spawn(
     meta: Arc<dyn folio_meta::MetadataStore>,
     keys: folio_meta::keys::Keys,
+    client: folio_client::LedgerClient,
     config: AutorecoveryConfig,
     host: &str,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
-    let client = folio_client::LedgerClient::new(meta.clone(), keys.clone());
     tokio::spawn(Autorecovery::new(meta, keys, client, config, host).run(stop))
 }
 

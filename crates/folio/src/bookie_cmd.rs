@@ -20,6 +20,15 @@ CONFIG KEYS (TOML file via --config; any key also via --override KEY=VALUE):
                                      or \"etcd:<host:port>[,<host:port>...]\"
   metadata_root             string   default \"folio\"
   http_listen               string   default none (health, metrics, POST /gc)
+  http_token_file           path     default none: the token POST /gc needs (without one,
+                                     POST is served only when http_listen is loopback)
+  cluster_secret_file       path     default none: the secret every connection must prove
+                                     (shared by the cluster; also --cluster-secret-file or
+                                     FOLIO_CLUSTER_SECRET_FILE)
+  allow_unauthenticated     bool     default false: without a secret, refuse to listen
+                                     beyond loopback unless this is true
+  etcd.user, etcd.password_file      etcd user and password file (--etcd-user, …)
+  etcd.ca_file, etcd.cert_file, etcd.key_file  TLS to etcd: CA, client certificate, key
   lease_ttl_ms              integer  default 10000
   disk_check_interval_ms    integer  default 10000
   disk_usage_threshold      float    default 0.95 (read-only above it)
@@ -92,6 +101,9 @@ pub struct Settings {
     /// Same as `--override bookie_id=…`.
     #[arg(long)]
     bookie_id: Option<String>,
+    /// Same as the keys `cluster_secret_file` and `etcd.*`.
+    #[command(flatten)]
+    access: crate::access::AccessArgs,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -118,6 +130,9 @@ enum BookieCommand {
         /// The bookie's HTTP endpoint (its `http_listen`).
         #[arg(long)]
         http: std::net::SocketAddr,
+        /// The file with the endpoint's token (its `http_token_file`), if it has one.
+        #[arg(long, env = "FOLIO_HTTP_TOKEN_FILE", value_name = "FILE")]
+        http_token_file: Option<PathBuf>,
     },
     /// Check a stopped bookie's ledgers against the metadata store: which entries of its
     /// write sets are missing locally. With `--repair`: recover ledgers in limbo, copy the
@@ -166,7 +181,11 @@ enum BookieCommand {
 pub struct Resolved {
     pub bookie: BookieConfig,
     pub metadata: String,
+    /// etcd's user and TLS files, when `metadata` is etcd.
+    pub etcd: crate::access::EtcdOptions,
     pub http_listen: Option<std::net::SocketAddr>,
+    /// Who may call the HTTP endpoint's POST routes (`http_token_file`).
+    pub http_access: crate::http::HttpAccess,
     /// This bookie's autorecovery (auditor candidate and worker); `None` when disabled.
     pub autorecovery: Option<folio_repair::autorecovery::AutorecoveryConfig>,
 }
@@ -219,6 +238,17 @@ impl Settings {
             ("metadata", self.metadata.clone()),
             ("bookie_id", self.bookie_id.clone()),
         ];
+        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+        let a = &self.access;
+        let access = [
+            ("cluster_secret_file", path(&a.cluster_secret_file)),
+            ("etcd.user", a.etcd_user.clone()),
+            ("etcd.password_file", path(&a.etcd_password_file)),
+            ("etcd.ca_file", path(&a.etcd_ca_file)),
+            ("etcd.cert_file", path(&a.etcd_cert_file)),
+            ("etcd.key_file", path(&a.etcd_key_file)),
+        ];
+        let direct = direct.into_iter().chain(access);
         for (k, v) in direct {
             if let Some(v) = v {
                 set(&mut table, k, toml::Value::String(v));
@@ -265,6 +295,18 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
         Some(a) => Some(a.parse().map_err(|e| format!("http_listen = {a:?}: {e}"))?),
         None => None,
     };
+    let path = |k: &str| string(k).map(|s| s.map(PathBuf::from));
+    let access = crate::access::AccessArgs {
+        cluster_secret_file: path("cluster_secret_file")?,
+        etcd_user: string("etcd.user")?,
+        etcd_password_file: path("etcd.password_file")?,
+        etcd_ca_file: path("etcd.ca_file")?,
+        etcd_cert_file: path("etcd.cert_file")?,
+        etcd_key_file: path("etcd.key_file")?,
+    };
+    c.auth.secret = access.cluster_secret()?;
+    let etcd = access.etcd()?;
+    let http_access = crate::http::HttpAccess::from_file(path("http_token_file")?.as_deref())?;
     let (autorecovery, flat) = crate::autorecovery_cmd::take_keys(flat)?;
     for (k, v) in &flat {
         let int = || {
@@ -323,13 +365,21 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
                 c.integrity.stamp_missing_cookies = boolean()?;
             }
             "integrity.check_interval_ms" => c.integrity.check_interval = ms(int()?),
+            "allow_unauthenticated" => c.auth.allow_unauthenticated = boolean()?,
+            "cluster_secret_file"
+            | "etcd.user"
+            | "etcd.password_file"
+            | "etcd.ca_file"
+            | "etcd.cert_file"
+            | "etcd.key_file"
+            | "http_token_file" => {} // read above
             other => {
                 return Err(format!("unknown config key {other:?} (see `folio bookie --help`)"));
             }
         }
     }
     c.validate()?;
-    Ok(Resolved { bookie: c, metadata, http_listen, autorecovery })
+    Ok(Resolved { bookie: c, metadata, etcd, http_listen, http_access, autorecovery })
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -342,7 +392,7 @@ pub fn run(args: Args) -> Result<(), String> {
         Some(BookieCommand::Format { settings, force, decommissioned }) => {
             runtime.block_on(async {
                 let r = settings.resolve()?;
-                let meta = open_metadata(&r.metadata).await?;
+                let meta = open_metadata(&r.metadata, &r.etcd).await?;
                 let id = r.bookie_id();
                 folio_bookie::bookie::format(&r.bookie, meta.as_ref(), &id, force, decommissioned)
                     .await
@@ -359,13 +409,17 @@ pub fn run(args: Args) -> Result<(), String> {
         Some(BookieCommand::Check { settings, repair }) => {
             runtime.block_on(check(settings, repair))
         }
-        Some(BookieCommand::Gc { now, http }) => runtime.block_on(gc_now(now, http)),
+        Some(BookieCommand::Gc { now, http, http_token_file }) => {
+            let access = crate::http::HttpAccess::from_file(http_token_file.as_deref())?;
+            runtime.block_on(gc_now(now, http, &access))
+        }
         None => runtime.block_on(async {
             let r = args.settings.resolve()?;
-            let meta = open_metadata(&r.metadata).await?;
+            let meta = open_metadata(&r.metadata, &r.etcd).await?;
             let integrity = r.bookie.integrity.clone();
             let enabled = integrity.is_enabled(&r.bookie.storage);
             let keys = folio_meta::keys::Keys::new(r.bookie.metadata_root.clone());
+            let secret = r.bookie.auth.secret.clone();
             let bookie = Bookie::start(r.bookie, meta.clone()).await.map_err(|e| e.to_string())?;
             println!("bookie {} listening on {}", bookie.id(), bookie.addr());
             // The full integrity check: repairs from peers while the storage flag is set.
@@ -376,7 +430,8 @@ pub fn run(args: Args) -> Result<(), String> {
             let check_task = (enabled || bookie.needs_integrity_check()).then(|| {
                 let check = folio_repair::IntegrityCheck {
                     storage: bookie.storage().clone(),
-                    client: folio_client::LedgerClient::new(meta.clone(), keys.clone()),
+                    client: folio_client::LedgerClient::new(meta.clone(), keys.clone())
+                        .with_cluster_secret(secret.clone()),
                     meta: meta.clone(),
                     keys: keys.clone(),
                     bookie_id: bookie.id().to_string(),
@@ -385,7 +440,9 @@ pub fn run(args: Args) -> Result<(), String> {
             });
             let recovery = r.autorecovery.map(|config| {
                 let (meta, keys) = (meta.clone(), keys.clone());
-                crate::autorecovery_cmd::spawn(meta, keys, config, bookie.id(), stop_rx_ar)
+                let client = folio_client::LedgerClient::new(meta.clone(), keys.clone())
+                    .with_cluster_secret(secret.clone());
+                crate::autorecovery_cmd::spawn(meta, keys, client, config, bookie.id(), stop_rx_ar)
             });
             let bookies: crate::http::Bookies =
                 std::sync::Arc::new(tokio::sync::RwLock::new(vec![bookie]));
@@ -394,6 +451,7 @@ pub fn run(args: Args) -> Result<(), String> {
                     crate::http::bind(addr).await?,
                     bookies.clone(),
                     None,
+                    r.http_access.clone(),
                 ))),
                 None => None,
             };
@@ -419,7 +477,11 @@ pub fn run(args: Args) -> Result<(), String> {
 }
 
 /// `folio bookie gc --now --http ADDR`: a GC pass on a running bookie through its HTTP port.
-async fn gc_now(now: bool, http: std::net::SocketAddr) -> Result<(), String> {
+async fn gc_now(
+    now: bool,
+    http: std::net::SocketAddr,
+    access: &crate::http::HttpAccess,
+) -> Result<(), String> {
     if !now {
         return Err("say --now: the pass runs immediately".into());
     }
@@ -427,12 +489,16 @@ async fn gc_now(now: bool, http: std::net::SocketAddr) -> Result<(), String> {
     let mut s = tokio::net::TcpStream::connect(http)
         .await
         .map_err(|e| format!("connecting to {http}: {e}"))?;
-    s.write_all(b"POST /gc HTTP/1.1\r\nhost: folio\r\ncontent-length: 0\r\n\r\n")
-        .await
-        .map_err(|e| e.to_string())?;
+    let auth = access.token().map_or(String::new(), |t| format!("authorization: Bearer {t}\r\n"));
+    let request = format!("POST /gc HTTP/1.1\r\nhost: folio\r\n{auth}content-length: 0\r\n\r\n");
+    s.write_all(request.as_bytes()).await.map_err(|e| e.to_string())?;
     let mut response = String::new();
     s.read_to_string(&mut response).await.map_err(|e| e.to_string())?;
     let body = response.split_once("\r\n\r\n").map_or(response.as_str(), |(_, b)| b);
+    if !response.starts_with("HTTP/1.1 200") {
+        let status = response.lines().next().unwrap_or("no answer");
+        return Err(format!("{http} answered {status}: {}", body.trim_end()));
+    }
     print!("{body}");
     Ok(())
 }
@@ -441,7 +507,7 @@ async fn gc_now(now: bool, http: std::net::SocketAddr) -> Result<(), String> {
 async fn check(settings: Settings, repair: bool) -> Result<(), String> {
     use std::io::Write as _;
     let r = settings.resolve()?;
-    let meta = open_metadata(&r.metadata).await?;
+    let meta = open_metadata(&r.metadata, &r.etcd).await?;
     let id = r.bookie_id();
     let storage_config = r.bookie.storage.clone();
     let storage = tokio::task::spawn_blocking(move || {
@@ -454,7 +520,8 @@ async fn check(settings: Settings, repair: bool) -> Result<(), String> {
     let keys = folio_meta::keys::Keys::new(r.bookie.metadata_root.clone());
     let check = folio_repair::IntegrityCheck {
         storage: storage.clone(),
-        client: folio_client::LedgerClient::new(meta.clone(), keys.clone()),
+        client: folio_client::LedgerClient::new(meta.clone(), keys.clone())
+            .with_cluster_secret(r.bookie.auth.secret.clone()),
         meta,
         keys,
         bookie_id: id.clone(),
@@ -510,6 +577,7 @@ mod tests {
             data_dir: None,
             metadata: None,
             bookie_id: None,
+            access: Default::default(),
         }
         .resolve()
     }

@@ -266,9 +266,12 @@ pub struct Args {
     cluster: ClusterArgs,
     #[command(flatten)]
     kafka: KafkaArgs,
-    /// Health and Prometheus metrics endpoint.
+    /// Health and Prometheus metrics endpoint (loopback unless told otherwise).
     #[arg(long, default_value = "127.0.0.1:8082")]
     http: SocketAddr,
+    /// A file whose first line is the token the HTTP endpoint's POST routes need.
+    #[arg(long, env = "FOLIO_HTTP_TOKEN_FILE", value_name = "FILE")]
+    http_token_file: Option<std::path::PathBuf>,
 }
 
 /// Writable bookies registered in the cluster.
@@ -299,13 +302,16 @@ pub fn run(args: Args) -> Result<(), String> {
             owner: format!("broker-{}", args.kafka.node_id),
         };
         let http = crate::http::bind(args.http).await?;
+        let http_addr = http.local_addr().map_err(|e| format!("HTTP listener: {e}"))?;
+        let access = crate::http::HttpAccess::from_file(args.http_token_file.as_deref())?;
         let broker = Broker::start(config, env).await?;
         let http_task = tokio::spawn(crate::http::serve(
             http,
             Arc::new(tokio::sync::RwLock::new(Vec::new())),
             Some(broker.clone()),
+            access,
         ));
-        tracing::info!(kafka = %broker.addr(), http = %args.http, "folio broker up; Ctrl-C to stop");
+        tracing::info!(kafka = %broker.addr(), http = %http_addr, "folio broker up; Ctrl-C to stop");
         tokio::signal::ctrl_c().await.map_err(|e| format!("waiting for Ctrl-C: {e}"))?;
         http_task.abort();
         tokio::time::timeout(Duration::from_secs(30), broker.shutdown())

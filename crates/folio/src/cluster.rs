@@ -19,24 +19,32 @@ pub struct ClusterArgs {
     /// Key root in the metadata store.
     #[arg(long, default_value = "folio")]
     root: String,
+    #[command(flatten)]
+    access: crate::access::AccessArgs,
 }
 
 impl ClusterArgs {
-    /// The metadata store, the key layout and a ledger client (5 s request timeout).
+    /// The metadata store, the key layout and a ledger client (5 s request timeout) that
+    /// proves the cluster secret, if one is given.
     pub async fn connect(
         &self,
     ) -> Result<(std::sync::Arc<dyn folio_meta::MetadataStore>, Keys, LedgerClient), String> {
         let spec = self.metadata.replacen("etcd://", "etcd:", 1);
-        let meta = open_metadata(&spec).await?;
+        let meta = open_metadata(&spec, &self.access.etcd()?).await?;
         let keys = Keys::new(self.root.clone());
         let client = LedgerClient::new(meta.clone(), keys.clone())
-            .with_request_timeout(Duration::from_secs(5));
+            .with_request_timeout(Duration::from_secs(5))
+            .with_cluster_secret(self.access.cluster_secret()?);
         Ok((meta, keys, client))
     }
 }
 
-/// Opens the metadata store named by `spec` (`embedded:<dir>` or `etcd:<endpoints>`).
-pub async fn open_metadata(spec: &str) -> Result<Arc<dyn MetadataStore>, String> {
+/// Opens the metadata store named by `spec` (`embedded:<dir>` or `etcd:<endpoints>`, the
+/// latter with `etcd`'s user and TLS).
+pub async fn open_metadata(
+    spec: &str,
+    etcd: &crate::access::EtcdOptions,
+) -> Result<Arc<dyn MetadataStore>, String> {
     if let Some(dir) = spec.strip_prefix("embedded:") {
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {dir}: {e}"))?;
         let s = folio_meta::embedded::EmbeddedStore::open(Path::new(dir))
@@ -44,20 +52,28 @@ pub async fn open_metadata(spec: &str) -> Result<Arc<dyn MetadataStore>, String>
         return Ok(Arc::new(s));
     }
     if let Some(eps) = spec.strip_prefix("etcd:") {
-        return open_etcd(eps).await;
+        return open_etcd(eps, etcd).await;
     }
     Err(format!("metadata = {spec:?}: expected \"embedded:<dir>\" or \"etcd:<host:port>,…\""))
 }
 
 #[cfg(feature = "etcd")]
-async fn open_etcd(eps: &str) -> Result<Arc<dyn MetadataStore>, String> {
+async fn open_etcd(
+    eps: &str,
+    etcd: &crate::access::EtcdOptions,
+) -> Result<Arc<dyn MetadataStore>, String> {
     let eps: Vec<String> = eps.split(',').map(str::to_string).collect();
-    let s = folio_meta::etcd::EtcdStore::connect(&eps).await.map_err(|e| e.to_string())?;
+    let s = folio_meta::etcd::EtcdStore::connect_with(&eps, &etcd.access())
+        .await
+        .map_err(|e| e.to_string())?;
     Ok(Arc::new(s))
 }
 
 #[cfg(not(feature = "etcd"))]
-async fn open_etcd(_eps: &str) -> Result<Arc<dyn MetadataStore>, String> {
+async fn open_etcd(
+    _eps: &str,
+    _etcd: &crate::access::EtcdOptions,
+) -> Result<Arc<dyn MetadataStore>, String> {
     Err("this folio was built without etcd support: rebuild with `--features etcd`".into())
 }
 

@@ -2,6 +2,11 @@
 //! `POST /gc`, `GET /admin/deletions` (topic deletions in progress, JSON) and
 //! `GET /admin/trash` (the trash and whether this process runs its deleter, JSON).
 //! Hand-rolled on tokio: four routes do not need a web framework.
+//!
+//! It binds to loopback unless told otherwise. Routes that change something (POST) need
+//! the token (`Authorization: Bearer <token>`) when one is set (`--http-token-file`); with
+//! no token they are served only on an endpoint bound to loopback, and refused (403) on one
+//! bound beyond it.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -20,9 +25,93 @@ pub type Bookies = Arc<RwLock<Vec<Bookie>>>;
 /// A metric: name, help text, and how to read it from one bookie.
 type Metric<'a> = (&'a str, &'a str, &'a dyn Fn(&Bookie) -> u64);
 
+/// The shortest HTTP token accepted.
+pub const HTTP_TOKEN_BYTES_MIN: usize = 16;
+
+/// Who may call the mutating routes: whoever sends the token, or with no token, whoever
+/// reaches an endpoint bound to loopback.
+#[derive(Clone, Default)]
+pub struct HttpAccess {
+    token: Option<Arc<str>>,
+}
+
+impl std::fmt::Debug for HttpAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HttpAccess {{ token: {} }}", if self.token.is_some() { "set" } else { "none" })
+    }
+}
+
+impl HttpAccess {
+    /// The token in the first line of `path`, if a path is given.
+    pub fn from_file(path: Option<&std::path::Path>) -> Result<HttpAccess, String> {
+        let Some(path) = path else { return Ok(HttpAccess::default()) };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("reading the HTTP token {}: {e}", path.display()))?;
+        let token = text.lines().next().unwrap_or_default().trim();
+        if token.len() < HTTP_TOKEN_BYTES_MIN {
+            return Err(format!(
+                "the HTTP token in {} has {} bytes; it needs at least {HTTP_TOKEN_BYTES_MIN}",
+                path.display(),
+                token.len()
+            ));
+        }
+        Ok(HttpAccess { token: Some(token.into()) })
+    }
+
+    /// The token, to send as a client.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
+    /// Whether `request` (its head) may call a mutating route on an endpoint bound to
+    /// `local`; the refusal's status and text otherwise.
+    fn check(
+        &self,
+        request: &str,
+        local: Option<SocketAddr>,
+    ) -> Result<(), (&'static str, String)> {
+        let Some(token) = &self.token else {
+            return match local {
+                Some(a) if a.ip().is_loopback() => Ok(()),
+                _ => Err((
+                    "403 Forbidden",
+                    "this endpoint is bound beyond loopback and has no token: set \
+                     --http-token-file (http_token_file) to allow POST\n"
+                        .to_string(),
+                )),
+            };
+        };
+        let sent = request.lines().skip(1).take_while(|l| !l.is_empty()).find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.trim().eq_ignore_ascii_case("authorization").then_some(value.trim())
+        });
+        let sent = sent.and_then(|v| v.strip_prefix("Bearer ")).map(str::trim);
+        match sent {
+            Some(s) if constant_time_eq(s.as_bytes(), token.as_bytes()) => Ok(()),
+            Some(_) => Err(("403 Forbidden", "wrong token\n".into())),
+            None => Err((
+                "401 Unauthorized",
+                "this route needs the token: send `Authorization: Bearer <token>`\n".into(),
+            )),
+        }
+    }
+}
+
+/// Whether `a == b`, in time that depends on the lengths only.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
 /// Serves until the task is dropped. `broker`: the Kafka broker this process runs, if any
-/// (with it the trash deleter, active while the broker is the controller).
-pub async fn serve(listener: TcpListener, bookies: Bookies, broker: Option<folio_broker::Broker>) {
+/// (with it the trash deleter, active while the broker is the controller). `access`: who
+/// may call POST routes.
+pub async fn serve(
+    listener: TcpListener,
+    bookies: Bookies,
+    broker: Option<folio_broker::Broker>,
+    access: HttpAccess,
+) {
+    let local = listener.local_addr().ok();
     let connections = Arc::new(tokio::sync::Semaphore::new(HTTP_CONNECTIONS_MAX));
     let gc_running = Arc::new(tokio::sync::Mutex::new(()));
     loop {
@@ -43,6 +132,7 @@ pub async fn serve(listener: TcpListener, bookies: Bookies, broker: Option<folio
             continue;
         };
         let (bookies, broker, gc_running) = (bookies.clone(), broker.clone(), gc_running.clone());
+        let access = access.clone();
         tokio::spawn(async move {
             let _permit = permit;
             let mut buf = vec![0u8; 4096];
@@ -53,7 +143,12 @@ pub async fn serve(listener: TcpListener, bookies: Bookies, broker: Option<folio
             let request = String::from_utf8_lossy(&buf[..n]);
             let mut words = request.split_whitespace();
             let (method, path) = (words.next().unwrap_or("GET"), words.next().unwrap_or("/"));
+            let mut refused = match method {
+                "POST" => access.check(&request, local).err(),
+                _ => None,
+            };
             let (status, body) = match (method, path) {
+                ("POST", _) if refused.is_some() => refused.take().expect("checked"),
                 (_, "/health") => health(&bookies).await,
                 (_, "/metrics") => {
                     let mut m = metrics(&bookies).await;
@@ -145,6 +240,11 @@ async fn metrics(bookies: &Bookies) -> String {
             "folio_bookie_malformed_frames_total",
             "Connections closed for a malformed frame.",
             &|b| b.stats().malformed_frames.load(Ordering::Relaxed),
+        ),
+        (
+            "folio_bookie_auth_refused_total",
+            "Connections refused: they did not prove the cluster secret.",
+            &|b| b.stats().auth_refused.load(Ordering::Relaxed),
         ),
         ("folio_bookie_read_only", "1 while the bookie is read-only.", &|b| {
             u64::from(b.is_read_only())
@@ -409,13 +509,40 @@ mod tests {
         }
     }
 
+    /// POST needs the token when one is set (401 without it, 403 with a wrong one), and with
+    /// none is served on loopback only; GET needs nothing.
+    #[test]
+    fn post_routes_need_the_token_or_a_loopback_endpoint() {
+        let head = |auth: &str| format!("POST /gc HTTP/1.1\r\nhost: x\r\n{auth}\r\n");
+        let (lo, wide) =
+            (Some("127.0.0.1:1".parse().unwrap()), Some("10.0.0.1:1".parse().unwrap()));
+        let open = HttpAccess::default();
+        assert!(open.check(&head(""), lo).is_ok());
+        assert_eq!(open.check(&head(""), wide).unwrap_err().0, "403 Forbidden");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "short\n").unwrap();
+        assert!(HttpAccess::from_file(Some(&file)).unwrap_err().contains("at least 16"));
+        std::fs::write(&file, "0123456789abcdef-token\n").unwrap();
+        let t = HttpAccess::from_file(Some(&file)).unwrap();
+        assert_eq!(t.check(&head(""), lo).unwrap_err().0, "401 Unauthorized", "also on loopback");
+        let wrong = head("Authorization: Bearer 0123456789abcdef-tokeN\r\n");
+        assert_eq!(t.check(&wrong, wide).unwrap_err().0, "403 Forbidden");
+        let right = head("authorization: Bearer 0123456789abcdef-token\r\n");
+        assert!(t.check(&right, wide).is_ok());
+        // A header after the blank line (in a body) does not count.
+        let smuggled = format!("{}authorization: Bearer 0123456789abcdef-token\r\n", head(""));
+        assert_eq!(t.check(&smuggled, lo).unwrap_err().0, "401 Unauthorized");
+    }
+
     /// Idle connections never block the endpoint; above the connection cap a client gets
     /// 503 at once, and once the idle ones go, requests are served again.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn idle_connections_are_capped_and_never_block_the_endpoint() {
         let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(serve(listener, Arc::new(RwLock::new(Vec::new())), None));
+        let access = HttpAccess::default();
+        let server = tokio::spawn(serve(listener, Arc::new(RwLock::new(Vec::new())), None, access));
         let mut idle = Vec::new();
         idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
         assert!(

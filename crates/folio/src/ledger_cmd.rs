@@ -28,8 +28,9 @@ enum Command {
         write_quorum: Option<u16>,
         #[arg(long)]
         ack_quorum: Option<u16>,
-        #[arg(long, default_value = "")]
-        password: String,
+        /// The ledger's password (default: a random one, kept in its metadata).
+        #[arg(long)]
+        password: Option<String>,
         #[arg(long)]
         stdin: bool,
         #[arg(long, default_value_t = 10)]
@@ -88,7 +89,9 @@ pub fn run(args: Args) -> Result<(), String> {
                     write_quorum.unwrap_or(dw),
                     ack_quorum.unwrap_or(da),
                 );
-                opts.password = password.into_bytes();
+                if let Some(p) = password {
+                    opts.password = p.into_bytes();
+                }
                 let w = client.create(opts).await.map_err(e)?;
                 let mut last = -1;
                 if stdin {

@@ -1,5 +1,6 @@
 //! `folio`: the one binary. Subcommands run a node, administer a cluster, or benchmark.
 
+mod access;
 mod acls_cmd;
 mod audit_cmd;
 mod autorecovery_cmd;

@@ -27,9 +27,12 @@ pub struct Args {
     /// Where the first bookie listens; bookie i uses the port + i (port 0: any free ports).
     #[arg(long, default_value = "127.0.0.1:3181")]
     listen: SocketAddr,
-    /// Health and Prometheus metrics endpoint.
+    /// Health and Prometheus metrics endpoint (loopback unless told otherwise).
     #[arg(long, default_value = "127.0.0.1:8081")]
     http: SocketAddr,
+    /// A file whose first line is the token the HTTP endpoint's POST routes need.
+    #[arg(long, env = "FOLIO_HTTP_TOKEN_FILE", value_name = "FILE")]
+    http_token_file: Option<PathBuf>,
     #[command(flatten)]
     kafka: crate::broker_cmd::KafkaArgs,
 }
@@ -51,6 +54,7 @@ pub fn run(args: Args) -> Result<(), String> {
                 .map_err(|e| format!("opening metadata in {}: {e}", meta_dir.display()))?,
         );
         let http = crate::http::bind(args.http).await?;
+        let access = crate::http::HttpAccess::from_file(args.http_token_file.as_deref())?;
         let http_addr = http.local_addr().map_err(|e| format!("HTTP listener: {e}"))?;
         let bookies: crate::http::Bookies = Arc::new(RwLock::new(Vec::new()));
         for i in 0..args.bookies {
@@ -91,6 +95,7 @@ pub fn run(args: Args) -> Result<(), String> {
         let recovery = crate::autorecovery_cmd::spawn(
             env.meta.clone(),
             env.keys.clone(),
+            env.client.clone(),
             folio_repair::autorecovery::AutorecoveryConfig::default(),
             "standalone",
             stop_rx,
@@ -98,7 +103,7 @@ pub fn run(args: Args) -> Result<(), String> {
         let broker_config = args.kafka.config(args.bookies as usize)?;
         let broker = folio_broker::Broker::start(broker_config, env).await?;
         let http_task =
-            tokio::spawn(crate::http::serve(http, bookies.clone(), Some(broker.clone())));
+            tokio::spawn(crate::http::serve(http, bookies.clone(), Some(broker.clone()), access));
         tracing::info!(
             data_dir = %args.data_dir.display(),
             bookies = args.bookies,

@@ -19,6 +19,7 @@ use bytes::Bytes;
 use folio_meta::keys::{Keys, LEDGER_ID_SEQUENCE};
 use folio_meta::records::{DigestType, LedgerMetadata, LedgerState, Record};
 use folio_meta::{Expect, MetadataStore, list_all};
+use folio_proto::auth::ClusterSecret;
 use folio_proto::wire::{MasterKey, Request};
 use folio_proto::{Entry, EntryId, INVALID_ENTRY_ID, LedgerId};
 use tokio::sync::{Semaphore, watch};
@@ -40,6 +41,10 @@ pub use crate::limits::OUTSTANDING_ADDS_MAX;
 pub use folio_proto::wire::master_key;
 
 /// A new ledger's ensemble size, quorums, password and custom metadata.
+///
+/// The password is random unless set: kept in the ledger's metadata, it is how bookies
+/// tell the ledger's writer (and recovery, which reads the metadata) from anyone else, so
+/// an add or fence with another ledger's key is refused UNAUTHORIZED.
 #[derive(Debug, Clone)]
 pub struct CreateOptions {
     pub ensemble_size: u16,
@@ -64,7 +69,7 @@ impl CreateOptions {
             ensemble_size,
             write_quorum,
             ack_quorum,
-            password: Vec::new(),
+            password: rand::random::<[u8; LEDGER_PASSWORD_BYTES]>().to_vec(),
             custom: BTreeMap::new(),
             ledger_id: None,
             guard: Vec::new(),
@@ -94,7 +99,7 @@ pub struct LedgerClient {
 impl LedgerClient {
     /// A client over `meta`'s bookie registrations and ledger metadata under `keys`.
     pub fn new(meta: Arc<dyn MetadataStore>, keys: Keys) -> LedgerClient {
-        let pool = Arc::new(BookiePool::new(meta.clone(), keys.clone(), 4096));
+        let pool = Arc::new(BookiePool::new(meta.clone(), keys.clone(), BOOKIE_INFLIGHT_MAX));
         LedgerClient {
             meta,
             keys,
@@ -104,6 +109,18 @@ impl LedgerClient {
             explicit_lac_interval: Some(std::time::Duration::from_secs(1)),
             add_stall_after: Some(ADD_STALL_AFTER),
         }
+    }
+
+    /// The same client proving `secret` to every bookie (a fresh pool of connections).
+    pub fn with_cluster_secret(mut self, secret: Option<ClusterSecret>) -> LedgerClient {
+        let pool = BookiePool::new(self.meta.clone(), self.keys.clone(), BOOKIE_INFLIGHT_MAX);
+        self.pool = Arc::new(pool.with_secret(secret));
+        self
+    }
+
+    /// The cluster secret this client proves to bookies, if any.
+    pub fn cluster_secret(&self) -> Option<&ClusterSecret> {
+        self.pool.secret()
     }
 
     /// The same client with another per-request timeout.
@@ -273,6 +290,12 @@ struct WriterState {
     /// others can still give every entry its ack quorum.
     down: std::collections::BTreeSet<usize>,
 }
+
+/// Bytes of the random password a new ledger gets (`CreateOptions::new`).
+pub const LEDGER_PASSWORD_BYTES: usize = 20;
+
+/// Requests in flight on one connection to one bookie.
+const BOOKIE_INFLIGHT_MAX: usize = 4096;
 
 /// Default per-request timeout (see `LedgerClient::with_request_timeout`).
 pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
