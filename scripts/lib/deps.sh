@@ -1,11 +1,13 @@
 # Sourced by scripts/test.sh and scripts/soak-tests.sh: installs what the tests need on a
-# fresh Debian machine (apt: etcd-server for the etcd backend, protobuf-compiler to build
-# etcd-client, curl, kcat; pip: confluent-kafka, kafka-python and aiokafka as real Kafka
-# clients; cargo: cargo-nextest, the test runner, when the machine lacks it).
+# fresh Debian machine (apt: etcd-server for the etcd backend, etcd-client for etcdctl,
+# protobuf-compiler to build etcd-client, curl, kcat; pip: confluent-kafka, kafka-python
+# and aiokafka as real Kafka clients; cargo: cargo-nextest, the test runner, when the
+# machine lacks it).
 
 install_deps() {
     local need=()
     command -v etcd >/dev/null || need+=(etcd-server)
+    command -v etcdctl >/dev/null || need+=(etcd-client) # the secured-etcd test enables auth
     command -v protoc >/dev/null || need+=(protobuf-compiler)
     command -v curl >/dev/null || need+=(curl)
     command -v kcat >/dev/null || need+=(kcat)

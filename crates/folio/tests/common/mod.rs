@@ -86,6 +86,20 @@ pub fn http_get(addr: &str, path: &str) -> String {
     out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()
 }
 
+/// Waits for `folio broker`'s "Kafka listener up" lines and then its "folio broker up"
+/// line; each listener's name and address, and the HTTP endpoint's address.
+pub fn broker_up(child: &mut Child) -> (Vec<(String, String)>, String) {
+    let seen = std::sync::Mutex::new(Vec::new());
+    wait_for_log(child, "broker up", move |l| {
+        let mut seen = seen.lock().unwrap();
+        if l.contains("Kafka listener up") {
+            seen.push((field(l, "listener=")?, field(l, "addr=")?));
+            return None;
+        }
+        l.contains("folio broker up").then(|| Some((seen.clone(), field(l, "http=")?))).flatten()
+    })
+}
+
 /// A child process, SIGKILLed when dropped.
 pub struct Proc(pub Child);
 
@@ -99,6 +113,17 @@ impl Drop for Proc {
 /// A `folio bookie` process on etcd under `root`, with its data in `dir/<id>` and any
 /// extra `--override KEY=VALUE` settings; returns once it listens.
 pub fn start_bookie(dir: &Path, id: &str, etcd: &str, root: &str, overrides: &[&str]) -> Proc {
+    start_bookie_at(dir, id, etcd, root, overrides).0
+}
+
+/// `start_bookie`, also returning the address the bookie listens on.
+pub fn start_bookie_at(
+    dir: &Path,
+    id: &str,
+    etcd: &str,
+    root: &str,
+    overrides: &[&str],
+) -> (Proc, std::net::SocketAddr) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_folio"));
     cmd.args(["--log", "warn", "bookie", "--bookie-id", id, "--listen", "127.0.0.1:0"])
         .arg("--data-dir")
@@ -112,7 +137,8 @@ pub fn start_bookie(dir: &Path, id: &str, etcd: &str, root: &str, overrides: &[&
     let mut line = String::new();
     BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
     assert!(line.contains("listening on"), "bookie {id} did not start: {line}");
-    Proc(child)
+    let addr = line.trim().rsplit(' ').next().and_then(|a| a.parse().ok());
+    (Proc(child), addr.unwrap_or_else(|| panic!("no address in {line:?}")))
 }
 
 /// Bytes of the files under `dir`, recursively (0 if it is gone).
