@@ -232,3 +232,213 @@ async fn without_an_authorizer_the_acl_apis_say_security_disabled() {
     assert_eq!(topics(&mut c.0, Some(&["anything"])).await, [("anything".to_string(), 0)]);
     assert_eq!(produce(&mut c.0, "anything").await, 0, "auto-created, then written");
 }
+
+/// Kafka answers refused topics, groups and config resources one by one and serves the
+/// rest of the request: alice may create, alter, describe and delete `mine-*` topics, read
+/// `mine-1`, and use group `g-mine`; every multi-resource API that also names `theirs` or
+/// `g-other` serves her part and refuses the other with its own code. ListGroups and
+/// OffsetFetch of all topics leave out what she may not describe; a topic deleted by id is
+/// checked by its name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acls_refuse_per_resource_and_serve_the_rest_of_a_request() {
+    use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+    use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::offset_fetch_request::{
+        OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
+    };
+    use kafka_protocol::messages::*;
+    use {Operation::*, PatternType::*, Permission::*, ResourceType::*};
+    let setup = common::start(1, |c| {
+        c.listeners = vec![ListenerConfig::new(
+            SecurityProtocol::SaslPlaintext,
+            "127.0.0.1:0".parse().unwrap(),
+        )];
+        c.authorizer = Some(AuthorizerConfig {
+            super_users: vec!["User:admin".into()],
+            allow_if_no_acl: false,
+        });
+    })
+    .await;
+    let (meta, keys) = (setup.cluster.meta.as_ref(), folio_meta::keys::Keys::default());
+    for user in ["admin", "alice"] {
+        let c = Credential::new(Mechanism::ScramSha256, "pw", 4096);
+        credentials::put(meta, &keys, Mechanism::ScramSha256, user, &c).await.unwrap();
+    }
+    let sasl = setup.broker.listener_addr("SASL_PLAINTEXT").unwrap();
+    let (mut admin, mut alice) = (login(sasl, "admin").await, login(sasl, "alice").await);
+    let names = vec!["mine-1".to_string(), "theirs".to_string()];
+    let r: CreateTopicsResponse =
+        admin.call(ApiKey::CreateTopics, 5, &create_topics_request(&names, 1)).await.unwrap();
+    assert!(r.topics.iter().all(|t| t.error_code == 0), "{r:?}");
+    let mut grants = vec![acl(Topic, Literal, "mine-1", "User:alice", Read, Allow)];
+    for op in [Create, Alter, Delete, DescribeConfigs] {
+        grants.push(acl(Topic, Prefixed, "mine-", "User:alice", op, Allow));
+    }
+    for op in [Read, Delete] {
+        grants.push(acl(Group, Literal, "g-mine", "User:alice", op, Allow));
+    }
+    let req = CreateAclsRequest::default().with_creations(grants);
+    let r: CreateAclsResponse = admin.call(ApiKey::CreateAcls, 3, &req).await.unwrap();
+    assert!(r.results.iter().all(|x| x.error_code == 0), "{r:?}");
+    // Both groups hold offsets of both topics (the super user commits them).
+    for g in ["g-mine", "g-other"] {
+        for t in ["mine-1", "theirs"] {
+            let c = common::offset_commit_req(g.into(), t, 7);
+            let r: OffsetCommitResponse = admin.call(ApiKey::OffsetCommit, 7, &c).await.unwrap();
+            assert_eq!(r.topics[0].partitions[0].error_code, 0);
+        }
+    }
+    let code_of = |v: Vec<(String, i16)>, name: &str| {
+        v.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("{name} in {v:?}")).1
+    };
+    const TOPIC: i16 = errors::TOPIC_AUTHORIZATION_FAILED;
+    const GROUP: i16 = errors::GROUP_AUTHORIZATION_FAILED;
+
+    // CreateTopics: mine-2 is made, theirs-2 refused.
+    let two = vec!["mine-2".to_string(), "theirs-2".to_string()];
+    let r: CreateTopicsResponse =
+        alice.call(ApiKey::CreateTopics, 5, &create_topics_request(&two, 1)).await.unwrap();
+    let got = r.topics.iter().map(|t| (t.name.to_string(), t.error_code)).collect::<Vec<_>>();
+    assert_eq!((code_of(got.clone(), "mine-2"), code_of(got, "theirs-2")), (0, TOPIC));
+    assert_eq!(topics(&mut admin, Some(&["mine-2"])).await, [("mine-2".to_string(), 0)]);
+
+    // CreatePartitions, ListOffsets, DescribeConfigs (a broker needs the cluster).
+    let grow = |n: &str| CreatePartitionsTopic::default().with_name(TopicName(s(n))).with_count(2);
+    let req = CreatePartitionsRequest::default()
+        .with_topics(vec![grow("mine-1"), grow("theirs")])
+        .with_timeout_ms(10_000);
+    let r: CreatePartitionsResponse = alice.call(ApiKey::CreatePartitions, 3, &req).await.unwrap();
+    let got = r.results.iter().map(|t| (t.name.to_string(), t.error_code)).collect::<Vec<_>>();
+    assert_eq!((code_of(got.clone(), "mine-1"), code_of(got, "theirs")), (0, TOPIC));
+    let offsets = |n: &str| {
+        ListOffsetsTopic::default().with_name(TopicName(s(n))).with_partitions(vec![
+            ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1),
+        ])
+    };
+    let req = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![offsets("mine-1"), offsets("theirs")]);
+    let r: ListOffsetsResponse = alice.call(ApiKey::ListOffsets, 7, &req).await.unwrap();
+    let got: Vec<(String, i16)> =
+        r.topics.iter().map(|t| (t.name.to_string(), t.partitions[0].error_code)).collect();
+    assert_eq!((code_of(got.clone(), "mine-1"), code_of(got, "theirs")), (0, TOPIC));
+    let res = |t: i8, n: &str| {
+        DescribeConfigsResource::default()
+            .with_resource_type(t)
+            .with_resource_name(s(n))
+            .with_configuration_keys(None)
+    };
+    let req = DescribeConfigsRequest::default().with_resources(vec![
+        res(2, "mine-1"),
+        res(2, "theirs"),
+        res(4, "1"),
+    ]);
+    let r: DescribeConfigsResponse = alice.call(ApiKey::DescribeConfigs, 4, &req).await.unwrap();
+    let got: Vec<(String, i16)> =
+        r.results.iter().map(|x| (x.resource_name.to_string(), x.error_code)).collect();
+    assert_eq!(
+        (code_of(got.clone(), "mine-1"), code_of(got.clone(), "theirs"), code_of(got, "1")),
+        (0, TOPIC, errors::CLUSTER_AUTHORIZATION_FAILED)
+    );
+    let mine = r.results.iter().find(|x| x.resource_name.as_str() == "mine-1").unwrap();
+    assert!(!mine.configs.is_empty(), "the allowed resource is described");
+
+    // OffsetCommit and OffsetFetch in g-mine: the refused topic per partition; "all topics"
+    // leaves it out. OffsetFetch v8 and DescribeGroups refuse g-other by itself.
+    let mut c = common::offset_commit_req("g-mine".into(), "mine-1", 9);
+    c.topics.extend(common::offset_commit_req("g-mine".into(), "theirs", 9).topics);
+    let r: OffsetCommitResponse = alice.call(ApiKey::OffsetCommit, 7, &c).await.unwrap();
+    let got: Vec<(String, i16)> =
+        r.topics.iter().map(|t| (t.name.to_string(), t.partitions[0].error_code)).collect();
+    assert_eq!((code_of(got.clone(), "mine-1"), code_of(got, "theirs")), (0, TOPIC));
+    let wanted = |n: &str| {
+        OffsetFetchRequestTopic::default()
+            .with_name(TopicName(s(n)))
+            .with_partition_indexes(vec![0])
+    };
+    let req = OffsetFetchRequest::default()
+        .with_group_id(GroupId(s("g-mine")))
+        .with_topics(Some(vec![wanted("mine-1"), wanted("theirs")]));
+    let r: OffsetFetchResponse = alice.call(ApiKey::OffsetFetch, 7, &req).await.unwrap();
+    let got: Vec<(String, i16, i64)> = r
+        .topics
+        .iter()
+        .map(|t| (t.name.to_string(), t.partitions[0].error_code, t.partitions[0].committed_offset))
+        .collect();
+    assert_eq!(
+        got,
+        [("mine-1".to_string(), 0, 9), ("theirs".to_string(), TOPIC, -1)],
+        "nothing of theirs' offset is told"
+    );
+    let all = OffsetFetchRequest::default().with_group_id(GroupId(s("g-mine"))).with_topics(None);
+    let r: OffsetFetchResponse = alice.call(ApiKey::OffsetFetch, 7, &all).await.unwrap();
+    let listed: Vec<String> = r.topics.iter().map(|t| t.name.to_string()).collect();
+    assert_eq!(listed, ["mine-1"]);
+    let r: OffsetFetchResponse = admin.call(ApiKey::OffsetFetch, 7, &all).await.unwrap();
+    assert_eq!(r.topics.len(), 2, "the super user sees both");
+    let group = |g: &str| {
+        OffsetFetchRequestGroup::default().with_group_id(GroupId(s(g))).with_topics(Some(vec![
+            OffsetFetchRequestTopics::default()
+                .with_name(TopicName(s("mine-1")))
+                .with_partition_indexes(vec![0]),
+        ]))
+    };
+    let req = OffsetFetchRequest::default().with_groups(vec![group("g-mine"), group("g-other")]);
+    let r: OffsetFetchResponse = alice.call(ApiKey::OffsetFetch, 8, &req).await.unwrap();
+    let got: Vec<(String, i16)> =
+        r.groups.iter().map(|g| (g.group_id.to_string(), g.error_code)).collect();
+    assert_eq!((code_of(got.clone(), "g-mine"), code_of(got, "g-other")), (0, GROUP));
+    let mine = r.groups.iter().find(|g| g.group_id.as_str() == "g-mine").unwrap();
+    assert_eq!(mine.topics[0].partitions[0].committed_offset, 9);
+    let req = DescribeGroupsRequest::default()
+        .with_groups(vec![GroupId(s("g-mine")), GroupId(s("g-other"))]);
+    let r: DescribeGroupsResponse = alice.call(ApiKey::DescribeGroups, 5, &req).await.unwrap();
+    let got: Vec<(String, i16)> =
+        r.groups.iter().map(|g| (g.group_id.to_string(), g.error_code)).collect();
+    assert_eq!((code_of(got.clone(), "g-mine"), code_of(got, "g-other")), (0, GROUP));
+    let req = FindCoordinatorRequest::default()
+        .with_key_type(0)
+        .with_coordinator_keys(vec![s("g-mine"), s("g-other")]);
+    let r: FindCoordinatorResponse = alice.call(ApiKey::FindCoordinator, 4, &req).await.unwrap();
+    let got: Vec<(String, i16)> =
+        r.coordinators.iter().map(|c| (c.key.to_string(), c.error_code)).collect();
+    assert_eq!((code_of(got.clone(), "g-mine"), code_of(got, "g-other")), (0, GROUP));
+
+    // ListGroups without DESCRIBE on the cluster: only the groups she may describe.
+    let r: ListGroupsResponse =
+        alice.call(ApiKey::ListGroups, 4, &ListGroupsRequest::default()).await.unwrap();
+    let listed: Vec<String> = r.groups.iter().map(|g| g.group_id.to_string()).collect();
+    assert_eq!((r.error_code, listed), (0, vec!["g-mine".to_string()]));
+    let r: ListGroupsResponse =
+        admin.call(ApiKey::ListGroups, 4, &ListGroupsRequest::default()).await.unwrap();
+    assert_eq!(r.groups.len(), 2);
+
+    // DeleteGroups and DeleteTopics: hers go, the others stay; a topic named by id is
+    // checked by its name.
+    let req = DeleteGroupsRequest::default()
+        .with_groups_names(vec![GroupId(s("g-mine")), GroupId(s("g-other"))]);
+    let r: DeleteGroupsResponse = alice.call(ApiKey::DeleteGroups, 2, &req).await.unwrap();
+    let got: Vec<(String, i16)> =
+        r.results.iter().map(|g| (g.group_id.to_string(), g.error_code)).collect();
+    assert_eq!((code_of(got.clone(), "g-mine"), code_of(got, "g-other")), (0, GROUP));
+    let theirs_id = {
+        let r: MetadataResponse =
+            admin.call(ApiKey::Metadata, 12, &metadata_req(&["theirs"])).await.unwrap();
+        r.topics[0].topic_id
+    };
+    let req = DeleteTopicsRequest::default().with_timeout_ms(10_000).with_topics(vec![
+        DeleteTopicState::default().with_name(Some(TopicName(s("mine-2")))),
+        DeleteTopicState::default().with_topic_id(theirs_id),
+    ]);
+    let r: DeleteTopicsResponse = alice.call(ApiKey::DeleteTopics, 6, &req).await.unwrap();
+    let got: Vec<(String, i16)> = r
+        .responses
+        .iter()
+        .map(|t| (t.name.as_ref().map_or(t.topic_id.to_string(), |n| n.to_string()), t.error_code))
+        .collect();
+    assert_eq!(got.iter().find(|(n, _)| n == "mine-2").map(|x| x.1), Some(0), "{got:?}");
+    assert!(got.iter().any(|(_, c)| *c == TOPIC), "theirs by id refused: {got:?}");
+    assert_eq!(topics(&mut admin, Some(&["theirs"])).await, [("theirs".to_string(), 0)]);
+}

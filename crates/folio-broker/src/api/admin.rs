@@ -21,7 +21,10 @@ use kafka_protocol::messages::{
     DescribeClusterResponse, TopicName,
 };
 
-use crate::api::{Handler, str_bytes};
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+
+use crate::api::{Handler, Refused, str_bytes};
 use crate::errors::{self, BrokerError};
 use crate::security::acl::{Operation, ResourceType};
 use crate::state::Inner;
@@ -37,16 +40,22 @@ impl Handler for CreateTopics {
     type Response = CreateTopicsResponse;
     const KEY: ApiKey = ApiKey::CreateTopics;
 
-    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+    fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
         // CREATE on the cluster allows every topic; without it each topic needs its own.
-        super::cluster_denied(inner, Operation::Create)?;
-        super::all_denied(
-            inner,
-            Operation::Create,
-            ResourceType::Topic,
-            req.topics.iter().map(|t| t.name.as_str()),
-            errors::TOPIC_AUTHORIZATION_FAILED,
-        )
+        if super::cluster_denied(inner, Operation::Create).is_none() {
+            return Vec::new();
+        }
+        let denied = |t: &CreatableTopic| {
+            !super::allowed(inner, Operation::Create, ResourceType::Topic, t.name.as_str())
+        };
+        let build = |topics| CreateTopicsRequest::default().with_topics(topics);
+        super::refuse(&mut req.topics, denied, errors::TOPIC_AUTHORIZATION_FAILED, build)
+            .into_iter()
+            .collect()
+    }
+
+    fn merge(resp: &mut Self::Response, refused: Self::Response) {
+        resp.topics.extend(refused.topics);
     }
 
     async fn handle(
@@ -164,14 +173,18 @@ impl Handler for CreatePartitions {
     type Response = CreatePartitionsResponse;
     const KEY: ApiKey = ApiKey::CreatePartitions;
 
-    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
-        super::all_denied(
-            inner,
-            Operation::Alter,
-            ResourceType::Topic,
-            req.topics.iter().map(|t| t.name.as_str()),
-            errors::TOPIC_AUTHORIZATION_FAILED,
-        )
+    fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
+        let denied = |t: &CreatePartitionsTopic| {
+            !super::allowed(inner, Operation::Alter, ResourceType::Topic, t.name.as_str())
+        };
+        let build = |topics| CreatePartitionsRequest::default().with_topics(topics);
+        super::refuse(&mut req.topics, denied, errors::TOPIC_AUTHORIZATION_FAILED, build)
+            .into_iter()
+            .collect()
+    }
+
+    fn merge(resp: &mut Self::Response, refused: Self::Response) {
+        resp.results.extend(refused.results);
     }
 
     async fn handle(
@@ -252,19 +265,27 @@ impl Handler for DeleteTopics {
     type Response = DeleteTopicsResponse;
     const KEY: ApiKey = ApiKey::DeleteTopics;
 
-    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
-        let names = req
-            .topic_names
-            .iter()
-            .map(|n| n.as_str())
-            .chain(req.topics.iter().filter_map(|t| t.name.as_ref().map(|n| n.as_str())));
-        super::all_denied(
-            inner,
-            Operation::Delete,
-            ResourceType::Topic,
-            names,
-            errors::TOPIC_AUTHORIZATION_FAILED,
-        )
+    /// Topics named; a topic given by id is checked in `handle` once its name is known.
+    fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
+        let denied = |n: &str| !super::allowed(inner, Operation::Delete, ResourceType::Topic, n);
+        let code = errors::TOPIC_AUTHORIZATION_FAILED;
+        let by_name = super::refuse(
+            &mut req.topic_names,
+            |n| denied(n.as_str()),
+            code,
+            |names| DeleteTopicsRequest::default().with_topic_names(names),
+        );
+        let named = super::refuse(
+            &mut req.topics,
+            |t| t.name.as_ref().is_some_and(|n| denied(n.as_str())),
+            code,
+            |topics| DeleteTopicsRequest::default().with_topics(topics),
+        );
+        by_name.into_iter().chain(named).collect()
+    }
+
+    fn merge(resp: &mut Self::Response, refused: Self::Response) {
+        resp.responses.extend(refused.responses);
     }
 
     async fn handle(
@@ -326,6 +347,12 @@ impl Handler for DeleteTopics {
                     "topic {} is named more than once",
                     t.name
                 ))),
+                // Named topics were checked before; one given by id is checked by its name.
+                Ok(t)
+                    if !super::allowed(&inner, Operation::Delete, ResourceType::Topic, &t.name) =>
+                {
+                    Err(BrokerError::TopicAuthorization { op: "Delete", topic: t.name.clone() })
+                }
                 other => other,
             };
             outcome.push(r);

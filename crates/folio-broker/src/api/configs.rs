@@ -15,7 +15,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::api::{Handler, str_bytes};
+use crate::api::{Handler, Refused, str_bytes};
 use crate::errors::{self, BrokerError};
 use crate::security::acl::Operation;
 use crate::state::Inner;
@@ -60,12 +60,18 @@ impl Handler for DescribeConfigs {
     type Response = DescribeConfigsResponse;
     const KEY: ApiKey = ApiKey::DescribeConfigs;
 
-    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
-        super::configs_denied(
+    fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
+        super::refuse_configs(
             inner,
             Operation::DescribeConfigs,
-            req.resources.iter().map(|r| (r.resource_type, r.resource_name.as_str())),
+            &mut req.resources,
+            |r| (r.resource_type, r.resource_name.as_str()),
+            |resources| DescribeConfigsRequest::default().with_resources(resources),
         )
+    }
+
+    fn merge(resp: &mut Self::Response, refused: Self::Response) {
+        resp.results.extend(refused.results);
     }
 
     async fn handle(
@@ -386,12 +392,18 @@ impl Handler for AlterConfigs {
     type Response = AlterConfigsResponse;
     const KEY: ApiKey = ApiKey::AlterConfigs;
 
-    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
-        super::configs_denied(
+    fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
+        super::refuse_configs(
             inner,
             Operation::AlterConfigs,
-            req.resources.iter().map(|r| (r.resource_type, r.resource_name.as_str())),
+            &mut req.resources,
+            |r| (r.resource_type, r.resource_name.as_str()),
+            |resources| AlterConfigsRequest::default().with_resources(resources),
         )
+    }
+
+    fn merge(resp: &mut Self::Response, refused: Self::Response) {
+        resp.responses.extend(refused.responses);
     }
 
     async fn handle(
@@ -438,12 +450,18 @@ impl Handler for IncrementalAlterConfigs {
     type Response = IncrementalAlterConfigsResponse;
     const KEY: ApiKey = ApiKey::IncrementalAlterConfigs;
 
-    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
-        super::configs_denied(
+    fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
+        super::refuse_configs(
             inner,
             Operation::AlterConfigs,
-            req.resources.iter().map(|r| (r.resource_type, r.resource_name.as_str())),
+            &mut req.resources,
+            |r| (r.resource_type, r.resource_name.as_str()),
+            |resources| IncrementalAlterConfigsRequest::default().with_resources(resources),
         )
+    }
+
+    fn merge(resp: &mut Self::Response, refused: Self::Response) {
+        resp.responses.extend(refused.responses);
     }
 
     async fn handle(

@@ -21,7 +21,10 @@ use kafka_protocol::messages::offset_fetch_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
-use crate::api::{Handler, str_bytes};
+use kafka_protocol::messages::offset_commit_request::OffsetCommitRequestTopic;
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
+
+use crate::api::{Handler, Refused, str_bytes};
 use crate::cluster::group_key;
 use crate::errors;
 use crate::group::OffsetRecord;
@@ -49,20 +52,29 @@ impl Handler for FindCoordinator {
     type Response = FindCoordinatorResponse;
     const KEY: ApiKey = ApiKey::FindCoordinator;
 
+    /// Up to v3 one key: the whole request; from v4 each key of the batch.
     fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
-        if req.key_type != 0 {
+        if req.key_type != 0 || req.key.is_empty() {
             return None;
         }
-        let keys = std::iter::once(req.key.as_str())
-            .filter(|k| !k.is_empty())
-            .chain(req.coordinator_keys.iter().map(|k| k.as_str()));
-        super::all_denied(
-            inner,
-            Operation::Describe,
-            ResourceType::Group,
-            keys,
-            errors::GROUP_AUTHORIZATION_FAILED,
-        )
+        super::group_denied(inner, Operation::Describe, req.key.as_str())
+    }
+
+    fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
+        if req.key_type != 0 {
+            return Vec::new();
+        }
+        let denied = |k: &StrBytes| {
+            !super::allowed(inner, Operation::Describe, ResourceType::Group, k.as_str())
+        };
+        let build = |keys| FindCoordinatorRequest::default().with_coordinator_keys(keys);
+        super::refuse(&mut req.coordinator_keys, denied, errors::GROUP_AUTHORIZATION_FAILED, build)
+            .into_iter()
+            .collect()
+    }
+
+    fn merge(resp: &mut Self::Response, refused: Self::Response) {
+        resp.coordinators.extend(refused.coordinators);
     }
 
     async fn handle(
@@ -313,15 +325,21 @@ impl Handler for OffsetCommit {
     const KEY: ApiKey = ApiKey::OffsetCommit;
 
     fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
-        super::group_denied(inner, Operation::Read, &req.group_id).or_else(|| {
-            super::all_denied(
-                inner,
-                Operation::Read,
-                ResourceType::Topic,
-                req.topics.iter().map(|t| t.name.as_str()),
-                errors::TOPIC_AUTHORIZATION_FAILED,
-            )
-        })
+        super::group_denied(inner, Operation::Read, &req.group_id)
+    }
+
+    fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
+        let denied = |t: &OffsetCommitRequestTopic| {
+            !super::allowed(inner, Operation::Read, ResourceType::Topic, t.name.as_str())
+        };
+        let build = |topics| OffsetCommitRequest::default().with_topics(topics);
+        super::refuse(&mut req.topics, denied, errors::TOPIC_AUTHORIZATION_FAILED, build)
+            .into_iter()
+            .collect()
+    }
+
+    fn merge(resp: &mut Self::Response, refused: Self::Response) {
+        resp.topics.extend(refused.topics);
     }
 
     async fn handle(
@@ -476,6 +494,12 @@ async fn fetch_group(
     match topics {
         Some(wanted) => {
             for (name, partitions) in wanted {
+                if !super::allowed(inner, Operation::Describe, ResourceType::Topic, &name) {
+                    let code = errors::TOPIC_AUTHORIZATION_FAILED;
+                    let parts = partitions.into_iter().map(|p| (p, -1, -1, String::new(), code));
+                    out.push((name, parts.collect()));
+                    continue;
+                }
                 let id = inner.topics.get(&name).await.ok().flatten().map(|t| t.record.id);
                 let parts = partitions
                     .into_iter()
@@ -491,7 +515,9 @@ async fn fetch_group(
             let mut by_topic: std::collections::BTreeMap<String, Vec<Committed>> =
                 Default::default();
             for ((id, p), r) in committed {
-                if let Ok(Some(t)) = inner.topics.by_id(id).await {
+                if let Ok(Some(t)) = inner.topics.by_id(id).await
+                    && super::allowed(inner, Operation::Describe, ResourceType::Topic, &t.name)
+                {
                     by_topic.entry(t.name.clone()).or_default().push((
                         p,
                         r.offset,
@@ -512,17 +538,28 @@ impl Handler for OffsetFetch {
     type Response = OffsetFetchResponse;
     const KEY: ApiKey = ApiKey::OffsetFetch;
 
+    /// Up to v7 one group: the whole request; from v8 each group of the batch. Topics the
+    /// principal may not describe are refused per topic, or left out of "all topics"
+    /// (`fetch_group`).
     fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
-        let groups = std::iter::once(req.group_id.as_str())
-            .filter(|g| !g.is_empty())
-            .chain(req.groups.iter().map(|g| g.group_id.as_str()));
-        super::all_denied(
-            inner,
-            Operation::Describe,
-            ResourceType::Group,
-            groups,
-            errors::GROUP_AUTHORIZATION_FAILED,
-        )
+        if req.group_id.is_empty() {
+            return None;
+        }
+        super::group_denied(inner, Operation::Describe, req.group_id.as_str())
+    }
+
+    fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
+        let denied = |g: &OffsetFetchRequestGroup| {
+            !super::allowed(inner, Operation::Describe, ResourceType::Group, g.group_id.as_str())
+        };
+        let build = |groups| OffsetFetchRequest::default().with_groups(groups);
+        super::refuse(&mut req.groups, denied, errors::GROUP_AUTHORIZATION_FAILED, build)
+            .into_iter()
+            .collect()
+    }
+
+    fn merge(resp: &mut Self::Response, refused: Self::Response) {
+        resp.groups.extend(refused.groups);
     }
 
     async fn handle(
@@ -630,15 +667,18 @@ impl Handler for ListGroups {
     type Response = ListGroupsResponse;
     const KEY: ApiKey = ApiKey::ListGroups;
 
-    fn authorize(inner: &Inner, _req: &Self::Request) -> Option<i16> {
-        super::cluster_denied(inner, Operation::Describe)
-    }
-
+    /// DESCRIBE on the cluster lists every group; without it, the groups the principal may
+    /// describe (Kafka's rule: the list is filtered, never refused).
     async fn handle(inner: Arc<Inner>, version: i16, req: ListGroupsRequest) -> ListGroupsResponse {
+        let every = super::cluster_denied(&inner, Operation::Describe).is_none();
+        let visible = |name: &str| {
+            every || super::allowed(&inner, Operation::Describe, ResourceType::Group, name)
+        };
         match inner.groups.list().await {
             Ok(groups) => ListGroupsResponse::default().with_groups(
                 groups
                     .into_iter()
+                    .filter(|(name, _, _)| visible(name))
                     .filter(|(_, state, _)| {
                         req.states_filter.is_empty()
                             || req
@@ -678,14 +718,17 @@ impl Handler for DescribeGroups {
     type Response = DescribeGroupsResponse;
     const KEY: ApiKey = ApiKey::DescribeGroups;
 
-    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
-        super::all_denied(
-            inner,
-            Operation::Describe,
-            ResourceType::Group,
-            req.groups.iter().map(|g| g.as_str()),
-            errors::GROUP_AUTHORIZATION_FAILED,
-        )
+    fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
+        let denied =
+            |g: &GroupId| !super::allowed(inner, Operation::Describe, ResourceType::Group, g);
+        let build = |groups| DescribeGroupsRequest::default().with_groups(groups);
+        super::refuse(&mut req.groups, denied, errors::GROUP_AUTHORIZATION_FAILED, build)
+            .into_iter()
+            .collect()
+    }
+
+    fn merge(resp: &mut Self::Response, refused: Self::Response) {
+        resp.groups.extend(refused.groups);
     }
 
     async fn handle(
@@ -749,14 +792,17 @@ impl Handler for DeleteGroups {
     type Response = DeleteGroupsResponse;
     const KEY: ApiKey = ApiKey::DeleteGroups;
 
-    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
-        super::all_denied(
-            inner,
-            Operation::Delete,
-            ResourceType::Group,
-            req.groups_names.iter().map(|g| g.as_str()),
-            errors::GROUP_AUTHORIZATION_FAILED,
-        )
+    fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
+        let denied =
+            |g: &GroupId| !super::allowed(inner, Operation::Delete, ResourceType::Group, g);
+        let build = |groups| DeleteGroupsRequest::default().with_groups_names(groups);
+        super::refuse(&mut req.groups_names, denied, errors::GROUP_AUTHORIZATION_FAILED, build)
+            .into_iter()
+            .collect()
+    }
+
+    fn merge(resp: &mut Self::Response, refused: Self::Response) {
+        resp.results.extend(refused.results);
     }
 
     async fn handle(

@@ -134,11 +134,36 @@ pub(crate) trait Handler: 'static {
     /// The first non-zero error code of an answer (for metrics).
     fn error_code(resp: &Self::Response) -> i16;
     /// The code that fails the whole request (through `error`) if its principal may not
-    /// send it, checked before `handle`; `None`: go on. APIs that answer per topic or
-    /// group check inside `handle` instead.
+    /// send it, checked before `handle`; `None`: go on.
     fn authorize(_inner: &Inner, _req: &Self::Request) -> Option<i16> {
         None
     }
+    /// The parts of `req` (topics, groups, config resources) its principal may not touch,
+    /// taken out of it after `authorize` and before `handle`, each answered with its code as
+    /// Kafka answers them (per resource; the rest is served): each is a request of refused
+    /// parts for `error`, with the code. Produce, Fetch and Metadata, which answer per topic
+    /// with more than a code, check inside their handlers instead.
+    fn refuse_parts(_inner: &Inner, _version: i16, _req: &mut Self::Request) -> Refused<Self> {
+        Vec::new()
+    }
+    /// Adds `error`'s answer to refused parts to `handle`'s answer.
+    fn merge(_resp: &mut Self::Response, _refused: Self::Response) {}
+}
+
+/// Requests of refused parts and the code of each (`Handler::refuse_parts`).
+pub(crate) type Refused<H> = Vec<(<H as Handler>::Request, i16)>;
+
+/// Moves the items of `items` that `denied` picks into a request of their own (`build`),
+/// answered with `code`; nothing when none is denied.
+pub(crate) fn refuse<T, R>(
+    items: &mut Vec<T>,
+    denied: impl Fn(&T) -> bool,
+    code: i16,
+    build: impl FnOnce(Vec<T>) -> R,
+) -> Option<(R, i16)> {
+    let (out, keep): (Vec<T>, Vec<T>) = std::mem::take(items).into_iter().partition(denied);
+    *items = keep;
+    (!out.is_empty()).then(|| (build(out), code))
 }
 
 /// The APIs served through `Handler` (Produce and ApiVersions have paths of their own):
@@ -214,17 +239,22 @@ fn run<H: Handler>(
     scope: RequestScope,
 ) -> Result<Pending, String> {
     let version = header.request_api_version;
-    let req = H::Request::decode(&mut body, version)
+    let mut req = H::Request::decode(&mut body, version)
         .map_err(|e| format!("{:?} v{version}: malformed request: {e}", H::KEY))?;
     let inner = inner.clone();
     Ok(crate::framing::spawn_answer(async move {
         let resp = if supported(H::KEY, version) {
             REQUEST
                 .scope(scope, async {
-                    match H::authorize(&inner, &req) {
-                        Some(code) => H::error(version, &req, code),
-                        None => H::handle(inner.clone(), version, req).await,
+                    if let Some(code) = H::authorize(&inner, &req) {
+                        return H::error(version, &req, code);
                     }
+                    let refused = H::refuse_parts(&inner, version, &mut req);
+                    let mut resp = H::handle(inner.clone(), version, req).await;
+                    for (parts, code) in refused {
+                        H::merge(&mut resp, H::error(version, &parts, code));
+                    }
+                    resp
                 })
                 .await
         } else {
@@ -315,25 +345,30 @@ pub(crate) fn group_denied(inner: &Inner, op: Operation, group: &str) -> Option<
     all_denied(inner, op, ResourceType::Group, [group], errors::GROUP_AUTHORIZATION_FAILED)
 }
 
-/// The configs authorization of DescribeConfigs and the AlterConfigs (resource type 2 a
-/// topic, 4 a broker: the cluster).
-pub(crate) fn configs_denied<'a>(
+/// The configs authorization of DescribeConfigs and the AlterConfigs, per resource: a topic
+/// (resource type 2) needs `op` on it (TOPIC_AUTHORIZATION_FAILED), a broker (4) or logger
+/// (8) `op` on the cluster (CLUSTER_AUTHORIZATION_FAILED). The resources refused, by code.
+pub(crate) fn refuse_configs<T, R>(
     inner: &Inner,
     op: Operation,
-    resources: impl IntoIterator<Item = (i8, &'a str)>,
-) -> Option<i16> {
-    for (rtype, name) in resources {
-        let (denied, code) = match rtype {
-            2 => {
-                (!allowed(inner, op, ResourceType::Topic, name), errors::TOPIC_AUTHORIZATION_FAILED)
-            }
-            _ => (cluster_denied(inner, op).is_some(), errors::CLUSTER_AUTHORIZATION_FAILED),
-        };
-        if denied {
-            return Some(code);
-        }
-    }
-    None
+    resources: &mut Vec<T>,
+    of: impl Fn(&T) -> (i8, &str),
+    build: impl Fn(Vec<T>) -> R,
+) -> Vec<(R, i16)> {
+    let cluster_ok = cluster_denied(inner, op).is_none();
+    let topic = refuse(
+        resources,
+        |r| matches!(of(r), (2, name) if !allowed(inner, op, ResourceType::Topic, name)),
+        errors::TOPIC_AUTHORIZATION_FAILED,
+        &build,
+    );
+    let cluster = refuse(
+        resources,
+        |r| of(r).0 != 2 && !cluster_ok,
+        errors::CLUSTER_AUTHORIZATION_FAILED,
+        &build,
+    );
+    topic.into_iter().chain(cluster).collect()
 }
 
 /// InitProducerId: an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on

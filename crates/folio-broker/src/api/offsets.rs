@@ -18,7 +18,10 @@ use kafka_protocol::messages::{
     ApiKey, DeleteRecordsRequest, DeleteRecordsResponse, ListOffsetsRequest, ListOffsetsResponse,
 };
 
-use crate::api::Handler;
+use kafka_protocol::messages::delete_records_request::DeleteRecordsTopic;
+use kafka_protocol::messages::list_offsets_request::ListOffsetsTopic;
+
+use crate::api::{Handler, Refused};
 use crate::errors::{self, BrokerError};
 use crate::security::acl::{Operation, ResourceType};
 use crate::state::Inner;
@@ -47,14 +50,18 @@ impl Handler for ListOffsets {
     type Response = ListOffsetsResponse;
     const KEY: ApiKey = ApiKey::ListOffsets;
 
-    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
-        super::all_denied(
-            inner,
-            Operation::Describe,
-            ResourceType::Topic,
-            req.topics.iter().map(|t| t.name.as_str()),
-            errors::TOPIC_AUTHORIZATION_FAILED,
-        )
+    fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
+        let denied = |t: &ListOffsetsTopic| {
+            !super::allowed(inner, Operation::Describe, ResourceType::Topic, t.name.as_str())
+        };
+        let build = |topics| ListOffsetsRequest::default().with_topics(topics);
+        super::refuse(&mut req.topics, denied, errors::TOPIC_AUTHORIZATION_FAILED, build)
+            .into_iter()
+            .collect()
+    }
+
+    fn merge(resp: &mut Self::Response, refused: Self::Response) {
+        resp.topics.extend(refused.topics);
     }
 
     async fn handle(
@@ -146,14 +153,18 @@ impl Handler for DeleteRecords {
     type Response = DeleteRecordsResponse;
     const KEY: ApiKey = ApiKey::DeleteRecords;
 
-    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
-        super::all_denied(
-            inner,
-            Operation::Delete,
-            ResourceType::Topic,
-            req.topics.iter().map(|t| t.name.as_str()),
-            errors::TOPIC_AUTHORIZATION_FAILED,
-        )
+    fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
+        let denied = |t: &DeleteRecordsTopic| {
+            !super::allowed(inner, Operation::Delete, ResourceType::Topic, t.name.as_str())
+        };
+        let build = |topics| DeleteRecordsRequest::default().with_topics(topics);
+        super::refuse(&mut req.topics, denied, errors::TOPIC_AUTHORIZATION_FAILED, build)
+            .into_iter()
+            .collect()
+    }
+
+    fn merge(resp: &mut Self::Response, refused: Self::Response) {
+        resp.topics.extend(refused.topics);
     }
 
     async fn handle(
