@@ -161,26 +161,33 @@ fn reserve_bytes(frame: &RequestFrame, frame_len: usize) -> usize {
     }
 }
 
+/// The cluster-secret handshake, when the bookie has a secret: the bytes read past it, or
+/// `None` when the peer was refused (counted before its answer goes out, so whoever reads
+/// the answer sees the count).
+async fn authenticate(stream: &mut TcpStream, peer: SocketAddr, h: &Handler) -> Option<BytesMut> {
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let Some(secret) = &h.secret else { return Some(buf) };
+    match crate::auth::accept(stream, peer, secret, h.limits.request_read_timeout).await {
+        Ok(rest) => {
+            buf.extend_from_slice(&rest);
+            Some(buf)
+        }
+        Err(refusal) => {
+            h.stats.auth_refused.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%peer, "refused a bookie connection: {}", refusal.why);
+            crate::auth::refuse(stream, &refusal).await;
+            None
+        }
+    }
+}
+
 async fn connection(
     mut stream: TcpStream,
     peer: SocketAddr,
     h: Arc<Handler>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut buf = BytesMut::with_capacity(64 * 1024);
-    if let Some(secret) = &h.secret {
-        let timeout = h.limits.request_read_timeout;
-        match crate::auth::accept(&mut stream, peer, secret, timeout).await {
-            Ok(rest) => buf.extend_from_slice(&rest),
-            Err(refusal) => {
-                // Counted before the answer goes out: whoever reads the answer sees the count.
-                h.stats.auth_refused.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(%peer, "refused a bookie connection: {}", refusal.why);
-                crate::auth::refuse(&mut stream, &refusal).await;
-                return;
-            }
-        }
-    }
+    let Some(mut buf) = authenticate(&mut stream, peer, &h).await else { return };
     h.stats.connections_open.fetch_add(1, Ordering::Relaxed);
     let (mut rd, mut wr) = stream.into_split();
     // Unbounded in items, bounded in fact: every reply holds one of the connection's
@@ -356,15 +363,9 @@ fn dispatch(h: &Arc<Handler>, frame: RequestFrame, permit: Held, tx: mpsc::Unbou
             });
         }
         Request::ForceLedger { ledger_id } => {
-            let storage = h.storage.clone();
+            let (storage, response) = (h.storage.clone(), Response::ForceLedger { ledger_id });
             off_worker_if_blocking(h, 0, move || {
-                answer_once(
-                    request_id,
-                    Response::ForceLedger { ledger_id },
-                    permit,
-                    tx,
-                    move |done| storage.force(done),
-                )
+                answer_once(request_id, response, permit, tx, move |done| storage.force(done))
             });
         }
         Request::GetBookieInfo => {
@@ -404,11 +405,8 @@ fn dispatch(h: &Arc<Handler>, frame: RequestFrame, permit: Held, tx: mpsc::Unbou
         }
         // The handshake is over (or this bookie has no secret): AUTH means nothing now.
         Request::Auth(step) => {
-            let step = match step {
-                wire::AuthStep::Hello { .. } => 1,
-                wire::AuthStep::Proof { .. } => 2,
-            };
-            reply(&tx, Status::BadRequest, Response::Auth { step, challenge: None }, permit)
+            let response = Response::Auth { step: step.code(), challenge: None };
+            reply(&tx, Status::BadRequest, response, permit)
         }
     }
 }

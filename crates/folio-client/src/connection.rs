@@ -70,14 +70,7 @@ impl BookieConnection {
             .map_err(|e| ConnectionError::Connect { addr, reason: e.to_string() })?;
         let _ = stream.set_nodelay(true);
         if let Some(secret) = secret {
-            tokio::time::timeout(AUTH_TIMEOUT, handshake(&mut stream, addr, secret))
-                .await
-                .map_err(|_| ConnectionError::Refused {
-                    addr,
-                    reason: format!(
-                        "no answer to the cluster-secret handshake in {AUTH_TIMEOUT:?}"
-                    ),
-                })??;
+            handshake(&mut stream, addr, secret).await?;
         }
         let (mut rd, mut wr) = stream.into_split();
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
@@ -201,8 +194,20 @@ impl BookieConnection {
     }
 }
 
-/// The client's side of the cluster-secret handshake, on the bare stream.
+/// The client's side of the cluster-secret handshake, on the bare stream, within
+/// `AUTH_TIMEOUT`.
 async fn handshake(
+    stream: &mut TcpStream,
+    addr: SocketAddr,
+    secret: &ClusterSecret,
+) -> Result<(), ConnectionError> {
+    tokio::time::timeout(AUTH_TIMEOUT, prove(stream, addr, secret)).await.map_err(|_| {
+        let reason = format!("no answer to the cluster-secret handshake in {AUTH_TIMEOUT:?}");
+        ConnectionError::Refused { addr, reason }
+    })?
+}
+
+async fn prove(
     stream: &mut TcpStream,
     addr: SocketAddr,
     secret: &ClusterSecret,

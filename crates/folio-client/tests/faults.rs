@@ -191,7 +191,8 @@ async fn bk_2614_a_bookie_that_missed_the_fence_is_fenced_by_the_recovery_read()
         length: 0,
     };
     let zombie = folio_proto::Entry::encode(h, b"zombie").into_bytes();
-    let key = folio_client::master_key(b"");
+    // The zombie is the ledger's own writer: it has the ledger's password.
+    let key = folio_client::master_key(w.metadata().password.as_deref().unwrap_or_default());
     let f = conn
         .request(folio_proto::wire::Request::Add {
             master_key: key,

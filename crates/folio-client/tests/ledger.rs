@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use folio_bookie::bookie::{Bookie, BookieConfig, DiskUsage};
-use folio_client::{CreateOptions, LedgerClient, LedgerError, master_key};
+use folio_client::{CreateOptions, LedgerClient, LedgerError, LedgerWriter, master_key};
 use folio_meta::MetadataStore;
 use folio_meta::embedded::EmbeddedStore;
 use folio_meta::keys::Keys;
@@ -193,7 +193,7 @@ async fn d3_a_fenced_ledger_stops_its_writer_and_bad_options_are_refused() {
             .request(Request::Read {
                 ledger_id: w.id(),
                 entry_id: -1,
-                fence: Some(master_key(b"")),
+                fence: Some(master_key(w.metadata().password.as_deref().unwrap_or_default())),
             })
             .await
             .unwrap();
@@ -205,12 +205,11 @@ async fn d3_a_fenced_ledger_stops_its_writer_and_bad_options_are_refused() {
     assert!(matches!(e, LedgerError::WriterFailed(..)), "{e}");
 }
 
-async fn raw_add(b: &Bookie, entry: bytes::Bytes) -> Status {
+/// An add with `w`'s key (its writer's, from the ledger's password) straight to a bookie.
+async fn raw_add(b: &Bookie, w: &LedgerWriter, entry: bytes::Bytes) -> Status {
+    let master_key = master_key(w.metadata().password.as_deref().unwrap_or_default());
     let conn = folio_client::BookieConnection::connect(b.addr(), 8).await.unwrap();
-    conn.request(Request::Add { master_key: master_key(b""), recovery: false, entry })
-        .await
-        .unwrap()
-        .status
+    conn.request(Request::Add { master_key, recovery: false, entry }).await.unwrap().status
 }
 
 fn entry_bytes(ledger: u64, e: i64, lac: i64) -> bytes::Bytes {
@@ -258,7 +257,7 @@ async fn d1_an_entry_on_one_bookie_only_is_recovered_and_written_back() {
     }
     // Entry 5 reached only one bookie before the writer died: not acknowledged, but present.
     let ensemble = w.metadata().ensembles[&0].clone();
-    assert_eq!(raw_add(bookie(&c, &ensemble[2]), entry_bytes(w.id(), 5, 4)).await, Status::Ok);
+    assert_eq!(raw_add(bookie(&c, &ensemble[2]), &w, entry_bytes(w.id(), 5, 4)).await, Status::Ok);
     let r = client.recover(w.id()).await.unwrap();
     assert_eq!(r.last_entry_id(), Some(5), "a positive entry is kept, never dropped");
     for b in &ensemble {
@@ -285,7 +284,7 @@ async fn d2_a_bookie_in_limbo_never_truncates_an_acknowledged_entry() {
     // Entry 9 was acknowledged by bookies 1 and 2 (Qa = 2); bookie 0 never got it. Bookie 2
     // then lost it in a journal-less crash: it keeps entries 0-8 and is in limbo for the
     // ledger (so it answers UNKNOWN, not NO_ENTRY, for entry 9).
-    assert_eq!(raw_add(bookie(&c, &ensemble[1]), entry_bytes(id, 9, 8)).await, Status::Ok);
+    assert_eq!(raw_add(bookie(&c, &ensemble[1]), &w, entry_bytes(id, 9, 8)).await, Status::Ok);
     bookie(&c, &ensemble[2]).storage().set_limbo(id, true).unwrap();
     // Bookie 1, the other holder, is down.
     let i1 = c.bookies.iter().position(|b| b.id() == ensemble[1]).unwrap();

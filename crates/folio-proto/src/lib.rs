@@ -1,5 +1,6 @@
 //! Folio's shared formats: the ledger entry as a client packages it, and the bookie wire
-//! protocol (`wire`) with its cluster-secret handshake (`auth`); and the clock seam every component reads time through (`clock`).
+//! protocol (`wire`) with its cluster-secret handshake (`auth`); and the clock seam every
+//! component reads time through (`clock`).
 //!
 //! **Architecture invariant:** this crate knows nothing about storage, metadata or networking.
 //! It owns bytes and their meaning; everything that goes to disk or on the wire and is shared

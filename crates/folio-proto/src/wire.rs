@@ -141,7 +141,8 @@ pub enum AuthStep {
 }
 
 impl AuthStep {
-    fn code(&self) -> u8 {
+    /// The step's number on the wire (1 the hello, 2 the proof).
+    pub fn code(&self) -> u8 {
         match self {
             AuthStep::Hello { .. } => 1,
             AuthStep::Proof { .. } => 2,

@@ -158,7 +158,8 @@ async fn scenario_forgotten_fence(fence: bool) -> usize {
         let header =
             EntryHeader { ledger_id: w.id(), entry_id: 3, last_add_confirmed: 2, length: 99 };
         let entry = Entry::encode(header, b"zombie").into_bytes();
-        let key = folio_client::master_key(b"");
+        // The zombie is the ledger's own writer: it has the ledger's password.
+        let key = folio_client::master_key(w.metadata().password.as_deref().unwrap_or_default());
         let answer =
             conn.request(Request::Add { master_key: key, recovery: false, entry }).await.unwrap();
         match answer.status {

@@ -265,6 +265,38 @@ impl Settings {
     }
 }
 
+/// The keys `access_keys` reads.
+const ACCESS_KEYS: &[&str] = &[
+    "cluster_secret_file",
+    "etcd.user",
+    "etcd.password_file",
+    "etcd.ca_file",
+    "etcd.cert_file",
+    "etcd.key_file",
+    "http_token_file",
+];
+
+/// The cluster secret, etcd's user and TLS, and the HTTP token, from their keys (files
+/// read).
+fn access_keys(
+    string: &dyn Fn(&str) -> Result<Option<String>, String>,
+) -> Result<
+    (Option<folio_proto::auth::ClusterSecret>, crate::access::EtcdOptions, crate::http::HttpAccess),
+    String,
+> {
+    let path = |k: &str| string(k).map(|s| s.map(PathBuf::from));
+    let access = crate::access::AccessArgs {
+        cluster_secret_file: path("cluster_secret_file")?,
+        etcd_user: string("etcd.user")?,
+        etcd_password_file: path("etcd.password_file")?,
+        etcd_ca_file: path("etcd.ca_file")?,
+        etcd_cert_file: path("etcd.cert_file")?,
+        etcd_key_file: path("etcd.key_file")?,
+    };
+    let http = crate::http::HttpAccess::from_file(path("http_token_file")?.as_deref())?;
+    Ok((access.cluster_secret()?, access.etcd()?, http))
+}
+
 fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
     let get = |k: &str| flat.iter().rev().find(|(key, _)| key == k).map(|(_, v)| v);
     let string = |k: &str| -> Result<Option<String>, String> {
@@ -295,18 +327,8 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
         Some(a) => Some(a.parse().map_err(|e| format!("http_listen = {a:?}: {e}"))?),
         None => None,
     };
-    let path = |k: &str| string(k).map(|s| s.map(PathBuf::from));
-    let access = crate::access::AccessArgs {
-        cluster_secret_file: path("cluster_secret_file")?,
-        etcd_user: string("etcd.user")?,
-        etcd_password_file: path("etcd.password_file")?,
-        etcd_ca_file: path("etcd.ca_file")?,
-        etcd_cert_file: path("etcd.cert_file")?,
-        etcd_key_file: path("etcd.key_file")?,
-    };
-    c.auth.secret = access.cluster_secret()?;
-    let etcd = access.etcd()?;
-    let http_access = crate::http::HttpAccess::from_file(path("http_token_file")?.as_deref())?;
+    let (secret, etcd, http_access) = access_keys(&string)?;
+    c.auth.secret = secret;
     let (autorecovery, flat) = crate::autorecovery_cmd::take_keys(flat)?;
     for (k, v) in &flat {
         let int = || {
@@ -366,13 +388,7 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
             }
             "integrity.check_interval_ms" => c.integrity.check_interval = ms(int()?),
             "allow_unauthenticated" => c.auth.allow_unauthenticated = boolean()?,
-            "cluster_secret_file"
-            | "etcd.user"
-            | "etcd.password_file"
-            | "etcd.ca_file"
-            | "etcd.cert_file"
-            | "etcd.key_file"
-            | "http_token_file" => {} // read above
+            k if ACCESS_KEYS.contains(&k) => {} // read by access_keys
             other => {
                 return Err(format!("unknown config key {other:?} (see `folio bookie --help`)"));
             }
