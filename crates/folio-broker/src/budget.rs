@@ -79,4 +79,6 @@ pub(crate) struct RequestScope {
     pub held: Arc<Mutex<Held>>,
     /// Who sent the request, on which listener.
     pub session: crate::security::Session,
+    /// An OffsetFetch's place among the group commits (`Handler::arrive`).
+    pub arrival: Option<u64>,
 }

@@ -70,6 +70,8 @@ pub const GROUP_ID_NOT_FOUND: i16 = 69;
 pub const UNSUPPORTED_COMPRESSION_TYPE: i16 = 76;
 /// The group has its maximum number of members.
 pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
+/// A static member's instance id now belongs to another member id (KIP-345).
+pub const FENCED_INSTANCE_ID: i16 = 82;
 /// A batch the broker does not take (transactional, control, bad sequence).
 pub const INVALID_RECORD: i16 = 87;
 /// No topic has the id asked for.
@@ -268,6 +270,7 @@ pub fn name(code: i16) -> &'static str {
         NON_EMPTY_GROUP => "NON_EMPTY_GROUP",
         GROUP_ID_NOT_FOUND => "GROUP_ID_NOT_FOUND",
         GROUP_MAX_SIZE_REACHED => "GROUP_MAX_SIZE_REACHED",
+        FENCED_INSTANCE_ID => "FENCED_INSTANCE_ID",
         TOPIC_AUTHORIZATION_FAILED => "TOPIC_AUTHORIZATION_FAILED",
         GROUP_AUTHORIZATION_FAILED => "GROUP_AUTHORIZATION_FAILED",
         CLUSTER_AUTHORIZATION_FAILED => "CLUSTER_AUTHORIZATION_FAILED",

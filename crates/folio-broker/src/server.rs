@@ -511,6 +511,7 @@ async fn dispatch(
                 budgets: budgets.clone(),
                 held: held.clone(),
                 session: session.clone(),
+                arrival: None,
             };
             crate::api::route(inner, key, header, body, scope).await
         }

@@ -149,6 +149,19 @@ fn consumer_group_rebalances_read_every_record_once_after_commits() {
 /// Idempotent producers (kafka-python's default; librdkafka with enable.idempotence)
 /// through a proxy that drops every 7th Produce answer after the broker carried it out:
 /// the retries are recognised, every record is stored once, in order.
+/// #25: committed() right after an asynchronous commit reads that commit, every time.
+#[test]
+fn committed_right_after_an_asynchronous_commit_reads_it() {
+    run_scenario("commit_then_committed");
+}
+
+/// #25, KIP-345: a static member comes back to its partitions without a rebalance of the
+/// others; a second process with its instance id fences it.
+#[test]
+fn static_members_come_back_without_a_rebalance_and_duplicates_are_fenced() {
+    run_scenario("static_membership");
+}
+
 #[test]
 fn idempotent_producers_retrying_dropped_answers_store_each_record_once() {
     let dir = tempfile::tempdir().unwrap();

@@ -347,13 +347,7 @@ impl Handler for DeleteTopics {
                     "topic {} is named more than once",
                     t.name
                 ))),
-                // Named topics were checked before; one given by id is checked by its name.
-                Ok(t)
-                    if !super::allowed(&inner, Operation::Delete, ResourceType::Topic, &t.name) =>
-                {
-                    Err(BrokerError::TopicAuthorization { op: "Delete", topic: t.name.clone() })
-                }
-                other => other,
+                other => other.and_then(|t| delete_allowed(&inner, t)),
             };
             outcome.push(r);
         }
@@ -419,6 +413,15 @@ impl Handler for DeleteTopics {
     }
 
     error_code_of!([responses]);
+}
+
+/// The topic, if the principal may delete it (named topics were checked before `handle`;
+/// this checks one given by id by its name).
+fn delete_allowed(inner: &Inner, t: Arc<Topic>) -> Result<Arc<Topic>, BrokerError> {
+    if super::allowed(inner, Operation::Delete, ResourceType::Topic, &t.name) {
+        return Ok(t);
+    }
+    Err(BrokerError::TopicAuthorization { op: "Delete", topic: t.name.clone() })
 }
 
 pub(crate) struct DescribeCluster;

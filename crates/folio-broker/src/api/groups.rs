@@ -175,6 +175,7 @@ impl Handler for JoinGroup {
             .join(
                 s(&req.group_id),
                 s(&req.member_id),
+                req.group_instance_id.as_ref().map(|i| i.as_str()),
                 s(&req.protocol_type),
                 protocols,
                 session,
@@ -232,7 +233,13 @@ impl Handler for SyncGroup {
             .collect();
         let r = inner
             .groups
-            .sync(s(&req.group_id), req.generation_id, s(&req.member_id), assignments)
+            .sync(
+                s(&req.group_id),
+                req.generation_id,
+                s(&req.member_id),
+                req.group_instance_id.as_ref().map(|i| i.as_str()),
+                assignments,
+            )
             .await;
         let mut resp =
             SyncGroupResponse::default().with_error_code(r.error).with_assignment(r.assignment);
@@ -267,6 +274,7 @@ impl Handler for Heartbeat {
             s(&req.group_id),
             req.generation_id,
             s(&req.member_id),
+            req.group_instance_id.as_ref().map(|i| i.as_str()),
         ))
     }
 
@@ -291,12 +299,19 @@ impl Handler for LeaveGroup {
             return Self::error(version, &req, code);
         }
         if version < 3 {
-            let code =
-                inner.groups.leave(s(&req.group_id), &[req.member_id.as_str().to_string()])[0];
+            let code = inner
+                .groups
+                .leave(s(&req.group_id), &[(req.member_id.as_str().to_string(), None)])[0];
             return LeaveGroupResponse::default().with_error_code(code);
         }
-        let ids: Vec<String> =
-            req.members.iter().map(|m| m.member_id.as_str().to_string()).collect();
+        let ids: Vec<(String, Option<String>)> = req
+            .members
+            .iter()
+            .map(|m| {
+                let instance = m.group_instance_id.as_ref().map(|i| i.as_str().to_string());
+                (m.member_id.as_str().to_string(), instance)
+            })
+            .collect();
         let codes = inner.groups.leave(s(&req.group_id), &ids);
         LeaveGroupResponse::default().with_members(
             req.members
@@ -328,6 +343,11 @@ impl Handler for OffsetCommit {
         super::group_denied(inner, Operation::Read, &req.group_id)
     }
 
+    fn arrive(inner: &Inner, req: &Self::Request) -> super::Arrival {
+        let commit = Some(inner.groups.begin_commit(req.group_id.as_str()));
+        super::Arrival { commit, fetch: None }
+    }
+
     fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
         let denied = |t: &OffsetCommitRequestTopic| {
             !super::allowed(inner, Operation::Read, ResourceType::Topic, t.name.as_str())
@@ -351,11 +371,7 @@ impl Handler for OffsetCommit {
             return Self::error(version, &req, code);
         }
         let group = s(&req.group_id).to_string();
-        let check = if group.is_empty() {
-            errors::INVALID_GROUP_ID
-        } else {
-            inner.groups.check_commit(&group, req.generation_id_or_member_epoch, s(&req.member_id))
-        };
+        let check = commit_check(&inner, &req);
         let now = inner.now_ms() as u64;
         let mut resp = OffsetCommitResponse::default();
         let mut writes = Vec::new();
@@ -472,6 +488,16 @@ impl Handler for OffsetCommit {
     error_code_of!([topics => partitions]);
 }
 
+/// Whether an OffsetCommit may write: its group id, member (static or not) and generation.
+fn commit_check(inner: &Inner, req: &OffsetCommitRequest) -> i16 {
+    if req.group_id.is_empty() {
+        return errors::INVALID_GROUP_ID;
+    }
+    let instance = req.group_instance_id.as_ref().map(|i| i.as_str());
+    let (generation, member) = (req.generation_id_or_member_epoch, s(&req.member_id));
+    inner.groups.check_commit(s(&req.group_id), generation, member, instance)
+}
+
 pub(crate) struct OffsetFetch;
 
 /// Tries of an OffsetCommit whose topics keep changing under it (each re-reads them).
@@ -488,6 +514,10 @@ async fn fetch_group(
     group: &str,
     topics: Option<Vec<(String, Vec<i32>)>>,
 ) -> Result<Fetched, i16> {
+    // Every commit of the group that arrived before this fetch is written first.
+    if let Ok(Some(arrival)) = super::REQUEST.try_with(|s| s.arrival) {
+        inner.groups.commits_before(group, arrival).await;
+    }
     let committed =
         inner.groups.committed(group).await.map_err(|_| errors::COORDINATOR_NOT_AVAILABLE)?;
     let mut out = Vec::new();
@@ -546,6 +576,10 @@ impl Handler for OffsetFetch {
             return None;
         }
         super::group_denied(inner, Operation::Describe, req.group_id.as_str())
+    }
+
+    fn arrive(inner: &Inner, _req: &Self::Request) -> super::Arrival {
+        super::Arrival { commit: None, fetch: Some(inner.groups.arrival()) }
     }
 
     fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {

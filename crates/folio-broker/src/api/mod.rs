@@ -148,6 +148,22 @@ pub(crate) trait Handler: 'static {
     }
     /// Adds `error`'s answer to refused parts to `handle`'s answer.
     fn merge(_resp: &mut Self::Response, _refused: Self::Response) {}
+    /// What the request takes as it is decoded, in its connection's order, before its
+    /// task is spawned: an OffsetCommit its place among its group's commits (held until
+    /// it answers), an OffsetFetch the commits it must see (`group::Coordinator`'s
+    /// arrivals).
+    fn arrive(_inner: &Inner, _req: &Self::Request) -> Arrival {
+        Arrival::default()
+    }
+}
+
+/// What a request took as it arrived (`Handler::arrive`).
+#[derive(Debug, Default)]
+pub(crate) struct Arrival {
+    /// An OffsetCommit's place, held until the request is answered.
+    pub commit: Option<crate::group::CommitTicket>,
+    /// An OffsetFetch's place: `RequestScope::arrival`.
+    pub fetch: Option<u64>,
 }
 
 /// Requests of refused parts and the code of each (`Handler::refuse_parts`).
@@ -242,7 +258,11 @@ fn run<H: Handler>(
     let mut req = H::Request::decode(&mut body, version)
         .map_err(|e| format!("{:?} v{version}: malformed request: {e}", H::KEY))?;
     let inner = inner.clone();
+    let arrival = H::arrive(&inner, &req);
+    let mut scope = scope;
+    scope.arrival = arrival.fetch;
     Ok(crate::framing::spawn_answer(async move {
+        let _commit = arrival.commit;
         let resp = if supported(H::KEY, version) {
             REQUEST
                 .scope(scope, async {

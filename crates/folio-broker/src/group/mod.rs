@@ -11,7 +11,13 @@
 //!   Dead: deleted (DeleteGroups on an empty group)
 //! ```
 //! Members that miss their session timeout are removed (a rebalance follows); members that
-//! do not rejoin within the rebalance timeout are dropped from the new generation. The first
+//! do not rejoin within the rebalance timeout are dropped from the new generation.
+//!
+//! Static members (KIP-345, `group.instance.id`) keep their place across restarts: one that
+//! joins again under a new member id takes its old member's place and assignment, and in a
+//! stable group that keeps its protocol nobody rebalances; the old member id is fenced
+//! (FENCED_INSTANCE_ID on its next request, also when another process claims the instance
+//! id). They leave only by their session timeout or a LeaveGroup naming the instance. The first
 //! join of an empty group waits `initial_rebalance_delay` so that members starting together
 //! land in one generation.
 //!
@@ -31,13 +37,22 @@ use folio_meta::Clock;
 
 use bytes::Bytes;
 use folio_meta::keys::Keys;
-use folio_meta::records::{Reader, Record, corrupt, put_string};
+use folio_meta::records::Record;
 use folio_meta::{Compare, MetaError, MetadataStore, Txn, Version, list_all};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use crate::errors;
 pub use crate::limits::GROUP_ID_BYTES_MAX;
+use commit_order::Arrivals;
+pub use commit_order::CommitTicket;
+pub use record::OffsetRecord;
+use record::{escape, unescape};
+use statics::fenced;
+
+mod commit_order;
+mod record;
+mod statics;
 
 /// Settings of the coordinator (Kafka's names).
 #[derive(Debug, Clone)]
@@ -97,6 +112,8 @@ pub struct Member {
     /// (protocol name, metadata), in the member's order of preference.
     pub protocols: Vec<(String, Bytes)>,
     pub assignment: Bytes,
+    /// A static member's `group.instance.id`.
+    pub instance_id: Option<String>,
     /// When (clock ms) the member was last heard from.
     last_seen: u64,
 }
@@ -133,6 +150,8 @@ struct Group {
     members: BTreeMap<String, Member>,
     joins: HashMap<String, oneshot::Sender<JoinResult>>,
     syncs: HashMap<String, oneshot::Sender<SyncResult>>,
+    /// Static members: instance id → current member id (one per member at most).
+    statics: HashMap<String, String>,
     /// While preparing: no completion before this (clock ms; the initial delay) ...
     not_before: u64,
     /// ... and completion (dropping who did not rejoin) at this.
@@ -151,6 +170,7 @@ impl Group {
             members: BTreeMap::new(),
             joins: HashMap::new(),
             syncs: HashMap::new(),
+            statics: HashMap::new(),
             not_before: now,
             deadline: now,
             rebalances: 0,
@@ -169,52 +189,6 @@ pub struct GroupInfo {
     pub rebalances: u64,
 }
 
-/// A committed offset.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OffsetRecord {
-    pub offset: i64,
-    pub leader_epoch: i32,
-    pub commit_ms: u64,
-    pub metadata: String,
-}
-
-const OFFSET_MAGIC: &[u8; 3] = b"FGO";
-
-impl Record for OffsetRecord {
-    fn encode(&self) -> Bytes {
-        let mut v = Vec::with_capacity(32 + self.metadata.len());
-        v.extend_from_slice(OFFSET_MAGIC);
-        v.push(1);
-        v.extend_from_slice(&self.offset.to_le_bytes());
-        v.extend_from_slice(&self.leader_epoch.to_le_bytes());
-        v.extend_from_slice(&self.commit_ms.to_le_bytes());
-        put_string(&mut v, &self.metadata);
-        v.into()
-    }
-
-    fn decode(key: &str, b: &[u8]) -> folio_meta::Result<Self> {
-        let mut r = Reader::new(key, b);
-        if r.take(3)? != OFFSET_MAGIC || r.u8()? != 1 {
-            return Err(corrupt(key, "not a committed-offset record"));
-        }
-        let offset = r.u64()? as i64;
-        let leader_epoch = r.u32()? as i32;
-        let commit_ms = r.u64()?;
-        let metadata = r.string()?;
-        r.done()?;
-        Ok(OffsetRecord { offset, leader_epoch, commit_ms, metadata })
-    }
-}
-
-/// `/` and `%` escaped, so a group id is one key segment.
-fn escape(group: &str) -> String {
-    group.replace('%', "%25").replace('/', "%2F")
-}
-
-fn unescape(s: &str) -> String {
-    s.replace("%2F", "/").replace("%25", "%")
-}
-
 /// The group coordinator: the groups this broker coordinates, their members and rebalances, and
 /// their committed offsets in the metadata store.
 #[derive(Debug)]
@@ -228,6 +202,10 @@ pub struct Coordinator {
     /// The last offset committed through this coordinator: (group, topic, topic id,
     /// partition) → offset, for lag metrics.
     last_commits: Mutex<BTreeMap<(String, String, Uuid, i32), i64>>,
+    /// Commits in flight, in the order they arrived (`begin_commit`, `commits_before`).
+    arrivals: Mutex<Arrivals>,
+    /// Notified whenever a commit in flight ends.
+    commit_ended: tokio::sync::Notify,
 }
 
 impl Coordinator {
@@ -246,6 +224,8 @@ impl Coordinator {
             keys,
             groups: Mutex::new(HashMap::new()),
             last_commits: Mutex::new(BTreeMap::new()),
+            arrivals: Mutex::new(Arrivals::default()),
+            commit_ended: tokio::sync::Notify::new(),
         })
     }
 
@@ -269,33 +249,41 @@ impl Coordinator {
                 _ = interval.tick() => {}
                 _ = shutdown.wait_for(|s| *s) => return,
             }
-            let now = self.clock.now_ms();
-            let mut groups = self.groups.lock().expect("groups lock");
-            for (name, g) in groups.iter_mut() {
-                let expired: Vec<String> = g
-                    .members
-                    .values()
-                    .filter(|m| {
-                        !g.joins.contains_key(&m.id)
-                            && m.last_seen + (m.session_timeout.as_millis() as u64) < now
-                    })
-                    .map(|m| m.id.clone())
-                    .collect();
-                for id in expired {
-                    tracing::info!(group = %name, member = %id, "member session expired");
-                    remove_member(g, &id, now);
-                }
-                maybe_complete_join(name, g, now);
+            self.expire_sessions();
+        }
+    }
+
+    /// Removes members whose session ended and completes the rebalances whose time came
+    /// (one step of `tick`).
+    pub(crate) fn expire_sessions(&self) {
+        let now = self.clock.now_ms();
+        let mut groups = self.groups.lock().expect("groups lock");
+        for (name, g) in groups.iter_mut() {
+            let expired: Vec<String> = g
+                .members
+                .values()
+                .filter(|m| {
+                    !g.joins.contains_key(&m.id)
+                        && m.last_seen + (m.session_timeout.as_millis() as u64) < now
+                })
+                .map(|m| m.id.clone())
+                .collect();
+            for id in expired {
+                tracing::info!(group = %name, member = %id, "member session expired");
+                remove_member(g, &id, now);
             }
+            maybe_complete_join(name, g, now);
         }
     }
 
     /// JoinGroup: adds or refreshes the member, starts a rebalance if needed and answers when the
     /// join phase ends.
+    #[allow(clippy::too_many_arguments)] // JoinGroup's fields
     pub async fn join(
         &self,
         group_id: &str,
         member_id: &str,
+        instance_id: Option<&str>,
         protocol_type: &str,
         protocols: Vec<(String, Bytes)>,
         session_timeout: Duration,
@@ -303,16 +291,9 @@ impl Coordinator {
     ) -> JoinResult {
         let fail =
             |error| JoinResult { error, member_id: member_id.to_string(), ..JoinResult::default() };
-        if group_id.is_empty() {
-            return fail(errors::INVALID_GROUP_ID);
-        }
-        if session_timeout < self.config.min_session_timeout
-            || session_timeout > self.config.max_session_timeout
+        if let Some(code) = self.join_invalid(group_id, protocol_type, &protocols, session_timeout)
         {
-            return fail(errors::INVALID_SESSION_TIMEOUT);
-        }
-        if protocols.is_empty() || protocol_type.is_empty() {
-            return fail(errors::INCONSISTENT_GROUP_PROTOCOL);
+            return fail(code);
         }
         let now = self.clock.now_ms();
         let rx = {
@@ -321,22 +302,18 @@ impl Coordinator {
             if g.state == GroupState::Dead {
                 *g = Group::new(now);
             }
-            if !g.members.is_empty() && g.protocol_type.as_deref() != Some(protocol_type) {
-                return fail(errors::INCONSISTENT_GROUP_PROTOCOL);
+            if let Some(code) = protocols_refused(g, member_id, protocol_type, &protocols) {
+                return fail(code);
             }
-            // Every current member must support at least one of the new member's protocols.
-            if !g.members.is_empty()
-                && !protocols.iter().any(|(p, _)| {
-                    g.members
-                        .values()
-                        .filter(|m| m.id != member_id)
-                        .all(|m| m.protocols.iter().any(|(q, _)| q == p))
-                })
+            // A static member is known by its instance id; a known member id must match it.
+            let known = instance_id.and_then(|i| g.statics.get(i).cloned());
+            if !member_id.is_empty()
+                && let Some(code) = fenced(g, member_id, instance_id)
             {
-                return fail(errors::INCONSISTENT_GROUP_PROTOCOL);
+                return fail(code);
             }
             let id = if member_id.is_empty() {
-                if g.members.len() >= self.config.max_members {
+                if known.is_none() && g.members.len() >= self.config.max_members {
                     return fail(errors::GROUP_MAX_SIZE_REACHED);
                 }
                 format!("member-{}", Uuid::from_bytes(rand::random()).simple())
@@ -346,18 +323,31 @@ impl Coordinator {
                 member_id.to_string()
             };
             g.protocol_type = Some(protocol_type.to_string());
-            let assignment = g.members.get(&id).map(|m| m.assignment.clone()).unwrap_or_default();
-            g.members.insert(
-                id.clone(),
-                Member {
-                    id: id.clone(),
-                    session_timeout,
-                    rebalance_timeout,
-                    protocols,
-                    assignment,
-                    last_seen: now,
-                },
-            );
+            let replaced = known
+                .filter(|_| member_id.is_empty())
+                .and_then(|old| g.take_static_place(group_id, &old, &id));
+            let assignment = replaced.clone().unwrap_or_else(|| {
+                g.members.get(&id).map(|m| m.assignment.clone()).unwrap_or_default()
+            });
+            if let Some(i) = instance_id {
+                g.statics.insert(i.to_string(), id.clone());
+            }
+            let instance_id = instance_id.map(str::to_string);
+            let member = Member {
+                id: id.clone(),
+                session_timeout,
+                rebalance_timeout,
+                protocols,
+                assignment,
+                instance_id,
+                last_seen: now,
+            };
+            g.members.insert(id.clone(), member);
+            if replaced.is_some()
+                && let Some(answer) = g.stable_rejoin(&id)
+            {
+                return answer;
+            }
             let (tx, rx) = oneshot::channel();
             if let Some(old) = g.joins.insert(id.clone(), tx) {
                 // A repeated join replaces the earlier one.
@@ -381,6 +371,28 @@ impl Coordinator {
         rx.await.unwrap_or_else(|_| fail(errors::REBALANCE_IN_PROGRESS))
     }
 
+    /// Why a JoinGroup is refused before its group is looked at, if it is.
+    fn join_invalid(
+        &self,
+        group_id: &str,
+        protocol_type: &str,
+        protocols: &[(String, Bytes)],
+        session_timeout: Duration,
+    ) -> Option<i16> {
+        if group_id.is_empty() {
+            return Some(errors::INVALID_GROUP_ID);
+        }
+        if session_timeout < self.config.min_session_timeout
+            || session_timeout > self.config.max_session_timeout
+        {
+            return Some(errors::INVALID_SESSION_TIMEOUT);
+        }
+        if protocols.is_empty() || protocol_type.is_empty() {
+            return Some(errors::INCONSISTENT_GROUP_PROTOCOL);
+        }
+        None
+    }
+
     /// SyncGroup: the leader hands out assignments; every member gets its own when the leader's
     /// arrives.
     pub async fn sync(
@@ -388,6 +400,7 @@ impl Coordinator {
         group_id: &str,
         generation: i32,
         member_id: &str,
+        instance_id: Option<&str>,
         assignments: Vec<(String, Bytes)>,
     ) -> SyncResult {
         let fail = |error| SyncResult { error, ..SyncResult::default() };
@@ -396,6 +409,9 @@ impl Coordinator {
             let Some(g) = groups.get_mut(group_id) else {
                 return fail(errors::UNKNOWN_MEMBER_ID);
             };
+            if let Some(code) = fenced(g, member_id, instance_id) {
+                return fail(code);
+            }
             let Some(m) = g.members.get_mut(member_id) else {
                 return fail(errors::UNKNOWN_MEMBER_ID);
             };
@@ -449,11 +465,20 @@ impl Coordinator {
     }
 
     /// Heartbeat: keeps the member's session, and says whether a rebalance needs it to rejoin.
-    pub fn heartbeat(&self, group_id: &str, generation: i32, member_id: &str) -> i16 {
+    pub fn heartbeat(
+        &self,
+        group_id: &str,
+        generation: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> i16 {
         let mut groups = self.groups.lock().expect("groups lock");
         let Some(g) = groups.get_mut(group_id) else {
             return errors::UNKNOWN_MEMBER_ID;
         };
+        if let Some(code) = fenced(g, member_id, instance_id) {
+            return code;
+        }
         let Some(m) = g.members.get_mut(member_id) else {
             return errors::UNKNOWN_MEMBER_ID;
         };
@@ -467,8 +492,9 @@ impl Coordinator {
         errors::NONE
     }
 
-    /// Removes members; returns an error code per member.
-    pub fn leave(&self, group_id: &str, members: &[String]) -> Vec<i16> {
+    /// Removes members, each named by member id or by instance id (a static member; with
+    /// both they must agree); returns an error code per member.
+    pub fn leave(&self, group_id: &str, members: &[(String, Option<String>)]) -> Vec<i16> {
         let mut groups = self.groups.lock().expect("groups lock");
         let now = self.clock.now_ms();
         let Some(g) = groups.get_mut(group_id) else {
@@ -476,7 +502,16 @@ impl Coordinator {
         };
         members
             .iter()
-            .map(|id| {
+            .map(|(id, instance)| {
+                let id = match instance.as_ref().map(|i| g.statics.get(i)) {
+                    Some(None) => return errors::UNKNOWN_MEMBER_ID,
+                    Some(Some(owner)) if !id.is_empty() && id != owner => {
+                        return errors::FENCED_INSTANCE_ID;
+                    }
+                    Some(Some(owner)) => owner.clone(),
+                    None => id.clone(),
+                };
+                let id = &id;
                 if g.members.contains_key(id) {
                     tracing::info!(group = group_id, member = %id, "member left");
                     remove_member(g, id, now);
@@ -493,11 +528,20 @@ impl Coordinator {
     /// protocol: generation -1 and no member id, on a group with no members). As in Kafka,
     /// members may commit while a rebalance is being prepared (before they rejoin), not
     /// while it completes.
-    pub fn check_commit(&self, group_id: &str, generation: i32, member_id: &str) -> i16 {
+    pub fn check_commit(
+        &self,
+        group_id: &str,
+        generation: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> i16 {
         let mut groups = self.groups.lock().expect("groups lock");
         let Some(g) = groups.get_mut(group_id) else {
             return if generation < 0 { errors::NONE } else { errors::ILLEGAL_GENERATION };
         };
+        if let Some(code) = fenced(g, member_id, instance_id) {
+            return code;
+        }
         if generation < 0 && member_id.is_empty() {
             return if g.members.is_empty() { errors::NONE } else { errors::UNKNOWN_MEMBER_ID };
         }
@@ -705,8 +749,46 @@ fn prepare_rebalance(g: &mut Group, now: u64, delay: Duration) {
     }
 }
 
+/// INCONSISTENT_GROUP_PROTOCOL unless the joining member speaks the group's protocol type
+/// and one of its protocols is supported by every other member.
+fn protocols_refused(
+    g: &Group,
+    member_id: &str,
+    protocol_type: &str,
+    protocols: &[(String, Bytes)],
+) -> Option<i16> {
+    if g.members.is_empty() {
+        return None;
+    }
+    let shared = protocols.iter().any(|(p, _)| {
+        g.members
+            .values()
+            .filter(|m| m.id != member_id)
+            .all(|m| m.protocols.iter().any(|(q, _)| q == p))
+    });
+    let same_type = g.protocol_type.as_deref() == Some(protocol_type);
+    (!same_type || !shared).then_some(errors::INCONSISTENT_GROUP_PROTOCOL)
+}
+
+/// Each member's id and metadata for `protocol` (what the leader's JoinGroup answer lists).
+fn members_of(g: &Group, protocol: &str) -> Vec<(String, Bytes)> {
+    g.members
+        .values()
+        .map(|m| {
+            let meta = m
+                .protocols
+                .iter()
+                .find(|(p, _)| p == protocol)
+                .map(|(_, b)| b.clone())
+                .unwrap_or_default();
+            (m.id.clone(), meta)
+        })
+        .collect()
+}
+
 fn remove_member(g: &mut Group, id: &str, now: u64) {
     g.members.remove(id);
+    g.statics.retain(|_, m| m != id);
     if let Some(tx) = g.joins.remove(id) {
         let _ = tx.send(JoinResult { error: errors::UNKNOWN_MEMBER_ID, ..JoinResult::default() });
     }
@@ -736,6 +818,7 @@ fn maybe_complete_join(name: &str, g: &mut Group, now: u64) {
         g.members.keys().filter(|id| !g.joins.contains_key(*id)).cloned().collect();
     for id in gone {
         g.members.remove(&id);
+        g.statics.retain(|_, m| *m != id);
     }
     g.generation += 1;
     if g.members.is_empty() {
@@ -759,19 +842,7 @@ fn maybe_complete_join(name: &str, g: &mut Group, now: u64) {
     g.protocol = Some(protocol.clone());
     g.state = GroupState::CompletingRebalance;
     tracing::info!(group = name, generation = g.generation, members = g.members.len(), %leader, %protocol, "rebalance: new generation");
-    let members: Vec<(String, Bytes)> = g
-        .members
-        .values()
-        .map(|m| {
-            let meta = m
-                .protocols
-                .iter()
-                .find(|(p, _)| *p == protocol)
-                .map(|(_, b)| b.clone())
-                .unwrap_or_default();
-            (m.id.clone(), meta)
-        })
-        .collect();
+    let members = members_of(g, &protocol);
     for (id, tx) in g.joins.drain() {
         let _ = tx.send(JoinResult {
             error: 0,
@@ -782,21 +853,5 @@ fn maybe_complete_join(name: &str, g: &mut Group, now: u64) {
             members: if id == leader { members.clone() } else { Vec::new() },
             member_id: id,
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn offset_records_round_trip_and_group_ids_escape() {
-        let r = OffsetRecord { offset: 42, leader_epoch: -1, commit_ms: 7, metadata: "m".into() };
-        assert_eq!(OffsetRecord::decode("k", &r.encode()).unwrap(), r);
-        assert!(OffsetRecord::decode("k", &r.encode()[..10]).is_err());
-        for g in ["a/b", "100%", "%2F", "plain"] {
-            assert_eq!(unescape(&escape(g)), g);
-            assert!(!escape(g).contains('/'));
-        }
     }
 }

@@ -924,6 +924,98 @@ def lifecycle_produce_one(bootstrap, prefix, n):
     print(f"acked {res['acked']} failed {res['failed']}", flush=True)
 
 
+def scenario_commit_then_committed(bootstrap):
+    """#25: committed() right after an asynchronous commit answers with that commit (Kafka
+    serves a connection's requests in order: the OffsetFetch comes after the OffsetCommit),
+    at once, many times over."""
+    topic = topic_name("committed")
+    create_topic(bootstrap, topic, partitions=1)
+    produce(bootstrap, topic, [(None, str(i).encode(), None, 0, None) for i in range(10)])
+    c = ck().Consumer({"bootstrap.servers": bootstrap, "group.id": topic_name("g"),
+                       "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    tp = ck().TopicPartition
+    c.assign([tp(topic, 0)])
+    # The consumer reads first (its assignment fetches its start offset: a fetch of its own
+    # that the client may send after the first commit).
+    deadline = time.time() + 30
+    while (m := c.poll(0.5)) is None or m.error():
+        check(time.time() < deadline, "no record read")
+    slowest = 0.0
+    for i in range(1, 101):
+        c.commit(offsets=[tp(topic, 0, i)], asynchronous=True)
+        started = time.time()
+        got = c.committed([tp(topic, 0)], timeout=10)[0].offset
+        slowest = max(slowest, time.time() - started)
+        check(got == i, f"committed() after the asynchronous commit of {i} said {got}")
+    c.close()
+    print(f"ok committed: 100 asynchronous commits each read back at once (slowest {slowest * 1000:.1f} ms)")
+
+
+def scenario_static_membership(bootstrap):
+    """#25, KIP-345: two static members (group.instance.id) share four partitions; one
+    closes (no LeaveGroup) and comes back with the same instance id before its session
+    ends: it gets its old partitions and the other member is never revoked; a second
+    consumer with a taken instance id takes its place and fences the first."""
+    topic = topic_name("static")
+    create_topic(bootstrap, topic, partitions=4)
+    group = topic_name("g")
+    events = []
+
+    def consumer(instance, name):
+        c = ck().Consumer({
+            "bootstrap.servers": bootstrap, "group.id": group, "group.instance.id": instance,
+            "client.id": name, "session.timeout.ms": 20000, "heartbeat.interval.ms": 500,
+            "enable.auto.commit": False, "auto.offset.reset": "earliest",
+        })
+        c.subscribe([topic],
+                    on_assign=lambda _, ps: events.append((name, "assign", sorted(p.partition for p in ps))),
+                    on_revoke=lambda _, ps: events.append((name, "revoke", sorted(p.partition for p in ps))))
+        return c
+
+    def assigned(c):
+        return sorted(p.partition for p in c.assignment())
+
+    def settle(cs, want, within=60):
+        deadline = time.time() + within
+        while time.time() < deadline:
+            for c in cs:
+                c.poll(0.1)
+            if want():
+                return
+        fail(f"no settled assignment in {within} s: {events}")
+
+    a, b = consumer("a", "a"), consumer("b", "b")
+    settle([a, b], lambda: len(assigned(a)) == 2 and len(assigned(b)) == 2)
+    a_parts, b_parts = assigned(a), assigned(b)
+    check(sorted(a_parts + b_parts) == [0, 1, 2, 3], f"split {a_parts} {b_parts}")
+    b_events = len([e for e in events if e[0] == "b"])
+    a.close()  # a static member leaves no LeaveGroup behind: its partitions wait for it
+    for _ in range(20):
+        b.poll(0.1)
+    a = consumer("a", "a-again")
+    settle([a, b], lambda: assigned(a) == a_parts)
+    for _ in range(30):  # a rebalance, if one came, would revoke b within this
+        a.poll(0.1)
+        b.poll(0.1)
+    check(assigned(b) == b_parts, f"b's partitions changed: {assigned(b)} (was {b_parts})")
+    later_b = [e for e in events if e[0] == "b"][b_events:]
+    check(later_b == [], f"b saw a rebalance when a came back: {later_b}")
+    # A second consumer with a's instance id takes its place (librdkafka reports the first
+    # one fenced: a fatal error): the group then lists it, not the first, with a's partitions.
+    a2 = consumer("a", "a-duplicate")
+    settle([a2, b, a], lambda: assigned(a2) == a_parts)
+    check(assigned(b) == b_parts, f"b's partitions changed: {assigned(b)} (was {b_parts})")
+    try:
+        a.commit(offsets=[ck().TopicPartition(topic, a_parts[0], 0)], asynchronous=False)
+        fail("the fenced consumer still commits")
+    except ck().KafkaException as e:
+        err = e.args[0]
+        check("fenced" in err.str().lower() or err.fatal(), f"the fenced consumer's commit: {err}")
+    for c in (a2, b):
+        c.close()
+    print(f"ok static: a came back to {a_parts} without a rebalance of b ({b_parts}); a duplicate instance id took its place")
+
+
 SCENARIOS = {
     "confluent_codecs": scenario_confluent_codecs,
     "large_batches": scenario_large_batches,
@@ -932,6 +1024,8 @@ SCENARIOS = {
     "create_partitions": scenario_create_partitions,
     "configs": scenario_configs,
     "group_rebalance": scenario_group_rebalance,
+    "commit_then_committed": scenario_commit_then_committed,
+    "static_membership": scenario_static_membership,
     "delete_under_load": scenario_delete_under_load,
     "kafka_python": scenario_kafka_python,
     "idempotent_retries": scenario_idempotent_retries,
