@@ -162,6 +162,13 @@ fn static_members_come_back_without_a_rebalance_and_duplicates_are_fenced() {
     run_scenario("static_membership");
 }
 
+/// #25: the cooperative-sticky assignor rebalances incrementally: a member gives up only the
+/// partitions the newcomer gets.
+#[test]
+fn cooperative_sticky_rebalances_move_only_the_partitions_that_change_hands() {
+    run_scenario("cooperative_sticky");
+}
+
 #[test]
 fn idempotent_producers_retrying_dropped_answers_store_each_record_once() {
     let dir = tempfile::tempdir().unwrap();

@@ -1016,6 +1016,50 @@ def scenario_static_membership(bootstrap):
     print(f"ok static: a came back to {a_parts} without a rebalance of b ({b_parts}); a duplicate instance id took its place")
 
 
+def scenario_cooperative_sticky(bootstrap):
+    """#25: the cooperative-sticky assignor's incremental rebalance: when b joins, a gives
+    up only the partitions b gets and keeps consuming the rest (never revoked)."""
+    topic = topic_name("coop")
+    create_topic(bootstrap, topic, partitions=6)
+    group = topic_name("g")
+    events = []
+
+    def consumer(name):
+        c = ck().Consumer({
+            "bootstrap.servers": bootstrap, "group.id": group, "client.id": name,
+            "partition.assignment.strategy": "cooperative-sticky",
+            "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+            "auto.offset.reset": "earliest",
+        })
+        c.subscribe([topic],
+                    on_assign=lambda _, ps: events.append((name, "assign", {p.partition for p in ps})),
+                    on_revoke=lambda _, ps: events.append((name, "revoke", {p.partition for p in ps})))
+        return c
+
+    def parts(c):
+        return {p.partition for p in c.assignment()}
+
+    a = consumer("a")
+    deadline = time.time() + 60
+    while len(parts(a)) != 6 and time.time() < deadline:
+        a.poll(0.1)
+    check(parts(a) == set(range(6)), f"a alone holds {parts(a)}")
+    b = consumer("b")
+    while (not parts(b) or parts(a) | parts(b) != set(range(6))) and time.time() < deadline + 60:
+        a.poll(0.1)
+        b.poll(0.1)
+    for _ in range(20):
+        a.poll(0.1)
+        b.poll(0.1)
+    pa, pb = parts(a), parts(b)
+    check(pa and pb and not pa & pb and pa | pb == set(range(6)), f"a {pa} b {pb}")
+    revoked = set().union(*[p for (who, what, p) in events if who == "a" and what == "revoke"])
+    check(revoked == pb, f"a gave up {revoked}, b got {pb}: a revoked more than it lost")
+    for c in (a, b):
+        c.close()
+    print(f"ok cooperative-sticky: a kept {sorted(pa)} throughout, gave b {sorted(pb)}")
+
+
 SCENARIOS = {
     "confluent_codecs": scenario_confluent_codecs,
     "large_batches": scenario_large_batches,
@@ -1026,6 +1070,7 @@ SCENARIOS = {
     "group_rebalance": scenario_group_rebalance,
     "commit_then_committed": scenario_commit_then_committed,
     "static_membership": scenario_static_membership,
+    "cooperative_sticky": scenario_cooperative_sticky,
     "delete_under_load": scenario_delete_under_load,
     "kafka_python": scenario_kafka_python,
     "idempotent_retries": scenario_idempotent_retries,
