@@ -72,6 +72,8 @@ pub const UNSUPPORTED_COMPRESSION_TYPE: i16 = 76;
 pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
 /// A static member's instance id now belongs to another member id (KIP-345).
 pub const FENCED_INSTANCE_ID: i16 = 82;
+/// OffsetDelete of a topic a member of the group is subscribed to.
+pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 /// A batch the broker does not take (transactional, control, bad sequence).
 pub const INVALID_RECORD: i16 = 87;
 /// No topic has the id asked for.
@@ -271,6 +273,7 @@ pub fn name(code: i16) -> &'static str {
         GROUP_ID_NOT_FOUND => "GROUP_ID_NOT_FOUND",
         GROUP_MAX_SIZE_REACHED => "GROUP_MAX_SIZE_REACHED",
         FENCED_INSTANCE_ID => "FENCED_INSTANCE_ID",
+        GROUP_SUBSCRIBED_TO_TOPIC => "GROUP_SUBSCRIBED_TO_TOPIC",
         TOPIC_AUTHORIZATION_FAILED => "TOPIC_AUTHORIZATION_FAILED",
         GROUP_AUTHORIZATION_FAILED => "GROUP_AUTHORIZATION_FAILED",
         CLUSTER_AUTHORIZATION_FAILED => "CLUSTER_AUTHORIZATION_FAILED",

@@ -33,7 +33,7 @@ use crate::state::Inner;
 
 /// The error a request for `group` gets before anything else: INVALID_GROUP_ID for an id
 /// above `GROUP_ID_BYTES_MAX`, NOT_COORDINATOR when another broker coordinates it.
-fn elsewhere(inner: &Inner, group: &str) -> Option<i16> {
+pub(super) fn elsewhere(inner: &Inner, group: &str) -> Option<i16> {
     if group.len() > crate::group::GROUP_ID_BYTES_MAX {
         inner.metrics.limit_hit(crate::limits::Limit::Names);
         return Some(errors::INVALID_GROUP_ID);

@@ -20,6 +20,11 @@ use kafka_protocol::messages::{
 
 use kafka_protocol::messages::delete_records_request::DeleteRecordsTopic;
 use kafka_protocol::messages::list_offsets_request::ListOffsetsTopic;
+use kafka_protocol::messages::offset_delete_request::OffsetDeleteRequestTopic;
+use kafka_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
+use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse};
 
 use crate::api::{Handler, Refused};
 use crate::errors::{self, BrokerError};
@@ -227,4 +232,77 @@ impl Handler for DeleteRecords {
     }
 
     error_code_of!([topics => partitions]);
+}
+
+pub(crate) struct OffsetDelete;
+
+impl Handler for OffsetDelete {
+    type Request = OffsetDeleteRequest;
+    type Response = OffsetDeleteResponse;
+    const KEY: ApiKey = ApiKey::OffsetDelete;
+
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        super::group_denied(inner, Operation::Delete, &req.group_id)
+    }
+
+    fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
+        let denied = |t: &OffsetDeleteRequestTopic| {
+            !super::allowed(inner, Operation::Read, ResourceType::Topic, t.name.as_str())
+        };
+        let build = |topics| OffsetDeleteRequest::default().with_topics(topics);
+        super::refuse(&mut req.topics, denied, errors::TOPIC_AUTHORIZATION_FAILED, build)
+            .into_iter()
+            .collect()
+    }
+
+    fn merge(resp: &mut Self::Response, refused: Self::Response) {
+        resp.topics.extend(refused.topics);
+    }
+
+    async fn handle(
+        inner: Arc<Inner>,
+        version: i16,
+        req: OffsetDeleteRequest,
+    ) -> OffsetDeleteResponse {
+        let group = req.group_id.as_str();
+        if let Some(code) = super::groups::elsewhere(&inner, group) {
+            return Self::error(version, &req, code);
+        }
+        let mut parts = Vec::new();
+        for t in &req.topics {
+            let id = inner.topics.get(t.name.as_str()).await.ok().flatten().map(|t| t.record.id);
+            for p in &t.partitions {
+                parts.push((t.name.as_str().to_string(), id, p.partition_index));
+            }
+        }
+        match inner.groups.delete_offsets(group, &parts).await {
+            Ok(codes) => {
+                let mut resp = Self::error(version, &req, 0);
+                let cells = resp.topics.iter_mut().flat_map(|t| t.partitions.iter_mut());
+                for (cell, code) in cells.zip(codes) {
+                    cell.error_code = code;
+                }
+                resp
+            }
+            Err(code) => OffsetDeleteResponse::default().with_error_code(code),
+        }
+    }
+
+    /// `code` for the group and for every partition (the refused parts' answer keeps only
+    /// the partitions' codes: `merge`).
+    fn error(_version: i16, req: &OffsetDeleteRequest, code: i16) -> OffsetDeleteResponse {
+        let topics = req.topics.iter().map(|t| {
+            let partitions = t.partitions.iter().map(|p| {
+                OffsetDeleteResponsePartition::default()
+                    .with_partition_index(p.partition_index)
+                    .with_error_code(code)
+            });
+            OffsetDeleteResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_partitions(partitions.collect())
+        });
+        OffsetDeleteResponse::default().with_error_code(code).with_topics(topics.collect())
+    }
+
+    error_code_of!(top, [topics => partitions]);
 }

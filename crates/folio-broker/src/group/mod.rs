@@ -50,7 +50,10 @@ pub use record::OffsetRecord;
 use record::{escape, unescape};
 use statics::fenced;
 
+pub use offsets::{OffsetToDelete, subscription_topics};
+
 mod commit_order;
+mod offsets;
 mod record;
 mod statics;
 

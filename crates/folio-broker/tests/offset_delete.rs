@@ -1,0 +1,99 @@
+//! #25: OffsetDelete (KIP-496) on the raw protocol: a group's committed offsets go by
+//! partition; a topic a member subscribes to keeps them (GROUP_SUBSCRIBED_TO_TOPIC); an
+//! unknown group, an unknown topic and an unknown partition answer as Kafka does.
+
+#![allow(clippy::big_endian_bytes)] // Kafka's wire format (the shared test helpers)
+
+mod common;
+
+use bytes::Bytes;
+use common::{Conn, metadata_req, offset_commit_req};
+use folio_broker::errors;
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::offset_delete_request::{
+    OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
+};
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.into())
+}
+
+fn delete(group: &str, topic: &str, partitions: &[i32]) -> OffsetDeleteRequest {
+    let parts =
+        partitions.iter().map(|p| OffsetDeleteRequestPartition::default().with_partition_index(*p));
+    OffsetDeleteRequest::default().with_group_id(GroupId(s(group))).with_topics(vec![
+        OffsetDeleteRequestTopic::default()
+            .with_name(TopicName(s(topic)))
+            .with_partitions(parts.collect()),
+    ])
+}
+
+async fn committed(c: &mut Conn, group: &str, topic: &str) -> i64 {
+    let req =
+        OffsetFetchRequest::default().with_group_id(GroupId(s(group))).with_topics(Some(vec![
+            OffsetFetchRequestTopic::default()
+                .with_name(TopicName(s(topic)))
+                .with_partition_indexes(vec![0]),
+        ]));
+    let r: OffsetFetchResponse = c.call(ApiKey::OffsetFetch, 7, &req).await;
+    r.topics[0].partitions[0].committed_offset
+}
+
+fn codes(r: &OffsetDeleteResponse) -> Vec<i16> {
+    r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offset_delete_removes_offsets_but_not_those_of_a_subscribed_topic() {
+    let setup =
+        common::start(1, |c| c.groups.initial_rebalance_delay = std::time::Duration::ZERO).await;
+    let mut c = Conn::open(setup.broker.addr()).await;
+    let _: MetadataResponse = c.call(ApiKey::Metadata, 9, &metadata_req(&["t1", "t2"])).await;
+    for (g, t) in [("idle", "t1"), ("idle", "t2"), ("busy", "t1"), ("busy", "t2")] {
+        let r: OffsetCommitResponse =
+            c.call(ApiKey::OffsetCommit, 7, &offset_commit_req(g.into(), t, 5)).await;
+        assert_eq!(r.topics[0].partitions[0].error_code, 0);
+    }
+
+    // A group without members: t1's offset goes, t2's stays; a partition the topic does
+    // not have and an unknown topic answer per partition.
+    let r: OffsetDeleteResponse =
+        c.call(ApiKey::OffsetDelete, 0, &delete("idle", "t1", &[0])).await;
+    assert_eq!((r.error_code, codes(&r)), (0, vec![0]));
+    assert_eq!(committed(&mut c, "idle", "t1").await, -1);
+    assert_eq!(committed(&mut c, "idle", "t2").await, 5);
+    let r: OffsetDeleteResponse =
+        c.call(ApiKey::OffsetDelete, 0, &delete("idle", "nope", &[0])).await;
+    assert_eq!(codes(&r), [errors::UNKNOWN_TOPIC_OR_PARTITION]);
+    let r: OffsetDeleteResponse =
+        c.call(ApiKey::OffsetDelete, 0, &delete("nobody", "t1", &[0])).await;
+    assert_eq!(r.error_code, errors::GROUP_ID_NOT_FOUND);
+
+    // A member subscribed to t1 (consumer protocol metadata: version, [topics], user data).
+    let mut meta = vec![0, 1, 0, 0, 0, 1, 0, 2];
+    meta.extend_from_slice(b"t1");
+    meta.extend_from_slice(&[0xff, 0xff, 0xff, 0xff]);
+    let join = JoinGroupRequest::default()
+        .with_group_id(GroupId(s("busy")))
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(10_000)
+        .with_protocol_type(s("consumer"))
+        .with_protocols(vec![
+            JoinGroupRequestProtocol::default()
+                .with_name(s("range"))
+                .with_metadata(Bytes::from(meta)),
+        ]);
+    let r: JoinGroupResponse = c.call(ApiKey::JoinGroup, 5, &join).await;
+    assert_eq!(r.error_code, 0);
+    let r: OffsetDeleteResponse =
+        c.call(ApiKey::OffsetDelete, 0, &delete("busy", "t1", &[0])).await;
+    assert_eq!(codes(&r), [errors::GROUP_SUBSCRIBED_TO_TOPIC]);
+    assert_eq!(committed(&mut c, "busy", "t1").await, 5, "a subscribed topic keeps its offset");
+    let r: OffsetDeleteResponse =
+        c.call(ApiKey::OffsetDelete, 0, &delete("busy", "t2", &[0])).await;
+    assert_eq!(codes(&r), [0]);
+    assert_eq!(committed(&mut c, "busy", "t2").await, -1);
+}
