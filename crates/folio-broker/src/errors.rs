@@ -72,6 +72,8 @@ pub const UNSUPPORTED_COMPRESSION_TYPE: i16 = 76;
 pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
 /// A static member's instance id now belongs to another member id (KIP-345).
 pub const FENCED_INSTANCE_ID: i16 = 82;
+/// ElectLeaders of a partition whose leader is already the right one.
+pub const ELECTION_NOT_NEEDED: i16 = 84;
 /// OffsetDelete of a topic a member of the group is subscribed to.
 pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 /// A batch the broker does not take (transactional, control, bad sequence).
@@ -274,6 +276,7 @@ pub fn name(code: i16) -> &'static str {
         GROUP_MAX_SIZE_REACHED => "GROUP_MAX_SIZE_REACHED",
         FENCED_INSTANCE_ID => "FENCED_INSTANCE_ID",
         GROUP_SUBSCRIBED_TO_TOPIC => "GROUP_SUBSCRIBED_TO_TOPIC",
+        ELECTION_NOT_NEEDED => "ELECTION_NOT_NEEDED",
         TOPIC_AUTHORIZATION_FAILED => "TOPIC_AUTHORIZATION_FAILED",
         GROUP_AUTHORIZATION_FAILED => "GROUP_AUTHORIZATION_FAILED",
         CLUSTER_AUTHORIZATION_FAILED => "CLUSTER_AUTHORIZATION_FAILED",

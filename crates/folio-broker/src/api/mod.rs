@@ -71,6 +71,7 @@ pub mod api_versions;
 pub mod configs;
 pub mod fetch;
 pub mod groups;
+pub mod leaders;
 pub mod metadata;
 pub mod offsets;
 pub mod produce;
@@ -104,6 +105,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::SaslHandshake, 0, 1),
@@ -235,6 +238,8 @@ handlers! {
     DescribeGroups => groups::DescribeGroups,
     DeleteGroups => groups::DeleteGroups,
     OffsetDelete => offsets::OffsetDelete,
+    ElectLeaders => leaders::ElectLeaders,
+    ListPartitionReassignments => leaders::ListPartitionReassignments,
     InitProducerId => produce::InitProducerId,
     DeleteTopics => admin::DeleteTopics,
     DescribeUserScramCredentials => users::DescribeUserScramCredentials,

@@ -1,6 +1,7 @@
-//! #25: OffsetDelete (KIP-496) on the raw protocol: a group's committed offsets go by
-//! partition; a topic a member subscribes to keeps them (GROUP_SUBSCRIBED_TO_TOPIC); an
-//! unknown group, an unknown topic and an unknown partition answer as Kafka does.
+//! #25: admin APIs on the raw protocol. OffsetDelete (KIP-496): a group's committed offsets
+//! go by partition; a topic a member subscribes to keeps them (GROUP_SUBSCRIBED_TO_TOPIC);
+//! an unknown group, an unknown topic and an unknown partition answer as Kafka does.
+//! ElectLeaders and ListPartitionReassignments: nothing to elect or move.
 
 #![allow(clippy::big_endian_bytes)] // Kafka's wire format (the shared test helpers)
 
@@ -96,4 +97,46 @@ async fn offset_delete_removes_offsets_but_not_those_of_a_subscribed_topic() {
         c.call(ApiKey::OffsetDelete, 0, &delete("busy", "t2", &[0])).await;
     assert_eq!(codes(&r), [0]);
     assert_eq!(committed(&mut c, "busy", "t2").await, -1);
+}
+
+/// #25: ElectLeaders and ListPartitionReassignments answered honestly: the owner is the only
+/// leader (ELECTION_NOT_NEEDED with the reason; UNKNOWN_TOPIC_OR_PARTITION for what does not
+/// exist) and nothing is being reassigned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elections_are_never_needed_and_nothing_is_reassigned() {
+    use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
+    let setup = common::start(1, |_| {}).await;
+    let mut c = Conn::open(setup.broker.addr()).await;
+    let _: MetadataResponse = c.call(ApiKey::Metadata, 9, &metadata_req(&["t1"])).await;
+    let req =
+        ElectLeadersRequest::default().with_election_type(0).with_topic_partitions(Some(vec![
+            TopicPartitions::default().with_topic(TopicName(s("t1"))).with_partitions(vec![0, 7]),
+            TopicPartitions::default().with_topic(TopicName(s("nope"))).with_partitions(vec![0]),
+        ]));
+    let r: ElectLeadersResponse = c.call(ApiKey::ElectLeaders, 2, &req).await;
+    let got: Vec<(String, i32, i16)> = r
+        .replica_election_results
+        .iter()
+        .flat_map(|t| {
+            t.partition_result.iter().map(|p| (t.topic.to_string(), p.partition_id, p.error_code))
+        })
+        .collect();
+    let unknown = errors::UNKNOWN_TOPIC_OR_PARTITION;
+    assert_eq!(
+        got,
+        [
+            ("t1".to_string(), 0, errors::ELECTION_NOT_NEEDED),
+            ("t1".to_string(), 7, unknown),
+            ("nope".to_string(), 0, unknown)
+        ]
+    );
+    assert!(r.replica_election_results[0].partition_result[0].error_message.is_some(), "why");
+    let all: ElectLeadersResponse = c
+        .call(ApiKey::ElectLeaders, 2, &ElectLeadersRequest::default().with_topic_partitions(None))
+        .await;
+    assert_eq!((all.error_code, all.replica_election_results.len()), (0, 0));
+    let r: ListPartitionReassignmentsResponse = c
+        .call(ApiKey::ListPartitionReassignments, 0, &ListPartitionReassignmentsRequest::default())
+        .await;
+    assert_eq!((r.error_code, r.topics.len()), (0, 0));
 }
