@@ -123,10 +123,12 @@ pub struct Metrics {
     pub sasl_authentication_failures: AtomicU64,
     /// TLS handshakes that failed or did not finish in time.
     pub tls_handshake_failures: AtomicU64,
+    /// Produce requests served, by acks: 0, 1, all (-1).
+    produce_by_acks: [AtomicU64; 3],
 }
 
 impl Metrics {
-    /// The authentication counters, as Prometheus text.
+    /// The authentication and produce-acks counters, as Prometheus text.
     fn render_security(&self) -> String {
         use std::fmt::Write as _;
         let mut out = String::new();
@@ -150,6 +152,15 @@ impl Metrics {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
             let _ = writeln!(out, "{name} {}", v.load(Ordering::Relaxed));
         }
+        let name = "folio_kafka_produce_requests_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Produce requests served, by acks. acks=1 waits, as acks=all does, for \
+             the ledger's ack quorum: a broker holds no data of its own.\n# TYPE {name} counter"
+        );
+        for (acks, v) in ["0", "1", "all"].iter().zip(&self.produce_by_acks) {
+            let _ = writeln!(out, "{name}{{acks=\"{acks}\"}} {}", v.load(Ordering::Relaxed));
+        }
         out
     }
 
@@ -157,6 +168,16 @@ impl Metrics {
     pub fn sasl_authenticated(&self, ok: bool) {
         let c = if ok { &self.sasl_authentications } else { &self.sasl_authentication_failures };
         c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one Produce request served with `acks` (0, 1 or -1).
+    pub fn produce_acks(&self, acks: i16) {
+        let i = match acks {
+            0 => 0,
+            1 => 1,
+            _ => 2,
+        };
+        self.produce_by_acks[i].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts one failed TLS handshake.

@@ -140,3 +140,27 @@ async fn elections_are_never_needed_and_nothing_is_reassigned() {
         .await;
     assert_eq!((r.error_code, r.topics.len()), (0, 0));
 }
+
+/// #25: acks=1 is served like acks=all (the answer comes once the ledger's ack quorum has
+/// the batch) and the metrics say which acks clients asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_requests_are_counted_by_acks() {
+    let setup = common::start(1, |_| {}).await;
+    let mut c = Conn::open(setup.broker.addr()).await;
+    let _: MetadataResponse = c.call(ApiKey::Metadata, 9, &metadata_req(&["t"])).await;
+    for (acks, offset) in [(1, 0), (-1, 1), (1, 2)] {
+        let req =
+            folio_broker::client::produce_request("t", 0, Bytes::from(common::batch(1, 1)), acks);
+        let r: ProduceResponse = c.call(ApiKey::Produce, 9, &req).await;
+        let p = &r.responses[0].partition_responses[0];
+        assert_eq!((p.error_code, p.base_offset), (0, offset));
+    }
+    let text = setup.broker.render_metrics();
+    for line in [
+        "folio_kafka_produce_requests_total{acks=\"0\"} 0",
+        "folio_kafka_produce_requests_total{acks=\"1\"} 2",
+        "folio_kafka_produce_requests_total{acks=\"all\"} 1",
+    ] {
+        assert!(text.contains(line), "{line} in\n{text}");
+    }
+}

@@ -106,6 +106,9 @@ pub(crate) async fn start(
     } else {
         None
     };
+    if refuse.is_none() {
+        inner.metrics.produce_acks(acks);
+    }
     for t in req.topic_data {
         let head =
             TopicProduceResponse::default().with_name(t.name.clone()).with_topic_id(t.topic_id);
