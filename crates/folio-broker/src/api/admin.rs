@@ -21,7 +21,6 @@ use kafka_protocol::messages::{
     DescribeClusterResponse, TopicName,
 };
 
-use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 
 use crate::api::{Handler, Refused, str_bytes};
@@ -173,19 +172,7 @@ impl Handler for CreatePartitions {
     type Response = CreatePartitionsResponse;
     const KEY: ApiKey = ApiKey::CreatePartitions;
 
-    fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
-        let denied = |t: &CreatePartitionsTopic| {
-            !super::allowed(inner, Operation::Alter, ResourceType::Topic, t.name.as_str())
-        };
-        let build = |topics| CreatePartitionsRequest::default().with_topics(topics);
-        super::refuse(&mut req.topics, denied, errors::TOPIC_AUTHORIZATION_FAILED, build)
-            .into_iter()
-            .collect()
-    }
-
-    fn merge(resp: &mut Self::Response, refused: Self::Response) {
-        resp.results.extend(refused.results);
-    }
+    refuse_topics!(Alter, results);
 
     async fn handle(
         inner: Arc<Inner>,

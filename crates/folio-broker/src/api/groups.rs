@@ -21,7 +21,6 @@ use kafka_protocol::messages::offset_fetch_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
-use kafka_protocol::messages::offset_commit_request::OffsetCommitRequestTopic;
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
 
 use crate::api::{Handler, Refused, str_bytes};
@@ -348,19 +347,7 @@ impl Handler for OffsetCommit {
         super::Arrival { commit, fetch: None }
     }
 
-    fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
-        let denied = |t: &OffsetCommitRequestTopic| {
-            !super::allowed(inner, Operation::Read, ResourceType::Topic, t.name.as_str())
-        };
-        let build = |topics| OffsetCommitRequest::default().with_topics(topics);
-        super::refuse(&mut req.topics, denied, errors::TOPIC_AUTHORIZATION_FAILED, build)
-            .into_iter()
-            .collect()
-    }
-
-    fn merge(resp: &mut Self::Response, refused: Self::Response) {
-        resp.topics.extend(refused.topics);
-    }
+    refuse_topics!(Read, topics);
 
     async fn handle(
         inner: Arc<Inner>,

@@ -65,6 +65,29 @@ macro_rules! error_answer_of {
     };
 }
 
+/// `Handler::refuse_parts` and `merge` of an API whose request lists topics (`topics`,
+/// each with a `name`) and whose answer lists them again (`$answer`): the topics the
+/// principal may not `$op` are refused one by one (TOPIC_AUTHORIZATION_FAILED).
+macro_rules! refuse_topics {
+    ($op:ident, $answer:ident) => {
+        fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
+            use $crate::security::acl::{Operation, ResourceType};
+            super::refuse(
+                &mut req.topics,
+                |t| !super::allowed(inner, Operation::$op, ResourceType::Topic, t.name.as_str()),
+                $crate::errors::TOPIC_AUTHORIZATION_FAILED,
+                |topics| <Self::Request as Default>::default().with_topics(topics),
+            )
+            .into_iter()
+            .collect()
+        }
+
+        fn merge(resp: &mut Self::Response, refused: Self::Response) {
+            resp.$answer.extend(refused.$answer);
+        }
+    };
+}
+
 pub mod acls;
 pub mod admin;
 pub mod api_versions;

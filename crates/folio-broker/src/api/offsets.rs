@@ -18,9 +18,6 @@ use kafka_protocol::messages::{
     ApiKey, DeleteRecordsRequest, DeleteRecordsResponse, ListOffsetsRequest, ListOffsetsResponse,
 };
 
-use kafka_protocol::messages::delete_records_request::DeleteRecordsTopic;
-use kafka_protocol::messages::list_offsets_request::ListOffsetsTopic;
-use kafka_protocol::messages::offset_delete_request::OffsetDeleteRequestTopic;
 use kafka_protocol::messages::offset_delete_response::{
     OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
 };
@@ -28,7 +25,7 @@ use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse};
 
 use crate::api::{Handler, Refused};
 use crate::errors::{self, BrokerError};
-use crate::security::acl::{Operation, ResourceType};
+use crate::security::acl::Operation;
 use crate::state::Inner;
 
 const LATEST: i64 = -1;
@@ -55,19 +52,7 @@ impl Handler for ListOffsets {
     type Response = ListOffsetsResponse;
     const KEY: ApiKey = ApiKey::ListOffsets;
 
-    fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
-        let denied = |t: &ListOffsetsTopic| {
-            !super::allowed(inner, Operation::Describe, ResourceType::Topic, t.name.as_str())
-        };
-        let build = |topics| ListOffsetsRequest::default().with_topics(topics);
-        super::refuse(&mut req.topics, denied, errors::TOPIC_AUTHORIZATION_FAILED, build)
-            .into_iter()
-            .collect()
-    }
-
-    fn merge(resp: &mut Self::Response, refused: Self::Response) {
-        resp.topics.extend(refused.topics);
-    }
+    refuse_topics!(Describe, topics);
 
     async fn handle(
         inner: Arc<Inner>,
@@ -158,19 +143,7 @@ impl Handler for DeleteRecords {
     type Response = DeleteRecordsResponse;
     const KEY: ApiKey = ApiKey::DeleteRecords;
 
-    fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
-        let denied = |t: &DeleteRecordsTopic| {
-            !super::allowed(inner, Operation::Delete, ResourceType::Topic, t.name.as_str())
-        };
-        let build = |topics| DeleteRecordsRequest::default().with_topics(topics);
-        super::refuse(&mut req.topics, denied, errors::TOPIC_AUTHORIZATION_FAILED, build)
-            .into_iter()
-            .collect()
-    }
-
-    fn merge(resp: &mut Self::Response, refused: Self::Response) {
-        resp.topics.extend(refused.topics);
-    }
+    refuse_topics!(Delete, topics);
 
     async fn handle(
         inner: Arc<Inner>,
@@ -245,19 +218,7 @@ impl Handler for OffsetDelete {
         super::group_denied(inner, Operation::Delete, &req.group_id)
     }
 
-    fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
-        let denied = |t: &OffsetDeleteRequestTopic| {
-            !super::allowed(inner, Operation::Read, ResourceType::Topic, t.name.as_str())
-        };
-        let build = |topics| OffsetDeleteRequest::default().with_topics(topics);
-        super::refuse(&mut req.topics, denied, errors::TOPIC_AUTHORIZATION_FAILED, build)
-            .into_iter()
-            .collect()
-    }
-
-    fn merge(resp: &mut Self::Response, refused: Self::Response) {
-        resp.topics.extend(refused.topics);
-    }
+    refuse_topics!(Read, topics);
 
     async fn handle(
         inner: Arc<Inner>,

@@ -89,8 +89,7 @@ pub(crate) async fn start(
     mut body: Bytes,
     session: &crate::security::Session,
 ) -> Result<Pending, String> {
-    let version = header.request_api_version;
-    let correlation = header.correlation_id;
+    let (version, correlation) = (header.request_api_version, header.correlation_id);
     let req = ProduceRequest::decode(&mut body, version)
         .map_err(|e| format!("Produce v{version}: malformed request: {e}"))?;
     let received = Instant::now();
@@ -104,11 +103,9 @@ pub(crate) async fn start(
     } else if req.transactional_id.is_some() {
         Some(BrokerError::InvalidRequest("transactions are not supported".into()))
     } else {
+        inner.metrics.produce_acks(acks);
         None
     };
-    if refuse.is_none() {
-        inner.metrics.produce_acks(acks);
-    }
     for t in req.topic_data {
         let head =
             TopicProduceResponse::default().with_name(t.name.clone()).with_topic_id(t.topic_id);
