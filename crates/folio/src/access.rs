@@ -59,7 +59,7 @@ impl AccessArgs {
     /// The etcd options, with the password read from its file.
     pub fn etcd(&self) -> Result<EtcdOptions, String> {
         let user = match (&self.etcd_user, &self.etcd_password_file) {
-            (Some(u), Some(p)) => Some((u.clone(), first_line(p)?)),
+            (Some(u), Some(p)) => Some((u.clone(), first_line(p, "password")?)),
             (None, None) => None,
             _ => return Err("give both --etcd-user and --etcd-password-file".into()),
         };
@@ -75,13 +75,13 @@ impl AccessArgs {
     }
 }
 
-/// The first line of a password file.
-fn first_line(path: &std::path::Path) -> Result<String, String> {
+/// The first line of a file holding a password or token (`what`, for errors).
+pub fn first_line(path: &std::path::Path, what: &str) -> Result<String, String> {
     let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("reading the password file {}: {e}", path.display()))?;
+        .map_err(|e| format!("reading the {what} file {}: {e}", path.display()))?;
     let line = text.lines().next().unwrap_or_default().to_string();
     if line.is_empty() {
-        return Err(format!("the password file {} is empty", path.display()));
+        return Err(format!("the {what} file {} is empty", path.display()));
     }
     Ok(line)
 }

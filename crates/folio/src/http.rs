@@ -45,9 +45,8 @@ impl HttpAccess {
     /// The token in the first line of `path`, if a path is given.
     pub fn from_file(path: Option<&std::path::Path>) -> Result<HttpAccess, String> {
         let Some(path) = path else { return Ok(HttpAccess::default()) };
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("reading the HTTP token {}: {e}", path.display()))?;
-        let token = text.lines().next().unwrap_or_default().trim();
+        let token = crate::access::first_line(path, "HTTP token")?;
+        let token = token.trim();
         if token.len() < HTTP_TOKEN_BYTES_MIN {
             return Err(format!(
                 "the HTTP token in {} has {} bytes; it needs at least {HTTP_TOKEN_BYTES_MIN}",

@@ -172,7 +172,12 @@ impl Handler for CreatePartitions {
     type Response = CreatePartitionsResponse;
     const KEY: ApiKey = ApiKey::CreatePartitions;
 
-    refuse_topics!(Alter, results);
+    refuse_each!(
+        topics => results,
+        Alter on Topic,
+        TOPIC_AUTHORIZATION_FAILED,
+        |t| t.name.as_str()
+    );
 
     async fn handle(
         inner: Arc<Inner>,

@@ -21,8 +21,6 @@ use kafka_protocol::messages::offset_fetch_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
-use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
-
 use crate::api::{Handler, Refused, str_bytes};
 use crate::cluster::group_key;
 use crate::errors;
@@ -347,7 +345,12 @@ impl Handler for OffsetCommit {
         super::Arrival { commit, fetch: None }
     }
 
-    refuse_topics!(Read, topics);
+    refuse_each!(
+        topics => topics,
+        Read on Topic,
+        TOPIC_AUTHORIZATION_FAILED,
+        |t| t.name.as_str()
+    );
 
     async fn handle(
         inner: Arc<Inner>,
@@ -569,19 +572,12 @@ impl Handler for OffsetFetch {
         super::Arrival { commit: None, fetch: Some(inner.groups.arrival()) }
     }
 
-    fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
-        let denied = |g: &OffsetFetchRequestGroup| {
-            !super::allowed(inner, Operation::Describe, ResourceType::Group, g.group_id.as_str())
-        };
-        let build = |groups| OffsetFetchRequest::default().with_groups(groups);
-        super::refuse(&mut req.groups, denied, errors::GROUP_AUTHORIZATION_FAILED, build)
-            .into_iter()
-            .collect()
-    }
-
-    fn merge(resp: &mut Self::Response, refused: Self::Response) {
-        resp.groups.extend(refused.groups);
-    }
+    refuse_each!(
+        groups => groups,
+        Describe on Group,
+        GROUP_AUTHORIZATION_FAILED,
+        |g| g.group_id.as_str()
+    );
 
     async fn handle(
         inner: Arc<Inner>,
@@ -739,18 +735,12 @@ impl Handler for DescribeGroups {
     type Response = DescribeGroupsResponse;
     const KEY: ApiKey = ApiKey::DescribeGroups;
 
-    fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
-        let denied =
-            |g: &GroupId| !super::allowed(inner, Operation::Describe, ResourceType::Group, g);
-        let build = |groups| DescribeGroupsRequest::default().with_groups(groups);
-        super::refuse(&mut req.groups, denied, errors::GROUP_AUTHORIZATION_FAILED, build)
-            .into_iter()
-            .collect()
-    }
-
-    fn merge(resp: &mut Self::Response, refused: Self::Response) {
-        resp.groups.extend(refused.groups);
-    }
+    refuse_each!(
+        groups => groups,
+        Describe on Group,
+        GROUP_AUTHORIZATION_FAILED,
+        |g| g.as_str()
+    );
 
     async fn handle(
         inner: Arc<Inner>,
@@ -813,18 +803,12 @@ impl Handler for DeleteGroups {
     type Response = DeleteGroupsResponse;
     const KEY: ApiKey = ApiKey::DeleteGroups;
 
-    fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
-        let denied =
-            |g: &GroupId| !super::allowed(inner, Operation::Delete, ResourceType::Group, g);
-        let build = |groups| DeleteGroupsRequest::default().with_groups_names(groups);
-        super::refuse(&mut req.groups_names, denied, errors::GROUP_AUTHORIZATION_FAILED, build)
-            .into_iter()
-            .collect()
-    }
-
-    fn merge(resp: &mut Self::Response, refused: Self::Response) {
-        resp.results.extend(refused.results);
-    }
+    refuse_each!(
+        groups_names => results,
+        Delete on Group,
+        GROUP_AUTHORIZATION_FAILED,
+        |g| g.as_str()
+    );
 
     async fn handle(
         inner: Arc<Inner>,

@@ -65,18 +65,24 @@ macro_rules! error_answer_of {
     };
 }
 
-/// `Handler::refuse_parts` and `merge` of an API whose request lists topics (`topics`,
-/// each with a `name`) and whose answer lists them again (`$answer`): the topics the
-/// principal may not `$op` are refused one by one (TOPIC_AUTHORIZATION_FAILED).
-macro_rules! refuse_topics {
-    ($op:ident, $answer:ident) => {
+/// `Handler::refuse_parts` and `merge` of an API whose request lists resources (`$list`)
+/// and whose answer lists them again (`$answer`): the ones the principal may not `$op`
+/// (named by `$name` of each `$x`) are refused one by one with `$code`, e.g. topics the
+/// principal may not read: `topics => topics, Read on Topic, TOPIC_AUTHORIZATION_FAILED,
+/// |t| t.name.as_str()`.
+macro_rules! refuse_each {
+    ($list:ident => $answer:ident, $op:ident on $rtype:ident, $code:ident, |$x:ident| $name:expr) => {
         fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
             use $crate::security::acl::{Operation, ResourceType};
             super::refuse(
-                &mut req.topics,
-                |t| !super::allowed(inner, Operation::$op, ResourceType::Topic, t.name.as_str()),
-                $crate::errors::TOPIC_AUTHORIZATION_FAILED,
-                |topics| <Self::Request as Default>::default().with_topics(topics),
+                &mut req.$list,
+                |$x| !super::allowed(inner, Operation::$op, ResourceType::$rtype, $name),
+                $crate::errors::$code,
+                |parts| {
+                    let mut refused = <Self::Request as Default>::default();
+                    refused.$list = parts;
+                    refused
+                },
             )
             .into_iter()
             .collect()

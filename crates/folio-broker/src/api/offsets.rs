@@ -52,7 +52,12 @@ impl Handler for ListOffsets {
     type Response = ListOffsetsResponse;
     const KEY: ApiKey = ApiKey::ListOffsets;
 
-    refuse_topics!(Describe, topics);
+    refuse_each!(
+        topics => topics,
+        Describe on Topic,
+        TOPIC_AUTHORIZATION_FAILED,
+        |t| t.name.as_str()
+    );
 
     async fn handle(
         inner: Arc<Inner>,
@@ -143,7 +148,12 @@ impl Handler for DeleteRecords {
     type Response = DeleteRecordsResponse;
     const KEY: ApiKey = ApiKey::DeleteRecords;
 
-    refuse_topics!(Delete, topics);
+    refuse_each!(
+        topics => topics,
+        Delete on Topic,
+        TOPIC_AUTHORIZATION_FAILED,
+        |t| t.name.as_str()
+    );
 
     async fn handle(
         inner: Arc<Inner>,
@@ -218,7 +228,12 @@ impl Handler for OffsetDelete {
         super::group_denied(inner, Operation::Delete, &req.group_id)
     }
 
-    refuse_topics!(Read, topics);
+    refuse_each!(
+        topics => topics,
+        Read on Topic,
+        TOPIC_AUTHORIZATION_FAILED,
+        |t| t.name.as_str()
+    );
 
     async fn handle(
         inner: Arc<Inner>,
