@@ -94,6 +94,10 @@ impl Broker {
             request_budget: Arc::new(tokio::sync::Semaphore::new(config_limits.process_bytes_max)),
             answer_budget: Arc::new(tokio::sync::Semaphore::new(config_limits.answer_bytes_max)),
             auto_created: Mutex::new((std::time::Instant::now(), 0)),
+            fetch_sessions: crate::fetch_sessions::FetchSessions::new(
+                config_limits.fetch_sessions_max,
+                config_limits.fetch_session_partitions_max,
+            ),
         });
         start_security(&inner).await?;
         let admission = crate::server::Admission::new(&inner.config.limits);
@@ -161,6 +165,11 @@ impl Broker {
         self.inner.partitions_open()
     }
 
+    /// Fetch sessions (KIP-227) open now (at most `limits.fetch_sessions_max`).
+    pub fn fetch_sessions(&self) -> usize {
+        self.inner.fetch_sessions.len()
+    }
+
     /// Request and answer bytes all connections hold now (at most
     /// `limits.process_bytes_max + limits.answer_bytes_max`).
     pub fn bytes_held(&self) -> usize {
@@ -186,6 +195,11 @@ impl Broker {
             out,
             "# HELP folio_kafka_partitions_open Partition logs open here (limit: partitions_open_max).\n# TYPE folio_kafka_partitions_open gauge\nfolio_kafka_partitions_open {}",
             self.partitions_open()
+        );
+        let _ = writeln!(
+            out,
+            "# HELP folio_kafka_fetch_sessions Fetch sessions (KIP-227) open here (limit: fetch_sessions_max).\n# TYPE folio_kafka_fetch_sessions gauge\nfolio_kafka_fetch_sessions {}",
+            self.fetch_sessions()
         );
         let _ = writeln!(
             out,

@@ -80,6 +80,12 @@ pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 pub const INVALID_RECORD: i16 = 87;
 /// No topic has the id asked for.
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
+/// An incremental fetch names a session this broker does not hold (any more).
+pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+/// An incremental fetch carries an epoch other than the one its session expects.
+pub const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
+/// A fetch session's requests switched between topic names and topic ids.
+pub const FETCH_SESSION_TOPIC_ID_ERROR: i16 = 106;
 /// The principal may not do this to the topic.
 pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
 /// The principal may not do this to the group.

@@ -30,6 +30,7 @@ pub mod cluster;
 pub mod config;
 pub mod deletion;
 pub mod errors;
+mod fetch_sessions;
 mod framing;
 pub mod group;
 pub mod limits;

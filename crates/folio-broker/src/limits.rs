@@ -66,6 +66,14 @@ pub struct ListenerLimits {
     pub partitions_open_max: usize,
     /// A partition nobody produced to or fetched from for this long is closed. 10 minutes.
     pub partition_idle_timeout: Duration,
+    /// `max.incremental.fetch.session.cache.slots`: fetch sessions (KIP-227) kept at once.
+    /// A new one evicts an idle or smaller one, or is not created (the client then sends
+    /// full fetches). 1 000.
+    pub fetch_sessions_max: usize,
+    /// Partitions all fetch sessions hold together (about 100 bytes each). A session that
+    /// would grow beyond is closed (FETCH_SESSION_ID_NOT_FOUND: the client starts over).
+    /// 200 000.
+    pub fetch_session_partitions_max: usize,
 }
 
 impl Default for ListenerLimits {
@@ -88,12 +96,14 @@ impl Default for ListenerLimits {
             send_buffer_bytes: 100 * 1024,
             partitions_open_max: 10_000,
             partition_idle_timeout: Duration::from_secs(600),
+            fetch_sessions_max: 1000,
+            fetch_session_partitions_max: 200_000,
         }
     }
 }
 
 /// The names [`ListenerLimits::set`] takes (durations in milliseconds).
-pub const NAMES: [&str; 17] = [
+pub const NAMES: [&str; 19] = [
     "request_bytes_max",
     "connection_bytes_max",
     "process_bytes_max",
@@ -111,6 +121,8 @@ pub const NAMES: [&str; 17] = [
     "send_buffer_bytes",
     "partitions_open_max",
     "partition_idle_timeout_ms",
+    "fetch_sessions_max",
+    "fetch_session_partitions_max",
 ];
 
 impl ListenerLimits {
@@ -139,6 +151,8 @@ impl ListenerLimits {
             "send_buffer_bytes" => self.send_buffer_bytes = size,
             "partitions_open_max" => self.partitions_open_max = size,
             "partition_idle_timeout_ms" => self.partition_idle_timeout = ms,
+            "fetch_sessions_max" => self.fetch_sessions_max = size,
+            "fetch_session_partitions_max" => self.fetch_session_partitions_max = size,
             _ => {
                 return Err(format!(
                     "unknown limit {name:?}; the limits are: {}",
@@ -203,11 +217,14 @@ pub enum Limit {
     Names,
     /// A partition closed to open another (`partitions_open_max`).
     PartitionsOpen,
+    /// A fetch session not created or closed (`fetch_sessions_max`,
+    /// `fetch_session_partitions_max`).
+    FetchSessions,
 }
 
 impl Limit {
     /// Every limit, for listings and `--set` parsing.
-    pub const ALL: [Limit; 12] = [
+    pub const ALL: [Limit; 13] = [
         Limit::RequestBytes,
         Limit::Connections,
         Limit::ConnectionsPerAddress,
@@ -220,6 +237,7 @@ impl Limit {
         Limit::ClientId,
         Limit::Names,
         Limit::PartitionsOpen,
+        Limit::FetchSessions,
     ];
 
     /// The label value.
@@ -237,6 +255,7 @@ impl Limit {
             Limit::ClientId => "client_id",
             Limit::Names => "names",
             Limit::PartitionsOpen => "partitions_open",
+            Limit::FetchSessions => "fetch_sessions",
         }
     }
 }

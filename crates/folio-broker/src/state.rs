@@ -70,6 +70,8 @@ pub(crate) struct Inner {
     pub answer_budget: Arc<tokio::sync::Semaphore>,
     /// Topics auto-created in the current minute (`limits.auto_create_per_minute_max`).
     pub auto_created: Mutex<(std::time::Instant, usize)>,
+    /// Fetch sessions (KIP-227; `limits.fetch_sessions_max`).
+    pub(crate) fetch_sessions: crate::fetch_sessions::FetchSessions,
 }
 
 impl std::fmt::Debug for Inner {

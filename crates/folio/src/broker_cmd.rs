@@ -128,7 +128,8 @@ pub struct KafkaArgs {
     /// auto_create_per_request_max 16, auto_create_per_minute_max 120,
     /// client_id_bytes_max 1024, send_buffer_bytes 100 KiB [socket.send.buffer.bytes],
     /// partitions_open_max 10000 (the least recently used closes to open another),
-    /// partition_idle_timeout_ms 600000.
+    /// partition_idle_timeout_ms 600000, fetch_sessions_max 1000
+    /// [max.incremental.fetch.session.cache.slots], fetch_session_partitions_max 200000.
     #[arg(long = "limit", value_name = "NAME=VALUE")]
     pub limits: Vec<String>,
 }

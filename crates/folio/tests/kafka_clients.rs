@@ -146,9 +146,12 @@ fn consumer_group_rebalances_read_every_record_once_after_commits() {
     run_scenario("group_rebalance");
 }
 
-/// Idempotent producers (kafka-python's default; librdkafka with enable.idempotence)
-/// through a proxy that drops every 7th Produce answer after the broker carried it out:
-/// the retries are recognised, every record is stored once, in order.
+/// #25, KIP-227: kafka-python consuming 500 partitions in an incremental fetch session.
+#[test]
+fn a_consumer_of_500_partitions_fetches_in_an_incremental_session() {
+    run_scenario("fetch_sessions");
+}
+
 /// #25: committed() right after an asynchronous commit reads that commit, every time.
 #[test]
 fn committed_right_after_an_asynchronous_commit_reads_it() {
@@ -169,6 +172,9 @@ fn cooperative_sticky_rebalances_move_only_the_partitions_that_change_hands() {
     run_scenario("cooperative_sticky");
 }
 
+/// Idempotent producers (kafka-python's default; librdkafka with enable.idempotence)
+/// through a proxy that drops every 7th Produce answer after the broker carried it out:
+/// the retries are recognised, every record is stored once, in order.
 #[test]
 fn idempotent_producers_retrying_dropped_answers_store_each_record_once() {
     let dir = tempfile::tempdir().unwrap();

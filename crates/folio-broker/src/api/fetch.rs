@@ -6,8 +6,8 @@
 //! The records are the only copy of a batch the broker makes (`batch::put_for_fetch`):
 //! the answer's frame keeps them by reference (`framing::Frame`). Topics are named up to
 //! v12 and addressed by topic id from v13. A fetch from inside a batch returns the whole
-//! batch (clients skip the records before their offset). No fetch sessions: the answer's
-//! session id is 0, which tells clients to send full requests. Without transactions,
+//! batch (clients skip the records before their offset). Fetch sessions (KIP-227): see
+//! `fetch_sessions`; an incremental answer leaves out what did not change. Without transactions,
 //! read_committed reads what read_uncommitted does and the last stable offset is the high
 //! watermark.
 
@@ -18,13 +18,15 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use folio_log::ManagedLog;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
 use tokio::task::JoinSet;
 
 use crate::api::Handler;
 use crate::batch;
 use crate::budget::Held;
 use crate::errors::{self, BrokerError};
+use crate::fetch_sessions::{Asked, Context, TopicKey};
 use crate::limits::BATCHES_PER_PARTITION_MAX;
 use crate::limits::FETCH_WAIT_MAX;
 use crate::limits::Limit;
@@ -61,48 +63,16 @@ impl Handler for Fetch {
         }
         let max_bytes = if req.max_bytes <= 0 { cap } else { (req.max_bytes as usize).min(cap) };
         let read_committed = req.isolation_level == 1;
-        let mut wants = Vec::new();
-        let mut heads = Vec::new();
-        for (ti, t) in req.topics.iter().enumerate() {
-            let topic = if version >= 13 {
-                inner
-                    .topics
-                    .by_id(t.topic_id)
-                    .await
-                    .map_err(|_| errors::KAFKA_STORAGE_ERROR)
-                    .and_then(|t| t.ok_or(errors::UNKNOWN_TOPIC_ID))
-            } else {
-                inner
-                    .topics
-                    .get(t.topic.as_str())
-                    .await
-                    .map_err(|_| errors::KAFKA_STORAGE_ERROR)
-                    .and_then(|t| t.ok_or(errors::UNKNOWN_TOPIC_OR_PARTITION))
-            };
-            let topic = topic.and_then(|t| {
-                let ok = super::allowed(&inner, Operation::Read, ResourceType::Topic, &t.name);
-                if ok { Ok(t) } else { Err(errors::TOPIC_AUTHORIZATION_FAILED) }
-            });
-            heads.push(
-                FetchableTopicResponse::default()
-                    .with_topic(t.topic.clone())
-                    .with_topic_id(t.topic_id),
-            );
-            for p in &t.partitions {
-                let log = match &topic {
-                    Err(code) => Err(*code),
-                    Ok(topic) => open(&inner, topic, p.partition).await,
-                };
-                wants.push(Want {
-                    topic: ti,
-                    partition: p.partition,
-                    offset: p.fetch_offset,
-                    max_bytes: (p.partition_max_bytes.max(0) as usize).min(cap),
-                    log,
-                    topic_name: topic.as_ref().ok().map(|t| t.name.clone()),
-                });
+        let (context, asked) = match inner.fetch_sessions.begin(version, &req, started) {
+            Ok(begun) => begun,
+            Err((code, no_room)) => {
+                if no_room.is_some() {
+                    inner.metrics.limit_hit(Limit::FetchSessions);
+                }
+                return FetchResponse::default().with_error_code(code);
             }
-        }
+        };
+        let (heads, wants) = resolve(&inner, &asked, cap).await;
         loop {
             let (parts, bytes, settled, held, starved) =
                 read_all(&inner, &wants, max_bytes, read_committed).await;
@@ -112,15 +82,9 @@ impl Handler for Fetch {
                 let _ = crate::api::REQUEST.try_with(|r| {
                     r.held.lock().expect("held lock").merge(held);
                 });
-                let mut resp = FetchResponse::default();
-                for (i, mut head) in heads.into_iter().enumerate() {
-                    head.partitions =
-                        parts.iter().filter(|(t, _)| *t == i).map(|(_, p)| p.clone()).collect();
-                    resp.responses.push(head);
-                }
                 inner.metrics.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
                 inner.metrics.fetch_latency.observe(started.elapsed());
-                return resp;
+                return answer(&inner, version, context, &asked, heads, parts);
             }
             if starved {
                 // Data is there but no answer budget: retry shortly (the logs would wake
@@ -139,13 +103,20 @@ impl Handler for Fetch {
                     waits.spawn(async move { log.wait_for(offset, left).await });
                 }
             }
+            let grown = async {
+                // With nothing to wait on (no partition, or only failed ones) only the
+                // deadline ends the poll: an empty set's `join_next` is ready at once.
+                if waits.is_empty() {
+                    std::future::pending::<()>().await;
+                }
+                waits.join_next().await;
+            };
             let mut shutdown = inner.shutdown.subscribe();
             tokio::select! {
-                _ = waits.join_next() => {}
+                _ = grown => {}
                 _ = tokio::time::sleep_until(deadline.into()) => {}
                 _ = shutdown.wait_for(|s| *s) => {}
             }
-            waits.abort_all();
         }
     }
 
@@ -169,6 +140,101 @@ impl Handler for Fetch {
     }
 
     error_code_of!(top, [responses => partitions]);
+}
+
+/// Resolves each asked partition's topic (once per run of the same topic) and log: the
+/// answer's topic heads and the partitions to read, one per asked partition, in order.
+async fn resolve(
+    inner: &Inner,
+    asked: &[Asked],
+    cap: usize,
+) -> (Vec<FetchableTopicResponse>, Vec<Want>) {
+    let mut heads = Vec::new();
+    let mut wants: Vec<Want> = Vec::with_capacity(asked.len());
+    let mut current: Option<(&TopicKey, Result<Arc<Topic>, i16>)> = None;
+    for a in asked {
+        if current.as_ref().is_none_or(|(k, _)| **k != a.topic) {
+            let (topic, head) = match &a.topic {
+                TopicKey::Id(id) => {
+                    let t = inner.topics.by_id(*id).await;
+                    let t = t.map_err(|_| errors::KAFKA_STORAGE_ERROR);
+                    let head = FetchableTopicResponse::default().with_topic_id(*id);
+                    (t.and_then(|t| t.ok_or(errors::UNKNOWN_TOPIC_ID)), head)
+                }
+                TopicKey::Name(name) => {
+                    let t = inner.topics.get(name).await;
+                    let t = t.map_err(|_| errors::KAFKA_STORAGE_ERROR);
+                    let topic_name = TopicName(StrBytes::from_string(name.clone()));
+                    let head = FetchableTopicResponse::default().with_topic(topic_name);
+                    (t.and_then(|t| t.ok_or(errors::UNKNOWN_TOPIC_OR_PARTITION)), head)
+                }
+            };
+            let topic = topic.and_then(|t| {
+                let ok = super::allowed(inner, Operation::Read, ResourceType::Topic, &t.name);
+                if ok { Ok(t) } else { Err(errors::TOPIC_AUTHORIZATION_FAILED) }
+            });
+            heads.push(head);
+            current = Some((&a.topic, topic));
+        }
+        let Some((_, topic)) = &current else { continue };
+        let log = match topic {
+            Err(code) => Err(*code),
+            Ok(topic) => open(inner, topic, a.partition).await,
+        };
+        wants.push(Want {
+            topic: heads.len() - 1,
+            partition: a.partition,
+            offset: a.fetch_offset,
+            max_bytes: (a.max_bytes.max(0) as usize).min(cap),
+            log,
+            topic_name: topic.as_ref().ok().map(|t| t.name.clone()),
+        });
+    }
+    (heads, wants)
+}
+
+/// The answer to a fetch: every partition, or (incremental) those with records, an error,
+/// or a high watermark or log start offset its session's last answer did not tell; a full
+/// fetch asking for a session opens it here.
+fn answer(
+    inner: &Inner,
+    version: i16,
+    context: Context,
+    asked: &[Asked],
+    mut heads: Vec<FetchableTopicResponse>,
+    parts: Vec<(usize, PartitionData)>,
+) -> FetchResponse {
+    let told: Vec<(TopicKey, i32, i64, i64)> = asked
+        .iter()
+        .zip(&parts)
+        .map(|(a, (_, p))| (a.topic.clone(), a.partition, p.high_watermark, p.log_start_offset))
+        .collect();
+    let incremental = matches!(context, Context::Incremental { .. });
+    let session_id = match context {
+        Context::Sessionless => 0,
+        Context::Open => {
+            inner.fetch_sessions.open(version, asked, &told, Instant::now()).unwrap_or_else(|_| {
+                inner.metrics.limit_hit(Limit::FetchSessions);
+                0
+            })
+        }
+        Context::Incremental { id } => {
+            inner.fetch_sessions.told(id, &told);
+            id
+        }
+    };
+    for (a, (head, p)) in asked.iter().zip(parts) {
+        let news = p.error_code != 0
+            || p.records.as_ref().is_some_and(|r| !r.is_empty())
+            || a.told != Some((p.high_watermark, p.log_start_offset));
+        if !incremental || news {
+            heads[head].partitions.push(p);
+        }
+    }
+    if incremental {
+        heads.retain(|h| !h.partitions.is_empty());
+    }
+    FetchResponse::default().with_session_id(session_id).with_responses(heads)
 }
 
 async fn open(inner: &Inner, topic: &Topic, partition: i32) -> Result<ManagedLog, i16> {

@@ -1062,6 +1062,77 @@ def scenario_cooperative_sticky(bootstrap):
     print(f"ok cooperative-sticky: a kept {sorted(pa)} throughout, gave b {sorted(pb)}")
 
 
+def scenario_fetch_sessions(bootstrap):
+    """#25, KIP-227: a kafka-python consumer of 500 partitions fetches in an incremental
+    fetch session: after the full fetch that opens it, each answer holds only the partitions
+    with news, and the client (which checks every answer against its session) never finds
+    one invalid."""
+    import logging
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    class Seen(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.DEBUG)
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(record.getMessage())
+
+    seen = Seen()
+    log = logging.getLogger("kafka.consumer.fetcher")
+    log.setLevel(logging.DEBUG)
+    log.addHandler(seen)
+    n = 500
+    topic = topic_name("sessions")
+    a = KafkaAdminClient(bootstrap_servers=bootstrap)
+    a.create_topics([NewTopic(topic, num_partitions=n, replication_factor=1)])
+    a.close()
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20)
+    for i in range(n):
+        p.send(topic, value=f"{i}".encode(), partition=i)
+    p.flush()
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=100)
+    tps = [TopicPartition(topic, i) for i in range(n)]
+    c.assign(tps)
+    c.seek_to_beginning()
+
+    def read(count):
+        got = {}
+        deadline = time.time() + 60
+        while len(got) < count and time.time() < deadline:
+            for tp, ms in c.poll(timeout_ms=500, max_records=1000).items():
+                for m in ms:
+                    got[(tp.partition, m.offset)] = m.value.decode()
+        return got
+
+    first = read(n)
+    check(len(first) == n and all(first[(i, 0)] == f"{i}" for i in range(n)),
+          f"read {len(first)} of {n} first records")
+    for _ in range(3):
+        idle = c.poll(timeout_ms=300)
+        check(not idle, f"records from nowhere: {idle}")
+    second = {}
+    for i in (7, 300):
+        p.send(topic, value=f"again-{i}".encode(), partition=i)
+        p.flush()
+        second.update(read(1))
+    check(second == {(7, 1): "again-7", (300, 1): "again-300"}, f"second records {second}")
+    c.close()
+    p.close()
+    bad = [x for x in seen.lines if "invalid" in x or "unable to process" in x]
+    check(not bad, f"kafka-python found answers invalid: {bad[:3]}")
+    opened = [x for x in seen.lines if "created a new incremental fetch session" in x]
+    incremental = [x for x in seen.lines if "sent an incremental fetch response for session" in x]
+    check(opened, "no fetch session was opened")
+    check(len(incremental) >= 3, f"{len(incremental)} incremental answers")
+    # "... with <k> response partitions (<implied> implied)": an idle session answers none.
+    sizes = [int(x.split(" with ")[1].split()[0]) for x in incremental]
+    check(min(sizes) == 0 and max(sizes) < n, f"incremental answer sizes {sorted(set(sizes))}")
+    print(f"ok fetch sessions: {len(opened)} opened, {len(incremental)} incremental answers "
+          f"holding {min(sizes)}..{max(sizes)} of {n} partitions")
+
+
 SCENARIOS = {
     "confluent_codecs": scenario_confluent_codecs,
     "large_batches": scenario_large_batches,
@@ -1073,6 +1144,7 @@ SCENARIOS = {
     "commit_then_committed": scenario_commit_then_committed,
     "static_membership": scenario_static_membership,
     "cooperative_sticky": scenario_cooperative_sticky,
+    "fetch_sessions": scenario_fetch_sessions,
     "delete_under_load": scenario_delete_under_load,
     "kafka_python": scenario_kafka_python,
     "idempotent_retries": scenario_idempotent_retries,
