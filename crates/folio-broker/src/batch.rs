@@ -1,6 +1,7 @@
 //! Kafka record batches (magic 2) as opaque bytes: the broker reads the 61-byte header,
-//! checks the CRC, and patches the offsets; it never decodes records (so duplicate header
-//! keys, compression and any record layout pass through untouched).
+//! checks the CRC, and patches the offsets; produce and fetch never decode records (so
+//! duplicate header keys, compression and any record layout pass through untouched). Only
+//! a ListOffsets by timestamp reads the records of the one batch it lands in (`records`).
 //!
 //! ```text
 //! offset  size  field
@@ -30,6 +31,7 @@ const MAGIC_AT: usize = 16;
 const CRC_AT: usize = 17;
 const ATTRIBUTES_AT: usize = 21;
 const LAST_OFFSET_DELTA_AT: usize = 23;
+const BASE_TIMESTAMP_AT: usize = 27;
 const MAX_TIMESTAMP_AT: usize = 35;
 const PRODUCER_ID_AT: usize = 43;
 const PRODUCER_EPOCH_AT: usize = 51;
@@ -68,6 +70,7 @@ pub struct BatchInfo {
     pub size: usize,
     pub attributes: i16,
     pub last_offset_delta: i32,
+    pub base_timestamp: i64,
     pub max_timestamp: i64,
     pub producer_id: i64,
     pub producer_epoch: i16,
@@ -86,6 +89,11 @@ impl BatchInfo {
             4 => Ok(Codec::Zstd),
             c => Err(BatchError::Corrupt(format!("unknown compression codec {c}"))),
         }
+    }
+    /// Whether the batch's timestamps are the broker's (LogAppendTime): every record
+    /// then has the batch's max timestamp.
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes & TIMESTAMP_TYPE_BIT != 0
     }
     /// Whether the batch belongs to a transaction.
     pub fn is_transactional(&self) -> bool {
@@ -173,6 +181,7 @@ pub fn read_header(b: &[u8]) -> Result<BatchInfo, BatchError> {
         size: size as usize,
         attributes: i16_at(b, ATTRIBUTES_AT),
         last_offset_delta: i32_at(b, LAST_OFFSET_DELTA_AT),
+        base_timestamp: i64_at(b, BASE_TIMESTAMP_AT),
         max_timestamp: i64_at(b, MAX_TIMESTAMP_AT),
         producer_id: i64_at(b, PRODUCER_ID_AT),
         producer_epoch: i16_at(b, PRODUCER_EPOCH_AT),

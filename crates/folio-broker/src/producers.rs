@@ -178,6 +178,7 @@ mod tests {
 
     fn info(pid: i64, epoch: i16, seq: i32, count: i32) -> BatchInfo {
         BatchInfo {
+            base_timestamp: 0,
             size: 100,
             attributes: 0,
             last_offset_delta: count - 1,

@@ -109,32 +109,45 @@ impl Handler for ListOffsets {
     error_code_of!([topics => partitions]);
 }
 
-/// (offset, timestamp) for a ListOffsets timestamp; (-1, -1) when no batch qualifies.
+/// (offset, timestamp) for a ListOffsets timestamp; (-1, -1) when no record qualifies. A
+/// time resolves to its first record at or after it (the batch's records decoded:
+/// `records::first_at_or_after`), never to an earlier record of the same batch.
 async fn lookup(log: &ManagedLog, timestamp: i64) -> Result<(i64, i64), i16> {
     let status = log.status();
-    let at = |offset: u64| async move {
-        match log.read(offset, 1, 1).await {
-            Ok(e) => Ok((offset as i64, e.first().map_or(-1, |e| e.max_timestamp))),
-            Err(e) => Err(BrokerError::from(e).code()),
+    let start = status.start_offset;
+    // The first record at or after `ts` in the batch holding `offset`.
+    let at = |offset: u64, ts: i64| async move {
+        let entries = log.read(offset, 1, 1).await.map_err(|e| BrokerError::from(e).code())?;
+        let Some(e) = entries.first() else { return Ok((offset as i64, -1)) };
+        let from = i32::try_from(start.saturating_sub(e.base_offset)).unwrap_or(i32::MAX);
+        match crate::records::first_at_or_after(&e.payload, from, ts) {
+            Ok(Some((delta, record_ts))) => {
+                Ok(((e.base_offset + delta.max(0) as u64) as i64, record_ts))
+            }
+            Ok(None) => Ok((offset as i64, e.max_timestamp)),
+            Err(err) => {
+                tracing::warn!(log = log.name(), offset = e.base_offset, error = %err, "a stored batch's records do not decode: answering its first offset");
+                Ok((offset as i64, e.max_timestamp))
+            }
         }
     };
     match timestamp {
         LATEST => Ok((status.end_offset as i64, -1)),
-        EARLIEST => Ok((status.start_offset as i64, -1)),
+        EARLIEST => Ok((start as i64, -1)),
         MAX_TIMESTAMP => {
             let max = log.info().ledgers.iter().map(|l| l.max_publish_ms).max().unwrap_or(-1);
-            if max < 0 || status.end_offset == status.start_offset {
+            if max < 0 || status.end_offset == start {
                 return Ok((-1, -1));
             }
             match log.offset_for_timestamp(max).await {
-                Ok(Some(o)) => at(o.max(status.start_offset)).await,
+                Ok(Some(o)) => at(o.max(start), max).await,
                 Ok(None) => Ok((-1, -1)),
                 Err(e) => Err(BrokerError::from(e).code()),
             }
         }
         ts if ts < 0 => Err(errors::INVALID_REQUEST),
         ts => match log.offset_for_timestamp(ts).await {
-            Ok(Some(o)) if o < status.end_offset => at(o.max(status.start_offset)).await,
+            Ok(Some(o)) if o < status.end_offset => at(o.max(start), ts).await,
             Ok(_) => Ok((-1, -1)),
             Err(e) => Err(BrokerError::from(e).code()),
         },

@@ -149,23 +149,32 @@ def scenario_large_batches(bootstrap):
 
 
 def scenario_offsets_by_time(bootstrap):
-    """ListOffsets: earliest, latest, and by timestamp (one batch per record here)."""
-    topic = topic_name("bytime")
-    create_topic(bootstrap, topic)
+    """ListOffsets: earliest, latest, and by timestamp, resolved to the record: once with one
+    batch per record, then with all ten records in one batch in every codec (#25 item 2)."""
     t0 = int(time.time() * 1000) - 100_000
-    for i in range(10):
-        reports = produce(bootstrap, topic, [(None, f"v{i}".encode(), None, 0, t0 + i * 1000)], **{"linger.ms": 0})
-        check(reports[0][0] is None, f"produce {i}: {reports[0][0]}")
+    setups = [("one-per-batch", {"linger.ms": 0}, True)] + [
+        (codec, {"linger.ms": 200, "compression.codec": codec}, False)
+        for codec in ["none", "gzip", "snappy", "lz4", "zstd"]]
     c = ck().Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
-    lo, hi = c.get_watermark_offsets(ck().TopicPartition(topic, 0), timeout=10)
-    check((lo, hi) == (0, 10), f"watermarks {(lo, hi)}")
-    for ts, want in [(t0 + 2500, 3), (t0, 0), (t0 - 5, 0), (t0 + 9000, 9), (t0 + 9001, -1)]:
-        r = c.offsets_for_times([ck().TopicPartition(topic, 0, ts)], timeout=10)
-        check(r[0].offset == want, f"offset for time {ts - t0}: {r[0].offset}, expected {want}")
-    got = consume_all(bootstrap, topic, 0, 0, 10)
-    check([m.timestamp()[1] for m in got] == [t0 + i * 1000 for i in range(10)], "timestamps came back different")
+    for name, conf, one_by_one in setups:
+        topic = topic_name(f"bytime-{name}")
+        create_topic(bootstrap, topic)
+        records = [(None, f"v{i}".encode(), None, 0, t0 + i * 1000) for i in range(10)]
+        reports = []
+        for chunk in ([[r] for r in records] if one_by_one else [records]):
+            reports += produce(bootstrap, topic, chunk, **conf)
+        check(all(err is None for err, _ in reports), f"{name}: produce {reports}")
+        lo, hi = c.get_watermark_offsets(ck().TopicPartition(topic, 0), timeout=10)
+        check((lo, hi) == (0, 10), f"{name}: watermarks {(lo, hi)}")
+        for ts, want in [(t0 + 2500, 3), (t0, 0), (t0 - 5, 0), (t0 + 9000, 9), (t0 + 9001, -1),
+                         (t0 + 6999, 7)]:
+            r = c.offsets_for_times([ck().TopicPartition(topic, 0, ts)], timeout=10)
+            check(r[0].offset == want, f"{name}: offset for time {ts - t0}: {r[0].offset}, expected {want}")
+        got = consume_all(bootstrap, topic, 0, 0, 10)
+        check([m.timestamp()[1] for m in got] == [t0 + i * 1000 for i in range(10)],
+              f"{name}: timestamps came back different")
     c.close()
-    print("ok offsets by time")
+    print("ok offsets by time, to the record, in every codec")
 
 
 def scenario_delete_records(bootstrap):
