@@ -164,3 +164,32 @@ async fn produce_requests_are_counted_by_acks() {
         assert!(text.contains(line), "{line} in\n{text}");
     }
 }
+
+/// The README's API table is the advertised list: every API and version range in
+/// `SUPPORTED` has its row, and no row names an API the broker does not serve.
+#[test]
+fn the_readme_api_table_lists_every_supported_api_and_version() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("README.md");
+    let section = readme.split("### Kafka APIs and versions").nth(1).expect("the API section");
+    let rows: Vec<(String, String)> = section
+        .lines()
+        .take_while(|l| !l.starts_with("###"))
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            (cells.len() > 3
+                && !cells[1].is_empty()
+                && cells[1] != "API"
+                && !cells[1].starts_with("---"))
+            .then(|| (cells[1].to_string(), cells[2].to_string()))
+        })
+        .collect();
+    let want: Vec<(String, String)> = folio_broker::api::SUPPORTED
+        .iter()
+        .map(|(k, lo, hi)| {
+            let versions = if lo == hi { lo.to_string() } else { format!("{lo}–{hi}") };
+            (format!("{k:?}"), versions)
+        })
+        .collect();
+    assert_eq!(rows, want);
+}
