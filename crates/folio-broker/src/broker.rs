@@ -29,26 +29,32 @@ pub struct Broker {
     addrs: Arc<Vec<(String, SocketAddr)>>,
 }
 
+/// The limits and the topic defaults make sense together (each error names the setting).
+fn check_defaults(config: &BrokerConfig) -> Result<(), String> {
+    config.limits.validate()?;
+    if config.default_partitions == 0
+        || config.default_partitions > crate::topics::PARTITIONS_MAX as u32
+    {
+        return Err(format!(
+            "num.partitions must be 1..={}, not {}",
+            crate::topics::PARTITIONS_MAX,
+            config.default_partitions
+        ));
+    }
+    if config.default_replication == 0 || config.default_replication > config.replication_max {
+        return Err(format!(
+            "default replication factor {} must be 1..={} (the bookies there are)",
+            config.default_replication, config.replication_max
+        ));
+    }
+    Ok(())
+}
+
 impl Broker {
     /// Binds the listener and starts serving.
     pub async fn start(config: BrokerConfig, env: LogEnv) -> Result<Broker, String> {
-        config.limits.validate()?;
+        check_defaults(&config)?;
         let config_limits = config.limits.clone();
-        if config.default_partitions == 0
-            || config.default_partitions > crate::topics::PARTITIONS_MAX as u32
-        {
-            return Err(format!(
-                "num.partitions must be 1..={}, not {}",
-                crate::topics::PARTITIONS_MAX,
-                config.default_partitions
-            ));
-        }
-        if config.default_replication == 0 || config.default_replication > config.replication_max {
-            return Err(format!(
-                "default replication factor {} must be 1..={} (the bookies there are)",
-                config.default_replication, config.replication_max
-            ));
-        }
         crate::security::validate(&config.listeners, config.tls.as_ref(), &config.sasl)?;
         let (bound, endpoints, tls) = bind_listeners(&config)?;
         let addr = bound[0].1;
@@ -94,10 +100,7 @@ impl Broker {
             request_budget: Arc::new(tokio::sync::Semaphore::new(config_limits.process_bytes_max)),
             answer_budget: Arc::new(tokio::sync::Semaphore::new(config_limits.answer_bytes_max)),
             auto_created: Mutex::new((std::time::Instant::now(), 0)),
-            fetch_sessions: crate::fetch_sessions::FetchSessions::new(
-                config_limits.fetch_sessions_max,
-                config_limits.fetch_session_partitions_max,
-            ),
+            fetch_sessions: crate::fetch_sessions::FetchSessions::new(&config_limits),
         });
         start_security(&inner).await?;
         let admission = crate::server::Admission::new(&inner.config.limits);

@@ -36,6 +36,7 @@ use kafka_protocol::messages::FetchRequest;
 use uuid::Uuid;
 
 use crate::errors;
+use crate::limits::ListenerLimits;
 
 /// A session idle this long may be evicted for a new one (Kafka's
 /// `min.incremental.fetch.session.eviction.ms`).
@@ -113,8 +114,12 @@ pub(crate) struct FetchSessions {
 pub(crate) struct NoRoom;
 
 impl FetchSessions {
-    pub(crate) fn new(sessions_max: usize, partitions_max: usize) -> FetchSessions {
-        FetchSessions { sessions_max, partitions_max, state: Mutex::new(State::default()) }
+    pub(crate) fn new(limits: &ListenerLimits) -> FetchSessions {
+        FetchSessions {
+            sessions_max: limits.fetch_sessions_max,
+            partitions_max: limits.fetch_session_partitions_max,
+            state: Mutex::new(State::default()),
+        }
     }
 
     /// Sessions open now.

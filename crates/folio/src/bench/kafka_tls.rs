@@ -2,7 +2,8 @@
 //! 1 KiB records (acks=all) and reads them back, once over PLAINTEXT and once over
 //! SASL_SSL (TLS 1.3 on rustls, SCRAM-SHA-512), to one broker on 3 bookies, in the same
 //! run and in ABBA order: `ratio_vs_plaintext` for produce and consume (target >= 0.7).
-//! The certificate is made for the run (folio-testkit's `certs`); the user is written to the metadata store.
+//! The certificate is made for the run (folio-testkit's `certs`); the user is written to
+//! the metadata store.
 //! Also prints what the process read and wrote per byte served (`/proc/self/io`).
 
 use std::path::Path;
