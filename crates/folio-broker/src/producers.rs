@@ -39,6 +39,18 @@ struct Producer {
     epoch: i16,
     batches: VecDeque<Batch>,
     last_used: u64,
+    /// The max timestamp of its last batch (for DescribeProducers).
+    last_timestamp: i64,
+}
+
+/// What DescribeProducers reports of one producer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerState {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// The sequence of its last batch's last record; -1 before any batch of this epoch.
+    pub last_sequence: i32,
+    pub last_timestamp: i64,
 }
 
 /// What to do with an idempotent batch.
@@ -79,6 +91,7 @@ impl Producers {
             epoch: b.producer_epoch,
             batches: VecDeque::new(),
             last_used: clock,
+            last_timestamp: -1,
         });
         p.last_used = clock;
         if b.producer_epoch < p.epoch {
@@ -108,6 +121,7 @@ impl Producers {
         }
         let (tx, rx) = watch::channel(None);
         p.batches.push_back(Batch { first_seq, last_seq, outcome: rx });
+        p.last_timestamp = b.max_timestamp;
         if p.batches.len() > BATCHES_PER_PRODUCER {
             p.batches.pop_front();
         }
@@ -135,10 +149,12 @@ impl Producers {
             epoch: b.producer_epoch,
             batches: VecDeque::new(),
             last_used: clock,
+            last_timestamp: -1,
         });
         if b.producer_epoch < p.epoch {
             return;
         }
+        p.last_timestamp = b.max_timestamp;
         if b.producer_epoch > p.epoch {
             p.epoch = b.producer_epoch;
             p.batches.clear();
@@ -153,6 +169,22 @@ impl Producers {
         if p.batches.len() > BATCHES_PER_PRODUCER {
             p.batches.pop_front();
         }
+    }
+
+    /// Every producer tracked, by id.
+    pub fn describe(&self) -> Vec<ProducerState> {
+        let mut out: Vec<ProducerState> = self
+            .by_id
+            .iter()
+            .map(|(id, p)| ProducerState {
+                producer_id: *id,
+                epoch: p.epoch,
+                last_sequence: p.batches.back().map_or(-1, |b| b.last_seq),
+                last_timestamp: p.last_timestamp,
+            })
+            .collect();
+        out.sort_by_key(|p| p.producer_id);
+        out
     }
 
     /// Producers tracked.

@@ -193,3 +193,50 @@ fn the_readme_api_table_lists_every_supported_api_and_version() {
         .collect();
     assert_eq!(rows, want);
 }
+
+/// #25: DescribeProducers lists the idempotent producers a partition tracks (id, epoch, last
+/// sequence, last timestamp); unknown topics and partitions answer as Kafka does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_producers_lists_a_partitions_idempotent_producers() {
+    use kafka_protocol::messages::describe_producers_request::TopicRequest;
+    let setup = common::start(1, |_| {}).await;
+    let mut c = Conn::open(setup.broker.addr()).await;
+    let _: MetadataResponse = c.call(ApiKey::Metadata, 9, &metadata_req(&["t1"])).await;
+    let mut last_ts = 0;
+    for (pid, epoch, seq, count) in [(7, 0, 0, 3), (7, 0, 3, 2), (9, 2, 0, 1)] {
+        let b = common::idempotent(common::batch(count, 1000 + seq as i64), pid, epoch, seq);
+        if pid == 7 {
+            last_ts = i64::from_be_bytes(b[35..43].try_into().unwrap());
+        }
+        let req = folio_broker::client::produce_request("t1", 0, b.into(), -1);
+        let r: ProduceResponse = c.call(ApiKey::Produce, 9, &req).await;
+        assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+    }
+    let req = DescribeProducersRequest::default().with_topics(vec![
+        TopicRequest::default().with_name(TopicName(s("t1"))).with_partition_indexes(vec![0, 3]),
+        TopicRequest::default().with_name(TopicName(s("nope"))).with_partition_indexes(vec![0]),
+    ]);
+    let r: DescribeProducersResponse = c.call(ApiKey::DescribeProducers, 0, &req).await;
+    let p0 = &r.topics[0].partitions[0];
+    assert_eq!(p0.error_code, 0);
+    let got: Vec<(i64, i32, i32, i64, i32, i64)> = p0
+        .active_producers
+        .iter()
+        .map(|p| {
+            let txn = p.current_txn_start_offset;
+            (
+                p.producer_id.0,
+                p.producer_epoch,
+                p.last_sequence,
+                p.last_timestamp,
+                p.coordinator_epoch,
+                txn,
+            )
+        })
+        .collect();
+    assert_eq!(got[0], (7, 0, 4, last_ts, -1, -1));
+    assert_eq!((got[1].0, got[1].1, got[1].2), (9, 2, 0));
+    assert_eq!(got.len(), 2);
+    assert_eq!(r.topics[0].partitions[1].error_code, errors::UNKNOWN_TOPIC_OR_PARTITION);
+    assert_eq!(r.topics[1].partitions[0].error_code, errors::UNKNOWN_TOPIC_OR_PARTITION);
+}

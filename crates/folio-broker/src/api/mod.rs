@@ -98,6 +98,7 @@ pub mod acls;
 pub mod admin;
 pub mod api_versions;
 pub mod configs;
+pub mod describe_producers;
 pub mod fetch;
 pub mod groups;
 pub mod leaders;
@@ -137,6 +138,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
@@ -270,6 +272,7 @@ handlers! {
     ElectLeaders => leaders::ElectLeaders,
     ListPartitionReassignments => leaders::ListPartitionReassignments,
     InitProducerId => produce::InitProducerId,
+    DescribeProducers => describe_producers::DescribeProducers,
     DeleteTopics => admin::DeleteTopics,
     DescribeUserScramCredentials => users::DescribeUserScramCredentials,
     AlterUserScramCredentials => users::AlterUserScramCredentials,
