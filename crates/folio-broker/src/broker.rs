@@ -441,7 +441,8 @@ async fn start_security(inner: &Arc<Inner>) -> Result<(), String> {
     if let Some(acls) = &inner.acls {
         acls.reload(inner.env.meta.as_ref(), &inner.env.keys).await?;
         let (meta, keys) = (inner.env.meta.clone(), inner.env.keys.clone());
-        tokio::spawn(acls.clone().watch(meta, keys, inner.shutdown.subscribe()));
+        let stop = inner.shutdown.subscribe();
+        tokio::spawn(crate::watched::keep_current(acls.clone(), meta, keys, stop));
     }
     Ok(())
 }

@@ -41,6 +41,7 @@ pub mod security;
 mod server;
 mod state;
 pub mod topics;
+mod watched;
 
 pub use broker::Broker;
 pub use config::BrokerConfig;

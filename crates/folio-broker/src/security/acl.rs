@@ -15,12 +15,10 @@
 //! `User:*`; its host the session's address or `*`.
 
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use bytes::Bytes;
 use folio_meta::keys::Keys;
 use folio_meta::{Expect, MetaError, MetadataStore, list_all};
-use tokio::sync::watch;
 
 use super::Session;
 
@@ -28,8 +26,6 @@ use super::Session;
 pub const ACL_FIELD_BYTES_MAX: usize = 256;
 /// Most bindings on one resource pattern (one metadata value).
 pub const BINDINGS_PER_RESOURCE_MAX: usize = 1000;
-/// How long the cache waits after its watch failed before listing again.
-const RESYNC_PAUSE: Duration = Duration::from_millis(500);
 
 macro_rules! kafka_enum {
     ($(#[$m:meta])* $name:ident { $($v:ident = $code:literal => $text:literal),* $(,)? }) => {
@@ -308,11 +304,6 @@ pub async fn delete(
     Ok(doomed)
 }
 
-/// Returns when `stop` turns true (or its sender is gone).
-async fn stopped(stop: &mut watch::Receiver<bool>) {
-    let _ = stop.wait_for(|s| *s).await;
-}
-
 /// The authorizer's settings (`authorizer.class.name` set, in Kafka's terms).
 #[derive(Debug, Clone, Default)]
 pub struct AuthorizerConfig {
@@ -330,7 +321,7 @@ pub struct Acls {
 }
 
 impl Acls {
-    /// An authorizer with no bindings loaded yet ([`Acls::reload`] or [`Acls::watch`]).
+    /// An authorizer with no bindings loaded yet ([`Acls::reload`], or `watched::keep_current`).
     pub fn new(config: AuthorizerConfig) -> Arc<Acls> {
         Arc::new(Acls { config, bindings: RwLock::new(Arc::new(Vec::new())) })
     }
@@ -340,56 +331,6 @@ impl Acls {
         let all = list(meta, keys).await?;
         *self.bindings.write().expect("acl lock") = Arc::new(all);
         Ok(())
-    }
-
-    /// Keeps the cache current: watches the bindings' prefix and lists again on every
-    /// change (and after the watch fails), until `stop`.
-    pub async fn watch(
-        self: Arc<Self>,
-        meta: Arc<dyn MetadataStore>,
-        keys: Keys,
-        mut stop: watch::Receiver<bool>,
-    ) {
-        let p = prefix(&keys);
-        loop {
-            let from = match meta.revision().await {
-                Ok(r) => r + 1,
-                Err(e) => {
-                    tracing::warn!(error = %e, "ACL cache: reading the revision failed; retrying");
-                    tokio::select! {
-                        () = tokio::time::sleep(RESYNC_PAUSE) => continue,
-                        () = stopped(&mut stop) => return,
-                    }
-                }
-            };
-            if let Err(e) = self.reload(meta.as_ref(), &keys).await {
-                tracing::warn!(error = %e, "ACL cache: listing the bindings failed; retrying");
-            }
-            let mut w = match meta.watch(&p, from).await {
-                Ok(w) => w,
-                Err(e) => {
-                    tracing::warn!(error = %e, "ACL cache: watching failed; retrying");
-                    tokio::select! {
-                        () = tokio::time::sleep(RESYNC_PAUSE) => continue,
-                        () = stopped(&mut stop) => return,
-                    }
-                }
-            };
-            loop {
-                tokio::select! {
-                    ev = w.next() => match ev {
-                        Some(Ok(_)) => {
-                            if let Err(e) = self.reload(meta.as_ref(), &keys).await {
-                                tracing::warn!(error = %e, "ACL cache: listing the bindings failed");
-                            }
-                        }
-                        _ => break, // ended: list and watch again
-                    },
-                    () = stopped(&mut stop) => return,
-                }
-            }
-            tokio::time::sleep(RESYNC_PAUSE).await;
-        }
     }
 
     /// Whether `session` may do `op` on the resource `(rtype, name)`.
@@ -530,5 +471,17 @@ mod tests {
         assert_eq!(back, vec![ok]);
         assert!(parse("9/3/t", line.as_bytes()).is_err());
         assert!(parse("2/3/t", b"User:a\t*\t3").is_err());
+    }
+}
+
+impl crate::watched::Watched for Acls {
+    const WHAT: &'static str = "ACL";
+
+    fn prefix(keys: &Keys) -> String {
+        prefix(keys)
+    }
+
+    async fn reload(&self, meta: &dyn MetadataStore, keys: &Keys) -> Result<(), String> {
+        Acls::reload(self, meta, keys).await
     }
 }
