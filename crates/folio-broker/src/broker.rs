@@ -101,6 +101,7 @@ impl Broker {
             answer_budget: Arc::new(tokio::sync::Semaphore::new(config_limits.answer_bytes_max)),
             auto_created: Mutex::new((std::time::Instant::now(), 0)),
             fetch_sessions: crate::fetch_sessions::FetchSessions::new(&config_limits),
+            quotas: crate::quotas::Quotas::new(),
         });
         start_security(&inner).await?;
         let admission = crate::server::Admission::new(&inner.config.limits);
@@ -166,6 +167,11 @@ impl Broker {
     /// Partition logs open on this broker now (at most `limits.partitions_open_max`).
     pub fn partitions_open(&self) -> usize {
         self.inner.partitions_open()
+    }
+
+    /// Entities with client quotas in this broker's cache.
+    pub fn client_quota_entities(&self) -> usize {
+        self.inner.quotas.entities().len()
     }
 
     /// Fetch sessions (KIP-227) open now (at most `limits.fetch_sessions_max`).
@@ -432,12 +438,18 @@ async fn run_audits(inner: Arc<Inner>, every: Duration) {
     }
 }
 
-/// Loads the ACLs (before any connection is served) and starts the watches that keep them
-/// and the TLS certificate current.
+/// Loads the ACLs and the client quotas (before any connection is served) and starts the
+/// watches that keep them and the TLS certificate current.
 async fn start_security(inner: &Arc<Inner>) -> Result<(), String> {
     if let Some(tls) = &inner.tls {
         tokio::spawn(tls.clone().watch(inner.shutdown.subscribe()));
     }
+    let quotas = &inner.quotas;
+    crate::watched::Watched::reload(quotas.as_ref(), inner.env.meta.as_ref(), &inner.env.keys)
+        .await?;
+    let (meta, keys, stop) =
+        (inner.env.meta.clone(), inner.env.keys.clone(), inner.shutdown.subscribe());
+    tokio::spawn(crate::watched::keep_current(quotas.clone(), meta, keys, stop));
     if let Some(acls) = &inner.acls {
         acls.reload(inner.env.meta.as_ref(), &inner.env.keys).await?;
         let (meta, keys) = (inner.env.meta.clone(), inner.env.keys.clone());

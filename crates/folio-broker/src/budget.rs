@@ -81,4 +81,8 @@ pub(crate) struct RequestScope {
     pub session: crate::security::Session,
     /// An OffsetFetch's place among the group commits (`Handler::arrive`).
     pub arrival: Option<u64>,
+    /// The request header's client id (empty without one).
+    pub client_id: Arc<str>,
+    /// Until when the connection reads no further request (a client quota's throttle).
+    pub mute: Arc<Mutex<std::time::Instant>>,
 }

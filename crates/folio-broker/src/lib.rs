@@ -36,6 +36,7 @@ pub mod group;
 pub mod limits;
 pub mod metrics;
 pub mod producers;
+pub mod quotas;
 pub mod records;
 pub mod security;
 mod server;

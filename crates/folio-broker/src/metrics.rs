@@ -125,6 +125,8 @@ pub struct Metrics {
     pub tls_handshake_failures: AtomicU64,
     /// Produce requests served, by acks: 0, 1, all (-1).
     produce_by_acks: [AtomicU64; 3],
+    /// Milliseconds of client-quota throttling answered: produce, fetch.
+    throttle_ms: [AtomicU64; 2],
 }
 
 impl Metrics {
@@ -161,7 +163,34 @@ impl Metrics {
         for (acks, v) in ["0", "1", "all"].iter().zip(&self.produce_by_acks) {
             let _ = writeln!(out, "{name}{{acks=\"{acks}\"}} {}", v.load(Ordering::Relaxed));
         }
+        let name = "folio_kafka_throttle_time_ms_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Throttle time answered to clients above a client quota (their \
+             connections read nothing meanwhile).\n# TYPE {name} counter"
+        );
+        for (kind, v) in ["produce", "fetch"].iter().zip(&self.throttle_ms) {
+            let _ = writeln!(out, "{name}{{kind=\"{kind}\"}} {}", v.load(Ordering::Relaxed));
+        }
         out
+    }
+
+    /// Counts `ms` of throttling for a client quota of `kind`.
+    pub fn throttled(&self, kind: crate::quotas::Kind, ms: u64) {
+        let i = match kind {
+            crate::quotas::Kind::Produce => 0,
+            crate::quotas::Kind::Fetch => 1,
+        };
+        self.throttle_ms[i].fetch_add(ms, Ordering::Relaxed);
+    }
+
+    /// Milliseconds of client-quota throttling answered for `kind`.
+    pub fn throttle_ms(&self, kind: crate::quotas::Kind) -> u64 {
+        let i = match kind {
+            crate::quotas::Kind::Produce => 0,
+            crate::quotas::Kind::Fetch => 1,
+        };
+        self.throttle_ms[i].load(Ordering::Relaxed)
     }
 
     /// Counts one SASL authentication, succeeded or not.

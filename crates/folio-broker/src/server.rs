@@ -322,7 +322,16 @@ where
     };
     let mut gate = SaslGate::new(inner.config.sasl.clone(), sasl);
     let mut shutdown = inner.shutdown.subscribe();
+    let mute = Arc::new(Mutex::new(std::time::Instant::now()));
     loop {
+        // A client quota's throttle: no further request is read until it ends (KIP-219).
+        let until = *mute.lock().unwrap_or_else(|p| p.into_inner());
+        if until > std::time::Instant::now() {
+            tokio::select! {
+                () = tokio::time::sleep_until(until.into()) => {}
+                _ = shutdown.wait_for(|s| *s) => return Err("the broker is shutting down".into()),
+            }
+        }
         let mut size = [0u8; 4];
         tokio::select! {
             r = tokio::time::timeout(limits.idle_timeout, rd.read_exact(&mut size)) => match r {
@@ -361,7 +370,7 @@ where
         let pending = match gate.admit(&store, frame, &mut session).await? {
             Gated::Dispatch(frame) => {
                 let held = Arc::new(Mutex::new(held));
-                let p = dispatch(&inner, frame, &budgets, &held, &session).await?;
+                let p = dispatch(&inner, frame, &budgets, &held, &session, &mute).await?;
                 (p, held)
             }
             Gated::Answer(f) => (ready(Ok(Some(f))), Arc::new(Mutex::new(held))),
@@ -495,6 +504,7 @@ async fn dispatch(
     budgets: &Budgets,
     held: &Arc<Mutex<Held>>,
     session: &Session,
+    mute: &Arc<Mutex<std::time::Instant>>,
 ) -> Result<Pending, String> {
     match parse_header(frame)? {
         Parsed::ApiVersions { version, correlation, frame } => {
@@ -512,6 +522,8 @@ async fn dispatch(
                 held: held.clone(),
                 session: session.clone(),
                 arrival: None,
+                client_id: header.client_id.as_deref().unwrap_or_default().into(),
+                mute: mute.clone(),
             };
             crate::api::route(inner, key, header, body, scope).await
         }

@@ -72,6 +72,8 @@ pub(crate) struct Inner {
     pub auto_created: Mutex<(std::time::Instant, usize)>,
     /// Fetch sessions (KIP-227; `limits.fetch_sessions_max`).
     pub(crate) fetch_sessions: crate::fetch_sessions::FetchSessions,
+    /// Client quotas (cached from the metadata store) and their measured rates.
+    pub quotas: Arc<crate::quotas::Quotas>,
 }
 
 impl std::fmt::Debug for Inner {

@@ -152,6 +152,33 @@ fn a_consumer_of_500_partitions_fetches_in_an_incremental_session() {
     run_scenario("fetch_sessions");
 }
 
+/// #25: client quotas set through the Kafka API (AlterClientQuotas) throttle a librdkafka
+/// producer and consumer above them; each sees it in its own throttle reports.
+#[test]
+fn client_quotas_throttle_a_producer_and_a_consumer() {
+    use kafka_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
+    use kafka_protocol::messages::{AlterClientQuotasRequest, AlterClientQuotasResponse, ApiKey};
+    use kafka_protocol::protocol::StrBytes;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Standalone::start(dir.path(), 1);
+    let str = |v: &str| StrBytes::from_string(v.into());
+    let ops = ["producer_byte_rate", "consumer_byte_rate"]
+        .map(|k| OpData::default().with_key(str(k)).with_value(100_000.0));
+    let entity = EntityData::default()
+        .with_entity_type(str("client-id"))
+        .with_entity_name(Some(str("slow")));
+    let req = AlterClientQuotasRequest::default()
+        .with_entries(vec![EntryData::default().with_entity(vec![entity]).with_ops(ops.to_vec())]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let r: AlterClientQuotasResponse = rt.block_on(async {
+        let addr = s.kafka.parse().unwrap();
+        let mut c = folio_broker::client::KafkaConn::connect(addr).await.unwrap();
+        c.call(ApiKey::AlterClientQuotas, 1, &req).await.unwrap()
+    });
+    assert_eq!(r.entries[0].error_code, 0, "{:?}", r.entries[0].error_message);
+    print!("{}", scenario(&s.kafka, "quota_throttle", &[]));
+}
+
 /// #25: committed() right after an asynchronous commit reads that commit, every time.
 #[test]
 fn committed_right_after_an_asynchronous_commit_reads_it() {

@@ -234,7 +234,16 @@ fn answer(
     if incremental {
         heads.retain(|h| !h.partitions.is_empty());
     }
-    FetchResponse::default().with_session_id(session_id).with_responses(heads)
+    let bytes: usize = heads
+        .iter()
+        .flat_map(|h| &h.partitions)
+        .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+        .sum();
+    let throttle = super::quotas::throttle(inner, crate::quotas::Kind::Fetch, bytes);
+    FetchResponse::default()
+        .with_session_id(session_id)
+        .with_responses(heads)
+        .with_throttle_time_ms(throttle)
 }
 
 async fn open(inner: &Inner, topic: &Topic, partition: i32) -> Result<ManagedLog, i16> {

@@ -105,6 +105,7 @@ pub mod leaders;
 pub mod metadata;
 pub mod offsets;
 pub mod produce;
+pub mod quotas;
 pub mod users;
 
 /// What is advertised: API, lowest and highest version. Minimums are Kafka 4.1's (the
@@ -147,6 +148,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
+    (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::AlterClientQuotas, 0, 1),
 ];
 
 /// Whether this broker serves `key` at `version`.
@@ -229,7 +232,7 @@ macro_rules! handlers {
             scope: RequestScope,
         ) -> Result<Pending, String> {
             match key {
-                ApiKey::Produce => produce::start(inner, header, body, &scope.session).await,
+                ApiKey::Produce => produce::start(inner, header, body, &scope).await,
                 $(ApiKey::$key => run::<$handler>(inner, header, body, scope),)*
                 other => Err(format!("{other:?} is not supported by this broker (not advertised)")),
             }
@@ -279,6 +282,8 @@ handlers! {
     DescribeAcls => acls::DescribeAcls,
     CreateAcls => acls::CreateAcls,
     DeleteAcls => acls::DeleteAcls,
+    DescribeClientQuotas => quotas::DescribeClientQuotas,
+    AlterClientQuotas => quotas::AlterClientQuotas,
 }
 
 tokio::task_local! {

@@ -24,6 +24,7 @@ use crate::errors::{self, BrokerError};
 use crate::framing::{Pending, encode_response, ready};
 use crate::metrics::TopicMetrics;
 use crate::producers::{Check, Outcome};
+use crate::quotas::Kind;
 use crate::security::acl::{Operation, ResourceType};
 use crate::state::Inner;
 use crate::topics::TimestampType;
@@ -87,13 +88,13 @@ pub(crate) async fn start(
     inner: &Arc<Inner>,
     header: RequestHeader,
     mut body: Bytes,
-    session: &crate::security::Session,
+    scope: &crate::budget::RequestScope,
 ) -> Result<Pending, String> {
+    let throttle = super::quotas::throttle_request(inner, scope, Kind::Produce, body.len());
     let (version, correlation) = (header.request_api_version, header.correlation_id);
     let req = ProduceRequest::decode(&mut body, version)
         .map_err(|e| format!("Produce v{version}: malformed request: {e}"))?;
-    let received = Instant::now();
-    let acks = req.acks;
+    let (received, acks) = (Instant::now(), req.acks);
     let mut topics: Vec<(TopicProduceResponse, Vec<Part>)> = Vec::new();
     let unsupported = !supported(ApiKey::Produce, version);
     let refuse = if unsupported {
@@ -115,7 +116,8 @@ pub(crate) async fn start(
             topics.push((head, parts));
             continue;
         }
-        if !super::allowed_as(inner, session, Operation::Write, ResourceType::Topic, &t.name) {
+        if !super::allowed_as(inner, &scope.session, Operation::Write, ResourceType::Topic, &t.name)
+        {
             let e = BrokerError::TopicAuthorization { op: "write", topic: t.name.to_string() };
             parts.extend(t.partition_data.iter().map(|p| failed(p.index, &e)));
             topics.push((head, parts));
@@ -123,14 +125,9 @@ pub(crate) async fn start(
         }
         let topic = match inner.topics.get(t.name.as_str()).await {
             Ok(Some(topic)) => topic,
-            Ok(None) => {
-                let e = BrokerError::UnknownTopic(t.name.to_string());
-                parts.extend(t.partition_data.iter().map(|p| failed(p.index, &e)));
-                topics.push((head, parts));
-                continue;
-            }
-            Err(e) => {
-                let e = BrokerError::Meta(e);
+            other => {
+                let unknown = || BrokerError::UnknownTopic(t.name.to_string());
+                let e = other.err().map_or_else(unknown, BrokerError::Meta);
                 parts.extend(t.partition_data.iter().map(|p| failed(p.index, &e)));
                 topics.push((head, parts));
                 continue;
@@ -276,7 +273,7 @@ pub(crate) async fn start(
         return Ok(ready(encode_response(ApiKey::Produce, version, correlation, &resp).map(Some)));
     }
     Ok(crate::framing::spawn_answer(async move {
-        let resp = settle(&inner, topics, timeout).await;
+        let resp = settle(&inner, topics, timeout).await.with_throttle_time_ms(throttle);
         inner.metrics.request(ApiKey::Produce, first_error(partition_codes(&resp)));
         inner.metrics.produce_latency.observe(received.elapsed());
         encode_response(ApiKey::Produce, version, correlation, &resp).map(Some)

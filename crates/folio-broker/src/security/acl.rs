@@ -392,6 +392,18 @@ impl Acls {
     }
 }
 
+impl crate::watched::Watched for Acls {
+    const WHAT: &'static str = "ACL";
+
+    fn prefix(keys: &Keys) -> String {
+        prefix(keys)
+    }
+
+    async fn reload(&self, meta: &dyn MetadataStore, keys: &Keys) -> Result<(), String> {
+        Acls::reload(self, meta, keys).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -471,17 +483,5 @@ mod tests {
         assert_eq!(back, vec![ok]);
         assert!(parse("9/3/t", line.as_bytes()).is_err());
         assert!(parse("2/3/t", b"User:a\t*\t3").is_err());
-    }
-}
-
-impl crate::watched::Watched for Acls {
-    const WHAT: &'static str = "ACL";
-
-    fn prefix(keys: &Keys) -> String {
-        prefix(keys)
-    }
-
-    async fn reload(&self, meta: &dyn MetadataStore, keys: &Keys) -> Result<(), String> {
-        Acls::reload(self, meta, keys).await
     }
 }

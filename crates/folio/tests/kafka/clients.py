@@ -1142,6 +1142,47 @@ def scenario_fetch_sessions(bootstrap):
           f"holding {min(sizes)}..{max(sizes)} of {n} partitions")
 
 
+def scenario_quota_throttle(bootstrap):
+    """#25: client quotas with librdkafka's own throttle reports. The test set
+    producer_byte_rate and consumer_byte_rate of 100 kB/s for client id "slow": 1.5 MB
+    produced and read back at once are throttled (throttle_cb with a positive time), and
+    every record arrives all the same."""
+    topic = topic_name("quota")
+    create_topic(bootstrap, topic)
+    throttled = []
+
+    def on_throttle(event):
+        throttled.append(event.throttle_time)
+
+    n = 1500
+    p = ck().Producer({"bootstrap.servers": bootstrap, "client.id": "slow", "linger.ms": 5,
+                       "throttle_cb": on_throttle})
+    acked = []
+    for i in range(n):
+        p.produce(topic, value=b"q" * 1000, partition=0,
+                  on_delivery=lambda err, m: acked.append(err))
+        p.poll(0)
+    check(p.flush(60) == 0, "records still queued after flush")
+    check(len(acked) == n and all(e is None for e in acked), f"{len(acked)} of {n} acknowledged")
+    check(any(t > 0 for t in throttled), f"the producer was never throttled: {throttled}")
+    produced = len(throttled)
+    c = ck().Consumer({"bootstrap.servers": bootstrap, "group.id": "quota", "client.id": "slow",
+                       "enable.auto.commit": False, "throttle_cb": on_throttle})
+    c.assign([ck().TopicPartition(topic, 0, 0)])
+    got = 0
+    deadline = time.time() + 60
+    while got < n and time.time() < deadline:
+        for m in c.consume(num_messages=1000, timeout=0.5):
+            check(m.error() is None, f"consume error {m.error()}")
+            got += 1
+    # Throttle reports reach the callback through poll.
+    c.poll(0.5)
+    c.close()
+    check(got == n, f"read {got} of {n}")
+    check(any(t > 0 for t in throttled[produced:]), f"the consumer was never throttled: {throttled[produced:]}")
+    print(f"ok quota throttle: producer throttled {produced} times, consumer {len(throttled) - produced}")
+
+
 SCENARIOS = {
     "confluent_codecs": scenario_confluent_codecs,
     "large_batches": scenario_large_batches,
@@ -1154,6 +1195,7 @@ SCENARIOS = {
     "static_membership": scenario_static_membership,
     "cooperative_sticky": scenario_cooperative_sticky,
     "fetch_sessions": scenario_fetch_sessions,
+    "quota_throttle": scenario_quota_throttle,
     "delete_under_load": scenario_delete_under_load,
     "kafka_python": scenario_kafka_python,
     "idempotent_retries": scenario_idempotent_retries,
