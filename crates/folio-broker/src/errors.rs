@@ -80,6 +80,10 @@ pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 pub const INVALID_RECORD: i16 = 87;
 /// No topic has the id asked for.
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
+/// A request's current leader epoch is older than the partition's.
+pub const FENCED_LEADER_EPOCH: i16 = 74;
+/// A request's current leader epoch is newer than the partition's.
+pub const UNKNOWN_LEADER_EPOCH: i16 = 76;
 /// An incremental fetch names a session this broker does not hold (any more).
 pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
 /// An incremental fetch carries an epoch other than the one its session expects.

@@ -275,6 +275,10 @@ pub const CONFIGS_MAX: usize = 64;
 /// The longest group id (bytes). Escaped (`%2F` for each `/`) it stays well inside the
 /// metadata store's key limit with the rest of an offset key around it.
 pub const GROUP_ID_BYTES_MAX: usize = 1024;
+
+/// The longest `group.instance.id` (bytes; Kafka's clients allow 249 characters): a
+/// JoinGroup with a longer one gets INVALID_REQUEST.
+pub const GROUP_INSTANCE_ID_BYTES_MAX: usize = 249;
 const _: () = assert!(GROUP_ID_BYTES_MAX * 3 + 256 <= folio_meta::limits::KEY_BYTES_MAX);
 
 /// Producers remembered per partition; the least recently seen go first.

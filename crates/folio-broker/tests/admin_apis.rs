@@ -240,3 +240,55 @@ async fn describe_producers_lists_a_partitions_idempotent_producers() {
     assert_eq!(r.topics[0].partitions[1].error_code, errors::UNKNOWN_TOPIC_OR_PARTITION);
     assert_eq!(r.topics[1].partitions[0].error_code, errors::UNKNOWN_TOPIC_OR_PARTITION);
 }
+
+/// #25: OffsetForLeaderEpoch on a log with its one epoch (0): epoch 0 ends at the log end;
+/// another epoch is unknown; a current epoch above 0 is UNKNOWN_LEADER_EPOCH and one below
+/// (other than -1, "no check") FENCED_LEADER_EPOCH.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offset_for_leader_epoch_ends_the_one_epoch_at_the_log_end() {
+    use kafka_protocol::messages::offset_for_leader_epoch_request::{
+        OffsetForLeaderPartition, OffsetForLeaderTopic,
+    };
+    let setup = common::start(1, |_| {}).await;
+    let mut c = Conn::open(setup.broker.addr()).await;
+    let _: MetadataResponse = c.call(ApiKey::Metadata, 9, &metadata_req(&["t1"])).await;
+    let req = folio_broker::client::produce_request("t1", 0, common::batch(3, 1).into(), -1);
+    let r: ProduceResponse = c.call(ApiKey::Produce, 9, &req).await;
+    assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+    let asks = [(0, -1, 0), (0, 0, 0), (0, 1, 0), (0, -2, 0), (0, -1, 5), (0, -1, -1), (9, -1, 0)];
+    let parts = asks.iter().map(|(p, current, epoch)| {
+        OffsetForLeaderPartition::default()
+            .with_partition(*p)
+            .with_current_leader_epoch(*current)
+            .with_leader_epoch(*epoch)
+    });
+    let req =
+        OffsetForLeaderEpochRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+            OffsetForLeaderTopic::default()
+                .with_topic(TopicName(s("t1")))
+                .with_partitions(parts.collect()),
+            OffsetForLeaderTopic::default()
+                .with_topic(TopicName(s("nope")))
+                .with_partitions(vec![OffsetForLeaderPartition::default()]),
+        ]);
+    let r: OffsetForLeaderEpochResponse = c.call(ApiKey::OffsetForLeaderEpoch, 4, &req).await;
+    let got: Vec<(i16, i32, i64)> = r
+        .topics
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .map(|p| (p.error_code, p.leader_epoch, p.end_offset))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (0, 0, 3),
+            (0, 0, 3),
+            (errors::UNKNOWN_LEADER_EPOCH, -1, -1),
+            (errors::FENCED_LEADER_EPOCH, -1, -1),
+            (0, -1, -1),
+            (0, -1, -1),
+            (errors::UNKNOWN_TOPIC_OR_PARTITION, -1, -1),
+            (errors::UNKNOWN_TOPIC_OR_PARTITION, -1, -1),
+        ]
+    );
+}

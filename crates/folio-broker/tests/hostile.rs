@@ -381,3 +381,29 @@ async fn idle_partitions_are_closed_and_reopen_on_use_d1() {
     assert_eq!(produce_to(&mut c, "idle", 0, batch(1, 1)).await, 3);
     assert_eq!(fetch_offsets(&mut c, "idle", 0).await, [0, 3]);
 }
+
+/// A `group.instance.id` above GROUP_INSTANCE_ID_BYTES_MAX (Kafka's clients allow 249
+/// characters) gets INVALID_REQUEST and joins nothing; one at the limit joins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_with_a_huge_group_instance_id_is_refused() {
+    let s = start(1, |c| c.groups.initial_rebalance_delay = std::time::Duration::ZERO).await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    let join = |instance: String| {
+        JoinGroupRequest::default()
+            .with_group_id(GroupId(kafka_protocol::protocol::StrBytes::from_static_str("g")))
+            .with_group_instance_id(Some(kafka_protocol::protocol::StrBytes::from_string(instance)))
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(10_000)
+            .with_protocol_type(kafka_protocol::protocol::StrBytes::from_static_str("consumer"))
+            .with_protocols(vec![
+                kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol::default()
+                    .with_name(kafka_protocol::protocol::StrBytes::from_static_str("range")),
+            ])
+    };
+    let limit = folio_broker::limits::GROUP_INSTANCE_ID_BYTES_MAX;
+    let r: JoinGroupResponse = c.call(ApiKey::JoinGroup, 5, &join("i".repeat(limit + 1))).await;
+    assert_eq!(r.error_code, folio_broker::errors::INVALID_REQUEST);
+    assert_eq!(s.broker.metrics().limit_hits(Limit::Names), 1);
+    let r: JoinGroupResponse = c.call(ApiKey::JoinGroup, 5, &join("i".repeat(limit))).await;
+    assert_eq!(r.error_code, 0, "an instance id of {limit} bytes joins");
+}

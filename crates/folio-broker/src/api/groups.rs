@@ -155,6 +155,11 @@ impl Handler for JoinGroup {
         if let Some(code) = elsewhere(&inner, s(&req.group_id)) {
             return Self::error(version, &req, code);
         }
+        let instance_max = crate::limits::GROUP_INSTANCE_ID_BYTES_MAX;
+        if req.group_instance_id.as_ref().is_some_and(|i| i.len() > instance_max) {
+            inner.metrics.limit_hit(crate::limits::Limit::Names);
+            return Self::error(version, &req, errors::INVALID_REQUEST);
+        }
         let session = std::time::Duration::from_millis(req.session_timeout_ms.max(0) as u64);
         // v0 has no rebalance timeout: it is the session timeout.
         let rebalance = if version >= 1 && req.rebalance_timeout_ms > 0 {

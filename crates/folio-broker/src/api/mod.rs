@@ -101,6 +101,7 @@ pub mod configs;
 pub mod describe_producers;
 pub mod fetch;
 pub mod groups;
+pub mod leader_epochs;
 pub mod leaders;
 pub mod metadata;
 pub mod offsets;
@@ -116,6 +117,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 11),
     (ApiKey::Fetch, 4, 16),
     (ApiKey::ListOffsets, 1, 7),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
@@ -275,6 +277,7 @@ handlers! {
     ElectLeaders => leaders::ElectLeaders,
     ListPartitionReassignments => leaders::ListPartitionReassignments,
     InitProducerId => produce::InitProducerId,
+    OffsetForLeaderEpoch => leader_epochs::OffsetForLeaderEpoch,
     DescribeProducers => describe_producers::DescribeProducers,
     DeleteTopics => admin::DeleteTopics,
     DescribeUserScramCredentials => users::DescribeUserScramCredentials,
