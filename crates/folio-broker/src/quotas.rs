@@ -29,8 +29,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use folio_meta::MetadataStore;
 use folio_meta::keys::Keys;
-use folio_meta::{Expect, MetaError, MetadataStore};
+use folio_meta::records::{Record, Update, corrupt, update};
 
 /// Entities with quotas, all together (one metadata value).
 pub const QUOTA_ENTITIES_MAX: usize = 1000;
@@ -174,6 +175,21 @@ pub fn decode(text: &str) -> Result<BTreeMap<Entity, Values>, String> {
     Ok(out)
 }
 
+/// Every entity with its quotas: the one record under `quotas/` (see the module doc).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QuotaEntities(pub BTreeMap<Entity, Values>);
+
+impl Record for QuotaEntities {
+    fn encode(&self) -> Bytes {
+        Bytes::from(encode(&self.0))
+    }
+
+    fn decode(key: &str, bytes: &[u8]) -> folio_meta::Result<Self> {
+        let text = std::str::from_utf8(bytes).map_err(|_| corrupt(key, "not UTF-8"))?;
+        decode(text).map(QuotaEntities).map_err(|e| corrupt(key, e))
+    }
+}
+
 /// Every entity with its quotas.
 pub async fn list(
     meta: &dyn MetadataStore,
@@ -182,12 +198,12 @@ pub async fn list(
     let k = key(keys);
     match meta.get(&k).await.map_err(|e| format!("reading {k}: {e}"))? {
         None => Ok(BTreeMap::new()),
-        Some(v) => decode(std::str::from_utf8(&v.value).map_err(|_| format!("{k}: not UTF-8"))?),
+        Some(v) => Ok(QuotaEntities::decode(&k, &v.value).map_err(|e| e.to_string())?.0),
     }
 }
 
-/// Applies `changes` (each entity's keys set or removed) in one compare-and-set, retrying
-/// on a concurrent change. Every change is checked first.
+/// Applies `changes` (each entity's keys set or removed) in one compare-and-set
+/// (`records::update`). Every change is checked first.
 pub async fn alter(
     meta: &dyn MetadataStore,
     keys: &Keys,
@@ -201,15 +217,9 @@ pub async fn alter(
         }
     }
     let k = key(keys);
-    for _ in 0..16 {
-        let current = meta.get(&k).await.map_err(|e| format!("reading {k}: {e}"))?;
-        let (mut all, expect) = match &current {
-            Some(v) => {
-                let text = std::str::from_utf8(&v.value).map_err(|_| format!("{k}: not UTF-8"))?;
-                (decode(text)?, Expect::Version(v.version))
-            }
-            None => (BTreeMap::new(), Expect::Absent),
-        };
+    let mut too_many = false;
+    update::<QuotaEntities>(meta, &k, |current| {
+        let mut all = current.cloned().unwrap_or_default().0;
         for (e, ops) in changes {
             let values = all.entry(e.clone()).or_default();
             for (key, v) in ops {
@@ -222,16 +232,15 @@ pub async fn alter(
                 all.remove(e);
             }
         }
-        if all.len() > QUOTA_ENTITIES_MAX {
-            return Err(format!("above {QUOTA_ENTITIES_MAX} entities with quotas"));
-        }
-        match meta.put(&k, Bytes::from(encode(&all)), expect).await {
-            Ok(_) => return Ok(()),
-            Err(MetaError::Conflict { .. }) => continue,
-            Err(e) => return Err(format!("writing {k}: {e}")),
-        }
+        too_many = all.len() > QUOTA_ENTITIES_MAX;
+        Ok(if too_many { Update::Nothing } else { Update::Write(QuotaEntities(all)) })
+    })
+    .await
+    .map_err(|e| format!("writing {k}: {e}"))?;
+    if too_many {
+        return Err(format!("above {QUOTA_ENTITIES_MAX} entities with quotas"));
     }
-    Err(format!("{k} keeps changing; try again"))
+    Ok(())
 }
 
 /// One measured rate: byte counts per sample.

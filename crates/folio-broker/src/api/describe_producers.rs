@@ -15,7 +15,6 @@ use kafka_protocol::messages::{
 };
 
 use crate::api::{Handler, Refused};
-use crate::errors::{self, BrokerError};
 use crate::state::Inner;
 
 pub(crate) struct DescribeProducers;
@@ -39,24 +38,10 @@ impl Handler for DescribeProducers {
     ) -> DescribeProducersResponse {
         let mut resp = Self::error(version, &req, 0);
         for out in &mut resp.topics {
-            let topic = match inner.topics.get(out.name.as_str()).await {
-                Ok(t) => t.ok_or(errors::UNKNOWN_TOPIC_OR_PARTITION),
-                Err(e) => Err(BrokerError::from(e).code()),
-            };
             for p in &mut out.partitions {
-                let topic = match &topic {
-                    Ok(t) if (0..t.record.partitions as i32).contains(&p.partition_index) => t,
-                    Ok(_) => {
-                        p.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION;
-                        continue;
-                    }
-                    Err(code) => {
-                        p.error_code = *code;
-                        continue;
-                    }
-                };
-                match inner.partition(topic, p.partition_index).await {
-                    Err(e) => p.error_code = BrokerError::from(e).code(),
+                let index = p.partition_index;
+                match super::offsets::owned_partition(&inner, out.name.as_str(), index).await {
+                    Err(code) => p.error_code = code,
                     Ok(partition) => {
                         let states = partition.producers.lock().expect("producers lock").describe();
                         p.active_producers = states

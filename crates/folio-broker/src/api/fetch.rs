@@ -84,7 +84,7 @@ impl Handler for Fetch {
                 });
                 inner.metrics.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
                 inner.metrics.fetch_latency.observe(started.elapsed());
-                return answer(&inner, version, context, &asked, heads, parts);
+                return answer(&inner, version, context, &asked, heads, parts, bytes);
             }
             if starved {
                 // Data is there but no answer budget: retry shortly (the logs would wake
@@ -203,23 +203,26 @@ fn answer(
     asked: &[Asked],
     mut heads: Vec<FetchableTopicResponse>,
     parts: Vec<(usize, PartitionData)>,
+    bytes: usize,
 ) -> FetchResponse {
-    let told: Vec<(TopicKey, i32, i64, i64)> = asked
-        .iter()
-        .zip(&parts)
-        .map(|(a, (_, p))| (a.topic.clone(), a.partition, p.high_watermark, p.log_start_offset))
-        .collect();
+    // What the answer tells of each partition, kept by a session (none without one).
+    let told = || -> Vec<(TopicKey, i32, i64, i64)> {
+        let each = asked.iter().zip(&parts);
+        each.map(|(a, (_, p))| (a.topic.clone(), a.partition, p.high_watermark, p.log_start_offset))
+            .collect()
+    };
     let incremental = matches!(context, Context::Incremental { .. });
     let session_id = match context {
         Context::Sessionless => 0,
-        Context::Open => {
-            inner.fetch_sessions.open(version, asked, &told, Instant::now()).unwrap_or_else(|_| {
+        Context::Open => inner
+            .fetch_sessions
+            .open(version, asked, &told(), Instant::now())
+            .unwrap_or_else(|_| {
                 inner.metrics.limit_hit(Limit::FetchSessions);
                 0
-            })
-        }
+            }),
         Context::Incremental { id } => {
-            inner.fetch_sessions.told(id, &told);
+            inner.fetch_sessions.told(id, &told());
             id
         }
     };
@@ -234,11 +237,6 @@ fn answer(
     if incremental {
         heads.retain(|h| !h.partitions.is_empty());
     }
-    let bytes: usize = heads
-        .iter()
-        .flat_map(|h| &h.partitions)
-        .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
-        .sum();
     let throttle = super::quotas::throttle(inner, crate::quotas::Kind::Fetch, bytes);
     FetchResponse::default()
         .with_session_id(session_id)

@@ -18,7 +18,7 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{
 use kafka_protocol::messages::{ApiKey, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 
 use crate::api::{Handler, Refused};
-use crate::errors::{self, BrokerError};
+use crate::errors;
 use crate::state::Inner;
 
 /// The one leader epoch of every Folio partition.
@@ -45,23 +45,14 @@ impl Handler for OffsetForLeaderEpoch {
     ) -> OffsetForLeaderEpochResponse {
         let mut resp = OffsetForLeaderEpochResponse::default();
         for t in req.topics {
-            let topic = match inner.topics.get(t.topic.as_str()).await {
-                Ok(found) => found.ok_or(errors::UNKNOWN_TOPIC_OR_PARTITION),
-                Err(e) => Err(BrokerError::from(e).code()),
-            };
             let mut out = OffsetForLeaderTopicResult::default().with_topic(t.topic.clone());
             for p in t.partitions {
                 let mut r = EpochEndOffset::default()
                     .with_partition(p.partition)
                     .with_leader_epoch(-1)
                     .with_end_offset(-1);
-                let log = match &topic {
-                    Ok(t) if (0..t.record.partitions as i32).contains(&p.partition) => {
-                        inner.log(t, p.partition).await.map_err(|e| BrokerError::from(e).code())
-                    }
-                    Ok(_) => Err(errors::UNKNOWN_TOPIC_OR_PARTITION),
-                    Err(code) => Err(*code),
-                };
+                let log =
+                    super::offsets::partition_log(&inner, t.topic.as_str(), p.partition).await;
                 match (log, p.current_leader_epoch) {
                     (Err(code), _) => r.error_code = code,
                     (Ok(_), e) if e != -1 && e < LEADER_EPOCH => {

@@ -33,7 +33,21 @@ const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 
 /// The log of a partition named in a request, or the error code it gets.
-async fn partition_log(inner: &Inner, topic: &str, partition: i32) -> Result<ManagedLog, i16> {
+pub(super) async fn partition_log(
+    inner: &Inner,
+    topic: &str,
+    partition: i32,
+) -> Result<ManagedLog, i16> {
+    Ok(owned_partition(inner, topic, partition).await?.log.clone())
+}
+
+/// A partition named in a request, opened here (its owner), or the error code it gets:
+/// UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER when another broker owns it, …
+pub(super) async fn owned_partition(
+    inner: &Inner,
+    topic: &str,
+    partition: i32,
+) -> Result<Arc<crate::state::Partition>, i16> {
     let t = match inner.topics.get(topic).await {
         Ok(Some(t)) => t,
         Ok(None) => return Err(errors::UNKNOWN_TOPIC_OR_PARTITION),
@@ -42,7 +56,7 @@ async fn partition_log(inner: &Inner, topic: &str, partition: i32) -> Result<Man
     if partition < 0 || partition >= t.record.partitions as i32 {
         return Err(errors::UNKNOWN_TOPIC_OR_PARTITION);
     }
-    inner.log(&t, partition).await.map_err(|e| BrokerError::from(e).code())
+    inner.partition(&t, partition).await.map_err(|e| BrokerError::from(e).code())
 }
 
 pub(crate) struct ListOffsets;
