@@ -27,7 +27,8 @@ pub use entry::LogEntry;
 pub use env::{LogEnv, OWNER_TAG, WallClock};
 pub use error::{LogError, Result};
 pub use log::{
-    BATCH_BYTES_MAX, LogInfo, LogState, LogStats, LogStatus, ManagedLog, PendingAppend, TrimReport,
-    prefetched_bytes,
+    BATCH_BYTES_MAX, COMPACTION_ADDS_IN_FLIGHT_MAX, COMPACTION_CLEAN_END, COMPACTION_OUTPUT,
+    Compaction, CompactionReport, LogInfo, LogState, LogStats, LogStatus, ManagedLog,
+    PendingAppend, TrimReport, prefetched_bytes,
 };
 pub use trash::{Trash, TrashConfig, TrashHandle, TrashPass, TrashStatus};

@@ -22,6 +22,7 @@ use crate::env::LogEnv;
 use crate::error::{LogError, Result};
 use crate::records::{CursorRecord, LedgerInfo, LogRecord};
 
+mod compact;
 mod seal;
 mod trim;
 
@@ -89,6 +90,8 @@ pub(super) struct Actor {
     failures_in_row: u32,
     /// When the last append was queued (wall clock ms; 0: none since open).
     last_append_ms: u64,
+    /// Trash records the next commit carries (a previous owner's unfinished compaction).
+    carried_trash: Vec<crate::records::TrashRecord>,
 }
 
 /// Backoff between attempts to get a ledger after a failure.
@@ -126,6 +129,7 @@ impl Actor {
             uncreated: None,
             failures_in_row: 0,
             last_append_ms: 0,
+            carried_trash: Vec::new(),
         }
     }
 
@@ -136,6 +140,9 @@ impl Actor {
         // Written with the chain by the first commit.
         put_config(&mut self.record, config);
         self.record.owner = self.env().owner.clone();
+        let now = self.env().now_ms();
+        let orphan = self.orphaned_compaction(now);
+        self.carried_trash.extend(orphan);
         self.seal_and_extend(None).await?;
         let now = self.env().now_ms();
         self.next_trim_ms = now + config.trim_interval.as_millis() as u64;
@@ -362,6 +369,15 @@ impl Actor {
                 let r = self.delete(&reason).await;
                 let _ = reply.send(r);
                 return true;
+            }
+            Command::CompactBegin { ids, reply } => {
+                let _ = reply.send(self.compact_begin(&ids).await);
+            }
+            Command::CompactSwap { output, replaced, index, reply } => {
+                let _ = reply.send(self.compact_swap(output, &replaced, index).await);
+            }
+            Command::CompactAbandon { output, reply } => {
+                let _ = reply.send(self.compact_abandon(output).await);
             }
         }
         false

@@ -29,6 +29,11 @@
 //! and written to the trash in one transaction; memory changes only after it commits.
 
 mod actor;
+mod compaction;
+pub use compaction::{
+    COMPACTION_ADDS_IN_FLIGHT_MAX, COMPACTION_CLEAN_END, COMPACTION_OUTPUT, Compaction,
+    CompactionReport,
+};
 mod cursors;
 mod index;
 mod read;
@@ -183,6 +188,8 @@ struct Shared {
     tail: Mutex<tail::TailCache>,
     cursors: Mutex<BTreeMap<String, CursorState>>,
     stats: LogStats,
+    /// The offset below which the chain was compacted (`COMPACTION_CLEAN_END`).
+    clean_end: std::sync::atomic::AtomicU64,
 }
 
 /// The result of one trimming pass.
@@ -242,6 +249,20 @@ enum Command {
     },
     Delete {
         reason: String,
+        reply: Reply<()>,
+    },
+    CompactBegin {
+        ids: Vec<u64>,
+        reply: Reply<compaction::Granted>,
+    },
+    CompactSwap {
+        output: LedgerInfo,
+        replaced: Vec<LedgerInfo>,
+        index: Option<crate::records::OffsetIndexRecord>,
+        reply: Reply<CompactionReport>,
+    },
+    CompactAbandon {
+        output: u64,
         reply: Reply<()>,
     },
 }
@@ -348,6 +369,13 @@ impl ManagedLog {
                 tail: Mutex::new(tail::TailCache::default()),
                 cursors: Mutex::new(cursors),
                 stats: LogStats::default(),
+                clean_end: std::sync::atomic::AtomicU64::new(
+                    record
+                        .properties
+                        .get(COMPACTION_CLEAN_END)
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0),
+                ),
             });
             let (cmd_tx, cmd_rx) = mpsc::channel(1024);
             let mut actor = Actor::new(shared.clone(), record, version, cmd_rx);

@@ -54,6 +54,23 @@ impl ManagedLog {
         max_bytes: usize,
         max_entries: usize,
     ) -> Result<Vec<LogEntry>> {
+        let chain = self.view().chain;
+        match self.read_once(offset, max_bytes, max_entries).await {
+            // A compaction swapped ledgers this read stood in (and the trash may have
+            // deleted them): the same offsets are in the new chain.
+            Err(_) if !Arc::ptr_eq(&chain, &self.view().chain) => {
+                self.read_once(offset, max_bytes, max_entries).await
+            }
+            other => other,
+        }
+    }
+
+    async fn read_once(
+        &self,
+        offset: u64,
+        max_bytes: usize,
+        max_entries: usize,
+    ) -> Result<Vec<LogEntry>> {
         let status = self.status();
         if matches!(status.state, LogState::Deleted) {
             return Err(LogError::Deleted(self.shared.name.clone()));

@@ -199,6 +199,11 @@ impl Streams {
         }
     }
 
+    /// Drops every stream (the chain under them changed).
+    pub(super) fn clear(&mut self) {
+        self.streams.clear();
+    }
+
     /// Streams kept.
     pub(super) fn len(&self) -> usize {
         self.streams.len()

@@ -37,6 +37,14 @@ impl TailCache {
         }
     }
 
+    /// Drops the entries starting below `offset` (a compaction replaced them).
+    pub(super) fn drop_below(&mut self, offset: u64) {
+        while self.entries.front().is_some_and(|e| e.base_offset < offset) {
+            let old = self.entries.pop_front().expect("a front entry");
+            self.bytes -= old.payload.len();
+        }
+    }
+
     /// Empties the cache (the log changed owner or was truncated by a deletion).
     pub(super) fn clear(&mut self) {
         self.entries.clear();

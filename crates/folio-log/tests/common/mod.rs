@@ -36,8 +36,8 @@ pub fn batch(i: u64) -> Vec<u8> {
     format!("batch-{i}-").repeat(1 + (i % 4) as usize).into_bytes()
 }
 
-/// Ledger ids: every ledger in the metadata store, every ledger named by a chain, and
-/// every ledger in the trash.
+/// Ledger ids: every ledger in the metadata store, every ledger named by a chain (or as a
+/// compaction's output), and every ledger in the trash.
 pub async fn ledger_sets(
     meta: &dyn MetadataStore,
 ) -> (BTreeSet<u64>, BTreeSet<u64>, BTreeSet<u64>) {
@@ -50,6 +50,9 @@ pub async fn ledger_sets(
     for v in list_all(meta, &keys.logs()).await.unwrap() {
         let r = LogRecord::decode(&v.key, &v.value).unwrap();
         chained.extend(r.ledgers.iter().map(|l| l.ledger_id));
+        // A compaction's output is named by its log's record until it is swapped in.
+        let output = r.properties.get(folio_log::COMPACTION_OUTPUT);
+        chained.extend(output.and_then(|v| v.parse::<u64>().ok()));
     }
     let mut trashed = BTreeSet::new();
     for v in list_all(meta, &keys.trash()).await.unwrap() {
@@ -86,4 +89,26 @@ pub async fn assert_no_leak(meta: &dyn MetadataStore, context: &str) {
         .copied()
         .collect();
     assert!(stale.is_empty(), "{context}: offset indexes {stale:?} outlive their ledgers");
+}
+
+/// A test compactor over the chain's first `n` ledgers, for logs of one-record entries
+/// appended as `batch(i)` at offset `i`: keeps only the entries at odd offsets, each
+/// spanning the even offset before it (the last kept spans to the end), so offsets stay
+/// dense. Returns the swap's report.
+pub async fn compact_keep_odd(
+    log: &folio_log::ManagedLog,
+    n: usize,
+) -> folio_log::Result<folio_log::CompactionReport> {
+    let ids: Vec<u64> = log.info().ledgers.iter().take(n).map(|l| l.ledger_id).collect();
+    let mut c = log.compaction_begin(&ids).await?;
+    let (start, end) = (c.next_offset(), c.end_offset());
+    let entries = log.read(start, usize::MAX, usize::MAX).await?;
+    let kept: Vec<_> =
+        entries.iter().filter(|e| e.base_offset < end && e.base_offset % 2 == 1).collect();
+    for (i, e) in kept.iter().enumerate() {
+        let to = if i + 1 == kept.len() { end } else { e.base_offset + 1 };
+        c.append(c.next_offset(), (to - c.next_offset()) as u32, e.max_timestamp, &e.payload)
+            .await?;
+    }
+    c.finish().await
 }

@@ -197,7 +197,9 @@ impl Actor {
         let mut txn = Txn::new()
             .compare(Compare::Version(key.clone(), self.version))
             .put(key.clone(), record.encode());
-        for t in trash {
+        let carried = std::mem::take(&mut self.carried_trash);
+        let trash: Vec<TrashRecord> = trash.iter().chain(&carried).cloned().collect();
+        for t in &trash {
             txn = txn.put(env.keys.trash_ledger(t.ledger_id), t.encode());
         }
         if let Some(x) = offset_index {
