@@ -38,7 +38,8 @@ const PRODUCER_EPOCH_AT: usize = 51;
 const BASE_SEQUENCE_AT: usize = 53;
 const RECORDS_COUNT_AT: usize = 57;
 
-const TIMESTAMP_TYPE_BIT: i16 = 1 << 3;
+/// Attribute bit 3: the batch's timestamps are the broker's (LogAppendTime).
+pub const TIMESTAMP_TYPE_BIT: i16 = 1 << 3;
 const TRANSACTIONAL_BIT: i16 = 1 << 4;
 const CONTROL_BIT: i16 = 1 << 5;
 
@@ -130,6 +131,19 @@ fn i64_at(b: &[u8], at: usize) -> i64 {
 /// Reads and checks the batch at the start of `b`: magic 2, a length inside `b`, the CRC,
 /// a known codec, and offsets that match the record count.
 pub fn parse(b: &[u8]) -> Result<BatchInfo, BatchError> {
+    let info = parse_stored(b)?;
+    if info.last_offset_delta + 1 != info.records_count {
+        return Err(BatchError::Invalid(format!(
+            "last offset delta {} does not match the record count {}",
+            info.last_offset_delta, info.records_count
+        )));
+    }
+    Ok(info)
+}
+
+/// `parse` for a batch as the log may hold it: a compacted batch keeps fewer records than
+/// its offsets (its last offset delta is above its record count less one).
+pub fn parse_stored(b: &[u8]) -> Result<BatchInfo, BatchError> {
     let info = read_header(b)?;
     let stored = u32::from_be_bytes(b[CRC_AT..CRC_AT + 4].try_into().expect("4 bytes"));
     let computed = crc32c::crc32c(&b[ATTRIBUTES_AT..info.size]);
@@ -145,9 +159,9 @@ pub fn parse(b: &[u8]) -> Result<BatchInfo, BatchError> {
             info.records_count, info.last_offset_delta
         )));
     }
-    if info.last_offset_delta + 1 != info.records_count {
+    if info.last_offset_delta < info.records_count - 1 {
         return Err(BatchError::Invalid(format!(
-            "last offset delta {} does not match the record count {}",
+            "last offset delta {} is below the record count {} less one",
             info.last_offset_delta, info.records_count
         )));
     }
@@ -231,49 +245,85 @@ pub fn put_for_fetch(out: &mut BytesMut, batch: &[u8], base_offset: u64) {
     out.put_slice(&batch[16..]);
 }
 
-/// A v2 record batch of `count` uncompressed records whose values `value(i)` gives (no
-/// keys, no headers), base offset 0, timestamps `ts`, producer id -1. For tests and
-/// benchmarks: the broker itself never builds batches.
-pub fn build(count: i32, ts: i64, attributes: i16, value: impl Fn(i32) -> Vec<u8>) -> Vec<u8> {
-    fn varint(v: &mut Vec<u8>, x: i64) {
-        let mut z = ((x << 1) ^ (x >> 63)) as u64;
-        while z >= 0x80 {
-            v.push((z as u8) | 0x80);
-            z >>= 7;
-        }
-        v.push(z as u8);
+/// Appends `x` as a zigzag varint (Kafka's record fields).
+pub fn put_varint(v: &mut Vec<u8>, x: i64) {
+    let mut z = ((x << 1) ^ (x >> 63)) as u64;
+    while z >= 0x80 {
+        v.push((z as u8) | 0x80);
+        z >>= 7;
     }
-    let mut records = Vec::new();
-    for i in 0..count {
-        let value = value(i);
-        let mut r = vec![0u8];
-        varint(&mut r, 0);
-        varint(&mut r, i64::from(i));
-        varint(&mut r, -1);
-        varint(&mut r, value.len() as i64);
-        r.extend_from_slice(&value);
-        varint(&mut r, 0);
-        varint(&mut records, r.len() as i64);
-        records.extend_from_slice(&r);
-    }
+    v.push(z as u8);
+}
+
+/// A v2 batch at `base_offset` with `info`'s header fields (its size taken from `records`)
+/// and `records` (already compressed as `info.attributes` says), partition leader epoch
+/// 0, and its CRC.
+pub fn encode(base_offset: u64, info: &BatchInfo, records: &[u8]) -> Vec<u8> {
     let mut b = Vec::with_capacity(HEADER_BYTES + records.len());
-    b.extend_from_slice(&0i64.to_be_bytes());
+    b.extend_from_slice(&(base_offset as i64).to_be_bytes());
     b.extend_from_slice(&((HEADER_BYTES - LOG_OVERHEAD + records.len()) as i32).to_be_bytes());
-    b.extend_from_slice(&(-1i32).to_be_bytes());
+    b.extend_from_slice(&0i32.to_be_bytes());
     b.push(2);
     b.extend_from_slice(&[0; 4]);
-    b.extend_from_slice(&attributes.to_be_bytes());
-    b.extend_from_slice(&(count - 1).to_be_bytes());
-    b.extend_from_slice(&ts.to_be_bytes());
-    b.extend_from_slice(&ts.to_be_bytes());
-    b.extend_from_slice(&(-1i64).to_be_bytes());
-    b.extend_from_slice(&(-1i16).to_be_bytes());
-    b.extend_from_slice(&(-1i32).to_be_bytes());
-    b.extend_from_slice(&count.to_be_bytes());
-    b.extend_from_slice(&records);
+    b.extend_from_slice(&info.attributes.to_be_bytes());
+    b.extend_from_slice(&info.last_offset_delta.to_be_bytes());
+    b.extend_from_slice(&info.base_timestamp.to_be_bytes());
+    b.extend_from_slice(&info.max_timestamp.to_be_bytes());
+    b.extend_from_slice(&info.producer_id.to_be_bytes());
+    b.extend_from_slice(&info.producer_epoch.to_be_bytes());
+    b.extend_from_slice(&info.base_sequence.to_be_bytes());
+    b.extend_from_slice(&info.records_count.to_be_bytes());
+    b.extend_from_slice(records);
     let crc = crc32c::crc32c(&b[ATTRIBUTES_AT..]);
     b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
     b
+}
+
+/// A v2 record batch of `count` uncompressed records whose values `value(i)` gives (no
+/// keys, no headers), base offset 0, timestamps `ts`, producer id -1. For tests and
+/// benchmarks.
+pub fn build(count: i32, ts: i64, attributes: i16, value: impl Fn(i32) -> Vec<u8>) -> Vec<u8> {
+    build_keyed(count, ts, attributes, |i| (None, Some(value(i))))
+}
+
+/// `build` with a key and a value (either may be null) per record.
+pub fn build_keyed(
+    count: i32,
+    ts: i64,
+    attributes: i16,
+    record: impl Fn(i32) -> (Option<Vec<u8>>, Option<Vec<u8>>),
+) -> Vec<u8> {
+    let field = |r: &mut Vec<u8>, f: Option<Vec<u8>>| match f {
+        Some(f) => {
+            put_varint(r, f.len() as i64);
+            r.extend_from_slice(&f);
+        }
+        None => put_varint(r, -1),
+    };
+    let mut records = Vec::new();
+    for i in 0..count {
+        let (key, value) = record(i);
+        let mut r = vec![0u8];
+        put_varint(&mut r, 0);
+        put_varint(&mut r, i64::from(i));
+        field(&mut r, key);
+        field(&mut r, value);
+        put_varint(&mut r, 0);
+        put_varint(&mut records, r.len() as i64);
+        records.extend_from_slice(&r);
+    }
+    let info = BatchInfo {
+        size: HEADER_BYTES + records.len(),
+        attributes,
+        last_offset_delta: count - 1,
+        base_timestamp: ts,
+        max_timestamp: ts,
+        producer_id: -1,
+        producer_epoch: -1,
+        base_sequence: -1,
+        records_count: count,
+    };
+    encode(0, &info, &records)
 }
 
 #[cfg(test)]

@@ -134,6 +134,7 @@ impl Broker {
         tokio::spawn(refresh_topics(inner.clone()));
         tokio::spawn(close_idle_partitions(inner.clone()));
         tokio::spawn(crate::deletion::run(inner.clone()));
+        tokio::spawn(crate::compaction::run(inner.clone()));
         if let Some(every) = inner.config.audit_interval {
             tokio::spawn(run_audits(inner.clone(), every));
         }
@@ -297,6 +298,24 @@ impl Broker {
     /// and recovering the previous owner's last ledger) and rebuilds producer state.
     pub async fn open_partition(&self, topic: &str, partition: i32) -> Result<(), String> {
         self.partition_log(topic, partition).await.map(|_| ())
+    }
+
+    /// Runs a compaction pass over `topic`'s `partition` now, if one is due under the
+    /// topic's configs (as the compactor's next check would); opens the partition if this
+    /// broker owns it. `None`: nothing due (or not a compacted topic).
+    pub async fn compact_now(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Option<folio_log::CompactionReport>, String> {
+        let log = self.partition_log(topic, partition).await?;
+        let t = self.inner.topics.get(topic).await.map_err(|e| e.to_string())?;
+        let t = t.ok_or_else(|| format!("no topic {topic}"))?;
+        let tc = self.inner.topic_config(&t);
+        if !tc.cleanup_compact {
+            return Ok(None);
+        }
+        crate::compaction::compact_if_due(&self.inner, &log, &tc).await
     }
 
     /// What `topic`'s `partition` holds (its ledgers, offsets, cursors), opening it if this

@@ -69,6 +69,8 @@ pub struct BrokerConfig {
     /// How often topics are re-read from the metadata store (changes made through other
     /// brokers arrive this late; a stale cache never resurrects a deleted topic's storage).
     pub topic_refresh: Duration,
+    /// The compactor of compacted topics' partitions open here.
+    pub compaction: crate::compaction::CompactionConfig,
 }
 
 impl BrokerConfig {
@@ -102,6 +104,7 @@ impl Default for BrokerConfig {
             trash: Some(folio_log::TrashConfig::default()),
             audit_interval: Some(Duration::from_secs(600)),
             topic_refresh: Duration::from_secs(1),
+            compaction: crate::compaction::CompactionConfig::default(),
         }
     }
 }

@@ -193,6 +193,10 @@ pub enum BrokerError {
     /// A batch this broker does not take (transactional, control, a bad sequence).
     #[error("{0}")]
     InvalidRecord(String),
+    /// Records a topic does not take (a null key on a compacted topic): Kafka's
+    /// INVALID_RECORD with each record's index in its batch (`record_errors`, Produce v8+).
+    #[error("{message}")]
+    InvalidRecords { message: String, records: Vec<i32> },
     /// A batch above the topic's `max.message.bytes`.
     #[error("{0}")]
     MessageTooLarge(String),
@@ -235,7 +239,7 @@ impl BrokerError {
             BrokerError::InvalidRequiredAcks(_) => INVALID_REQUIRED_ACKS,
             BrokerError::UnsupportedVersion { .. } => UNSUPPORTED_VERSION,
             BrokerError::CorruptMessage(_) => CORRUPT_MESSAGE,
-            BrokerError::InvalidRecord(_) => INVALID_RECORD,
+            BrokerError::InvalidRecord(_) | BrokerError::InvalidRecords { .. } => INVALID_RECORD,
             BrokerError::MessageTooLarge(_) => MESSAGE_TOO_LARGE,
             BrokerError::UnsupportedCompression(_) => UNSUPPORTED_COMPRESSION_TYPE,
             BrokerError::OutOfOrderSequence(_) => OUT_OF_ORDER_SEQUENCE_NUMBER,

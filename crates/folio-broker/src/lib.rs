@@ -27,6 +27,7 @@ mod broker;
 mod budget;
 pub mod client;
 pub mod cluster;
+pub mod compaction;
 pub mod config;
 pub mod deletion;
 pub mod errors;

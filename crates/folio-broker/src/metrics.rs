@@ -127,6 +127,8 @@ pub struct Metrics {
     produce_by_acks: [AtomicU64; 3],
     /// Milliseconds of client-quota throttling answered: produce, fetch.
     throttle_ms: [AtomicU64; 2],
+    /// The compactor's counters.
+    pub compaction: crate::compaction::CompactionStats,
 }
 
 impl Metrics {
@@ -245,8 +247,39 @@ impl Metrics {
     }
 
     /// Prometheus text format.
+    fn render_compaction(&self) -> String {
+        let c = &self.compaction;
+        let mut out = String::new();
+        for (name, help, v) in [
+            ("folio_kafka_compaction_passes_total", "Compactions swapped in.", &c.passes),
+            ("folio_kafka_compaction_failures_total", "Compactions that failed.", &c.failures),
+            (
+                "folio_kafka_compaction_read_bytes_total",
+                "Bytes compaction read (each pass reads its ledgers twice).",
+                &c.bytes_read,
+            ),
+            (
+                "folio_kafka_compaction_written_bytes_total",
+                "Bytes compaction wrote.",
+                &c.bytes_written,
+            ),
+            (
+                "folio_kafka_compaction_records_removed_total",
+                "Records compaction removed (superseded, tombstones past delete.retention.ms).",
+                &c.records_removed,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                v.load(Ordering::Relaxed)
+            );
+        }
+        out
+    }
+
     pub fn render(&self) -> String {
-        let mut out = self.render_security();
+        let mut out = [self.render_security(), self.render_compaction()].concat();
         out.push_str("# HELP folio_kafka_requests_total Kafka requests answered, by API and error code.\n# TYPE folio_kafka_requests_total counter\n");
         for ((api, code), n) in self.requests.lock().expect("metrics lock").iter() {
             let api = ApiKey::try_from(*api).map_or_else(|_| api.to_string(), |k| format!("{k:?}"));

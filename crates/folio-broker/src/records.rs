@@ -43,7 +43,7 @@ pub fn first_at_or_after(
     from: i32,
     timestamp: i64,
 ) -> Result<Option<(i32, i64)>, RecordsError> {
-    let h = batch::parse(batch).map_err(|e| err(e.to_string()))?;
+    let h = batch::parse_stored(batch).map_err(|e| err(e.to_string()))?;
     if h.is_log_append_time() {
         let hit = h.max_timestamp >= timestamp && from <= h.last_offset_delta;
         return Ok(hit.then_some((from.max(0), h.max_timestamp)));
@@ -75,6 +75,78 @@ pub fn first_at_or_after(
         }
     }
     Ok(None)
+}
+
+/// One record of a batch, borrowed from the batch's (decompressed) records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record<'a> {
+    pub attributes: u8,
+    /// Its offset is the batch's base offset plus this.
+    pub offset_delta: i32,
+    /// The record's timestamp (the batch's max timestamp for LogAppendTime batches).
+    pub timestamp: i64,
+    /// `None`: a null key (Kafka refuses those on compacted topics).
+    pub key: Option<&'a [u8]>,
+    /// `None`: a null value, a tombstone on a compacted topic.
+    pub value: Option<&'a [u8]>,
+    /// The headers as stored: their count, then each header (copied as they are).
+    pub headers: &'a [u8],
+}
+
+/// The records of `batch` (a whole v2 batch, header included, its CRC checked), decoded
+/// from `plain`, what [`records_bytes`] returned for it.
+pub fn decode_records<'a>(
+    h: &batch::BatchInfo,
+    plain: &'a [u8],
+) -> Result<Vec<Record<'a>>, RecordsError> {
+    let mut records = plain;
+    let count = usize::try_from(h.records_count).map_err(|_| err("negative record count"))?;
+    // Each record takes at least 7 bytes: a count beyond that is a lie.
+    if count > records.len() / 7 + 1 {
+        return Err(err(format!("{count} records in {} bytes", records.len())));
+    }
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        let len = varint(&mut records)?;
+        let len = usize::try_from(len).map_err(|_| err("negative record length"))?;
+        if len > records.len() {
+            return Err(err(format!("a record of {len} bytes with {} left", records.len())));
+        }
+        let (mut r, rest) = records.split_at(len);
+        records = rest;
+        let attributes = take(&mut r, 1)?[0];
+        let ts = h.base_timestamp.saturating_add(varint(&mut r)?);
+        let timestamp = if h.is_log_append_time() { h.max_timestamp } else { ts };
+        let offset_delta =
+            i32::try_from(varint(&mut r)?).map_err(|_| err("offset delta out of range"))?;
+        let key = bytes_field(&mut r)?;
+        let value = bytes_field(&mut r)?;
+        out.push(Record { attributes, offset_delta, timestamp, key, value, headers: r });
+    }
+    Ok(out)
+}
+
+/// The records part of `batch` (after its header), decompressed if it is compressed.
+pub fn records_bytes(
+    batch: &[u8],
+) -> Result<(batch::BatchInfo, std::borrow::Cow<'_, [u8]>), RecordsError> {
+    let h = batch::parse_stored(batch).map_err(|e| err(e.to_string()))?;
+    let body = &batch[batch::HEADER_BYTES..h.size];
+    let plain = match h.codec().map_err(|e| err(e.to_string()))? {
+        Codec::None => std::borrow::Cow::Borrowed(body),
+        codec => std::borrow::Cow::Owned(decompress(codec, body)?),
+    };
+    Ok((h, plain))
+}
+
+/// A varint length and that many bytes; -1 is null.
+fn bytes_field<'a>(b: &mut &'a [u8]) -> Result<Option<&'a [u8]>, RecordsError> {
+    let len = varint(b)?;
+    if len < 0 {
+        return Ok(None);
+    }
+    let len = usize::try_from(len).map_err(|_| err("field length out of range"))?;
+    Ok(Some(take(b, len)?))
 }
 
 /// Decompresses a batch's records, at most [`DECOMPRESSED_BYTES_MAX`].

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use folio_log::{LogConfig, LogEnv, ManagedLog};
 use tokio::sync::{OnceCell, watch};
@@ -161,6 +162,9 @@ impl Inner {
                 lc.ack_quorum = quorums.ack_quorum;
                 lc.retention_time = retention_time;
                 lc.retention_bytes = retention_bytes;
+                // segment.ms closes ledgers earlier than the broker's rollover age only.
+                let segment = Duration::from_millis(tc.segment_ms as u64);
+                lc.rollover_max_age = lc.rollover_max_age.min(segment);
                 let log = self.open_or_create_log(topic, partition, lc).await?;
                 let producers = rebuild_producers(&log).await?;
                 self.metrics.partitions_opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -298,6 +302,12 @@ impl Inner {
     /// Partitions open here now (including those being opened).
     pub fn partitions_open(&self) -> usize {
         self.logs.lock().expect("logs lock").len()
+    }
+
+    /// The partitions open here now (topic id, partition), opening ones excluded.
+    pub fn open_partitions(&self) -> Vec<(Uuid, i32)> {
+        let logs = self.logs.lock().expect("logs lock");
+        logs.iter().filter(|(_, c)| c.get().is_some()).map(|(k, _)| *k).collect()
     }
 
     /// The open log of a partition, if this broker has opened it (no metadata access).

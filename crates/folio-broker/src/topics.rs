@@ -162,18 +162,43 @@ pub struct TopicConfig {
     /// `max.message.bytes`: the largest batch accepted.
     pub max_message_bytes: i32,
     pub timestamp_type: TimestampType,
+    /// `cleanup.policy` holds `delete`: retention trims old ledgers.
+    pub cleanup_delete: bool,
+    /// `cleanup.policy` holds `compact`: the compactor keeps the newest record per key.
+    pub cleanup_compact: bool,
+    /// `min.cleanable.dirty.ratio`, in millionths (Kafka's 0.5 is 500 000): compact once
+    /// the uncompacted share of the compactable bytes reaches it.
+    pub min_cleanable_dirty_ppm: u32,
+    /// `min.compaction.lag.ms`: records younger than this stay uncompacted.
+    pub min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms`: uncompacted records older than this are compacted
+    /// whatever the dirty ratio.
+    pub max_compaction_lag_ms: i64,
+    /// `delete.retention.ms`: a tombstone stays this long after its ledger was compacted.
+    pub delete_retention_ms: i64,
+    /// `segment.ms`: a ledger is closed (so compaction and retention may take it) at
+    /// this age.
+    pub segment_ms: i64,
 }
 
 /// The config keys topics accept, with their documentation.
 pub const TOPIC_CONFIG_KEYS: &[(&str, &str)] = &[
-    ("cleanup.policy", "Only \"delete\": old ledgers are trimmed by retention (no compaction)."),
+    (
+        "cleanup.policy",
+        "delete (retention trims old ledgers), compact (keep the newest record per key), or both.",
+    ),
+    ("delete.retention.ms", "A tombstone stays this long after its ledger was compacted."),
+    ("max.compaction.lag.ms", "Uncompacted records older than this are compacted regardless."),
     ("max.message.bytes", "The largest record batch (bytes) a produce may send."),
     (
         "message.timestamp.type",
         "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches on append.",
     ),
+    ("min.cleanable.dirty.ratio", "Compact once this share of closed bytes is uncompacted."),
+    ("min.compaction.lag.ms", "Records younger than this are never compacted."),
     ("retention.bytes", "Per partition: trim the oldest ledgers beyond this size (-1: no limit)."),
     ("retention.ms", "Trim ledgers whose newest record is older than this (-1: keep forever)."),
+    ("segment.ms", "Close a partition's ledger at this age (its data becomes compactable)."),
 ];
 
 impl TopicConfig {
@@ -207,13 +232,32 @@ impl TopicConfig {
                 self.max_message_bytes = int(0, max)? as i32;
             }
             "cleanup.policy" => {
-                let policies: Vec<&str> = value.split(',').map(str::trim).collect();
-                if policies != ["delete"] {
-                    return Err(format!(
-                        "cleanup.policy={value:?} is not supported: only \"delete\" (no compaction)"
-                    ));
+                let (mut delete, mut compact) = (false, false);
+                for p in value.split(',').map(str::trim) {
+                    match p {
+                        "delete" => delete = true,
+                        "compact" => compact = true,
+                        _ => {
+                            return Err(format!(
+                                "cleanup.policy={value:?}: use delete, compact, or compact,delete"
+                            ));
+                        }
+                    }
                 }
+                (self.cleanup_delete, self.cleanup_compact) = (delete, compact);
             }
+            "min.cleanable.dirty.ratio" => {
+                let v: f64 =
+                    value.trim().parse().map_err(|_| format!("{key}={value:?} is not a number"))?;
+                if !(0.0..=1.0).contains(&v) {
+                    return Err(format!("{key}={v} is outside [0, 1]"));
+                }
+                self.min_cleanable_dirty_ppm = (v * 1e6).round() as u32;
+            }
+            "min.compaction.lag.ms" => self.min_compaction_lag_ms = int(0, i64::MAX)?,
+            "max.compaction.lag.ms" => self.max_compaction_lag_ms = int(1, i64::MAX)?,
+            "delete.retention.ms" => self.delete_retention_ms = int(0, i64::MAX)?,
+            "segment.ms" => self.segment_ms = int(1, i64::MAX)?,
             "message.timestamp.type" => {
                 self.timestamp_type = match value.trim() {
                     "CreateTime" => TimestampType::CreateTime,
@@ -242,7 +286,18 @@ impl TopicConfig {
             "retention.ms" => self.retention_ms.to_string(),
             "retention.bytes" => self.retention_bytes.to_string(),
             "max.message.bytes" => self.max_message_bytes.to_string(),
-            "cleanup.policy" => "delete".to_string(),
+            "cleanup.policy" => match (self.cleanup_compact, self.cleanup_delete) {
+                (true, true) => "compact,delete".to_string(),
+                (true, false) => "compact".to_string(),
+                _ => "delete".to_string(),
+            },
+            "min.cleanable.dirty.ratio" => {
+                (f64::from(self.min_cleanable_dirty_ppm) / 1e6).to_string()
+            }
+            "min.compaction.lag.ms" => self.min_compaction_lag_ms.to_string(),
+            "max.compaction.lag.ms" => self.max_compaction_lag_ms.to_string(),
+            "delete.retention.ms" => self.delete_retention_ms.to_string(),
+            "segment.ms" => self.segment_ms.to_string(),
             "message.timestamp.type" => match self.timestamp_type {
                 TimestampType::CreateTime => "CreateTime".to_string(),
                 TimestampType::LogAppendTime => "LogAppendTime".to_string(),
@@ -251,8 +306,11 @@ impl TopicConfig {
         })
     }
 
-    /// Retention as the managed log takes it.
+    /// Retention as the managed log takes it (none without `cleanup.policy=delete`).
     pub fn retention(&self) -> (Option<Duration>, Option<u64>) {
+        if !self.cleanup_delete {
+            return (None, None);
+        }
         let time =
             (self.retention_ms >= 0).then(|| Duration::from_millis(self.retention_ms as u64));
         let bytes = (self.retention_bytes >= 0).then_some(self.retention_bytes as u64);
@@ -261,13 +319,22 @@ impl TopicConfig {
 }
 
 impl Default for TopicConfig {
-    /// Kafka's defaults: 7 days, no size limit, 1 MiB + 12 bytes per batch, CreateTime.
+    /// Kafka's defaults: 7 days, no size limit, 1 MiB + 12 bytes per batch, CreateTime,
+    /// delete; for compaction a dirty ratio of 0.5, no lags, tombstones kept a day, and
+    /// segments (here ledgers) closed after 7 days.
     fn default() -> Self {
         TopicConfig {
             retention_ms: 7 * 24 * 3600 * 1000,
             retention_bytes: -1,
             max_message_bytes: 1_048_588,
             timestamp_type: TimestampType::CreateTime,
+            cleanup_delete: true,
+            cleanup_compact: false,
+            min_cleanable_dirty_ppm: 500_000,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            delete_retention_ms: 24 * 3600 * 1000,
+            segment_ms: 7 * 24 * 3600 * 1000,
         }
     }
 }
@@ -539,6 +606,26 @@ mod tests {
     }
 
     #[test]
+    fn compaction_configs_are_read_and_printed_as_kafka_does() {
+        let o = validate_configs([
+            ("cleanup.policy", "delete, compact"),
+            ("min.cleanable.dirty.ratio", "0.25"),
+            ("delete.retention.ms", "100"),
+        ])
+        .unwrap();
+        let c = TopicConfig::resolve(&TopicConfig::default(), &o);
+        assert!(c.cleanup_compact && c.cleanup_delete);
+        assert_eq!(c.get("cleanup.policy").unwrap(), "compact,delete");
+        assert_eq!(c.min_cleanable_dirty_ppm, 250_000);
+        assert_eq!(c.get("min.cleanable.dirty.ratio").unwrap(), "0.25");
+        assert_eq!(c.delete_retention_ms, 100);
+        let compact_only = validate_configs([("cleanup.policy", "compact")]).unwrap();
+        let c = TopicConfig::resolve(&TopicConfig::default(), &compact_only);
+        assert_eq!(c.retention(), (None, None), "compact alone never trims by retention");
+        assert_eq!(c.get("cleanup.policy").unwrap(), "compact");
+    }
+
+    #[test]
     fn names_follow_kafka_rules() {
         assert!(validate_name("orders.v1_x-2").is_ok());
         for bad in ["", ".", "..", "a b", "a/b", "ü", &"x".repeat(250)] {
@@ -555,8 +642,12 @@ mod tests {
             ("retention.bytes", "-5"),
             ("max.message.bytes", "-1"),
             ("max.message.bytes", "999999999"),
-            ("cleanup.policy", "compact"),
-            ("cleanup.policy", "delete,compact"),
+            ("cleanup.policy", "compress"),
+            ("cleanup.policy", "delete,"),
+            ("min.cleanable.dirty.ratio", "1.5"),
+            ("min.cleanable.dirty.ratio", "half"),
+            ("max.compaction.lag.ms", "0"),
+            ("delete.retention.ms", "-1"),
             ("message.timestamp.type", "Later"),
             ("segment.bytes", "1"),
         ] {
@@ -568,6 +659,7 @@ mod tests {
         ])
         .unwrap();
         let c = TopicConfig::resolve(&TopicConfig::default(), &o);
+        assert!(c.cleanup_delete && !c.cleanup_compact, "delete by default");
         assert_eq!(c.retention_bytes, 100);
         assert_eq!(c.timestamp_type, TimestampType::LogAppendTime);
         assert_eq!(c.retention(), (Some(Duration::from_secs(7 * 24 * 3600)), Some(100)));

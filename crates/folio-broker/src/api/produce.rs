@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use folio_log::PendingAppend;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, RequestHeader};
 use kafka_protocol::protocol::Decodable;
 
@@ -73,13 +75,21 @@ enum Part {
     },
 }
 
-/// A partition's answer failed with `e` (its code and message).
+/// A partition's answer failed with `e` (its code and message, and the records at fault).
 fn failed(index: i32, e: &BrokerError) -> Part {
+    let record_errors = match e {
+        BrokerError::InvalidRecords { records, .. } => records
+            .iter()
+            .map(|i| BatchIndexAndErrorMessage::default().with_batch_index(*i))
+            .collect(),
+        _ => Vec::new(),
+    };
     Part::Done(
         PartitionProduceResponse::default()
             .with_index(index)
             .with_error_code(e.code())
             .with_base_offset(-1)
+            .with_record_errors(record_errors)
             .with_error_message(Some(str_bytes(e.to_string()))),
     )
 }
@@ -157,7 +167,7 @@ pub(crate) async fn start(
                     continue;
                 }
             };
-            if let Some(e) = check(&batches, version, config.max_message_bytes) {
+            if let Some(e) = check(&batches, version, &config) {
                 parts.push(failed(p.index, &e));
                 continue;
             }
@@ -280,13 +290,15 @@ pub(crate) async fn start(
     }))
 }
 
-/// Size, codec and kind checks of one partition's batches.
+/// Size, codec and kind checks of one partition's batches; on a compacted topic, that
+/// every record has a key (the only case where produce decodes records).
 fn check(
     batches: &[(batch::BatchInfo, Bytes)],
     version: i16,
-    max_message_bytes: i32,
+    config: &crate::topics::TopicConfig,
 ) -> Option<BrokerError> {
-    for (info, _) in batches {
+    let max_message_bytes = config.max_message_bytes;
+    for (info, b) in batches {
         if info.size > max_message_bytes as usize {
             return Some(BrokerError::MessageTooLarge(format!(
                 "a batch of {} bytes is above max.message.bytes={max_message_bytes}",
@@ -306,6 +318,31 @@ fn check(
             return Some(BrokerError::InvalidRecord(
                 "transactional and control batches are not supported".into(),
             ));
+        }
+        if config.cleanup_compact {
+            let keyless = crate::records::records_bytes(b).and_then(|(h, plain)| {
+                let records = crate::records::decode_records(&h, &plain)?;
+                Ok(records
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.key.is_none())
+                    .map(|(i, _)| i as i32)
+                    .collect::<Vec<i32>>())
+            });
+            match keyless {
+                Ok(k) if k.is_empty() => {}
+                Ok(records) => {
+                    return Some(BrokerError::InvalidRecords {
+                        message: format!(
+                            "compacted topic cannot accept a record without a key ({} of the batch's {})",
+                            records.len(),
+                            info.records_count
+                        ),
+                        records,
+                    });
+                }
+                Err(e) => return Some(BrokerError::CorruptMessage(e.to_string())),
+            }
         }
     }
     None

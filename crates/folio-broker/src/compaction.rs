@@ -1,0 +1,403 @@
+//! Compacted topics (`cleanup.policy=compact`): the compactor keeps the newest record of
+//! every key in a partition's closed ledgers, as Kafka's log cleaner does.
+//!
+//! Every `check_interval` this broker looks at each compacted partition it has open. The
+//! compactable ledgers are the chain's closed head whose newest record is older than
+//! `min.compaction.lag.ms` (the open ledger never is; `segment.ms` closes it). The part
+//! below the log's clean end was compacted before; the rest is dirty. A pass runs when the
+//! dirty share of the compactable bytes reaches `min.cleanable.dirty.ratio`, or when a
+//! dirty ledger's oldest record is older than `max.compaction.lag.ms`.
+//!
+//! A pass reads the compactable ledgers twice through the log. First it maps each key
+//! (its 128-bit hash) to the offset of its newest record (at most `keys_max` keys: past
+//! that the pass covers only the ledgers read before the map filled). Then it writes one
+//! output ledger through `folio_log::Compaction`: every batch with a record that is the
+//! newest of its key is rewritten, uncompressed, with only those records. A tombstone (a
+//! null value) goes too once its ledger was compacted more than `delete.retention.ms`
+//! ago. Records keep their offsets; each output batch also covers the offsets of what was
+//! removed before it (its base offset moves down and its last offset delta up), so the
+//! log stays dense and consumers step over the gaps as they do on Kafka. The log swaps the
+//! output in and sends the replaced ledgers to the trash in one transaction (see
+//! `folio_log::Compaction` for what a crash leaves). The pass is paced: it works at most
+//! `busy_fraction` of the time.
+//!
+//! Rewritten batches lose their producer id (a compacted batch belongs to no producer's
+//! sequence any more, as Kafka drops the state of producers whose batches are all gone).
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use folio_log::records::LedgerInfo;
+use folio_log::{Compaction, CompactionReport, LogEntry, ManagedLog};
+
+use crate::batch::{self, BatchInfo};
+use crate::records::{self, Record};
+use crate::state::Inner;
+use crate::topics::TopicConfig;
+
+/// The compactor's settings.
+#[derive(Debug, Clone)]
+pub struct CompactionConfig {
+    /// How often compacted partitions are looked at (Kafka's `log.cleaner.backoff.ms`,
+    /// 15 s).
+    pub check_interval: Duration,
+    /// The share of time a pass works; it waits for the rest (0.5).
+    pub busy_fraction: f64,
+    /// Distinct keys one pass maps (24 bytes each in memory; Kafka's 128 MiB dedupe
+    /// buffer holds about 5 M). 4 M: about 100 MiB.
+    pub keys_max: usize,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        CompactionConfig {
+            check_interval: Duration::from_secs(15),
+            busy_fraction: 0.5,
+            keys_max: 4 * 1024 * 1024,
+        }
+    }
+}
+
+/// The compactor's counters (rendered as `folio_kafka_compaction_*`).
+#[derive(Debug, Default)]
+pub struct CompactionStats {
+    pub passes: AtomicU64,
+    pub failures: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub records_removed: AtomicU64,
+}
+
+/// Bytes read per pass and ledger to look at: the batch of entries one read returns.
+const READ_BYTES: usize = 4 << 20;
+
+/// How many of `ledgers` (the chain, oldest first) a pass should compact now; `None`
+/// when nothing is due. At most `ledgers_max`.
+pub fn plan(
+    ledgers: &[LedgerInfo],
+    clean_end: u64,
+    c: &TopicConfig,
+    now_ms: i64,
+    ledgers_max: usize,
+) -> Option<usize> {
+    let newest =
+        |l: &LedgerInfo| if l.max_publish_ms >= 0 { l.max_publish_ms } else { l.close_ms as i64 };
+    let oldest = |l: &LedgerInfo| {
+        if l.first_publish_ms >= 0 { l.first_publish_ms } else { l.close_ms as i64 }
+    };
+    let n = ledgers
+        .iter()
+        .take(ledgers.len().saturating_sub(1).min(ledgers_max))
+        .take_while(|l| {
+            l.is_closed() && now_ms.saturating_sub(newest(l)) >= c.min_compaction_lag_ms
+        })
+        .count();
+    let candidates = &ledgers[..n];
+    let dirty: Vec<&LedgerInfo> =
+        candidates.iter().filter(|l| l.first_offset >= clean_end).collect();
+    if dirty.is_empty() {
+        return None;
+    }
+    let total: u64 = candidates.iter().map(|l| l.bytes).sum();
+    let dirty_bytes: u64 = dirty.iter().map(|l| l.bytes).sum();
+    let ratio_due =
+        dirty_bytes as u128 * 1_000_000 >= total as u128 * c.min_cleanable_dirty_ppm as u128;
+    let lag_due = dirty.iter().any(|l| now_ms.saturating_sub(oldest(l)) >= c.max_compaction_lag_ms);
+    (ratio_due || lag_due).then_some(n)
+}
+
+/// The compactor: every `check_interval`, a pass over each due partition open here.
+pub(crate) async fn run(inner: Arc<Inner>) {
+    let mut shutdown = inner.shutdown.subscribe();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(inner.config.compaction.check_interval) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        for (id, partition) in inner.open_partitions() {
+            let topic = match inner.topics.by_id(id).await {
+                Ok(Some(t)) => t,
+                _ => continue,
+            };
+            let tc = inner.topic_config(&topic);
+            if !tc.cleanup_compact {
+                continue;
+            }
+            if let Some(log) = inner.open_log(id, partition)
+                && let Err(e) = compact_if_due(&inner, &log, &tc).await
+            {
+                inner.metrics.compaction.failures.fetch_add(1, Relaxed);
+                tracing::warn!(log = log.name(), topic = %topic.name, partition, error = %e, "compaction failed; retried at the next check");
+            }
+        }
+    }
+}
+
+/// Runs a pass over `log` if one is due under `tc`; returns its report.
+pub(crate) async fn compact_if_due(
+    inner: &Inner,
+    log: &ManagedLog,
+    tc: &TopicConfig,
+) -> Result<Option<CompactionReport>, String> {
+    let ledgers = log.info().ledgers;
+    let max = inner.config.log.trash_batch_max.saturating_sub(1).max(1);
+    let Some(n) = plan(&ledgers, log.clean_end_offset(), tc, inner.now_ms(), max) else {
+        return Ok(None);
+    };
+    let c = &inner.config.compaction;
+    let pass = Pass {
+        log,
+        tc,
+        now_ms: inner.now_ms(),
+        busy_fraction: c.busy_fraction,
+        stats: &inner.metrics.compaction,
+    };
+    let report = pass.run(&ledgers[..n], c.keys_max).await?;
+    inner.metrics.compaction.passes.fetch_add(1, Relaxed);
+    Ok(Some(report))
+}
+
+/// A key's identity in the map: 128 bits of two independent hashes.
+fn key_hash(key: &[u8]) -> u128 {
+    let mut a = std::hash::DefaultHasher::new();
+    let mut b = std::hash::DefaultHasher::new();
+    (0u8, key).hash(&mut a);
+    (1u8, key).hash(&mut b);
+    (u128::from(a.finish()) << 64) | u128::from(b.finish())
+}
+
+struct Pass<'a> {
+    log: &'a ManagedLog,
+    tc: &'a TopicConfig,
+    now_ms: i64,
+    busy_fraction: f64,
+    stats: &'a CompactionStats,
+}
+
+/// A kept record, owned (its batch's buffer is gone by the time it is written).
+struct Kept {
+    offset: u64,
+    timestamp: i64,
+    attributes: u8,
+    key: Vec<u8>,
+    value: Option<Vec<u8>>,
+    headers: Vec<u8>,
+}
+
+/// An output batch waiting to learn where it ends (where the next one starts).
+struct Pending {
+    records: Vec<Kept>,
+    log_append_time: Option<i64>,
+    entry_max_ts: i64,
+}
+
+impl Pass<'_> {
+    async fn run(
+        &self,
+        ledgers: &[LedgerInfo],
+        keys_max: usize,
+    ) -> Result<CompactionReport, String> {
+        let (newest, n) = self.map_keys(ledgers, keys_max).await?;
+        let ledgers = &ledgers[..n];
+        let ids: Vec<u64> = ledgers.iter().map(|l| l.ledger_id).collect();
+        let mut comp = self.log.compaction_begin(&ids).await.map_err(|e| e.to_string())?;
+        match self.rewrite(&mut comp, ledgers, &newest).await {
+            Ok(removed) => {
+                let r = comp.finish().await.map_err(|e| e.to_string())?;
+                self.stats.bytes_written.fetch_add(r.bytes_out, Relaxed);
+                self.stats.records_removed.fetch_add(removed, Relaxed);
+                Ok(r)
+            }
+            Err(e) => {
+                comp.abandon().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The next entries from `*offset` (moved past them) that start below `to`; `None`
+    /// at `to`. Paced: waits after each read for the share of time it may not work.
+    async fn chunk(&self, offset: &mut u64, to: u64) -> Result<Option<Vec<LogEntry>>, String> {
+        *offset = (*offset).max(self.log.start_offset());
+        if *offset >= to {
+            return Ok(None);
+        }
+        let started = Instant::now();
+        let mut entries =
+            self.log.read(*offset, READ_BYTES, 4096).await.map_err(|e| e.to_string())?;
+        entries.retain(|e| e.base_offset < to);
+        let Some(last) = entries.last() else {
+            return Err(format!("{}: nothing to read at {offset}", self.log.name()));
+        };
+        *offset = last.next_offset();
+        let bytes: usize = entries.iter().map(|e| e.payload.len()).sum();
+        self.stats.bytes_read.fetch_add(bytes as u64, Relaxed);
+        folio_log::trash::pace(started.elapsed(), self.busy_fraction).await;
+        Ok(Some(entries))
+    }
+
+    /// The newest offset of every key in `ledgers`, and how many of them the map covers.
+    async fn map_keys(
+        &self,
+        ledgers: &[LedgerInfo],
+        keys_max: usize,
+    ) -> Result<(HashMap<u128, u64>, usize), String> {
+        let mut newest: HashMap<u128, u64> = HashMap::new();
+        let mut offset = ledgers[0].first_offset;
+        let to = ledgers[ledgers.len() - 1].end_offset();
+        let mut reading = 0;
+        while let Some(entries) = self.chunk(&mut offset, to).await? {
+            for e in &entries {
+                let at = ledgers.iter().position(|l| l.ledger_id == e.ledger_id).unwrap_or(reading);
+                if at > reading && newest.len() >= keys_max {
+                    // Ledgers before `at` were read whole: the pass covers those.
+                    if at == 0 {
+                        break;
+                    }
+                    return Ok((newest, at));
+                }
+                reading = at;
+                let (h, plain) = records::records_bytes(&e.payload).map_err(|x| x.to_string())?;
+                for r in records::decode_records(&h, &plain).map_err(|x| x.to_string())? {
+                    if let Some(k) = r.key {
+                        newest.insert(key_hash(k), e.base_offset + r.offset_delta as u64);
+                    }
+                }
+            }
+        }
+        Ok((newest, ledgers.len()))
+    }
+
+    /// Writes what `ledgers` keep into `comp`; returns the records removed.
+    async fn rewrite(
+        &self,
+        comp: &mut Compaction,
+        ledgers: &[LedgerInfo],
+        newest: &HashMap<u128, u64>,
+    ) -> Result<u64, String> {
+        let clean_end = self.log.clean_end_offset();
+        let start = self.log.start_offset();
+        let (from, to) = (comp.next_offset(), comp.end_offset());
+        let mut pending: Option<Pending> = None;
+        let mut removed = 0u64;
+        let mut offset = from;
+        while let Some(entries) = self.chunk(&mut offset, to).await? {
+            for e in &entries {
+                let ledger = ledgers.iter().find(|l| l.ledger_id == e.ledger_id);
+                let expired = ledger.is_some_and(|l| {
+                    l.first_offset < clean_end
+                        && (l.close_ms as i64).saturating_add(self.tc.delete_retention_ms)
+                            <= self.now_ms
+                });
+                let (h, plain) = records::records_bytes(&e.payload).map_err(|x| x.to_string())?;
+                let mut kept = Vec::new();
+                for r in records::decode_records(&h, &plain).map_err(|x| x.to_string())? {
+                    let offset = e.base_offset + r.offset_delta as u64;
+                    if keep(&r, offset, start, newest, expired) {
+                        kept.push(owned(&r, offset));
+                    } else {
+                        removed += 1;
+                    }
+                }
+                if kept.is_empty() {
+                    continue;
+                }
+                // The batch before this one ends after its last record.
+                if let Some(p) = pending.take() {
+                    let end = p.records.last().expect("kept").offset + 1;
+                    write(comp, end, &p).await?;
+                }
+                pending = Some(Pending {
+                    records: kept,
+                    log_append_time: h.is_log_append_time().then_some(h.max_timestamp),
+                    entry_max_ts: e.max_timestamp,
+                });
+            }
+        }
+        // The last batch covers the offsets up to the end of what is replaced.
+        if let Some(p) = pending {
+            write(comp, to, &p).await?;
+        }
+        Ok(removed)
+    }
+}
+
+/// Appends `p` to `comp` as one batch from where the output stands up to `end`.
+async fn write(comp: &mut Compaction, end: u64, p: &Pending) -> Result<(), String> {
+    let base = comp.next_offset();
+    let b = encode_batch(base, end, p)?;
+    let span = u32::try_from(end - base).map_err(|_| "a gap of more than 2^32 offsets")?;
+    comp.append(base, span, p.entry_max_ts, &b).await.map_err(|e| e.to_string())
+}
+
+/// Whether record `r` at `offset` survives: keyed, the newest of its key, not below the
+/// log start, and not a tombstone past its retention.
+fn keep(
+    r: &Record<'_>,
+    offset: u64,
+    start: u64,
+    newest: &HashMap<u128, u64>,
+    expired: bool,
+) -> bool {
+    let Some(k) = r.key else { return false };
+    offset >= start
+        && newest.get(&key_hash(k)).is_none_or(|n| *n <= offset)
+        && !(r.value.is_none() && expired)
+}
+
+fn owned(r: &Record<'_>, offset: u64) -> Kept {
+    Kept {
+        offset,
+        timestamp: r.timestamp,
+        attributes: r.attributes,
+        key: r.key.unwrap_or_default().to_vec(),
+        value: r.value.map(<[u8]>::to_vec),
+        headers: r.headers.to_vec(),
+    }
+}
+
+/// An uncompressed v2 batch of `p`'s records at `base` whose offsets end at `end`.
+fn encode_batch(base: u64, end: u64, p: &Pending) -> Result<Vec<u8>, String> {
+    let last_delta =
+        i32::try_from(end - base - 1).map_err(|_| "a gap of more than 2^31 offsets".to_string())?;
+    let base_ts = p.log_append_time.unwrap_or_else(|| p.records[0].timestamp);
+    let max_ts = p
+        .log_append_time
+        .unwrap_or_else(|| p.records.iter().map(|r| r.timestamp).max().unwrap_or(base_ts));
+    let mut body = Vec::new();
+    for r in &p.records {
+        let mut rec = vec![r.attributes];
+        batch::put_varint(&mut rec, r.timestamp.saturating_sub(base_ts));
+        batch::put_varint(&mut rec, (r.offset - base) as i64);
+        batch::put_varint(&mut rec, r.key.len() as i64);
+        rec.extend_from_slice(&r.key);
+        match &r.value {
+            Some(v) => {
+                batch::put_varint(&mut rec, v.len() as i64);
+                rec.extend_from_slice(v);
+            }
+            None => batch::put_varint(&mut rec, -1),
+        }
+        rec.extend_from_slice(&r.headers);
+        batch::put_varint(&mut body, rec.len() as i64);
+        body.extend_from_slice(&rec);
+    }
+    let info = BatchInfo {
+        size: batch::HEADER_BYTES + body.len(),
+        attributes: if p.log_append_time.is_some() { batch::TIMESTAMP_TYPE_BIT } else { 0 },
+        last_offset_delta: last_delta,
+        base_timestamp: base_ts,
+        max_timestamp: max_ts,
+        producer_id: -1,
+        producer_epoch: -1,
+        base_sequence: -1,
+        records_count: p.records.len() as i32,
+    };
+    Ok(batch::encode(base, &info, &body))
+}
+
+#[cfg(test)]
+mod tests;
