@@ -49,6 +49,9 @@ pub struct CompactionConfig {
     /// Distinct keys one pass maps (24 bytes each in memory; Kafka's 128 MiB dedupe
     /// buffer holds about 5 M). 4 M: about 100 MiB.
     pub keys_max: usize,
+    /// For tests of a crash mid-swap: a pass whose output is written waits for ever
+    /// instead of swapping it in (counted in `folio_kafka_compaction_paused_total`).
+    pub pause_before_swap: bool,
 }
 
 impl Default for CompactionConfig {
@@ -57,6 +60,7 @@ impl Default for CompactionConfig {
             check_interval: Duration::from_secs(15),
             busy_fraction: 0.5,
             keys_max: 4 * 1024 * 1024,
+            pause_before_swap: false,
         }
     }
 }
@@ -69,6 +73,8 @@ pub struct CompactionStats {
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
     pub records_removed: AtomicU64,
+    /// Passes held before their swap (`pause_before_swap`).
+    pub paused: AtomicU64,
 }
 
 /// Bytes read per pass and ledger to look at: the batch of entries one read returns.
@@ -153,6 +159,7 @@ pub(crate) async fn compact_if_due(
         tc,
         now_ms: inner.now_ms(),
         busy_fraction: c.busy_fraction,
+        pause_before_swap: c.pause_before_swap,
         stats: &inner.metrics.compaction,
     };
     let report = pass.run(&ledgers[..n], c.keys_max).await?;
@@ -174,6 +181,7 @@ struct Pass<'a> {
     tc: &'a TopicConfig,
     now_ms: i64,
     busy_fraction: f64,
+    pause_before_swap: bool,
     stats: &'a CompactionStats,
 }
 
@@ -206,6 +214,14 @@ impl Pass<'_> {
         let mut comp = self.log.compaction_begin(&ids).await.map_err(|e| e.to_string())?;
         match self.rewrite(&mut comp, ledgers, &newest).await {
             Ok(removed) => {
+                if self.pause_before_swap {
+                    self.stats.paused.fetch_add(1, Relaxed);
+                    tracing::warn!(
+                        log = self.log.name(),
+                        "compaction output written; pausing before the swap (pause_before_swap)"
+                    );
+                    std::future::pending::<()>().await;
+                }
                 let r = comp.finish().await.map_err(|e| e.to_string())?;
                 self.stats.bytes_written.fetch_add(r.bytes_out, Relaxed);
                 self.stats.records_removed.fetch_add(removed, Relaxed);

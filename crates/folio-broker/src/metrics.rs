@@ -268,6 +268,11 @@ impl Metrics {
                 "Records compaction removed (superseded, tombstones past delete.retention.ms).",
                 &c.records_removed,
             ),
+            (
+                "folio_kafka_compaction_paused_total",
+                "Compactions held before their swap (tests: --compaction-pause-before-swap).",
+                &c.paused,
+            ),
         ] {
             let _ = writeln!(
                 out,

@@ -118,6 +118,14 @@ pub struct KafkaArgs {
     /// ...or this many batches (Pulsar's managedLedgerMaxEntriesPerLedger).
     #[arg(long, default_value_t = 50_000)]
     pub ledger_rollover_entries: u64,
+    /// How often compacted topics' partitions open here are checked for a compaction pass,
+    /// in ms [log.cleaner.backoff.ms].
+    #[arg(long, default_value_t = 15_000)]
+    pub compaction_check_ms: u64,
+    /// Tests of a crash mid-compaction: a pass whose output is written waits for ever
+    /// instead of swapping it in.
+    #[arg(long, hide = true)]
+    pub compaction_pause_before_swap: bool,
     /// Sets a limit of the Kafka listener, e.g. `--limit connections_per_address_max=64`
     /// (repeatable; durations in ms). The limits and their defaults: request_bytes_max
     /// 100 MiB [socket.request.max.bytes], connection_bytes_max 128 MiB, process_bytes_max
@@ -193,6 +201,11 @@ impl KafkaArgs {
             },
             audit_interval: (self.audit_interval_s > 0)
                 .then(|| Duration::from_secs(self.audit_interval_s)),
+            compaction: folio_broker::compaction::CompactionConfig {
+                check_interval: Duration::from_millis(self.compaction_check_ms.max(1)),
+                pause_before_swap: self.compaction_pause_before_swap,
+                ..Default::default()
+            },
             ..BrokerConfig::default()
         })
     }
