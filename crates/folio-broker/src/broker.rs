@@ -318,6 +318,12 @@ impl Broker {
         crate::compaction::compact_if_due(&self.inner, &log, &tc).await
     }
 
+    /// Closes `topic`'s `partition`'s current ledger and starts the next (its data becomes
+    /// compactable and trimmable); opens the partition if this broker owns it.
+    pub async fn roll_partition(&self, topic: &str, partition: i32) -> Result<(), String> {
+        self.partition_log(topic, partition).await?.roll().await.map_err(|e| e.to_string())
+    }
+
     /// What `topic`'s `partition` holds (its ledgers, offsets, cursors), opening it if this
     /// broker owns it.
     pub async fn partition_info(

@@ -2,6 +2,7 @@
 //! every comparison as `ratio_vs_<baseline>=<x>` with the baseline measured in the same run.
 
 mod bookie;
+mod compact;
 mod delete;
 mod gc;
 mod hostile;
@@ -41,6 +42,9 @@ pub enum Bench {
     /// names, auto-create and by-id storms, idle), against its rate alone; and peak RSS
     /// against the configured memory budget.
     Hostile(hostile::Args),
+    /// Compaction: MB/s of a compaction pass over a compacted topic (90 % of its records
+    /// superseded), and a producer's rate meanwhile against before and after.
+    Compact(compact::Args),
     /// Autorecovery: time until a killed bookie's copies are restored on four in-process
     /// bookies (MB/s against the disk), and a writer's rate meanwhile against without.
     Recovery(recovery::Args),
@@ -58,6 +62,7 @@ pub fn run(what: Bench) -> Result<(), String> {
         Bench::Delete(args) => delete::run(args),
         Bench::Hostile(args) => hostile::run(args),
         Bench::Recovery(args) => recovery::run(args),
+        Bench::Compact(args) => compact::run(args),
     }
 }
 
