@@ -27,55 +27,18 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
 
 use folio_log::records::LedgerInfo;
 use folio_log::{Compaction, CompactionReport, LogEntry, ManagedLog};
 
 use crate::batch::{self, BatchInfo};
+pub use crate::config::CompactionConfig;
+pub use crate::metrics::CompactionStats;
 use crate::records::{self, Record};
 use crate::state::Inner;
 use crate::topics::TopicConfig;
-
-/// The compactor's settings.
-#[derive(Debug, Clone)]
-pub struct CompactionConfig {
-    /// How often compacted partitions are looked at (Kafka's `log.cleaner.backoff.ms`,
-    /// 15 s).
-    pub check_interval: Duration,
-    /// The share of time a pass works; it waits for the rest (0.5).
-    pub busy_fraction: f64,
-    /// Distinct keys one pass maps (24 bytes each in memory; Kafka's 128 MiB dedupe
-    /// buffer holds about 5 M). 4 M: about 100 MiB.
-    pub keys_max: usize,
-    /// For tests of a crash mid-swap: a pass whose output is written waits for ever
-    /// instead of swapping it in (counted in `folio_kafka_compaction_paused_total`).
-    pub pause_before_swap: bool,
-}
-
-impl Default for CompactionConfig {
-    fn default() -> Self {
-        CompactionConfig {
-            check_interval: Duration::from_secs(15),
-            busy_fraction: 0.5,
-            keys_max: 4 * 1024 * 1024,
-            pause_before_swap: false,
-        }
-    }
-}
-
-/// The compactor's counters (rendered as `folio_kafka_compaction_*`).
-#[derive(Debug, Default)]
-pub struct CompactionStats {
-    pub passes: AtomicU64,
-    pub failures: AtomicU64,
-    pub bytes_read: AtomicU64,
-    pub bytes_written: AtomicU64,
-    pub records_removed: AtomicU64,
-    /// Passes held before their swap (`pause_before_swap`).
-    pub paused: AtomicU64,
-}
 
 /// Bytes read per pass and ledger to look at: the batch of entries one read returns.
 const READ_BYTES: usize = 4 << 20;

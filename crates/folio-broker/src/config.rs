@@ -70,7 +70,7 @@ pub struct BrokerConfig {
     /// brokers arrive this late; a stale cache never resurrects a deleted topic's storage).
     pub topic_refresh: Duration,
     /// The compactor of compacted topics' partitions open here.
-    pub compaction: crate::compaction::CompactionConfig,
+    pub compaction: CompactionConfig,
 }
 
 impl BrokerConfig {
@@ -104,7 +104,34 @@ impl Default for BrokerConfig {
             trash: Some(folio_log::TrashConfig::default()),
             audit_interval: Some(Duration::from_secs(600)),
             topic_refresh: Duration::from_secs(1),
-            compaction: crate::compaction::CompactionConfig::default(),
+            compaction: CompactionConfig::default(),
+        }
+    }
+}
+
+/// The compactor's settings.
+#[derive(Debug, Clone)]
+pub struct CompactionConfig {
+    /// How often compacted partitions are looked at (Kafka's `log.cleaner.backoff.ms`,
+    /// 15 s).
+    pub check_interval: Duration,
+    /// The share of time a pass works; it waits for the rest (0.5).
+    pub busy_fraction: f64,
+    /// Distinct keys one pass maps (24 bytes each in memory; Kafka's 128 MiB dedupe
+    /// buffer holds about 5 M). 4 M: about 100 MiB.
+    pub keys_max: usize,
+    /// For tests of a crash mid-swap: a pass whose output is written waits for ever
+    /// instead of swapping it in (counted in `folio_kafka_compaction_paused_total`).
+    pub pause_before_swap: bool,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        CompactionConfig {
+            check_interval: Duration::from_secs(15),
+            busy_fraction: 0.5,
+            keys_max: 4 * 1024 * 1024,
+            pause_before_swap: false,
         }
     }
 }

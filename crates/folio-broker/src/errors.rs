@@ -68,6 +68,8 @@ pub const NON_EMPTY_GROUP: i16 = 68;
 pub const GROUP_ID_NOT_FOUND: i16 = 69;
 /// A codec the request's version does not allow.
 pub const UNSUPPORTED_COMPRESSION_TYPE: i16 = 76;
+/// Cancelling a partition reassignment when none runs.
+pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
 /// The group has its maximum number of members.
 pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
 /// A static member's instance id now belongs to another member id (KIP-345).
@@ -291,6 +293,7 @@ pub fn name(code: i16) -> &'static str {
         FENCED_INSTANCE_ID => "FENCED_INSTANCE_ID",
         GROUP_SUBSCRIBED_TO_TOPIC => "GROUP_SUBSCRIBED_TO_TOPIC",
         ELECTION_NOT_NEEDED => "ELECTION_NOT_NEEDED",
+        NO_REASSIGNMENT_IN_PROGRESS => "NO_REASSIGNMENT_IN_PROGRESS",
         TOPIC_AUTHORIZATION_FAILED => "TOPIC_AUTHORIZATION_FAILED",
         GROUP_AUTHORIZATION_FAILED => "GROUP_AUTHORIZATION_FAILED",
         CLUSTER_AUTHORIZATION_FAILED => "CLUSTER_AUTHORIZATION_FAILED",

@@ -128,7 +128,7 @@ pub struct Metrics {
     /// Milliseconds of client-quota throttling answered: produce, fetch.
     throttle_ms: [AtomicU64; 2],
     /// The compactor's counters.
-    pub compaction: crate::compaction::CompactionStats,
+    pub compaction: CompactionStats,
 }
 
 impl Metrics {
@@ -246,7 +246,7 @@ impl Metrics {
         t.entry(name.to_string()).or_default().clone()
     }
 
-    /// Prometheus text format.
+    /// The compactor's counters, in Prometheus text format.
     fn render_compaction(&self) -> String {
         let c = &self.compaction;
         let mut out = String::new();
@@ -283,6 +283,7 @@ impl Metrics {
         out
     }
 
+    /// Prometheus text format.
     pub fn render(&self) -> String {
         let mut out = [self.render_security(), self.render_compaction()].concat();
         out.push_str("# HELP folio_kafka_requests_total Kafka requests answered, by API and error code.\n# TYPE folio_kafka_requests_total counter\n");
@@ -423,6 +424,18 @@ impl Metrics {
         }
         out
     }
+}
+
+/// The compactor's counters (rendered as `folio_kafka_compaction_*`).
+#[derive(Debug, Default)]
+pub struct CompactionStats {
+    pub passes: AtomicU64,
+    pub failures: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub records_removed: AtomicU64,
+    /// Passes held before their swap (`pause_before_swap`).
+    pub paused: AtomicU64,
 }
 
 #[cfg(test)]

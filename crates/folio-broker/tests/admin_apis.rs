@@ -1,7 +1,8 @@
 //! #25: admin APIs on the raw protocol. OffsetDelete (KIP-496): a group's committed offsets
 //! go by partition; a topic a member subscribes to keeps them (GROUP_SUBSCRIBED_TO_TOPIC);
 //! an unknown group, an unknown topic and an unknown partition answer as Kafka does.
-//! ElectLeaders and ListPartitionReassignments: nothing to elect or move.
+//! ElectLeaders and the reassignment APIs: nothing to elect or move. DescribeLogDirs: the
+//! bookies' ledger directories.
 
 #![allow(clippy::big_endian_bytes)] // Kafka's wire format (the shared test helpers)
 
@@ -291,4 +292,94 @@ async fn offset_for_leader_epoch_ends_the_one_epoch_at_the_log_end() {
             (errors::UNKNOWN_TOPIC_OR_PARTITION, -1, -1),
         ]
     );
+}
+
+/// #25 item 5: AlterPartitionReassignments checks a replica list as Kafka does and, valid,
+/// completes at once (nothing moves: ListPartitionReassignments still lists none); a
+/// cancellation finds none in progress.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reassignments_are_checked_and_complete_at_once() {
+    use kafka_protocol::messages::alter_partition_reassignments_request::{
+        ReassignablePartition, ReassignableTopic,
+    };
+    let setup = common::start(1, |_| {}).await;
+    let mut c = Conn::open(setup.broker.addr()).await;
+    let _: MetadataResponse = c.call(ApiKey::Metadata, 9, &metadata_req(&["moved"])).await;
+    let part = |p: i32, replicas: Option<Vec<i32>>| {
+        ReassignablePartition::default()
+            .with_partition_index(p)
+            .with_replicas(replicas.map(|r| r.into_iter().map(BrokerId).collect()))
+    };
+    let req = AlterPartitionReassignmentsRequest::default().with_topics(vec![
+        ReassignableTopic::default().with_name(TopicName(s("moved"))).with_partitions(vec![
+            part(0, Some(vec![1])),
+            part(0, None),
+            part(0, Some(vec![7])),
+            part(0, Some(vec![1, 1])),
+            part(0, Some(vec![])),
+            part(3, Some(vec![1])),
+        ]),
+        ReassignableTopic::default()
+            .with_name(TopicName(s("nope")))
+            .with_partitions(vec![part(0, Some(vec![1]))]),
+    ]);
+    let r: AlterPartitionReassignmentsResponse =
+        c.call(ApiKey::AlterPartitionReassignments, 0, &req).await;
+    assert_eq!(r.error_code, 0);
+    let codes: Vec<i16> =
+        r.responses.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)).collect();
+    let (bad, unknown) = (errors::INVALID_REPLICA_ASSIGNMENT, errors::UNKNOWN_TOPIC_OR_PARTITION);
+    assert_eq!(codes, [0, errors::NO_REASSIGNMENT_IN_PROGRESS, bad, bad, bad, unknown, unknown]);
+    let why = r.responses[0].partitions[2].error_message.as_deref().unwrap_or_default();
+    assert!(why.contains("not alive"), "{why}");
+    let r: ListPartitionReassignmentsResponse = c
+        .call(ApiKey::ListPartitionReassignments, 0, &ListPartitionReassignmentsRequest::default())
+        .await;
+    assert_eq!(r.topics.len(), 0, "a completed reassignment is not listed");
+}
+
+/// #25 item 5: DescribeLogDirs answers one log dir per bookie, with every partition that
+/// has a copy there and its bytes (E=Qw=3 on three bookies: each holds all of it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_dirs_are_the_bookies_with_the_partitions_they_hold() {
+    use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
+    let setup = common::start(3, |c| c.log.rollover_entries = 3).await;
+    let mut c = Conn::open(setup.broker.addr()).await;
+    let _: MetadataResponse = c.call(ApiKey::Metadata, 9, &metadata_req(&["dirs"])).await;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    for _ in 0..7 {
+        let b = common::batch(5, now.as_millis() as i64);
+        let req = folio_broker::client::produce_request("dirs", 0, b.into(), -1);
+        let r: ProduceResponse = c.call(ApiKey::Produce, 9, &req).await;
+        assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+    }
+    let info = setup.broker.partition_info("dirs", 0).await.unwrap();
+    assert!(info.ledgers.len() >= 3, "{:?}", info.ledgers);
+    for (version, topics) in [
+        (4, None),
+        (
+            1,
+            Some(vec![
+                DescribableLogDirTopic::default()
+                    .with_topic(TopicName(s("dirs")))
+                    .with_partitions(vec![0, 9]),
+                DescribableLogDirTopic::default()
+                    .with_topic(TopicName(s("nope")))
+                    .with_partitions(vec![0]),
+            ]),
+        ),
+    ] {
+        let req = DescribeLogDirsRequest::default().with_topics(topics);
+        let r: DescribeLogDirsResponse = c.call(ApiKey::DescribeLogDirs, version, &req).await;
+        assert_eq!(r.error_code, 0);
+        assert_eq!(r.results.len(), 3, "one per bookie: {:?}", r.results);
+        for d in &r.results {
+            assert!(d.log_dir.ends_with(":ledgers"), "{}", d.log_dir);
+            assert_eq!(d.topics.len(), 1, "{}: {:?}", d.log_dir, d.topics);
+            let p = &d.topics[0].partitions;
+            assert_eq!(p.len(), 1);
+            assert_eq!((p[0].partition_index, p[0].offset_lag), (0, 0));
+            assert_eq!(p[0].partition_size as u64, info.bytes, "{}", d.log_dir);
+        }
+    }
 }

@@ -551,7 +551,7 @@ mod tests {
             code(Change::Incremental(vec![(
                 "cleanup.policy".into(),
                 OP_APPEND,
-                Some("compact".into())
+                Some("shred".into())
             )])),
             errors::INVALID_CONFIG
         );
@@ -575,7 +575,7 @@ mod tests {
             errors::INVALID_REQUEST
         );
         assert_eq!(
-            code(Change::Replace(vec![("segment.ms".into(), Some("1".into()))])),
+            code(Change::Replace(vec![("segment.bytes".into(), Some("1".into()))])),
             errors::INVALID_CONFIG
         );
     }

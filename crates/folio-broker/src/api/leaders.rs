@@ -2,13 +2,20 @@
 //! broker that owns it (rendezvous hashing over the live brokers) and its replicas are the
 //! bookies of its ledgers, so there is no election to run and nothing to reassign.
 //! ElectLeaders says ELECTION_NOT_NEEDED for each partition that exists;
-//! ListPartitionReassignments lists none.
+//! ListPartitionReassignments lists none; AlterPartitionReassignments checks a new replica
+//! list as Kafka does (live brokers, each once, the topic's replication factor: its ledger
+//! quorum) and completes it at once, since nothing moves (a cancellation finds no
+//! reassignment in progress).
 
 use std::sync::Arc;
 
+use kafka_protocol::messages::alter_partition_reassignments_response::{
+    ReassignablePartitionResponse, ReassignableTopicResponse,
+};
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
 use kafka_protocol::messages::{
-    ApiKey, ElectLeadersRequest, ElectLeadersResponse, ListPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, ApiKey,
+    ElectLeadersRequest, ElectLeadersResponse, ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
 };
 
@@ -103,4 +110,103 @@ impl Handler for ListPartitionReassignments {
     error_answer_of!(top);
 
     error_code_of!(top);
+}
+
+pub(crate) struct AlterPartitionReassignments;
+
+/// Why a valid reassignment completes at once.
+const NOTHING_TO_MOVE: &str =
+    "nothing to move: a partition's data is in ledgers whose bookies each ledger chooses";
+
+impl Handler for AlterPartitionReassignments {
+    type Request = AlterPartitionReassignmentsRequest;
+    type Response = AlterPartitionReassignmentsResponse;
+    const KEY: ApiKey = ApiKey::AlterPartitionReassignments;
+
+    fn authorize(inner: &Inner, _req: &Self::Request) -> Option<i16> {
+        super::cluster_denied(inner, Operation::Alter)
+    }
+
+    async fn handle(
+        inner: Arc<Inner>,
+        version: i16,
+        req: AlterPartitionReassignmentsRequest,
+    ) -> AlterPartitionReassignmentsResponse {
+        let mut resp = Self::error(version, &req, 0);
+        let live: std::collections::BTreeSet<i32> =
+            inner.membership.live().iter().map(|b| b.node_id).collect();
+        for (t, out) in req.topics.iter().zip(resp.responses.iter_mut()) {
+            let topic = inner.topics.get(t.name.as_str()).await.ok().flatten();
+            for (p, r) in t.partitions.iter().zip(out.partitions.iter_mut()) {
+                let (code, message) = match &topic {
+                    Some(topic)
+                        if (0..topic.record.partitions as i32).contains(&p.partition_index) =>
+                    {
+                        let replicas: Option<Vec<i32>> =
+                            p.replicas.as_ref().map(|r| r.iter().map(|b| b.0).collect());
+                        reassignment(replicas.as_deref(), topic.record.replication, &live)
+                    }
+                    _ => (errors::UNKNOWN_TOPIC_OR_PARTITION, "no such topic or partition".into()),
+                };
+                r.error_code = code;
+                r.error_message = Some(str_bytes(&message));
+            }
+        }
+        resp
+    }
+
+    fn error(
+        _version: i16,
+        req: &AlterPartitionReassignmentsRequest,
+        code: i16,
+    ) -> AlterPartitionReassignmentsResponse {
+        let topics = req.topics.iter().map(|t| {
+            let partitions = t.partitions.iter().map(|p| {
+                ReassignablePartitionResponse::default()
+                    .with_partition_index(p.partition_index)
+                    .with_error_code(code)
+            });
+            ReassignableTopicResponse::default()
+                .with_name(t.name.clone())
+                .with_partitions(partitions.collect())
+        });
+        AlterPartitionReassignmentsResponse::default()
+            .with_error_code(code)
+            .with_responses(topics.collect())
+    }
+
+    error_code_of!(top, [responses => partitions]);
+}
+
+/// The answer to reassigning a partition of a topic with `replication` replicas to
+/// `replicas` (`None`: cancel) when `live` brokers are up.
+fn reassignment(
+    replicas: Option<&[i32]>,
+    replication: u16,
+    live: &std::collections::BTreeSet<i32>,
+) -> (i16, String) {
+    let Some(replicas) = replicas else {
+        return (errors::NO_REASSIGNMENT_IN_PROGRESS, "no reassignment is in progress".into());
+    };
+    let distinct: std::collections::BTreeSet<&i32> = replicas.iter().collect();
+    if replicas.is_empty() || distinct.len() != replicas.len() {
+        return (
+            errors::INVALID_REPLICA_ASSIGNMENT,
+            format!("replicas {replicas:?}: each broker once, at least one"),
+        );
+    }
+    if let Some(b) = replicas.iter().find(|b| !live.contains(b)) {
+        return (errors::INVALID_REPLICA_ASSIGNMENT, format!("broker {b} is not alive"));
+    }
+    if replicas.len() != usize::from(replication) {
+        return (
+            errors::INVALID_REPLICA_ASSIGNMENT,
+            format!(
+                "{} replicas where the topic has {replication}: the replication factor is the \
+                 ledgers' quorum and does not change by reassignment",
+                replicas.len()
+            ),
+        );
+    }
+    (errors::NONE, NOTHING_TO_MOVE.into())
 }

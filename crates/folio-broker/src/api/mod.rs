@@ -103,6 +103,7 @@ pub mod fetch;
 pub mod groups;
 pub mod leader_epochs;
 pub mod leaders;
+pub mod log_dirs;
 pub mod metadata;
 pub mod offsets;
 pub mod produce;
@@ -140,6 +141,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::AlterPartitionReassignments, 0, 0),
+    (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DeleteTopics, 1, 6),
@@ -276,6 +279,8 @@ handlers! {
     OffsetDelete => offsets::OffsetDelete,
     ElectLeaders => leaders::ElectLeaders,
     ListPartitionReassignments => leaders::ListPartitionReassignments,
+    AlterPartitionReassignments => leaders::AlterPartitionReassignments,
+    DescribeLogDirs => log_dirs::DescribeLogDirs,
     InitProducerId => produce::InitProducerId,
     OffsetForLeaderEpoch => leader_epochs::OffsetForLeaderEpoch,
     DescribeProducers => describe_producers::DescribeProducers,

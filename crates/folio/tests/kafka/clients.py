@@ -317,7 +317,7 @@ def scenario_configs(bootstrap):
     d = describe()
     check(d["retention.bytes"].value == "1048576", f"retention.bytes after SET: {d['retention.bytes'].value}")
     check(d["retention.ms"].value == "604800000", f"retention.ms after DELETE: {d['retention.ms'].value}")
-    for key, value in [("cleanup.policy", "compact"), ("retention.ms", "-5"), ("segment.bytes", "100"),
+    for key, value in [("cleanup.policy", "shred"), ("retention.ms", "-5"), ("segment.bytes", "100"),
                        ("max.message.bytes", "nope")]:
         bad = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
             ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)])
