@@ -27,7 +27,7 @@ use super::MIB;
 pub struct Args {
     #[command(flatten)]
     run: super::Run,
-    /// Records in the compacted topic (default 1 000 000; 300 000 with --quick).
+    /// Records in the compacted topic (default 1 000 000; 200 000 with --quick).
     #[arg(long)]
     records: Option<u64>,
 }
@@ -111,9 +111,9 @@ async fn load_for(addr: std::net::SocketAddr, d: Duration) -> Result<f64, String
 
 async fn run_async(args: Args) -> Result<(), String> {
     let tmp = super::temp_dir(&args.run.dir, ".folio-bench-compact-")?;
-    let records = args.records.unwrap_or(if args.run.quick { 300_000 } else { 1_000_000 });
+    let records = args.records.unwrap_or(if args.run.quick { 200_000 } else { 1_000_000 });
     let keys = (records / 10).max(1);
-    let phase = Duration::from_secs(if args.run.quick { 8 } else { 20 });
+    let phase = Duration::from_secs(if args.run.quick { 6 } else { 15 });
     let (client, bookies, meta) = super::ledger::cluster(&tmp.path().join("cluster"), 3).await?;
     let env = super::log_env(meta, client);
     let mut config = BrokerConfig {
