@@ -1,7 +1,8 @@
 # Sourced by scripts/test.sh and scripts/soak-tests.sh: installs what the tests need on a
 # fresh Debian machine (apt: etcd-server for the etcd backend, etcd-client for etcdctl,
 # protobuf-compiler to build etcd-client, curl, kcat; pip: confluent-kafka, kafka-python
-# and aiokafka as real Kafka clients; cargo: cargo-nextest, the test runner, when the
+# and aiokafka as real Kafka clients, with lz4, python-snappy and zstandard so kafka-python
+# reads every codec; cargo: cargo-nextest, the test runner, when the
 # machine lacks it).
 
 install_deps() {
@@ -21,9 +22,10 @@ install_deps() {
         DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
     fi
     # The real Kafka clients the broker is tested with (crates/folio/tests/kafka_clients.rs).
-    if ! python3 -c 'import confluent_kafka, kafka, aiokafka' 2>/dev/null; then
-        echo "== installing confluent-kafka, kafka-python, aiokafka (pip)"
-        local pkgs=(confluent-kafka kafka-python aiokafka)
+    if ! python3 -c 'import confluent_kafka, kafka, aiokafka, lz4.frame, snappy, zstandard' \
+        2>/dev/null; then
+        echo "== installing confluent-kafka, kafka-python, aiokafka and kafka-python's codecs (pip)"
+        local pkgs=(confluent-kafka kafka-python aiokafka lz4 python-snappy zstandard)
         python3 -m pip install --quiet "${pkgs[@]}" 2>/dev/null ||
             python3 -m pip install --quiet --break-system-packages "${pkgs[@]}"
     fi

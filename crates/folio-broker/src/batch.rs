@@ -79,6 +79,19 @@ pub struct BatchInfo {
     pub records_count: i32,
 }
 
+impl Codec {
+    /// The codec's attribute bits (0-2).
+    pub fn bits(self) -> i16 {
+        match self {
+            Codec::None => 0,
+            Codec::Gzip => 1,
+            Codec::Snappy => 2,
+            Codec::Lz4 => 3,
+            Codec::Zstd => 4,
+        }
+    }
+}
+
 impl BatchInfo {
     /// The batch's compression codec, from its attributes.
     pub fn codec(&self) -> Result<Codec, BatchError> {

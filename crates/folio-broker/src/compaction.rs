@@ -12,7 +12,7 @@
 //! (its 128-bit hash) to the offset of its newest record (at most `keys_max` keys: past
 //! that the pass covers only the ledgers read before the map filled). Then it writes one
 //! output ledger through `folio_log::Compaction`: every batch with a record that is the
-//! newest of its key is rewritten, uncompressed, with only those records. A tombstone (a
+//! newest of its key is rewritten with only those records, in its own codec. A tombstone (a
 //! null value) goes too once its ledger was compacted more than `delete.retention.ms`
 //! ago. Records keep their offsets; each output batch also covers the offsets of what was
 //! removed before it (its base offset moves down and its last offset delta up), so the
@@ -163,6 +163,8 @@ struct Pending {
     records: Vec<Kept>,
     log_append_time: Option<i64>,
     entry_max_ts: i64,
+    /// The codec of the batch it came from (it is written in that codec again).
+    codec: batch::Codec,
 }
 
 impl Pass<'_> {
@@ -293,6 +295,7 @@ impl Pass<'_> {
                     records: kept,
                     log_append_time: h.is_log_append_time().then_some(h.max_timestamp),
                     entry_max_ts: e.max_timestamp,
+                    codec: h.codec().map_err(|x| x.to_string())?,
                 });
             }
         }
@@ -338,7 +341,7 @@ fn owned(r: &Record<'_>, offset: u64) -> Kept {
     }
 }
 
-/// An uncompressed v2 batch of `p`'s records at `base` whose offsets end at `end`.
+/// A v2 batch of `p`'s records at `base` whose offsets end at `end`, in `p`'s codec.
 fn encode_batch(base: u64, end: u64, p: &Pending) -> Result<Vec<u8>, String> {
     let last_delta =
         i32::try_from(end - base - 1).map_err(|_| "a gap of more than 2^31 offsets".to_string())?;
@@ -364,9 +367,11 @@ fn encode_batch(base: u64, end: u64, p: &Pending) -> Result<Vec<u8>, String> {
         batch::put_varint(&mut body, rec.len() as i64);
         body.extend_from_slice(&rec);
     }
+    let body = records::compress(p.codec, &body).map_err(|e| e.to_string())?;
+    let timestamp_type = if p.log_append_time.is_some() { batch::TIMESTAMP_TYPE_BIT } else { 0 };
     let info = BatchInfo {
         size: batch::HEADER_BYTES + body.len(),
-        attributes: if p.log_append_time.is_some() { batch::TIMESTAMP_TYPE_BIT } else { 0 },
+        attributes: timestamp_type | p.codec.bits(),
         last_offset_delta: last_delta,
         base_timestamp: base_ts,
         max_timestamp: max_ts,

@@ -172,6 +172,47 @@ pub fn decompress(codec: Codec, body: &[u8]) -> Result<Vec<u8>, RecordsError> {
     }
 }
 
+/// Compresses a batch's `plain` records with `codec` as Kafka's clients write it: gzip,
+/// snappy in the xerial framing Java clients use (32 KiB blocks), lz4 frames of
+/// independent 64 KiB blocks, zstd at level 1 (`ruzstd`'s fastest). For the compactor,
+/// which rewrites a batch in its own codec.
+pub fn compress(codec: Codec, plain: &[u8]) -> Result<Vec<u8>, RecordsError> {
+    use std::io::Write;
+    let failed = |e: std::io::Error| err(format!("{codec:?} compression: {e}"));
+    match codec {
+        Codec::None => Ok(plain.to_vec()),
+        Codec::Gzip => {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            e.write_all(plain).map_err(failed)?;
+            e.finish().map_err(failed)
+        }
+        Codec::Snappy => {
+            let mut out = XERIAL_MAGIC.to_vec();
+            out.extend_from_slice(&1i32.to_be_bytes()); // version
+            out.extend_from_slice(&1i32.to_be_bytes()); // compatible version
+            let mut enc = snap::raw::Encoder::new();
+            for chunk in plain.chunks(32 * 1024) {
+                let block = enc.compress_vec(chunk).map_err(|e| err(format!("snappy: {e}")))?;
+                out.extend_from_slice(&(block.len() as u32).to_be_bytes());
+                out.extend_from_slice(&block);
+            }
+            Ok(out)
+        }
+        Codec::Lz4 => {
+            use lz4_flex::frame::{BlockMode, BlockSize, FrameEncoder, FrameInfo};
+            let info =
+                FrameInfo::new().block_size(BlockSize::Max64KB).block_mode(BlockMode::Independent);
+            let mut e = FrameEncoder::with_frame_info(info, Vec::new());
+            e.write_all(plain).map_err(failed)?;
+            e.finish().map_err(|e| err(format!("lz4: {e}")))
+        }
+        Codec::Zstd => Ok(ruzstd::encoding::compress_to_vec(
+            plain,
+            ruzstd::encoding::CompressionLevel::Fastest,
+        )),
+    }
+}
+
 /// Java clients frame snappy blocks (xerial): a magic header, then (length, block) pairs.
 const XERIAL_MAGIC: &[u8] = b"\x82SNAPPY\x00";
 

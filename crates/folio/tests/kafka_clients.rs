@@ -79,12 +79,12 @@ fn script() -> PathBuf {
 
 fn python() -> Command {
     let ok = Command::new("python3")
-        .args(["-c", "import confluent_kafka, kafka, aiokafka"])
+        .args(["-c", "import confluent_kafka, kafka, aiokafka, lz4.frame, snappy, zstandard"])
         .status()
         .is_ok_and(|s| s.success());
     assert!(
         ok,
-        "the Kafka client tests need python3 with confluent-kafka, kafka-python and aiokafka (pip install confluent-kafka kafka-python aiokafka; scripts/test.sh does this)"
+        "the Kafka client tests need python3 with confluent-kafka, kafka-python, aiokafka and kafka-python's codecs (pip install confluent-kafka kafka-python aiokafka lz4 python-snappy zstandard; scripts/test.sh does this)"
     );
     Command::new("python3")
 }

@@ -65,6 +65,7 @@ fn a_rewritten_batch_keeps_offsets_timestamps_headers_and_covers_its_gap() {
         records: vec![kept(13, "a", Some("1")), kept(17, "b", None)],
         log_append_time: None,
         entry_max_ts: 5_000,
+        codec: batch::Codec::None,
     };
     // Output at 10 (the gap before 13 included), ending at 20 (after 17's gap).
     let b = encode_batch(10, 20, &p).unwrap();
@@ -105,4 +106,33 @@ fn the_newest_record_of_a_key_stays_and_tombstones_go_only_when_expired() {
     assert!(keep(&r(Some(b"b"), None), 7, 0, &newest, false), "a fresh tombstone");
     assert!(!keep(&r(Some(b"b"), None), 7, 0, &newest, true), "an expired tombstone");
     assert_ne!(key_hash(b"a"), key_hash(b"b"));
+}
+
+#[test]
+fn a_rewritten_batch_keeps_its_codec_and_reads_back_in_each() {
+    use batch::Codec;
+    let records: Vec<Kept> = (0..300).map(|i| kept(i, &format!("k{i}"), Some("v"))).collect();
+    for codec in [Codec::None, Codec::Gzip, Codec::Snappy, Codec::Lz4, Codec::Zstd] {
+        let p = Pending {
+            records: records
+                .iter()
+                .map(|r| kept(r.offset, std::str::from_utf8(&r.key).unwrap(), Some("v")))
+                .collect(),
+            log_append_time: None,
+            entry_max_ts: 1,
+            codec,
+        };
+        let b = encode_batch(0, 300, &p).unwrap();
+        let (h, plain) = records::records_bytes(&b).unwrap();
+        assert_eq!(h.codec().unwrap(), codec);
+        let rs = records::decode_records(&h, &plain).unwrap();
+        assert_eq!(rs.len(), 300, "{codec:?}");
+        assert!(rs.iter().enumerate().all(|(i, r)| r.key == Some(format!("k{i}").as_bytes())));
+        if codec != Codec::None {
+            assert!(
+                b.len() < encode_batch(0, 300, &Pending { codec: Codec::None, ..p }).unwrap().len(),
+                "{codec:?} compresses"
+            );
+        }
+    }
 }

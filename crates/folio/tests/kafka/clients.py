@@ -1185,7 +1185,8 @@ def scenario_quota_throttle(bootstrap):
 
 def compacted(bootstrap, topic, phase, start, end):
     """#25: a compacted topic. `produce`: rounds start..end-1 (the topic is created at round
-    0 with cleanup.policy=compact), one batch of 40 keyed records each: k<i> = r<round>;
+    0 with cleanup.policy=compact), one batch of 40 keyed records each, in codec round % 5
+    (none, gzip, snappy, lz4, zstd): k<i> = r<round>;
     keys k0..k4 get tombstones from round 3 on. `check`: confluent-kafka and kafka-python each
     read the partition from offset 0 to its end, across the gaps compaction left, and find
     the newest value of every key (the tombstones too); offsets only grow. Prints how many
@@ -1196,8 +1197,11 @@ def compacted(bootstrap, topic, phase, start, end):
         if start == 0:
             create_topic(bootstrap, topic, config={"cleanup.policy": "compact",
                                                    "min.cleanable.dirty.ratio": "0.01"})
-        p = ck().Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 10_000})
+        codecs = ["none", "gzip", "snappy", "lz4", "zstd"]
         for r in range(start, end):
+            # Each round in another codec: the compactor rewrites batches in their own.
+            p = ck().Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 10_000,
+                               "compression.type": codecs[r % len(codecs)]})
             for k in range(40):
                 p.produce(topic, key=f"k{k}".encode(), value=value(r, k), partition=0)
             check(p.flush(30) == 0, "records still queued after flush")
