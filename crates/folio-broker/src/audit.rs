@@ -6,7 +6,7 @@
 //!
 //! | class             | meaning                                                             |
 //! |-------------------|---------------------------------------------------------------------|
-//! | `live`            | in the chain of a log whose topic exists (or of a non-Kafka log), or a plain ledger with no owner tag |
+//! | `live`            | in the chain of a log whose topic exists (or of a non-Kafka log), or its compaction's output, or a plain ledger with no owner tag |
 //! | `trashed`         | named by a trash record: the deleter will delete it (age, last error) |
 //! | `being-deleted`   | in the chain of a log whose topic has a deletion marker              |
 //! | `orphan-metadata` | its owner tag names a log, but no chain and no trash record names it |
@@ -368,6 +368,11 @@ pub async fn run(env: &LogEnv) -> Result<Audit, MetaError> {
         };
         for l in &record.ledgers {
             chained.insert(l.ledger_id, (name.to_string(), class));
+        }
+        // A compaction's output is named by the log record until it is swapped in.
+        let output = record.properties.get(folio_log::COMPACTION_OUTPUT);
+        if let Some(id) = output.and_then(|v| v.parse::<u64>().ok()) {
+            chained.insert(id, (name.to_string(), class));
         }
     }
     let trashed = trash_records(env).await?;

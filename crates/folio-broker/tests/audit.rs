@@ -131,3 +131,30 @@ async fn l1_audit_finds_every_kind_of_orphan_and_repair_sends_them_through_the_t
     assert!(a.findings.is_empty(), "{}", a.table());
     assert!(a.totals[&Class::Live].0 >= 1);
 }
+
+/// L1: a compaction's output, named by its log record until the swap, is live, not orphan
+/// metadata that `repair` would send to the trash under the compactor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l1_a_compaction_output_being_written_is_live() {
+    let s = start(1, |_| {}).await;
+    let env = env_of(&s.cluster.meta);
+    let config = folio_log::LogConfig {
+        rollover_entries: 1,
+        retention_time: None,
+        ..folio_log::LogConfig::for_bookies(1)
+    };
+    let log = ManagedLog::open_or_create(env.clone(), "compacting", config).await.unwrap();
+    for i in 0..3 {
+        log.append(format!("b{i}").as_bytes(), 1, 0).await.unwrap();
+    }
+    let first: Vec<u64> = log.info().ledgers.iter().take(1).map(|l| l.ledger_id).collect();
+    let mut comp = log.compaction_begin(&first).await.unwrap();
+    comp.append(0, 1, 0, b"kept").await.unwrap();
+    let a = audit::run(&env).await.unwrap();
+    let output = comp.output_ledger();
+    assert!(!classes(&a).contains(&(Class::OrphanMetadata, output)), "{}", a.table());
+    assert!(a.findings.iter().all(|f| f.class != Class::OrphanMetadata), "{}", a.table());
+    comp.finish().await.unwrap();
+    let a = audit::run(&env).await.unwrap();
+    assert!(a.findings.iter().all(|f| f.class != Class::OrphanMetadata), "{}", a.table());
+}

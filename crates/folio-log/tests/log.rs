@@ -347,3 +347,26 @@ async fn rollover_by_age_and_the_minimum_age_gates_every_trigger() {
     log.append(b"two", 1, 0).await.unwrap();
     assert_eq!(log.status().current_ledger, third);
 }
+
+/// D1 for offsets: once retention trimmed every closed ledger, closing the log drops its
+/// empty last ledger and leaves the chain empty; the log start keeps the end, so a reopened
+/// log goes on from there and never hands an offset out twice. (The start used to fall back
+/// to 0: the reopened log reused offsets 0.., and the closing owner's status went backwards.)
+#[tokio::test]
+async fn d1_offsets_are_never_reused_after_everything_was_trimmed_and_the_log_closed() {
+    let c = Cluster::start(1).await;
+    let env = env(&c, "t");
+    let config = LogConfig { retention_bytes: Some(0), ..small(1, 2) };
+    let log = ManagedLog::open_or_create(env.clone(), "emptied", config.clone()).await.unwrap();
+    for i in 0..4 {
+        assert_eq!(log.append(&batch(i), 1, 0).await.unwrap(), i);
+    }
+    log.roll().await.unwrap();
+    log.trim().await.unwrap();
+    assert_eq!((log.start_offset(), log.end_offset()), (4, 4), "{:?}", log.info().ledgers);
+    log.close().await.unwrap();
+    let log = ManagedLog::open(env.clone(), "emptied", config).await.unwrap();
+    assert_eq!((log.start_offset(), log.end_offset()), (4, 4));
+    assert_eq!(log.append(&batch(4), 1, 0).await.unwrap(), 4, "offsets go on");
+    assert_no_leak(c.meta.as_ref(), "after the emptied log reopened").await;
+}

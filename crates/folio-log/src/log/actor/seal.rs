@@ -106,6 +106,11 @@ impl Actor {
         );
         if sealed.entries == 0 {
             trash.push(TrashRecord::new(sealed.ledger_id, self.name(), "empty", now));
+            // With every earlier ledger trimmed the chain is empty now: the log start keeps
+            // the end, so no offset is ever handed out twice.
+            if record.ledgers.is_empty() {
+                record.start_offset = record.start_offset.max(sealed.first_offset);
+            }
             return None;
         }
         record.ledgers.push(sealed);
