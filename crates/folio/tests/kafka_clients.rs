@@ -125,27 +125,6 @@ fn reads_from_every_position_get_their_record_across_ledgers_restart_and_trim() 
     print!("{}", scenario(&s.kafka, "read_positions", &["positions", "trim"]));
 }
 
-/// A counter of the standalone's metrics (0 while absent).
-fn metric(http: &str, name: &str) -> u64 {
-    let body = common::http_get(http, "/metrics");
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// Waits until the counter `name` is above `above` (a compaction pass finished, or paused).
-fn wait_metric_above(http: &str, name: &str, above: u64) -> u64 {
-    let deadline = std::time::Instant::now() + Duration::from_secs(90);
-    loop {
-        let v = metric(http, name);
-        if v > above {
-            return v;
-        }
-        assert!(std::time::Instant::now() < deadline, "{name} stayed at {v} for 90 s");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// #25 item 3: a compacted topic read by confluent-kafka and kafka-python after several
 /// compactions, after a SIGKILL while a compaction's output was written but not swapped
 /// in (the next owner trashes that output), and after the compaction that follows. Each
@@ -158,10 +137,10 @@ fn compacted_topic_read_by_both_clients_across_compactions_and_a_kill_mid_swap()
     let flags = ["--ledger-rollover-entries", "2", "--compaction-check-ms", "100"];
     let (s, http) = Standalone::start_with_http(dir.path(), &flags);
     scenario(&s.kafka, "compacted", &[&topic, "produce", "0", "4"]);
-    let passes = wait_metric_above(&http, PASSES, 0);
+    let passes = common::wait_metric_above(&http, PASSES, 0);
     print!("{}", scenario(&s.kafka, "compacted", &[&topic, "check", "0", "4"]));
     scenario(&s.kafka, "compacted", &[&topic, "produce", "4", "8"]);
-    wait_metric_above(&http, PASSES, passes);
+    common::wait_metric_above(&http, PASSES, passes);
     print!("{}", scenario(&s.kafka, "compacted", &[&topic, "check", "0", "8"]));
     s.kill();
 
@@ -169,12 +148,12 @@ fn compacted_topic_read_by_both_clients_across_compactions_and_a_kill_mid_swap()
     let paused = [&flags[..], &["--compaction-pause-before-swap"]].concat();
     let (s, http) = Standalone::start_with_http(dir.path(), &paused);
     scenario(&s.kafka, "compacted", &[&topic, "produce", "8", "10"]);
-    wait_metric_above(&http, "folio_kafka_compaction_paused_total", 0);
+    common::wait_metric_above(&http, "folio_kafka_compaction_paused_total", 0);
     s.kill();
 
     let (s, http) = Standalone::start_with_http(dir.path(), &flags);
     print!("{}", scenario(&s.kafka, "compacted", &[&topic, "check", "0", "10"]));
-    wait_metric_above(&http, PASSES, 0);
+    common::wait_metric_above(&http, PASSES, 0);
     let out = scenario(&s.kafka, "compacted", &[&topic, "check", "0", "10"]);
     print!("{out}");
     let read: u64 = out.split_whitespace().nth(3).and_then(|n| n.parse().ok()).unwrap();

@@ -170,6 +170,50 @@ pub fn start_broker_with(etcd: &str, root: &str, node_id: u16, extra: &[&str]) -
     (Proc(child), addr)
 }
 
+/// `start_broker_with`, also returning the broker's HTTP (metrics) address.
+pub fn start_broker_http(
+    etcd: &str,
+    root: &str,
+    node_id: u16,
+    extra: &[&str],
+) -> (Proc, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))
+        .args(["broker", "--metadata", &format!("etcd://{etcd}"), "--root", root])
+        .args(["--kafka-listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .args(["--node-id", &node_id.to_string()])
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn folio broker");
+    let (listeners, http) = broker_up(&mut child);
+    let kafka = listeners.into_iter().next().expect("a Kafka listener").1;
+    (Proc(child), kafka, http)
+}
+
+/// A counter on a process's `/metrics` (0 while absent).
+pub fn metric(http: &str, name: &str) -> u64 {
+    let body = http_get(http, "/metrics");
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits until the counter `name` on `http` is above `above` (e.g. a compaction pass
+/// finished); returns it. Fails the test after 90 s.
+pub fn wait_metric_above(http: &str, name: &str, above: u64) -> u64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let v = metric(http, name);
+        if v > above {
+            return v;
+        }
+        assert!(std::time::Instant::now() < deadline, "{name} stayed at {v} for 90 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Runs kcat with `args`, `stdin` fed to it; its stdout (fails the test if kcat fails).
 pub fn kcat(args: &[&str], stdin: Option<&str>) -> String {
     let mut c = Command::new("kcat")
