@@ -351,3 +351,50 @@ async fn l1_d1_a_compacted_topic_on_etcd_survives_a_broker_killed_mid_compaction
     assert!(json.contains("\"orphan-metadata\":{\"ledgers\":0"), "{json}");
     assert!(json.contains("\"stray-log\":{\"ledgers\":0"), "{json}");
 }
+
+/// #25 item 5 where users run it: a client quota set through one `folio broker` process on
+/// etcd reaches another broker process through its watch of the metadata store: a producer
+/// over the rate there gets `throttle_time_ms`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_quota_set_on_one_broker_process_throttles_on_another() {
+    use folio_broker::client::KafkaConn;
+    use kafka_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::StrBytes;
+    let etcd = std::env::var("FOLIO_ETCD_ENDPOINTS")
+        .expect("FOLIO_ETCD_ENDPOINTS (scripts/test.sh sets it)");
+    let root = format!("quota-test-{:x}", rand::random::<u64>());
+    let tmp = tempfile::tempdir().unwrap();
+    let _bookie = start_bookie(tmp.path(), "bookie-0", &etcd, &root, &[]);
+    let (_b1, a1) = start_broker_with(&etcd, &root, 1, &[]);
+    let (_b2, a2) = start_broker_with(&etcd, &root, 2, &[]);
+    // Broker 2 serves the raw client (client id "folio") unthrottled.
+    let mut c2 = KafkaConn::connect(a2.parse().unwrap()).await.unwrap();
+    let batch = bytes::Bytes::from(folio_broker::batch::build(64, 1, 0, |_| vec![b'q'; 1024]));
+    let produce = folio_broker::client::produce_request("quota", 0, batch, -1);
+    let r: ProduceResponse = c2.call(ApiKey::Produce, 9, &produce).await.unwrap();
+    assert_eq!(r.throttle_time_ms, 0);
+    // A 1 KiB/s producer quota for it, set through broker 1.
+    let s = |v: &str| StrBytes::from_string(v.into());
+    let entry = EntryData::default()
+        .with_entity(vec![
+            EntityData::default()
+                .with_entity_type(s("client-id"))
+                .with_entity_name(Some(s("folio"))),
+        ])
+        .with_ops(vec![OpData::default().with_key(s("producer_byte_rate")).with_value(1024.0)]);
+    let mut c1 = KafkaConn::connect(a1.parse().unwrap()).await.unwrap();
+    let alter = AlterClientQuotasRequest::default().with_entries(vec![entry]);
+    let r: AlterClientQuotasResponse = c1.call(ApiKey::AlterClientQuotas, 1, &alter).await.unwrap();
+    assert_eq!(r.entries[0].error_code, 0);
+    // Broker 2 learns it from its watch and throttles the next produce over the rate.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let r: ProduceResponse = c2.call(ApiKey::Produce, 9, &produce).await.unwrap();
+        if r.throttle_time_ms > 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "broker 2 never applied the quota");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
