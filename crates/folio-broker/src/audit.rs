@@ -332,6 +332,37 @@ async fn list_bookies(
     Ok(out)
 }
 
+/// Every chained ledger → (its log, the log's class), and the stray logs. A compaction's
+/// output counts as chained: its log record names it until it is swapped in.
+async fn chains(
+    env: &LogEnv,
+    topic_ids: &std::collections::HashSet<Uuid>,
+    deleting: &std::collections::HashSet<Uuid>,
+) -> Result<(HashMap<u64, (String, Class)>, Vec<String>), MetaError> {
+    let keys = &env.keys;
+    let mut chained: HashMap<u64, (String, Class)> = HashMap::new();
+    let mut stray_logs = Vec::new();
+    for v in list_all(env.meta.as_ref(), &keys.logs()).await? {
+        let Some(name) = keys.parse_log(&v.key) else { continue };
+        let Ok(record) = LogRecord::decode(&v.key, &v.value) else { continue };
+        let class = match parse_log_name(name) {
+            None => Class::Live,
+            Some((id, _)) if topic_ids.contains(&id) => Class::Live,
+            Some((id, _)) if deleting.contains(&id) => Class::BeingDeleted,
+            Some(_) => {
+                stray_logs.push(name.to_string());
+                Class::StrayLog
+            }
+        };
+        let output = record.properties.get(folio_log::COMPACTION_OUTPUT);
+        let output = output.and_then(|v| v.parse::<u64>().ok());
+        for id in record.ledgers.iter().map(|l| l.ledger_id).chain(output) {
+            chained.insert(id, (name.to_string(), class));
+        }
+    }
+    Ok((chained, stray_logs))
+}
+
 /// Runs the audit once against the metadata store and the registered bookies.
 pub async fn run(env: &LogEnv) -> Result<Audit, MetaError> {
     let now = env.now_ms();
@@ -351,30 +382,7 @@ pub async fn run(env: &LogEnv) -> Result<Audit, MetaError> {
             .iter()
             .filter_map(|v| Uuid::try_parse(&v.key[keys.topic_deletions().len()..]).ok())
             .collect();
-    // Chains: ledger → (log, class of the log).
-    let mut chained: HashMap<u64, (String, Class)> = HashMap::new();
-    let mut stray_logs = Vec::new();
-    for v in list_all(env.meta.as_ref(), &keys.logs()).await? {
-        let Some(name) = keys.parse_log(&v.key) else { continue };
-        let Ok(record) = LogRecord::decode(&v.key, &v.value) else { continue };
-        let class = match parse_log_name(name) {
-            None => Class::Live,
-            Some((id, _)) if topic_ids.contains(&id) => Class::Live,
-            Some((id, _)) if deleting.contains(&id) => Class::BeingDeleted,
-            Some(_) => {
-                stray_logs.push(name.to_string());
-                Class::StrayLog
-            }
-        };
-        for l in &record.ledgers {
-            chained.insert(l.ledger_id, (name.to_string(), class));
-        }
-        // A compaction's output is named by the log record until it is swapped in.
-        let output = record.properties.get(folio_log::COMPACTION_OUTPUT);
-        if let Some(id) = output.and_then(|v| v.parse::<u64>().ok()) {
-            chained.insert(id, (name.to_string(), class));
-        }
-    }
+    let (chained, stray_logs) = chains(env, &topic_ids, &deleting).await?;
     let trashed = trash_records(env).await?;
     indexed.retain(|l| !chained.contains_key(l) && !trashed.contains_key(l));
     // What the bookies hold.

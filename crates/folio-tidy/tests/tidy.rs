@@ -24,7 +24,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("crates/folio-broker/src/api/configs.rs", "handle", 108),
     ("crates/folio-broker/src/api/groups.rs", "handle", 106),
     ("crates/folio-broker/src/api/produce.rs", "start", 195),
-    ("crates/folio-broker/src/audit.rs", "run", 110),
     ("crates/folio-broker/src/metrics.rs", "render", 140),
     ("crates/folio-client/src/ledger/recovery.rs", "recover", 140),
     ("crates/folio/src/bench/delete.rs", "run_async", 218),
