@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
@@ -251,6 +251,24 @@ pub fn create_topics_request(names: &[String], partitions: i32) -> CreateTopicsR
             })
             .collect(),
     )
+}
+
+/// CreateTopics of one topic `name` with `partitions` and the topic `configs`.
+pub fn create_topic_request(
+    name: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) -> CreateTopicsRequest {
+    let mut req = create_topics_request(&[name.to_string()], partitions);
+    req.topics[0].configs = configs
+        .iter()
+        .map(|(k, v)| {
+            CreatableTopicConfig::default()
+                .with_name(StrBytes::from_string(k.to_string()))
+                .with_value(Some(StrBytes::from_string(v.to_string())))
+        })
+        .collect();
+    req
 }
 
 /// DeleteTopics (v6: by name) for `names`.

@@ -1,6 +1,8 @@
 //! The records inside a v2 record batch, decoded only where Kafka needs a record: a
 //! ListOffsets by timestamp answers the first *record* at or after the time, not its
-//! batch. Produce and Fetch never come here (batches stay opaque bytes on the hot path).
+//! batch; a produce to a compacted topic checks that every record has a key; the compactor
+//! keeps the newest record per key. Fetch never comes here, nor does a produce to any other
+//! topic (batches stay opaque bytes on the hot path).
 //!
 //! ```text
 //! record (after the batch header, or after decompressing what follows it):
@@ -8,13 +10,18 @@
 //!   attributes      int8             unused
 //!   timestampDelta  varlong          from the batch's base timestamp
 //!   offsetDelta     varint           from the batch's base offset
-//!   key, value, headers              (skipped by `length`)
+//!   keyLength       varint           -1: null
+//!   key             bytes
+//!   valueLength     varint           -1: null (a tombstone)
+//!   value           bytes
+//!   headers         count varint, then each header (kept as bytes, up to `length`)
 //! ```
 //!
-//! Codecs (attribute bits 0-2), all pure Rust and decompression only: gzip (`flate2` on
-//! miniz_oxide), snappy (`snap`: raw, or the xerial framing Java clients write), lz4 (the
-//! LZ4 frame format, `lz4_flex`), zstd (`ruzstd`). What a batch decompresses to is bounded
-//! by [`DECOMPRESSED_BYTES_MAX`] (a small batch must not inflate into gigabytes), and every
+//! Codecs (attribute bits 0-2), all pure Rust: gzip (`flate2` on miniz_oxide), snappy
+//! (`snap`: raw, or the xerial framing Java clients write), lz4 (the LZ4 frame format,
+//! `lz4_flex`), zstd (`ruzstd`); `compress` writes them again for the compactor. What a
+//! batch decompresses to is bounded by [`DECOMPRESSED_BYTES_MAX`] (a small batch must not
+//! inflate into gigabytes), and every
 //! length read from the batch is checked against what is left: a hostile batch gets an
 //! error, never a panic or an allocation by its word.
 
@@ -48,33 +55,12 @@ pub fn first_at_or_after(
         let hit = h.max_timestamp >= timestamp && from <= h.last_offset_delta;
         return Ok(hit.then_some((from.max(0), h.max_timestamp)));
     }
-    let body = &batch[batch::HEADER_BYTES..h.size];
-    let plain;
-    let codec = h.codec().map_err(|e| err(e.to_string()))?;
-    let mut records = match codec {
-        Codec::None => body,
-        codec => {
-            plain = decompress(codec, body)?;
-            &plain[..]
-        }
-    };
-    for _ in 0..h.records_count {
-        let len = varint(&mut records)?;
-        let len = usize::try_from(len).map_err(|_| err("negative record length"))?;
-        if len > records.len() {
-            return Err(err(format!("a record of {len} bytes with {} left", records.len())));
-        }
-        let (mut record, rest) = records.split_at(len);
-        records = rest;
-        take(&mut record, 1)?; // attributes
-        let ts = h.base_timestamp.saturating_add(varint(&mut record)?);
-        let offset_delta =
-            i32::try_from(varint(&mut record)?).map_err(|_| err("offset delta out of range"))?;
-        if ts >= timestamp && offset_delta >= from {
-            return Ok(Some((offset_delta, ts)));
-        }
-    }
-    Ok(None)
+    let plain = plain_records(batch, &h)?;
+    let hit = decode_records(&h, &plain)?
+        .into_iter()
+        .find(|r| r.timestamp >= timestamp && r.offset_delta >= from)
+        .map(|r| (r.offset_delta, r.timestamp));
+    Ok(hit)
 }
 
 /// One record of a batch, borrowed from the batch's (decompressed) records.
@@ -131,12 +117,20 @@ pub fn records_bytes(
     batch: &[u8],
 ) -> Result<(batch::BatchInfo, std::borrow::Cow<'_, [u8]>), RecordsError> {
     let h = batch::parse_stored(batch).map_err(|e| err(e.to_string()))?;
+    let plain = plain_records(batch, &h)?;
+    Ok((h, plain))
+}
+
+/// The records of `batch`, whose header `parse_stored` gave as `h`, decompressed.
+fn plain_records<'a>(
+    batch: &'a [u8],
+    h: &batch::BatchInfo,
+) -> Result<std::borrow::Cow<'a, [u8]>, RecordsError> {
     let body = &batch[batch::HEADER_BYTES..h.size];
-    let plain = match h.codec().map_err(|e| err(e.to_string()))? {
+    Ok(match h.codec().map_err(|e| err(e.to_string()))? {
         Codec::None => std::borrow::Cow::Borrowed(body),
         codec => std::borrow::Cow::Owned(decompress(codec, body)?),
-    };
-    Ok((h, plain))
+    })
 }
 
 /// A varint length and that many bytes; -1 is null.

@@ -13,9 +13,7 @@ use common::{Conn, fetch_req, metadata_req};
 use folio_broker::{batch, errors, records};
 use folio_log::records::TrashRecord;
 use folio_meta::records::Record;
-use kafka_protocol::messages::create_topics_request::CreatableTopicConfig;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
 
 /// A batch of `(key, value)` records (`None` value: a tombstone).
 fn keyed(records: &[(&str, Option<&str>)]) -> Vec<u8> {
@@ -26,15 +24,7 @@ fn keyed(records: &[(&str, Option<&str>)]) -> Vec<u8> {
 }
 
 async fn create(c: &mut Conn, name: &str, configs: &[(&str, &str)]) {
-    let mut req = folio_broker::client::create_topics_request(&[name.to_string()], 1);
-    req.topics[0].configs = configs
-        .iter()
-        .map(|(k, v)| {
-            CreatableTopicConfig::default()
-                .with_name(StrBytes::from_string(k.to_string()))
-                .with_value(Some(StrBytes::from_string(v.to_string())))
-        })
-        .collect();
+    let req = folio_broker::client::create_topic_request(name, 1, configs);
     let r: CreateTopicsResponse = c.call(ApiKey::CreateTopics, 5, &req).await;
     assert_eq!(r.topics[0].error_code, 0, "{:?}", r.topics[0].error_message);
 }

@@ -33,7 +33,20 @@ impl Standalone {
     }
 
     fn start_with(dir: &Path, bookies: u16, extra: &[&str]) -> Standalone {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))
+        let mut child = Standalone::spawn(dir, bookies, extra);
+        let kafka = common::kafka_addr(&mut child);
+        Standalone { child, kafka }
+    }
+
+    /// `start_with` one bookie, also returning the HTTP (metrics) address.
+    fn start_with_http(dir: &Path, extra: &[&str]) -> (Standalone, String) {
+        let mut child = Standalone::spawn(dir, 1, extra);
+        let (kafka, http) = common::standalone_addrs(&mut child);
+        (Standalone { child, kafka }, http)
+    }
+
+    fn spawn(dir: &Path, bookies: u16, extra: &[&str]) -> Child {
+        Command::new(env!("CARGO_BIN_EXE_folio"))
             .args(["standalone", "--data-dir"])
             .arg(dir)
             .args(["--bookies", &bookies.to_string()])
@@ -44,26 +57,7 @@ impl Standalone {
             .env("NO_COLOR", "1")
             .stderr(Stdio::piped())
             .spawn()
-            .expect("spawn folio standalone");
-        let kafka = common::kafka_addr(&mut child);
-        Standalone { child, kafka }
-    }
-
-    /// `start_with`, also returning the HTTP (metrics) address.
-    fn start_with_http(dir: &Path, extra: &[&str]) -> (Standalone, String) {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))
-            .args(["standalone", "--data-dir"])
-            .arg(dir)
-            .args(["--bookies", "1", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
-            .args(["--kafka-listen", "127.0.0.1:0"])
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn folio standalone");
-        let (kafka, http) = common::standalone_addrs(&mut child);
-        (Standalone { child, kafka }, http)
+            .expect("spawn folio standalone")
     }
 
     fn kill(mut self) {

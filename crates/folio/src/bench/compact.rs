@@ -15,11 +15,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use folio_broker::client::{KafkaConn, create_topics_request, produce_request};
+use folio_broker::client::{KafkaConn, create_topic_request, produce_request};
 use folio_broker::{Broker, BrokerConfig};
-use kafka_protocol::messages::create_topics_request::CreatableTopicConfig;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
 
 use super::MIB;
 
@@ -41,15 +39,7 @@ pub fn run(args: Args) -> Result<(), String> {
 }
 
 async fn create(conn: &mut KafkaConn, name: &str, configs: &[(&str, &str)]) -> Result<(), String> {
-    let mut req = create_topics_request(&[name.to_string()], 1);
-    req.topics[0].configs = configs
-        .iter()
-        .map(|(k, v)| {
-            CreatableTopicConfig::default()
-                .with_name(StrBytes::from_string(k.to_string()))
-                .with_value(Some(StrBytes::from_string(v.to_string())))
-        })
-        .collect();
+    let req = create_topic_request(name, 1, configs);
     let r: CreateTopicsResponse = conn.call(ApiKey::CreateTopics, 5, &req).await?;
     match r.topics[0].error_code {
         0 => Ok(()),

@@ -157,17 +157,24 @@ pub fn dir_bytes(dir: &Path) -> u64 {
 /// A `folio broker` process on etcd under `root` (Kafka and HTTP on free ports, `extra`
 /// arguments after the rest); returns it and its Kafka address once it listens.
 pub fn start_broker_with(etcd: &str, root: &str, node_id: u16, extra: &[&str]) -> (Proc, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))
+    let mut child = spawn_broker(etcd, root, node_id, extra);
+    let addr = kafka_addr(&mut child);
+    (Proc(child), addr)
+}
+
+/// A `folio broker` process on etcd under `root`, Kafka and HTTP on free ports, its log on
+/// a piped stderr.
+fn spawn_broker(etcd: &str, root: &str, node_id: u16, extra: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_folio"))
         .args(["broker", "--metadata", &format!("etcd://{etcd}"), "--root", root])
         .args(["--kafka-listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
         .args(["--node-id", &node_id.to_string()])
         .args(extra)
         .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn folio broker");
-    let addr = kafka_addr(&mut child);
-    (Proc(child), addr)
+        .expect("spawn folio broker")
 }
 
 /// `start_broker_with`, also returning the broker's HTTP (metrics) address.
@@ -177,16 +184,7 @@ pub fn start_broker_http(
     node_id: u16,
     extra: &[&str],
 ) -> (Proc, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))
-        .args(["broker", "--metadata", &format!("etcd://{etcd}"), "--root", root])
-        .args(["--kafka-listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
-        .args(["--node-id", &node_id.to_string()])
-        .args(extra)
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn folio broker");
+    let mut child = spawn_broker(etcd, root, node_id, extra);
     let (listeners, http) = broker_up(&mut child);
     let kafka = listeners.into_iter().next().expect("a Kafka listener").1;
     (Proc(child), kafka, http)
