@@ -268,6 +268,43 @@ pub fn put_varint(v: &mut Vec<u8>, x: i64) {
     v.push(z as u8);
 }
 
+/// One record as `put_record` writes it: deltas from its batch's base timestamp and offset,
+/// a null key or value as `None`, and its headers as stored (count, then each header).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Record<'a> {
+    pub attributes: u8,
+    pub timestamp_delta: i64,
+    pub offset_delta: i64,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    /// Empty: no headers (a count of 0 is written).
+    pub headers: &'a [u8],
+}
+
+/// Appends `r` to a batch's records, length-prefixed (Kafka's record format; see
+/// `records.rs`).
+pub fn put_record(out: &mut Vec<u8>, r: &Record<'_>) {
+    let field = |b: &mut Vec<u8>, f: Option<&[u8]>| match f {
+        Some(f) => {
+            put_varint(b, f.len() as i64);
+            b.extend_from_slice(f);
+        }
+        None => put_varint(b, -1),
+    };
+    let mut b = vec![r.attributes];
+    put_varint(&mut b, r.timestamp_delta);
+    put_varint(&mut b, r.offset_delta);
+    field(&mut b, r.key);
+    field(&mut b, r.value);
+    if r.headers.is_empty() {
+        put_varint(&mut b, 0);
+    } else {
+        b.extend_from_slice(r.headers);
+    }
+    put_varint(out, b.len() as i64);
+    out.extend_from_slice(&b);
+}
+
 /// A v2 batch at `base_offset` with `info`'s header fields (its size taken from `records`)
 /// and `records` (already compressed as `info.attributes` says), partition leader epoch
 /// 0, and its CRC.
@@ -306,24 +343,11 @@ pub fn build_keyed(
     attributes: i16,
     record: impl Fn(i32) -> (Option<Vec<u8>>, Option<Vec<u8>>),
 ) -> Vec<u8> {
-    let field = |r: &mut Vec<u8>, f: Option<Vec<u8>>| match f {
-        Some(f) => {
-            put_varint(r, f.len() as i64);
-            r.extend_from_slice(&f);
-        }
-        None => put_varint(r, -1),
-    };
     let mut records = Vec::new();
     for i in 0..count {
         let (key, value) = record(i);
-        let mut r = vec![0u8];
-        put_varint(&mut r, 0);
-        put_varint(&mut r, i64::from(i));
-        field(&mut r, key);
-        field(&mut r, value);
-        put_varint(&mut r, 0);
-        put_varint(&mut records, r.len() as i64);
-        records.extend_from_slice(&r);
+        let r = Record { timestamp_delta: 0, offset_delta: i64::from(i), ..Record::default() };
+        put_record(&mut records, &Record { key: key.as_deref(), value: value.as_deref(), ..r });
     }
     let info = BatchInfo {
         size: HEADER_BYTES + records.len(),

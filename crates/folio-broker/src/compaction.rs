@@ -351,21 +351,15 @@ fn encode_batch(base: u64, end: u64, p: &Pending) -> Result<Vec<u8>, String> {
         .unwrap_or_else(|| p.records.iter().map(|r| r.timestamp).max().unwrap_or(base_ts));
     let mut body = Vec::new();
     for r in &p.records {
-        let mut rec = vec![r.attributes];
-        batch::put_varint(&mut rec, r.timestamp.saturating_sub(base_ts));
-        batch::put_varint(&mut rec, (r.offset - base) as i64);
-        batch::put_varint(&mut rec, r.key.len() as i64);
-        rec.extend_from_slice(&r.key);
-        match &r.value {
-            Some(v) => {
-                batch::put_varint(&mut rec, v.len() as i64);
-                rec.extend_from_slice(v);
-            }
-            None => batch::put_varint(&mut rec, -1),
-        }
-        rec.extend_from_slice(&r.headers);
-        batch::put_varint(&mut body, rec.len() as i64);
-        body.extend_from_slice(&rec);
+        let record = batch::Record {
+            attributes: r.attributes,
+            timestamp_delta: r.timestamp.saturating_sub(base_ts),
+            offset_delta: (r.offset - base) as i64,
+            key: Some(&r.key),
+            value: r.value.as_deref(),
+            headers: &r.headers,
+        };
+        batch::put_record(&mut body, &record);
     }
     let body = records::compress(p.codec, &body).map_err(|e| e.to_string())?;
     let timestamp_type = if p.log_append_time.is_some() { batch::TIMESTAMP_TYPE_BIT } else { 0 };
