@@ -13,8 +13,8 @@ use bytes::{BufMut, BytesMut};
 use folio_proto::Status;
 use folio_proto::auth::{AuthToken, ClusterSecret};
 use folio_proto::wire::{self, AuthStep, Request, Response, ResponseFrame};
+use folio_rt::net::Stream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 /// The most bytes read from a connection before it has proven the secret: an AUTH frame
@@ -72,7 +72,7 @@ fn refusal(id: u64, step: u8, why: &str) -> Result<BytesMut, Refusal> {
 /// requests, if the client pipelined them). `Err`: why the peer was refused; the caller
 /// counts it and then answers it with `refuse`.
 pub async fn accept(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     peer: SocketAddr,
     secret: &ClusterSecret,
     timeout: Duration,
@@ -90,7 +90,7 @@ pub async fn accept(
             return refusal(id, 1, &why);
         }
     };
-    let server_nonce: AuthToken = rand::random();
+    let server_nonce: AuthToken = folio_rt::random();
     let proof = secret.server_proof(&client_nonce, &server_nonce);
     let challenge = Some((server_nonce, proof));
     answer(stream, id, Status::Ok, Response::Auth { step: 1, challenge }).await?;
@@ -115,7 +115,7 @@ enum Step {
 }
 
 async fn next_step(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     buf: &mut BytesMut,
     deadline: Instant,
 ) -> Result<Step, String> {
@@ -155,7 +155,7 @@ async fn next_step(
 }
 
 async fn answer(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     request_id: u64,
     status: Status,
     response: Response,
@@ -166,7 +166,7 @@ async fn answer(
 }
 
 /// Answers a refused request UNAUTHORIZED and lets the client read it before the close.
-pub async fn refuse(stream: &mut TcpStream, refusal: &Refusal) {
+pub async fn refuse(stream: &mut Stream, refusal: &Refusal) {
     let Some((id, step)) = refusal.answer else { return };
     let response = Response::Auth { step, challenge: None };
     if answer(stream, id, Status::Unauthorized, response).await.is_ok() {

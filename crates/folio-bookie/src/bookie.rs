@@ -24,7 +24,7 @@ use std::time::Duration;
 use folio_meta::keys::Keys;
 use folio_meta::records::{BookieRegistration, Cookie, Record, ensure_cluster_id};
 use folio_meta::{Expect, LeaseId, MetaError, MetadataStore, Txn};
-use tokio::net::TcpListener;
+use folio_rt::net::Listener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -192,7 +192,7 @@ impl Bookie {
         + 'static,
     ) -> Result<Bookie, BookieError> {
         config.validate().map_err(BookieError::Config)?;
-        let listener = TcpListener::bind(config.listen)
+        let listener = Listener::bind(config.listen)
             .await
             .map_err(io(format!("binding {}", config.listen)))?;
         let addr = listener.local_addr().map_err(io("listener address"))?;
@@ -223,7 +223,7 @@ impl Bookie {
         }
         write_synced(config.fs.as_ref(), &ledger_dir.join(DIRTY_FILE), b"")?;
         let storage_config = config.storage.clone();
-        let storage = tokio::task::spawn_blocking(move || open(storage_config))
+        let storage = folio_rt::blocking(move || open(storage_config))
             .await
             .map_err(|e| BookieError::Config(e.to_string()))??;
         let storage = Arc::new(storage);
@@ -415,7 +415,7 @@ impl Bookie {
         drop(self.handler);
         let storage = Arc::try_unwrap(self.storage)
             .map_err(|_| BookieError::Config("storage still in use at shutdown".into()))?;
-        tokio::task::spawn_blocking(move || storage.close())
+        folio_rt::blocking(move || storage.close())
             .await
             .map_err(|e| BookieError::Config(e.to_string()))??;
         let dirty = self.ledger_dir.join(DIRTY_FILE);
@@ -493,7 +493,7 @@ async fn check_cookies(
             cluster_id: cluster_id.to_string(),
             journal_dirs,
             ledger_dirs,
-            instance_id: format!("{:016x}", rand::random::<u64>()),
+            instance_id: format!("{:016x}", folio_rt::random::<u64>()),
         };
         meta.put(&remote_key, cookie.encode(), Expect::Absent).await?;
         for d in &dirs {

@@ -278,7 +278,7 @@ pub async fn gc_once(
         };
         if let Some(over_replicated) = drop_reason {
             let s = storage.clone();
-            tokio::task::spawn_blocking(move || s.delete_ledger(id))
+            folio_rt::blocking(move || s.delete_ledger(id))
                 .await
                 .map_err(|e| StorageError::BadRequest(e.to_string()))??;
             if over_replicated {
@@ -296,7 +296,7 @@ pub async fn gc_once(
             state.ledgers.iter().copied().filter(|(l, _)| storage.ledger_exists(*l)).collect();
         if live.is_empty() {
             let s = storage.clone();
-            let freed = tokio::task::spawn_blocking(move || s.delete_entry_log(log_id))
+            let freed = folio_rt::blocking(move || s.delete_entry_log(log_id))
                 .await
                 .map_err(|e| StorageError::BadRequest(e.to_string()))??;
             report.logs_deleted.push(log_id);
@@ -319,14 +319,14 @@ pub async fn gc_once(
         .collect();
     candidates.sort_by(|a, b| a.usage().total_cmp(&b.usage()));
     let mut budget = config.compaction_bytes_max_per_pass;
-    let (started, mut copied) = (std::time::Instant::now(), 0u64);
+    let (started, mut copied) = (tokio::time::Instant::now(), 0u64);
     for k in candidates {
         if k.size_bytes > budget || started.elapsed() >= config.compaction_time_max_per_pass {
             break;
         }
         budget -= k.size_bytes;
         let s = storage.clone();
-        let freed = tokio::task::spawn_blocking(move || s.compact_entry_log(k.log_id))
+        let freed = folio_rt::blocking(move || s.compact_entry_log(k.log_id))
             .await
             .map_err(|e| StorageError::BadRequest(e.to_string()))??;
         report.logs_compacted.push(k.log_id);

@@ -24,8 +24,8 @@ use bytes::BytesMut;
 use folio_proto::auth::ClusterSecret;
 use folio_proto::wire::{self, MasterKey, Request, RequestFrame, Response, ResponseFrame};
 use folio_proto::{Entry, EntryId, LedgerId, Status};
+use folio_rt::net::{Listener, Stream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::limits::ServerLimits;
@@ -116,7 +116,7 @@ const ACCEPT_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Accepts connections until `shutdown` turns true.
 pub async fn serve(
-    listener: TcpListener,
+    mut listener: Listener,
     handler: Arc<Handler>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -164,7 +164,7 @@ fn reserve_bytes(frame: &RequestFrame, frame_len: usize) -> usize {
 /// The cluster-secret handshake, when the bookie has a secret: the bytes read past it, or
 /// `None` when the peer was refused (counted before its answer goes out, so whoever reads
 /// the answer sees the count).
-async fn authenticate(stream: &mut TcpStream, peer: SocketAddr, h: &Handler) -> Option<BytesMut> {
+async fn authenticate(stream: &mut Stream, peer: SocketAddr, h: &Handler) -> Option<BytesMut> {
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let Some(secret) = &h.secret else { return Some(buf) };
     match crate::auth::accept(stream, peer, secret, h.limits.request_read_timeout).await {
@@ -182,7 +182,7 @@ async fn authenticate(stream: &mut TcpStream, peer: SocketAddr, h: &Handler) -> 
 }
 
 async fn connection(
-    mut stream: TcpStream,
+    mut stream: Stream,
     peer: SocketAddr,
     h: Arc<Handler>,
     mut shutdown: watch::Receiver<bool>,
@@ -334,7 +334,7 @@ fn dispatch(h: &Arc<Handler>, frame: RequestFrame, permit: Held, tx: mpsc::Unbou
         Request::Read { ledger_id, entry_id, fence } => {
             let h = h.clone();
             let mut held = permit;
-            tokio::task::spawn_blocking(move || {
+            folio_rt::spawn_blocking(move || {
                 let (status, entry) = read(&h, ledger_id, entry_id, fence);
                 let entry_id = entry.as_ref().map_or(entry_id, |e: &Entry| e.entry_id());
                 held.keep(entry.as_ref().map_or(0, |e| e.encoded_len()) + READ_REPLY_OVERHEAD);
@@ -345,7 +345,7 @@ fn dispatch(h: &Arc<Handler>, frame: RequestFrame, permit: Held, tx: mpsc::Unbou
         }
         Request::ReadLac { ledger_id } => {
             let h = h.clone();
-            tokio::task::spawn_blocking(move || match h.storage.read_lac(ledger_id) {
+            folio_rt::spawn_blocking(move || match h.storage.read_lac(ledger_id) {
                 Ok(lac) => {
                     reply(&tx, Status::Ok, Response::ReadLac { ledger_id, lac: Some(lac) }, permit)
                 }
@@ -375,7 +375,7 @@ fn dispatch(h: &Arc<Handler>, frame: RequestFrame, permit: Held, tx: mpsc::Unbou
         }
         Request::ListEntries { ledger_id } => {
             let h = h.clone();
-            tokio::task::spawn_blocking(move || match h.storage.list_entries(ledger_id) {
+            folio_rt::spawn_blocking(move || match h.storage.list_entries(ledger_id) {
                 Ok(ids) => {
                     let ranges = wire::entry_ranges(ids);
                     reply(&tx, Status::Ok, Response::ListEntries { ledger_id, ranges }, permit)
@@ -391,7 +391,7 @@ fn dispatch(h: &Arc<Handler>, frame: RequestFrame, permit: Held, tx: mpsc::Unbou
         Request::ListLedgers { from, limit } => {
             let h = h.clone();
             let limit = (limit as usize).min(wire::LEDGERS_PAGE_MAX);
-            tokio::task::spawn_blocking(move || match h.storage.ledger_usages(from, limit) {
+            folio_rt::spawn_blocking(move || match h.storage.ledger_usages(from, limit) {
                 Ok((ledgers, more)) => {
                     reply(&tx, Status::Ok, Response::ListLedgers { ledgers, more }, permit)
                 }
@@ -422,7 +422,7 @@ fn off_worker_if_blocking(h: &Handler, bytes: usize, submit: impl FnOnce() + Sen
     if h.storage.has_room(bytes) {
         submit();
     } else {
-        tokio::task::spawn_blocking(submit);
+        folio_rt::spawn_blocking(submit);
     }
 }
 

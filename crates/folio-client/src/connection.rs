@@ -17,8 +17,8 @@ use bytes::BytesMut;
 use folio_proto::Status;
 use folio_proto::auth::{AuthToken, ClusterSecret};
 use folio_proto::wire::{self, AuthStep, OpCode, Request, RequestFrame, Response, ResponseFrame};
+use folio_rt::net::Stream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 /// Why a request to a bookie got no answer.
@@ -65,7 +65,18 @@ impl BookieConnection {
         inflight_max: usize,
         secret: Option<&ClusterSecret>,
     ) -> Result<BookieConnection, ConnectionError> {
-        let mut stream = TcpStream::connect(addr)
+        BookieConnection::connect_from(None, addr, inflight_max, secret).await
+    }
+
+    /// Connects from the local address `from` (see `folio_rt::net::connect_from`), proving
+    /// `secret` first when there is one.
+    pub async fn connect_from(
+        from: Option<std::net::IpAddr>,
+        addr: SocketAddr,
+        inflight_max: usize,
+        secret: Option<&ClusterSecret>,
+    ) -> Result<BookieConnection, ConnectionError> {
+        let mut stream = folio_rt::net::connect_from(from, addr)
             .await
             .map_err(|e| ConnectionError::Connect { addr, reason: e.to_string() })?;
         let _ = stream.set_nodelay(true);
@@ -197,7 +208,7 @@ impl BookieConnection {
 /// The client's side of the cluster-secret handshake, on the bare stream, within
 /// `AUTH_TIMEOUT`.
 async fn handshake(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     addr: SocketAddr,
     secret: &ClusterSecret,
 ) -> Result<(), ConnectionError> {
@@ -208,12 +219,12 @@ async fn handshake(
 }
 
 async fn prove(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     addr: SocketAddr,
     secret: &ClusterSecret,
 ) -> Result<(), ConnectionError> {
     let refused = |reason: String| ConnectionError::Refused { addr, reason };
-    let client_nonce: AuthToken = rand::random();
+    let client_nonce: AuthToken = folio_rt::random();
     let hello = Request::Auth(AuthStep::Hello { client_nonce });
     let (status, response) = auth_step(stream, addr, hello).await?;
     let (server_nonce, proof) = match (status, response) {
@@ -246,7 +257,7 @@ async fn prove(
 
 /// Sends one AUTH request and reads its answer.
 async fn auth_step(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     addr: SocketAddr,
     request: Request,
 ) -> Result<(Status, Response), ConnectionError> {

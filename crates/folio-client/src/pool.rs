@@ -19,6 +19,8 @@ pub struct BookiePool {
     inflight_max: usize,
     /// The cluster secret every connection proves, if the cluster has one.
     secret: Option<ClusterSecret>,
+    /// The local address connections are made from (the kernel's choice when `None`).
+    source: Option<std::net::IpAddr>,
     conns: tokio::sync::Mutex<HashMap<String, Arc<BookieConnection>>>,
 }
 
@@ -27,13 +29,24 @@ impl BookiePool {
     /// per connection.
     pub fn new(meta: Arc<dyn MetadataStore>, keys: Keys, inflight_max: usize) -> BookiePool {
         let conns = tokio::sync::Mutex::new(HashMap::new());
-        BookiePool { meta, keys, inflight_max, secret: None, conns }
+        BookiePool { meta, keys, inflight_max, secret: None, source: None, conns }
     }
 
     /// The same pool, proving `secret` on every connection it opens.
     pub fn with_secret(mut self, secret: Option<ClusterSecret>) -> BookiePool {
         self.secret = secret;
         self
+    }
+
+    /// The same pool, connecting from the local address `source`.
+    pub fn with_source(mut self, source: Option<std::net::IpAddr>) -> BookiePool {
+        self.source = source;
+        self
+    }
+
+    /// The local address connections are made from, if one was set.
+    pub fn source(&self) -> Option<std::net::IpAddr> {
+        self.source
     }
 
     /// The cluster secret connections prove, if any.
@@ -116,7 +129,8 @@ impl BookiePool {
             LedgerError::UnknownBookie(format!("{bookie_id} (bad address {})", reg.address))
         })?;
         let secret = self.secret.as_ref();
-        let c = Arc::new(BookieConnection::connect_with(addr, self.inflight_max, secret).await?);
+        let c = BookieConnection::connect_from(self.source, addr, self.inflight_max, secret);
+        let c = Arc::new(c.await?);
         conns.insert(bookie_id.to_string(), c.clone());
         Ok(c)
     }

@@ -423,7 +423,7 @@ pub async fn ensure_cluster_id(
         if let Some(v) = store.get(&key).await? {
             return String::from_utf8(v.value.to_vec()).map_err(|_| corrupt(&key, "invalid UTF-8"));
         }
-        let id = format!("{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>());
+        let id = format!("{:016x}{:016x}", folio_rt::random::<u64>(), folio_rt::random::<u64>());
         match store.put(&key, Bytes::from(id.clone()), Expect::Absent).await {
             Ok(_) => return Ok(id),
             Err(MetaError::Conflict { .. }) => continue,

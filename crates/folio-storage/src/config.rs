@@ -53,6 +53,40 @@ pub struct StorageConfig {
     pub read_wait_max: Duration,
     /// The time decisions read (idle entry logs); tests and the simulator pass their own.
     pub clock: Arc<dyn Clock>,
+    /// Who runs the journal and the flusher: their own threads, or the caller (stepped).
+    pub background: Background,
+}
+
+/// How the storage engine's background work (the journal's writer and syncer, the
+/// flusher) runs.
+#[derive(Debug, Clone, Default)]
+pub enum Background {
+    /// On threads of its own.
+    #[default]
+    Threads,
+    /// On no thread of its own: the opener runs it with [`crate::storage::Stepper`], and
+    /// is told by the [`Wake`] whenever a step has work. Nothing in the engine waits then
+    /// (an add that finds the write cache full fails at once with `Overloaded`). The
+    /// simulator's mode: one thread runs everything, in an order its seed fixes.
+    Stepped(Wake),
+}
+
+/// Called when a stepped storage has background work (a record queued, a group written, a
+/// flush requested).
+#[derive(Clone)]
+pub struct Wake(pub Arc<dyn Fn() + Send + Sync>);
+
+impl Wake {
+    /// Tells the opener there is work.
+    pub fn wake(&self) {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for Wake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Wake")
+    }
 }
 
 /// How the journal syncs, groups commits and recycles its files.
@@ -119,6 +153,15 @@ impl StorageConfig {
             read_ahead_bytes: 4 * 1024 * 1024,
             read_wait_max: Duration::from_secs(1),
             clock: Arc::new(SystemClock::default()),
+            background: Background::Threads,
+        }
+    }
+
+    /// The wake of a stepped storage, if it is one.
+    pub fn stepped(&self) -> Option<&Wake> {
+        match &self.background {
+            Background::Threads => None,
+            Background::Stepped(w) => Some(w),
         }
     }
 

@@ -26,6 +26,6 @@ mod read_cache;
 pub mod storage;
 mod write_cache;
 
-pub use config::{JournalConfig, StorageConfig};
+pub use config::{Background, JournalConfig, StorageConfig, Wake};
 pub use error::{Poison, PoisonReason, Result, StorageError};
-pub use storage::{AddCallback, MasterKey, RecoveryReport, Storage};
+pub use storage::{AddCallback, MasterKey, RecoveryReport, Stepper, Storage};

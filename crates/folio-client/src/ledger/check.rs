@@ -115,6 +115,6 @@ impl LedgerClient {
         write_quorum: usize,
     ) -> Result<Option<String>> {
         let (spares, racks) = self.pool.spares(ensemble).await?;
-        Ok(crate::placement::replacement(&spares, &racks, pos, write_quorum, &mut rand::rng()))
+        Ok(crate::placement::replacement(&spares, &racks, pos, write_quorum, &mut folio_rt::rng()))
     }
 }

@@ -69,7 +69,7 @@ impl CreateOptions {
             ensemble_size,
             write_quorum,
             ack_quorum,
-            password: rand::random::<[u8; LEDGER_PASSWORD_BYTES]>().to_vec(),
+            password: folio_rt::random::<[u8; LEDGER_PASSWORD_BYTES]>().to_vec(),
             custom: BTreeMap::new(),
             ledger_id: None,
             guard: Vec::new(),
@@ -114,7 +114,15 @@ impl LedgerClient {
     /// The same client proving `secret` to every bookie (a fresh pool of connections).
     pub fn with_cluster_secret(mut self, secret: Option<ClusterSecret>) -> LedgerClient {
         let pool = BookiePool::new(self.meta.clone(), self.keys.clone(), BOOKIE_INFLIGHT_MAX);
-        self.pool = Arc::new(pool.with_secret(secret));
+        self.pool = Arc::new(pool.with_secret(secret).with_source(self.pool.source()));
+        self
+    }
+
+    /// The same client connecting to bookies from the local address `source` (a fresh pool
+    /// of connections; a simulated node's address under the simulator).
+    pub fn with_source_address(mut self, source: Option<std::net::IpAddr>) -> LedgerClient {
+        let pool = BookiePool::new(self.meta.clone(), self.keys.clone(), BOOKIE_INFLIGHT_MAX);
+        self.pool = Arc::new(pool.with_secret(self.pool.secret().cloned()).with_source(source));
         self
     }
 
@@ -178,7 +186,7 @@ impl LedgerClient {
         }
         let writable = self.pool.writable_candidates().await?;
         let Some(ensemble) =
-            crate::placement::ensemble(&writable, e as usize, w as usize, &mut rand::rng())
+            crate::placement::ensemble(&writable, e as usize, w as usize, &mut folio_rt::rng())
         else {
             return Err(LedgerError::NotEnoughBookies { need: e as usize, have: writable.len() });
         };
@@ -200,7 +208,7 @@ impl LedgerClient {
             ctime_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
-            creator_token: rand::random(),
+            creator_token: folio_rt::random(),
         };
         let key = self.keys.ledger(id);
         match folio_meta::create_guarded(self.meta.as_ref(), &key, metadata.encode(), opts.guard)

@@ -237,9 +237,13 @@ impl LedgerClient {
                         };
                         failures.push(format!("{b}: {why}"));
                         let (spare, racks) = self.pool.spares(ensemble).await?;
-                        let Some(pick) =
-                            crate::placement::replacement(&spare, &racks, pos, w, &mut rand::rng())
-                        else {
+                        let Some(pick) = crate::placement::replacement(
+                            &spare,
+                            &racks,
+                            pos,
+                            w,
+                            &mut folio_rt::rng(),
+                        ) else {
                             break;
                         };
                         tracing::info!(ledger = ledger_id, failed = %b, replacement = %pick, from_entry = entry_id, "recovery replaces a bookie");

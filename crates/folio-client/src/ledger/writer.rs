@@ -466,7 +466,7 @@ impl WriterInner {
         let qw = self.quorums().0;
         loop {
             let Some(pick) =
-                crate::placement::replacement(&candidates, &racks, pos, qw, &mut rand::rng())
+                crate::placement::replacement(&candidates, &racks, pos, qw, &mut folio_rt::rng())
             else {
                 return Err(LedgerError::NotEnoughBookies {
                     need: current.len() + 1,

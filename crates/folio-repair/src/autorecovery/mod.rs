@@ -224,7 +224,7 @@ impl Autorecovery {
         let mut ids: Vec<u64> =
             page.items.iter().filter_map(|v| inner.keys.parse_under_replicated(&v.key)).collect();
         // Workers in other processes start elsewhere in the list.
-        ids.shuffle(&mut rand::rng());
+        ids.shuffle(&mut folio_rt::rng());
         for id in ids {
             let claim_key = inner.keys.replication_claim(id);
             let claim = Txn::new().compare(Compare::Absent(claim_key.clone())).put_with_lease(

@@ -9,6 +9,11 @@
 //! poisons the journal: that group and every later request fail, and nothing is retried
 //! (the data the kernel dropped cannot be recovered by a second fsync).
 //!
+//! Stepped (`Background::Stepped`, the simulator's mode): no threads. Whoever opened the
+//! storage calls [`Journal::step_write`] (write what is queued as one group) and
+//! [`Journal::step_sync`] (sync what was written, then run the callbacks); the same
+//! writer and syncer code runs, on the caller's thread, and submitters never wait for room.
+//!
 //! **Architecture invariant:** the journal knows records, not ledgers: it never looks inside
 //! an entry and keeps no per-ledger state.
 
@@ -57,6 +62,8 @@ struct Queue {
     /// `state.items.len()`, readable without the lock (`Journal::has_room` on every add).
     len: std::sync::atomic::AtomicUsize,
     group_bytes_max: usize,
+    /// Stepped: nothing waits (there is no thread to wait for); `wake` is told of work.
+    wake: Option<crate::config::Wake>,
 }
 
 #[derive(Debug, Default)]
@@ -84,7 +91,7 @@ impl Queue {
     /// Queues a request; blocks while the queue is full. Gives it back if closed.
     fn push(&self, req: Request) -> Result<(), Request> {
         let mut st = self.state.lock().expect("journal queue lock");
-        while st.items.len() >= self.depth_max && !st.closed {
+        while self.wake.is_none() && st.items.len() >= self.depth_max && !st.closed {
             st = self.room.wait(st).expect("journal queue lock");
         }
         if st.closed {
@@ -102,6 +109,10 @@ impl Queue {
         self.len.store(st.items.len(), std::sync::atomic::Ordering::Relaxed);
         if st.idle || st.urgent || st.bytes >= self.group_bytes_max {
             self.work.notify_one();
+        }
+        drop(st);
+        if let Some(wake) = &self.wake {
+            wake.wake();
         }
         Ok(())
     }
@@ -123,8 +134,18 @@ impl Queue {
             }
             st = self.work.wait_timeout(st, deadline - now).expect("journal queue lock").0;
         }
-        // Take requests in order up to `group_bytes_max` (always at least one); the rest
-        // waits for the next group, so a group's memory stays bounded.
+        self.take(&mut st)
+    }
+
+    /// What is queued now, as one group (stepped: no waiting); empty if nothing is.
+    fn take_now(&self) -> Vec<Request> {
+        let mut st = self.state.lock().expect("journal queue lock");
+        self.take(&mut st)
+    }
+
+    /// Takes requests in order up to `group_bytes_max` (always at least one, if any); the
+    /// rest waits for the next group, so a group's memory stays bounded.
+    fn take(&self, st: &mut QueueState) -> Vec<Request> {
         let mut group = Vec::new();
         let mut bytes = 0;
         while let Some((req, _)) = st.items.front() {
@@ -183,6 +204,21 @@ pub struct Journal {
     shared: Arc<Shared>,
     /// The writer, then the syncer (which stops once the writer has).
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Stepped: the writer and the groups it wrote that wait for a sync.
+    stepped: Option<Mutex<Stepped>>,
+}
+
+/// A stepped journal's writer side (see the module docs).
+struct Stepped {
+    writer: Writer,
+    written: VecDeque<Written>,
+    stopped: bool,
+}
+
+impl std::fmt::Debug for Stepped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stepped").field("written", &self.written.len()).finish_non_exhaustive()
+    }
 }
 
 /// Writes the checkpoint file: replay starts at `mark` from now on.
@@ -208,12 +244,14 @@ impl Journal {
     /// Starts the journal after `replay` has read it: seals the last file at the end of its
     /// valid records (so the torn tail it may have is never read as corruption later) and
     /// opens a new file.
+    /// `wake`: stepped (no threads), told whenever a step has work.
     pub fn start(
         fs: Arc<dyn FileSystem>,
         dir: PathBuf,
         config: JournalConfig,
         report: &ReplayReport,
         poison: Poison,
+        wake: Option<crate::config::Wake>,
     ) -> Result<Journal> {
         fs.create_dir_all(&dir).map_err(|e| StorageError::io("creating journal dir", e))?;
         let mut writer = Writer::new(fs, dir, config.clone());
@@ -239,7 +277,13 @@ impl Journal {
             depth_max: config.queue_depth,
             group_bytes_max: config.group_bytes_max,
             len: std::sync::atomic::AtomicUsize::new(0),
+            wake: wake.clone(),
         });
+        if wake.is_some() {
+            let stepped = Stepped { writer, written: VecDeque::new(), stopped: false };
+            let stepped = Some(Mutex::new(stepped));
+            return Ok(Journal { queue, shared, threads: Mutex::new(Vec::new()), stepped });
+        }
         let (to_syncer, from_writer) = std::sync::mpsc::sync_channel(SYNC_PIPELINE_GROUPS);
         let (syncer_shared, sync) = (shared.clone(), config.sync);
         let syncer = std::thread::Builder::new()
@@ -251,7 +295,57 @@ impl Journal {
             .name("folio-journal".into())
             .spawn(move || writer.run(&thread_queue, &thread_shared, to_syncer))
             .map_err(|e| StorageError::io("spawning journal thread", e))?;
-        Ok(Journal { queue, shared, threads: Mutex::new(vec![thread, syncer]) })
+        Ok(Journal { queue, shared, threads: Mutex::new(vec![thread, syncer]), stepped: None })
+    }
+
+    /// Stepped: writes what is queued as one group (at most `SYNC_PIPELINE_GROUPS` written
+    /// groups wait for a sync). Whether it did anything.
+    pub fn step_write(&self) -> bool {
+        let Some(stepped) = &self.stepped else { return false };
+        let mut st = stepped.lock().expect("stepped journal lock");
+        if st.stopped || st.written.len() >= SYNC_PIPELINE_GROUPS {
+            return false;
+        }
+        let requests = self.queue.take_now();
+        if requests.is_empty() {
+            return false;
+        }
+        let (written, stop) = st.writer.write_requests(requests, &self.shared);
+        if !written.is_empty() {
+            st.written.push_back(written);
+        }
+        st.stopped = stop;
+        drop(st);
+        if let Some(wake) = &self.queue.wake {
+            wake.wake();
+        }
+        true
+    }
+
+    /// Stepped: syncs every written group and runs their callbacks (outside any lock of
+    /// the journal's). Whether it did anything.
+    pub fn step_sync(&self) -> bool {
+        let Some(stepped) = &self.stepped else { return false };
+        let (batch, sync): (Vec<Written>, bool) = {
+            let mut st = stepped.lock().expect("stepped journal lock");
+            (st.written.drain(..).collect(), st.writer.config.sync)
+        };
+        if batch.is_empty() {
+            return false;
+        }
+        sync_written(batch, &self.shared, sync);
+        if let Some(wake) = &self.queue.wake {
+            wake.wake(); // the writer may have waited for the pipeline
+        }
+        true
+    }
+
+    /// Stepped: whether a step has work.
+    pub fn has_work(&self) -> bool {
+        let Some(stepped) = &self.stepped else { return false };
+        let st = stepped.lock().expect("stepped journal lock");
+        !st.written.is_empty()
+            || (!st.stopped && self.queue.len.load(std::sync::atomic::Ordering::Relaxed) > 0)
     }
 
     /// Queues `record`; `done` runs once it is durable (or failed).
@@ -300,6 +394,16 @@ impl Journal {
     /// Stops the thread after everything queued so far.
     pub fn shutdown(&self) {
         let _ = self.queue.push(Request::Shutdown);
+        if self.stepped.is_some() {
+            while self.step_write() || self.step_sync() {}
+            self.queue.close();
+            for request in self.queue.take_remaining() {
+                if let Request::Append(_, Some(cb)) | Request::Barrier(cb) = request {
+                    cb(Err(StorageError::ShutDown))
+                }
+            }
+            return;
+        }
         for t in self.threads.lock().expect("journal thread lock").drain(..) {
             let _ = t.join();
         }
@@ -478,25 +582,9 @@ impl Writer {
     /// Writes groups until a shutdown request, handing each to the syncer; then fails what
     /// was queued after the shutdown.
     fn run(mut self, queue: &Queue, shared: &Shared, to_syncer: SyncSender<Written>) {
-        let mut group: Vec<(JournalRecord, Option<JournalCallback>)> = Vec::new();
         loop {
-            let mut stop = false;
-            let mut barriers = Vec::new();
-            for request in queue.take_group(self.config.group_wait_max) {
-                match request {
-                    Request::Append(r, cb) => group.push((r, cb)),
-                    Request::Barrier(cb) => barriers.push(cb),
-                    Request::ReleaseBefore(id) => self.release_before(id),
-                    Request::Shutdown => stop = true,
-                }
-            }
-            let mut written = if group.is_empty() {
-                Written::empty(self.file().clone(), self.position())
-            } else {
-                self.write_group(&mut group, shared)
-            };
-            // Everything queued before a barrier is in this batch or an earlier one.
-            written.barriers = barriers;
+            let (written, stop) =
+                self.write_requests(queue.take_group(self.config.group_wait_max), shared);
             if !written.is_empty()
                 && let Err(std::sync::mpsc::SendError(w)) = to_syncer.send(written)
             {
@@ -515,6 +603,30 @@ impl Writer {
                 cb(Err(StorageError::ShutDown))
             }
         }
+    }
+
+    /// Writes one group of requests: the batch for the syncer, and whether a shutdown
+    /// request was among them.
+    fn write_requests(&mut self, requests: Vec<Request>, shared: &Shared) -> (Written, bool) {
+        let mut group: Vec<(JournalRecord, Option<JournalCallback>)> = Vec::new();
+        let mut stop = false;
+        let mut barriers = Vec::new();
+        for request in requests {
+            match request {
+                Request::Append(r, cb) => group.push((r, cb)),
+                Request::Barrier(cb) => barriers.push(cb),
+                Request::ReleaseBefore(id) => self.release_before(id),
+                Request::Shutdown => stop = true,
+            }
+        }
+        let mut written = if group.is_empty() {
+            Written::empty(self.file().clone(), self.position())
+        } else {
+            self.write_group(&mut group, shared)
+        };
+        // Everything queued before a barrier is in this batch or an earlier one.
+        written.barriers = barriers;
+        (written, stop)
     }
 
     /// Writes `group` (not synced) and returns it for the syncer. On a failed write, or on
@@ -608,9 +720,14 @@ fn run_syncer(from_writer: &Receiver<Written>, shared: &Shared, sync: bool) {
 
 /// Syncs `first` and whatever else is waiting, then runs their callbacks.
 fn sync_batch(first: Written, from_writer: &Receiver<Written>, shared: &Shared, sync: bool) {
-    use std::sync::atomic::Ordering::Relaxed;
     let mut batch = vec![first];
     batch.extend(from_writer.try_iter());
+    sync_written(batch, shared, sync);
+}
+
+/// Syncs the written batches (in file order) once, then runs their callbacks in order.
+fn sync_written(batch: Vec<Written>, shared: &Shared, sync: bool) {
+    use std::sync::atomic::Ordering::Relaxed;
     let bytes: usize = batch.iter().map(|w| w.bytes).sum();
     let n_records: usize = batch.iter().map(|w| w.n_records).sum();
     let mut result = match shared.poison.reason() {
@@ -671,6 +788,7 @@ mod tests {
             depth_max: 1000,
             group_bytes_max,
             len: std::sync::atomic::AtomicUsize::new(0),
+            wake: None,
         }
     }
 

@@ -11,7 +11,7 @@ impl Inner {
         self.check_poison()?;
         let entry = Entry::decode(bytes)?;
         let ledger_id = entry.ledger_id();
-        let mut key_written: Option<std::sync::mpsc::Receiver<Result<()>>> = None;
+        let mut new_key = false;
         {
             let mut ledgers = self.lock_ledgers();
             let ledger = ledgers.entry(ledger_id).or_default();
@@ -21,15 +21,9 @@ impl Inner {
                 None => {
                     ledger.state.master_key = Some(*key);
                     ledger.dirty = true;
-                    let (tx, rx) = std::sync::mpsc::sync_channel(1);
                     let record = JournalRecord::MasterKey { ledger_id, key: *key };
-                    self.journal().append(
-                        record,
-                        Box::new(move |r| {
-                            let _ = tx.send(r.map(|_| ()));
-                        }),
-                    );
-                    key_written = Some(rx);
+                    self.journal().append(record, Box::new(|_| {}));
+                    new_key = true;
                 }
             }
             if ledger.state.fenced && !recovery {
@@ -38,18 +32,21 @@ impl Inner {
             let lac = entry.last_add_confirmed();
             ledger.piggybacked_lac = Some(ledger.piggybacked_lac.map_or(lac, |l| l.max(lac)));
         }
-        self.cache.insert(entry.clone(), self.config.write_cache_throttle_max, &|| {
-            self.request_flush()
-        })?;
+        // Stepped, nothing may wait: there is no flusher thread to make room meanwhile.
+        let wait_max = match self.config.stepped() {
+            Some(_) => std::time::Duration::ZERO,
+            None => self.config.write_cache_throttle_max,
+        };
+        self.cache.insert(entry.clone(), wait_max, &|| self.request_flush())?;
         if self.config.journal.write_data {
             self.journal()
                 .append(JournalRecord::Entry(entry), Box::new(move |r| done(r.map(|_| ()))));
+        } else if new_key {
+            // Journal-less: acknowledged once cached, and once a newly learned key is
+            // durable: the barrier runs after the key's record (queued before it) is.
+            self.journal().barrier(Box::new(move |r| done(r.map(|_| ()))));
         } else {
-            // Journal-less: acknowledged once cached, after a newly learned key is durable.
-            match key_written {
-                Some(rx) => done(rx.recv().unwrap_or(Err(StorageError::ShutDown))),
-                None => done(Ok(())),
-            }
+            done(Ok(()));
         }
         Ok(())
     }

@@ -368,5 +368,52 @@ impl Inner {
         let mut s = self.signal.lock().expect("signal lock");
         s.requested = true;
         self.signal_cond.notify_all();
+        drop(s);
+        if let Some(wake) = self.config.stepped() {
+            wake.wake();
+        }
+    }
+}
+
+/// The background work of a stepped storage (`Background::Stepped`), run by whoever opened
+/// it: the same journal writer, syncer and flush as the threads run, one step per call.
+#[derive(Debug, Clone)]
+pub struct Stepper {
+    inner: Arc<Inner>,
+}
+
+impl Stepper {
+    /// Writes what the journal has queued as one group. Whether there was any.
+    pub fn write_journal(&self) -> bool {
+        self.inner.journal.get().is_some_and(Journal::step_write)
+    }
+
+    /// Syncs the journal's written groups and acknowledges them. Whether there were any.
+    pub fn sync_journal(&self) -> bool {
+        self.inner.journal.get().is_some_and(Journal::step_sync)
+    }
+
+    /// Whether the journal has a step to take.
+    pub fn journal_has_work(&self) -> bool {
+        self.inner.journal.get().is_some_and(Journal::has_work)
+    }
+
+    /// Whether a flush was asked for (the write cache's active half filled) since the
+    /// last one.
+    pub fn flush_requested(&self) -> bool {
+        self.inner.signal.lock().expect("signal lock").requested
+    }
+
+    /// One background flush (and checkpoint), as the flusher thread runs it every
+    /// `flush_interval` or when asked.
+    pub fn flush(&self) -> Result<()> {
+        self.inner.signal.lock().expect("signal lock").requested = false;
+        self.inner.check_poison()?;
+        self.inner.flush_with_mark(Some(self.inner.journal()), false)
+    }
+
+    /// Whether the storage was closed or dropped (the opener's steps end then).
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::SeqCst)
     }
 }

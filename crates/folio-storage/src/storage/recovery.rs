@@ -48,6 +48,7 @@ impl Storage {
             inner.config.journal.clone(),
             &recovery.journal,
             inner.poison.clone(),
+            inner.config.stepped().cloned(),
         )?;
         let mark = journal.written_mark();
         inner.journal.set(journal).expect("journal set once");
@@ -62,18 +63,23 @@ impl Storage {
         journal::write_checkpoint(inner.fs.as_ref(), &inner.config.journal_dir, mark)?;
         inner.journal().release_before(mark.file_id);
         inner.flush.lock().expect("flush lock").last_mark = Some(mark);
-        let flusher_inner = inner.clone();
-        let flusher = std::thread::Builder::new()
-            .name("folio-flusher".into())
-            .spawn(move || flusher_inner.run_flusher())
-            .map_err(|e| StorageError::io("spawning flusher", e))?;
+        let flusher = if inner.config.stepped().is_some() {
+            None // the opener flushes through its `Stepper`
+        } else {
+            let flusher_inner = inner.clone();
+            let thread = std::thread::Builder::new()
+                .name("folio-flusher".into())
+                .spawn(move || flusher_inner.run_flusher())
+                .map_err(|e| StorageError::io("spawning flusher", e))?;
+            Some(thread)
+        };
         tracing::info!(
             journal_records = recovery.journal.n_records,
             ledgers = recovery.n_ledgers,
             sealed_at_open = recovery.entry_logs_sealed_at_open.len(),
             "storage opened"
         );
-        Ok(Storage { inner, flusher: Mutex::new(Some(flusher)), recovery })
+        Ok(Storage { inner, flusher: Mutex::new(flusher), recovery })
     }
 }
 

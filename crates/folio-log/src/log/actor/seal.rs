@@ -62,7 +62,7 @@ impl Actor {
         self.next_offset = end + self.queue.iter().map(|p| u64::from(p.records)).sum::<u64>();
         debug_assert!(self.queue.front().is_none_or(|p| p.base_offset == end));
         let c = &self.sh.config;
-        let jitter = rand::random::<f64>() * 0.05;
+        let jitter = folio_rt::random::<f64>() * 0.05;
         self.cur = Current {
             created_ms: now,
             max_age_ms: (c.rollover_max_age.as_millis() as f64 * (1.0 + jitter)) as u64,

@@ -25,6 +25,10 @@
 //! persisted, and on reopen every lease gets a full TTL again (as etcd does after a leader
 //! change). [`EmbeddedStore::expire_due`] expires leases; a background thread calls it every
 //! `lease_check_interval`, and tests call it directly after advancing a `ManualClock`.
+//!
+//! Under the simulator the store runs on the memory engine ([`MemoryEngine`], kept across
+//! restarts as synced batches are), without its expiry thread (`lease_expiry_thread`):
+//! the simulator calls `expire_due` on simulated time.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::Path;
@@ -34,8 +38,11 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use bytes::Bytes;
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 use tokio::sync::mpsc;
+
+mod engine;
+pub use engine::MemoryEngine;
+use engine::{Batch, Engine, Space};
 
 use crate::clock::{Clock, SystemClock};
 pub use crate::limits::EMBEDDED_TXN_OPS_MAX as TXN_OPS_MAX;
@@ -52,6 +59,9 @@ pub struct EmbeddedConfig {
     /// Compares plus operations one transaction may hold, at most [`TXN_OPS_MAX`]. Tests
     /// set etcd's [`crate::ETCD_TXN_OPS_MAX`], so batching code runs as it does on etcd.
     pub txn_ops_max: usize,
+    /// Whether a thread expires leases every `lease_check_interval` (the simulator calls
+    /// [`EmbeddedStore::expire_due`] itself instead).
+    pub lease_expiry_thread: bool,
 }
 
 impl Default for EmbeddedConfig {
@@ -61,6 +71,7 @@ impl Default for EmbeddedConfig {
             watch_queue_depth: 4096,
             lease_check_interval: Duration::from_millis(100),
             txn_ops_max: TXN_OPS_MAX,
+            lease_expiry_thread: true,
         }
     }
 }
@@ -91,15 +102,12 @@ struct State {
 }
 
 struct Inner {
-    db: Database,
-    kv: Keyspace,
-    events: Keyspace,
-    sys: Keyspace,
+    engine: Engine,
     config: EmbeddedConfig,
     clock: Arc<dyn Clock>,
     state: Mutex<State>,
-    /// The `commits` file (see the module doc).
-    commits_file: Mutex<std::fs::File>,
+    /// The `commits` file (see the module doc); none on the memory engine.
+    commits_file: Option<Mutex<std::fs::File>>,
 }
 
 /// The file beside the database that counts commits (see the module doc).
@@ -124,10 +132,6 @@ pub struct EmbeddedStore {
     inner: Arc<Inner>,
     stop: Arc<AtomicBool>,
     expiry: Option<JoinHandle<()>>,
-}
-
-fn io(e: fjall::Error) -> MetaError {
-    MetaError::Io(e.to_string())
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
@@ -217,6 +221,50 @@ fn decode_events(rev: Revision, b: &[u8]) -> Result<Vec<WatchEvent>> {
     Ok(out)
 }
 
+fn check_config(config: &EmbeddedConfig) -> Result<()> {
+    if !(1..=TXN_OPS_MAX).contains(&config.txn_ops_max) {
+        return Err(MetaError::InvalidArgument(format!(
+            "txn_ops_max must be 1..={TXN_OPS_MAX}, not {}",
+            config.txn_ops_max
+        )));
+    }
+    Ok(())
+}
+
+/// A u64 of the `sys` keyspace (0 when absent).
+fn stored_u64(engine: &Engine, key: &str) -> Result<u64> {
+    Ok(engine
+        .get(Space::Sys, key.as_bytes())?
+        .filter(|v| v.len() == 8)
+        .map_or(0, |v| u64_at(&v, 0)))
+}
+
+/// The persisted leases, each with a full TTL from `now_ms`, and the keys they hold.
+fn load_leases(engine: &Engine, now_ms: u64) -> Result<HashMap<LeaseId, Lease>> {
+    let mut leases = HashMap::new();
+    let prefix = b"lease/";
+    for (k, v) in engine.range(Space::Sys, prefix, usize::MAX, &|k| k.starts_with(prefix))? {
+        if k.len() != 14 || v.len() != 8 {
+            return Err(MetaError::Corrupt {
+                key: "sys/lease".into(),
+                detail: "bad record".into(),
+            });
+        }
+        let id = i64::from_le_bytes(k[6..14].try_into().expect("8 bytes")).swap_bytes();
+        let ttl_ms = u64_at(&v, 0);
+        leases.insert(id, Lease { ttl_ms, deadline_ms: now_ms + ttl_ms, keys: BTreeSet::new() });
+    }
+    for (k, v) in engine.range(Space::Kv, b"", usize::MAX, &|_| true)? {
+        let key = String::from_utf8_lossy(&k).into_owned();
+        if let Some(lease) = decode_record(&key, &v)?.lease
+            && let Some(l) = leases.get_mut(&lease)
+        {
+            l.keys.insert(key);
+        }
+    }
+    Ok(leases)
+}
+
 impl EmbeddedStore {
     /// Opens (or creates) a store in `dir` on the real clock.
     pub fn open(dir: &Path) -> Result<EmbeddedStore> {
@@ -229,27 +277,13 @@ impl EmbeddedStore {
         config: EmbeddedConfig,
         clock: Arc<dyn Clock>,
     ) -> Result<EmbeddedStore> {
-        if !(1..=TXN_OPS_MAX).contains(&config.txn_ops_max) {
-            return Err(MetaError::InvalidArgument(format!(
-                "txn_ops_max must be 1..={TXN_OPS_MAX}, not {}",
-                config.txn_ops_max
-            )));
-        }
+        check_config(&config)?;
         crate::fjall_files::check_versions(dir).map_err(|detail| MetaError::Corrupt {
             key: format!("(the store's files in {})", dir.display()),
             detail,
         })?;
-        let opening = |e: fjall::Error| {
-            MetaError::Io(format!("opening the metadata store in {}: {e}", dir.display()))
-        };
-        let db = Database::builder(dir).open().map_err(opening)?;
-        let kv = db.keyspace("kv", KeyspaceCreateOptions::default).map_err(opening)?;
-        let events = db.keyspace("events", KeyspaceCreateOptions::default).map_err(opening)?;
-        let sys = db.keyspace("sys", KeyspaceCreateOptions::default).map_err(opening)?;
-        let get_u64 = |k: &str| -> Result<u64> {
-            Ok(sys.get(k).map_err(io)?.filter(|v| v.len() == 8).map_or(0, |v| u64_at(&v, 0)))
-        };
-        let commits = get_u64("commits")?;
+        let engine = Engine::open_fjall(dir)?;
+        let commits = stored_u64(&engine, "commits")?;
         let commits_path = dir.join(COMMITS_FILE);
         if let Some(seen) = read_commits_file(&commits_path)
             && seen > commits
@@ -270,59 +304,61 @@ impl EmbeddedStore {
             .write(true)
             .open(&commits_path)
             .map_err(|e| MetaError::Io(format!("opening {}: {e}", commits_path.display())))?;
-        let revision = get_u64("revision")?;
-        let compacted = get_u64("compacted")?;
-        let lease_next = (get_u64("lease_next")? as i64).max(1);
-        let now = clock.now_ms();
-        let mut leases = HashMap::new();
-        for guard in sys.prefix("lease/") {
-            let (k, v) = guard.into_inner().map_err(io)?;
-            if k.len() != 14 || v.len() != 8 {
-                return Err(MetaError::Corrupt {
-                    key: "sys/lease".into(),
-                    detail: "bad record".into(),
-                });
-            }
-            let id = i64::from_le_bytes(k[6..14].try_into().expect("8 bytes")).swap_bytes();
-            let ttl_ms = u64_at(&v, 0);
-            leases.insert(id, Lease { ttl_ms, deadline_ms: now + ttl_ms, keys: BTreeSet::new() });
-        }
-        for guard in kv.iter() {
-            let (k, v) = guard.into_inner().map_err(io)?;
-            let key = String::from_utf8_lossy(&k).into_owned();
-            if let Some(lease) = decode_record(&key, &v)?.lease
-                && let Some(l) = leases.get_mut(&lease)
-            {
-                l.keys.insert(key);
-            }
-        }
+        EmbeddedStore::start(engine, Some(commits_file), config, clock)
+    }
+
+    /// Opens a store on the memory engine `engine` (the simulator's): what earlier stores on
+    /// it committed is there, as after a crash.
+    pub fn open_memory(
+        engine: Arc<MemoryEngine>,
+        config: EmbeddedConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<EmbeddedStore> {
+        check_config(&config)?;
+        EmbeddedStore::start(Engine::Memory(engine), None, config, clock)
+    }
+
+    /// Loads the state from `engine` and starts the expiry thread (if configured).
+    fn start(
+        engine: Engine,
+        commits_file: Option<std::fs::File>,
+        config: EmbeddedConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<EmbeddedStore> {
+        let commits = stored_u64(&engine, "commits")?;
+        let revision = stored_u64(&engine, "revision")?;
+        let compacted = stored_u64(&engine, "compacted")?;
+        let lease_next = (stored_u64(&engine, "lease_next")? as i64).max(1);
+        let leases = load_leases(&engine, clock.now_ms())?;
         let state =
             State { commits, revision, compacted, leases, lease_next, watchers: Vec::new() };
         let inner = Arc::new(Inner {
-            db,
-            kv,
-            events,
-            sys,
+            engine,
             config,
             clock,
             state: Mutex::new(state),
-            commits_file: Mutex::new(commits_file),
+            commits_file: commits_file.map(Mutex::new),
         });
         let stop = Arc::new(AtomicBool::new(false));
-        let (thread_inner, thread_stop) = (inner.clone(), stop.clone());
-        let expiry = std::thread::Builder::new()
-            .name("folio-meta-leases".into())
-            .spawn(move || {
-                while !thread_stop.load(Ordering::SeqCst) {
-                    std::thread::sleep(thread_inner.config.lease_check_interval);
-                    if let Err(e) = thread_inner.expire_due() {
-                        tracing::warn!(error = %e, "lease expiry failed");
+        let expiry = if inner.config.lease_expiry_thread {
+            let (thread_inner, thread_stop) = (inner.clone(), stop.clone());
+            let thread = std::thread::Builder::new()
+                .name("folio-meta-leases".into())
+                .spawn(move || {
+                    while !thread_stop.load(Ordering::SeqCst) {
+                        std::thread::sleep(thread_inner.config.lease_check_interval);
+                        if let Err(e) = thread_inner.expire_due() {
+                            tracing::warn!(error = %e, "lease expiry failed");
+                        }
                     }
-                }
-            })
-            .map_err(|e| MetaError::Io(e.to_string()))?;
+                })
+                .map_err(|e| MetaError::Io(e.to_string()))?;
+            Some(thread)
+        } else {
+            None
+        };
         tracing::debug!(revision, compacted, "embedded metadata store opened");
-        Ok(EmbeddedStore { inner, stop, expiry: Some(expiry) })
+        Ok(EmbeddedStore { inner, stop, expiry })
     }
 
     /// Drops watch history up to and including `revision` (like etcd's compaction).
@@ -332,11 +368,11 @@ impl EmbeddedStore {
         if upto <= st.compacted {
             return Ok(());
         }
-        let mut batch = self.inner.db.batch().durability(Some(PersistMode::SyncData));
+        let mut batch = Batch::default();
         for rev in st.compacted + 1..=upto {
-            batch.remove(&self.inner.events, event_key(rev));
+            batch.remove(Space::Events, event_key(rev));
         }
-        batch.insert(&self.inner.sys, "compacted", upto.to_le_bytes());
+        batch.insert(Space::Sys, "compacted", upto.to_le_bytes());
         self.inner.commit(&mut st, batch)?;
         st.compacted = upto;
         Ok(())
@@ -354,22 +390,23 @@ impl Drop for EmbeddedStore {
         if let Some(t) = self.expiry.take() {
             let _ = t.join();
         }
-        let _ = self.inner.db.persist(PersistMode::SyncAll);
+        self.inner.engine.persist();
     }
 }
 
 impl Inner {
     /// Commits `batch` with the commit count, then records the count in the `commits` file
     /// (best effort: a failure there only weakens the check at the next open).
-    fn commit(&self, st: &mut State, mut batch: fjall::OwnedWriteBatch) -> Result<()> {
+    fn commit(&self, st: &mut State, mut batch: Batch) -> Result<()> {
         let n = st.commits + 1;
-        batch.insert(&self.sys, "commits", n.to_le_bytes());
-        batch.commit().map_err(io)?;
+        batch.insert(Space::Sys, "commits", n.to_le_bytes());
+        self.engine.commit(batch)?;
         st.commits = n;
+        let Some(file) = &self.commits_file else { return Ok(()) };
         let mut twice = [0u8; 16];
         twice[..8].copy_from_slice(&n.to_le_bytes());
         twice[8..].copy_from_slice(&n.to_le_bytes());
-        let file = self.commits_file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let file = file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Err(e) = std::os::unix::fs::FileExt::write_all_at(&*file, &twice, 0) {
             tracing::warn!(error = %e, "recording the commit count failed");
         }
@@ -389,7 +426,7 @@ impl Inner {
     }
 
     fn read(&self, key: &str) -> Result<Option<Versioned>> {
-        match self.kv.get(key).map_err(io)? {
+        match self.engine.get(Space::Kv, key.as_bytes())? {
             None => Ok(None),
             Some(v) => decode_record(key, &v).map(Some),
         }
@@ -404,14 +441,9 @@ impl Inner {
     }
 
     /// Applies `ops` (plus `extra` sys writes) as one durable batch at the next revision.
-    fn write(
-        &self,
-        st: &mut State,
-        ops: &[Op],
-        extra: &dyn Fn(&mut fjall::OwnedWriteBatch, &Keyspace),
-    ) -> Result<Revision> {
+    fn write(&self, st: &mut State, ops: &[Op], extra: &dyn Fn(&mut Batch)) -> Result<Revision> {
         let rev = st.revision + 1;
-        let mut batch = self.db.batch().durability(Some(PersistMode::SyncData));
+        let mut batch = Batch::default();
         let mut events = Vec::new();
         let mut lease_moves: Vec<(String, Option<LeaseId>, Option<LeaseId>)> = Vec::new();
         let mut seen = BTreeSet::new();
@@ -434,7 +466,7 @@ impl Inner {
                         return Err(MetaError::LeaseNotFound(*l));
                     }
                     let create = old.as_ref().map_or(rev, |o| o.create_revision);
-                    batch.insert(&self.kv, key.as_str(), encode_record(create, rev, *lease, value));
+                    batch.insert(Space::Kv, key, encode_record(create, rev, *lease, value));
                     events.push(WatchEvent {
                         kind: EventKind::Put,
                         key: key.clone(),
@@ -445,7 +477,7 @@ impl Inner {
                 }
                 Op::Delete { key } => {
                     if let Some(o) = old {
-                        batch.remove(&self.kv, key.as_str());
+                        batch.remove(Space::Kv, key);
                         events.push(WatchEvent {
                             kind: EventKind::Delete,
                             key: key.clone(),
@@ -457,13 +489,13 @@ impl Inner {
                 }
             }
         }
-        extra(&mut batch, &self.sys);
+        extra(&mut batch);
         if events.is_empty() {
             self.commit(st, batch)?;
             return Ok(st.revision);
         }
-        batch.insert(&self.events, event_key(rev), encode_events(&events));
-        batch.insert(&self.sys, "revision", rev.to_le_bytes());
+        batch.insert(Space::Events, event_key(rev), encode_events(&events));
+        batch.insert(Space::Sys, "revision", rev.to_le_bytes());
         let mut compacted = st.compacted;
         // Trim history a few revisions per write, so the work per write stays bounded.
         for _ in 0..8 {
@@ -471,10 +503,10 @@ impl Inner {
                 break;
             }
             compacted += 1;
-            batch.remove(&self.events, event_key(compacted));
+            batch.remove(Space::Events, event_key(compacted));
         }
         if compacted != st.compacted {
-            batch.insert(&self.sys, "compacted", compacted.to_le_bytes());
+            batch.insert(Space::Sys, "compacted", compacted.to_le_bytes());
         }
         self.commit(st, batch)?;
         st.revision = rev;
@@ -505,14 +537,14 @@ impl Inner {
                 return Ok(TxnOutcome { succeeded: false, revision: st.revision });
             }
         }
-        let revision = self.write(&mut st, &txn.ops, &|_, _| {})?;
+        let revision = self.write(&mut st, &txn.ops, &|_| {})?;
         Ok(TxnOutcome { succeeded: true, revision })
     }
 
     fn revoke(&self, st: &mut State, id: LeaseId) -> Result<()> {
         let Some(lease) = st.leases.get(&id) else { return Err(MetaError::LeaseNotFound(id)) };
         let ops: Vec<Op> = lease.keys.iter().map(|k| Op::Delete { key: k.clone() }).collect();
-        self.write(st, &ops, &|b, sys| b.remove(sys, lease_key(id)))?;
+        self.write(st, &ops, &|b| b.remove(Space::Sys, lease_key(id)))?;
         st.leases.remove(&id);
         Ok(())
     }
@@ -536,8 +568,7 @@ impl Inner {
             return Err(MetaError::Compacted { requested: from, compacted: st.compacted });
         }
         let mut backlog = VecDeque::new();
-        for guard in self.events.range(event_key(from)..) {
-            let (k, v) = guard.into_inner().map_err(io)?;
+        for (k, v) in self.engine.range(Space::Events, &event_key(from), usize::MAX, &|_| true)? {
             let rev = u64_at(&k.iter().rev().copied().collect::<Vec<u8>>(), 0);
             backlog
                 .extend(decode_events(rev, &v)?.into_iter().filter(|e| e.key.starts_with(prefix)));
@@ -585,9 +616,7 @@ async fn blocking<T: Send + 'static>(
     f: impl FnOnce(&Inner) -> Result<T> + Send + 'static,
 ) -> Result<T> {
     let inner = inner.clone();
-    tokio::task::spawn_blocking(move || f(&inner))
-        .await
-        .map_err(|e| MetaError::Io(e.to_string()))?
+    folio_rt::blocking(move || f(&inner)).await.map_err(|e| MetaError::Io(e.to_string()))?
 }
 
 impl MetadataStore for EmbeddedStore {
@@ -623,20 +652,14 @@ impl MetadataStore for EmbeddedStore {
                 let limit = limit.clamp(1, LIST_LIMIT_MAX);
                 let (revision, snapshot) = {
                     let st = i.lock()?;
-                    (st.revision, i.db.snapshot())
+                    (st.revision, i.engine.snapshot(Space::Kv))
                 };
                 let start = list_start(&prefix, start_after.as_deref());
-                let mut items = Vec::new();
-                let mut more = false;
-                for guard in snapshot.range(&i.kv, start..) {
-                    let (k, v) = guard.into_inner().map_err(io)?;
-                    if !k.starts_with(prefix.as_bytes()) {
-                        break;
-                    }
-                    if items.len() == limit {
-                        more = true;
-                        break;
-                    }
+                let pairs = snapshot
+                    .range(start.as_ref(), limit + 1, &|k| k.starts_with(prefix.as_bytes()))?;
+                let more = pairs.len() > limit;
+                let mut items = Vec::with_capacity(pairs.len().min(limit));
+                for (k, v) in pairs.into_iter().take(limit) {
                     let key = String::from_utf8_lossy(&k).into_owned();
                     items.push(decode_record(&key, &v)?);
                 }
@@ -669,9 +692,9 @@ impl MetadataStore for EmbeddedStore {
             blocking(&self.inner, move |i| {
                 let mut st = i.lock()?;
                 let id = st.lease_next;
-                i.write(&mut st, &[], &|b, sys| {
-                    b.insert(sys, "lease_next", (id + 1).to_le_bytes());
-                    b.insert(sys, lease_key(id), ttl_ms.to_le_bytes());
+                i.write(&mut st, &[], &|b| {
+                    b.insert(Space::Sys, "lease_next", (id + 1).to_le_bytes());
+                    b.insert(Space::Sys, lease_key(id), ttl_ms.to_le_bytes());
                 })?;
                 st.lease_next = id + 1;
                 let deadline_ms = i.clock.now_ms() + ttl_ms;
@@ -704,14 +727,9 @@ impl MetadataStore for EmbeddedStore {
             blocking(&self.inner, move |i| {
                 let mut st = i.lock()?;
                 let key = format!("id/{name}");
-                let last = i
-                    .sys
-                    .get(&key)
-                    .map_err(io)?
-                    .filter(|v| v.len() == 8)
-                    .map_or(0, |v| u64_at(&v, 0));
+                let last = stored_u64(&i.engine, &key)?;
                 let id = last + 1;
-                i.write(&mut st, &[], &|b, sys| b.insert(sys, key.as_str(), id.to_le_bytes()))?;
+                i.write(&mut st, &[], &|b| b.insert(Space::Sys, key.as_str(), id.to_le_bytes()))?;
                 Ok(id)
             })
             .await
