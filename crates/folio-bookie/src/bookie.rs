@@ -584,6 +584,7 @@ async fn run_gc(
     let (mut last_minor, mut last_major) = (clock.now_ms(), clock.now_ms());
     loop {
         tokio::select! {
+            biased;
             () = tokio::time::sleep(config.interval) => {}
             _ = stop.changed() => return,
         }
@@ -627,6 +628,7 @@ async fn keep_registered(
 ) {
     loop {
         tokio::select! {
+            biased;
             () = tokio::time::sleep(ttl / 3) => {}
             _ = stop.changed() => return,
         }
@@ -698,6 +700,10 @@ async fn monitor_disk(
     storage.on_poison(move |_| {
         let _ = poisoned.send(());
     });
+    // Once the poison's sender is gone (it fired, or the storage went), only the timed
+    // checks remain: a receiver without a sender is ready at once, for ever (it spun a core
+    // after every poisoning until the simulator found it, #26).
+    let mut poison_watched = true;
     loop {
         let usage = disk.usage(&config.storage.ledger_dir);
         let was = read_only.load(Ordering::SeqCst);
@@ -718,11 +724,9 @@ async fn monitor_disk(
             }
         }
         tokio::select! {
+            biased;
             () = tokio::time::sleep(config.disk_check_interval) => {}
-            r = poison.changed() => if r.is_err() {
-                // The storage is gone (shutting down); keep to the timed checks.
-                poison = watch::channel(()).1;
-            },
+            r = poison.changed(), if poison_watched => poison_watched = r.is_ok(),
             _ = stop.changed() => return,
         }
     }

@@ -124,6 +124,7 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(handler.limits.connections_max));
     loop {
         tokio::select! {
+            biased;
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let Ok(slot) = slots.clone().try_acquire_owned() else {
@@ -262,6 +263,7 @@ async fn connection(
             None => tokio::time::Instant::now() + h.limits.idle_timeout,
         };
         tokio::select! {
+            biased;
             n = tokio::time::timeout_at(deadline, rd.read_buf(&mut buf)) => match n {
                 Ok(Ok(0) | Err(_)) => break None,
                 Ok(Ok(_)) => {}
@@ -332,16 +334,29 @@ fn dispatch(h: &Arc<Handler>, frame: RequestFrame, permit: Held, tx: mpsc::Unbou
             });
         }
         Request::Read { ledger_id, entry_id, fence } => {
+            let storage = h.storage.clone();
             let h = h.clone();
             let mut held = permit;
-            folio_rt::spawn_blocking(move || {
-                let (status, entry) = read(&h, ledger_id, entry_id, fence);
+            let answer = move |fenced: Result<(), Status>| {
+                let (status, entry) = match fenced {
+                    Ok(()) => read(&h, ledger_id, entry_id),
+                    Err(status) => (status, None),
+                };
                 let entry_id = entry.as_ref().map_or(entry_id, |e: &Entry| e.entry_id());
                 held.keep(entry.as_ref().map_or(0, |e| e.encoded_len()) + READ_REPLY_OVERHEAD);
                 let response =
                     Response::Read { ledger_id, entry_id, entry: entry.map(Entry::into_bytes) };
                 reply(&tx, status, response, held)
-            });
+            };
+            match fence {
+                None => folio_rt::spawn_blocking(move || answer(Ok(()))),
+                Some(key) => {
+                    tokio::spawn(async move {
+                        let fenced = fence_durably(storage, ledger_id, key).await;
+                        folio_rt::spawn_blocking(move || answer(fenced));
+                    });
+                }
+            }
         }
         Request::ReadLac { ledger_id } => {
             let h = h.clone();
@@ -453,24 +468,31 @@ fn answer_once(
     }
 }
 
-/// A read; with `fence`, the fence is made durable first and the read answers after it.
-fn read(
-    h: &Handler,
+/// Fences the ledger and waits, without holding a thread, until the fence is durable: a
+/// fencing read answers only after that.
+async fn fence_durably(
+    storage: Arc<Storage>,
     ledger_id: LedgerId,
-    entry_id: EntryId,
-    fence: Option<MasterKey>,
-) -> (Status, Option<Entry>) {
-    if let Some(key) = fence {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        if let Err(e) = h.storage.fence(ledger_id, &key, Box::new(move |r| drop(tx.send(r)))) {
-            return (status_of(&e), None);
-        }
-        match rx.recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return (status_of(&e), None),
-            Err(_) => return (Status::Io, None),
-        }
+    key: MasterKey,
+) -> Result<(), Status> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    // Submitting may wait for room in the journal's queue: off the async workers.
+    let submitted = folio_rt::blocking(move || {
+        storage.fence(ledger_id, &key, Box::new(move |r| drop(tx.send(r))))
+    });
+    match submitted.await {
+        Err(_) => Err(Status::Io),
+        Ok(Err(e)) => Err(status_of(&e)),
+        Ok(Ok(())) => match rx.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(status_of(&e)),
+            Err(_) => Err(Status::Io),
+        },
     }
+}
+
+/// A read of one entry (`-1`: the last this bookie has).
+fn read(h: &Handler, ledger_id: LedgerId, entry_id: EntryId) -> (Status, Option<Entry>) {
     match h.storage.read_entry(ledger_id, entry_id) {
         Ok(e) => (Status::Ok, Some(e)),
         Err(e) => (status_of(&e), None),

@@ -8,7 +8,7 @@
 //! this client lacks answers its first request UNAUTHORIZED: the connection fails with
 //! `Refused` too, saying so.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -37,7 +37,7 @@ pub enum ConnectionError {
 /// How long the cluster-secret handshake may take.
 const AUTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<ResponseFrame>>>>;
+type Pending = Arc<Mutex<BTreeMap<u64, oneshot::Sender<ResponseFrame>>>>;
 
 /// One multiplexed connection to a bookie: requests in flight by id, answers matched back.
 #[derive(Debug)]
@@ -84,7 +84,7 @@ impl BookieConnection {
             handshake(&mut stream, addr, secret).await?;
         }
         let (mut rd, mut wr) = stream.into_split();
-        let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
+        let pending: Pending = Arc::new(Mutex::new(BTreeMap::new()));
         let closed = Arc::new(Mutex::new(None));
         let (tx, mut rx) = mpsc::channel::<RequestFrame>(inflight_max.max(1));
         let writer_closed = closed.clone();

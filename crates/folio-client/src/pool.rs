@@ -1,6 +1,6 @@
 //! Connections to bookies by bookie id, resolved through their registrations.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use folio_meta::keys::Keys;
@@ -21,14 +21,14 @@ pub struct BookiePool {
     secret: Option<ClusterSecret>,
     /// The local address connections are made from (the kernel's choice when `None`).
     source: Option<std::net::IpAddr>,
-    conns: tokio::sync::Mutex<HashMap<String, Arc<BookieConnection>>>,
+    conns: tokio::sync::Mutex<BTreeMap<String, Arc<BookieConnection>>>,
 }
 
 impl BookiePool {
     /// A pool resolving bookie ids through `meta`, with at most `inflight_max` requests in flight
     /// per connection.
     pub fn new(meta: Arc<dyn MetadataStore>, keys: Keys, inflight_max: usize) -> BookiePool {
-        let conns = tokio::sync::Mutex::new(HashMap::new());
+        let conns = tokio::sync::Mutex::new(BTreeMap::new());
         BookiePool { meta, keys, inflight_max, secret: None, source: None, conns }
     }
 

@@ -17,7 +17,7 @@
 //! of which removes the record. A crash anywhere leaves each ledger in the chain or in the
 //! trash, and a `deleting` log is finished by any deleter.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -176,7 +176,7 @@ pub struct Trash {
     wake: Arc<Notify>,
     /// Backoff also kept in memory: when the store cannot record it, the deleter still
     /// does not hammer it. Ledger id → (attempts, next attempt ms).
-    backoff: Arc<Mutex<HashMap<u64, (u32, u64)>>>,
+    backoff: Arc<Mutex<BTreeMap<u64, (u32, u64)>>>,
 }
 
 impl Trash {
@@ -248,7 +248,7 @@ impl Trash {
             let this = self.clone();
             tasks.spawn(async move {
                 let _permit = permit;
-                let started = std::time::Instant::now();
+                let started = tokio::time::Instant::now();
                 let r = this.delete_one(t, version).await;
                 pace(started.elapsed(), this.config.busy_fraction).await;
                 r
@@ -324,7 +324,12 @@ impl Trash {
     /// Runs passes until the returned handle is dropped: every `interval`, or when woken.
     /// For a process that is the only deleter of its metadata store (standalone, tests).
     pub fn spawn(self) -> TrashHandle {
-        self.spawn_gated(watch::channel(true).1)
+        // The gate's sender lives in the handle: a gate whose sender is gone ends the loop
+        // after its first pass (found by the simulator, #26).
+        let (open, gate) = watch::channel(true);
+        let mut handle = self.spawn_gated(gate);
+        handle.gate = Some(open);
+        handle
     }
 
     /// Runs passes only while `gate` says this process is the cluster's deleter (a broker
@@ -353,6 +358,7 @@ impl Trash {
                     Err(e) => tracing::warn!(error = %e, "trash pass failed"),
                 }
                 tokio::select! {
+                    biased;
                     () = tokio::time::sleep(this.config.interval) => {}
                     () = this.wake.notified() => {}
                     r = gate.wait_for(|open| !*open) => {
@@ -365,7 +371,7 @@ impl Trash {
                 }
             }
         });
-        TrashHandle { trash: self, task, active }
+        TrashHandle { trash: self, task, active, gate: None }
     }
 }
 
@@ -375,6 +381,8 @@ pub struct TrashHandle {
     pub trash: Trash,
     task: tokio::task::JoinHandle<()>,
     active: Arc<AtomicBool>,
+    /// `spawn`'s always-open gate.
+    gate: Option<watch::Sender<bool>>,
 }
 
 impl TrashHandle {

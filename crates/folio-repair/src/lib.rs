@@ -230,6 +230,7 @@ impl IntegrityCheck {
                 }
             }
             tokio::select! {
+                biased;
                 () = tokio::time::sleep(interval) => {}
                 _ = stop.changed() => return,
             }

@@ -123,6 +123,8 @@ pub struct NetConfig {
     /// ...except for this share (out of 1000) of writes, delayed `spike` more.
     pub spikes_per_1000: u32,
     pub spike: Duration,
+    /// Trace every write (its ends, size and delay) to the events sink.
+    pub trace_writes: bool,
 }
 
 impl Default for NetConfig {
@@ -132,6 +134,7 @@ impl Default for NetConfig {
             latency_max: Duration::from_millis(2),
             spikes_per_1000: 5,
             spike: Duration::from_millis(200),
+            trace_writes: false,
         }
     }
 }
@@ -582,6 +585,12 @@ impl Drop for SimRead {
 impl SimWrite {
     fn send(&self, data: Bytes, fin: bool) {
         let delay = self.net.lock().delay();
+        if self.net.lock().config.trace_writes {
+            let (f, t, n) = (self.pipe.from, self.pipe.to, data.len());
+            self.net
+                .lock()
+                .event(|| format!("net: write {f} -> {t} {n} bytes fin {fin} in {delay:?}"));
+        }
         let mut st = self.pipe.lock();
         let at = (Instant::now() + delay).max(st.last_at.unwrap_or_else(Instant::now));
         st.last_at = Some(at);

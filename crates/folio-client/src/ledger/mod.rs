@@ -277,7 +277,7 @@ struct PendingAdd {
     entry: Bytes,
     length: u64,
     /// When the add was started (the stall watchdog's clock).
-    since: std::time::Instant,
+    since: tokio::time::Instant,
     /// Ensemble positions whose bookie acknowledged this entry.
     acked: std::collections::BTreeSet<usize>,
 }

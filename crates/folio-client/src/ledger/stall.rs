@@ -18,7 +18,9 @@
 
 use std::sync::Weak;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use folio_proto::EntryId;
 

@@ -154,7 +154,7 @@ impl LedgerWriter {
             };
             let entry = Entry::encode(header, payload).into_bytes();
             let length = st.length;
-            let since = std::time::Instant::now();
+            let since = tokio::time::Instant::now();
             st.pending.insert(id, PendingAdd { entry, length, since, acked: Default::default() });
             id
         };

@@ -253,6 +253,7 @@ impl Actor {
                 && self.queue_bytes < self.sh.config.pending_bytes_max;
             let clock = self.sh.env.clock.clone();
             tokio::select! {
+               biased;
                 true = lac_changed(&mut self.lac_rx) => self.on_lac().await,
                 cmd = self.cmd_rx.recv(), if accepting => match cmd {
                     None => {
@@ -580,8 +581,25 @@ impl Actor {
     /// After a failed attempt to get a ledger: retry later, keeping the queue (unless it
     /// waited too long).
     fn failed(&mut self, e: &LogError) {
-        if matches!(e, LogError::Fenced(_) | LogError::Deleted(_)) {
-            return;
+        match e {
+            // Another owner has the log (its chain moved on, or a ledger's fence says so):
+            // final, whichever step found it. Retrying in `Failed` kept the appends waiting
+            // for ever and re-read the store in a loop (found by the simulator, #26).
+            LogError::Fenced(_) => {
+                if self.state != LogState::Fenced {
+                    self.fenced();
+                }
+                return;
+            }
+            LogError::Deleted(_) => {
+                if self.state != LogState::Deleted {
+                    self.set_writer(None);
+                    self.set_state(LogState::Deleted);
+                    self.fail_pending(e.clone());
+                }
+                return;
+            }
+            _ => {}
         }
         self.set_state(LogState::Failed);
         let now = self.env().now_ms();

@@ -18,7 +18,7 @@
 //! closes it), and a reader of a closed ledger the index does not know loads that record
 //! once (`load`) before it would search.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use folio_proto::EntryId;
 
@@ -54,12 +54,12 @@ impl LedgerOffsets {
 /// Per ledger, entry ids by base offset (see the module doc).
 #[derive(Debug, Default)]
 pub(super) struct OffsetIndex {
-    ledgers: HashMap<u64, LedgerOffsets>,
+    ledgers: BTreeMap<u64, LedgerOffsets>,
     /// Ledgers whose persisted index was looked for (found or not): never again. At most
     /// the chain's ledgers (forgotten with them).
-    looked_up: HashSet<u64>,
+    looked_up: BTreeSet<u64>,
     /// Ledgers whose index, learned whole from reads, was offered to the store: never again.
-    offered: HashSet<u64>,
+    offered: BTreeSet<u64>,
     /// Dense offsets held, over all ledgers (at most `INDEX_ENTRIES_MAX`).
     dense_total: usize,
 }

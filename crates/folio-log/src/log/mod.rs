@@ -41,7 +41,7 @@ mod stream;
 pub use stream::prefetched_bytes;
 mod tail;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -179,7 +179,7 @@ struct Shared {
     retention: Mutex<Retention>,
     view: RwLock<View>,
     status: watch::Sender<LogStatus>,
-    readers: Mutex<HashMap<u64, Arc<LedgerReader>>>,
+    readers: Mutex<BTreeMap<u64, Arc<LedgerReader>>>,
     /// Per ledger: which entry holds which offset (`index.rs`).
     index: Mutex<index::OffsetIndex>,
     /// Readers' positions with their entries in flight (`stream.rs`).
@@ -363,7 +363,7 @@ impl ManagedLog {
                     current_ledger: 0,
                 })
                 .0,
-                readers: Mutex::new(HashMap::new()),
+                readers: Mutex::new(BTreeMap::new()),
                 index: Mutex::new(index::OffsetIndex::default()),
                 streams: Mutex::new(stream::Streams::default()),
                 tail: Mutex::new(tail::TailCache::default()),

@@ -30,7 +30,7 @@
 //! restarts as synced batches are), without its expiry thread (`lease_expiry_thread`):
 //! the simulator calls `expire_due` on simulated time.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -96,7 +96,7 @@ struct State {
     commits: u64,
     revision: Revision,
     compacted: Revision,
-    leases: HashMap<LeaseId, Lease>,
+    leases: BTreeMap<LeaseId, Lease>,
     lease_next: LeaseId,
     watchers: Vec<Watcher>,
 }
@@ -240,8 +240,8 @@ fn stored_u64(engine: &Engine, key: &str) -> Result<u64> {
 }
 
 /// The persisted leases, each with a full TTL from `now_ms`, and the keys they hold.
-fn load_leases(engine: &Engine, now_ms: u64) -> Result<HashMap<LeaseId, Lease>> {
-    let mut leases = HashMap::new();
+fn load_leases(engine: &Engine, now_ms: u64) -> Result<BTreeMap<LeaseId, Lease>> {
+    let mut leases = BTreeMap::new();
     let prefix = b"lease/";
     for (k, v) in engine.range(Space::Sys, prefix, usize::MAX, &|k| k.starts_with(prefix))? {
         if k.len() != 14 || v.len() != 8 {

@@ -10,7 +10,7 @@
 //! writer of a running storage (recovery seals logs a crash left active, before this set
 //! exists).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -44,7 +44,7 @@ pub(super) struct EntryLogSet {
     /// When (clock ms) a flush last wrote to `shared`.
     shared_touched_ms: u64,
     /// Per-ledger mode: each ledger's open log and when (clock ms) a flush last wrote to it.
-    per_ledger: HashMap<LedgerId, (EntryLogWriter, u64)>,
+    per_ledger: BTreeMap<LedgerId, (EntryLogWriter, u64)>,
     next_log_id: u64,
 }
 
@@ -70,7 +70,7 @@ impl EntryLogSet {
             },
             shared: None,
             shared_touched_ms: config.clock.now_ms(),
-            per_ledger: HashMap::new(),
+            per_ledger: BTreeMap::new(),
             next_log_id,
         }
     }

@@ -16,7 +16,7 @@
 //! Any failed write or fsync poisons the instance: every later call fails until a reopen,
 //! which recovers from the journal.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
@@ -93,7 +93,7 @@ struct Inner {
     reads_from_disk: Mutex<Vec<(LedgerId, EntryId, EntryId)>>,
     reads_from_disk_done: Condvar,
     reader: EntryLogReader,
-    ledgers: Mutex<HashMap<LedgerId, Ledger>>,
+    ledgers: Mutex<BTreeMap<LedgerId, Ledger>>,
     flush: Mutex<FlushState>,
     signal: Mutex<FlushSignal>,
     signal_cond: Condvar,
@@ -127,6 +127,11 @@ impl Storage {
     /// Runs `f` once the storage is poisoned (at once if it is already).
     pub fn on_poison(&self, f: impl Fn(&PoisonReason) + Send + Sync + 'static) {
         self.inner.poison.on_set(f);
+    }
+
+    /// The steps of a stepped storage (`Background::Stepped`); `None` for one with threads.
+    pub fn stepper(&self) -> Option<Stepper> {
+        self.inner.config.stepped().map(|_| Stepper { inner: self.inner.clone() })
     }
 
     /// What recovery found and did when the storage opened.
@@ -345,7 +350,7 @@ impl Inner {
         self.journal.get().expect("journal started")
     }
 
-    fn lock_ledgers(&self) -> MutexGuard<'_, HashMap<LedgerId, Ledger>> {
+    fn lock_ledgers(&self) -> MutexGuard<'_, BTreeMap<LedgerId, Ledger>> {
         self.ledgers.lock().expect("ledgers lock")
     }
 

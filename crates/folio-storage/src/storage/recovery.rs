@@ -131,8 +131,8 @@ impl Inner {
     }
 }
 
-pub(super) fn load_ledgers(kv: &dyn KvStore) -> Result<HashMap<LedgerId, Ledger>> {
-    let mut out = HashMap::new();
+pub(super) fn load_ledgers(kv: &dyn KvStore) -> Result<BTreeMap<LedgerId, Ledger>> {
+    let mut out = BTreeMap::new();
     let mut start = Vec::new();
     loop {
         let page = kv.range(Table::Ledgers, &start, &[0xff; 9], INDEX_PAGE)?;
@@ -182,7 +182,7 @@ pub(super) fn recover_entry_logs(
         .iter()
         .filter_map(|n| entry_log::parse_file_name(n))
         .collect();
-    let known: HashMap<u64, &EntryLogState> = states.iter().map(|(id, s)| (*id, s)).collect();
+    let known: BTreeMap<u64, &EntryLogState> = states.iter().map(|(id, s)| (*id, s)).collect();
     let mut batch = KvBatch::default();
     for (id, state) in &states {
         if !on_disk.contains(id) {

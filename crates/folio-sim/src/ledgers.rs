@@ -1,0 +1,245 @@
+//! The raw-ledger workload, through `folio-client` as any user of ledgers runs it: writers
+//! that create ledgers and pipeline adds, then close them or walk away (a writer crash);
+//! recoveries that fence and close what writers left (and, now and then, a ledger whose
+//! writer is still writing: a zombie); readers of closed and open ledgers up to the LAC;
+//! and deletions of closed ledgers.
+
+use std::time::Duration;
+
+use folio_client::{CreateOptions, LedgerClient};
+use folio_proto::LedgerId;
+use rand::Rng;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+use crate::model::Model;
+use crate::trace::Trace;
+
+/// Quorums (E, Qw, Qa) the writers create ledgers with.
+pub type Quorums = (u16, u16, u16);
+
+/// What the ledger workloads share.
+#[derive(Debug, Clone)]
+pub struct Shared {
+    pub model: Model,
+    pub trace: Trace,
+    pub stop: watch::Receiver<bool>,
+    pub quorums: Quorums,
+}
+
+impl Shared {
+    fn stopped(&self) -> bool {
+        *self.stop.borrow()
+    }
+}
+
+fn rand_range(lo: u64, hi: u64) -> u64 {
+    folio_rt::with_rng(|r| r.random_range(lo..=hi))
+}
+
+fn chance(per_100: u64) -> bool {
+    rand_range(0, 99) < per_100
+}
+
+/// A seeded payload of 1..=`max` bytes.
+pub fn payload(max: usize) -> Vec<u8> {
+    let n = rand_range(1, max as u64) as usize;
+    folio_rt::with_rng(|r| (0..n).map(|_| r.random::<u8>()).collect())
+}
+
+/// Sleeps for a seeded time in `lo..=hi` milliseconds.
+pub async fn pause(lo: u64, hi: u64) {
+    tokio::time::sleep(Duration::from_millis(rand_range(lo, hi))).await;
+}
+
+/// Writes ledgers until stopped; each one is closed, or left to `abandoned` (a writer that
+/// died, or failed).
+pub async fn writer(
+    client: LedgerClient,
+    s: Shared,
+    name: String,
+    abandoned: mpsc::UnboundedSender<LedgerId>,
+) {
+    let (e, w, a) = s.quorums;
+    while !s.stopped() {
+        let op = s.model.begin(format!("{name}: create ledger"));
+        let writer = match client.create(CreateOptions::new(e, w, a)).await {
+            Ok(writer) => {
+                s.model.end(op, "create ok");
+                writer
+            }
+            Err(err) => {
+                s.model.end(op, "create failed");
+                s.trace.event(format!("{name}: create failed: {err}"));
+                pause(100, 1000).await;
+                continue;
+            }
+        };
+        let id = writer.id();
+        let ensemble = writer.metadata().ensembles.first_key_value().map(|(_, b)| b.clone());
+        s.trace.event(format!("{name}: ledger {id} created, ensemble {ensemble:?}"));
+        let n = rand_range(1, 40);
+        let inflight = rand_range(1, 8) as usize;
+        let mut adds = JoinSet::new();
+        let mut failed = false;
+        for _ in 0..n {
+            if s.stopped() || failed {
+                break;
+            }
+            while adds.len() >= inflight {
+                failed |= adds.join_next().await.is_some_and(|r| r.unwrap_or(true));
+            }
+            let bytes = payload(2048);
+            match writer.add_nowait(&bytes) {
+                Ok((entry, done)) => {
+                    s.model.sent(id, entry, &bytes);
+                    let (m, t, who) = (s.model.clone(), s.trace.clone(), name.clone());
+                    let op = m.begin(format!("{who}: add {id}/{entry}"));
+                    adds.spawn(async move {
+                        match done.await {
+                            Ok(_) => {
+                                m.acked(id, entry);
+                                m.end(op, "add ok");
+                                false
+                            }
+                            Err(err) => {
+                                m.end(op, "add failed");
+                                t.event(format!("{who}: add {id}/{entry} failed: {err}"));
+                                true
+                            }
+                        }
+                    });
+                }
+                Err(err) => {
+                    s.trace.event(format!("{name}: add to {id} refused: {err}"));
+                    failed = true;
+                }
+            }
+            pause(0, 5).await;
+        }
+        while let Some(r) = adds.join_next().await {
+            failed |= r.unwrap_or(true);
+        }
+        if failed || chance(25) {
+            s.trace.event(format!("{name}: leaves ledger {id} (failed {failed})"));
+            drop(writer);
+            let _ = abandoned.send(id);
+            continue;
+        }
+        let op = s.model.begin(format!("{name}: close {id}"));
+        match writer.close().await {
+            Ok(last) => {
+                s.model.end(op, "close ok");
+                s.model.ended(id, last, &format!("{name}'s close"));
+                s.trace.event(format!("{name}: ledger {id} closed at {last}"));
+            }
+            Err(err) => {
+                s.model.end(op, "close failed");
+                s.trace.event(format!("{name}: close of {id} failed: {err}"));
+                let _ = abandoned.send(id);
+            }
+        }
+    }
+}
+
+/// Recovers what writers left, and now and then a ledger still being written.
+pub async fn recoverer(
+    client: LedgerClient,
+    s: Shared,
+    name: String,
+    mut abandoned: mpsc::UnboundedReceiver<LedgerId>,
+) {
+    while !s.stopped() {
+        let id = tokio::select! {
+            biased;
+            id = abandoned.recv() => match id { Some(id) => id, None => return },
+            () = pause(500, 3000) => {
+                // A zombie: fence a ledger whose writer may still be adding to it.
+                let open: Vec<LedgerId> = s.model.lock().ledgers.iter()
+                    .filter(|(_, l)| l.ends.is_empty() && !l.deleted).map(|(id, _)| *id).collect();
+                if open.is_empty() || !chance(30) { continue }
+                open[rand_range(0, open.len() as u64 - 1) as usize]
+            }
+        };
+        if s.model.lock().ledgers.get(&id).is_some_and(|l| !l.ends.is_empty()) {
+            continue;
+        }
+        let op = s.model.begin(format!("{name}: recover {id}"));
+        match client.recover(id).await {
+            Ok(reader) => {
+                s.model.end(op, "recover ok");
+                let end = reader.last_entry_id().unwrap_or(-1);
+                s.model.ended(id, end, &format!("{name}'s recovery"));
+                s.trace.event(format!("{name}: ledger {id} recovered, ends at {end}"));
+            }
+            Err(err) => {
+                s.model.end(op, "recover failed");
+                s.trace.event(format!("{name}: recovery of {id} failed: {err}"));
+                pause(200, 1000).await;
+                // Tried again later, by this loop or by the final check.
+            }
+        }
+    }
+}
+
+/// Reads ledgers (closed ones whole, open ones up to their LAC) and deletes some closed
+/// ones.
+pub async fn reader(client: LedgerClient, s: Shared, name: String) {
+    while !s.stopped() {
+        pause(50, 400).await;
+        let pick: Vec<(LedgerId, bool)> = s
+            .model
+            .lock()
+            .ledgers
+            .iter()
+            .filter(|(_, l)| !l.deleted)
+            .map(|(id, l)| (*id, !l.ends.is_empty()))
+            .collect();
+        if pick.is_empty() {
+            continue;
+        }
+        let (id, closed) = pick[rand_range(0, pick.len() as u64 - 1) as usize];
+        if closed && chance(10) {
+            let op = s.model.begin(format!("{name}: delete {id}"));
+            match client.delete(id).await {
+                Ok(()) => {
+                    s.model.end(op, "delete ok");
+                    s.model.deleted(id);
+                    s.trace.event(format!("{name}: ledger {id} deleted"));
+                }
+                Err(err) => {
+                    s.model.end(op, "delete failed");
+                    s.trace.event(format!("{name}: delete of {id} failed: {err}"));
+                }
+            }
+            continue;
+        }
+        let op = s.model.begin(format!("{name}: read {id}"));
+        let outcome = read_some(&client, &s, id).await;
+        s.model.end(op, if outcome.is_ok() { "read ok" } else { "read failed" });
+        if let Err(err) = outcome {
+            s.trace.event(format!("{name}: read of {id} failed: {err}"));
+        }
+    }
+}
+
+async fn read_some(client: &LedgerClient, s: &Shared, id: LedgerId) -> folio_client::Result<()> {
+    let reader = client.open(id).await?;
+    let last = match reader.last_entry_id() {
+        Some(last) => last,
+        None => {
+            let lac = reader.read_lac().await?;
+            s.model.lac(id, lac);
+            lac
+        }
+    };
+    if last < 0 {
+        return Ok(());
+    }
+    let from = rand_range(0, last as u64) as i64;
+    for entry in from..=last.min(from + 8) {
+        let e = reader.read(entry).await?;
+        s.model.read_entry(id, entry, e.payload());
+    }
+    Ok(())
+}

@@ -1,0 +1,162 @@
+//! The faults of a run, drawn from its seed until the fault window ends: bookie crashes (a
+//! power cut: unsynced writes dropped, applied or torn, or all lost) and restarts, clean
+//! restarts, failing fsyncs (the bookie poisons itself, turns read-only and is restarted),
+//! held and down links between a client node and a bookie, connection resets, and a
+//! metadata store that fails transactions before or after they apply. At the end every
+//! fault is repaired: bookies restarted, links healed, the store reliable again.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use folio_rt::sim::Link;
+use rand::Rng;
+use tokio::time::Instant;
+
+use crate::world::{World, client_ip};
+
+/// How hard the faults come.
+#[derive(Debug, Clone)]
+pub struct Intensity {
+    /// Mean time between faults.
+    pub mean_gap: Duration,
+    /// Bookies down (crashed or stopped) at once, at most.
+    pub max_down: usize,
+    /// Whether the store fails transactions.
+    pub meta_faults: bool,
+}
+
+fn rand_ms(lo: u64, hi: u64) -> Duration {
+    Duration::from_millis(folio_rt::with_rng(|r| r.random_range(lo..=hi)))
+}
+
+fn pick<T: Copy>(of: &[T]) -> Option<T> {
+    (!of.is_empty()).then(|| of[folio_rt::with_rng(|r| r.random_range(0..of.len()))])
+}
+
+/// What the nemesis broke and when it mends it.
+#[derive(Debug, Default)]
+struct Broken {
+    /// Bookie → when it restarts.
+    down: BTreeMap<usize, Instant>,
+    /// Bookie whose fsyncs fail → when it is crashed and restarted.
+    failing_sync: BTreeMap<usize, Instant>,
+    /// (client, bookie) → when the link heals.
+    links: BTreeMap<(IpAddr, IpAddr), Instant>,
+    meta_until: Option<Instant>,
+}
+
+/// Breaks things until `until`, then mends everything.
+pub async fn run(world: &mut World, until: Instant, clients: &[usize], intensity: &Intensity) {
+    let mut broken = Broken::default();
+    let bookie_ips: Vec<IpAddr> = world.bookies.iter().map(|b| b.addr.ip()).collect();
+    let clients: Vec<IpAddr> = clients.iter().map(|c| client_ip(*c)).collect();
+    loop {
+        mend_due(world, &mut broken, Instant::now()).await;
+        let gap = intensity.mean_gap.as_millis() as u64;
+        let at = Instant::now() + rand_ms(gap / 4, gap * 2);
+        if at >= until {
+            break;
+        }
+        tokio::time::sleep_until(at).await;
+        mend_due(world, &mut broken, Instant::now()).await;
+        let now = Instant::now();
+        let up: Vec<usize> = (0..world.bookies.len())
+            .filter(|i| world.is_up(*i) && !broken.failing_sync.contains_key(i))
+            .collect();
+        let can_take_down = broken.down.len() + broken.failing_sync.len() < intensity.max_down;
+        match folio_rt::with_rng(|r| r.random_range(0..100)) {
+            0..=24 if can_take_down => {
+                let Some(i) = pick(&up) else { continue };
+                let lose_all = folio_rt::with_rng(|r| r.random_range(0..5) == 0);
+                world.crash_bookie(i, lose_all).await;
+                broken.down.insert(i, now + rand_ms(500, 8000));
+            }
+            25..=32 if can_take_down => {
+                let Some(i) = pick(&up) else { continue };
+                world.trace.event(format!("stop {} cleanly", world.bookies[i].id));
+                world.stop_bookie(i).await;
+                broken.down.insert(i, now + rand_ms(200, 3000));
+            }
+            33..=39 if can_take_down => {
+                let Some(i) = pick(&up) else { continue };
+                let after = folio_rt::with_rng(|r| r.random_range(0..30));
+                world
+                    .trace
+                    .event(format!("{}: fsync fails after {after} more", world.bookies[i].id));
+                world.bookies[i].fs.fail_sync_after(after);
+                broken.failing_sync.insert(i, now + rand_ms(2000, 6000));
+            }
+            40..=59 => break_link(world, &mut broken, &clients, &bookie_ips, Link::Held, now),
+            60..=69 => break_link(world, &mut broken, &clients, &bookie_ips, Link::Down, now),
+            70..=84 => {
+                if let Some((a, b)) = world.sim.net().reset_one() {
+                    world.trace.event(format!("reset connection {a} - {b}"));
+                }
+            }
+            85..=91 if intensity.meta_faults => {
+                world.trace.event("metadata store fails transactions");
+                world.meta.set_failures(40, 15);
+                broken.meta_until = Some(now + rand_ms(500, 4000));
+            }
+            _ => {}
+        }
+    }
+    mend_all(world, &mut broken).await;
+}
+
+fn break_link(
+    world: &World,
+    broken: &mut Broken,
+    clients: &[IpAddr],
+    bookies: &[IpAddr],
+    link: Link,
+    now: Instant,
+) {
+    let (Some(c), Some(b)) = (pick(clients), pick(bookies)) else { return };
+    if broken.links.contains_key(&(c, b)) {
+        return;
+    }
+    world.trace.event(format!("link {c} - {b} {link:?}"));
+    world.sim.net().set_link(c, b, link);
+    let heal = if link == Link::Held { rand_ms(500, 8000) } else { rand_ms(300, 4000) };
+    broken.links.insert((c, b), now + heal);
+}
+
+async fn mend_due(world: &mut World, broken: &mut Broken, now: Instant) {
+    let due: Vec<usize> = broken.down.iter().filter(|(_, t)| **t <= now).map(|(i, _)| *i).collect();
+    for i in due {
+        broken.down.remove(&i);
+        world.start_bookie(i).await;
+    }
+    let due: Vec<usize> =
+        broken.failing_sync.iter().filter(|(_, t)| **t <= now).map(|(i, _)| *i).collect();
+    for i in due {
+        broken.failing_sync.remove(&i);
+        // A poisoned bookie recovers by a restart (from its journal).
+        world.crash_bookie(i, false).await;
+        world.start_bookie(i).await;
+    }
+    let healed: Vec<(IpAddr, IpAddr)> =
+        broken.links.iter().filter(|(_, t)| **t <= now).map(|(k, _)| *k).collect();
+    for (c, b) in healed {
+        broken.links.remove(&(c, b));
+        world.sim.net().set_link(c, b, Link::Up);
+    }
+    if broken.meta_until.is_some_and(|t| t <= now) {
+        broken.meta_until = None;
+        world.meta.set_failures(0, 0);
+        world.trace.event("metadata store reliable again");
+    }
+}
+
+async fn mend_all(world: &mut World, broken: &mut Broken) {
+    let far = Instant::now() + Duration::from_secs(3600 * 24);
+    mend_due(world, broken, far).await;
+    for i in 0..world.bookies.len() {
+        if !world.is_up(i) {
+            world.start_bookie(i).await;
+        }
+    }
+    world.trace.event("faults over: every bookie up, every link healed");
+}

@@ -1,0 +1,296 @@
+//! The simulated cluster: the metadata store and N bookies, each bookie the real
+//! `folio_bookie::Bookie` on a fault-injecting in-memory disk ([`FaultFs`], which survives
+//! its crashes as a disk would) and an in-memory index, listening on the simulated network
+//! at `10.0.1.<i>:3181`, its storage engine stepped by a driver task with seeded disk
+//! latencies. A journal-less bookie also runs the full integrity check (`folio-repair`),
+//! as `folio bookie` does.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use folio_bookie::bookie::{Bookie, BookieConfig, DiskUsage};
+use folio_client::LedgerClient;
+use folio_meta::MetadataStore;
+use folio_meta::embedded::{EmbeddedConfig, EmbeddedStore, MemoryEngine};
+use folio_meta::keys::Keys;
+use folio_rt::sim::Simulation;
+use folio_storage::fs::{CrashPlan, FaultFs};
+use folio_storage::index::MemKv;
+use folio_storage::{Background, Stepper, Storage, StorageConfig, Wake};
+use rand::Rng;
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+
+use crate::clock::SimClock;
+use crate::meta::SimMeta;
+use crate::trace::Trace;
+
+/// The metadata root of the simulated cluster.
+pub const ROOT: &str = "sim";
+
+/// The cluster secret every bookie requires and every client proves.
+pub fn secret() -> folio_proto::auth::ClusterSecret {
+    folio_proto::auth::ClusterSecret::new(b"the simulated cluster's secret".to_vec())
+        .expect("a valid secret")
+}
+
+/// A ledger client of the cluster connecting from `ip`.
+pub fn client_at(meta: Arc<dyn MetadataStore>, keys: &Keys, ip: IpAddr) -> LedgerClient {
+    LedgerClient::new(meta, keys.clone())
+        .with_cluster_secret(Some(secret()))
+        .with_source_address(Some(ip))
+}
+
+/// A disk that is never full.
+#[derive(Debug)]
+struct RoomyDisk;
+
+impl DiskUsage for RoomyDisk {
+    fn usage(&self, _: &std::path::Path) -> std::io::Result<f64> {
+        Ok(0.1)
+    }
+}
+
+/// The address of bookie `i`.
+pub fn bookie_addr(i: usize) -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 1, i as u8 + 1)), 3181)
+}
+
+/// The address of client node `i` (writers, log owners, readers, the checker).
+pub fn client_ip(i: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 2, i as u8 + 1))
+}
+
+/// One bookie of the cluster and what it keeps across crashes.
+#[derive(Debug)]
+pub struct BookieNode {
+    pub id: String,
+    pub addr: SocketAddr,
+    /// Journal mode (`false`: journal-less, with the integrity check).
+    pub journal: bool,
+    /// The disk; a crash turns it into what a power cut leaves.
+    pub fs: FaultFs,
+    kv: MemKv,
+    pub bookie: Option<Bookie>,
+    stop_repair: Option<watch::Sender<bool>>,
+    pub crashes: u32,
+}
+
+/// The cluster (see the module docs).
+#[derive(Debug)]
+pub struct World {
+    pub sim: Arc<Simulation>,
+    pub trace: Trace,
+    pub clock: Arc<SimClock>,
+    pub meta: Arc<SimMeta>,
+    pub keys: Keys,
+    pub bookies: Vec<BookieNode>,
+}
+
+impl World {
+    /// The store and `journals.len()` bookies (journal mode or not, each), all started.
+    pub async fn start(
+        sim: Arc<Simulation>,
+        trace: Trace,
+        journals: &[bool],
+        meta_delay_max: Duration,
+    ) -> World {
+        let clock = Arc::new(SimClock::new());
+        let config = EmbeddedConfig {
+            txn_ops_max: folio_meta::ETCD_TXN_OPS_MAX,
+            lease_expiry_thread: false,
+            ..Default::default()
+        };
+        let store = EmbeddedStore::open_memory(MemoryEngine::new(), config, clock.clone())
+            .expect("the metadata store opens");
+        let store = Arc::new(store);
+        let expiring = Arc::downgrade(&store);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let Some(s) = expiring.upgrade() else { return };
+                if let Err(e) = s.expire_due() {
+                    tracing::warn!(error = %e, "lease expiry failed");
+                }
+            }
+        });
+        let meta = Arc::new(SimMeta::new(store, meta_delay_max, trace.clone()));
+        let bookies = journals
+            .iter()
+            .enumerate()
+            .map(|(i, journal)| BookieNode {
+                id: format!("bookie-{i}"),
+                addr: bookie_addr(i),
+                journal: *journal,
+                fs: FaultFs::new(),
+                kv: MemKv::new(),
+                bookie: None,
+                stop_repair: None,
+                crashes: 0,
+            })
+            .collect();
+        let mut world = World { sim, trace, clock, meta, keys: Keys::new(ROOT), bookies };
+        for i in 0..world.bookies.len() {
+            world.start_bookie(i).await;
+        }
+        world
+    }
+
+    /// The store as the components take it.
+    pub fn store(&self) -> Arc<dyn MetadataStore> {
+        self.meta.clone()
+    }
+
+    /// A ledger client of client node `node`.
+    pub fn client(&self, node: usize) -> LedgerClient {
+        client_at(self.store(), &self.keys, client_ip(node))
+    }
+
+    /// Whether bookie `i` runs.
+    pub fn is_up(&self, i: usize) -> bool {
+        self.bookies[i].bookie.is_some()
+    }
+
+    /// Starts bookie `i` on its disk (after a crash: the disk as the crash left it). A start
+    /// that fails (a refusal the bookie names) leaves it down, traced.
+    pub async fn start_bookie(&mut self, i: usize) {
+        let config = self.bookie_config(i);
+        let node = &mut self.bookies[i];
+        let mount = node.fs.mount();
+        let mut config = config;
+        config.fs = Arc::new(mount.clone());
+        let kv = node.kv.clone();
+        let work = Arc::new(Notify::new());
+        let notify = work.clone();
+        config.storage.background =
+            Background::Stepped(Wake(Arc::new(move || notify.notify_one())));
+        let trace = self.trace.clone();
+        let id = node.id.clone();
+        let open = move |cfg: StorageConfig| {
+            let storage = Storage::open(cfg, Arc::new(mount), Arc::new(kv))?;
+            if let Some(stepper) = storage.stepper() {
+                tokio::spawn(drive(stepper, work, id, trace));
+            }
+            Ok(storage)
+        };
+        match Bookie::start_on(config, self.meta.clone(), Arc::new(RoomyDisk), open).await {
+            Ok(bookie) => {
+                self.trace.event(format!(
+                    "bookie {} started (journal {}, unclean {})",
+                    node.id,
+                    node.journal,
+                    bookie.unclean_shutdown()
+                ));
+                if !node.journal {
+                    let (tx, rx) = watch::channel(false);
+                    let check = folio_repair::IntegrityCheck {
+                        storage: bookie.storage().clone(),
+                        client: client_at(self.meta.clone(), &self.keys, node.addr.ip()),
+                        meta: self.meta.clone(),
+                        keys: self.keys.clone(),
+                        bookie_id: node.id.clone(),
+                    };
+                    tokio::spawn(check.serve(Duration::from_secs(2), rx));
+                    node.stop_repair = Some(tx);
+                }
+                node.bookie = Some(bookie);
+            }
+            Err(e) => self.trace.event(format!("bookie {} failed to start: {e}", node.id)),
+        }
+    }
+
+    fn bookie_config(&self, i: usize) -> BookieConfig {
+        let node = &self.bookies[i];
+        let dir = PathBuf::from(format!("/sim/{}", node.id));
+        let mut config = BookieConfig::new(&dir, node.addr);
+        config.bookie_id = Some(node.id.clone());
+        config.advertised_address = Some(node.addr.to_string());
+        config.metadata_root = ROOT.into();
+        config.lease_ttl = Duration::from_secs(3);
+        config.auth.secret = Some(secret());
+        let mut storage = StorageConfig::small_for_tests(&dir);
+        storage.journal.direct_io = false;
+        storage.journal.write_data = node.journal;
+        storage.clock = self.clock.clone();
+        storage.flush_interval = Duration::from_secs(1);
+        storage.entry_log_idle_rotation = Duration::from_secs(10);
+        config.storage = storage;
+        config.gc.interval = Duration::from_secs(5);
+        config
+    }
+
+    /// Crashes bookie `i`: its disk keeps what was synced and, per unsynced write, what the
+    /// plan's seed says; its connections are reset; its process is gone.
+    pub async fn crash_bookie(&mut self, i: usize, lose_all_unsynced: bool) {
+        let seed = folio_rt::with_rng(|r| r.random::<u64>());
+        let node = &mut self.bookies[i];
+        let plan =
+            if lose_all_unsynced { CrashPlan::LoseAllUnsynced } else { CrashPlan::Random { seed } };
+        node.fs.crash(plan);
+        node.crashes += 1;
+        if let Some(stop) = node.stop_repair.take() {
+            let _ = stop.send(true);
+        }
+        let resets = self.sim.net().reset_ip(node.addr.ip());
+        self.trace.event(format!("crash {} ({plan:?}, {resets} connections reset)", node.id));
+        if let Some(b) = node.bookie.take() {
+            b.abort().await;
+        }
+    }
+
+    /// Stops bookie `i` cleanly (flush, checkpoint, lease revoked).
+    pub async fn stop_bookie(&mut self, i: usize) {
+        let node = &mut self.bookies[i];
+        if let Some(stop) = node.stop_repair.take() {
+            let _ = stop.send(true);
+        }
+        if let Some(b) = node.bookie.take()
+            && let Err(e) = b.shutdown().await
+        {
+            self.trace.event(format!("{} did not stop cleanly: {e}", node.id));
+        }
+    }
+}
+
+/// Steps a bookie's storage engine (`Background::Stepped`) until it closes: writes and
+/// syncs the journal with seeded latencies, flushes when asked and every second.
+async fn drive(stepper: Stepper, work: Arc<Notify>, id: String, trace: Trace) {
+    let flush_every = Duration::from_secs(1);
+    let mut next_flush = Instant::now() + flush_every;
+    let latency = |lo: u64, hi: u64| {
+        Duration::from_micros(folio_rt::with_rng(|r| {
+            let slow = r.random_range(0..100) == 0;
+            r.random_range(lo..=hi) * if slow { 20 } else { 1 }
+        }))
+    };
+    loop {
+        if stepper.is_closed() {
+            return;
+        }
+        if stepper.journal_has_work() {
+            if stepper.write_journal() {
+                tokio::time::sleep(latency(20, 200)).await;
+            }
+            tokio::time::sleep(latency(100, 1500)).await;
+            stepper.sync_journal();
+            continue;
+        }
+        if stepper.flush_requested() || Instant::now() >= next_flush {
+            tokio::time::sleep(latency(200, 2000)).await;
+            if let Err(e) = stepper.flush()
+                && !stepper.is_closed()
+            {
+                trace.event(format!("{id}: flush failed: {e}"));
+            }
+            next_flush = Instant::now() + flush_every;
+            continue;
+        }
+        tokio::select! {
+            biased;
+            () = work.notified() => {}
+            () = tokio::time::sleep_until(next_flush) => {}
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! The simulator in CI (#26): seeds from `FOLIO_SIM_SEEDS` (`a..b` or `a,b,c`), else the
+//! default range, split over four tests so nextest runs them on both cores. A failing seed
+//! prints its violations, the command that replays it and the last lines of its trace.
+
+use folio_sim::{Options, Report, run, seeds};
+
+/// Seeds CI runs when `FOLIO_SIM_SEEDS` is not set.
+const CI_SEEDS: std::ops::Range<u64> = 0..200;
+const PARTS: u64 = 4;
+
+fn run_part(part: u64) {
+    let all = seeds("FOLIO_SIM_SEEDS", CI_SEEDS);
+    let mine: Vec<u64> = all.iter().copied().filter(|s| s % PARTS == part).collect();
+    let opts = Options::default();
+    let started = std::time::Instant::now();
+    let mut failed: Vec<Report> = Vec::new();
+    let mut sim_secs = 0.0;
+    for seed in &mine {
+        let r = run(*seed, &opts);
+        sim_secs += r.sim_time.as_secs_f64();
+        if !r.passed() {
+            eprintln!("{}", r.failure_text());
+            failed.push(r);
+        }
+    }
+    let took = started.elapsed().as_secs_f64();
+    eprintln!(
+        "part {part}: {} seeds in {took:.1} s ({:.2} seeds/s, {sim_secs:.0} simulated s), {} failed",
+        mine.len(),
+        mine.len() as f64 / took.max(1e-9),
+        failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "failing seeds: {:?} (replay one with FOLIO_SIM_SEEDS=<seed> FOLIO_SIM_VERBOSE=1)",
+        failed.iter().map(|r| r.seed).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn seeds_part_0() {
+    run_part(0);
+}
+
+#[test]
+fn seeds_part_1() {
+    run_part(1);
+}
+
+#[test]
+fn seeds_part_2() {
+    run_part(2);
+}
+
+#[test]
+fn seeds_part_3() {
+    run_part(3);
+}
+
+/// A seed replays exactly: the same trace, line for line (its checksum), twice.
+#[test]
+fn a_seed_replays_to_the_same_trace() {
+    let opts = Options::default();
+    for seed in [3, 11] {
+        let (a, b) = (run(seed, &opts), run(seed, &opts));
+        assert_eq!(a.checksum, b.checksum, "seed {seed} ran differently twice");
+        assert!(a.checksum.1 > 100, "seed {seed} traced only {} lines", a.checksum.1);
+    }
+}
