@@ -584,7 +584,6 @@ async fn run_gc(
     let (mut last_minor, mut last_major) = (clock.now_ms(), clock.now_ms());
     loop {
         tokio::select! {
-            biased;
             () = tokio::time::sleep(config.interval) => {}
             _ = stop.changed() => return,
         }
@@ -628,7 +627,6 @@ async fn keep_registered(
 ) {
     loop {
         tokio::select! {
-            biased;
             () = tokio::time::sleep(ttl / 3) => {}
             _ = stop.changed() => return,
         }
@@ -724,7 +722,6 @@ async fn monitor_disk(
             }
         }
         tokio::select! {
-            biased;
             () = tokio::time::sleep(config.disk_check_interval) => {}
             r = poison.changed(), if poison_watched => poison_watched = r.is_ok(),
             _ = stop.changed() => return,

@@ -124,7 +124,6 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(handler.limits.connections_max));
     loop {
         tokio::select! {
-            biased;
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let Ok(slot) = slots.clone().try_acquire_owned() else {
@@ -263,7 +262,6 @@ async fn connection(
             None => tokio::time::Instant::now() + h.limits.idle_timeout,
         };
         tokio::select! {
-            biased;
             n = tokio::time::timeout_at(deadline, rd.read_buf(&mut buf)) => match n {
                 Ok(Ok(0) | Err(_)) => break None,
                 Ok(Ok(_)) => {}

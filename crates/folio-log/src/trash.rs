@@ -358,7 +358,6 @@ impl Trash {
                     Err(e) => tracing::warn!(error = %e, "trash pass failed"),
                 }
                 tokio::select! {
-                    biased;
                     () = tokio::time::sleep(this.config.interval) => {}
                     () = this.wake.notified() => {}
                     r = gate.wait_for(|open| !*open) => {

@@ -230,7 +230,6 @@ impl IntegrityCheck {
                 }
             }
             tokio::select! {
-                biased;
                 () = tokio::time::sleep(interval) => {}
                 _ = stop.changed() => return,
             }

@@ -82,7 +82,6 @@ impl LedgerReader {
         let mut errors: Vec<String> = Vec::new();
         loop {
             tokio::select! {
-               biased;
                 Some((bookie, r)) = rx.recv() => {
                     outstanding -= 1;
                     match r {

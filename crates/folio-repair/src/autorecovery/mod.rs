@@ -160,7 +160,6 @@ impl Autorecovery {
                 tracing::warn!(host = %self.inner.host, error = %e, "autorecovery round failed; retrying");
             }
             tokio::select! {
-                biased;
                 _ = stop.wait_for(|s| *s) => break,
                 () = tokio::time::sleep(poll) => {}
             }

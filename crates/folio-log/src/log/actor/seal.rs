@@ -42,7 +42,13 @@ impl Actor {
         {
             let sealed = match known {
                 Some(c) => sealed_info(last, c, now),
-                None => self.recover_ledger(last, now).await?,
+                None => {
+                    let info = self.recover_ledger(last, now).await?;
+                    if self.cur.ledger_id == last.ledger_id {
+                        self.confirm_recovered(last.ledger_id, info.end_offset());
+                    }
+                    info
+                }
             };
             offset_index = self.seal_into(&mut record, &mut trash, sealed, now);
         }
@@ -64,6 +70,7 @@ impl Actor {
         let c = &self.sh.config;
         let jitter = folio_rt::random::<f64>() * 0.05;
         self.cur = Current {
+            ledger_id: id,
             created_ms: now,
             max_age_ms: (c.rollover_max_age.as_millis() as f64 * (1.0 + jitter)) as u64,
             first_ts: -1,
@@ -86,6 +93,18 @@ impl Actor {
                 self.uncreated = Some(id);
                 Err(e.into())
             }
+        }
+    }
+
+    /// After recovering the current ledger `ledger_id`: the queued appends it holds (sent
+    /// before its writer failed, and found by the recovery) are durable now. They are
+    /// acknowledged as its next entries, not sent again: sent again they would take
+    /// offsets the ledger already holds.
+    fn confirm_recovered(&mut self, ledger_id: u64, end: u64) {
+        while self.queue.front().is_some_and(|p| p.base_offset + u64::from(p.records) <= end) {
+            let p = self.queue.pop_front().expect("front exists");
+            let entry_id = self.cur.entries as EntryId;
+            self.confirm(p, ledger_id, entry_id);
         }
     }
 
