@@ -332,29 +332,7 @@ fn dispatch(h: &Arc<Handler>, frame: RequestFrame, permit: Held, tx: mpsc::Unbou
             });
         }
         Request::Read { ledger_id, entry_id, fence } => {
-            let storage = h.storage.clone();
-            let h = h.clone();
-            let mut held = permit;
-            let answer = move |fenced: Result<(), Status>| {
-                let (status, entry) = match fenced {
-                    Ok(()) => read(&h, ledger_id, entry_id),
-                    Err(status) => (status, None),
-                };
-                let entry_id = entry.as_ref().map_or(entry_id, |e: &Entry| e.entry_id());
-                held.keep(entry.as_ref().map_or(0, |e| e.encoded_len()) + READ_REPLY_OVERHEAD);
-                let response =
-                    Response::Read { ledger_id, entry_id, entry: entry.map(Entry::into_bytes) };
-                reply(&tx, status, response, held)
-            };
-            match fence {
-                None => folio_rt::spawn_blocking(move || answer(Ok(()))),
-                Some(key) => {
-                    tokio::spawn(async move {
-                        let fenced = fence_durably(storage, ledger_id, key).await;
-                        folio_rt::spawn_blocking(move || answer(fenced));
-                    });
-                }
-            }
+            read_request(h, request_id, (ledger_id, entry_id), fence, permit, tx)
         }
         Request::ReadLac { ledger_id } => {
             let h = h.clone();
@@ -463,6 +441,38 @@ fn answer_once(
     }));
     if let Err(e) = submitted {
         send(&slot, status_of(&e), response);
+    }
+}
+
+/// A READ: with `fence`, the fence is made durable first and the read answers after it.
+fn read_request(
+    h: &Arc<Handler>,
+    request_id: u64,
+    (ledger_id, entry_id): (LedgerId, EntryId),
+    fence: Option<MasterKey>,
+    mut held: Held,
+    tx: mpsc::UnboundedSender<Reply>,
+) {
+    let storage = h.storage.clone();
+    let h = h.clone();
+    let answer = move |fenced: Result<(), Status>| {
+        let (status, entry) = match fenced {
+            Ok(()) => read(&h, ledger_id, entry_id),
+            Err(status) => (status, None),
+        };
+        let entry_id = entry.as_ref().map_or(entry_id, |e: &Entry| e.entry_id());
+        held.keep(entry.as_ref().map_or(0, |e| e.encoded_len()) + READ_REPLY_OVERHEAD);
+        let response = Response::Read { ledger_id, entry_id, entry: entry.map(Entry::into_bytes) };
+        let _ = tx.send((ResponseFrame { request_id, status, response }, held));
+    };
+    match fence {
+        None => folio_rt::spawn_blocking(move || answer(Ok(()))),
+        Some(key) => {
+            tokio::spawn(async move {
+                let fenced = fence_durably(storage, ledger_id, key).await;
+                folio_rt::spawn_blocking(move || answer(fenced));
+            });
+        }
     }
 }
 

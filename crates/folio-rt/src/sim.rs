@@ -2,9 +2,9 @@
 //!
 //! A thread enters a [`Simulation`] with [`enter`]; from then on, on that thread, the
 //! seams of this crate are simulated: [`crate::blocking`] runs its work inline (after a
-//! seeded number of yields, so the order of ready tasks varies with the seed),
-//! [`crate::net`] goes through the simulation's [`SimNet`], and [`crate::with_rng`] draws
-//! from the simulation's seeded generator. The simulator (`folio-sim`) runs a tokio
+//! seeded number of yields, so the order of ready tasks varies with the seed), the
+//! connections of `net` go through the simulation's [`SimNet`], and [`crate::with_rng`]
+//! draws from the simulation's seeded generator. The simulator (`folio-sim`) runs a tokio
 //! current-thread runtime with its clock paused, so timers are simulated time too.
 //!
 //! The network behaves as TCP: per direction, bytes arrive in order, each write after a

@@ -42,6 +42,8 @@ pub mod world;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use folio_log::{LogConfig, Trash, TrashConfig};
@@ -226,7 +228,7 @@ pub fn run(seed: u64, opts: &Options) -> Report {
     let trace = rt.block_on(async { Trace::new(opts.verbose) });
     sim.net().set_events({
         let t = trace.clone();
-        std::sync::Arc::new(move |e| t.event(e))
+        Arc::new(move |e| t.event(e))
     });
     let level = if opts.verbose { "debug" } else { "info" };
     let filter = tracing_subscriber::EnvFilter::new(
@@ -235,7 +237,10 @@ pub fn run(seed: u64, opts: &Options) -> Report {
     let subscriber = tracing_subscriber::registry().with(filter).with(TraceLayer(trace.clone()));
     let _logs = tracing::subscriber::set_default(subscriber);
     let started = rt.block_on(async { tokio::time::Instant::now() });
-    let watchdog = watchdog(seed, trace.clone());
+    let sim_ms = Arc::new(AtomicU64::new(0));
+    let watchdog = watchdog(seed, trace.clone(), sim_ms.clone());
+    let ticking = sim_ms.clone();
+    rt.spawn(tick(ticking));
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         rt.block_on(scenario(seed, opts, sim.clone(), trace.clone()))
     }));
@@ -264,56 +269,109 @@ pub fn run(seed: u64, opts: &Options) -> Report {
 
 type Outcome = (String, Vec<String>, BTreeMap<String, u64>, usize);
 
-/// Real seconds a seed may take (`FOLIO_SIM_WALL_MAX_S`, 300) before the process is
-/// aborted with the seed's trace: a run that spins or blocks its one thread never ends.
-fn watchdog(seed: u64, trace: Trace) -> std::sync::mpsc::Sender<()> {
+/// Real seconds a seed may take (`FOLIO_SIM_WALL_MAX_S`, 300), and real seconds simulated
+/// time may stand still (`FOLIO_SIM_STALL_S`, 20), before the process is aborted with the
+/// seed's trace: a run whose thread spins (simulated time stops: no task waits for a timer
+/// any more) or blocks never ends by itself.
+fn watchdog(seed: u64, trace: Trace, sim_ms: Arc<AtomicU64>) -> std::sync::mpsc::Sender<()> {
     let (done, wait) = std::sync::mpsc::channel::<()>();
-    let max =
-        std::env::var("FOLIO_SIM_WALL_MAX_S").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
+    let env = |var: &str, default: u64| {
+        std::env::var(var).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+    };
+    let (max, stall) = (env("FOLIO_SIM_WALL_MAX_S", 300), env("FOLIO_SIM_STALL_S", 20));
     std::thread::spawn(move || {
-        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-            wait.recv_timeout(Duration::from_secs(max))
-        {
-            eprintln!("seed {seed} ran for {max} s of real time: its thread spins or blocks");
-            eprintln!(
-                "replay: FOLIO_SIM_SEEDS={seed} FOLIO_SIM_VERBOSE=1 cargo test -p folio-sim --test sim -- --nocapture"
-            );
-            for l in trace.tail() {
-                eprintln!("  {l}");
+        let started = std::time::Instant::now();
+        let (mut seen, mut since) = (u64::MAX, std::time::Instant::now());
+        let why = loop {
+            match wait.recv_timeout(Duration::from_secs(1)) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                _ => return,
             }
-            std::process::abort();
+            let now = sim_ms.load(Ordering::Relaxed);
+            if now != seen {
+                (seen, since) = (now, std::time::Instant::now());
+            }
+            if since.elapsed() >= Duration::from_secs(stall) {
+                break format!(
+                    "simulated time stood still at {now} ms for {stall} s: its thread spins or blocks"
+                );
+            }
+            if started.elapsed() >= Duration::from_secs(max) {
+                break format!("it ran for {max} s of real time");
+            }
+        };
+        eprintln!("seed {seed}: {why}");
+        eprintln!(
+            "replay: FOLIO_SIM_SEEDS={seed} FOLIO_SIM_VERBOSE=1 cargo test -p folio-sim --test sim -- --nocapture"
+        );
+        for l in trace.tail() {
+            eprintln!("  {l}");
         }
+        std::process::abort();
     });
     done
 }
 
-async fn scenario(
-    seed: u64,
-    opts: &Options,
-    sim: std::sync::Arc<Simulation>,
-    trace: Trace,
-) -> Outcome {
-    let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed_0f_f011_0000);
-    let plan = Plan::draw(&mut rng, opts);
-    let plan_text = format!(
-        "{} bookies (journal {:?}), quorums {:?}, {} writers, {} logs rolling every {} entries, retention {:?}, faults for {:?} every ~{:?}, {} down at most, metadata faults {}",
-        plan.journals.len(),
-        plan.journals,
-        plan.quorums,
-        plan.writers,
-        plan.logs,
-        plan.rollover_entries,
-        plan.retention_bytes,
-        plan.fault_window,
-        plan.intensity.mean_gap,
-        plan.intensity.max_down,
-        plan.intensity.meta_faults
-    );
-    trace.event(format!("seed {seed}: {plan_text}"));
-    let mut world =
-        world::World::start(sim, trace.clone(), &plan.journals, plan.meta_delay_max).await;
-    let model = Model::default();
-    let (stop_tx, stop) = watch::channel(false);
+/// Publishes simulated time for the watchdog, every 10 simulated ms.
+async fn tick(sim_ms: Arc<AtomicU64>) {
+    let start = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        sim_ms.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+}
+
+impl Plan {
+    fn describe(&self) -> String {
+        format!(
+            "{} bookies (journal {:?}), quorums {:?}, {} writers, {} logs rolling every {} entries, retention {:?}, faults for {:?} every ~{:?}, {} down at most, metadata faults {}",
+            self.journals.len(),
+            self.journals,
+            self.quorums,
+            self.writers,
+            self.logs,
+            self.rollover_entries,
+            self.retention_bytes,
+            self.fault_window,
+            self.intensity.mean_gap,
+            self.intensity.max_down,
+            self.intensity.meta_faults
+        )
+    }
+
+    fn log_config(&self) -> LogConfig {
+        let (e, w, a) = self.quorums;
+        LogConfig {
+            ensemble_size: e,
+            write_quorum: w,
+            ack_quorum: a,
+            rollover_entries: self.rollover_entries,
+            retention_time: None,
+            retention_bytes: self.retention_bytes,
+            trim_interval: Duration::from_secs(2),
+            append_timeout: Duration::from_secs(10),
+            ..LogConfig::default()
+        }
+    }
+}
+
+/// The workloads of a run, started.
+struct Workloads {
+    tasks: JoinSet<()>,
+    logs: Vec<String>,
+    /// Client nodes the nemesis may cut off from bookies.
+    clients: Vec<usize>,
+    /// What the log workloads share (nodes aside).
+    base: logs::LogShared,
+}
+
+fn start_workloads(
+    world: &world::World,
+    plan: &Plan,
+    model: &Model,
+    stop: watch::Receiver<bool>,
+) -> Workloads {
+    let trace = world.trace.clone();
     let mut tasks = JoinSet::new();
     let shared = ledgers::Shared {
         model: model.clone(),
@@ -323,63 +381,41 @@ async fn scenario(
     };
     let (abandon, abandoned) = mpsc::unbounded_channel();
     for w in 0..plan.writers {
-        tasks.spawn(ledgers::writer(
-            world.client(w),
-            shared.clone(),
-            format!("writer-{w}"),
-            abandon.clone(),
-        ));
+        let name = format!("writer-{w}");
+        tasks.spawn(ledgers::writer(world.client(w), shared.clone(), name, abandon.clone()));
     }
     drop(abandon);
     tasks.spawn(ledgers::recoverer(world.client(5), shared.clone(), "recoverer".into(), abandoned));
-    tasks.spawn(ledgers::reader(world.client(6), shared.clone(), "reader".into()));
-    let (e, w, a) = plan.quorums;
-    let log_config = LogConfig {
-        ensemble_size: e,
-        write_quorum: w,
-        ack_quorum: a,
-        rollover_entries: plan.rollover_entries,
-        retention_time: None,
-        retention_bytes: plan.retention_bytes,
-        trim_interval: Duration::from_secs(2),
-        append_timeout: Duration::from_secs(10),
-        ..LogConfig::default()
-    };
+    tasks.spawn(ledgers::reader(world.client(6), shared, "reader".into()));
     let base = logs::LogShared {
         model: model.clone(),
-        trace: trace.clone(),
-        stop: stop.clone(),
+        trace,
+        stop,
         meta: world.store(),
         keys: world.keys.clone(),
         clock: world.clock.clone(),
         net: world.sim.net().clone(),
         bookies: world.bookies.iter().map(|b| b.addr.ip()).collect(),
-        config: log_config,
+        config: plan.log_config(),
         nodes: 0..0,
     };
-    let log_shared =
-        |k: usize| logs::LogShared { nodes: 20 + 30 * k..20 + 30 * (k + 1), ..base.clone() };
-    let mut log_names = Vec::new();
     let mut clients: Vec<usize> = (0..plan.writers).chain([5, 6]).collect();
+    let mut names = Vec::new();
     for k in 0..plan.logs {
         let name = format!("log-{k}");
-        let s = log_shared(k);
+        let s = logs::LogShared { nodes: 20 + 30 * k..20 + 30 * (k + 1), ..base.clone() };
         clients.extend(s.nodes.clone().take(4));
         let (current, follow) = watch::channel(None);
         tasks.spawn(logs::owner(s.clone(), name.clone(), current));
         tasks.spawn(logs::consumer(s, name.clone(), follow));
-        log_names.push(name);
+        names.push(name);
     }
-    let deleter_env = log_shared(0).env(DELETER_NODE);
-    let deleter = Trash::new(
-        deleter_env.clone(),
-        TrashConfig { interval: Duration::from_secs(1), concurrency: 2, busy_fraction: 1.0 },
-    )
-    .spawn();
-    let until = tokio::time::Instant::now() + plan.fault_window;
-    nemesis::run(&mut world, until, &clients, &plan.intensity).await;
-    let _ = stop_tx.send(true);
-    let mut violations = Vec::new();
+    Workloads { tasks, logs: names, clients, base }
+}
+
+/// Liveness: once the faults stopped, every workload ends and every operation ends (acked
+/// or failed) within [`LIVENESS_BOUND`].
+async fn quiesce(tasks: &mut JoinSet<()>, model: &Model, violations: &mut Vec<String>) {
     let quiet = tokio::time::timeout(LIVENESS_BOUND, async {
         while tasks.join_next().await.is_some() {}
         while !model.lock().ops.is_empty() {
@@ -396,13 +432,34 @@ async fn scenario(
         ));
         tasks.abort_all();
     }
+}
+
+async fn scenario(seed: u64, opts: &Options, sim: Arc<Simulation>, trace: Trace) -> Outcome {
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0x005e_ed0f_f011_0000);
+    let plan = Plan::draw(&mut rng, opts);
+    let plan_text = plan.describe();
+    trace.event(format!("seed {seed}: {plan_text}"));
+    let mut world =
+        world::World::start(sim, trace.clone(), &plan.journals, plan.meta_delay_max).await;
+    let model = Model::default();
+    let (stop_tx, stop) = watch::channel(false);
+    let mut w = start_workloads(&world, &plan, &model, stop);
+    let deleter_env = w.base.env(DELETER_NODE);
+    let trash =
+        TrashConfig { interval: Duration::from_secs(1), concurrency: 2, busy_fraction: 1.0 };
+    let deleter = Trash::new(deleter_env.clone(), trash).spawn();
+    let until = tokio::time::Instant::now() + plan.fault_window;
+    nemesis::run(&mut world, until, &w.clients, &plan.intensity).await;
+    let _ = stop_tx.send(true);
+    let mut violations = Vec::new();
+    quiesce(&mut w.tasks, &model, &mut violations).await;
     drop(deleter);
     trace.event("checks: workloads stopped");
     let mut findings = check::Findings::default();
-    let checker = world.client(CHECKER_NODE);
-    check::ledgers(&checker, &model, &mut findings).await;
-    check::logs(&log_shared(0).env(CHECKER_NODE), &log_names, &model, &mut findings).await;
+    check::ledgers(&world.client(CHECKER_NODE), &model, &mut findings).await;
+    check::logs(&w.base.env(CHECKER_NODE), &w.logs, &model, &mut findings).await;
     check::leaks(&mut world, &deleter_env, &model, &mut findings).await;
+    findings.violations.append(&mut world.d2);
     for b in &world.bookies {
         if b.bookie.is_none() {
             findings.violations.push(format!("{} did not start again after its faults", b.id));
@@ -414,7 +471,8 @@ async fn scenario(
     for i in 0..world.bookies.len() {
         world.stop_bookie(i).await;
     }
-    let counts = model.lock().counts.clone();
+    let mut counts = model.lock().counts.clone();
+    counts.extend(std::mem::take(&mut world.counts));
     (plan_text, violations, counts, findings.orphans)
 }
 

@@ -44,6 +44,8 @@ struct Broken {
     /// (client, bookie) → when the link heals.
     links: BTreeMap<(IpAddr, IpAddr), Instant>,
     meta_until: Option<Instant>,
+    /// Bookie whose disk crashes at its N-th write → when it crashes anyway.
+    armed: BTreeMap<usize, Instant>,
 }
 
 /// Breaks things until `until`, then mends everything.
@@ -58,24 +60,38 @@ pub async fn run(world: &mut World, until: Instant, clients: &[usize], intensity
         if at >= until {
             break;
         }
+        // An armed disk crashes whenever its write comes: look every 20 ms meanwhile.
+        while !broken.armed.is_empty() && Instant::now() + Duration::from_millis(20) < at {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            mend_due(world, &mut broken, Instant::now()).await;
+        }
         tokio::time::sleep_until(at).await;
         mend_due(world, &mut broken, Instant::now()).await;
         let now = Instant::now();
         let up: Vec<usize> = (0..world.bookies.len())
             .filter(|i| world.is_up(*i) && !broken.failing_sync.contains_key(i))
             .collect();
-        let can_take_down = broken.down.len() + broken.failing_sync.len() < intensity.max_down;
+        let can_take_down =
+            broken.down.len() + broken.failing_sync.len() + broken.armed.len() < intensity.max_down;
         match folio_rt::with_rng(|r| r.random_range(0..100)) {
             0..=24 if can_take_down => {
-                let Some(i) = pick(&up) else { continue };
+                // Half the crashes go to a journal-less bookie when there is one: what D2
+                // and the integrity check are about.
+                let journal_less: Vec<usize> =
+                    up.iter().copied().filter(|i| !world.bookies[*i].journal).collect();
+                let target =
+                    if folio_rt::with_rng(|r| r.random_bool(0.5)) { &journal_less } else { &up };
+                let Some(i) = pick(target).or_else(|| pick(&up)) else { continue };
                 let lose_all = folio_rt::with_rng(|r| r.random_range(0..5) == 0);
                 world.crash_bookie(i, lose_all).await;
+                world.count("fault: bookie crash");
                 broken.down.insert(i, now + rand_ms(500, 8000));
             }
             25..=32 if can_take_down => {
                 let Some(i) = pick(&up) else { continue };
                 world.trace.event(format!("stop {} cleanly", world.bookies[i].id));
                 world.stop_bookie(i).await;
+                world.count("fault: clean stop");
                 broken.down.insert(i, now + rand_ms(200, 3000));
             }
             33..=39 if can_take_down => {
@@ -85,18 +101,28 @@ pub async fn run(world: &mut World, until: Instant, clients: &[usize], intensity
                     .trace
                     .event(format!("{}: fsync fails after {after} more", world.bookies[i].id));
                 world.bookies[i].fs.fail_sync_after(after);
+                world.count("fault: fsync failure");
                 broken.failing_sync.insert(i, now + rand_ms(2000, 6000));
+            }
+            92..=99 if can_take_down => {
+                let Some(i) = pick(&up) else { continue };
+                let n = folio_rt::with_rng(|r| r.random_range(0..400));
+                world.crash_disk_after(i, n);
+                world.count("fault: disk crash at a write");
+                broken.armed.insert(i, now + rand_ms(1000, 5000));
             }
             40..=59 => break_link(world, &mut broken, &clients, &bookie_ips, Link::Held, now),
             60..=69 => break_link(world, &mut broken, &clients, &bookie_ips, Link::Down, now),
             70..=84 => {
                 if let Some((a, b)) = world.sim.net().reset_one() {
                     world.trace.event(format!("reset connection {a} - {b}"));
+                    world.count("fault: connection reset");
                 }
             }
             85..=91 if intensity.meta_faults => {
                 world.trace.event("metadata store fails transactions");
                 world.meta.set_failures(40, 15);
+                world.count("fault: metadata failures");
                 broken.meta_until = Some(now + rand_ms(500, 4000));
             }
             _ => {}
@@ -106,7 +132,7 @@ pub async fn run(world: &mut World, until: Instant, clients: &[usize], intensity
 }
 
 fn break_link(
-    world: &World,
+    world: &mut World,
     broken: &mut Broken,
     clients: &[IpAddr],
     bookies: &[IpAddr],
@@ -119,11 +145,24 @@ fn break_link(
     }
     world.trace.event(format!("link {c} - {b} {link:?}"));
     world.sim.net().set_link(c, b, link);
+    world.count(if link == Link::Held { "fault: link held" } else { "fault: link down" });
     let heal = if link == Link::Held { rand_ms(500, 8000) } else { rand_ms(300, 4000) };
     broken.links.insert((c, b), now + heal);
 }
 
 async fn mend_due(world: &mut World, broken: &mut Broken, now: Instant) {
+    for i in world.reap_crashed().await {
+        broken.armed.remove(&i);
+        broken.down.insert(i, now + rand_ms(500, 6000));
+    }
+    let due: Vec<usize> =
+        broken.armed.iter().filter(|(_, t)| **t <= now).map(|(i, _)| *i).collect();
+    for i in due {
+        // Its write never came (an idle bookie): it crashes now, as a power cut would.
+        broken.armed.remove(&i);
+        world.crash_bookie(i, false).await;
+        broken.down.insert(i, now + rand_ms(500, 6000));
+    }
     let due: Vec<usize> = broken.down.iter().filter(|(_, t)| **t <= now).map(|(i, _)| *i).collect();
     for i in due {
         broken.down.remove(&i);

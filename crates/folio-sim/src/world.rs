@@ -5,6 +5,7 @@
 //! latencies. A journal-less bookie also runs the full integrity check (`folio-repair`),
 //! as `folio bookie` does.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -74,8 +75,13 @@ pub struct BookieNode {
     pub fs: FaultFs,
     kv: MemKv,
     pub bookie: Option<Bookie>,
+    /// The running bookie's view of its disk (dead after a crash).
+    mount: Option<FaultFs>,
     stop_repair: Option<watch::Sender<bool>>,
     pub crashes: u32,
+    /// What a journal-less bookie held when it crashed (ledger, its last entry here): D2
+    /// is checked on these when it starts again.
+    held_at_crash: Vec<(folio_proto::LedgerId, folio_proto::EntryId)>,
 }
 
 /// The cluster (see the module docs).
@@ -87,6 +93,10 @@ pub struct World {
     pub meta: Arc<SimMeta>,
     pub keys: Keys,
     pub bookies: Vec<BookieNode>,
+    /// D2 violations found when journal-less bookies started again.
+    pub d2: Vec<String>,
+    /// What happened to the cluster, by kind (faults, D2 probes), for the report.
+    pub counts: BTreeMap<String, u64>,
 }
 
 impl World {
@@ -127,11 +137,22 @@ impl World {
                 fs: FaultFs::new(),
                 kv: MemKv::new(),
                 bookie: None,
+                mount: None,
                 stop_repair: None,
                 crashes: 0,
+                held_at_crash: Vec::new(),
             })
             .collect();
-        let mut world = World { sim, trace, clock, meta, keys: Keys::new(ROOT), bookies };
+        let mut world = World {
+            sim,
+            trace,
+            clock,
+            meta,
+            keys: Keys::new(ROOT),
+            bookies,
+            d2: Vec::new(),
+            counts: BTreeMap::new(),
+        };
         for i in 0..world.bookies.len() {
             world.start_bookie(i).await;
         }
@@ -159,6 +180,7 @@ impl World {
         let config = self.bookie_config(i);
         let node = &mut self.bookies[i];
         let mount = node.fs.mount();
+        node.mount = Some(mount.clone());
         let mut config = config;
         config.fs = Arc::new(mount.clone());
         let kv = node.kv.clone();
@@ -195,9 +217,60 @@ impl World {
                     tokio::spawn(check.serve(Duration::from_secs(2), rx));
                     node.stop_repair = Some(tx);
                 }
+                let held = std::mem::take(&mut node.held_at_crash);
+                let (probed, found) =
+                    d2_unknown_not_missing(&bookie, &held, self.meta.as_ref(), &self.keys).await;
                 node.bookie = Some(bookie);
+                self.d2.extend(found);
+                *self.counts.entry("D2 entries probed".into()).or_default() += probed;
             }
             Err(e) => self.trace.event(format!("bookie {} failed to start: {e}", node.id)),
+        }
+    }
+
+    /// Arms bookie `i`'s disk to crash inside its `n`-th mutating call from now (inside a
+    /// journal write, a flush, a rotation, a checkpoint...); [`World::reap_crashed`] ends
+    /// the process once it has.
+    pub fn crash_disk_after(&mut self, i: usize, n: u64) {
+        let seed = folio_rt::with_rng(|r| r.random::<u64>());
+        self.trace.event(format!(
+            "{}: its disk crashes inside its {n}-th write from now",
+            self.bookies[i].id
+        ));
+        self.bookies[i].fs.crash_after_ops(n, CrashPlan::Random { seed });
+    }
+
+    /// Ends the process of every bookie whose disk crashed under it; returns them.
+    pub async fn reap_crashed(&mut self) -> Vec<usize> {
+        let mut reaped = Vec::new();
+        for i in 0..self.bookies.len() {
+            let node = &self.bookies[i];
+            let crashed = node.mount.as_ref().is_some_and(|m| node.fs.has_crashed_since(m));
+            if node.bookie.is_some() && crashed {
+                self.trace
+                    .event(format!("{}: its disk crashed; the process goes with it", node.id));
+                self.end_process(i).await;
+                reaped.push(i);
+            }
+        }
+        reaped
+    }
+
+    /// What a crashed bookie leaves: no process, connections reset; for a journal-less
+    /// one, what it held is noted for the D2 check at its next start.
+    async fn end_process(&mut self, i: usize) {
+        let node = &mut self.bookies[i];
+        node.crashes += 1;
+        if let Some(stop) = node.stop_repair.take() {
+            let _ = stop.send(true);
+        }
+        let resets = self.sim.net().reset_ip(node.addr.ip());
+        self.trace.event(format!("{}: process ended ({resets} connections reset)", node.id));
+        if let Some(b) = node.bookie.take() {
+            if !node.journal {
+                node.held_at_crash = held(b.storage());
+            }
+            b.abort().await;
         }
     }
 
@@ -225,19 +298,16 @@ impl World {
     /// plan's seed says; its connections are reset; its process is gone.
     pub async fn crash_bookie(&mut self, i: usize, lose_all_unsynced: bool) {
         let seed = folio_rt::with_rng(|r| r.random::<u64>());
-        let node = &mut self.bookies[i];
         let plan =
             if lose_all_unsynced { CrashPlan::LoseAllUnsynced } else { CrashPlan::Random { seed } };
-        node.fs.crash(plan);
-        node.crashes += 1;
-        if let Some(stop) = node.stop_repair.take() {
-            let _ = stop.send(true);
+        if !self.bookies[i].journal
+            && let Some(b) = &self.bookies[i].bookie
+        {
+            self.bookies[i].held_at_crash = held(b.storage());
         }
-        let resets = self.sim.net().reset_ip(node.addr.ip());
-        self.trace.event(format!("crash {} ({plan:?}, {resets} connections reset)", node.id));
-        if let Some(b) = node.bookie.take() {
-            b.abort().await;
-        }
+        self.bookies[i].fs.crash(plan);
+        self.trace.event(format!("crash {} ({plan:?})", self.bookies[i].id));
+        self.end_process(i).await;
     }
 
     /// Stops bookie `i` cleanly (flush, checkpoint, lease revoked).
@@ -292,5 +362,61 @@ async fn drive(stepper: Stepper, work: Arc<Notify>, id: String, trace: Trace) {
             () = work.notified() => {}
             () = tokio::time::sleep_until(next_flush) => {}
         }
+    }
+}
+
+/// Ledgers (at most [`D2_LEDGERS_MAX`]) a bookie stores, each with its last entry there.
+fn held(storage: &Storage) -> Vec<(folio_proto::LedgerId, folio_proto::EntryId)> {
+    storage
+        .ledger_ids()
+        .into_iter()
+        .rev()
+        .filter_map(|l| storage.last_entry_id(l).ok().flatten().map(|e| (l, e)))
+        .take(D2_LEDGERS_MAX)
+        .collect()
+}
+
+/// Ledgers a D2 check looks at per crash.
+const D2_LEDGERS_MAX: usize = 64;
+
+/// D2 (no truncation by unknown): a journal-less bookie that crashed may have lost what it
+/// held; started again, it never answers "no such entry" or "no such ledger" for an entry
+/// it held of a ledger that is still open with it in its last ensemble: it answers
+/// UNKNOWN (limbo), or has the entry. Checked on its storage right after its start, before
+/// the integrity check repairs anything.
+async fn d2_unknown_not_missing(
+    bookie: &Bookie,
+    held: &[(folio_proto::LedgerId, folio_proto::EntryId)],
+    meta: &dyn MetadataStore,
+    keys: &Keys,
+) -> (u64, Vec<String>) {
+    use folio_meta::records::{LedgerMetadata, LedgerState, Record};
+    let (mut probed, mut found) = (0, Vec::new());
+    for (ledger, entry) in held {
+        let key = keys.ledger(*ledger);
+        let Ok(Some(v)) = meta.get(&key).await else { continue };
+        let Ok(m) = LedgerMetadata::decode(&key, &v.value) else { continue };
+        let last = m.ensembles.values().next_back();
+        if m.state == LedgerState::Closed
+            || !last.is_some_and(|e| e.iter().any(|b| b == bookie.id()))
+        {
+            continue;
+        }
+        probed += 1;
+        use folio_storage::StorageError::{NoEntry, NoLedger};
+        if let Err(e @ (NoEntry(..) | NoLedger(_))) = bookie.storage().read_entry(*ledger, *entry) {
+            found.push(format!(
+                "D2 {}: entry {ledger}/{entry} it held before its crash is answered \"{e}\", not UNKNOWN",
+                bookie.id()
+            ));
+        }
+    }
+    (probed, found)
+}
+
+impl World {
+    /// Counts one thing that happened to the cluster.
+    pub fn count(&mut self, what: &str) {
+        *self.counts.entry(what.to_string()).or_default() += 1;
     }
 }

@@ -15,9 +15,13 @@ fn run_part(part: u64) {
     let started = std::time::Instant::now();
     let mut failed: Vec<Report> = Vec::new();
     let mut sim_secs = 0.0;
+    let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
     for seed in &mine {
         let r = run(*seed, &opts);
         sim_secs += r.sim_time.as_secs_f64();
+        for (k, v) in &r.counts {
+            *counts.entry(k.clone()).or_default() += v;
+        }
         if !r.passed() {
             eprintln!("{}", r.failure_text());
             failed.push(r);
@@ -30,6 +34,7 @@ fn run_part(part: u64) {
         mine.len() as f64 / took.max(1e-9),
         failed.len()
     );
+    eprintln!("part {part}: {counts:?}");
     assert!(
         failed.is_empty(),
         "failing seeds: {:?} (replay one with FOLIO_SIM_SEEDS=<seed> FOLIO_SIM_VERBOSE=1)",
@@ -66,4 +71,32 @@ fn a_seed_replays_to_the_same_trace() {
         assert_eq!(a.checksum, b.checksum, "seed {seed} ran differently twice");
         assert!(a.checksum.1 > 100, "seed {seed} traced only {} lines", a.checksum.1);
     }
+}
+
+/// The long run (`--ignored`): seeds from `FOLIO_SIM_SEEDS` (default 1000..6000), each
+/// with a fault window of 20 to 60 simulated seconds:
+/// `cargo test --release -p folio-sim --test sim -- --ignored long_run`.
+#[test]
+#[ignore]
+fn long_run() {
+    let opts = Options {
+        fault_window: (std::time::Duration::from_secs(20), std::time::Duration::from_secs(60)),
+        ..Options::default()
+    };
+    let mut failed = Vec::new();
+    let seeds = seeds("FOLIO_SIM_SEEDS", 1000..6000);
+    let started = std::time::Instant::now();
+    for seed in &seeds {
+        let r = run(*seed, &opts);
+        if !r.passed() {
+            eprintln!("{}", r.failure_text());
+            failed.push(r.seed);
+        }
+    }
+    eprintln!(
+        "long run: {} seeds in {:.0} s, failed: {failed:?}",
+        seeds.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(failed.is_empty(), "failing seeds: {failed:?}");
 }

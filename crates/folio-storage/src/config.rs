@@ -64,7 +64,7 @@ pub enum Background {
     /// On threads of its own.
     #[default]
     Threads,
-    /// On no thread of its own: the opener runs it with [`crate::storage::Stepper`], and
+    /// On no thread of its own: the opener runs it with `Storage::stepper`, and
     /// is told by the [`Wake`] whenever a step has work. Nothing in the engine waits then
     /// (an add that finds the write cache full fails at once with `Overloaded`). The
     /// simulator's mode: one thread runs everything, in an order its seed fixes.

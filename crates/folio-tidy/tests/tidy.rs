@@ -19,7 +19,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("crates/folio-bookie/src/bookie.rs", "check_cookies", 115),
     ("crates/folio-bookie/src/bookie.rs", "start_on", 139),
     ("crates/folio-bookie/src/server.rs", "connection", 117),
-    ("crates/folio-bookie/src/server.rs", "dispatch", 102),
     ("crates/folio-broker/src/api/admin.rs", "handle", 112),
     ("crates/folio-broker/src/api/configs.rs", "handle", 108),
     ("crates/folio-broker/src/api/groups.rs", "handle", 106),

@@ -194,7 +194,7 @@ impl Actor {
     /// acknowledged: found by the simulator, #26.)
     fn live(&self) -> Option<LedgerInfo> {
         let last = self.record.ledgers.last()?;
-        (!last.is_closed() && last.ledger_id == self.cur.ledger_id).then(|| LedgerInfo {
+        (!last.is_closed() && last.ledger_id == self.cur.ledger_id).then_some(LedgerInfo {
             entries: self.cur.entries,
             bytes: self.cur.bytes,
             records: self.cur.records,

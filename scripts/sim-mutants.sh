@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Breaks, one at a time, the code that keeps Folio's promises, and shows that the simulator
+# catches each break within the seeds CI runs (#26). Each mutant is a one-line change:
+#
+#   fence-off     the bookie takes a fenced ledger's adds (D3)
+#   2614          recovery reads past the LAC without the fence flag (BookKeeper #2614)
+#   2615          recovery starts at the LAC, even before the last fragment (#2615)
+#   limbo-off     a journal-less bookie's pre-boot check puts nothing in limbo (D2)
+#   preboot-fence-off  ...and fences nothing
+#
+# and the bugs the simulator found, each put back (their seeds are the regression seeds
+# of crates/folio-sim/tests/sim.rs):
+#
+#   fenced-retry-loop     a log whose retry finds it fenced stays Failed, its appends wait
+#   live-end-from-record  a failed roll takes the confirmed end from the record (it moves
+#                         back; later appends reuse acknowledged offsets)
+#   recovered-sent-again  appends a recovery found in the ledger are sent again
+#   monitor-spin          the disk monitor spins once the poison watch's sender is gone
+#
+# For each: apply it to a copy of the tree, build the simulator, run the seeds
+# (FOLIO_SIM_SEEDS, default CI's 0..200), print the seeds that failed and what they found.
+# The tree itself is never touched; the copy lives in target/mutants (its own build).
+#
+# Usage: scripts/sim-mutants.sh [mutant ...]   (default: all)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+work=$root/target/mutants/tree
+seeds=${FOLIO_SIM_SEEDS:-0..200}
+
+# name^file^text to find^replacement (each found exactly once)
+mutants=(
+    "fence-off^crates/folio-storage/src/storage/add.rs^if ledger.state.fenced && !recovery {^if false && ledger.state.fenced && !recovery {"
+    "2614^crates/folio-client/src/ledger/recovery.rs^Request::Read { ledger_id, entry_id, fence: Some(key) }^Request::Read { ledger_id, entry_id, fence: (entry_id < 0).then_some(key) }"
+    "2615^crates/folio-client/src/ledger/recovery.rs^lac = lac.max(first - 1);^let _ = first;"
+    "limbo-off^crates/folio-bookie/src/integrity.rs^let limbo = config.pre_boot_limbo && last^let limbo = false && last"
+    "preboot-fence-off^crates/folio-bookie/src/integrity.rs^storage.prepare_ledger(ledger_id, key, config.pre_boot_fence, limbo)^storage.prepare_ledger(ledger_id, key, false, limbo)"
+    # The bugs the simulator found, put back one at a time (their regression seeds):
+    "fenced-retry-loop^crates/folio-log/src/log/actor.rs^            LogError::Fenced(_) => {^            LogError::Fenced(_) => return, LogError::Closed(_) if false => {"
+    "live-end-from-record^crates/folio-log/src/log/actor.rs^(!last.is_closed() && last.ledger_id == self.cur.ledger_id)^(!last.is_closed() && self.writer.is_some())"
+    "recovered-sent-again^crates/folio-log/src/log/actor/seal.rs^if self.cur.ledger_id == last.ledger_id {^if false {"
+    "monitor-spin^crates/folio-bookie/src/bookie.rs^poison_watched = r.is_ok(),^poison_watched = r.is_ok() || true,"
+)
+
+want=("$@")
+rm -rf "$work"
+mkdir -p "$work"
+summary=()
+for m in "${mutants[@]}"; do
+    IFS='^' read -r name file find replace <<<"$m"
+    if ((${#want[@]})) && [[ ! " ${want[*]} " == *" $name "* ]]; then
+        continue
+    fi
+    echo "== mutant $name: $file"
+    rm -rf "$work" && mkdir -p "$work"
+    tar -C "$root" --exclude=./target --exclude=./.git -cf - . | tar -C "$work" -xf -
+    python3 - "$work/$file" "$find" "$replace" <<'EOF' || { summary+=("$name: the code to break was not found"); continue; }
+import sys
+path, find, replace = sys.argv[1], sys.argv[2], sys.argv[3]
+s = open(path).read()
+if s.count(find) != 1:
+    sys.exit(f"{path}: {find!r} found {s.count(find)} times")
+open(path, 'w').write(s.replace(find, replace))
+EOF
+    log=$root/target/mutants/$name.log
+    (cd "$work" && CARGO_TARGET_DIR=$root/target/mutants/target FOLIO_SIM_SEEDS=$seeds \
+        FOLIO_SIM_WALL_MAX_S=120 cargo test -q -p folio-sim --test sim seeds_part -- \
+        --nocapture --test-threads 1) >"$log" 2>&1
+    failed=$(grep -oE '^seed [0-9]+ failed' "$log" | awk '{print $2}' | sort -n | tr '\n' ' ')
+    kinds=$(grep -oE '^  - [A-Za-z0-9]+' "$log" | sort | uniq -c | sort -rn | head -4 | awk '{print $3 "×" $1}' | tr '\n' ' ')
+    n=$(echo "$failed" | wc -w)
+    summary+=("$name: $n failing seeds [$failed] ($kinds)")
+    echo "   $n seeds failed; log $log"
+done
+echo "== summary (seeds $seeds)"
+printf '%s\n' "${summary[@]}"
