@@ -19,7 +19,8 @@
 #
 # For each: apply it to a copy of the tree, build the simulator, run the seeds
 # (FOLIO_SIM_SEEDS, default CI's 0..200), print the seeds that failed and what they found.
-# The tree itself is never touched; the copy lives in target/mutants (its own build).
+# The tree itself is never touched: each mutant is applied to a copy of a commit
+# (MUTANTS_REF, default HEAD) in target/mutants, built there with its own target dir.
 #
 # Usage: scripts/sim-mutants.sh [mutant ...]   (default: all)
 set -uo pipefail
@@ -27,6 +28,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 work=$root/target/mutants/tree
 seeds=${FOLIO_SIM_SEEDS:-0..200}
+ref=${MUTANTS_REF:-HEAD}
 
 # name^file^text to find^replacement (each found exactly once)
 mutants=(
@@ -53,7 +55,10 @@ for m in "${mutants[@]}"; do
     fi
     echo "== mutant $name: $file"
     rm -rf "$work" && mkdir -p "$work"
-    tar -C "$root" --exclude=./target --exclude=./.git -cf - . | tar -C "$work" -xf -
+    git -C "$root" archive "$ref" | tar -C "$work" -xf -
+    # Every source newer than the last build: cargo's freshness is by mtime, and a file an
+    # earlier mutant changed would otherwise come back older than its build and be skipped.
+    find "$work/crates" -name '*.rs' -exec touch {} +
     python3 - "$work/$file" "$find" "$replace" <<'EOF' || { summary+=("$name: the code to break was not found"); continue; }
 import sys
 path, find, replace = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -66,11 +71,12 @@ EOF
     (cd "$work" && CARGO_TARGET_DIR=$root/target/mutants/target FOLIO_SIM_SEEDS=$seeds \
         FOLIO_SIM_WALL_MAX_S=120 cargo test -q -p folio-sim --test sim seeds_part -- \
         --nocapture --test-threads 1) >"$log" 2>&1
-    failed=$(grep -oE '^seed [0-9]+ failed' "$log" | awk '{print $2}' | sort -n | tr '\n' ' ')
-    kinds=$(grep -oE '^  - [A-Za-z0-9]+' "$log" | sort | uniq -c | sort -rn | head -4 | awk '{print $3 "×" $1}' | tr '\n' ' ')
+    # A failing seed, or one the watchdog aborted (its simulated time stood still).
+    failed=$(grep -oE '^seed [0-9]+( failed|: )' "$log" | awk '{print $2}' | tr -d ':' | sort -n | tr '\n' ' ')
+    kinds=$( (grep -oE '^  - [A-Za-z0-9]+' "$log" | awk '{print $2}'; grep -oE '^seed [0-9]+: simulated time' "$log" | awk '{print "stall"}') | sort | uniq -c | sort -rn | head -4 | awk '{print $2 "×" $1}' | tr '\n' ' ')
     n=$(echo "$failed" | wc -w)
     summary+=("$name: $n failing seeds [$failed] ($kinds)")
     echo "   $n seeds failed; log $log"
 done
-echo "== summary (seeds $seeds)"
+echo "== summary (seeds $seeds, $(git -C "$root" rev-parse --short "$ref"))"
 printf '%s\n' "${summary[@]}"

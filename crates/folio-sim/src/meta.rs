@@ -2,12 +2,15 @@
 //! code, on the memory engine) behind a seeded delay per call, as a remote etcd would be,
 //! and, when the plan says so, transactions that fail: before they apply (the store was
 //! unreachable) or after (the answer was lost: the caller cannot tell whether it applied).
+//! The store can restart (`restart`): a new store on the same engine, every lease with a
+//! full TTL again, as after an etcd leader change.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use folio_meta::embedded::EmbeddedStore;
+use folio_meta::clock::Clock;
+use folio_meta::embedded::{EmbeddedConfig, EmbeddedStore, MemoryEngine};
 use folio_meta::{
     BoxFuture, LeaseId, MetaError, MetadataStore, Page, Result, Revision, Txn, TxnOutcome,
     Versioned, Watch,
@@ -19,7 +22,10 @@ use crate::trace::Trace;
 /// The store with delays and failures (see the module docs).
 #[derive(Debug)]
 pub struct SimMeta {
-    inner: Arc<EmbeddedStore>,
+    inner: std::sync::RwLock<Arc<EmbeddedStore>>,
+    engine: Arc<MemoryEngine>,
+    config: EmbeddedConfig,
+    clock: Arc<dyn Clock>,
     /// Each call waits this long, at most (drawn per call).
     delay_max: Duration,
     /// Transactions failed before they apply, per 1000.
@@ -30,10 +36,21 @@ pub struct SimMeta {
 }
 
 impl SimMeta {
-    /// `inner` behind delays up to `delay_max`, with no failures yet.
-    pub fn new(inner: Arc<EmbeddedStore>, delay_max: Duration, trace: Trace) -> SimMeta {
+    /// A store on `engine` behind delays up to `delay_max`, with no failures yet.
+    pub fn new(
+        engine: Arc<MemoryEngine>,
+        config: EmbeddedConfig,
+        clock: Arc<dyn Clock>,
+        delay_max: Duration,
+        trace: Trace,
+    ) -> SimMeta {
+        let store = EmbeddedStore::open_memory(engine.clone(), config.clone(), clock.clone())
+            .expect("the metadata store opens");
         SimMeta {
-            inner,
+            inner: std::sync::RwLock::new(Arc::new(store)),
+            engine,
+            config,
+            clock,
             delay_max,
             fail_per_1000: AtomicU32::new(0),
             lost_answer_per_1000: AtomicU32::new(0),
@@ -41,9 +58,21 @@ impl SimMeta {
         }
     }
 
-    /// The store under the delays.
-    pub fn store(&self) -> &Arc<EmbeddedStore> {
-        &self.inner
+    /// The store under the delays now.
+    pub fn store(&self) -> Arc<EmbeddedStore> {
+        self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Restarts the store on its engine: calls in flight finish on the old one.
+    pub fn restart(&self) {
+        let store = EmbeddedStore::open_memory(
+            self.engine.clone(),
+            self.config.clone(),
+            self.clock.clone(),
+        )
+        .expect("the metadata store reopens");
+        *self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(store);
+        self.trace.event("meta: the store restarted");
     }
 
     /// Sets how many transactions per 1000 fail before and after they apply.
@@ -68,7 +97,7 @@ impl MetadataStore for SimMeta {
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>>> {
         Box::pin(async move {
             self.delay().await;
-            let r = self.inner.get(key).await;
+            let r = self.store().get(key).await;
             self.delay().await;
             r
         })
@@ -82,7 +111,7 @@ impl MetadataStore for SimMeta {
     ) -> BoxFuture<'a, Result<Page>> {
         Box::pin(async move {
             self.delay().await;
-            let r = self.inner.list(prefix, start_after, limit).await;
+            let r = self.store().list(prefix, start_after, limit).await;
             self.delay().await;
             r
         })
@@ -95,7 +124,7 @@ impl MetadataStore for SimMeta {
                 self.trace.event("meta: a transaction failed before it applied");
                 return Err(MetaError::Unavailable("simulated: the store is unreachable".into()));
             }
-            let r = self.inner.txn(txn).await;
+            let r = self.store().txn(txn).await;
             self.delay().await;
             if r.is_ok() && self.roll(&self.lost_answer_per_1000) {
                 self.trace.event("meta: a transaction applied and its answer was lost");
@@ -106,45 +135,45 @@ impl MetadataStore for SimMeta {
     }
 
     fn txn_ops_max(&self) -> usize {
-        self.inner.txn_ops_max()
+        self.store().txn_ops_max()
     }
 
     fn watch<'a>(&'a self, prefix: &'a str, from: Revision) -> BoxFuture<'a, Result<Watch>> {
         Box::pin(async move {
             self.delay().await;
-            self.inner.watch(prefix, from).await
+            self.store().watch(prefix, from).await
         })
     }
 
     fn grant_lease(&self, ttl: Duration) -> BoxFuture<'_, Result<LeaseId>> {
         Box::pin(async move {
             self.delay().await;
-            self.inner.grant_lease(ttl).await
+            self.store().grant_lease(ttl).await
         })
     }
 
     fn keep_alive(&self, lease: LeaseId) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
             self.delay().await;
-            self.inner.keep_alive(lease).await
+            self.store().keep_alive(lease).await
         })
     }
 
     fn revoke_lease(&self, lease: LeaseId) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
             self.delay().await;
-            self.inner.revoke_lease(lease).await
+            self.store().revoke_lease(lease).await
         })
     }
 
     fn next_id<'a>(&'a self, sequence: &'a str) -> BoxFuture<'a, Result<u64>> {
         Box::pin(async move {
             self.delay().await;
-            self.inner.next_id(sequence).await
+            self.store().next_id(sequence).await
         })
     }
 
     fn revision(&self) -> BoxFuture<'_, Result<Revision>> {
-        Box::pin(async move { self.inner.revision().await })
+        Box::pin(async move { self.store().revision().await })
     }
 }

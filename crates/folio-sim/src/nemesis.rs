@@ -119,7 +119,11 @@ pub async fn run(world: &mut World, until: Instant, clients: &[usize], intensity
                     world.count("fault: connection reset");
                 }
             }
-            85..=91 if intensity.meta_faults => {
+            85..=87 if intensity.meta_faults => {
+                world.meta.restart();
+                world.count("fault: metadata store restart");
+            }
+            88..=91 if intensity.meta_faults => {
                 world.trace.event("metadata store fails transactions");
                 world.meta.set_failures(40, 15);
                 world.count("fault: metadata failures");

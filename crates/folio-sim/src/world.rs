@@ -14,7 +14,7 @@ use std::time::Duration;
 use folio_bookie::bookie::{Bookie, BookieConfig, DiskUsage};
 use folio_client::LedgerClient;
 use folio_meta::MetadataStore;
-use folio_meta::embedded::{EmbeddedConfig, EmbeddedStore, MemoryEngine};
+use folio_meta::embedded::{EmbeddedConfig, MemoryEngine};
 use folio_meta::keys::Keys;
 use folio_rt::sim::Simulation;
 use folio_storage::fs::{CrashPlan, FaultFs};
@@ -113,20 +113,23 @@ impl World {
             lease_expiry_thread: false,
             ..Default::default()
         };
-        let store = EmbeddedStore::open_memory(MemoryEngine::new(), config, clock.clone())
-            .expect("the metadata store opens");
-        let store = Arc::new(store);
-        let expiring = Arc::downgrade(&store);
+        let meta = Arc::new(SimMeta::new(
+            MemoryEngine::new(),
+            config,
+            clock.clone(),
+            meta_delay_max,
+            trace.clone(),
+        ));
+        let expiring = Arc::downgrade(&meta);
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_millis(100)).await;
-                let Some(s) = expiring.upgrade() else { return };
-                if let Err(e) = s.expire_due() {
+                let Some(m) = expiring.upgrade() else { return };
+                if let Err(e) = m.store().expire_due() {
                     tracing::warn!(error = %e, "lease expiry failed");
                 }
             }
         });
-        let meta = Arc::new(SimMeta::new(store, meta_delay_max, trace.clone()));
         let bookies = journals
             .iter()
             .enumerate()

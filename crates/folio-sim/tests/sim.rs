@@ -16,8 +16,10 @@ fn run_part(part: u64) {
     let mut failed: Vec<Report> = Vec::new();
     let mut sim_secs = 0.0;
     let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut combined: u64 = 0;
     for seed in &mine {
         let r = run(*seed, &opts);
+        combined = combined.rotate_left(7) ^ (u64::from(r.checksum.0) << 20 ^ r.checksum.1);
         sim_secs += r.sim_time.as_secs_f64();
         for (k, v) in &r.counts {
             *counts.entry(k.clone()).or_default() += v;
@@ -35,6 +37,7 @@ fn run_part(part: u64) {
         failed.len()
     );
     eprintln!("part {part}: {counts:?}");
+    eprintln!("part {part}: traces' combined checksum {combined:016x}");
     assert!(
         failed.is_empty(),
         "failing seeds: {:?} (replay one with FOLIO_SIM_SEEDS=<seed> FOLIO_SIM_VERBOSE=1)",

@@ -58,8 +58,11 @@ impl Deref for Value {
 /// and survive the store's drop, as synced batches survive a crash.
 #[derive(Debug, Default)]
 pub struct MemoryEngine {
-    spaces: Mutex<[BTreeMap<Vec<u8>, Vec<u8>>; 3]>,
+    /// Copy on write: a snapshot shares a keyspace's map until the next commit changes it.
+    spaces: Mutex<[Arc<Map>; 3]>,
 }
+
+type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 
 impl MemoryEngine {
     /// An empty engine.
@@ -67,7 +70,7 @@ impl MemoryEngine {
         Arc::new(MemoryEngine::default())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, [BTreeMap<Vec<u8>, Vec<u8>>; 3]> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, [Arc<Map>; 3]> {
         self.spaces.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
@@ -153,7 +156,7 @@ impl Engine {
     pub(super) fn snapshot(&self, space: Space) -> Snapshot<'_> {
         match self {
             Engine::Fjall(f) => Snapshot::Fjall(f.db.snapshot(), f, space),
-            Engine::Memory(m) => Snapshot::Memory(m.lock()[space as usize].clone()),
+            Engine::Memory(m) => Snapshot::Memory(Arc::clone(&m.lock()[space as usize])),
         }
     }
 
@@ -173,7 +176,7 @@ impl Engine {
             Engine::Memory(m) => {
                 let mut spaces = m.lock();
                 for (space, k, v) in batch.ops {
-                    let map = &mut spaces[space as usize];
+                    let map = Arc::make_mut(&mut spaces[space as usize]);
                     match v {
                         Some(v) => map.insert(k, v),
                         None => map.remove(&k),
@@ -195,7 +198,7 @@ impl Engine {
 /// See [`Engine::snapshot`].
 pub(super) enum Snapshot<'a> {
     Fjall(fjall::Snapshot, &'a FjallEngine, Space),
-    Memory(BTreeMap<Vec<u8>, Vec<u8>>),
+    Memory(Arc<Map>),
 }
 
 impl Snapshot<'_> {
