@@ -82,8 +82,16 @@ pub async fn writer(
         let inflight = rand_range(1, 8) as usize;
         let mut adds = JoinSet::new();
         let mut failed = false;
-        for _ in 0..n {
+        // Now and then the writer dies in the middle: its adds in flight go on without it
+        // (a zombie's), and its ledger goes to recovery at once.
+        let dies_at = chance(20).then(|| rand_range(0, n));
+        let mut died = false;
+        for k in 0..n {
             if s.stopped() || failed {
+                break;
+            }
+            if dies_at == Some(k) {
+                died = true;
                 break;
             }
             while adds.len() >= inflight {
@@ -116,6 +124,13 @@ pub async fn writer(
                 }
             }
             pause(0, 5).await;
+        }
+        if died {
+            s.trace.event(format!("{name}: dies writing ledger {id}"));
+            adds.detach_all();
+            drop(writer);
+            let _ = abandoned.send(id);
+            continue;
         }
         while let Some(r) = adds.join_next().await {
             failed |= r.unwrap_or(true);
@@ -209,6 +224,7 @@ pub async fn reader(client: LedgerClient, s: Shared, name: String) {
                 }
                 Err(err) => {
                     s.model.end(op, "delete failed");
+                    s.model.delete_tried(id);
                     s.trace.event(format!("{name}: delete of {id} failed: {err}"));
                 }
             }

@@ -27,6 +27,8 @@ pub struct LedgerFacts {
     /// Every end reported (by the writer's close, or a recovery), with who said it.
     pub ends: Vec<(EntryId, String)>,
     pub deleted: bool,
+    /// A delete failed: it may have applied (its answer lost), so the ledger may be gone.
+    pub delete_tried: bool,
 }
 
 /// One batch of a log.
@@ -168,6 +170,13 @@ impl Model {
     pub fn deleted(&self, ledger: LedgerId) {
         if let Some(l) = self.lock().ledgers.get_mut(&ledger) {
             l.deleted = true;
+        }
+    }
+
+    /// A delete of `ledger` failed: it may or may not have applied.
+    pub fn delete_tried(&self, ledger: LedgerId) {
+        if let Some(l) = self.lock().ledgers.get_mut(&ledger) {
+            l.delete_tried = true;
         }
     }
 

@@ -112,7 +112,19 @@ pub async fn run(world: &mut World, until: Instant, clients: &[usize], intensity
                 broken.armed.insert(i, now + rand_ms(1000, 5000));
             }
             40..=59 => break_link(world, &mut broken, &clients, &bookie_ips, Link::Held, now),
-            60..=69 => break_link(world, &mut broken, &clients, &bookie_ips, Link::Down, now),
+            60..=64 => break_link(world, &mut broken, &clients, &bookie_ips, Link::Down, now),
+            65..=69 => {
+                // One client node loses two bookies at once: two ensemble changes in a row.
+                let Some(c) = pick(&clients) else { continue };
+                for _ in 0..2 {
+                    let link = if folio_rt::with_rng(|r| r.random_bool(0.5)) {
+                        Link::Held
+                    } else {
+                        Link::Down
+                    };
+                    break_link(world, &mut broken, &[c], &bookie_ips, link, now);
+                }
+            }
             70..=84 => {
                 if let Some((a, b)) = world.sim.net().reset_one() {
                     world.trace.event(format!("reset connection {a} - {b}"));
