@@ -7,6 +7,8 @@
 #   2615          recovery starts at the LAC, even before the last fragment (#2615)
 #   limbo-off     a journal-less bookie's pre-boot check puts nothing in limbo (D2)
 #   preboot-fence-off  ...and fences nothing
+#   ensemble-change-in-recovery  a writer may still change the ensemble of a ledger being
+#                 recovered (the path BookKeeper's #2614 took); and 2614 together with it
 #
 # and the bugs the simulator found, each put back (their seeds are the regression seeds
 # of crates/folio-sim/tests/sim.rs):
@@ -30,13 +32,17 @@ work=$root/target/mutants/tree
 seeds=${FOLIO_SIM_SEEDS:-0..200}
 ref=${MUTANTS_REF:-HEAD}
 
-# name^file^text to find^replacement (each found exactly once)
+# name^file^find^replacement[^file^find^replacement...] (each found exactly once)
 mutants=(
     "fence-off^crates/folio-storage/src/storage/add.rs^if ledger.state.fenced && !recovery {^if false && ledger.state.fenced && !recovery {"
     "2614^crates/folio-client/src/ledger/recovery.rs^Request::Read { ledger_id, entry_id, fence: Some(key) }^Request::Read { ledger_id, entry_id, fence: (entry_id < 0).then_some(key) }"
     "2615^crates/folio-client/src/ledger/recovery.rs^lac = lac.max(first - 1);^let _ = first;"
     "limbo-off^crates/folio-bookie/src/integrity.rs^let limbo = config.pre_boot_limbo && last^let limbo = false && last"
     "preboot-fence-off^crates/folio-bookie/src/integrity.rs^storage.prepare_ledger(ledger_id, key, config.pre_boot_fence, limbo)^storage.prepare_ledger(ledger_id, key, false, limbo)"
+    # A writer may change the ensemble of a ledger in recovery (BookKeeper's path to #2614),
+    # alone and together with #2614.
+    "ensemble-change-in-recovery^crates/folio-client/src/ledger/writer.rs^if m.state != LedgerState::Open {^if m.state == LedgerState::Closed {"
+    "2614+ensemble-change-in-recovery^crates/folio-client/src/ledger/recovery.rs^Request::Read { ledger_id, entry_id, fence: Some(key) }^Request::Read { ledger_id, entry_id, fence: (entry_id < 0).then_some(key) }^crates/folio-client/src/ledger/writer.rs^if m.state != LedgerState::Open {^if m.state == LedgerState::Closed {"
     # The bugs the simulator found, put back one at a time (their regression seeds):
     "fenced-retry-loop^crates/folio-log/src/log/actor.rs^            LogError::Fenced(_) => {^            LogError::Fenced(_) => return, LogError::Closed(_) if false => {"
     "live-end-from-record^crates/folio-log/src/log/actor.rs^(!last.is_closed() && last.ledger_id == self.cur.ledger_id)^(!last.is_closed() && self.writer.is_some())"
@@ -49,17 +55,20 @@ rm -rf "$work"
 mkdir -p "$work"
 summary=()
 for m in "${mutants[@]}"; do
-    IFS='^' read -r name file find replace <<<"$m"
+    IFS='^' read -r -a parts <<<"$m"
+    name=${parts[0]}
     if ((${#want[@]})) && [[ ! " ${want[*]} " == *" $name "* ]]; then
         continue
     fi
-    echo "== mutant $name: $file"
+    echo "== mutant $name: ${parts[1]}"
     rm -rf "$work" && mkdir -p "$work"
     git -C "$root" archive "$ref" | tar -C "$work" -xf -
     # Every source newer than the last build: cargo's freshness is by mtime, and a file an
     # earlier mutant changed would otherwise come back older than its build and be skipped.
     find "$work/crates" -name '*.rs' -exec touch {} +
-    python3 - "$work/$file" "$find" "$replace" <<'EOF' || { summary+=("$name: the code to break was not found"); continue; }
+    applied=1
+    for ((i = 1; i < ${#parts[@]}; i += 3)); do
+        python3 - "$work/${parts[i]}" "${parts[i + 1]}" "${parts[i + 2]}" <<'EOF' || applied=0
 import sys
 path, find, replace = sys.argv[1], sys.argv[2], sys.argv[3]
 s = open(path).read()
@@ -67,6 +76,11 @@ if s.count(find) != 1:
     sys.exit(f"{path}: {find!r} found {s.count(find)} times")
 open(path, 'w').write(s.replace(find, replace))
 EOF
+    done
+    if ((!applied)); then
+        summary+=("$name: the code to break was not found")
+        continue
+    fi
     log=$root/target/mutants/$name.log
     (cd "$work" && CARGO_TARGET_DIR=$root/target/mutants/target FOLIO_SIM_SEEDS=$seeds \
         FOLIO_SIM_WALL_MAX_S=120 cargo test -q -p folio-sim --test sim seeds_part -- \

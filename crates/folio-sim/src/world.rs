@@ -383,7 +383,7 @@ fn held(storage: &Storage) -> Vec<(folio_proto::LedgerId, folio_proto::EntryId)>
 const D2_LEDGERS_MAX: usize = 64;
 
 /// D2 (no truncation by unknown): a journal-less bookie that crashed may have lost what it
-/// held; started again, it never answers "no such entry" or "no such ledger" for an entry
+/// held; started again, it has fenced every ledger naming it (D3), and it never answers "no such entry" or "no such ledger" for an entry
 /// it held of a ledger that is still open with it in its last ensemble: it answers
 /// UNKNOWN (limbo), or has the entry. Checked on its storage right after its start, before
 /// the integrity check repairs anything.
@@ -399,6 +399,15 @@ async fn d2_unknown_not_missing(
         let key = keys.ledger(*ledger);
         let Ok(Some(v)) = meta.get(&key).await else { continue };
         let Ok(m) = LedgerMetadata::decode(&key, &v.value) else { continue };
+        // D3 after a possible loss: the pre-boot check fenced every ledger this bookie is
+        // in an ensemble of, so no writer adds to what it may have lost.
+        let named = m.ensembles.values().any(|e| e.iter().any(|b| b == bookie.id()));
+        if named && !bookie.storage().ledger_state(*ledger).is_some_and(|s| s.fenced) {
+            found.push(format!(
+                "D3 {}: ledger {ledger}, which it held before its crash, is not fenced after the pre-boot check",
+                bookie.id()
+            ));
+        }
         let last = m.ensembles.values().next_back();
         if m.state == LedgerState::Closed
             || !last.is_some_and(|e| e.iter().any(|b| b == bookie.id()))
