@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use folio_client::{CreateOptions, LedgerClient};
-use folio_proto::LedgerId;
+use folio_proto::{EntryId, LedgerId};
 use rand::Rng;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -101,22 +101,8 @@ pub async fn writer(
             match writer.add_nowait(&bytes) {
                 Ok((entry, done)) => {
                     s.model.sent(id, entry, &bytes);
-                    let (m, t, who) = (s.model.clone(), s.trace.clone(), name.clone());
-                    let op = m.begin(format!("{who}: add {id}/{entry}"));
-                    adds.spawn(async move {
-                        match done.await {
-                            Ok(_) => {
-                                m.acked(id, entry);
-                                m.end(op, "add ok");
-                                false
-                            }
-                            Err(err) => {
-                                m.end(op, "add failed");
-                                t.event(format!("{who}: add {id}/{entry} failed: {err}"));
-                                true
-                            }
-                        }
-                    });
+                    let op = s.model.begin(format!("{name}: add {id}/{entry}"));
+                    adds.spawn(await_add(s.clone(), name.clone(), op, (id, entry), done));
                 }
                 Err(err) => {
                     s.trace.event(format!("{name}: add to {id} refused: {err}"));
@@ -153,6 +139,28 @@ pub async fn writer(
                 s.trace.event(format!("{name}: close of {id} failed: {err}"));
                 let _ = abandoned.send(id);
             }
+        }
+    }
+}
+
+/// Awaits one add's answer and records it in the model; true if it failed.
+async fn await_add<T, E: std::fmt::Display>(
+    s: Shared,
+    who: String,
+    op: u64,
+    (id, entry): (LedgerId, EntryId),
+    done: impl std::future::Future<Output = Result<T, E>>,
+) -> bool {
+    match done.await {
+        Ok(_) => {
+            s.model.acked(id, entry);
+            s.model.end(op, "add ok");
+            false
+        }
+        Err(err) => {
+            s.model.end(op, "add failed");
+            s.trace.event(format!("{who}: add {id}/{entry} failed: {err}"));
+            true
         }
     }
 }

@@ -3,24 +3,27 @@
 //! store, all the production code, run on one thread under one seed.
 //!
 //! How a seed fixes everything: the run enters a [`folio_rt::sim::Simulation`] on a tokio
-//! current-thread runtime with its clock paused. Timers are simulated time (the clock jumps
-//! to the next timer whenever every task waits); ready tasks run in the order they became
-//! ready, and each seam (`folio_rt::blocking`, each network write) adds a seeded number of
-//! yields and a seeded delay, so the seed decides every interleaving, message delay, drop,
-//! crash and disk fault; blocking work runs inline, the storage engines are stepped by
-//! driver tasks (`Background::Stepped`), the network is simulated (`SimNet`), disks are
-//! `FaultFs`, and all randomness (placement, passwords, faults, workloads) comes from the
-//! seed. Nothing reads real time for a decision; the trace's checksum shows a seed replays
-//! to the same run.
+//! current-thread runtime with its clock paused and its RNG seeded. Timers are simulated
+//! time (the clock jumps to the next timer whenever every task waits); ready tasks run in
+//! the order they became ready; tokio's own choices (the wake order of a watch channel's
+//! waiters, `select!` branches) follow the runtime's seed; and each seam
+//! (`folio_rt::blocking`, each network write) adds a seeded number of yields and a seeded
+//! delay. So the seed decides every interleaving at an await point, every message delay,
+//! partition, crash and disk fault. Blocking work runs inline, the storage engines are
+//! stepped by driver tasks (`Background::Stepped`), the network is simulated (`SimNet`),
+//! disks are `FaultFs`, and all randomness (placement, passwords, nonces, faults, workloads)
+//! comes from the seed. Nothing reads real time for a decision; the trace's checksum shows a
+//! seed replays to the same run. What one thread cannot show: races between OS threads
+//! inside code that does not await (a simulated run has none).
 //!
 //! A run (`run`): draw a plan from the seed (bookies, quorums, a journal-less bookie or
 //! not, how hard faults come, the logs' rollover and retention), start the cluster
 //! (`world`), start the workloads (`ledgers`, `logs`) and the deleter, let the nemesis
 //! (`nemesis`) break things for the fault window, mend everything, stop the workloads and
 //! check liveness (every operation ends within [`LIVENESS_BOUND`] once faults stop), then
-//! the promises (`check`: D1, D2 through D1's reads after journal-less crashes, D3, L1,
-//! L2). A failing seed prints its violations, the command that replays it and the last
-//! lines of its trace.
+//! the promises (`check`: D1, D3, L1, L2; D2 and the pre-boot fence are probed when a
+//! journal-less bookie starts again after a crash). A failing seed prints its violations,
+//! the command that replays it and the last lines of its trace.
 //!
 //! Seeds come from `FOLIO_SIM_SEEDS` (`a..b` or `a,b,c`); `FOLIO_SIM_VERBOSE=1` prints
 //! the whole trace as it happens and the components' debug logs.
