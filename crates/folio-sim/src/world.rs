@@ -385,8 +385,8 @@ const D2_LEDGERS_MAX: usize = 64;
 /// D2 (no truncation by unknown): a journal-less bookie that crashed may have lost what it
 /// held; started again, it has fenced every ledger naming it (D3), and it never answers
 /// "no such entry" or "no such ledger" for an entry it held of a ledger that is still open
-/// with it in its last ensemble: it answers UNKNOWN (limbo), or has the entry. Checked on its storage right after its start, before
-/// the integrity check repairs anything.
+/// with it in its last ensemble: it answers UNKNOWN (limbo), or has the entry. Checked on
+/// its storage right after its start, before the integrity check repairs anything.
 async fn d2_unknown_not_missing(
     bookie: &Bookie,
     held: &[(folio_proto::LedgerId, folio_proto::EntryId)],
