@@ -20,14 +20,16 @@ cd "$(dirname "$0")/.."
 
 started=$(date +%s)
 install_deps || exit 1
+echo "== dependencies installed: $(($(date +%s) - started)) s"
 start_etcd
 
 failed=()
 step() { # step NAME COMMAND...: runs it, remembers a failure, never stops the run
-    local name=$1
+    local name=$1 t0=$SECONDS
     shift
     echo "== $name"
     "$@" || failed+=("$name")
+    echo "== $name: $((SECONDS - t0)) s"
 }
 
 step "cargo fmt --check" cargo fmt --all -- --check
