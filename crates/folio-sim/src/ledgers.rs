@@ -86,16 +86,23 @@ pub async fn writer(
         // (a zombie's), and its ledger goes to recovery at once.
         let dies_at = chance(20).then(|| rand_range(0, n));
         let mut died = false;
+        let mut fragment = last_fragment(&writer);
         for k in 0..n {
             if s.stopped() || failed {
                 break;
             }
-            if dies_at == Some(k) {
-                died = true;
-                break;
-            }
             while adds.len() >= inflight {
                 failed |= adds.join_next().await.is_some_and(|r| r.unwrap_or(true));
+            }
+            // Or it dies as its ensemble changes (a broker lost with the bookies of its
+            // rack): its bookies may then have last heard of a LAC before the new
+            // fragment, where recovery must not start (BookKeeper #2615).
+            let now = last_fragment(&writer);
+            let changed = now != fragment;
+            fragment = now;
+            if dies_at == Some(k) || (changed && chance(50)) {
+                died = true;
+                break;
             }
             let bytes = payload(2048);
             match writer.add_nowait(&bytes) {
@@ -141,6 +148,11 @@ pub async fn writer(
             }
         }
     }
+}
+
+/// The start and bookies of a writer's last fragment.
+fn last_fragment(writer: &folio_client::LedgerWriter) -> Option<(EntryId, Vec<String>)> {
+    writer.metadata().ensembles.last_key_value().map(|(s, e)| (*s, e.clone()))
 }
 
 /// Awaits one add's answer and records it in the model; true if it failed.
