@@ -68,6 +68,7 @@ pub const LIVENESS_BOUND: Duration = Duration::from_secs(120);
 /// log), the checker 200, the deleter 201.
 const CHECKER_NODE: usize = 200;
 const DELETER_NODE: usize = 201;
+const RECOVERER_NODE: usize = 5;
 
 /// What a run is allowed to vary.
 #[derive(Debug, Clone)]
@@ -388,7 +389,8 @@ fn start_workloads(
         tasks.spawn(ledgers::writer(world.client(w), shared.clone(), name, abandon.clone()));
     }
     drop(abandon);
-    tasks.spawn(ledgers::recoverer(world.client(5), shared.clone(), "recoverer".into(), abandoned));
+    let recoverer = world.client(RECOVERER_NODE);
+    tasks.spawn(ledgers::recoverer(recoverer, shared.clone(), "recoverer".into(), abandoned));
     tasks.spawn(ledgers::reader(world.client(6), shared, "reader".into()));
     let base = logs::LogShared {
         model: model.clone(),
@@ -402,7 +404,7 @@ fn start_workloads(
         config: plan.log_config(),
         nodes: 0..0,
     };
-    let mut clients: Vec<usize> = (0..plan.writers).chain([5, 6]).collect();
+    let mut clients: Vec<usize> = (0..plan.writers).chain([RECOVERER_NODE, 6]).collect();
     let mut names = Vec::new();
     for k in 0..plan.logs {
         let name = format!("log-{k}");

@@ -74,19 +74,7 @@ pub async fn run(world: &mut World, until: Instant, clients: &[usize], intensity
         let can_take_down =
             broken.down.len() + broken.failing_sync.len() + broken.armed.len() < intensity.max_down;
         match folio_rt::with_rng(|r| r.random_range(0..100)) {
-            0..=24 if can_take_down => {
-                // Half the crashes go to a journal-less bookie when there is one: what D2
-                // and the integrity check are about.
-                let journal_less: Vec<usize> =
-                    up.iter().copied().filter(|i| !world.bookies[*i].journal).collect();
-                let target =
-                    if folio_rt::with_rng(|r| r.random_bool(0.5)) { &journal_less } else { &up };
-                let Some(i) = pick(target).or_else(|| pick(&up)) else { continue };
-                let lose_all = folio_rt::with_rng(|r| r.random_range(0..5) == 0);
-                world.crash_bookie(i, lose_all).await;
-                world.count("fault: bookie crash");
-                broken.down.insert(i, now + rand_ms(500, 8000));
-            }
+            0..=24 if can_take_down => crash(world, &mut broken, &up, &bookie_ips, now).await,
             25..=32 if can_take_down => {
                 let Some(i) = pick(&up) else { continue };
                 world.trace.event(format!("stop {} cleanly", world.bookies[i].id));
@@ -145,6 +133,27 @@ pub async fn run(world: &mut World, until: Instant, clients: &[usize], intensity
         }
     }
     mend_all(world, &mut broken).await;
+}
+
+/// Crashes a bookie (half the time the journal-less one, when there is one).
+async fn crash(world: &mut World, broken: &mut Broken, up: &[usize], ips: &[IpAddr], now: Instant) {
+    // Half the crashes go to a journal-less bookie when there is one: what D2 and the
+    // integrity check are about.
+    let journal_less: Vec<usize> =
+        up.iter().copied().filter(|i| !world.bookies[*i].journal).collect();
+    let target = if folio_rt::with_rng(|r| r.random_bool(0.5)) { &journal_less[..] } else { up };
+    let Some(i) = pick(target).or_else(|| pick(up)) else { return };
+    let lose_all = folio_rt::with_rng(|r| r.random_range(0..5) == 0);
+    world.crash_bookie(i, lose_all).await;
+    world.count("fault: bookie crash");
+    broken.down.insert(i, now + rand_ms(500, 8000));
+    // Now and then the crash takes a rack: the recoverer loses another bookie for a while
+    // too (recoveries then decide with one answer unknown).
+    if folio_rt::with_rng(|r| r.random_bool(0.3)) {
+        let rest: Vec<IpAddr> = up.iter().filter(|j| **j != i).map(|j| ips[*j]).collect();
+        let recoverer = [client_ip(crate::RECOVERER_NODE)];
+        break_link(world, broken, &recoverer, &rest, Link::Held, now);
+    }
 }
 
 fn break_link(
