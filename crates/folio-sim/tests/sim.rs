@@ -76,6 +76,33 @@ fn a_seed_replays_to_the_same_trace() {
     }
 }
 
+/// Seeds that catch the bugs the simulator found, each put back by `scripts/sim-mutants.sh`
+/// (at the commit that added this list): they run in every build, whatever
+/// `FOLIO_SIM_SEEDS` says. A change to the scenario draws other runs from the same seeds:
+/// then rerun the mutants and take the seeds they print.
+const REGRESSION_SEEDS: &[(&str, &[u64])] = &[
+    // A log whose retry found its ledger fenced stayed Failed: its appends never ended.
+    ("fenced-retry-loop", &[195]),
+    // A failed roll took the confirmed end from the record: it moved back, and later
+    // appends were given offsets already acknowledged.
+    ("live-end-from-record", &[2, 21, 27, 42]),
+    // The disk monitor spun once the poison watch's sender was gone (simulated time stood
+    // still).
+    ("monitor-spin", &[0]),
+];
+
+#[test]
+fn regression_seeds() {
+    let opts = Options::default();
+    for (bug, seeds) in REGRESSION_SEEDS {
+        assert!(!seeds.is_empty(), "{bug}: no seed");
+        for seed in *seeds {
+            let r = run(*seed, &opts);
+            assert!(r.passed(), "{bug} is back (seed {seed}):\n{}", r.failure_text());
+        }
+    }
+}
+
 /// The long run (`--ignored`): seeds from `FOLIO_SIM_SEEDS` (default 1000..6000), each
 /// with a fault window of 20 to 60 simulated seconds:
 /// `cargo test --release -p folio-sim --test sim -- --ignored long_run`.
