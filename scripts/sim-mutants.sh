@@ -86,8 +86,8 @@ EOF
         FOLIO_SIM_WALL_MAX_S=120 cargo test -q -p folio-sim --test sim seeds_part -- \
         --nocapture --test-threads 1) >"$log" 2>&1
     # A failing seed, or one the watchdog aborted (its simulated time stood still).
-    failed=$(grep -oE '^seed [0-9]+( failed|: )' "$log" | awk '{print $2}' | tr -d ':' | sort -n | tr '\n' ' ')
-    kinds=$( (grep -oE '^  - [A-Za-z0-9]+' "$log" | awk '{print $2}'; grep -oE '^seed [0-9]+: simulated time' "$log" | awk '{print "stall"}') | sort | uniq -c | sort -rn | head -4 | awk '{print $2 "×" $1}' | tr '\n' ' ')
+    failed=$(grep -oE '^\.*seed [0-9]+( failed|: )' "$log" | awk '{print $2}' | tr -d ':' | sort -n | tr '\n' ' ')
+    kinds=$( (grep -oE '^  - [A-Za-z0-9]+' "$log" | awk '{print $2}'; grep -oE '^\.*seed [0-9]+: simulated time' "$log" | awk '{print "stall"}') | sort | uniq -c | sort -rn | head -4 | awk '{print $2 "×" $1}' | tr '\n' ' ')
     n=$(echo "$failed" | wc -w)
     summary+=("$name: $n failing seeds [$failed] ($kinds)")
     echo "   $n seeds failed; log $log"

@@ -89,6 +89,10 @@ const REGRESSION_SEEDS: &[(&str, &[u64])] = &[
     // The disk monitor spun once the poison watch's sender was gone (simulated time stood
     // still).
     ("monitor-spin", &[0]),
+    // A clean stop while a connection's last request still held the storage left it
+    // unclosed (the old instance went on writing its disk); the restarted bookie then
+    // collided with its entry log, turned read-only and never collected (L1).
+    ("shutdown-while-in-use", &[337]),
 ];
 
 #[test]
