@@ -7,6 +7,8 @@ use folio_sim::{Options, Report, run, seeds};
 /// Seeds CI runs when `FOLIO_SIM_SEEDS` is not set.
 const CI_SEEDS: std::ops::Range<u64> = 0..200;
 const PARTS: u64 = 4;
+/// Long-window seeds CI runs when `FOLIO_SIM_LONG_SEEDS` is not set.
+const LONG_RUN_CI_SEEDS: std::ops::Range<u64> = 1000..1004;
 
 fn run_part(part: u64) {
     let all = seeds("FOLIO_SIM_SEEDS", CI_SEEDS);
@@ -107,18 +109,17 @@ fn regression_seeds() {
     }
 }
 
-/// The long run (`--ignored`): seeds from `FOLIO_SIM_SEEDS` (default 1000..6000), each
-/// with a fault window of 20 to 60 simulated seconds:
-/// `cargo test --release -p folio-sim --test sim -- --ignored long_run`.
+/// The long run: each seed with a fault window of 20 to 60 simulated seconds. CI runs
+/// `LONG_RUN_CI_SEEDS`; the flag for a long one is `FOLIO_SIM_LONG_SEEDS`:
+/// `FOLIO_SIM_LONG_SEEDS=1000..6000 cargo test --release -p folio-sim --test sim long_run`.
 #[test]
-#[ignore]
 fn long_run() {
     let opts = Options {
         fault_window: (std::time::Duration::from_secs(20), std::time::Duration::from_secs(60)),
         ..Options::default()
     };
     let mut failed = Vec::new();
-    let seeds = seeds("FOLIO_SIM_SEEDS", 1000..6000);
+    let seeds = seeds("FOLIO_SIM_LONG_SEEDS", LONG_RUN_CI_SEEDS);
     let started = std::time::Instant::now();
     for seed in &seeds {
         let r = run(*seed, &opts);
