@@ -403,9 +403,7 @@ impl Bookie {
         let weak = Arc::downgrade(&self.storage);
         drop(self);
         // Requests still running on blocking threads hold the storage until they finish.
-        while weak.strong_count() > 0 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        storage_holders_at_most(&weak, 0, None).await;
     }
 
     /// Clean shutdown: stop serving, flush and checkpoint, remove DIRTY, revoke the lease.
@@ -419,9 +417,7 @@ impl Bookie {
         // the stop) still holds the storage: wait for it rather than leave the storage
         // unclosed, which made a clean stop unclean (found by the simulator, seed 337).
         let deadline = tokio::time::Instant::now() + SHUTDOWN_REQUESTS_WAIT_MAX;
-        while Arc::strong_count(&self.storage) > 1 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        storage_holders_at_most(&Arc::downgrade(&self.storage), 1, Some(deadline)).await;
         let storage = Arc::try_unwrap(self.storage).map_err(|_| {
             BookieError::Config(format!(
                 "storage still in use {SHUTDOWN_REQUESTS_WAIT_MAX:?} after the stop (a request \
@@ -442,6 +438,20 @@ impl Bookie {
         }
         tracing::info!(bookie = %self.id, root = %self.keys.root(), "bookie stopped cleanly");
         Ok(())
+    }
+}
+
+/// Waits until at most `holders` hold the storage (requests still running let go of it),
+/// or until `deadline`.
+async fn storage_holders_at_most(
+    storage: &std::sync::Weak<Storage>,
+    holders: usize,
+    deadline: Option<tokio::time::Instant>,
+) {
+    while storage.strong_count() > holders
+        && deadline.is_none_or(|d| tokio::time::Instant::now() < d)
+    {
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 

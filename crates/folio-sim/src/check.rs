@@ -121,12 +121,6 @@ async fn read_whole(
 /// payloads may repeat by chance).
 const ONCE_CHECK_BYTES_MIN: usize = 16;
 
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3))
-}
-
 /// Takes every log over on the checker's node and reads it whole (D1 for logs: every
 /// acknowledged batch at its offset, each append stored once).
 pub async fn logs(env: &LogEnv, names: &[String], model: &Model, out: &mut Findings) {
@@ -143,8 +137,8 @@ pub async fn logs(env: &LogEnv, names: &[String], model: &Model, out: &mut Findi
         };
         let (start, end) = (log.start_offset(), log.end_offset());
         let mut seen: BTreeMap<u64, Batch> = BTreeMap::new();
-        // Payload (FNV-1a, length) -> where it was first read: each append is stored once.
-        let mut stored: BTreeMap<(u64, usize), u64> = BTreeMap::new();
+        // Payload -> where it was first read: each append is stored once.
+        let mut stored: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
         let mut offset = start;
         while offset < end {
             match log.read(offset, 256 * 1024, 64).await {
@@ -164,14 +158,13 @@ pub async fn logs(env: &LogEnv, names: &[String], model: &Model, out: &mut Findi
                         let batch = Batch { records: e.record_count, crc: crc(&e.payload) };
                         model.log_read(name, e.base_offset, batch);
                         // Payloads are random: only short ones may repeat by chance.
-                        if e.payload.len() >= ONCE_CHECK_BYTES_MIN {
-                            let key = (fnv1a(&e.payload), e.payload.len());
-                            if let Some(first) = stored.insert(key, e.base_offset) {
-                                out.violations.push(format!(
-                                    "D1 log {name}: the batch at {first} is stored again at {} (an append sent twice)",
-                                    e.base_offset
-                                ));
-                            }
+                        if e.payload.len() >= ONCE_CHECK_BYTES_MIN
+                            && let Some(first) = stored.insert(e.payload.to_vec(), e.base_offset)
+                        {
+                            out.violations.push(format!(
+                                "D1 log {name}: the batch at {first} is stored again at {} (an append sent twice)",
+                                e.base_offset
+                            ));
                         }
                         seen.insert(e.base_offset, batch);
                         offset = e.next_offset();
