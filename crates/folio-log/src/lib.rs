@@ -15,6 +15,7 @@
 
 pub mod config;
 pub mod entry;
+mod epochs;
 mod env;
 mod error;
 pub mod limits;
@@ -24,6 +25,7 @@ pub mod trash;
 
 pub use config::LogConfig;
 pub use entry::LogEntry;
+pub use epochs::{EPOCH_MAX, EPOCHS_MAX, EpochStart, Epochs};
 pub use env::{LogEnv, OWNER_TAG, WallClock};
 pub use error::{LogError, Result};
 pub use log::{

@@ -2,8 +2,10 @@
 //! u16 length + UTF-8). Every record starts with a 3-byte magic and a version byte.
 //!
 //! ```text
-//! LogRecord     "FLG" 1 | state u8 (1 active, 2 deleting) | start_offset u64 | owner str
+//! LogRecord     "FLG" 2 | state u8 (1 active, 2 deleting) | start_offset u64 | owner str
 //!               | n u32 | n × LedgerInfo | m u32 | m × (key str, value str)
+//!               | k u32 | k × (epoch u32 | start_offset u64)      owner epochs (`epochs`)
+//!               (version 1, written before owner epochs, ends after the properties)
 //! LedgerInfo    ledger_id u64 | entries u64 | bytes u64 | first_offset u64 | records u64
 //!               | first_publish_ms i64 | max_publish_ms i64 | close_ms u64 (0 = open)
 //! CursorRecord  "FCR" 1 | offset u64 | updated_ms u64
@@ -22,6 +24,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::epochs::{EPOCHS_MAX, EpochStart, Epochs};
 use crate::limits::{OFFSET_INDEX_RECORD_BYTES_MAX, TEXT_BYTES_MAX};
 use bytes::Bytes;
 use folio_meta::Result;
@@ -32,6 +35,8 @@ const CURSOR_MAGIC: &[u8; 3] = b"FCR";
 const TRASH_MAGIC: &[u8; 3] = b"FTR";
 const OFFSET_INDEX_MAGIC: &[u8; 3] = b"FOI";
 const VERSION: u8 = 1;
+/// The log record's version: 2 added the owner epochs.
+const LOG_VERSION: u8 = 2;
 
 /// A log record's state in the metadata store: active, or being deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +102,8 @@ pub struct LogRecord {
     pub owner: String,
     pub ledgers: Vec<LedgerInfo>,
     pub properties: BTreeMap<String, String>,
+    /// Its owners' epochs, one begun by each take-over (`crate::epochs`).
+    pub epochs: Epochs,
 }
 
 impl LogRecord {
@@ -108,12 +115,14 @@ impl LogRecord {
             owner: owner.into(),
             ledgers: Vec::new(),
             properties: BTreeMap::new(),
+            epochs: Epochs::default(),
         }
     }
 
     /// Chain invariants: distinct ledger ids; only the last ledger open; each closed
-    /// ledger ends where the next begins.
+    /// ledger ends where the next begins. The epochs are in order (`Epochs::validate`).
     pub fn validate(&self) -> std::result::Result<(), String> {
+        self.epochs.validate()?;
         let mut ids = std::collections::BTreeSet::new();
         for (i, l) in self.ledgers.iter().enumerate() {
             if !ids.insert(l.ledger_id) {
@@ -151,14 +160,25 @@ impl LogRecord {
 }
 
 fn check_magic(r: &mut Reader<'_>, key: &str, magic: &[u8; 3], what: &str) -> Result<()> {
+    check_magic_versions(r, key, magic, what, VERSION..=VERSION).map(|_| ())
+}
+
+/// Checks the magic and that the version is one of `versions`; returns the version.
+fn check_magic_versions(
+    r: &mut Reader<'_>,
+    key: &str,
+    magic: &[u8; 3],
+    what: &str,
+    versions: std::ops::RangeInclusive<u8>,
+) -> Result<u8> {
     if r.take(3)? != magic {
         return Err(corrupt(key, format!("not a {what}")));
     }
     let v = r.u8()?;
-    if v != VERSION {
+    if !versions.contains(&v) {
         return Err(corrupt(key, format!("unsupported {what} version {v}")));
     }
-    Ok(())
+    Ok(v)
 }
 
 fn cut(s: &str) -> &str {
@@ -173,7 +193,7 @@ impl Record for LogRecord {
     fn encode(&self) -> Bytes {
         assert_eq!(self.validate(), Ok(()), "encoding an invalid log record");
         let mut v = LOG_MAGIC.to_vec();
-        v.push(VERSION);
+        v.push(LOG_VERSION);
         v.push(self.state as u8);
         v.extend_from_slice(&self.start_offset.to_le_bytes());
         put_string(&mut v, cut(&self.owner));
@@ -191,12 +211,18 @@ impl Record for LogRecord {
             put_string(&mut v, cut(k));
             put_string(&mut v, cut(val));
         }
+        let epochs = self.epochs.entries();
+        v.extend_from_slice(&(epochs.len() as u32).to_le_bytes());
+        for e in epochs {
+            v.extend_from_slice(&e.epoch.to_le_bytes());
+            v.extend_from_slice(&e.start_offset.to_le_bytes());
+        }
         Bytes::from(v)
     }
 
     fn decode(key: &str, b: &[u8]) -> Result<Self> {
         let mut r = Reader::new(key, b);
-        check_magic(&mut r, key, LOG_MAGIC, "log record")?;
+        let version = check_magic_versions(&mut r, key, LOG_MAGIC, "log record", 1..=LOG_VERSION)?;
         let state = match r.u8()? {
             1 => LogRecordState::Active,
             2 => LogRecordState::Deleting,
@@ -229,8 +255,19 @@ impl Record for LogRecord {
             let k = r.string()?;
             properties.insert(k, r.string()?);
         }
+        let mut epochs = Vec::new();
+        if version >= 2 {
+            let k = r.u32()? as usize;
+            if k > EPOCHS_MAX {
+                return Err(corrupt(key, format!("{k} owner epochs (at most {EPOCHS_MAX})")));
+            }
+            for _ in 0..k {
+                epochs.push(EpochStart { epoch: r.u32()?, start_offset: r.u64()? });
+            }
+        }
         r.done()?;
-        let record = LogRecord { state, start_offset, owner, ledgers, properties };
+        let epochs = Epochs::from_entries(epochs).map_err(|e| corrupt(key, e))?;
+        let record = LogRecord { state, start_offset, owner, ledgers, properties, epochs };
         record.validate().map_err(|e| corrupt(key, e))?;
         Ok(record)
     }
@@ -457,6 +494,8 @@ mod tests {
         a.close_ms = 5;
         r.ledgers = vec![a, LedgerInfo::open(9, 10)];
         r.properties.insert("k".into(), "v".into());
+        r.epochs.begin(0, 0);
+        r.epochs.begin(10, 0);
         r
     }
 
@@ -470,6 +509,24 @@ mod tests {
         t.last_error = "é".repeat(800);
         let back = TrashRecord::decode("k", &t.encode()).unwrap();
         assert_eq!(back.last_error.len(), 1000);
+    }
+
+    /// A log record of version 1 (before owner epochs) reads as all epoch 0; the next write
+    /// is version 2.
+    #[test]
+    fn a_log_record_without_epochs_reads_as_epoch_zero() {
+        let mut r = chain();
+        r.epochs = Epochs::default();
+        let mut b = r.encode().to_vec();
+        assert_eq!(b[3], 2);
+        b[3] = 1;
+        b.truncate(b.len() - 4); // no epoch count
+        let back = LogRecord::decode("k", &b).unwrap();
+        assert_eq!((back.epochs.current(), back.epochs.epoch_of(5)), (0, 0));
+        assert_eq!(back, r);
+        let mut v3 = b.clone();
+        v3[3] = 3;
+        assert!(LogRecord::decode("k", &v3).unwrap_err().to_string().contains("version 3"));
     }
 
     #[test]

@@ -165,6 +165,42 @@ async fn d3_a_new_owner_fences_the_old_one() {
     assert_no_leak(c.meta.as_ref(), "after fencing").await;
 }
 
+/// Owner epochs (Kafka's leader epochs): each take-over begins the next epoch at the
+/// offset its first append gets, in the take-over's own commit; every offset keeps the
+/// epoch it was appended in; a take-over with nothing appended before the next leaves no
+/// epoch behind; and the fenced owner's epoch ends where the new one begins.
+#[tokio::test]
+async fn each_take_over_begins_an_owner_epoch_at_its_first_offset() {
+    let c = Cluster::start(2).await;
+    let a = ManagedLog::open_or_create(env(&c, "a"), "e", small(2, 1000)).await.unwrap();
+    assert_eq!(a.status().epoch, 1);
+    for i in 0..3 {
+        a.append(&batch(i), 2, 0).await.unwrap();
+    }
+    let b = ManagedLog::open(env(&c, "b"), "e", small(2, 1000)).await.unwrap();
+    assert_eq!(b.status().epoch, 2);
+    b.append(&batch(9), 1, 0).await.unwrap();
+    // Taken over twice more without an append in between: epoch 3 names no offset.
+    let c3 = ManagedLog::open(env(&c, "c"), "e", small(2, 1000)).await.unwrap();
+    assert_eq!(c3.status().epoch, 3);
+    let d = ManagedLog::open(env(&c, "d"), "e", small(2, 1000)).await.unwrap();
+    assert_eq!(d.status().epoch, 4);
+    assert_eq!(d.append(&batch(10), 1, 0).await.unwrap(), 7);
+    let e = d.epochs();
+    let starts: Vec<(u32, u64)> = e.entries().iter().map(|e| (e.epoch, e.start_offset)).collect();
+    assert_eq!(starts, vec![(1, 0), (2, 6), (4, 7)]);
+    assert_eq!((0..8).map(|o| e.epoch_of(o)).collect::<Vec<_>>(), [1, 1, 1, 1, 1, 1, 2, 4]);
+    assert_eq!(e.end_of(1, 8), Some((1, 6)));
+    assert_eq!(e.end_of(3, 8), Some((2, 7)));
+    assert_eq!(e.end_of(4, 8), Some((4, 8)));
+    // The history is in the log record: a new owner reads it and goes on from there.
+    d.close().await.unwrap();
+    let again = ManagedLog::open(env(&c, "a"), "e", small(2, 1000)).await.unwrap();
+    assert_eq!(again.status().epoch, 5);
+    assert_eq!(again.epochs().epoch_of(6), 2);
+    assert_no_leak(c.meta.as_ref(), "after take-overs").await;
+}
+
 /// A ledger that fails (its bookie cut, no replacement) is closed at its LAC; the appends
 /// not in it wait while no ledger can be created and are re-sent, in order, once one can.
 #[tokio::test]

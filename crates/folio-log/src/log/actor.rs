@@ -94,6 +94,9 @@ pub(super) struct Actor {
     last_append_ms: u64,
     /// Trash records the next commit carries (a previous owner's unfinished compaction).
     carried_trash: Vec<crate::records::TrashRecord>,
+    /// Set by `take_over`: its commit begins the next owner epoch where the next append
+    /// goes (`crate::epochs`); no other commit changes the epochs.
+    begin_epoch: bool,
 }
 
 /// Backoff between attempts to get a ledger after a failure.
@@ -132,12 +135,13 @@ impl Actor {
             failures_in_row: 0,
             last_append_ms: 0,
             carried_trash: Vec::new(),
+            begin_epoch: false,
         }
     }
 
     /// Takes the chain over: records this owner and the log's config, then seals the
-    /// previous owner's last ledger and adds a new one in one CAS (`Fenced` when another
-    /// owner won the race).
+    /// previous owner's last ledger, adds a new one and begins the next owner epoch at its
+    /// first offset, in one CAS (`Fenced` when another owner won the race).
     pub(super) async fn take_over(&mut self, config: &LogConfig) -> Result<()> {
         // Written with the chain by the first commit.
         put_config(&mut self.record, config);
@@ -145,7 +149,9 @@ impl Actor {
         let now = self.env().now_ms();
         let orphan = self.orphaned_compaction(now);
         self.carried_trash.extend(orphan);
+        self.begin_epoch = true;
         self.seal_and_extend(None).await?;
+        assert!(!self.begin_epoch, "log {}: the take-over committed no epoch", self.name());
         let now = self.env().now_ms();
         self.next_trim_ms = now + config.trim_interval.as_millis() as u64;
         self.next_flush_ms = now + config.cursor_flush_interval.as_millis() as u64;
@@ -215,12 +221,16 @@ impl Actor {
             }
             v.live = live;
             v.current = self.writer.clone();
+            if *v.epochs != self.record.epochs {
+                v.epochs = Arc::new(self.record.epochs.clone());
+            }
         }
         let status = LogStatus {
             start_offset: self.start(),
             end_offset: confirmed_end.max(self.start()),
             state: self.state,
             current_ledger: self.record.ledgers.last().map_or(0, |l| l.ledger_id),
+            epoch: self.record.epochs.current(),
         };
         self.sh.status.send_if_modified(|s| {
             // D1: what readers were told is confirmed stays confirmed while the log lives

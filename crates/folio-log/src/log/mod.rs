@@ -54,6 +54,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::config::LogConfig;
 use crate::entry::{self};
 use crate::env::LogEnv;
+use crate::epochs::Epochs;
 use crate::error::{LogError, Result};
 use crate::limits::OPEN_ATTEMPTS_MAX;
 pub use crate::limits::{BATCH_BYTES_MAX, LOG_NAME_BYTES_MAX};
@@ -95,6 +96,9 @@ pub struct LogStatus {
     pub state: LogState,
     /// The ledger appends go to (the last of the chain).
     pub current_ledger: u64,
+    /// The owner epoch this owner's appends are in (`Epochs::current`): begun by its
+    /// take-over, Kafka's partition leader epoch.
+    pub epoch: u32,
 }
 
 /// A snapshot of a log for admin views.
@@ -144,6 +148,8 @@ struct View {
     /// The chain's last ledger with its confirmed counters, while a writer has it.
     live: Option<LedgerInfo>,
     current: Option<Arc<LedgerWriter>>,
+    /// The owner epochs as this owner's take-over committed them.
+    epochs: Arc<Epochs>,
 }
 
 impl View {
@@ -355,12 +361,14 @@ impl ManagedLog {
                     chain: Arc::new(record.ledgers.clone()),
                     live: None,
                     current: None,
+                    epochs: Arc::new(record.epochs.clone()),
                 }),
                 status: watch::channel(LogStatus {
                     start_offset: start,
                     end_offset: start,
                     state: LogState::Rolling,
                     current_ledger: 0,
+                    epoch: record.epochs.current(),
                 })
                 .0,
                 readers: Mutex::new(BTreeMap::new()),
@@ -411,6 +419,12 @@ impl ManagedLog {
     /// Offsets and state as of now.
     pub fn status(&self) -> LogStatus {
         *self.shared.status.borrow()
+    }
+
+    /// The owner epochs (`crate::epochs`): which epoch each offset was appended in, and
+    /// where each ends. Fixed from the take-over on: only a take-over begins an epoch.
+    pub fn epochs(&self) -> Arc<Epochs> {
+        self.shared.view.read().expect("view lock").epochs.clone()
     }
 
     /// Changes of the status (end offset, state), for waiting on them.

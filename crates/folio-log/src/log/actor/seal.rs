@@ -59,7 +59,13 @@ impl Actor {
         }
         let id = env.client.allocate_id().await?;
         record.ledgers.push(LedgerInfo::open(id, end));
+        let begin_epoch = self.begin_epoch;
+        if begin_epoch {
+            let epoch = record.epochs.begin(end, record.log_start_offset());
+            tracing::debug!(log = self.name(), epoch, start = end, "owner epoch begun");
+        }
         self.commit_with_index(record, &trash, offset_index.as_ref()).await?;
+        self.begin_epoch &= !begin_epoch;
         self.sh
             .stats
             .ledgers_trashed
@@ -216,6 +222,12 @@ impl Actor {
         trash: &[TrashRecord],
         offset_index: Option<&OffsetIndexRecord>,
     ) -> Result<()> {
+        // Only a take-over begins an epoch; every other commit keeps the history.
+        assert!(
+            self.begin_epoch || record.epochs == self.record.epochs,
+            "log {}: a commit changes the owner epochs outside a take-over",
+            self.name()
+        );
         let env = self.env().clone();
         let key = env.keys.log(self.name());
         let mut txn = Txn::new()
