@@ -7,7 +7,7 @@
 //! offset  size  field
 //!      0     8  base offset            (patched on fetch: the log assigns offsets)
 //!      8     4  length                 (bytes after this field)
-//!     12     4  partition leader epoch (patched on fetch: always 0 here)
+//!     12     4  partition leader epoch (patched on fetch: the epoch of its last offset)
 //!     16     1  magic = 2
 //!     17     4  CRC-32C of bytes 21..end
 //!     21     2  attributes             (bits 0-2 codec, 3 timestamp type, 4 transactional, 5 control)
@@ -22,6 +22,7 @@
 //! ```
 
 use bytes::{BufMut, Bytes, BytesMut};
+use folio_log::Epochs;
 
 /// Bytes of a record batch's header (v2), up to and including the record count.
 pub const HEADER_BYTES: usize = 61;
@@ -247,14 +248,19 @@ pub fn set_log_append_time(b: &mut [u8], now_ms: i64) {
     b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
-/// Appends `batch` to `out` as a fetch returns it: with its base offset (which the CRC
-/// does not cover) and partition leader epoch 0.
-pub fn put_for_fetch(out: &mut BytesMut, batch: &[u8], base_offset: u64) {
+/// Appends `batch` to `out` as a fetch returns it: with its base offset and partition
+/// leader epoch (neither covered by the CRC). The epoch is that of the batch's last offset:
+/// a compacted batch's base offset may have moved down into an earlier epoch to cover the
+/// gap before it (`compaction`), and a consumer's position after it must lie within the
+/// epoch it is told, or OffsetForLeaderEpoch would answer an end below that position.
+pub fn put_for_fetch(out: &mut BytesMut, batch: &[u8], base_offset: u64, epochs: &Epochs) {
     assert!(batch.len() >= HEADER_BYTES, "stored batches were parsed on produce");
+    let delta = i32_at(batch, LAST_OFFSET_DELTA_AT).max(0) as u64;
+    let epoch = epochs.epoch_of(base_offset.saturating_add(delta));
     out.reserve(batch.len());
     out.put_i64(base_offset as i64);
     out.put_slice(&batch[8..12]);
-    out.put_i32(0);
+    out.put_i32(epoch as i32);
     out.put_slice(&batch[16..]);
 }
 
@@ -431,14 +437,21 @@ pub(crate) mod tests {
         assert_ne!(info.attributes & TIMESTAMP_TYPE_BIT, 0);
     }
 
+    /// Base offset and leader epoch are patched, nothing else; the epoch is the one the
+    /// batch's last offset was appended in (a compacted batch may start in an older one).
     #[test]
     fn fetch_patches_base_offset_and_epoch_only() {
-        let b = batch(2, b"v", 1000);
-        let mut out = BytesMut::new();
-        put_for_fetch(&mut out, &b, 42);
-        assert_eq!(i64_at(&out, 0), 42);
-        assert_eq!(i32_at(&out, 12), 0);
-        assert_eq!(&out[16..], &b[16..]);
-        assert_eq!(parse(&out).unwrap(), parse(&b).unwrap());
+        let b = batch(2, b"v", 1000); // offsets 42 and 43
+        let mut epochs = Epochs::default();
+        epochs.begin(0, 0);
+        epochs.begin(43, 0);
+        for (base, epoch) in [(42, 2), (41, 1), (0, 1), (100, 2)] {
+            let mut out = BytesMut::new();
+            put_for_fetch(&mut out, &b, base, &epochs);
+            assert_eq!(i64_at(&out, 0), base as i64);
+            assert_eq!(i32_at(&out, 12), epoch, "batch at {base}");
+            assert_eq!(&out[16..], &b[16..]);
+            assert_eq!(parse(&out).unwrap(), parse(&b).unwrap());
+        }
     }
 }

@@ -102,6 +102,7 @@ impl Broker {
             auto_created: Mutex::new((std::time::Instant::now(), 0)),
             fetch_sessions: crate::fetch_sessions::FetchSessions::new(&config_limits),
             quotas: crate::quotas::Quotas::new(),
+            leader_epochs: Default::default(),
         });
         start_security(&inner).await?;
         let admission = crate::server::Admission::new(&inner.config.limits);
@@ -205,6 +206,11 @@ impl Broker {
             out,
             "# HELP folio_kafka_partitions_open Partition logs open here (limit: partitions_open_max).\n# TYPE folio_kafka_partitions_open gauge\nfolio_kafka_partitions_open {}",
             self.partitions_open()
+        );
+        let _ = writeln!(
+            out,
+            "# HELP folio_kafka_leader_epochs_cached Logs whose leader epoch this broker caches for Metadata.\n# TYPE folio_kafka_leader_epochs_cached gauge\nfolio_kafka_leader_epochs_cached {}",
+            self.inner.leader_epochs.len()
         );
         let _ = writeln!(
             out,
@@ -463,24 +469,33 @@ async fn run_audits(inner: Arc<Inner>, every: Duration) {
     }
 }
 
-/// Loads the ACLs and the client quotas (before any connection is served) and starts the
-/// watches that keep them and the TLS certificate current.
+/// Loads the client quotas, the leader epochs and the ACLs (before any connection is
+/// served) and starts the watches that keep them and the TLS certificate current.
 async fn start_security(inner: &Arc<Inner>) -> Result<(), String> {
     if let Some(tls) = &inner.tls {
         tokio::spawn(tls.clone().watch(inner.shutdown.subscribe()));
     }
-    let quotas = &inner.quotas;
-    crate::watched::Watched::reload(quotas.as_ref(), inner.env.meta.as_ref(), &inner.env.keys)
-        .await?;
-    let (meta, keys, stop) =
-        (inner.env.meta.clone(), inner.env.keys.clone(), inner.shutdown.subscribe());
-    tokio::spawn(crate::watched::keep_current(quotas.clone(), meta, keys, stop));
+    start_watched(inner, &inner.quotas).await?;
+    start_watched(inner, &inner.leader_epochs).await?;
     if let Some(acls) = &inner.acls {
-        acls.reload(inner.env.meta.as_ref(), &inner.env.keys).await?;
-        let (meta, keys) = (inner.env.meta.clone(), inner.env.keys.clone());
-        let stop = inner.shutdown.subscribe();
-        tokio::spawn(crate::watched::keep_current(acls.clone(), meta, keys, stop));
+        start_watched(inner, acls).await?;
     }
+    Ok(())
+}
+
+/// Lists `cache`'s records once, then keeps it current until the broker stops.
+async fn start_watched<T: crate::watched::Watched>(
+    inner: &Inner,
+    cache: &Arc<T>,
+) -> Result<(), String> {
+    cache.reload(inner.env.meta.as_ref(), &inner.env.keys).await?;
+    let (meta, keys) = (inner.env.meta.clone(), inner.env.keys.clone());
+    tokio::spawn(crate::watched::keep_current(
+        cache.clone(),
+        meta,
+        keys,
+        inner.shutdown.subscribe(),
+    ));
     Ok(())
 }
 

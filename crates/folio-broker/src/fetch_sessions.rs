@@ -63,6 +63,8 @@ pub(crate) struct Asked {
     pub partition: i32,
     pub fetch_offset: i64,
     pub max_bytes: i32,
+    /// The leader epoch the client knows (-1: not checked), as last sent for it.
+    pub current_leader_epoch: i32,
     /// What the session's last answer told of this partition (high watermark, log start
     /// offset); `None` outside a session or for a partition new to it.
     pub told: Option<(i64, i64)>,
@@ -92,6 +94,7 @@ struct Session {
 struct Cached {
     fetch_offset: i64,
     max_bytes: i32,
+    current_leader_epoch: i32,
     told: Option<(i64, i64)>,
 }
 
@@ -169,10 +172,12 @@ impl FetchSessions {
             let e = s.partitions.entry((a.topic, a.partition)).or_insert(Cached {
                 fetch_offset: a.fetch_offset,
                 max_bytes: a.max_bytes,
+                current_leader_epoch: a.current_leader_epoch,
                 told: None,
             });
             e.fetch_offset = a.fetch_offset;
             e.max_bytes = a.max_bytes;
+            e.current_leader_epoch = a.current_leader_epoch;
         }
         for t in &req.forgotten_topics_data {
             let key = TopicKey::of(version, t.topic.as_str(), t.topic_id);
@@ -197,6 +202,7 @@ impl FetchSessions {
                 partition: *partition,
                 fetch_offset: c.fetch_offset,
                 max_bytes: c.max_bytes,
+                current_leader_epoch: c.current_leader_epoch,
                 told: c.told,
             })
             .collect();
@@ -226,7 +232,12 @@ impl FetchSessions {
         let mut partitions: BTreeMap<(TopicKey, i32), Cached> = asked
             .iter()
             .map(|a| {
-                let c = Cached { fetch_offset: a.fetch_offset, max_bytes: a.max_bytes, told: None };
+                let c = Cached {
+                    fetch_offset: a.fetch_offset,
+                    max_bytes: a.max_bytes,
+                    current_leader_epoch: a.current_leader_epoch,
+                    told: None,
+                };
                 ((a.topic.clone(), a.partition), c)
             })
             .collect();
@@ -299,6 +310,7 @@ fn asked_in(version: i16, req: &FetchRequest) -> Vec<Asked> {
                 partition: p.partition,
                 fetch_offset: p.fetch_offset,
                 max_bytes: p.partition_max_bytes,
+                current_leader_epoch: p.current_leader_epoch,
                 told: None,
             });
         }

@@ -30,6 +30,7 @@ pub mod cluster;
 pub mod compaction;
 pub mod config;
 pub mod deletion;
+mod epochs;
 pub mod errors;
 mod fetch_sessions;
 mod framing;

@@ -75,6 +75,8 @@ pub(crate) struct Inner {
     pub(crate) fetch_sessions: crate::fetch_sessions::FetchSessions,
     /// Client quotas (cached from the metadata store) and their measured rates.
     pub quotas: Arc<crate::quotas::Quotas>,
+    /// Every partition's leader epoch (cached from the log records).
+    pub(crate) leader_epochs: Arc<crate::epochs::LeaderEpochs>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -317,6 +319,13 @@ impl Inner {
             .expect("logs lock")
             .get(&(id, partition))
             .and_then(|c| c.get().map(|p| p.log.clone()))
+    }
+
+    /// The leader epoch of `topic`'s `partition` (`crate::epochs`): its open log's here,
+    /// else the last one seen in its log record, whichever is higher.
+    pub fn leader_epoch(&self, id: Uuid, partition: i32) -> u32 {
+        let open = self.open_log(id, partition).map(|l| l.status().epoch);
+        self.leader_epochs.of(&log_name(id, partition), open)
     }
 
     /// Applies a topic's (new) retention to its open logs and trims them now.

@@ -1,14 +1,16 @@
 //! A cache of metadata-store records kept current on every broker: listed once before
 //! serving, then listed again on every change under its prefix (a watch), and after a
-//! failed watch (a pause, then list and watch again), until the broker stops. The ACLs and
-//! the client quotas use it.
+//! failed watch (a pause, then list and watch again), until the broker stops. The ACLs, the
+//! client quotas and the leader epochs use it; a cache that can apply one change at a time
+//! (`Watched::apply`: the leader epochs, whose prefix changes with every ledger roll) does,
+//! the others list again.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use folio_meta::MetadataStore;
 use folio_meta::keys::Keys;
+use folio_meta::{MetadataStore, WatchEvent};
 use tokio::sync::watch;
 
 /// How long a cache waits after its watch failed before listing again.
@@ -26,6 +28,10 @@ pub(crate) trait Watched: Send + Sync + 'static {
         meta: &dyn MetadataStore,
         keys: &Keys,
     ) -> impl Future<Output = Result<(), String>> + Send;
+    /// Applies one change to the cache; `false` (the default) lists everything again.
+    fn apply(&self, _keys: &Keys, _event: &WatchEvent) -> bool {
+        false
+    }
 }
 
 /// Keeps `cache` current until `stop` turns true (see the module doc).
@@ -64,6 +70,7 @@ pub(crate) async fn keep_current<T: Watched>(
         loop {
             tokio::select! {
                 ev = w.next() => match ev {
+                    Some(Ok(event)) if cache.apply(&keys, &event) => {}
                     Some(Ok(_)) => {
                         if let Err(e) = cache.reload(meta.as_ref(), &keys).await {
                             tracing::warn!(error = %e, "{what} cache: listing failed");

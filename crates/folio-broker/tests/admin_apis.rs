@@ -242,21 +242,15 @@ async fn describe_producers_lists_a_partitions_idempotent_producers() {
     assert_eq!(r.topics[1].partitions[0].error_code, errors::UNKNOWN_TOPIC_OR_PARTITION);
 }
 
-/// #25: OffsetForLeaderEpoch on a log with its one epoch (0): epoch 0 ends at the log end;
-/// another epoch is unknown; a current epoch above 0 is UNKNOWN_LEADER_EPOCH and one below
-/// (other than -1, "no check") FENCED_LEADER_EPOCH.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn offset_for_leader_epoch_ends_the_one_epoch_at_the_log_end() {
+/// The leader epochs of every partition in one request: (error, epoch, end offset) each.
+async fn epoch_ends(
+    c: &mut Conn,
+    topic: &str,
+    asks: &[(i32, i32, i32)], // (partition, current leader epoch, leader epoch)
+) -> Vec<(i16, i32, i64)> {
     use kafka_protocol::messages::offset_for_leader_epoch_request::{
         OffsetForLeaderPartition, OffsetForLeaderTopic,
     };
-    let setup = common::start(1, |_| {}).await;
-    let mut c = Conn::open(setup.broker.addr()).await;
-    let _: MetadataResponse = c.call(ApiKey::Metadata, 9, &metadata_req(&["t1"])).await;
-    let req = folio_broker::client::produce_request("t1", 0, common::batch(3, 1).into(), -1);
-    let r: ProduceResponse = c.call(ApiKey::Produce, 9, &req).await;
-    assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
-    let asks = [(0, -1, 0), (0, 0, 0), (0, 1, 0), (0, -2, 0), (0, -1, 5), (0, -1, -1), (9, -1, 0)];
     let parts = asks.iter().map(|(p, current, epoch)| {
         OffsetForLeaderPartition::default()
             .with_partition(*p)
@@ -266,31 +260,124 @@ async fn offset_for_leader_epoch_ends_the_one_epoch_at_the_log_end() {
     let req =
         OffsetForLeaderEpochRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
             OffsetForLeaderTopic::default()
-                .with_topic(TopicName(s("t1")))
+                .with_topic(TopicName(s(topic)))
                 .with_partitions(parts.collect()),
-            OffsetForLeaderTopic::default()
-                .with_topic(TopicName(s("nope")))
-                .with_partitions(vec![OffsetForLeaderPartition::default()]),
         ]);
     let r: OffsetForLeaderEpochResponse = c.call(ApiKey::OffsetForLeaderEpoch, 4, &req).await;
-    let got: Vec<(i16, i32, i64)> = r
-        .topics
+    r.topics
         .iter()
         .flat_map(|t| &t.partitions)
         .map(|p| (p.error_code, p.leader_epoch, p.end_offset))
-        .collect();
+        .collect()
+}
+
+/// Metadata's leader epoch of partition 0 of `topic`, and the topic's id.
+async fn metadata_epoch(c: &mut Conn, topic: &str) -> (i32, uuid::Uuid) {
+    let r: MetadataResponse = c.call(ApiKey::Metadata, 12, &metadata_req(&[topic])).await;
+    (r.topics[0].partitions[0].leader_epoch, r.topics[0].topic_id)
+}
+
+/// A Fetch of partition 0 from `offset` with `current_leader_epoch`: the error and each
+/// batch's (base offset, partition leader epoch).
+async fn fetch_epochs(
+    c: &mut Conn,
+    topic: &str,
+    id: uuid::Uuid,
+    offset: i64,
+    current: i32,
+) -> (i16, Vec<(i64, i32)>) {
+    let mut req = common::fetch_req(topic, id, offset);
+    req.topics[0].partitions[0].current_leader_epoch = current;
+    let r: FetchResponse = c.call(ApiKey::Fetch, 12, &req).await;
+    let p = &r.responses[0].partitions[0];
+    let mut batches = Vec::new();
+    let mut rest = p.records.as_deref().unwrap_or_default();
+    while rest.len() >= 61 {
+        let base = i64::from_be_bytes(rest[0..8].try_into().unwrap());
+        let len = i32::from_be_bytes(rest[8..12].try_into().unwrap()) as usize;
+        batches.push((base, i32::from_be_bytes(rest[12..16].try_into().unwrap())));
+        rest = &rest[12 + len..];
+    }
+    (p.error_code, batches)
+}
+
+/// ListOffsets v5 of partition 0 at `timestamp` with `current_leader_epoch`: (error,
+/// offset, leader epoch).
+async fn list_epoch(c: &mut Conn, topic: &str, timestamp: i64, current: i32) -> (i16, i64, i32) {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    let req = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+        ListOffsetsTopic::default().with_name(TopicName(s(topic))).with_partitions(vec![
+            ListOffsetsPartition::default()
+                .with_timestamp(timestamp)
+                .with_current_leader_epoch(current),
+        ]),
+    ]);
+    let r: ListOffsetsResponse = c.call(ApiKey::ListOffsets, 5, &req).await;
+    let p = &r.topics[0].partitions[0];
+    (p.error_code, p.offset, p.leader_epoch)
+}
+
+/// #25 item 5: leader epochs derived from ownership changes. Each broker that takes a
+/// partition over begins the next epoch where its first append goes; Metadata tells the
+/// epoch (also from a broker that has not opened the partition yet), each fetched batch
+/// the epoch it was appended in, ListOffsets the epoch of the offset it finds; Fetch,
+/// ListOffsets and OffsetForLeaderEpoch check a client's current epoch (older:
+/// FENCED_LEADER_EPOCH, newer: UNKNOWN_LEADER_EPOCH); and OffsetForLeaderEpoch ends each
+/// epoch where the next began (Kafka's rules), so no consumer is told of a truncation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_epochs_follow_ownership_changes() {
+    let setup = common::start(1, |_| {}).await;
+    let mut c = Conn::open(setup.broker.addr()).await;
+    let _: MetadataResponse = c.call(ApiKey::Metadata, 9, &metadata_req(&["t1"])).await;
+    let req = folio_broker::client::produce_request("t1", 0, common::batch(3, 1).into(), -1);
+    let r: ProduceResponse = c.call(ApiKey::Produce, 9, &req).await;
+    assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+    let (epoch, id) = metadata_epoch(&mut c, "t1").await;
+    assert_eq!(epoch, 1, "the first owner's epoch");
+    assert_eq!(fetch_epochs(&mut c, "t1", id, 0, 1).await, (0, vec![(0, 1)]));
+    // Another broker takes the partition over.
+    setup.broker.shutdown().await;
+    let b2 = common::broker_on(&setup.cluster, |_| {}).await;
+    let mut c = Conn::open(b2.addr()).await;
+    assert_eq!(metadata_epoch(&mut c, "t1").await.0, 1, "known before it is opened here");
+    // A client still on epoch 1 is fenced once the new owner has the partition.
+    assert_eq!(fetch_epochs(&mut c, "t1", id, 0, 1).await.0, errors::FENCED_LEADER_EPOCH);
+    assert_eq!(metadata_epoch(&mut c, "t1").await.0, 2);
+    let req = folio_broker::client::produce_request("t1", 0, common::batch(2, 1).into(), -1);
+    let r: ProduceResponse = c.call(ApiKey::Produce, 9, &req).await;
+    assert_eq!(r.responses[0].partition_responses[0].base_offset, 3);
+    assert_eq!(fetch_epochs(&mut c, "t1", id, 0, 2).await, (0, vec![(0, 1), (3, 2)]));
+    assert_eq!(fetch_epochs(&mut c, "t1", id, 0, -1).await.0, 0, "-1: not checked");
+    assert_eq!(fetch_epochs(&mut c, "t1", id, 0, 3).await.0, errors::UNKNOWN_LEADER_EPOCH);
+    assert_eq!(list_epoch(&mut c, "t1", -1, 2).await, (0, 5, 2));
+    assert_eq!(list_epoch(&mut c, "t1", -2, -1).await, (0, 0, 1));
+    assert_eq!(list_epoch(&mut c, "t1", -1, 1).await.0, errors::FENCED_LEADER_EPOCH);
+    let asks = [
+        (0, -1, 1),
+        (0, 2, 2),
+        (0, -1, 0),
+        (0, -1, 3),
+        (0, -1, -1),
+        (0, 1, 1),
+        (0, 3, 1),
+        (9, -1, 1),
+    ];
     assert_eq!(
-        got,
+        epoch_ends(&mut c, "t1", &asks).await,
         [
-            (0, 0, 3),
-            (0, 0, 3),
-            (errors::UNKNOWN_LEADER_EPOCH, -1, -1),
+            (0, 1, 3),
+            (0, 2, 5),
+            (0, 0, 0),
+            (0, -1, -1),
+            (0, -1, -1),
             (errors::FENCED_LEADER_EPOCH, -1, -1),
-            (0, -1, -1),
-            (0, -1, -1),
-            (errors::UNKNOWN_TOPIC_OR_PARTITION, -1, -1),
+            (errors::UNKNOWN_LEADER_EPOCH, -1, -1),
             (errors::UNKNOWN_TOPIC_OR_PARTITION, -1, -1),
         ]
+    );
+    assert_eq!(
+        epoch_ends(&mut c, "nope", &[(0, -1, 0)]).await[0].0,
+        errors::UNKNOWN_TOPIC_OR_PARTITION
     );
 }
 

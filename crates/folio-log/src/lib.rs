@@ -15,8 +15,8 @@
 
 pub mod config;
 pub mod entry;
-mod epochs;
 mod env;
+mod epochs;
 mod error;
 pub mod limits;
 mod log;
@@ -25,8 +25,8 @@ pub mod trash;
 
 pub use config::LogConfig;
 pub use entry::LogEntry;
-pub use epochs::{EPOCH_MAX, EPOCHS_MAX, EpochStart, Epochs};
 pub use env::{LogEnv, OWNER_TAG, WallClock};
+pub use epochs::{EPOCH_MAX, EPOCHS_MAX, EpochStart, Epochs};
 pub use error::{LogError, Result};
 pub use log::{
     BATCH_BYTES_MAX, COMPACTION_ADDS_IN_FLIGHT_MAX, COMPACTION_CLEAN_END, COMPACTION_OUTPUT,

@@ -189,10 +189,16 @@ async fn reads_from_every_position_on_etcd_after_a_broker_restart_and_a_trim() {
 }
 
 /// Two `folio broker` processes on etcd with three bookies; an idempotent acks=all
-/// producer spreads records over 4 partitions; one broker is SIGKILLed mid-stream. After
-/// its lease expires its partitions move to the other broker (which fences and recovers
-/// their ledgers), the producer carries on there, and every acknowledged record is read
-/// back exactly once and in order per partition.
+/// producer spreads records over 4 partitions; the broker leading partition 0 is SIGKILLed
+/// mid-stream. After its lease expires its partitions move to the other broker (which
+/// fences and recovers their ledgers), the producer carries on there, and every
+/// acknowledged record is read back exactly once and in order per partition.
+///
+/// #25 leader epochs: a confluent-kafka consumer tails every partition throughout, with
+/// `auto.offset.reset=error`. The move begins a new leader epoch for each moved partition;
+/// the consumer sees partition 0's epoch rise, validates its positions after the leader
+/// change (KIP-320) without being told of a truncation or reset, and reads every record
+/// once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d1_d3_partitions_move_when_a_broker_dies_and_nothing_acknowledged_is_lost() {
     use std::collections::{BTreeMap, HashSet};
@@ -236,10 +242,32 @@ async fn d1_d3_partitions_move_when_a_broker_dies_and_nothing_acknowledged_is_lo
         }
     });
     let mut acked = Vec::new();
+    while acked.len() < 1000 {
+        acked.push(rx.recv_timeout(Duration::from_secs(60)).expect("the producer stalled"));
+    }
+    let mut tail = Command::new("python3")
+        .arg(python_script())
+        .args(["tail_spread", &bootstrap, "moving", "4"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 with confluent-kafka");
+    let tail_out = tail.stdout.take().unwrap();
+    let tailed = std::thread::spawn(move || {
+        BufReader::new(tail_out).lines().map_while(Result::ok).collect::<Vec<String>>()
+    });
     while acked.len() < 3000 {
         acked.push(rx.recv_timeout(Duration::from_secs(60)).expect("the producer stalled"));
     }
-    drop(b1); // SIGKILL broker 1 mid-stream
+    // SIGKILL the broker leading partition 0 mid-stream; the other one survives.
+    let leaders = md(&a1);
+    let leads_0 = |id: i32| leaders.contains(&format!("partition 0, leader {id},"));
+    let (victim, victim_id, survivor, a2) = match (leads_0(1), leads_0(2)) {
+        (true, _) => (b1, 1, _b2, a2),
+        (_, true) => (_b2, 2, b1, a1),
+        _ => panic!("no leader for partition 0: {leaders}"),
+    };
+    drop(victim);
     let killed_at = acked.len();
     // The producer carries on once the partitions have moved.
     while acked.len() < killed_at + 3000 {
@@ -253,6 +281,42 @@ async fn d1_d3_partitions_move_when_a_broker_dies_and_nothing_acknowledged_is_lo
     while let Ok(a) = rx.try_recv() {
         acked.push(a);
     }
+    // The tailing consumer stops at an `end` record in every partition.
+    for p in 0..4 {
+        kcat(&["-P", "-b", &a2, "-t", "moving", "-p", &p.to_string()], Some("end\n"));
+    }
+    let status = tail.wait().unwrap();
+    let lines = tailed.join().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut tail.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "tail_spread: {err}\n{}", lines.join("\n"));
+    let mut tailed: BTreeMap<i32, Vec<(i64, u64, i32)>> = BTreeMap::new();
+    for l in lines.iter().filter(|l| l.starts_with("got ")) {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let (p, o, v, e) = (
+            w[1].parse().unwrap(),
+            w[2].parse().unwrap(),
+            w[3].parse().unwrap(),
+            w[4].parse().unwrap(),
+        );
+        tailed.entry(p).or_default().push((o, v, e));
+    }
+    for (p, got) in &tailed {
+        assert!(
+            got.windows(2).all(|w| w[0].0 < w[1].0),
+            "partition {p}: offsets repeated or out of order"
+        );
+        assert!(got.windows(2).all(|w| w[0].2 <= w[1].2), "partition {p}: leader epoch went back");
+    }
+    let epochs: Vec<i32> = tailed[&0].iter().map(|g| g.2).collect();
+    assert!(
+        epochs[0] >= 1 && epochs.last() > epochs.first(),
+        "partition 0 moved, its epoch did not rise: {epochs:?}"
+    );
+    let read: HashSet<u64> = tailed.values().flatten().map(|g| g.1).collect();
+    assert_eq!(read.len(), tailed.values().map(Vec::len).sum::<usize>(), "a record was read twice");
+    let unread: Vec<_> = acked.iter().filter(|(_, v)| !read.contains(v)).take(5).collect();
+    assert!(unread.is_empty(), "acknowledged records the tailing consumer never got: {unread:?}");
     let out = Command::new("python3")
         .arg(python_script())
         .args(["dump_all", &a2, "moving", "4"])
@@ -280,9 +344,11 @@ async fn d1_d3_partitions_move_when_a_broker_dies_and_nothing_acknowledged_is_lo
         acked.len(),
         &lost[..lost.len().min(5)]
     );
-    // Broker 2 now serves every partition.
+    // The survivor now serves every partition.
     let md2 = md(&a2);
-    assert!(md2.contains(" 1 brokers:") && !md2.contains("leader 1,"), "{md2}");
+    let moved = md2.contains(&format!("leader {victim_id},"));
+    assert!(md2.contains(" 1 brokers:") && !moved, "{md2}");
+    drop(survivor);
 }
 
 /// Runs `clients.py compacted <addr> <args>`; its output, or a panic with it.

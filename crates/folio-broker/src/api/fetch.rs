@@ -6,7 +6,10 @@
 //! The records are the only copy of a batch the broker makes (`batch::put_for_fetch`):
 //! the answer's frame keeps them by reference (`framing::Frame`). Topics are named up to
 //! v12 and addressed by topic id from v13. A fetch from inside a batch returns the whole
-//! batch (clients skip the records before their offset). Fetch sessions (KIP-227): see
+//! batch (clients skip the records before their offset). Each batch says the leader epoch
+//! its offsets were appended in, and a partition asked with a `current_leader_epoch` other
+//! than its log's gets FENCED_LEADER_EPOCH (older) or UNKNOWN_LEADER_EPOCH (newer), as in
+//! Kafka (`leader_epochs`). Fetch sessions (KIP-227): see
 //! `fetch_sessions`; an incremental answer leaves out what did not change. Without transactions,
 //! read_committed reads what read_uncommitted does and the last stable offset is the high
 //! watermark.
@@ -42,6 +45,8 @@ struct Want {
     partition: i32,
     offset: i64,
     max_bytes: usize,
+    /// The leader epoch the client knows (-1: not checked).
+    current_leader_epoch: i32,
     /// The log, or the error code the partition gets.
     log: Result<ManagedLog, i16>,
     topic_name: Option<String>,
@@ -186,6 +191,7 @@ async fn resolve(
             partition: a.partition,
             offset: a.fetch_offset,
             max_bytes: (a.max_bytes.max(0) as usize).min(cap),
+            current_leader_epoch: a.current_leader_epoch,
             log,
             topic_name: topic.as_ref().ok().map(|t| t.name.clone()),
         });
@@ -307,6 +313,11 @@ async fn read_all(
             Ok(l) => l,
         };
         let status = log.status();
+        if let Some(code) = super::leader_epochs::check(w.current_leader_epoch, status.epoch) {
+            settled = true;
+            out.push((w.topic, p.with_error_code(code)));
+            continue;
+        }
         p.high_watermark = status.end_offset as i64;
         p.last_stable_offset = status.end_offset as i64;
         p.log_start_offset = status.start_offset as i64;
@@ -329,6 +340,7 @@ async fn read_all(
             let read_started = Instant::now();
             match log.read(w.offset as u64, room.max(1), BATCHES_PER_PARTITION_MAX).await {
                 Ok(entries) => {
+                    let epochs = log.epochs();
                     let mut records = BytesMut::new();
                     for e in entries {
                         if !records.is_empty() && records.len() + e.payload.len() > room {
@@ -345,7 +357,7 @@ async fn read_all(
                             );
                             continue;
                         }
-                        batch::put_for_fetch(&mut records, &e.payload, e.base_offset);
+                        batch::put_for_fetch(&mut records, &e.payload, e.base_offset, &epochs);
                     }
                     total += records.len();
                     // Keep what the records take (the first batch may exceed the room:

@@ -1,14 +1,19 @@
 //! OffsetForLeaderEpoch (KIP-101, KIP-320): where a leader epoch ends, so a consumer can
 //! check after a leader change that the log it was reading was not truncated under it.
 //!
-//! A Folio log is never truncated: each ledger has one writer, a new owner fences and
-//! recovers the last ledger before appending, and acknowledged entries are never dropped.
-//! So every batch is in leader epoch 0, the only epoch there is (Metadata, ListOffsets and
-//! fetched batches all say 0), and its end is the log end offset. The answers follow
-//! Kafka's rules for a log with that one epoch: `current_leader_epoch` other than -1 and 0
-//! gets FENCED_LEADER_EPOCH (below) or UNKNOWN_LEADER_EPOCH (above); epoch 0 ends at the
-//! log end; any other epoch is unknown (-1, -1). The partition is answered by its owner
-//! (NOT_LEADER_OR_FOLLOWER elsewhere); DESCRIBE on each topic, refused topic by topic.
+//! A partition's leader epoch is its log's owner epoch (`folio_log::Epochs`): every
+//! take-over (a new owner, or the same after a restart) begins the next one where its
+//! first append goes. Metadata tells it (`crate::epochs`), each fetched batch carries the
+//! epoch its offsets were appended in, and this API answers from the log's epoch history
+//! by Kafka's rules: the current epoch ends at the log end; an older one where the next
+//! begins, answered as the largest recorded epoch at or below it; one above the current is
+//! unknown (-1, -1). A Folio log is never truncated (each ledger has one writer, a new
+//! owner fences and recovers the last ledger before appending, and acknowledged entries are
+//! never dropped), so a consumer is never told an end below what it read. A
+//! `current_leader_epoch` other than -1 and the partition's gets FENCED_LEADER_EPOCH
+//! (older) or UNKNOWN_LEADER_EPOCH (newer), as do Fetch and ListOffsets (`check`). The
+//! partition is answered by its owner (NOT_LEADER_OR_FOLLOWER elsewhere); DESCRIBE on each
+//! topic, refused topic by topic.
 
 use std::sync::Arc;
 
@@ -21,8 +26,16 @@ use crate::api::{Handler, Refused};
 use crate::errors;
 use crate::state::Inner;
 
-/// The one leader epoch of every Folio partition.
-pub const LEADER_EPOCH: i32 = 0;
+/// Kafka's check of a request's `current_leader_epoch` against the partition's `current`
+/// epoch: -1 is not checked; older gets FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH.
+pub(crate) fn check(requested: i32, current: u32) -> Option<i16> {
+    match i64::from(requested).cmp(&i64::from(current)) {
+        _ if requested == -1 => None,
+        std::cmp::Ordering::Less => Some(errors::FENCED_LEADER_EPOCH),
+        std::cmp::Ordering::Greater => Some(errors::UNKNOWN_LEADER_EPOCH),
+        std::cmp::Ordering::Equal => None,
+    }
+}
 
 pub(crate) struct OffsetForLeaderEpoch;
 
@@ -53,17 +66,20 @@ impl Handler for OffsetForLeaderEpoch {
                     .with_end_offset(-1);
                 let log =
                     super::offsets::partition_log(&inner, t.topic.as_str(), p.partition).await;
-                match (log, p.current_leader_epoch) {
-                    (Err(code), _) => r.error_code = code,
-                    (Ok(_), e) if e != -1 && e < LEADER_EPOCH => {
-                        r.error_code = errors::FENCED_LEADER_EPOCH;
+                match log {
+                    Err(code) => r.error_code = code,
+                    Ok(log) => {
+                        let status = log.status();
+                        if let Some(code) = check(p.current_leader_epoch, status.epoch) {
+                            r.error_code = code;
+                        } else if let Ok(asked) = u32::try_from(p.leader_epoch)
+                            && let Some((epoch, end)) =
+                                log.epochs().end_of(asked, status.end_offset)
+                        {
+                            r.leader_epoch = epoch as i32;
+                            r.end_offset = end as i64;
+                        } // else: an epoch this log never had, or -1: unknown
                     }
-                    (Ok(_), e) if e > LEADER_EPOCH => r.error_code = errors::UNKNOWN_LEADER_EPOCH,
-                    (Ok(log), _) if p.leader_epoch == LEADER_EPOCH => {
-                        r.leader_epoch = LEADER_EPOCH;
-                        r.end_offset = log.status().end_offset as i64;
-                    }
-                    (Ok(_), _) => {} // an epoch this log never had: unknown
                 }
                 out.partitions.push(r);
             }

@@ -217,14 +217,16 @@ fn topic(inner: &Inner, _version: i16, t: &Topic) -> MetadataResponseTopic {
     let partitions = (0..t.record.partitions as i32)
         .map(|p| {
             // The partition's owner among the live brokers leads it; the data is on the
-            // bookies, so it is also the only replica Kafka clients need to know.
+            // bookies, so it is also the only replica Kafka clients need to know. Its
+            // epoch is its log's owner epoch (`crate::epochs`).
             let me = BrokerId(
                 inner.membership.owner(&crate::cluster::partition_key(t.record.id, p)).node_id,
             );
+            let epoch = inner.leader_epoch(t.record.id, p) as i32;
             MetadataResponsePartition::default()
                 .with_partition_index(p)
                 .with_leader_id(me)
-                .with_leader_epoch(0)
+                .with_leader_epoch(epoch)
                 .with_replica_nodes(vec![me])
                 .with_isr_nodes(vec![me])
         })

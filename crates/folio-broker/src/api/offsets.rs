@@ -84,15 +84,21 @@ impl Handler for ListOffsets {
             for p in t.partitions {
                 let mut r =
                     ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
-                if version >= 4 {
-                    r.leader_epoch = 0;
-                }
-                match partition_log(&inner, t.name.as_str(), p.partition_index).await {
+                let log = partition_log(&inner, t.name.as_str(), p.partition_index).await;
+                let checked = log.and_then(|log| {
+                    let epoch = log.status().epoch;
+                    let current = if version >= 4 { p.current_leader_epoch } else { -1 };
+                    super::leader_epochs::check(current, epoch).map_or(Ok(log), Err)
+                });
+                match checked {
                     Err(code) => r.error_code = code,
                     Ok(log) => match lookup(&log, p.timestamp).await {
                         Ok((offset, ts)) => {
                             r.offset = offset;
                             r.timestamp = ts;
+                            if version >= 4 {
+                                r.leader_epoch = epoch_at(&log, offset);
+                            }
                         }
                         Err(code) => r.error_code = code,
                     },
@@ -121,6 +127,17 @@ impl Handler for ListOffsets {
     }
 
     error_code_of!([topics => partitions]);
+}
+
+/// The leader epoch ListOffsets tells with `offset` (Kafka's): the current epoch at the
+/// log end, else the epoch the offset was appended in; -1 with no offset.
+fn epoch_at(log: &ManagedLog, offset: i64) -> i32 {
+    let status = log.status();
+    match u64::try_from(offset) {
+        Err(_) => -1,
+        Ok(o) if o >= status.end_offset => status.epoch as i32,
+        Ok(o) => log.epochs().epoch_of(o) as i32,
+    }
 }
 
 /// (offset, timestamp) for a ListOffsets timestamp; (-1, -1) when no record qualifies. A

@@ -387,6 +387,38 @@ def produce_spread(bootstrap, topic, partitions):
         p.poll(0.002)
 
 
+def tail_spread(bootstrap, topic, partitions, timeout="180"):
+    """Reads every partition from offset 0 while the test moves them between brokers, with
+    auto.offset.reset=error: a reset or a detected log truncation (KIP-320, after a leader
+    epoch change) is fatal. Prints `got <partition> <offset> <value> <leader epoch>` for each
+    record and exits once every partition has delivered the record `end`."""
+    partitions = int(partitions)
+    kafka = ck()
+    c = kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "tail-spread",
+                        "enable.auto.commit": False, "auto.offset.reset": "error",
+                        "reconnect.backoff.max.ms": 500, "topic.metadata.refresh.interval.ms": 1000})
+    c.assign([kafka.TopicPartition(topic, p, 0) for p in range(partitions)])
+    fatal = {kafka.KafkaError._AUTO_OFFSET_RESET, kafka.KafkaError.OFFSET_OUT_OF_RANGE}
+    if hasattr(kafka.KafkaError, "_LOG_TRUNCATION"):
+        fatal.add(kafka.KafkaError._LOG_TRUNCATION)
+    ended = set()
+    deadline = time.time() + float(timeout)
+    while len(ended) < partitions:
+        check(time.time() < deadline, f"tail_spread: only {sorted(ended)} ended in {timeout} s")
+        m = c.poll(1.0)
+        if m is None:
+            continue
+        if m.error():
+            check(m.error().code() not in fatal, f"tail_spread: {m.error()}")
+            print(f"warn {m.error()}", flush=True)
+            continue
+        if m.value() == b"end":
+            ended.add(m.partition())
+            continue
+        print(f"got {m.partition()} {m.offset()} {int(m.value())} {m.leader_epoch()}", flush=True)
+    c.close()
+
+
 def dump_all(bootstrap, topic, partitions):
     """Prints `<partition> <value>` for every record of every partition, in offset order."""
     c = ck().Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
@@ -1274,6 +1306,7 @@ SCENARIOS = {
     "dump": dump,
     "produce_spread": produce_spread,
     "dump_all": dump_all,
+    "tail_spread": tail_spread,
     "read_positions": read_positions,
     "compacted": compacted,
     "lifecycle_create_produce": lifecycle_create_produce,
