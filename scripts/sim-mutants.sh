@@ -9,6 +9,9 @@
 #   preboot-fence-off  ...and fences nothing
 #   ensemble-change-in-recovery  a writer may still change the ensemble of a ledger being
 #                 recovered (the path BookKeeper's #2614 took); and 2614 together with it
+#   epoch-before-recovery  a take-over begins its owner epoch where the previous owner's
+#                 last ledger began, not where recovery ended it (#25: Kafka clients would
+#                 see batches of the old owner in the new epoch)
 #
 # and the bugs the simulator found, each put back (their seeds are the regression seeds
 # of crates/folio-sim/tests/sim.rs):
@@ -43,6 +46,7 @@ mutants=(
     # alone and together with #2614.
     "ensemble-change-in-recovery^crates/folio-client/src/ledger/writer.rs^if m.state != LedgerState::Open {^if m.state == LedgerState::Closed {"
     "2614+ensemble-change-in-recovery^crates/folio-client/src/ledger/recovery.rs^Request::Read { ledger_id, entry_id, fence: Some(key) }^Request::Read { ledger_id, entry_id, fence: (entry_id < 0).then_some(key) }^crates/folio-client/src/ledger/writer.rs^if m.state != LedgerState::Open {^if m.state == LedgerState::Closed {"
+    "epoch-before-recovery^crates/folio-log/src/log/actor/seal.rs^let epoch = record.epochs.begin(end, record.log_start_offset());^let epoch = record.epochs.begin(self.record.ledgers.last().map_or(end, |l| l.first_offset.max(self.record.epochs.entries().last().map_or(0, |e| e.start_offset))), record.log_start_offset());"
     # The bugs the simulator found, put back one at a time (their regression seeds):
     "fenced-retry-loop^crates/folio-log/src/log/actor.rs^            LogError::Fenced(_) => {^            LogError::Fenced(_) => return, LogError::Closed(_) if false => {"
     "live-end-from-record^crates/folio-log/src/log/actor.rs^(!last.is_closed() && last.ledger_id == self.cur.ledger_id)^(!last.is_closed() && self.writer.is_some())"

@@ -192,8 +192,28 @@ pub async fn logs(env: &LogEnv, names: &[String], model: &Model, out: &mut Findi
                 }
             }
         }
+        epochs(name, &log, &facts, out);
         if let Err(e) = log.close().await {
             out.violations.push(format!("log {name}: the checker's close failed: {e}"));
+        }
+    }
+}
+
+/// Owner epochs (Kafka's leader epochs), after the checker's take-over: every acknowledged
+/// offset still in the log is in the epoch of the owner that acknowledged it (at most it,
+/// once the history was bounded by merging), and that epoch ends above it, so a consumer
+/// that read it is never told of a truncation (D1 as Kafka clients check it, KIP-320).
+fn epochs(name: &str, log: &ManagedLog, facts: &crate::model::LogFacts, out: &mut Findings) {
+    let (history, end) = (log.epochs(), log.end_offset());
+    let merged = history.entries().len() == folio_log::EPOCHS_MAX;
+    for (o, acked) in facts.acked_epoch.range(log.start_offset()..) {
+        let now = history.epoch_of(*o);
+        let ends = history.end_of(*acked, end).map(|(_, e)| e);
+        if now > *acked || (!merged && now != *acked) || ends.is_none_or(|e| e <= *o) {
+            out.violations.push(format!(
+                "D1 log {name}: offset {o} acknowledged in epoch {acked} is now in epoch {now}, \
+                 which ends at {ends:?} ({history:?})"
+            ));
         }
     }
 }

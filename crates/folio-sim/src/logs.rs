@@ -200,6 +200,8 @@ async fn produce(
         let now = s.clock.as_ref();
         let ts = folio_proto::clock::Clock::now_ms(now) as i64;
         let op = s.model.begin(format!("{who}: append"));
+        // The epoch this handle's take-over began (fixed for the handle's life).
+        let epoch = log.status().epoch;
         match log.append_enqueue(&bytes, batch.records, ts).await {
             Ok(pending) => {
                 let (m, t, who, name) =
@@ -207,7 +209,7 @@ async fn produce(
                 appends.spawn(async move {
                     match pending.wait().await {
                         Ok(offset) => {
-                            m.log_acked(&name, offset, batch);
+                            m.log_acked(&name, offset, batch, epoch);
                             m.end(op, "append ok");
                         }
                         Err(e) => {

@@ -45,6 +45,8 @@ pub struct LogFacts {
     pub acked: BTreeMap<u64, Batch>,
     /// Offset → the batch a read returned there.
     pub read: BTreeMap<u64, Batch>,
+    /// Offset → the owner epoch of the log handle that acknowledged it.
+    pub acked_epoch: BTreeMap<u64, u32>,
 }
 
 /// An operation in flight.
@@ -180,11 +182,12 @@ impl Model {
         }
     }
 
-    /// An append to `log` was acknowledged at `offset`.
-    pub fn log_acked(&self, log: &str, offset: u64, batch: Batch) {
+    /// An append to `log` was acknowledged at `offset` by its owner in `epoch`.
+    pub fn log_acked(&self, log: &str, offset: u64, batch: Batch, epoch: u32) {
         let mut f = self.lock();
         let facts = f.logs.entry(log.to_string()).or_default();
         let old = facts.acked.insert(offset, batch);
+        facts.acked_epoch.insert(offset, epoch);
         let read = facts.read.get(&offset).copied();
         let mut v = Vec::new();
         if let Some(o) = old.filter(|o| *o != batch) {
