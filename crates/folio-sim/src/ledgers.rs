@@ -3,11 +3,20 @@
 //! recoveries that fence and close what writers left (and, now and then, a ledger whose
 //! writer is still writing: a zombie); readers of closed and open ledgers up to the LAC;
 //! and deletions of closed ledgers.
+//!
+//! Now and then a writer's rack fails under it ([`rack_fails`]): its node loses every
+//! bookie of its ledger's ensemble at once and waits on every other bookie for a while, so
+//! its ensemble changes replace a whole write set from the same entry on, and the new
+//! bookies hear nothing before the writer dies. The ledger's acknowledged entries are then
+//! on no bookie of its last fragment, which must not make recovery lose them (BookKeeper
+//! #2615).
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use folio_client::{CreateOptions, LedgerClient};
 use folio_proto::{EntryId, LedgerId};
+use folio_rt::sim::{Link, SimNet};
 use rand::Rng;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -25,6 +34,9 @@ pub struct Shared {
     pub trace: Trace,
     pub stop: watch::Receiver<bool>,
     pub quorums: Quorums,
+    /// The network, and every bookie's id and address: for a writer's rack failing.
+    pub net: SimNet,
+    pub bookies: Vec<(String, IpAddr)>,
 }
 
 impl Shared {
@@ -56,6 +68,7 @@ pub async fn pause(lo: u64, hi: u64) {
 /// died, or failed).
 pub async fn writer(
     client: LedgerClient,
+    node: IpAddr,
     s: Shared,
     name: String,
     abandoned: mpsc::UnboundedSender<LedgerId>,
@@ -85,11 +98,17 @@ pub async fn writer(
         // Now and then the writer dies in the middle: its adds in flight go on without it
         // (a zombie's), and its ledger goes to recovery at once.
         let dies_at = chance(20).then(|| rand_range(0, n));
+        let rack_fails_at = chance(RACK_FAILS_PER_100).then(|| rand_range(1, n));
         let mut died = false;
         let mut fragment = last_fragment(&writer);
         for k in 0..n {
             if s.stopped() || failed {
                 break;
+            }
+            if rack_fails_at == Some(k)
+                && let Some((_, ensemble)) = &fragment
+            {
+                rack_fails(&s, node, &name, ensemble);
             }
             while adds.len() >= inflight {
                 failed |= adds.join_next().await.is_some_and(|r| r.unwrap_or(true));
@@ -148,6 +167,36 @@ pub async fn writer(
             }
         }
     }
+}
+
+/// Ledgers (in 100) whose writer's rack fails while it writes them.
+const RACK_FAILS_PER_100: u64 = 10;
+
+/// The writer on `node` loses its rack (see the module doc): its links to the bookies of
+/// `ensemble` go down and those to every other bookie hold, for 1-3 s (or until the
+/// workloads stop). It still reaches the metadata store, so it changes its ensemble to
+/// bookies it already had connections to, and what it sends them waits.
+fn rack_fails(s: &Shared, node: IpAddr, name: &str, ensemble: &[String]) {
+    s.trace
+        .event(format!("{name}: its rack fails (ensemble {ensemble:?} down, other bookies held)"));
+    *s.model.lock().counts.entry("fault: a writer's rack".into()).or_default() += 1;
+    for (id, ip) in &s.bookies {
+        let link = if ensemble.contains(id) { Link::Down } else { Link::Held };
+        s.net.set_link(node, *ip, link);
+    }
+    let (net, bookies, mut stop) = (s.net.clone(), s.bookies.clone(), s.stop.clone());
+    let (trace, name) = (s.trace.clone(), name.to_string());
+    let heal = Duration::from_millis(rand_range(1000, 3000));
+    tokio::spawn(async move {
+        tokio::select! {
+            () = tokio::time::sleep(heal) => {}
+            _ = stop.wait_for(|s| *s) => {}
+        }
+        trace.event(format!("{name}: its rack is back"));
+        for (_, ip) in &bookies {
+            net.set_link(node, *ip, Link::Up);
+        }
+    });
 }
 
 /// The start and bookies of a writer's last fragment.

@@ -384,11 +384,14 @@ fn start_workloads(
         trace: trace.clone(),
         stop: stop.clone(),
         quorums: plan.quorums,
+        net: world.sim.net().clone(),
+        bookies: world.bookies.iter().map(|b| (b.id.clone(), b.addr.ip())).collect(),
     };
     let (abandon, abandoned) = mpsc::unbounded_channel();
     for w in 0..plan.writers {
         let name = format!("writer-{w}");
-        tasks.spawn(ledgers::writer(world.client(w), shared.clone(), name, abandon.clone()));
+        let (client, node) = (world.client(w), world::client_ip(w));
+        tasks.spawn(ledgers::writer(client, node, shared.clone(), name, abandon.clone()));
     }
     drop(abandon);
     let recoverer = world.client(RECOVERER_NODE);
