@@ -9,7 +9,12 @@
 //! its ensemble changes replace a whole write set from the same entry on, and the new
 //! bookies hear nothing before the writer dies. The ledger's acknowledged entries are then
 //! on no bookie of its last fragment, which must not make recovery lose them (BookKeeper
-//! #2615).
+//! #2615). And now and then a writer is split from its recovery ([`fence_split`]): the
+//! recovery starts while the writer still writes, the recoverer cannot reach one bookie of
+//! the ensemble and the writer can reach only that one, so the recovery fences the others
+//! without it and the writer, failing to reach them, would replace them by bookies nobody
+//! fenced; its adds must not be acknowledged past the end the recovery settles on
+//! (BookKeeper #2614: no ensemble change while in recovery, and recovery reads fence).
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -37,6 +42,8 @@ pub struct Shared {
     /// The network, and every bookie's id and address: for a writer's rack failing.
     pub net: SimNet,
     pub bookies: Vec<(String, IpAddr)>,
+    /// The recoverer's node.
+    pub recoverer: IpAddr,
 }
 
 impl Shared {
@@ -99,16 +106,21 @@ pub async fn writer(
         // (a zombie's), and its ledger goes to recovery at once.
         let dies_at = chance(20).then(|| rand_range(0, n));
         let rack_fails_at = chance(RACK_FAILS_PER_100).then(|| rand_range(1, n));
+        let split_at = chance(FENCE_SPLITS_PER_100).then(|| rand_range(1, n));
         let mut died = false;
         let mut fragment = last_fragment(&writer);
         for k in 0..n {
             if s.stopped() || failed {
                 break;
             }
-            if rack_fails_at == Some(k)
-                && let Some((_, ensemble)) = &fragment
-            {
-                rack_fails(&s, node, &name, ensemble);
+            if let Some((_, ensemble)) = &fragment {
+                if rack_fails_at == Some(k) {
+                    rack_fails(&s, node, &name, ensemble);
+                }
+                if split_at == Some(k) {
+                    fence_split(&s, node, &name, ensemble);
+                    let _ = abandoned.send(id); // recovered now, while this writer goes on
+                }
             }
             while adds.len() >= inflight {
                 failed |= adds.join_next().await.is_some_and(|r| r.unwrap_or(true));
@@ -188,15 +200,57 @@ fn rack_fails(s: &Shared, node: IpAddr, name: &str, ensemble: &[String]) {
     let (trace, name) = (s.trace.clone(), name.to_string());
     let heal = Duration::from_millis(rand_range(1000, 3000));
     tokio::spawn(async move {
-        tokio::select! {
-            () = tokio::time::sleep(heal) => {}
-            _ = stop.wait_for(|s| *s) => {}
-        }
+        sleep_or_stop(heal, &mut stop).await;
         trace.event(format!("{name}: its rack is back"));
         for (_, ip) in &bookies {
             net.set_link(node, *ip, Link::Up);
         }
     });
+}
+
+/// Ledgers (in 100) whose writer is split from their recovery while it writes them.
+const FENCE_SPLITS_PER_100: u64 = 10;
+
+/// Splits the writer on `node` from the recovery it just asked for (see the module doc): the
+/// recoverer's link to one bookie of `ensemble` holds and, a moment later (once the
+/// recovery has marked the ledger), the writer's links to the others go down, for 1-3 s.
+fn fence_split(s: &Shared, node: IpAddr, name: &str, ensemble: &[String]) {
+    let hidden = &ensemble[rand_range(0, ensemble.len() as u64 - 1) as usize];
+    s.trace.event(format!("{name}: split from its recovery ({hidden} only for the writer)"));
+    *s.model.lock().counts.entry("fault: a writer split from its recovery".into()).or_default() +=
+        1;
+    let ip = |id: &String| s.bookies.iter().find(|(b, _)| b == id).map(|(_, ip)| *ip);
+    let Some(hidden_ip) = ip(hidden) else { return };
+    let others: Vec<IpAddr> = ensemble.iter().filter(|b| *b != hidden).filter_map(ip).collect();
+    s.net.set_link(s.recoverer, hidden_ip, Link::Held);
+    let (net, recoverer, mut stop, trace) =
+        (s.net.clone(), s.recoverer, s.stop.clone(), s.trace.clone());
+    let (cut, heal) = (rand_range(1, 30), rand_range(1000, 3000));
+    let name = name.to_string();
+    tokio::spawn(async move {
+        if !sleep_or_stop(Duration::from_millis(cut), &mut stop).await {
+            for b in &others {
+                net.set_link(node, *b, Link::Down);
+            }
+            sleep_or_stop(Duration::from_millis(heal), &mut stop).await;
+        }
+        trace.event(format!("{name}: no longer split from its recovery"));
+        net.set_link(recoverer, hidden_ip, Link::Up);
+        for b in &others {
+            net.set_link(node, *b, Link::Up);
+        }
+    });
+}
+
+/// Sleeps for `d` or until the workloads stop; true if they stopped.
+async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    let stopped = async {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    tokio::select! {
+        () = tokio::time::sleep(d) => false,
+        () = stopped => true,
+    }
 }
 
 /// The start and bookies of a writer's last fragment.

@@ -386,6 +386,7 @@ fn start_workloads(
         quorums: plan.quorums,
         net: world.sim.net().clone(),
         bookies: world.bookies.iter().map(|b| (b.id.clone(), b.addr.ip())).collect(),
+        recoverer: world::client_ip(RECOVERER_NODE),
     };
     let (abandon, abandoned) = mpsc::unbounded_channel();
     for w in 0..plan.writers {
