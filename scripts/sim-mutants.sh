@@ -21,6 +21,8 @@
 #                         back; later appends reuse acknowledged offsets)
 #   recovered-sent-again  appends a recovery found in the ledger are sent again
 #   monitor-spin          the disk monitor spins once the poison watch's sender is gone
+#   lac-backwards         a writer's published LAC may move back (two acks publishing in
+#                         the other order: the stuck append of #26, its adds wait for ever)
 #
 # For each: apply it to a copy of the tree, build the simulator, run the seeds
 # (FOLIO_SIM_SEEDS, default CI's 0..200), print the seeds that failed and what they found.
@@ -51,6 +53,7 @@ mutants=(
     "fenced-retry-loop^crates/folio-log/src/log/actor.rs^            LogError::Fenced(_) => {^            LogError::Fenced(_) => return, LogError::Closed(_) if false => {"
     "live-end-from-record^crates/folio-log/src/log/actor.rs^(!last.is_closed() && last.ledger_id == self.cur.ledger_id)^(!last.is_closed() && self.writer.is_some())"
     "recovered-sent-again^crates/folio-log/src/log/actor/seal.rs^if self.cur.ledger_id == last.ledger_id {^if false {"
+    "lac-backwards^crates/folio-client/src/ledger/writer.rs^let forward = lac > *published;^let forward = lac != *published;"
     "monitor-spin^crates/folio-bookie/src/bookie.rs^poison_watched = r.is_ok(),^poison_watched = r.is_ok() || true,"
 )
 

@@ -46,6 +46,23 @@ where
     }
 }
 
+/// Runs `f`: code that follows the release of a lock and that another thread may overtake
+/// before it runs (publishing what was computed under the lock). Runs it now; under the
+/// simulator, a seeded share of the time, as a task that runs once the tasks ready
+/// meanwhile (and a seeded number of yields) have run, so that what two threads could
+/// interleave there interleaves by seed.
+pub fn after_unlock(f: impl FnOnce() + Send + 'static) {
+    use rand::Rng as _;
+    if sim::current().is_some_and(|s| s.with_rng(|r| r.random_range(0..256u32)) < s.yield_per_256) {
+        tokio::spawn(async move {
+            sim::perturb().await;
+            f()
+        });
+    } else {
+        f();
+    }
+}
+
 /// Starts `f`, which may block its thread, and does not wait for it: on tokio's blocking
 /// pool, or as a task that runs it inline under the simulator.
 pub fn spawn_blocking(f: impl FnOnce() + Send + 'static) {

@@ -48,7 +48,7 @@ pub struct Simulation {
     net: SimNet,
     rng: Mutex<SmallRng>,
     /// How often (out of 256) a seam yields before it goes on.
-    yield_per_256: u32,
+    pub(crate) yield_per_256: u32,
 }
 
 impl Simulation {

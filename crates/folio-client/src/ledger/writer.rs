@@ -348,7 +348,7 @@ impl WriterInner {
 
     /// Moves the LAC over every leading entry with `Qa` acks (unless an ensemble change is
     /// in progress) and wakes the adds it confirms.
-    pub(super) fn advance_lac(&self) {
+    pub(super) fn advance_lac(self: &Arc<Self>) {
         let (_, a) = self.quorums();
         let mut st = self.state.lock().expect("writer lock");
         if st.changing {
@@ -377,7 +377,10 @@ impl WriterInner {
             // the add of entry 6 waiting for ever when no later add came to move it: a
             // produce never acknowledged, with nothing logged.) Not published under the
             // state lock: `wait_confirmed` takes that lock inside the watch's read lock.
-            publish_lac(&self.lac_tx, lac);
+            // Another thread may overtake it here (`after_unlock`: so may another task,
+            // under the simulator).
+            let this = self.clone();
+            folio_rt::after_unlock(move || publish_lac(&this.lac_tx, lac));
         }
     }
 
