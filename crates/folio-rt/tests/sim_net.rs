@@ -133,3 +133,35 @@ fn seams_are_simulated_only_inside_a_simulation_and_follow_its_seed() {
     assert_ne!(draw(9), draw(10));
     assert!(!folio_rt::sim::active(), "leaving the simulation restores the real seams");
 }
+
+/// `after_unlock`: outside a simulation the code runs at once; under one, a seeded share of
+/// the calls runs later, after other ready tasks, and every call runs.
+#[test]
+fn after_unlock_runs_now_outside_a_simulation_and_is_overtaken_by_seed_inside() {
+    use std::sync::{Arc, Mutex};
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let o = order.clone();
+    folio_rt::after_unlock(move || o.lock().unwrap().push(0));
+    assert_eq!(*order.lock().unwrap(), [0], "outside a simulation: at once");
+    let run = |seed| {
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let o = order.clone();
+        simulated(seed, || async move {
+            for i in 0..100u32 {
+                let o = o.clone();
+                folio_rt::after_unlock(move || o.lock().unwrap().push(i));
+            }
+            while o.lock().unwrap().len() < 100 {
+                tokio::task::yield_now().await;
+            }
+        });
+        let v = order.lock().unwrap().clone();
+        v
+    };
+    let a = run(7);
+    let mut sorted = a.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (0..100).collect::<Vec<_>>(), "every call ran once");
+    assert_ne!(a, sorted, "some calls were overtaken");
+    assert_eq!(run(7), a, "the same seed interleaves them the same way");
+}
