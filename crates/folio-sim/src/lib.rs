@@ -478,6 +478,7 @@ async fn scenario(seed: u64, opts: &Options, sim: Arc<Simulation>, trace: Trace)
     }
     violations.extend(findings.violations);
     violations.extend(model.lock().violations.iter().cloned());
+    violations.extend(trace.invariants().into_iter().map(|l| format!("invariant: {l}")));
     trace.event(format!("checks: {} violations", violations.len()));
     for i in 0..world.bookies.len() {
         world.stop_bookie(i).await;

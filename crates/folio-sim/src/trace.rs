@@ -2,7 +2,9 @@
 //! resets and refusals, checks) and what the components logged, each line stamped with
 //! simulated time. The last [`TRACE_LINES_MAX`] lines are kept for the failure report; a
 //! checksum over the simulator's own lines (not the components' logs, which may carry
-//! measured durations) shows that a seed replays exactly.
+//! measured durations) shows that a seed replays exactly. A component's log line with an
+//! `invariant` field (an invariant found broken and repaired at run time, such as a writer's
+//! published LAC behind its confirmed one) is also kept as a broken promise of the run.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -29,6 +31,8 @@ struct TraceState {
     events: u64,
     /// Print every line to stderr as it comes (`FOLIO_SIM_VERBOSE`).
     echo: bool,
+    /// The components' lines that name a broken invariant (at most `TRACE_LINES_MAX`).
+    invariants: Vec<String>,
 }
 
 impl Trace {
@@ -41,6 +45,7 @@ impl Trace {
                 checksum: 0,
                 events: 0,
                 echo,
+                invariants: Vec::new(),
             })),
         }
     }
@@ -73,6 +78,12 @@ impl Trace {
         (st.checksum, st.events)
     }
 
+    /// The components' lines that named a broken invariant.
+    pub fn invariants(&self) -> Vec<String> {
+        let st = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        st.invariants.clone()
+    }
+
     /// The lines kept, oldest first.
     pub fn tail(&self) -> Vec<String> {
         let st = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -84,10 +95,11 @@ impl Trace {
 #[derive(Debug, Clone)]
 pub struct TraceLayer(pub Trace);
 
-struct Fields(String);
+struct Fields(String, bool);
 
 impl Visit for Fields {
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.1 |= field.name() == "invariant";
         if field.name() == "message" {
             let _ = write!(self.0, " {value:?}");
         } else {
@@ -96,6 +108,7 @@ impl Visit for Fields {
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
+        self.1 |= field.name() == "invariant";
         if field.name() == "message" {
             let _ = write!(self.0, " {value}");
         } else {
@@ -107,8 +120,14 @@ impl Visit for Fields {
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for TraceLayer {
     fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
         let meta = event.metadata();
-        let mut fields = Fields(format!("{} {}:", meta.level(), meta.target()));
+        let mut fields = Fields(format!("{} {}:", meta.level(), meta.target()), false);
         event.record(&mut fields);
+        if fields.1 {
+            let mut st = self.0.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if st.invariants.len() < TRACE_LINES_MAX {
+                st.invariants.push(fields.0.clone());
+            }
+        }
         self.0.push(fields.0, false);
     }
 }

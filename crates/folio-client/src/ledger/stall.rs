@@ -12,6 +12,12 @@
 //!    (`WriterFailure::AddStalled`): its adds fail instead of waiting for ever, and the
 //!    managed log above moves to a new ledger.
 //!
+//! And a published LAC behind the confirmed one at two ticks in a row (the stuck append of
+//! #26: two acknowledgements publishing in the other order left entry 6 confirmed but the
+//! watch at 5, its add waiting with nothing pending) is published again, logged at error
+//! with an `invariant` field (the simulator counts such a line as a broken promise) and
+//! counted as a stalled add. The publish only moves forward, so this is a second line.
+//!
 //! Per-request timeouts (`request_timeout`) replace a bookie that does not answer; this
 //! catches what they cannot: an answer that came but confirmed nothing, an ensemble change
 //! that never ends, a bookie that accepts and never answers below the request timeout.
@@ -36,14 +42,45 @@ pub fn adds_stalled_total() -> u64 {
     ADDS_STALLED.load(Ordering::Relaxed)
 }
 
+/// The published LAC of `w` if it is behind the confirmed one, with the confirmed one; the
+/// same pair as `before` (a tick ago) is a stuck publish: published again, and reported.
+fn republish_if_behind(
+    w: &WriterInner,
+    before: Option<(EntryId, EntryId)>,
+) -> Option<(EntryId, EntryId)> {
+    // The state lock is not held across the watch's: `wait_confirmed` takes them the other
+    // way round.
+    let confirmed = w.state.lock().expect("writer lock").lac;
+    let published = *w.lac_tx.borrow();
+    if published >= confirmed {
+        return None;
+    }
+    if before == Some((published, confirmed)) {
+        ADDS_STALLED.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(
+            ledger = w.id,
+            published,
+            confirmed,
+            invariant = "a writer's published LAC reaches its confirmed LAC",
+            "the published LAC is behind the confirmed one; publishing it again"
+        );
+        super::writer::publish_lac(&w.lac_tx, confirmed);
+        return None;
+    }
+    Some((published, confirmed))
+}
+
 /// Watches `writer`'s oldest pending add until the writer is gone, failed or closed.
 pub(super) async fn watch_stalls(writer: Weak<WriterInner>, after: Duration) {
     let tick = (after / 4).max(Duration::from_millis(5));
     // The entry reported last, and when: it gets one more bound before the writer fails.
     let mut reported: Option<(EntryId, Instant)> = None;
+    // (published, confirmed) when the published LAC was last seen behind.
+    let mut behind: Option<(EntryId, EntryId)> = None;
     loop {
         tokio::time::sleep(tick).await;
         let Some(w) = writer.upgrade() else { return };
+        behind = republish_if_behind(&w, behind);
         let oldest = {
             let st = w.state.lock().expect("writer lock");
             if st.failed.is_some() || (st.closed && st.pending.is_empty()) {
