@@ -21,6 +21,9 @@
 #                         back; later appends reuse acknowledged offsets)
 #   recovered-sent-again  appends a recovery found in the ledger are sent again
 #   monitor-spin          the disk monitor spins once the poison watch's sender is gone
+#   ensemble-from-pick    a writer whose position was already replaced in the metadata (its
+#                         own earlier attempt, answer lost) takes its new pick anyway
+#   stale-uncreated       a log's retry creates a ledger a roll has since sealed and trashed
 #   lac-backwards         a writer's published LAC may move back (two acks publishing in
 #                         the other order: the stuck append of #26, its adds wait for ever)
 #
@@ -53,6 +56,8 @@ mutants=(
     "fenced-retry-loop^crates/folio-log/src/log/actor.rs^            LogError::Fenced(_) => {^            LogError::Fenced(_) => return, LogError::Closed(_) if false => {"
     "live-end-from-record^crates/folio-log/src/log/actor.rs^(!last.is_closed() && last.ledger_id == self.cur.ledger_id)^(!last.is_closed() && self.writer.is_some())"
     "recovered-sent-again^crates/folio-log/src/log/actor/seal.rs^if self.cur.ledger_id == last.ledger_id {^if false {"
+    "ensemble-from-pick^crates/folio-client/src/ledger/writer.rs^let (pick, conn) = if placed == pick {^let (pick, conn) = if true || placed == pick {^crates/folio-client/src/ledger/writer.rs^if self.state.lock().expect("writer lock").failed.is_some() {^if false {"
+    "stale-uncreated^crates/folio-log/src/log/actor.rs^if self.uncreated.is_some() && self.uncreated != last_open {^if false && last_open.is_none() {^crates/folio-log/src/log/actor/seal.rs^        self.uncreated = None;\n^"
     "lac-backwards^crates/folio-client/src/ledger/writer.rs^let forward = lac > *published;^let forward = lac != *published;"
     "monitor-spin^crates/folio-bookie/src/bookie.rs^poison_watched = r.is_ok(),^poison_watched = r.is_ok() || true,"
 )

@@ -429,6 +429,9 @@ impl WriterInner {
         if self.ensemble.lock().expect("ensemble lock")[pos].0 != failed {
             return Ok(()); // already replaced for another entry's failure
         }
+        if self.state.lock().expect("writer lock").failed.is_some() {
+            return Ok(()); // a failed writer changes nothing (its adds have failed)
+        }
         self.state.lock().expect("writer lock").changing = true;
         let result = self.install_replacement(pos, failed).await;
         self.state.lock().expect("writer lock").changing = false;
@@ -513,6 +516,19 @@ impl WriterInner {
                     return Err(LedgerError::Fenced(self.id));
                 }
                 Err(e) => return Err(e.into()),
+            };
+            let placed = m.ensembles.last_key_value().expect("validated metadata").1[pos].clone();
+            let (pick, conn) = if placed == pick {
+                (pick, conn)
+            } else {
+                // The position was replaced already, by an earlier attempt of this writer
+                // whose answer was lost after it applied: the metadata's bookie stands.
+                // Taking `pick` instead left the ensemble here unlike the metadata, and the
+                // next change put one bookie in two positions (found by the simulator,
+                // #26).
+                tracing::info!(ledger = self.id, failed, replacement = %placed, "ensemble already changed");
+                let conn = client.pool.get(&placed).await?;
+                (placed, conn)
             };
             tracing::info!(ledger = self.id, failed, replacement = %pick, from_entry = start, "ensemble changed");
             *self.metadata.lock().expect("metadata lock") = m;

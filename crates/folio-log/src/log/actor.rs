@@ -639,6 +639,14 @@ impl Actor {
 
     /// In `Failed`: try to get a ledger again.
     async fn retry(&mut self) {
+        // Only while the chain still lists it as its open last ledger: a roll since may have
+        // recovered it (creating it closed), sealed it and sent it to the trash, and creating
+        // it again made a ledger outside every chain, whose appends were acknowledged into
+        // nothing (found by the simulator, #26, seed 559).
+        let last_open = self.record.ledgers.last().filter(|l| !l.is_closed()).map(|l| l.ledger_id);
+        if self.uncreated.is_some() && self.uncreated != last_open {
+            self.uncreated = None;
+        }
         let r = match self.uncreated {
             Some(id) => match self.env().client.clone().create(self.create_options(id)).await {
                 Ok(w) => {
