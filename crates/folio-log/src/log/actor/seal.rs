@@ -67,7 +67,7 @@ impl Actor {
         self.commit_with_index(record, &trash, offset_index.as_ref()).await?;
         self.begin_epoch &= !begin_epoch;
         // Whatever was left uncreated is sealed now: `id` is the ledger to create.
-        self.uncreated = None;
+        let _sealed = self.uncreated.take();
         self.sh
             .stats
             .ledgers_trashed
