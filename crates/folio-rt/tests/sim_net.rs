@@ -155,8 +155,7 @@ fn after_unlock_runs_now_outside_a_simulation_and_is_overtaken_by_seed_inside() 
                 tokio::task::yield_now().await;
             }
         });
-        let v = order.lock().unwrap().clone();
-        v
+        order.lock().unwrap().to_vec()
     };
     let a = run(7);
     let mut sorted = a.clone();

@@ -105,22 +105,15 @@ pub async fn writer(
         // Now and then the writer dies in the middle: its adds in flight go on without it
         // (a zombie's), and its ledger goes to recovery at once.
         let dies_at = chance(20).then(|| rand_range(0, n));
-        let rack_fails_at = chance(RACK_FAILS_PER_100).then(|| rand_range(1, n));
-        let split_at = chance(FENCE_SPLITS_PER_100).then(|| rand_range(1, n));
+        let faults = WriterFaults::draw(n);
         let mut died = false;
         let mut fragment = last_fragment(&writer);
         for k in 0..n {
             if s.stopped() || failed {
                 break;
             }
-            if let Some((_, ensemble)) = &fragment {
-                if rack_fails_at == Some(k) {
-                    rack_fails(&s, node, &name, ensemble);
-                }
-                if split_at == Some(k) {
-                    fence_split(&s, node, &name, ensemble);
-                    let _ = abandoned.send(id); // recovered now, while this writer goes on
-                }
+            if faults.strike(k, &s, node, &name, fragment.as_ref().map(|f| &f.1[..])) {
+                let _ = abandoned.send(id); // recovered now, while this writer goes on
             }
             while adds.len() >= inflight {
                 failed |= adds.join_next().await.is_some_and(|r| r.unwrap_or(true));
@@ -178,6 +171,37 @@ pub async fn writer(
                 let _ = abandoned.send(id);
             }
         }
+    }
+}
+
+/// The faults a writer's node takes while it writes one ledger: at which add its rack
+/// fails, and at which it is split from its recovery (see the module doc).
+struct WriterFaults {
+    rack_at: Option<u64>,
+    split_at: Option<u64>,
+}
+
+impl WriterFaults {
+    /// Drawn for a ledger of `n` adds.
+    fn draw(n: u64) -> WriterFaults {
+        WriterFaults {
+            rack_at: chance(RACK_FAILS_PER_100).then(|| rand_range(1, n)),
+            split_at: chance(FENCE_SPLITS_PER_100).then(|| rand_range(1, n)),
+        }
+    }
+
+    /// Strikes before add `k` on `ensemble` (the writer's last fragment); true if the
+    /// ledger goes to recovery now.
+    fn strike(&self, k: u64, s: &Shared, node: IpAddr, name: &str, ens: Option<&[String]>) -> bool {
+        let Some(ensemble) = ens else { return false };
+        if self.rack_at == Some(k) {
+            rack_fails(s, node, name, ensemble);
+        }
+        let split = self.split_at == Some(k);
+        if split {
+            fence_split(s, node, name, ensemble);
+        }
+        split
     }
 }
 
