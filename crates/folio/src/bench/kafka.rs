@@ -13,7 +13,8 @@
 //! 100 B records, produce N records (1 M with `--quick`, 4 M without) to one partition,
 //! then a fresh consumer reads them from offset 0: `backlog_consume_mb_per_s`,
 //! `ratio_vs_produce` (against the produce rate of the same run), the time to the first
-//! record from the start, the middle and the newest ledger (also after the broker is
+//! record from offset 0 (`first_record_ms_from_backlog`), the middle and the newest ledger
+//! (`first_record_ms_from_backlog_middle`, `_newest_ledger`; also after the broker is
 //! restarted: `first_record_ms_after_restart_*`), and what the process read per
 //! byte served: `read_amplification` (entry-log file bytes the bookies read) and
 //! `rchar_per_byte_served` (`rchar` of `/proc/self/io`: every read() of the process, which
@@ -287,7 +288,7 @@ async fn backlog(
         _ => "unknown".into(),
     };
     println!(
-        "setup=backlog bookies={n_bookies} replication={n_bookies} record_bytes={record_bytes} records={records} ledgers={} produce_mb_per_s={produce_mb:.1} backlog_consume_mb_per_s={consume_mb:.1} ratio_vs_produce={:.2} first_record_ms_from_backlog_start={:.1} first_record_ms_from_backlog_middle={:.1} first_record_ms_from_backlog_newest_ledger={:.1} first_record_ms_after_restart_start={:.1} first_record_ms_after_restart_middle={:.1} first_record_ms_after_restart_newest_ledger={:.1} served_mb={:.1} read_amplification={:.2} rchar_per_byte_served={rchar} consumer_cpu_share={client_cpu:.2} batch_bytes_avg={batch_bytes} fetches={n_fetches} fetch_ms_mean={fetch_ms:.1}",
+        "setup=backlog bookies={n_bookies} replication={n_bookies} record_bytes={record_bytes} records={records} ledgers={} produce_mb_per_s={produce_mb:.1} backlog_consume_mb_per_s={consume_mb:.1} ratio_vs_produce={:.2} first_record_ms_from_backlog={:.1} first_record_ms_from_backlog_middle={:.1} first_record_ms_from_backlog_newest_ledger={:.1} first_record_ms_after_restart_start={:.1} first_record_ms_after_restart_middle={:.1} first_record_ms_after_restart_newest_ledger={:.1} served_mb={:.1} read_amplification={:.2} rchar_per_byte_served={rchar} consumer_cpu_share={client_cpu:.2} batch_bytes_avg={batch_bytes} fetches={n_fetches} fetch_ms_mean={fetch_ms:.1}",
         info.ledgers.len(),
         consume_mb / produce_mb,
         first_at(offsets[0])?,

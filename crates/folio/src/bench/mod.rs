@@ -2,6 +2,7 @@
 //! every comparison as `ratio_vs_<baseline>=<x>` with the baseline measured in the same run.
 
 mod bookie;
+mod codecs;
 mod compact;
 mod delete;
 mod gc;
@@ -45,6 +46,9 @@ pub enum Bench {
     /// Compaction: MB/s of a compaction pass over a compacted topic (90 % of its records
     /// superseded), and a producer's rate meanwhile against before and after.
     Compact(compact::Args),
+    /// The record codecs (gzip, snappy, lz4, zstd; pure Rust): compress and decode MB/s of
+    /// 1 KiB records in 64-record batches, each against decoding them uncompressed.
+    Codecs(codecs::Args),
     /// Autorecovery: time until a killed bookie's copies are restored on four in-process
     /// bookies (MB/s against the disk), and a writer's rate meanwhile against without.
     Recovery(recovery::Args),
@@ -63,6 +67,7 @@ pub fn run(what: Bench) -> Result<(), String> {
         Bench::Hostile(args) => hostile::run(args),
         Bench::Recovery(args) => recovery::run(args),
         Bench::Compact(args) => compact::run(args),
+        Bench::Codecs(args) => codecs::run(args),
     }
 }
 
