@@ -3,7 +3,9 @@
 # catches each break within the seeds CI runs (#26). Each mutant is a one-line change:
 #
 #   fence-off     the bookie takes a fenced ledger's adds (D3)
-#   2614          recovery reads past the LAC without the fence flag (BookKeeper #2614)
+#   2614          recovery reads past the LAC without the fence flag (BookKeeper #2614: a
+#                 bookie that missed the fence acknowledges a zombie's add after answering
+#                 "no entry"; the simulator's missed_fence writer fault)
 #   2615          recovery starts at the LAC, even before the last fragment (#2615)
 #   limbo-off     a journal-less bookie's pre-boot check puts nothing in limbo (D2)
 #   preboot-fence-off  ...and fences nothing

@@ -15,6 +15,14 @@
 //! without it and the writer, failing to reach them, would replace them by bookies nobody
 //! fenced; its adds must not be acknowledged past the end the recovery settles on
 //! (BookKeeper #2614: no ensemble change while in recovery, and recovery reads fence).
+//! And now and then a bookie misses the fence of a writer's last add ([`missed_fence`]):
+//! the add reaches Qa − 1 bookies of its write set (which ack it) and waits on the links to
+//! the others; the recovery cannot reach one of those others while it fences, then can,
+//! while it no longer reaches the bookies that hold the add, so the add is decided absent
+//! and the ledger closed below it; then the waiting add reaches the bookie that missed the
+//! fence. Only the recovery read's fence keeps that bookie from making the add the Qa-th
+//! acknowledgement of an entry past the end (BookKeeper #2614 itself, with no ensemble
+//! change).
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -112,7 +120,7 @@ pub async fn writer(
             if s.stopped() || failed {
                 break;
             }
-            if faults.strike(k, &s, node, &name, fragment.as_ref().map(|f| &f.1[..])) {
+            if faults.strike(k, &s, (node, &name), id, fragment.as_ref().map(|f| &f.1[..])) {
                 let _ = abandoned.send(id); // recovered now, while this writer goes on
             }
             while adds.len() >= inflight {
@@ -179,20 +187,33 @@ pub async fn writer(
 struct WriterFaults {
     rack_at: Option<u64>,
     split_at: Option<u64>,
+    /// The last add (`n - 1`), if a bookie misses its fence.
+    missed_fence_at: Option<u64>,
 }
 
 impl WriterFaults {
     /// Drawn for a ledger of `n` adds.
     fn draw(n: u64) -> WriterFaults {
+        if chance(MISSED_FENCES_PER_100) {
+            return WriterFaults { rack_at: None, split_at: None, missed_fence_at: Some(n - 1) };
+        }
         WriterFaults {
             rack_at: chance(RACK_FAILS_PER_100).then(|| rand_range(1, n)),
             split_at: chance(FENCE_SPLITS_PER_100).then(|| rand_range(1, n)),
+            missed_fence_at: None,
         }
     }
 
-    /// Strikes before add `k` on `ensemble` (the writer's last fragment); true if the
-    /// ledger goes to recovery now.
-    fn strike(&self, k: u64, s: &Shared, node: IpAddr, name: &str, ens: Option<&[String]>) -> bool {
+    /// Strikes before add `k` to ledger `id` on `ensemble` (the writer's last fragment);
+    /// true if the ledger goes to recovery now.
+    fn strike(
+        &self,
+        k: u64,
+        s: &Shared,
+        (node, name): (IpAddr, &str),
+        id: LedgerId,
+        ens: Option<&[String]>,
+    ) -> bool {
         let Some(ensemble) = ens else { return false };
         if self.rack_at == Some(k) {
             rack_fails(s, node, name, ensemble);
@@ -201,7 +222,9 @@ impl WriterFaults {
         if split {
             fence_split(s, node, name, ensemble);
         }
-        split
+        let missed = self.missed_fence_at == Some(k)
+            && missed_fence(s, node, name, ensemble, (id, k as EntryId));
+        split || missed
     }
 }
 
@@ -266,6 +289,82 @@ fn fence_split(s: &Shared, node: IpAddr, name: &str, ensemble: &[String]) {
     });
 }
 
+/// Ledgers (in 100) whose last add a bookie misses the fence of.
+const MISSED_FENCES_PER_100: u64 = 8;
+
+/// A bookie misses the fence of `entry`, the last add to `ledger` of the writer on `node`
+/// (see the module doc). Of the entry's write set in `ensemble`: `held` (Qa − 1 bookies) get
+/// the add,
+/// `missing` (one) misses the fence, `rest` gets neither. The recovery starts now; the
+/// recoverer cannot reach `missing` and waits on `rest` until the holders have answered
+/// its fence, then reaches `missing` and `rest` but no longer the holders; once the
+/// recovery ended (or gave up), the add waiting for `missing` goes through; a moment later
+/// every link is back. False if the fault cannot strike (one ack is a quorum).
+fn missed_fence(
+    s: &Shared,
+    node: IpAddr,
+    name: &str,
+    ensemble: &[String],
+    (ledger, entry): (LedgerId, EntryId),
+) -> bool {
+    let (_, w, a) = s.quorums;
+    let ip = |id: &String| s.bookies.iter().find(|(b, _)| b == id).map(|(_, ip)| *ip);
+    let mut set: Vec<IpAddr> = (0..i64::from(w))
+        .filter_map(|i| ip(&ensemble[((entry + i) % ensemble.len() as i64) as usize]))
+        .collect();
+    if set.len() != w as usize || a < 2 {
+        return false; // the write set has an unknown bookie, or one ack is a quorum
+    }
+    folio_rt::with_rng(|r| rand::seq::SliceRandom::shuffle(&mut set[..], r));
+    let rest = set.split_off(usize::from(a));
+    let missing = set.pop().expect("a >= 2");
+    let held = set;
+    s.trace.event(format!(
+        "{name}: its last add {entry} goes to {held:?} alone; {missing} misses the fence"
+    ));
+    *s.model.lock().counts.entry("fault: a bookie missed the fence".into()).or_default() += 1;
+    let (net, rec) = (s.net.clone(), s.recoverer);
+    for b in rest.iter().chain([&missing]) {
+        net.set_link(node, *b, Link::Held);
+    }
+    net.set_link(rec, missing, Link::Down);
+    for b in &rest {
+        net.set_link(rec, *b, Link::Held);
+    }
+    let (s, name) = (s.clone(), name.to_string());
+    tokio::spawn(async move {
+        let recovering = |s: &Shared| s.model.lock().recovering.contains(&ledger);
+        let mut stop = s.stop.clone();
+        let mut waited = 0;
+        while !recovering(&s) && waited < 3000 && !*stop.borrow() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            waited += 1;
+        }
+        sleep_or_stop(Duration::from_millis(rand_range(200, 500)), &mut stop).await;
+        for b in &held {
+            net.set_link(rec, *b, Link::Down);
+        }
+        for b in rest.iter().chain([&missing]) {
+            net.set_link(rec, *b, Link::Up);
+        }
+        let mut waited = 0;
+        while recovering(&s) && waited < 3000 && !*stop.borrow() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            waited += 1;
+        }
+        s.trace.event(format!("{name}: the add {entry} waiting for {missing} goes on"));
+        net.set_link(node, missing, Link::Up);
+        sleep_or_stop(Duration::from_millis(rand_range(200, 1000)), &mut stop).await;
+        for b in &held {
+            net.set_link(rec, *b, Link::Up);
+        }
+        for b in &rest {
+            net.set_link(node, *b, Link::Up);
+        }
+    });
+    true
+}
+
 /// Sleeps for `d` or until the workloads stop; true if they stopped.
 async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
     let stopped = async {
@@ -327,7 +426,10 @@ pub async fn recoverer(
             continue;
         }
         let op = s.model.begin(format!("{name}: recover {id}"));
-        match client.recover(id).await {
+        s.model.lock().recovering.insert(id);
+        let recovered = client.recover(id).await;
+        s.model.lock().recovering.remove(&id);
+        match recovered {
             Ok(reader) => {
                 s.model.end(op, "recover ok");
                 let end = reader.last_entry_id().unwrap_or(-1);

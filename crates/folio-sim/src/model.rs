@@ -72,6 +72,8 @@ pub struct Facts {
     next_op: u64,
     /// Operations that ended, by kind and outcome ("add ok", "recover failed", ...).
     pub counts: BTreeMap<String, u64>,
+    /// Ledgers a recovery is running for now (for faults timed to a recovery).
+    pub recovering: BTreeSet<LedgerId>,
 }
 
 impl Model {
