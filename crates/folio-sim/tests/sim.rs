@@ -96,6 +96,9 @@ const REGRESSION_SEEDS: &[(&str, &[u64])] = &[
     // collided with its entry log, turned read-only and never collected (L1). Seed 337 at
     // 8c63145; the fix has no one-line mutant in `scripts/sim-mutants.sh`.
     ("shutdown-while-in-use", &[337]),
+    // A log's retry created a ledger a roll had since sealed and trashed: a ledger in no
+    // chain, its appends acknowledged into nothing (L1). Seed 324 (of 0..1000 at 2bb1e16).
+    ("stale-uncreated", &[324]),
     // The stuck append of #26: two acknowledgements published the LAC in the other order
     // (6, then 5); the add of entry 6 never resolved, silently (`after_unlock` lets the
     // simulator interleave the publishes as threads can). Caught at 29fff5c by 171 of
