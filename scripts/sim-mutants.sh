@@ -30,7 +30,8 @@
 #                         the other order: the stuck append of #26, its adds wait for ever)
 #
 # For each: apply it to a copy of the tree, build the simulator, run the seeds
-# (FOLIO_SIM_SEEDS, default 0..200: the first half of CI's seeds), print the seeds that failed and what they found.
+# (FOLIO_SIM_SEEDS, default 0..200: the first half of CI's seeds), print the seeds that
+# failed and what they found.
 # The tree itself is never touched: each mutant is applied to a copy of a commit
 # (MUTANTS_REF, default HEAD) in target/mutants, built there with its own target dir.
 #

@@ -294,8 +294,7 @@ const MISSED_FENCES_PER_100: u64 = 8;
 
 /// A bookie misses the fence of `entry`, the last add to `ledger` of the writer on `node`
 /// (see the module doc). Of the entry's write set in `ensemble`: `held` (Qa − 1 bookies) get
-/// the add,
-/// `missing` (one) misses the fence, `rest` gets neither. The recovery starts now; the
+/// the add, `missing` (one) misses the fence, `rest` gets neither. The recovery starts now; the
 /// recoverer cannot reach `missing` and waits on `rest` until the holders have answered
 /// its fence, then reaches `missing` and `rest` but no longer the holders; once the
 /// recovery ended (or gave up), the add waiting for `missing` goes through; a moment later
@@ -335,11 +334,7 @@ fn missed_fence(
     tokio::spawn(async move {
         let recovering = |s: &Shared| s.model.lock().recovering.contains(&ledger);
         let mut stop = s.stop.clone();
-        let mut waited = 0;
-        while !recovering(&s) && waited < 3000 && !*stop.borrow() {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            waited += 1;
-        }
+        wait_until(&s, |s| recovering(s)).await;
         sleep_or_stop(Duration::from_millis(rand_range(200, 500)), &mut stop).await;
         for b in &held {
             net.set_link(rec, *b, Link::Down);
@@ -347,11 +342,7 @@ fn missed_fence(
         for b in rest.iter().chain([&missing]) {
             net.set_link(rec, *b, Link::Up);
         }
-        let mut waited = 0;
-        while recovering(&s) && waited < 3000 && !*stop.borrow() {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            waited += 1;
-        }
+        wait_until(&s, |s| !recovering(s)).await;
         s.trace.event(format!("{name}: the add {entry} waiting for {missing} goes on"));
         net.set_link(node, missing, Link::Up);
         sleep_or_stop(Duration::from_millis(rand_range(200, 1000)), &mut stop).await;
@@ -363,6 +354,19 @@ fn missed_fence(
         }
     });
     true
+}
+
+/// How long a fault timed to a recovery waits for it to start, or to end, before it goes on
+/// regardless (the recoverer may be busy with another ledger).
+const RECOVERY_WAIT_MAX: Duration = Duration::from_secs(3);
+
+/// Waits (polling each simulated millisecond) until `ready`, the workloads stop, or
+/// `RECOVERY_WAIT_MAX` has passed.
+async fn wait_until(s: &Shared, ready: impl Fn(&Shared) -> bool) {
+    let deadline = tokio::time::Instant::now() + RECOVERY_WAIT_MAX;
+    while !ready(s) && !s.stopped() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 }
 
 /// Sleeps for `d` or until the workloads stop; true if they stopped.
