@@ -16,7 +16,7 @@
 
 use std::time::Instant;
 
-use folio_broker::batch::{self, BatchInfo, Codec, Record};
+use folio_broker::batch::{self, BatchInfo, Codec};
 use folio_broker::records;
 
 use super::MIB;
@@ -37,7 +37,7 @@ fn plain_bytes(quick: bool) -> usize {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    let plains = batches_plain(plain_bytes(args.run.quick));
+    let plains = batches_plain(plain_bytes(args.run.quick))?;
     let plain_total: usize = plains.iter().map(|(_, p)| p.len()).sum();
     println!(
         "setup=codecs batches={} records_per_batch={BATCH_RECORDS} plain_mb={:.1}",
@@ -95,8 +95,8 @@ pub fn run(args: Args) -> Result<(), String> {
 }
 
 /// About `total` bytes of plain records in batches: each batch's header fields (without
-/// its codec) and its uncompressed records.
-fn batches_plain(total: usize) -> Vec<(BatchInfo, Vec<u8>)> {
+/// its codec) and its uncompressed records, as `batch::build_keyed` writes them.
+fn batches_plain(total: usize) -> Result<Vec<(BatchInfo, Vec<u8>)>, String> {
     let mut rng = 0x9e37_79b9_7f4a_7c15u64; // xorshift: the same data every run
     let mut next = move || {
         rng ^= rng << 13;
@@ -109,8 +109,8 @@ fn batches_plain(total: usize) -> Vec<(BatchInfo, Vec<u8>)> {
     let mut made = 0;
     let mut n = 0u64;
     while made < total {
-        let mut plain = Vec::with_capacity(BATCH_RECORDS * (RECORD_BYTES + 16));
-        for i in 0..BATCH_RECORDS {
+        let mut records = Vec::with_capacity(BATCH_RECORDS);
+        for _ in 0..BATCH_RECORDS {
             let user = next() % 10_000;
             let mut value = format!(
                 "{{\"user\":\"user-{user}\",\"event\":\"{}\",\"page\":\"/products/{}\",\"n\":{n},\"payload\":\"",
@@ -122,28 +122,15 @@ fn batches_plain(total: usize) -> Vec<(BatchInfo, Vec<u8>)> {
             }
             value.push_str("\"}");
             n += 1;
-            let key = format!("user-{user}");
-            let r = Record {
-                offset_delta: i as i64,
-                key: Some(key.as_bytes()),
-                value: Some(value.as_bytes()),
-                ..Record::default()
-            };
-            batch::put_record(&mut plain, &r);
+            records.push((format!("user-{user}").into_bytes(), value.into_bytes()));
         }
+        let built = batch::build_keyed(BATCH_RECORDS as i32, 1_700_000_000_000, 0, |i| {
+            let (key, value) = &records[i as usize];
+            (Some(key.clone()), Some(value.clone()))
+        });
+        let (info, plain) = records::records_bytes(&built).map_err(|e| e.to_string())?;
         made += plain.len();
-        let info = BatchInfo {
-            size: batch::HEADER_BYTES + plain.len(),
-            attributes: 0,
-            last_offset_delta: BATCH_RECORDS as i32 - 1,
-            base_timestamp: 1_700_000_000_000,
-            max_timestamp: 1_700_000_000_000,
-            producer_id: -1,
-            producer_epoch: -1,
-            base_sequence: -1,
-            records_count: BATCH_RECORDS as i32,
-        };
-        out.push((info, plain));
+        out.push((info, plain.into_owned()));
     }
-    out
+    Ok(out)
 }
