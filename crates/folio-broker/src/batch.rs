@@ -146,7 +146,7 @@ fn i64_at(b: &[u8], at: usize) -> i64 {
 /// a known codec, and offsets that match the record count.
 pub fn parse(b: &[u8]) -> Result<BatchInfo, BatchError> {
     let info = parse_stored(b)?;
-    if info.last_offset_delta + 1 != info.records_count {
+    if i64::from(info.last_offset_delta) + 1 != i64::from(info.records_count) {
         return Err(BatchError::Invalid(format!(
             "last offset delta {} does not match the record count {}",
             info.last_offset_delta, info.records_count
@@ -367,6 +367,16 @@ pub fn build_keyed(
         records_count: count,
     };
     encode(0, &info, &records)
+}
+
+/// `plain` (an uncompressed batch, as `build` makes) with its records compressed by `codec`
+/// and the codec's bits set. For tests and benchmarks.
+pub fn with_codec(plain: &[u8], codec: Codec) -> Result<Vec<u8>, String> {
+    let info = parse(plain).map_err(|e| e.to_string())?;
+    let body = crate::records::compress(codec, &plain[HEADER_BYTES..info.size])
+        .map_err(|e| e.to_string())?;
+    let attributes = (info.attributes & !7) | codec.bits();
+    Ok(encode(0, &BatchInfo { attributes, ..info }, &body))
 }
 
 #[cfg(test)]

@@ -62,8 +62,11 @@ impl Broker {
             .await
             .map_err(|e| format!("reading the cluster id: {e}"))?;
         let me = BrokerInfo { node_id: config.node_id, endpoints };
+        // The lease is valid from before it is granted: the self-fence counts from here.
+        let granted_at = tokio::time::Instant::now();
         let lease = cluster::register(env.meta.as_ref(), &env.keys, &me, config.lease_ttl).await?;
         let membership = Membership::new(me);
+        membership.set_lease(lease);
         let trash_deleter =
             folio_log::Trash::new(env.clone(), config.trash.clone().unwrap_or_default());
         let trash = config
@@ -126,7 +129,7 @@ impl Broker {
             inner.env.meta.clone(),
             inner.env.keys.clone(),
             inner.membership.clone(),
-            lease,
+            granted_at,
             inner.config.lease_ttl,
             inner.config.membership_poll,
             inner.shutdown.subscribe(),
@@ -295,6 +298,12 @@ impl Broker {
         self.inner.membership.owns(&cluster::partition_key(topic_id, partition))
     }
 
+    /// Why this broker is fenced (it could not hold its registration and serves no
+    /// partition and no group), if it is.
+    pub fn fenced(&self) -> Option<String> {
+        self.inner.membership.fenced()
+    }
+
     /// The live brokers this broker sees (node ids).
     pub fn live_brokers(&self) -> Vec<i32> {
         self.inner.membership.live().iter().map(|b| b.node_id).collect()
@@ -371,6 +380,7 @@ impl Broker {
             self.inner.env.meta.as_ref(),
             &self.inner.env.keys,
             self.inner.config.node_id,
+            self.inner.membership.lease(),
         )
         .await;
         self.inner.close_partitions(|_, _| true, "the broker is stopping").await;

@@ -8,6 +8,21 @@
 //! highest hash of (key, node id)), so every broker computes the same owner from the same
 //! list, and a broker joining or leaving moves only its share.
 //!
+//! Registration is create-if-absent on the broker's own lease: while a registration of the
+//! node id exists (an earlier run whose lease has not expired, or another process with the
+//! same id) a starting broker waits, at most twice the TTL, then refuses. Renewal,
+//! re-registration and unregistration compare the lease, so one process never removes or
+//! replaces another's registration, and two processes never both serve one node id.
+//!
+//! **Self-fencing.** A broker that cannot renew its lease for [`FENCE_AFTER`] of the TTL
+//! (etcd unreachable, its lease lost, its registration held by another process) stops
+//! serving: it takes itself out of its own view of the live brokers, so it owns no partition
+//! and coordinates no group (they are closed and forgotten at once), Metadata and
+//! FindCoordinator point elsewhere, and `/health` answers 503 with the reason. Its lease
+//! can only have expired at etcd after that, so its successor starts after it stopped. It
+//! comes back by renewing (or, its lease gone, registering again) and reading its
+//! registration back as its own.
+//!
 //! A broker that dies stops renewing its lease; once the lease expires its registration
 //! disappears, the others recompute, and each new owner opens the partition's managed log,
 //! which fences the dead owner's last ledger and recovers it before appending (D3): nothing
@@ -91,7 +106,24 @@ pub struct Membership {
     /// Whether this broker is the controller, for the work only the controller does (the
     /// trash deleter waits on it).
     is_controller: watch::Sender<bool>,
+    /// Why this broker serves nothing now (it could not hold its registration), if it is
+    /// fenced; `None` while it serves.
+    fenced: RwLock<Option<String>>,
+    /// The lease its registration is bound to (`NO_LEASE` before the first registration).
+    lease: std::sync::atomic::AtomicI64,
 }
+
+/// No lease held (before the first registration).
+pub const NO_LEASE: LeaseId = 0;
+
+/// The part of the lease TTL a broker may go without renewing before it fences itself. The
+/// lease expires at etcd a full TTL after its last renewal reached it, so a broker that
+/// stops at two thirds has stopped before any successor can start.
+pub const FENCE_AFTER: (u32, u32) = (2, 3);
+
+/// The owner when no broker can be: this one is fenced and sees no other live broker.
+/// Clients get LEADER_NOT_AVAILABLE / COORDINATOR_NOT_AVAILABLE and retry.
+pub const NO_OWNER: i32 = -1;
 
 /// FNV-1a over `key` then `node_id`: stable across processes and versions.
 fn score(key: &[u8], node_id: i32) -> u64 {
@@ -118,7 +150,65 @@ impl Membership {
             revoke_on_stop: std::sync::atomic::AtomicBool::new(true),
             controller: std::sync::atomic::AtomicI32::new(-1),
             is_controller: watch::channel(false).0,
+            fenced: RwLock::new(None),
+            lease: std::sync::atomic::AtomicI64::new(NO_LEASE),
         })
+    }
+
+    /// Why this broker is fenced (serves no partition and no group), if it is.
+    pub fn fenced(&self) -> Option<String> {
+        self.fenced.read().expect("fenced lock").clone()
+    }
+
+    /// Fences this broker (`Some(why)`) or lifts its fence (`None`); ownership is
+    /// recomputed at once (the partitions and groups it held are released). Returns whether
+    /// that changed anything.
+    pub fn set_fenced(&self, why: Option<String>) -> bool {
+        let mut f = self.fenced.write().expect("fenced lock");
+        match (&*f, &why) {
+            (None, None) => return false,
+            (Some(was), Some(now)) if was == now => return false,
+            (Some(_), Some(now)) => {
+                tracing::warn!(node_id = self.me.node_id, reason = %now, "broker still fenced");
+                *f = why;
+                drop(f);
+                self.changes.send_modify(|n| *n += 1);
+                return true;
+            }
+            (None, Some(why)) => tracing::error!(
+                node_id = self.me.node_id,
+                reason = %why,
+                "broker fenced: it serves no partition and no group until it holds its registration again"
+            ),
+            (Some(was), None) => tracing::warn!(
+                node_id = self.me.node_id,
+                was = %was,
+                "broker registration held again: serving partitions and groups"
+            ),
+        }
+        let fenced = why.is_some();
+        *f = why;
+        drop(f);
+        if fenced {
+            // A fenced broker does no controller work; the claim is read again once it
+            // serves again.
+            self.set_controller(-1);
+        }
+        self.changes.send_modify(|n| *n += 1);
+        true
+    }
+
+    /// The lease this broker's registration is bound to.
+    pub fn lease(&self) -> LeaseId {
+        self.lease.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub(crate) fn set_lease(&self, lease: LeaseId) {
+        self.lease.store(lease, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn is_fenced(&self) -> bool {
+        self.fenced.read().expect("fenced lock").is_some()
     }
 
     /// This broker.
@@ -126,18 +216,29 @@ impl Membership {
         &self.me
     }
 
-    /// The live brokers (this one always among them while it runs).
+    /// The live brokers (this one among them while it runs, unless it is fenced).
     pub fn live(&self) -> Vec<BrokerInfo> {
-        self.live.read().expect("live lock").clone()
+        let fenced = self.is_fenced();
+        let live = self.live.read().expect("live lock");
+        live.iter().filter(|b| !fenced || b.node_id != self.me.node_id).cloned().collect()
     }
 
-    /// The owner of `key` among the live brokers.
+    /// The owner of `key` among the live brokers; node id [`NO_OWNER`] if there is none
+    /// (this broker is fenced and sees no other).
     pub fn owner(&self, key: &[u8]) -> BrokerInfo {
+        let fenced = self.is_fenced();
         let live = self.live.read().expect("live lock");
         live.iter()
+            .filter(|b| !fenced || b.node_id != self.me.node_id)
             .max_by_key(|b| (score(key, b.node_id), b.node_id))
             .cloned()
-            .unwrap_or_else(|| self.me.clone())
+            .unwrap_or_else(|| {
+                if fenced {
+                    BrokerInfo { node_id: NO_OWNER, endpoints: Vec::new() }
+                } else {
+                    self.me.clone()
+                }
+            })
     }
 
     /// Whether this broker owns `key` (it coordinates the group or partition the key names).
@@ -167,8 +268,9 @@ impl Membership {
             tracing::info!(controller = id, me = self.me.node_id, "controller changed");
             self.changes.send_modify(|n| *n += 1);
         }
+        let fenced = self.is_fenced();
         self.is_controller.send_if_modified(|was| {
-            let now = id == self.me.node_id;
+            let now = id == self.me.node_id && !fenced;
             std::mem::replace(was, now) != now
         });
     }
@@ -206,9 +308,45 @@ pub fn group_key(group: &str) -> Vec<u8> {
     k
 }
 
-/// Registers this broker on a fresh lease. While a registration of the same node id with
-/// another address exists (this broker before a crash, whose lease has not expired yet, or
-/// another broker with the same id), it waits, up to twice the lease TTL, then refuses.
+/// How one registration attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Registered {
+    /// The registration was created on this lease.
+    Created(LeaseId),
+    /// The node id is registered already, on another lease (the value is its holder's
+    /// address): an earlier run whose lease has not expired, or another process.
+    Held(String),
+}
+
+/// One attempt to register this broker on `lease`: the registration is created only if the
+/// node id has none (a compare on its absence), bound to the lease.
+pub async fn try_register(
+    meta: &dyn MetadataStore,
+    keys: &Keys,
+    me: &BrokerInfo,
+    lease: LeaseId,
+) -> Result<Registered, MetaError> {
+    let k = keys.broker(me.node_id);
+    let create = Txn::new().compare(folio_meta::Compare::Absent(k.clone())).put_with_lease(
+        k.clone(),
+        me.registration().into_bytes(),
+        lease,
+    );
+    if meta.txn(create).await?.succeeded {
+        return Ok(Registered::Created(lease));
+    }
+    match meta.get(&k).await? {
+        Some(v) if v.lease == Some(lease) => Ok(Registered::Created(lease)),
+        Some(v) => Ok(Registered::Held(String::from_utf8_lossy(&v.value).to_string())),
+        // Gone between the two calls (its lease expired): the next attempt creates it.
+        None => Ok(Registered::Held("(a registration that just expired)".into())),
+    }
+}
+
+/// Registers this broker on a fresh lease, create-if-absent. While a registration of the
+/// same node id exists (this broker before a crash, whose lease has not expired yet, or
+/// another process with the same id, whatever its address) it waits, up to twice the lease
+/// TTL, then refuses.
 pub async fn register(
     meta: &dyn MetadataStore,
     keys: &Keys,
@@ -216,33 +354,33 @@ pub async fn register(
     ttl: Duration,
 ) -> Result<LeaseId, String> {
     let k = keys.broker(me.node_id);
-    let value = me.registration();
     let deadline = tokio::time::Instant::now() + 2 * ttl;
+    let lease = meta.grant_lease(ttl).await.map_err(|e| format!("granting a lease: {e}"))?;
     let mut logged = false;
     loop {
-        match meta.get(&k).await.map_err(|e| format!("reading {k}: {e}"))? {
-            Some(v) if v.value != value.as_bytes() => {
-                let holder = String::from_utf8_lossy(&v.value).to_string();
+        match try_register(meta, keys, me, lease)
+            .await
+            .map_err(|e| format!("registering {k}: {e}"))?
+        {
+            Registered::Created(lease) => return Ok(lease),
+            Registered::Held(holder) => {
                 if tokio::time::Instant::now() >= deadline {
+                    let _ = meta.revoke_lease(lease).await;
                     return Err(format!(
                         "node id {} is registered by {holder} and stayed so for twice the lease TTL ({ttl:?}): another broker runs with this id; use another --node-id",
                         me.node_id
                     ));
                 }
                 if !logged {
-                    tracing::info!(node_id = me.node_id, %holder, ?ttl, "node id still registered (an earlier run that died?); waiting for its lease to expire");
+                    tracing::info!(node_id = me.node_id, %holder, ?ttl, "node id still registered (an earlier run that died, or another process with this id?); waiting for its lease to expire");
                     logged = true;
                 }
+                // The lease must outlive the wait.
+                let _ = meta.keep_alive(lease).await;
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            _ => break,
         }
     }
-    let lease = meta.grant_lease(ttl).await.map_err(|e| format!("granting a lease: {e}"))?;
-    meta.txn(Txn::new().put_with_lease(k.clone(), value.into_bytes(), lease))
-        .await
-        .map_err(|e| format!("registering {k}: {e}"))?;
-    Ok(lease)
 }
 
 /// Reads the live brokers, then the controller claim (claiming it if free and this broker
@@ -286,28 +424,42 @@ pub async fn elect(
 }
 
 /// Removes this broker's registration (a clean stop: its partitions move at once) and its
-/// controller claim, if it holds it (the next broker claims it at once).
-pub async fn unregister(meta: &dyn MetadataStore, keys: &Keys, node_id: i32) {
-    let key = keys.controller();
-    if let Ok(Some(v)) = meta.get(&key).await
-        && v.value == node_id.to_string().as_bytes()
-    {
-        let _ = meta.delete(&key, folio_meta::Expect::Version(v.version)).await;
-    }
-    if let Err(e) = meta.delete(&keys.broker(node_id), folio_meta::Expect::Any).await {
-        tracing::warn!(node_id, error = %e, "removing the broker registration failed; it expires with its lease");
+/// controller claim, if it holds them on `lease`: a registration or claim of another
+/// process (another lease) is never touched.
+pub async fn unregister(meta: &dyn MetadataStore, keys: &Keys, node_id: i32, lease: LeaseId) {
+    for key in [keys.controller(), keys.broker(node_id)] {
+        match meta.get(&key).await {
+            Ok(Some(v)) if v.lease == Some(lease) => {
+                if let Err(e) = meta.delete(&key, folio_meta::Expect::Version(v.version)).await {
+                    tracing::warn!(node_id, %key, error = %e, "removing a registration failed; it expires with its lease");
+                }
+            }
+            Ok(Some(v)) => {
+                tracing::info!(node_id, %key, holder = ?v.lease, mine = lease, "left in place: held on another lease")
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(node_id, %key, error = %e, "reading a registration failed; it expires with its lease")
+            }
+        }
     }
 }
 
+/// Lists the live brokers into `membership`; returns the lease this broker's node id is
+/// registered on (`None`: not registered).
 async fn refresh(
     meta: &dyn MetadataStore,
     keys: &Keys,
     membership: &Membership,
-) -> Result<bool, MetaError> {
+) -> Result<Option<Option<LeaseId>>, MetaError> {
     let p = keys.brokers();
     let mut live = Vec::new();
+    let mut mine = None;
     for v in list_all(meta, &p).await? {
         let Ok(node_id) = v.key[p.len()..].parse::<i32>() else { continue };
+        if node_id == membership.me.node_id {
+            mine = Some(v.lease);
+        }
         let value = String::from_utf8_lossy(&v.value);
         let Some(b) = BrokerInfo::parse_registration(node_id, &value) else {
             tracing::warn!(key = %v.key, %value, "a broker registration that does not parse; skipped");
@@ -315,55 +467,192 @@ async fn refresh(
         };
         live.push(b);
     }
-    Ok(membership.set_live(live))
+    membership.set_live(live);
+    Ok(mine)
 }
 
-/// Keeps the lease alive (registering again if it expired), the live list fresh and the
-/// controller claim read (claimed when free and this broker is the lowest live), every
-/// `poll`, until `stop`.
+/// The most one metadata call of the membership loop may take, as a part of the lease TTL:
+/// past it the call counts as failed, so an unreachable etcd cannot hold the loop past the
+/// moment the broker must fence itself.
+const CALL_MAX_OF_TTL: u32 = 6;
+
+/// `fut`, or an error once `max` has passed.
+async fn bounded<T>(
+    max: Duration,
+    what: &str,
+    fut: impl std::future::Future<Output = Result<T, MetaError>>,
+) -> Result<T, MetaError> {
+    match tokio::time::timeout(max, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(MetaError::Unavailable(format!("{what}: no answer within {max:?}"))),
+    }
+}
+
+/// Keeps the lease alive (registering again on a new lease if it expired), checks that the
+/// node id's registration is still this broker's, fences the broker while it cannot hold it
+/// (see the module doc), keeps the live list fresh and the controller claim read (claimed
+/// when free and this broker is the lowest live), every `poll`, until `stop`. `renewed_at`:
+/// when the lease was granted or last renewed (the lease was valid then).
+///
+/// Every call is bounded, and never past the moment the broker must fence itself: a store
+/// that does not answer fences the broker on time, not when the call gives up.
+#[allow(clippy::too_many_arguments)]
 pub async fn maintain(
     meta: Arc<dyn MetadataStore>,
     keys: Keys,
     membership: Arc<Membership>,
-    mut lease: LeaseId,
+    renewed_at: tokio::time::Instant,
     ttl: Duration,
     poll: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut last_renew = tokio::time::Instant::now();
+    let mut lease = Lease {
+        renewed_at,
+        call_max: ttl / CALL_MAX_OF_TTL,
+        fence_after: ttl * FENCE_AFTER.0 / FENCE_AFTER.1,
+        ttl,
+    };
+    let node_id = membership.me.node_id;
+    // Why the registration is not this broker's, as last read (`None`: it is).
+    let mut not_mine: Option<String> = None;
     loop {
+        let pause = poll.min(lease.left().max(Duration::from_millis(1)));
         tokio::select! {
-            () = tokio::time::sleep(poll) => {}
+            () = tokio::time::sleep(pause) => {}
             () = async { let _ = stop.wait_for(|s| *s).await; } => {
                 if membership.revoke_on_stop.load(std::sync::atomic::Ordering::SeqCst) {
-                    let _ = meta.revoke_lease(lease).await;
+                    let _ = bounded(lease.call_max, "revoke", meta.revoke_lease(membership.lease())).await;
                 }
                 return;
             }
         }
-        if last_renew.elapsed() >= ttl / 3 {
-            last_renew = tokio::time::Instant::now();
-            match meta.keep_alive(lease).await {
-                Ok(()) => {}
+        lease.fence_if_stale(&membership, &not_mine);
+        let mut id = membership.lease();
+        if lease.renewed_at.elapsed() >= ttl / 3 {
+            let sent = tokio::time::Instant::now();
+            match bounded(lease.budget(), "lease keep-alive", meta.keep_alive(id)).await {
+                Ok(()) => lease.renewed_at = sent,
                 Err(MetaError::LeaseNotFound(_)) => {
-                    tracing::warn!(
-                        node_id = membership.me.node_id,
-                        "broker lease expired; registering again"
-                    );
-                    match register(meta.as_ref(), &keys, &membership.me, ttl).await {
-                        Ok(l) => lease = l,
-                        Err(e) => tracing::warn!(error = %e, "registering again failed"),
+                    // Fenced until the registration is read back on the new lease.
+                    not_mine = Some(format!("its lease {id} expired; registering again"));
+                    membership.set_fenced(not_mine.clone());
+                    let sent = tokio::time::Instant::now();
+                    match bounded(lease.call_max, "lease grant", meta.grant_lease(ttl)).await {
+                        Ok(l) => {
+                            tracing::warn!(
+                                node_id,
+                                old = id,
+                                new = l,
+                                "broker lease expired; registering again on a new lease"
+                            );
+                            membership.set_lease(l);
+                            id = l;
+                            lease.renewed_at = sent;
+                        }
+                        Err(e) => {
+                            tracing::warn!(node_id, error = %e, "granting a new lease failed; retrying")
+                        }
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "broker lease keep-alive failed; retrying"),
+                Err(e) => {
+                    tracing::warn!(node_id, error = %e, "broker lease keep-alive failed; retrying")
+                }
             }
+            lease.fence_if_stale(&membership, &not_mine);
         }
-        if let Err(e) = refresh(meta.as_ref(), &keys, &membership).await {
-            tracing::warn!(error = %e, "listing live brokers failed");
+        let listed =
+            bounded(lease.budget(), "listing brokers", refresh(meta.as_ref(), &keys, &membership))
+                .await;
+        match listed {
+            Ok(Some(Some(l))) if l == id => not_mine = None,
+            Ok(Some(holder)) => {
+                not_mine = Some(format!(
+                    "node id {node_id} is registered on lease {holder:?}, not this broker's {id}: another process runs with this id"
+                ));
+            }
+            Ok(None) => {
+                // Not registered (its lease expired, or it was removed): register again,
+                // create-if-absent on this broker's lease.
+                let me = &membership.me;
+                let r = bounded(
+                    lease.budget(),
+                    "registering",
+                    try_register(meta.as_ref(), &keys, me, id),
+                )
+                .await;
+                not_mine = match r {
+                    Ok(Registered::Created(_)) => {
+                        tracing::warn!(
+                            node_id,
+                            lease = id,
+                            "registration was gone; registered again"
+                        );
+                        None
+                    }
+                    Ok(Registered::Held(holder)) => Some(format!(
+                        "node id {node_id} is registered by {holder}, another process"
+                    )),
+                    Err(e) => Some(format!("not registered, and registering failed: {e}")),
+                };
+            }
+            Err(e) => tracing::warn!(node_id, error = %e, "listing live brokers failed"),
         }
-        if let Err(e) = elect(meta.as_ref(), &keys, &membership, lease).await {
+        if lease.fence_if_stale(&membership, &not_mine) {
+            continue;
+        }
+        if let Err(e) = bounded(
+            lease.budget(),
+            "controller claim",
+            elect(meta.as_ref(), &keys, &membership, id),
+        )
+        .await
+        {
             tracing::warn!(error = %e, "reading the controller claim failed");
         }
+    }
+}
+
+/// The membership loop's view of its lease.
+#[derive(Debug)]
+struct Lease {
+    /// When the lease was last known valid (granted or renewed).
+    renewed_at: tokio::time::Instant,
+    /// The bound on one metadata call.
+    call_max: Duration,
+    /// How long the broker may go without a renewal before it fences itself.
+    fence_after: Duration,
+    ttl: Duration,
+}
+
+impl Lease {
+    /// Time left before the broker must fence itself (zero: past it).
+    fn left(&self) -> Duration {
+        (self.renewed_at + self.fence_after).saturating_duration_since(tokio::time::Instant::now())
+    }
+
+    /// The bound on the next call: `call_max`, and no later than the fence while the broker
+    /// still serves.
+    fn budget(&self) -> Duration {
+        match self.left() {
+            left if left.is_zero() => self.call_max,
+            left => self.call_max.min(left),
+        }
+    }
+
+    /// Fences the broker if its lease is stale or its registration is not its own, lifts
+    /// the fence otherwise. Returns whether it is fenced.
+    fn fence_if_stale(&self, membership: &Membership, not_mine: &Option<String>) -> bool {
+        let fence = if self.left().is_zero() {
+            Some(format!(
+                "its lease was not renewed for {:?} (etcd unreachable?); it expires {:?} after its last renewal",
+                self.fence_after, self.ttl
+            ))
+        } else {
+            not_mine.clone()
+        };
+        let fenced = fence.is_some();
+        membership.set_fenced(fence);
+        fenced
     }
 }
 
@@ -443,7 +732,159 @@ mod tests {
         let l1 = meta.grant_lease(Duration::from_secs(60)).await.unwrap();
         assert_eq!(elect(&meta, &keys, &m1, l1).await.unwrap(), 2);
         // A clean stop of the holder frees it at once.
-        unregister(&meta, &keys, 2).await;
+        unregister(&meta, &keys, 2, l2).await;
         assert_eq!(elect(&meta, &keys, &m1, l1).await.unwrap(), 1);
+    }
+
+    /// `cond` of the store, polled until it holds (at most `max`).
+    async fn until<F: std::future::Future<Output = bool>>(
+        what: &str,
+        max: Duration,
+        mut cond: impl FnMut() -> F,
+    ) {
+        let deadline = tokio::time::Instant::now() + max;
+        while !cond().await {
+            assert!(tokio::time::Instant::now() < deadline, "{what}: not within {max:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits for the next change of `m` that satisfies `cond` (membership events).
+    async fn changed_until(m: &Membership, what: &str, cond: impl Fn(&Membership) -> bool) {
+        let mut rx = m.changes.subscribe();
+        let wait = async {
+            while !cond(m) {
+                rx.changed().await.expect("membership alive");
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), wait)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: no such change within 30 s"));
+    }
+
+    /// #44 item 1: a node id is registered once. A second process with the same id and
+    /// the same address is refused while the first holds it, and its stop (another lease)
+    /// removes nothing of the first's registration or controller claim.
+    #[tokio::test]
+    async fn a_node_id_is_registered_once_and_only_its_holder_unregisters_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta: Arc<dyn MetadataStore> =
+            Arc::new(folio_meta::embedded::EmbeddedStore::open(dir.path()).unwrap());
+        let keys = Keys::default();
+        let ttl = Duration::from_secs(1);
+        let first = register(meta.as_ref(), &keys, &b(1), ttl).await.unwrap();
+        let m1 = Membership::new(b(1));
+        assert_eq!(elect(meta.as_ref(), &keys, &m1, first).await.unwrap(), 1);
+        let keeper = {
+            let meta = meta.clone();
+            tokio::spawn(async move {
+                loop {
+                    meta.keep_alive(first).await.unwrap();
+                    tokio::time::sleep(ttl / 5).await;
+                }
+            })
+        };
+        let e = register(meta.as_ref(), &keys, &b(1), ttl).await.unwrap_err();
+        assert!(e.contains("another broker runs with this id"), "{e}");
+        let other = meta.grant_lease(ttl).await.unwrap();
+        assert_eq!(
+            try_register(meta.as_ref(), &keys, &b(1), other).await.unwrap(),
+            Registered::Held(b(1).registration())
+        );
+        unregister(meta.as_ref(), &keys, 1, other).await;
+        let held = |k: String| {
+            let meta = meta.clone();
+            async move { meta.get(&k).await.unwrap().map(|v| v.lease) }
+        };
+        assert_eq!(held(keys.broker(1)).await, Some(Some(first)), "the other's stop removed it");
+        assert_eq!(held(keys.controller()).await, Some(Some(first)));
+        keeper.abort();
+        unregister(meta.as_ref(), &keys, 1, first).await;
+        assert_eq!(held(keys.broker(1)).await, None);
+        assert_eq!(held(keys.controller()).await, None);
+    }
+
+    /// #44 item 1: a broker cut off from the store stops serving before its lease can
+    /// expire there (it owns nothing, its live view leaves itself out, it drops the
+    /// controller), stays fenced while another process holds its node id, and serves again
+    /// once it holds its registration on a new lease.
+    #[tokio::test]
+    async fn a_broker_cut_from_the_store_fences_itself_within_its_lease_and_comes_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn MetadataStore> =
+            Arc::new(folio_meta::embedded::EmbeddedStore::open(dir.path()).unwrap());
+        let faulty = Arc::new(folio_meta::faulty::FaultyStore::new(store.clone()));
+        let keys = Keys::default();
+        let ttl = Duration::from_secs(3);
+        let granted_at = tokio::time::Instant::now();
+        let first = register(faulty.as_ref(), &keys, &b(1), ttl).await.unwrap();
+        let m = Membership::new(b(1));
+        m.set_lease(first);
+        let (stop, stopped) = watch::channel(false);
+        let poll = Duration::from_millis(50);
+        tokio::spawn(maintain(
+            faulty.clone(),
+            keys.clone(),
+            m.clone(),
+            granted_at,
+            ttl,
+            poll,
+            stopped,
+        ));
+        // Broker 2, on the store itself, kept alive throughout.
+        let two = register(store.as_ref(), &keys, &b(2), ttl).await.unwrap();
+        let keeper = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                loop {
+                    let _ = store.keep_alive(two).await;
+                    tokio::time::sleep(ttl / 6).await;
+                }
+            })
+        };
+        changed_until(&m, "broker 2 seen", |m| m.live().len() == 2).await;
+        changed_until(&m, "controller claimed", |m| m.controller() == 1).await;
+        let ours: Vec<Vec<u8>> = (0..40)
+            .map(|p| partition_key(uuid::Uuid::from_u128(5), p))
+            .filter(|k| m.owns(k))
+            .collect();
+        assert!(!ours.is_empty());
+
+        faulty.cut(true);
+        changed_until(&m, "fenced", |m| m.fenced().is_some()).await;
+        // Fenced before its lease expired at the store: its registration is still there.
+        let registered = store.get(&keys.broker(1)).await.unwrap().map(|v| v.lease);
+        assert_eq!(registered, Some(Some(first)), "fenced only after its lease expired");
+        assert!(ours.iter().all(|k| !m.owns(k) && m.owner(k).node_id == 2));
+        assert_eq!(m.live().iter().map(|b| b.node_id).collect::<Vec<_>>(), vec![2]);
+        assert_eq!(m.controller(), -1);
+        assert!(!*m.controller_gate().borrow());
+        assert!(m.fenced().unwrap().contains("not renewed"), "{:?}", m.fenced());
+
+        // Its lease expires at the store; another process takes node id 1 meanwhile.
+        until("the lease expired", Duration::from_secs(30), || {
+            let store = store.clone();
+            let k = keys.broker(1);
+            async move { store.get(&k).await.unwrap().is_none() }
+        })
+        .await;
+        let intruder = store.grant_lease(Duration::from_secs(60)).await.unwrap();
+        let taken = try_register(store.as_ref(), &keys, &b(1), intruder).await.unwrap();
+        assert_eq!(taken, Registered::Created(intruder));
+        faulty.cut(false);
+        changed_until(&m, "told another process holds the id", |m| {
+            m.fenced().is_some_and(|f| f.contains("another process"))
+        })
+        .await;
+        assert!(ours.iter().all(|k| !m.owns(k)));
+        // The other process stops: broker 1 registers again on its new lease and serves.
+        unregister(store.as_ref(), &keys, 1, intruder).await;
+        changed_until(&m, "serving again", |m| m.fenced().is_none()).await;
+        let now = store.get(&keys.broker(1)).await.unwrap().and_then(|v| v.lease);
+        assert_eq!(now, Some(m.lease()));
+        assert_ne!(m.lease(), first);
+        assert!(ours.iter().all(|k| m.owns(k)));
+        stop.send_replace(true);
+        keeper.abort();
     }
 }

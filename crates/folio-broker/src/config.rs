@@ -47,6 +47,10 @@ pub struct BrokerConfig {
     pub limits: ListenerLimits,
     /// Batches per partition in one produce request.
     pub batches_per_partition_max: usize,
+    /// Whether produce walks every record of every batch (Kafka's log validator:
+    /// `records::validate`). On by default; off only to measure what it costs (`folio bench
+    /// kafka`): then only the batch header, CRC and (compacted topics) keys are checked.
+    pub validate_records: bool,
     /// The group coordinator's settings.
     pub groups: GroupConfig,
     /// The broker's registration lease: when it dies, its partitions move this long after.
@@ -96,6 +100,7 @@ impl Default for BrokerConfig {
             log: LogConfig::default(),
             limits: ListenerLimits::default(),
             batches_per_partition_max: 1024,
+            validate_records: true,
             groups: GroupConfig::default(),
             lease_ttl: Duration::from_secs(10),
             membership_poll: Duration::from_millis(500),

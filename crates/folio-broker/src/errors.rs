@@ -8,6 +8,9 @@ pub const OFFSET_OUT_OF_RANGE: i16 = 1;
 pub const CORRUPT_MESSAGE: i16 = 2;
 /// No such topic or partition (clients refresh metadata and retry).
 pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+/// No broker leads the partition now (this one is fenced and sees no other); clients
+/// refresh metadata and retry.
+pub const LEADER_NOT_AVAILABLE: i16 = 5;
 /// This broker does not own the partition (now); clients refresh metadata.
 pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 /// The request did not complete in its timeout.
@@ -16,6 +19,8 @@ pub const REQUEST_TIMED_OUT: i16 = 7;
 pub const MESSAGE_TOO_LARGE: i16 = 10;
 /// Commit metadata above the limit.
 pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
+/// A record timestamp out of the topic's bounds, or a producer-set LogAppendTime.
+pub const INVALID_TIMESTAMP: i16 = 32;
 /// The group coordinator is not available yet.
 pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
 /// This broker does not coordinate the group.
@@ -199,6 +204,11 @@ pub enum BrokerError {
     /// INVALID_RECORD with each record's index in its batch (`record_errors`, Produce v8+).
     #[error("{message}")]
     InvalidRecords { message: String, records: Vec<i32> },
+    /// Records whose timestamps the topic does not take (out of
+    /// `message.timestamp.before/after.max.ms`, or a producer-set LogAppendTime): Kafka's
+    /// INVALID_TIMESTAMP, with the records at fault as for `InvalidRecords`.
+    #[error("{message}")]
+    InvalidTimestamp { message: String, records: Vec<i32> },
     /// A batch above the topic's `max.message.bytes`.
     #[error("{0}")]
     MessageTooLarge(String),
@@ -242,6 +252,7 @@ impl BrokerError {
             BrokerError::UnsupportedVersion { .. } => UNSUPPORTED_VERSION,
             BrokerError::CorruptMessage(_) => CORRUPT_MESSAGE,
             BrokerError::InvalidRecord(_) | BrokerError::InvalidRecords { .. } => INVALID_RECORD,
+            BrokerError::InvalidTimestamp { .. } => INVALID_TIMESTAMP,
             BrokerError::MessageTooLarge(_) => MESSAGE_TOO_LARGE,
             BrokerError::UnsupportedCompression(_) => UNSUPPORTED_COMPRESSION_TYPE,
             BrokerError::OutOfOrderSequence(_) => OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -257,6 +268,8 @@ pub fn name(code: i16) -> &'static str {
         OFFSET_OUT_OF_RANGE => "OFFSET_OUT_OF_RANGE",
         CORRUPT_MESSAGE => "CORRUPT_MESSAGE",
         UNKNOWN_TOPIC_OR_PARTITION => "UNKNOWN_TOPIC_OR_PARTITION",
+        LEADER_NOT_AVAILABLE => "LEADER_NOT_AVAILABLE",
+        INVALID_TIMESTAMP => "INVALID_TIMESTAMP",
         NOT_LEADER_OR_FOLLOWER => "NOT_LEADER_OR_FOLLOWER",
         REQUEST_TIMED_OUT => "REQUEST_TIMED_OUT",
         MESSAGE_TOO_LARGE => "MESSAGE_TOO_LARGE",

@@ -112,6 +112,187 @@ pub fn decode_records<'a>(
     Ok(out)
 }
 
+/// What produce checks in every record of a batch (Kafka's log validator, `validate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rules {
+    /// The broker's time, for CreateTime bounds.
+    pub now_ms: i64,
+    /// `message.timestamp.type` is CreateTime: record timestamps are the producer's and
+    /// must lie within the two bounds below.
+    pub create_time: bool,
+    /// `message.timestamp.before.max.ms`: how far in the past a record's timestamp may be.
+    pub before_max_ms: i64,
+    /// `message.timestamp.after.max.ms`: how far in the future a record's timestamp may be.
+    pub after_max_ms: i64,
+    /// Every record needs a key (a compacted topic).
+    pub keys_required: bool,
+}
+
+/// Why `validate` refused a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The records do not decode (a codec stream that does not decompress, or that
+    /// decompresses beyond [`DECOMPRESSED_BYTES_MAX`]): Kafka's CORRUPT_MESSAGE.
+    Corrupt(String),
+    /// Records that do not match the batch header or break a record rule: Kafka's
+    /// INVALID_RECORD, or INVALID_TIMESTAMP if any timestamp is out of bounds, with the
+    /// indexes of the records at fault (empty: the batch as a whole).
+    Records { message: String, records: Vec<i32>, timestamp: bool },
+}
+
+impl Refusal {
+    fn batch(message: impl Into<String>) -> Refusal {
+        Refusal::Records { message: message.into(), records: Vec::new(), timestamp: false }
+    }
+}
+
+/// Kafka's log validator on one produced batch (`h` its header, CRC checked): the records are
+/// walked, decompressed within [`DECOMPRESSED_BYTES_MAX`], and must match the header: as
+/// many records as it counts, offset deltas 0, 1, 2..., each record exactly its length, no
+/// bytes after the last, and the header's max timestamp the records' own. Each record must
+/// be well formed (non-null header keys, no codec bits of its own), carry a key if `rules`
+/// require it, and, under CreateTime, a timestamp within the bounds. A producer may not set
+/// LogAppendTime itself. The batch is refused whole, with every record at fault named.
+pub fn validate(batch: &[u8], h: &batch::BatchInfo, rules: &Rules) -> Result<(), Refusal> {
+    if h.is_log_append_time() {
+        return Err(Refusal::Records {
+            message: "the producer set the LogAppendTime attribute; only the broker sets it".into(),
+            records: Vec::new(),
+            timestamp: true,
+        });
+    }
+    let plain = plain_records(batch, h).map_err(|e| Refusal::Corrupt(e.0))?;
+    let count = usize::try_from(h.records_count).map_err(|_| Refusal::batch("negative count"))?;
+    // Each record takes at least 7 bytes: a count beyond that is a lie (and no allocation
+    // by it).
+    if count > plain.len() / 7 + 1 {
+        return Err(Refusal::batch(format!(
+            "the header counts {count} records, {} bytes of records hold fewer",
+            plain.len()
+        )));
+    }
+    let mut rest: &[u8] = &plain;
+    let (mut bad, mut bad_ts) = (Vec::new(), Vec::new());
+    let mut first_problem: Option<String> = None;
+    let mut max_ts = i64::MIN;
+    for i in 0..count {
+        let at = i as i32;
+        let record = walk_record(&mut rest).map_err(|e| Refusal::Records {
+            message: format!("record {i}: {}", e.0),
+            records: vec![at],
+            timestamp: false,
+        })?;
+        let mut problem = |what: String, list: &mut Vec<i32>| {
+            list.push(at);
+            first_problem.get_or_insert(format!("record {i}: {what}"));
+        };
+        if record.offset_delta != i64::from(at) {
+            problem(
+                format!("offset delta {} (records are numbered from 0)", record.offset_delta),
+                &mut bad,
+            );
+        }
+        if record.attributes & 7 != 0 {
+            problem(
+                format!("attributes {:#04x} set a codec on a record", record.attributes),
+                &mut bad,
+            );
+        }
+        if rules.keys_required && record.key_null {
+            problem("a compacted topic cannot accept a record without a key".into(), &mut bad);
+        }
+        let ts = h.base_timestamp.saturating_add(record.timestamp_delta);
+        max_ts = max_ts.max(ts);
+        if rules.create_time && ts != -1 {
+            if rules.now_ms.saturating_sub(ts) > rules.before_max_ms {
+                problem(
+                    format!(
+                        "timestamp {ts} is more than message.timestamp.before.max.ms={} before the broker's {}",
+                        rules.before_max_ms, rules.now_ms
+                    ),
+                    &mut bad_ts,
+                );
+            } else if ts.saturating_sub(rules.now_ms) > rules.after_max_ms {
+                problem(
+                    format!(
+                        "timestamp {ts} is more than message.timestamp.after.max.ms={} after the broker's {}",
+                        rules.after_max_ms, rules.now_ms
+                    ),
+                    &mut bad_ts,
+                );
+            }
+        }
+    }
+    if !rest.is_empty() {
+        return Err(Refusal::batch(format!(
+            "{} bytes follow the {count} records the header counts",
+            rest.len()
+        )));
+    }
+    if !bad.is_empty() || !bad_ts.is_empty() {
+        let timestamp = !bad_ts.is_empty();
+        let mut records = bad;
+        records.extend(bad_ts);
+        records.sort_unstable();
+        records.dedup();
+        let n = records.len();
+        let first = first_problem.unwrap_or_default();
+        return Err(Refusal::Records {
+            message: format!("{n} of the batch's {count} records refused; {first}"),
+            records,
+            timestamp,
+        });
+    }
+    if count > 0 && max_ts != h.max_timestamp {
+        return Err(Refusal::batch(format!(
+            "the header's max timestamp {} is not its records' ({max_ts})",
+            h.max_timestamp
+        )));
+    }
+    Ok(())
+}
+
+/// One record as `validate` walks it.
+#[derive(Debug, Clone, Copy)]
+struct Walked {
+    attributes: u8,
+    timestamp_delta: i64,
+    offset_delta: i64,
+    key_null: bool,
+}
+
+/// Reads one length-prefixed record strictly: every field within the record's length, the
+/// headers counted and each with a key, and nothing left over.
+fn walk_record(b: &mut &[u8]) -> Result<Walked, RecordsError> {
+    let len = usize::try_from(varint(b)?).map_err(|_| err("a negative record length"))?;
+    if len > b.len() {
+        return Err(err(format!("a record of {len} bytes with {} left", b.len())));
+    }
+    let (mut r, rest) = b.split_at(len);
+    *b = rest;
+    let attributes = take(&mut r, 1)?[0];
+    let timestamp_delta = varint(&mut r)?;
+    let offset_delta = varint(&mut r)?;
+    let key_null = bytes_field(&mut r)?.is_none();
+    bytes_field(&mut r)?;
+    let headers = varint(&mut r)?;
+    let headers = usize::try_from(headers).map_err(|_| err("a negative header count"))?;
+    // Each header takes at least 2 bytes.
+    if headers > r.len() / 2 {
+        return Err(err(format!("{headers} headers in {} bytes", r.len())));
+    }
+    for h in 0..headers {
+        if bytes_field(&mut r)?.is_none() {
+            return Err(err(format!("header {h} has a null key")));
+        }
+        bytes_field(&mut r)?;
+    }
+    if !r.is_empty() {
+        return Err(err(format!("{} bytes after the record's fields", r.len())));
+    }
+    Ok(Walked { attributes, timestamp_delta, offset_delta, key_null })
+}
+
 /// The records part of `batch` (after its header), decompressed if it is compressed.
 pub fn records_bytes(
     batch: &[u8],
@@ -417,5 +598,147 @@ mod tests {
         let b = batch(1, 0, 1, &compress(1, &zeros));
         let e = first_at_or_after(&b, 0, 5).unwrap_err();
         assert!(e.0.contains("DECOMPRESSED_BYTES_MAX"), "{e}");
+    }
+
+    /// Rules for a CreateTime topic at time 10 000, timestamps within ±1 000.
+    fn rules() -> Rules {
+        Rules {
+            now_ms: 10_000,
+            create_time: true,
+            before_max_ms: 1_000,
+            after_max_ms: 1_000,
+            keys_required: false,
+        }
+    }
+
+    fn check(b: &[u8], r: &Rules) -> Result<(), Refusal> {
+        let h = crate::batch::parse(b).map_err(|e| Refusal::Corrupt(e.to_string()))?;
+        validate(b, &h, r)
+    }
+
+    /// `records` (already encoded) in a batch whose header says `count`, `last_delta`,
+    /// timestamps `base_ts`/`max_ts`, with a valid CRC.
+    fn forged(records: &[u8], count: i32, last_delta: i32, base_ts: i64, max_ts: i64) -> Vec<u8> {
+        let info = crate::batch::BatchInfo {
+            size: 0,
+            attributes: 0,
+            last_offset_delta: last_delta,
+            base_timestamp: base_ts,
+            max_timestamp: max_ts,
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+            records_count: count,
+        };
+        crate::batch::encode(0, &info, records)
+    }
+
+    fn record(offset_delta: i64, ts_delta: i64, key: Option<&[u8]>) -> Vec<u8> {
+        let mut out = Vec::new();
+        let r = crate::batch::Record {
+            offset_delta,
+            timestamp_delta: ts_delta,
+            key,
+            value: Some(b"v"),
+            ..Default::default()
+        };
+        crate::batch::put_record(&mut out, &r);
+        out
+    }
+
+    /// #44 item 5: the batches that moved a partition's end by 2^31 (a header counting
+    /// i32::MAX records over one real record, 75 bytes, valid CRC; a 61-byte header with no
+    /// records at all) and every other mismatch between header and records are refused.
+    #[test]
+    fn validation_refuses_headers_that_lie_about_their_records() {
+        let one = record(0, 0, None);
+        let max = i32::MAX;
+        let huge = forged(&one, max, max - 1, 10_000, 10_000);
+        assert!(huge.len() < 80, "one real record: {} bytes", huge.len());
+        let e = check(&huge, &rules()).unwrap_err();
+        assert!(
+            matches!(&e, Refusal::Records { message, .. } if message.contains("counts")),
+            "{e:?}"
+        );
+        let empty = forged(&[], 5, 4, 10_000, 10_000);
+        assert_eq!(empty.len(), 61);
+        assert!(matches!(check(&empty, &rules()), Err(Refusal::Records { .. })));
+        // Fewer records than counted, more than counted, bytes after the last.
+        let two: Vec<u8> = [record(0, 0, None), record(1, 0, None)].concat();
+        assert!(check(&forged(&two, 3, 2, 10_000, 10_000), &rules()).is_err());
+        assert!(check(&forged(&two, 1, 0, 10_000, 10_000), &rules()).is_err());
+        let mut trailing = two.clone();
+        trailing.push(0);
+        assert!(check(&forged(&trailing, 2, 1, 10_000, 10_000), &rules()).is_err());
+        // Offset deltas not 0, 1: the second record is named.
+        let skewed: Vec<u8> = [record(0, 0, None), record(5, 0, None)].concat();
+        let e = check(&forged(&skewed, 2, 1, 10_000, 10_000), &rules()).unwrap_err();
+        assert!(
+            matches!(&e, Refusal::Records { records, timestamp: false, .. } if records == &vec![1]),
+            "{e:?}"
+        );
+        // A max timestamp the records do not have.
+        let e = check(&forged(&two, 2, 1, 10_000, 10_500), &rules()).unwrap_err();
+        assert!(
+            matches!(&e, Refusal::Records { message, .. } if message.contains("max timestamp")),
+            "{e:?}"
+        );
+        // A record whose length hides bytes after its fields.
+        let mut padded = vec![0u8, 0, 0, 1, 0, 0, 0];
+        let mut framed = Vec::new();
+        crate::batch::put_varint(&mut framed, padded.len() as i64);
+        framed.append(&mut padded);
+        assert!(check(&forged(&framed, 1, 0, 10_000, 10_000), &rules()).is_err());
+        // A well-formed batch passes.
+        check(&forged(&two, 2, 1, 10_000, 10_000), &rules()).unwrap();
+    }
+
+    /// #44 item 5: CreateTime bounds (INVALID_TIMESTAMP, each record named), keys on a
+    /// compacted topic, a producer-set LogAppendTime, and every codec's batch walked.
+    #[test]
+    fn validation_checks_timestamps_keys_and_compressed_records() {
+        let recs: Vec<u8> =
+            [record(0, -2_000, Some(b"k")), record(1, 0, None), record(2, 1_500, Some(b"k"))]
+                .concat();
+        let b = forged(&recs, 3, 2, 10_000, 11_500);
+        let e = check(&b, &rules()).unwrap_err();
+        assert!(
+            matches!(&e, Refusal::Records { records, timestamp: true, .. } if records == &vec![0, 2]),
+            "{e:?}"
+        );
+        let wide = Rules { before_max_ms: i64::MAX, after_max_ms: 3_600_000, ..rules() };
+        check(&b, &wide).unwrap();
+        // LogAppendTime topics do not bound the producer's timestamps (the broker's replace them).
+        check(&b, &Rules { create_time: false, ..rules() }).unwrap();
+        let e = check(&b, &Rules { keys_required: true, ..wide }).unwrap_err();
+        assert!(
+            matches!(&e, Refusal::Records { records, timestamp: false, .. } if records == &vec![1]),
+            "{e:?}"
+        );
+        let mut lat = b.clone();
+        crate::batch::set_log_append_time(&mut lat, 10_000);
+        assert!(matches!(check(&lat, &wide), Err(Refusal::Records { timestamp: true, .. })));
+        // Every codec: a good batch passes, one with a lying count does not, garbage is corrupt.
+        let plain = crate::batch::build(20, 10_000, 0, |i| vec![b'x'; i as usize]);
+        for codec in [Codec::Gzip, Codec::Snappy, Codec::Lz4, Codec::Zstd] {
+            let c = crate::batch::with_codec(&plain, codec).unwrap();
+            check(&c, &rules()).unwrap_or_else(|e| panic!("{codec:?}: {e:?}"));
+            let info = crate::batch::parse(&c).unwrap();
+            let body = &c[crate::batch::HEADER_BYTES..];
+            let lying = crate::batch::encode(
+                0,
+                &crate::batch::BatchInfo { records_count: 21, last_offset_delta: 20, ..info },
+                body,
+            );
+            assert!(check(&lying, &rules()).is_err(), "{codec:?}");
+            let junk = crate::batch::encode(0, &info, &[0xde, 0xad, 0xbe, 0xef, 1, 2, 3]);
+            assert!(matches!(check(&junk, &rules()), Err(Refusal::Corrupt(_))), "{codec:?}");
+        }
+        // A bomb decompresses no further than the budget.
+        let zeros = vec![0u8; DECOMPRESSED_BYTES_MAX + 1024];
+        let bomb = batch(1, 10_000, 1, &compress(1, &zeros));
+        assert!(
+            matches!(check(&bomb, &rules()), Err(Refusal::Corrupt(e)) if e.contains("DECOMPRESSED_BYTES_MAX"))
+        );
     }
 }

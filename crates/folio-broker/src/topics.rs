@@ -162,6 +162,11 @@ pub struct TopicConfig {
     /// `max.message.bytes`: the largest batch accepted.
     pub max_message_bytes: i32,
     pub timestamp_type: TimestampType,
+    /// `message.timestamp.before.max.ms`: under CreateTime, the furthest a record's
+    /// timestamp may lie before the broker's time (else INVALID_TIMESTAMP).
+    pub timestamp_before_max_ms: i64,
+    /// `message.timestamp.after.max.ms`: the furthest it may lie after (Kafka 4: one hour).
+    pub timestamp_after_max_ms: i64,
     /// `cleanup.policy` holds `delete`: retention trims old ledgers.
     pub cleanup_delete: bool,
     /// `cleanup.policy` holds `compact`: the compactor keeps the newest record per key.
@@ -190,6 +195,14 @@ pub const TOPIC_CONFIG_KEYS: &[(&str, &str)] = &[
     ("delete.retention.ms", "A tombstone stays this long after its ledger was compacted."),
     ("max.compaction.lag.ms", "Uncompacted records older than this are compacted regardless."),
     ("max.message.bytes", "The largest record batch (bytes) a produce may send."),
+    (
+        "message.timestamp.after.max.ms",
+        "CreateTime: a record's timestamp may be at most this far after the broker's time.",
+    ),
+    (
+        "message.timestamp.before.max.ms",
+        "CreateTime: a record's timestamp may be at most this far before the broker's time.",
+    ),
     (
         "message.timestamp.type",
         "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches on append.",
@@ -258,6 +271,8 @@ impl TopicConfig {
             "max.compaction.lag.ms" => self.max_compaction_lag_ms = int(1, i64::MAX)?,
             "delete.retention.ms" => self.delete_retention_ms = int(0, i64::MAX)?,
             "segment.ms" => self.segment_ms = int(1, i64::MAX)?,
+            "message.timestamp.before.max.ms" => self.timestamp_before_max_ms = int(0, i64::MAX)?,
+            "message.timestamp.after.max.ms" => self.timestamp_after_max_ms = int(0, i64::MAX)?,
             "message.timestamp.type" => {
                 self.timestamp_type = match value.trim() {
                     "CreateTime" => TimestampType::CreateTime,
@@ -298,6 +313,8 @@ impl TopicConfig {
             "max.compaction.lag.ms" => self.max_compaction_lag_ms.to_string(),
             "delete.retention.ms" => self.delete_retention_ms.to_string(),
             "segment.ms" => self.segment_ms.to_string(),
+            "message.timestamp.before.max.ms" => self.timestamp_before_max_ms.to_string(),
+            "message.timestamp.after.max.ms" => self.timestamp_after_max_ms.to_string(),
             "message.timestamp.type" => match self.timestamp_type {
                 TimestampType::CreateTime => "CreateTime".to_string(),
                 TimestampType::LogAppendTime => "LogAppendTime".to_string(),
@@ -319,7 +336,8 @@ impl TopicConfig {
 }
 
 impl Default for TopicConfig {
-    /// Kafka's defaults: 7 days, no size limit, 1 MiB + 12 bytes per batch, CreateTime,
+    /// Kafka's defaults: 7 days, no size limit, 1 MiB + 12 bytes per batch, CreateTime
+    /// with record timestamps at most an hour ahead (Kafka 4) and any age behind,
     /// delete; for compaction a dirty ratio of 0.5, no lags, tombstones kept a day, and
     /// segments (here ledgers) closed after 7 days.
     fn default() -> Self {
@@ -328,6 +346,8 @@ impl Default for TopicConfig {
             retention_bytes: -1,
             max_message_bytes: 1_048_588,
             timestamp_type: TimestampType::CreateTime,
+            timestamp_before_max_ms: i64::MAX,
+            timestamp_after_max_ms: 3_600_000,
             cleanup_delete: true,
             cleanup_compact: false,
             min_cleanable_dirty_ppm: 500_000,

@@ -4,7 +4,9 @@
 //! if it is a write and `applied` is set, it is applied first (the process died after the
 //! commit, before it learned of it); from then on every operation fails with
 //! `Unavailable`, as if the process were dead. `fail_txns(k)` fails the next `k`
-//! transactions without applying them (a store that is briefly unreachable).
+//! transactions without applying them (a store that is briefly unreachable). `cut(true)`
+//! is a network partition: every operation waits, unanswered, until `cut(false)` (a caller
+//! that bounds its calls sees time-outs, as against an unreachable etcd).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,6 +29,8 @@ pub struct FaultyStore {
     hold: tokio::sync::watch::Sender<Option<String>>,
     /// Transactions that have started waiting on `hold` (ever).
     held: tokio::sync::watch::Sender<u64>,
+    /// While set, every operation waits unanswered (a partition from the store).
+    cut: tokio::sync::watch::Sender<bool>,
 }
 
 impl FaultyStore {
@@ -41,7 +45,20 @@ impl FaultyStore {
             ops: AtomicU64::new(0),
             hold: tokio::sync::watch::channel(None).0,
             held: tokio::sync::watch::channel(0).0,
+            cut: tokio::sync::watch::channel(false).0,
         }
+    }
+
+    /// Cuts this process off from the store (`true`: every operation waits, unanswered)
+    /// or heals the cut (`false`: the waiting operations go on).
+    pub fn cut(&self, cut: bool) {
+        self.cut.send_replace(cut);
+    }
+
+    /// `step`, once the store is reachable.
+    async fn reach(&self) -> Result<bool> {
+        let _ = self.cut.subscribe().wait_for(|c| !*c).await;
+        self.step()
     }
 
     /// Crash after `n` more operations (see the module docs).
@@ -111,7 +128,7 @@ impl MetadataStore for FaultyStore {
 
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>>> {
         Box::pin(async move {
-            if self.step()? {
+            if self.reach().await? {
                 return Err(dead());
             }
             self.inner.get(key).await
@@ -125,7 +142,7 @@ impl MetadataStore for FaultyStore {
         limit: usize,
     ) -> BoxFuture<'a, Result<Page>> {
         Box::pin(async move {
-            if self.step()? {
+            if self.reach().await? {
                 return Err(dead());
             }
             self.inner.list(prefix, start_after, limit).await
@@ -134,7 +151,7 @@ impl MetadataStore for FaultyStore {
 
     fn txn(&self, txn: Txn) -> BoxFuture<'_, Result<TxnOutcome>> {
         Box::pin(async move {
-            if self.step()? {
+            if self.reach().await? {
                 if self.apply_at_crash.load(Ordering::SeqCst) {
                     let _ = self.inner.txn(txn).await;
                 }
@@ -165,7 +182,7 @@ impl MetadataStore for FaultyStore {
 
     fn watch<'a>(&'a self, prefix: &'a str, from: Revision) -> BoxFuture<'a, Result<Watch>> {
         Box::pin(async move {
-            if self.step()? {
+            if self.reach().await? {
                 return Err(dead());
             }
             self.inner.watch(prefix, from).await
@@ -174,7 +191,7 @@ impl MetadataStore for FaultyStore {
 
     fn grant_lease(&self, ttl: Duration) -> BoxFuture<'_, Result<LeaseId>> {
         Box::pin(async move {
-            if self.step()? {
+            if self.reach().await? {
                 return Err(dead());
             }
             self.inner.grant_lease(ttl).await
@@ -183,7 +200,7 @@ impl MetadataStore for FaultyStore {
 
     fn keep_alive(&self, lease: LeaseId) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
-            if self.step()? {
+            if self.reach().await? {
                 return Err(dead());
             }
             self.inner.keep_alive(lease).await
@@ -192,7 +209,7 @@ impl MetadataStore for FaultyStore {
 
     fn revoke_lease(&self, lease: LeaseId) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
-            if self.step()? {
+            if self.reach().await? {
                 return Err(dead());
             }
             self.inner.revoke_lease(lease).await
@@ -201,7 +218,7 @@ impl MetadataStore for FaultyStore {
 
     fn next_id<'a>(&'a self, sequence: &'a str) -> BoxFuture<'a, Result<u64>> {
         Box::pin(async move {
-            if self.step()? {
+            if self.reach().await? {
                 return Err(dead());
             }
             self.inner.next_id(sequence).await
@@ -210,7 +227,7 @@ impl MetadataStore for FaultyStore {
 
     fn revision(&self) -> BoxFuture<'_, Result<Revision>> {
         Box::pin(async move {
-            if self.step()? {
+            if self.reach().await? {
                 return Err(dead());
             }
             self.inner.revision().await

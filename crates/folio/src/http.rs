@@ -148,7 +148,13 @@ pub async fn serve(
             };
             let (status, body) = match (method, path) {
                 ("POST", _) if refused.is_some() => refused.take().expect("checked"),
-                (_, "/health") => health(&bookies).await,
+                (_, "/health") => match broker.as_ref().and_then(|b| b.fenced()) {
+                    Some(why) => (
+                        "503 Service Unavailable",
+                        format!("fenced: this broker serves no partition and no group: {why}\n"),
+                    ),
+                    None => health(&bookies).await,
+                },
                 (_, "/metrics") => {
                     let mut m = metrics(&bookies).await;
                     m.push_str(&autorecovery_metrics());

@@ -223,7 +223,14 @@ fn topic(inner: &Inner, _version: i16, t: &Topic) -> MetadataResponseTopic {
                 inner.membership.owner(&crate::cluster::partition_key(t.record.id, p)).node_id,
             );
             let epoch = inner.leader_epoch(t.record.id, p) as i32;
+            // No owner: this broker is fenced and sees no other live broker.
+            let code = if me.0 == crate::cluster::NO_OWNER {
+                crate::errors::LEADER_NOT_AVAILABLE
+            } else {
+                crate::errors::NONE
+            };
             MetadataResponsePartition::default()
+                .with_error_code(code)
                 .with_partition_index(p)
                 .with_leader_id(me)
                 .with_leader_epoch(epoch)

@@ -78,7 +78,8 @@ enum Part {
 /// A partition's answer failed with `e` (its code and message, and the records at fault).
 fn failed(index: i32, e: &BrokerError) -> Part {
     let record_errors = match e {
-        BrokerError::InvalidRecords { records, .. } => records
+        BrokerError::InvalidRecords { records, .. }
+        | BrokerError::InvalidTimestamp { records, .. } => records
             .iter()
             .map(|i| BatchIndexAndErrorMessage::default().with_batch_index(*i))
             .collect(),
@@ -167,7 +168,8 @@ pub(crate) async fn start(
                     continue;
                 }
             };
-            if let Some(e) = check(&batches, version, &config) {
+            let validate = inner.config.validate_records;
+            if let Some(e) = check(&batches, version, &config, validate, inner.now_ms()) {
                 parts.push(failed(p.index, &e));
                 continue;
             }
@@ -290,14 +292,25 @@ pub(crate) async fn start(
     }))
 }
 
-/// Size, codec and kind checks of one partition's batches; on a compacted topic, that
-/// every record has a key (the only case where produce decodes records).
+/// Size, codec and kind checks of one partition's batches, then Kafka's log validator on
+/// each (`records::validate`: every record walked, against the header and the topic's
+/// timestamp and key rules). With `validate_records` off (benchmarks), only the header
+/// checks and, on a compacted topic, the keys.
 fn check(
     batches: &[(batch::BatchInfo, Bytes)],
     version: i16,
     config: &crate::topics::TopicConfig,
+    validate_records: bool,
+    now_ms: i64,
 ) -> Option<BrokerError> {
     let max_message_bytes = config.max_message_bytes;
+    let rules = crate::records::Rules {
+        now_ms,
+        create_time: config.timestamp_type == TimestampType::CreateTime,
+        before_max_ms: config.timestamp_before_max_ms,
+        after_max_ms: config.timestamp_after_max_ms,
+        keys_required: config.cleanup_compact,
+    };
     for (info, b) in batches {
         if info.size > max_message_bytes as usize {
             return Some(BrokerError::MessageTooLarge(format!(
@@ -319,33 +332,67 @@ fn check(
                 "transactional and control batches are not supported".into(),
             ));
         }
-        if config.cleanup_compact {
-            let keyless = crate::records::records_bytes(b).and_then(|(h, plain)| {
-                let records = crate::records::decode_records(&h, &plain)?;
-                Ok(records
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, r)| r.key.is_none())
-                    .map(|(i, _)| i as i32)
-                    .collect::<Vec<i32>>())
-            });
-            match keyless {
-                Ok(k) if k.is_empty() => {}
-                Ok(records) => {
-                    return Some(BrokerError::InvalidRecords {
-                        message: format!(
-                            "compacted topic cannot accept a record without a key ({} of the batch's {})",
-                            records.len(),
-                            info.records_count
-                        ),
-                        records,
-                    });
-                }
-                Err(e) => return Some(BrokerError::CorruptMessage(e.to_string())),
+        // The log assigns offsets: a client's batch starts at 0 (Kafka's rule).
+        let base_offset = i64::from_be_bytes(b[..8].try_into().expect("a parsed batch"));
+        if base_offset != 0 {
+            return Some(BrokerError::InvalidRecord(format!(
+                "a produced batch has base offset 0, not {base_offset}"
+            )));
+        }
+        if info.is_idempotent() && info.base_sequence < 0 {
+            return Some(BrokerError::InvalidRecord(format!(
+                "producer {} sent base sequence {}; an idempotent batch numbers from 0",
+                info.producer_id, info.base_sequence
+            )));
+        }
+        if !validate_records {
+            if config.cleanup_compact
+                && let Some(e) = keyless(b, info)
+            {
+                return Some(e);
+            }
+            continue;
+        }
+        match crate::records::validate(b, info, &rules) {
+            Ok(()) => {}
+            Err(crate::records::Refusal::Corrupt(e)) => {
+                return Some(BrokerError::CorruptMessage(e));
+            }
+            Err(crate::records::Refusal::Records { message, records, timestamp: true }) => {
+                return Some(BrokerError::InvalidTimestamp { message, records });
+            }
+            Err(crate::records::Refusal::Records { message, records, timestamp: false }) => {
+                return Some(BrokerError::InvalidRecords { message, records });
             }
         }
     }
     None
+}
+
+/// The keyless records of a batch for a compacted topic, as an error (`None`: every record
+/// has a key). Only with record validation off; `records::validate` checks keys itself.
+fn keyless(b: &[u8], info: &batch::BatchInfo) -> Option<BrokerError> {
+    let keyless = crate::records::records_bytes(b).and_then(|(h, plain)| {
+        let records = crate::records::decode_records(&h, &plain)?;
+        Ok(records
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.key.is_none())
+            .map(|(i, _)| i as i32)
+            .collect::<Vec<i32>>())
+    });
+    match keyless {
+        Ok(k) if k.is_empty() => None,
+        Ok(records) => Some(BrokerError::InvalidRecords {
+            message: format!(
+                "compacted topic cannot accept a record without a key ({} of the batch's {})",
+                records.len(),
+                info.records_count
+            ),
+            records,
+        }),
+        Err(e) => Some(BrokerError::CorruptMessage(e.to_string())),
+    }
 }
 
 /// Waits for every queued append and builds the answer.
