@@ -431,7 +431,11 @@ pub async fn unregister(meta: &dyn MetadataStore, keys: &Keys, node_id: i32, lea
         match meta.get(&key).await {
             Ok(Some(v)) if v.lease == Some(lease) => {
                 if let Err(e) = meta.delete(&key, folio_meta::Expect::Version(v.version)).await {
-                    tracing::warn!(node_id, %key, error = %e, "removing a registration failed; it expires with its lease");
+                    // Gone meanwhile (the lease was revoked: the stop's other path) is fine.
+                    let still = meta.get(&key).await.ok().flatten();
+                    if still.is_some_and(|s| s.lease == Some(lease)) {
+                        tracing::warn!(node_id, %key, error = %e, "removing a registration failed; it expires with its lease");
+                    }
                 }
             }
             Ok(Some(v)) => {

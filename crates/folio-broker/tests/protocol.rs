@@ -97,6 +97,21 @@ async fn produce_refuses_bad_batches_with_kafka_error_codes() {
     mismatch[17..21].copy_from_slice(&crc.to_be_bytes());
     let mut v1 = batch(1, 1);
     v1[16] = 1;
+    // #44 item 5: headers that lie about their records, each with a valid CRC.
+    let forge = |b: &[u8], count: i32, keep: usize| {
+        let mut info = folio_broker::batch::parse(b).unwrap();
+        info.records_count = count;
+        info.last_offset_delta = count - 1;
+        let records = &b[folio_broker::batch::HEADER_BYTES..keep];
+        folio_broker::batch::encode(0, &info, records)
+    };
+    let one = batch(1, 1);
+    let two_to_the_31 = forge(&one, i32::MAX, one.len()); // one real record
+    let no_records = forge(&one, 5, folio_broker::batch::HEADER_BYTES); // 61 bytes
+    let mut based = batch(2, 1);
+    based[..8].copy_from_slice(&7i64.to_be_bytes());
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let two_hours_ahead = batch(2, now.as_millis() as i64 + 7_200_000);
     let cases: Vec<(&str, ProduceRequest, i16, i16)> = vec![
         ("crc", produce_req("t", 0, corrupt, -1), 9, errors::CORRUPT_MESSAGE),
         ("magic 1", produce_req("t", 0, v1, -1), 9, errors::CORRUPT_MESSAGE),
@@ -107,6 +122,16 @@ async fn produce_refuses_bad_batches_with_kafka_error_codes() {
             errors::CORRUPT_MESSAGE,
         ),
         ("count", produce_req("t", 0, mismatch, -1), 9, errors::INVALID_RECORD),
+        ("count 2^31-1", produce_req("t", 0, two_to_the_31, -1), 9, errors::INVALID_RECORD),
+        ("no records", produce_req("t", 0, no_records, -1), 9, errors::INVALID_RECORD),
+        ("base offset", produce_req("t", 0, based, -1), 9, errors::INVALID_RECORD),
+        ("future", produce_req("t", 0, two_hours_ahead, -1), 9, errors::INVALID_TIMESTAMP),
+        (
+            "plain records under zstd",
+            produce_req("t", 0, batch_with(1, 1, 4), -1),
+            9,
+            errors::CORRUPT_MESSAGE,
+        ),
         ("too large", produce_req("t", 0, batch(200, 1), -1), 9, errors::MESSAGE_TOO_LARGE),
         (
             "zstd below v7",
@@ -132,10 +157,31 @@ async fn produce_refuses_bad_batches_with_kafka_error_codes() {
     let r: ProduceResponse =
         c.call(ApiKey::Produce, 9, &produce_req("t", 0, batch(2, 1), -1)).await;
     assert_eq!(produced(&r), (0, 0));
-    // zstd from v7 on is fine (the broker never decompresses).
+    // zstd from v7 on is fine (the broker walks its records within its decompression budget).
+    let zstd = folio_broker::batch::with_codec(&batch(1, 1), folio_broker::batch::Codec::Zstd);
     let r: ProduceResponse =
-        c.call(ApiKey::Produce, 7, &produce_req("t", 0, batch_with(1, 1, 4), -1)).await;
+        c.call(ApiKey::Produce, 7, &produce_req("t", 0, zstd.unwrap(), -1)).await;
     assert_eq!(produced(&r), (0, 2));
+    // Each record at fault is named (Produce v8+): here the second's timestamp.
+    let mut late = batch(2, 1);
+    let mut info = folio_broker::batch::parse(&late).unwrap();
+    let ahead = now.as_millis() as i64 + 7_200_000;
+    let mut records = Vec::new();
+    for (i, ts) in [(0i64, 0i64), (1, ahead - 1)] {
+        let r = folio_broker::batch::Record {
+            offset_delta: i,
+            timestamp_delta: ts,
+            value: Some(b"v"),
+            ..Default::default()
+        };
+        folio_broker::batch::put_record(&mut records, &r);
+    }
+    info.max_timestamp = ahead;
+    late = folio_broker::batch::encode(0, &info, &records);
+    let r: ProduceResponse = c.call(ApiKey::Produce, 9, &produce_req("t", 0, late, -1)).await;
+    let p = &r.responses[0].partition_responses[0];
+    assert_eq!(p.error_code, errors::INVALID_TIMESTAMP);
+    assert_eq!(p.record_errors.iter().map(|e| e.batch_index).collect::<Vec<_>>(), vec![1]);
 }
 
 #[tokio::test]

@@ -25,6 +25,15 @@
 //! librdkafka's defaults. `consumer_cpu_share` near or above 1 says the client was the
 //! bottleneck; `fetches` and `fetch_ms_mean` are the broker's side.
 //!
+//! The validation phase (`--phase validation`, also in `all`): what Kafka's log validator
+//! (`records::validate`, every record walked on produce) costs. In memory, validating
+//! batches of 64 records of 1 KiB, uncompressed and lz4, against reading their headers only
+//! (`ratio_vs_header_only`); then librdkafka producing to a broker with validation on and to
+//! one with it off, on the same bookies, one after the other, for no codec and lz4:
+//! `ratio_vs_validation_off` of the produce rates, and the process's CPU per MiB produced
+//! and consumed back (`cpu_ms_per_mb`: bookies, broker and all, so the difference is
+//! validation's).
+//!
 //! The client driver is `kafka_driver.py`, embedded in the binary and run with python3
 //! (needs `pip install confluent-kafka`).
 
@@ -46,9 +55,10 @@ const DRIVER: &str = include_str!("kafka_driver.py");
 pub struct Args {
     #[command(flatten)]
     run: super::Run,
-    /// Which phases: `all`, `produce` (ledger baseline, produce and consume, brokers) or
+    /// Which phases: `all`, `produce` (ledger baseline, produce and consume, brokers),
+    /// `validation` (produce with record validation on against off), or
     /// `backlog` (catching up on a backlog, 1 and 3 bookies, 1 KiB and 100 B records).
-    #[arg(long, default_value = "all", value_parser = ["all", "produce", "backlog"])]
+    #[arg(long, default_value = "all", value_parser = ["all", "produce", "validation", "backlog"])]
     phase: String,
     /// Instead: produce and consume over SASL_SSL (SCRAM-SHA-512) against PLAINTEXT in the
     /// same run (`ratio_vs_plaintext`).
@@ -81,10 +91,13 @@ async fn run_async(args: Args) -> Result<(), String> {
     if args.tls {
         return super::kafka_tls::run(args.run.quick, tmp.path(), &driver).await;
     }
-    if args.phase != "backlog" {
+    if matches!(args.phase.as_str(), "all" | "produce") {
         produce_phases(&args, tmp.path(), &driver).await?;
     }
-    if args.phase != "produce" {
+    if matches!(args.phase.as_str(), "all" | "validation") {
+        validation_phase(args.run.quick, tmp.path(), &driver).await?;
+    }
+    if matches!(args.phase.as_str(), "all" | "backlog") {
         let records = if args.run.quick { 1_000_000 } else { 4_000_000 };
         for (bookies, record_bytes) in [(1, 1024), (3, 1024), (1, 100), (3, 100)] {
             let dir = tmp.path().join(format!("backlog-{bookies}-{record_bytes}"));
@@ -218,6 +231,110 @@ async fn produce_phases(args: &Args, tmp: &Path, driver: &Path) -> Result<(), St
         b.shutdown().await.map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// The validation phase (see the module doc).
+async fn validation_phase(quick: bool, tmp: &Path, driver: &Path) -> Result<(), String> {
+    use folio_broker::batch::{self, Codec};
+    // In memory: the validator against header-only parsing, on the same batches.
+    // JSON-like records with a hex payload from a fixed LCG: lz4 halves them, about.
+    let plain = batch::build(64, 1_700_000_000_000, 0, |i| {
+        let mut x = u64::from(i as u32).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let hex: String = (0..1000)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                char::from(b"0123456789abcdef"[(x >> 60) as usize])
+            })
+            .collect();
+        format!("{{\"id\":{i},\"payload\":\"{hex}\"}}").into_bytes()
+    });
+    let rounds = if quick { 2_000 } else { 10_000 };
+    for codec in [Codec::None, Codec::Lz4] {
+        let b =
+            if codec == Codec::None { plain.clone() } else { batch::with_codec(&plain, codec)? };
+        let rules = folio_broker::records::Rules {
+            now_ms: 1_700_000_000_000,
+            create_time: true,
+            before_max_ms: i64::MAX,
+            after_max_ms: 3_600_000,
+            keys_required: false,
+        };
+        let time = |f: &dyn Fn() -> Result<(), String>| -> Result<f64, String> {
+            let t0 = std::time::Instant::now();
+            for _ in 0..rounds {
+                f()?;
+            }
+            Ok((plain.len() * rounds) as f64 / t0.elapsed().as_secs_f64() / (1 << 20) as f64)
+        };
+        let header = time(&|| batch::parse(&b).map(drop).map_err(|e| e.to_string()))?;
+        let validated = time(&|| {
+            let h = batch::parse(&b).map_err(|e| e.to_string())?;
+            folio_broker::records::validate(&b, &h, &rules).map_err(|e| format!("{e:?}"))
+        })?;
+        println!(
+            "setup=validate_in_memory codec={codec:?} batch_records=64 record_bytes=1024 header_only_mb_per_s={header:.0} validate_mb_per_s={validated:.0} ratio_vs_header_only={:.3}",
+            validated / header
+        );
+    }
+    // End to end: librdkafka against a broker with validation on and one with it off.
+    let secs = if quick { 5 } else { 20 };
+    let (_client, bookies, meta) = cluster(&tmp.join("validation"), 3).await?;
+    let env = super::log_env(meta, _client);
+    let mut node_id = 10;
+    for codec in ["none", "lz4"] {
+        let mut rates = Vec::new();
+        for validate in [false, true] {
+            node_id += 1;
+            let config = BrokerConfig {
+                node_id,
+                listeners: vec![ListenerConfig::plaintext("127.0.0.1:0".parse().expect("address"))],
+                default_replication: 3,
+                replication_max: 3,
+                validate_records: validate,
+                ..BrokerConfig::default()
+            };
+            let broker = Broker::start(config, env.clone()).await?;
+            let topic: &'static str = match (codec, validate) {
+                ("none", false) => "validation-none-off",
+                ("none", true) => "validation-none-on",
+                (_, false) => "validation-lz4-off",
+                _ => "validation-lz4-on",
+            };
+            let conf = format!("{{\"compression.codec\": \"{codec}\"}}");
+            let cpu0 = process_cpu_ms();
+            let args = vec![secs.to_string(), "1024".to_string(), "1".to_string()];
+            let line =
+                drive_with(driver, "run", broker.addr().to_string(), topic, args, Some(conf))
+                    .await?;
+            let cpu = process_cpu_ms() - cpu0;
+            let mb = mb_per_s(&line)?;
+            let produced_mb = figure(&line, "records")? * 1024.0 / (1 << 20) as f64;
+            println!(
+                "setup=kafka_validation codec={codec} validate_records={validate} {line} cpu_ms_per_mb={:.1}",
+                cpu / produced_mb.max(1e-9)
+            );
+            rates.push(mb);
+            broker.shutdown().await;
+        }
+        println!("validation codec={codec} ratio_vs_validation_off={:.2}", rates[1] / rates[0]);
+    }
+    for b in bookies {
+        b.shutdown().await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// CPU time this process has used (user and system), in ms (`/proc/self/stat`, at Linux's
+/// USER_HZ of 100).
+fn process_cpu_ms() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command's closing parenthesis: state is 3rd, utime 14th, stime 15th.
+    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) * 10.0
 }
 
 /// Partitions of the two-broker phase.
