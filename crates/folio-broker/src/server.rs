@@ -157,7 +157,8 @@ async fn secure(
     listener: &Listener,
     peer: std::net::SocketAddr,
 ) -> Result<(), String> {
-    let session = Session::anonymous(listener.name.clone(), peer.ip().to_string().into());
+    let session =
+        Session::anonymous(listener.name.clone(), peer.ip().to_canonical().to_string().into());
     let sasl = listener.protocol.sasl();
     let Some(tls) = &listener.tls else {
         return connection(inner, stream, session, sasl).await;

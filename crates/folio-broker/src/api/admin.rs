@@ -339,7 +339,7 @@ impl Handler for DeleteTopics {
                     "topic {} is named more than once",
                     t.name
                 ))),
-                other => other.and_then(|t| delete_allowed(&inner, t)),
+                other => other.and_then(|t| delete_allowed(&inner, t, name.is_none())),
             };
             outcome.push(r);
         }
@@ -408,10 +408,15 @@ impl Handler for DeleteTopics {
 }
 
 /// The topic, if the principal may delete it (named topics were checked before `handle`;
-/// this checks one given by id by its name).
-fn delete_allowed(inner: &Inner, t: Arc<Topic>) -> Result<Arc<Topic>, BrokerError> {
+/// this checks one given by id by its name). A topic given by id that the principal may not
+/// describe is answered UNKNOWN_TOPIC_ID, as Kafka does: its name is never told, nor that it
+/// exists.
+fn delete_allowed(inner: &Inner, t: Arc<Topic>, by_id: bool) -> Result<Arc<Topic>, BrokerError> {
     if super::allowed(inner, Operation::Delete, ResourceType::Topic, &t.name) {
         return Ok(t);
+    }
+    if by_id && !super::allowed(inner, Operation::Describe, ResourceType::Topic, &t.name) {
+        return Err(BrokerError::UnknownTopicId(t.record.id.to_string()));
     }
     Err(BrokerError::TopicAuthorization { op: "Delete", topic: t.name.clone() })
 }

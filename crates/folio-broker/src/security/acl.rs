@@ -101,6 +101,73 @@ pub struct AclBinding {
     pub permission: Permission,
 }
 
+/// A binding's host other than `*`: one address or a CIDR block (KIP-1276), IPv4-mapped
+/// IPv6 addresses (`::ffff:10.0.0.1`) taken as the IPv4 address they carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HostPattern {
+    V4 { net: u32, prefix: u32 },
+    V6 { net: u128, prefix: u32 },
+}
+
+impl HostPattern {
+    /// `addr` or `addr/prefix`; `None` if it is neither.
+    fn parse(s: &str) -> Option<HostPattern> {
+        let (addr, prefix) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p.parse::<u32>().ok()?)),
+            None => (s, None),
+        };
+        let addr: std::net::IpAddr = addr.parse().ok()?;
+        // A mapped address with a prefix counts the mapped form's bits (96 + the IPv4 ones).
+        let (addr, prefix) = match (addr, prefix) {
+            (std::net::IpAddr::V6(v6), Some(p)) if v6.to_ipv4_mapped().is_some() && p >= 96 => {
+                (std::net::IpAddr::V4(v6.to_ipv4_mapped().expect("mapped")), Some(p - 96))
+            }
+            (a, p) => (a.to_canonical(), p),
+        };
+        let mask = |bits: u32, prefix: u32| -> Option<u128> {
+            (prefix <= bits).then(|| if prefix == 0 { 0 } else { u128::MAX << (128 - prefix) })
+        };
+        Some(match addr {
+            std::net::IpAddr::V4(v4) => {
+                let prefix = prefix.unwrap_or(32);
+                let m = (mask(32, prefix)? >> 96) as u32;
+                HostPattern::V4 { net: u32::from(v4) & m, prefix }
+            }
+            std::net::IpAddr::V6(v6) => {
+                let prefix = prefix.unwrap_or(128);
+                HostPattern::V6 { net: u128::from(v6) & mask(128, prefix)?, prefix }
+            }
+        })
+    }
+
+    fn contains(&self, peer: std::net::IpAddr) -> bool {
+        match (*self, peer.to_canonical()) {
+            (HostPattern::V4 { net, prefix }, std::net::IpAddr::V4(p)) => {
+                let m = if prefix == 0 { 0 } else { u32::MAX << (32 - prefix) };
+                u32::from(p) & m == net
+            }
+            (HostPattern::V6 { net, prefix }, std::net::IpAddr::V6(p)) => {
+                let m = if prefix == 0 { 0 } else { u128::MAX << (128 - prefix) };
+                u128::from(p) & m == net
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Whether a binding's host (`*`, an address, or a CIDR block) covers the session's peer
+/// address, both compared canonically: a client from 127.0.0.1 on a dual-stack listener
+/// (seen as `::ffff:127.0.0.1`) is 127.0.0.1 to every binding.
+pub fn host_matches(binding: &str, peer: &str) -> bool {
+    if binding == "*" {
+        return true;
+    }
+    match (HostPattern::parse(binding), peer.parse::<std::net::IpAddr>()) {
+        (Some(p), Ok(peer)) => p.contains(peer),
+        _ => binding == peer,
+    }
+}
+
 impl AclBinding {
     /// Checks the fields a client sent: principal `User:<name>` (or `User:*`), host `*` or an
     /// IP address, no control characters, bounded lengths, a name for the resource.
@@ -115,8 +182,11 @@ impl AclBinding {
         if !self.principal.starts_with("User:") || self.principal.len() == 5 {
             return Err(format!("principal {:?}: expected User:<name>", self.principal));
         }
-        if self.host != "*" && self.host.parse::<std::net::IpAddr>().is_err() {
-            return Err(format!("host {:?}: expected * or an IP address", self.host));
+        if self.host != "*" && HostPattern::parse(&self.host).is_none() {
+            return Err(format!(
+                "host {:?}: expected *, an IP address, or a CIDR block (10.0.0.0/8, fd00::/8)",
+                self.host
+            ));
         }
         if self.name.is_empty() || self.name.len() > folio_meta::KEY_BYTES_MAX / 2 {
             return Err("a resource name must not be empty or longer than 2048 bytes".into());
@@ -348,7 +418,7 @@ impl Acls {
         let on_resource: Vec<&AclBinding> = all.iter().filter(|b| b.matches(rtype, name)).collect();
         let applies = |b: &&&AclBinding| {
             (b.principal == *session.principal || b.principal == "User:*")
-                && (b.host == "*" || b.host == *session.host)
+                && host_matches(&b.host, &session.host)
         };
         let implied: &[Operation] = match op {
             Operation::Describe => {
@@ -483,5 +553,43 @@ mod tests {
         assert_eq!(back, vec![ok]);
         assert!(parse("9/3/t", line.as_bytes()).is_err());
         assert!(parse("2/3/t", b"User:a\t*\t3").is_err());
+    }
+
+    /// #44 item 6: a DENY for 127.0.0.1 applies to a client from 127.0.0.1 on a dual-stack
+    /// listener (its peer reads `::ffff:127.0.0.1`), and CIDR blocks (KIP-1276) match.
+    #[test]
+    fn hosts_compare_canonically_and_cidr_blocks_match() {
+        use {Operation::*, PatternType::*, Permission::*, ResourceType::*};
+        let acls = Acls::new(AuthorizerConfig { super_users: vec![], allow_if_no_acl: false });
+        let with_host = |h: &str, perm| AclBinding {
+            host: h.into(),
+            ..b(Topic, Literal, "t", "User:*", Read, perm)
+        };
+        *acls.bindings.write().unwrap() = Arc::new(vec![
+            with_host("*", Allow),
+            with_host("127.0.0.1", Deny),
+            with_host("10.1.0.0/16", Deny),
+            with_host("fd00::/8", Deny),
+        ]);
+        let from = |host: &str| Session {
+            listener: "PLAINTEXT".into(),
+            principal: "User:eve".into(),
+            host: host.into(),
+        };
+        for denied in ["127.0.0.1", "::ffff:127.0.0.1", "10.1.2.3", "::ffff:10.1.255.1", "fd12::1"]
+        {
+            assert!(!acls.authorize(&from(denied), Read, Topic, "t"), "{denied} got through");
+        }
+        for allowed in ["127.0.0.2", "10.2.0.1", "::1", "fe80::1", "::ffff:127.0.0.2"] {
+            assert!(acls.authorize(&from(allowed), Read, Topic, "t"), "{allowed} refused");
+        }
+        assert!(host_matches("::ffff:10.0.0.0/104", "10.0.0.9"), "a mapped block");
+        assert!(host_matches("0.0.0.0/0", "192.0.2.1"));
+        for bad in ["10.0.0.0/33", "fd00::/129", "10.0.0.0/", "10.0.0.0/x", "host/8"] {
+            assert!(with_host(bad, Allow).validate().is_err(), "{bad}");
+        }
+        for good in ["10.0.0.0/8", "fd00::/8", "::ffff:127.0.0.1", "0.0.0.0/0"] {
+            assert!(with_host(good, Allow).validate().is_ok(), "{good}");
+        }
     }
 }
