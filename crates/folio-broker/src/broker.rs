@@ -137,6 +137,7 @@ impl Broker {
         tokio::spawn(release_moved(inner.clone()));
         tokio::spawn(refresh_topics(inner.clone()));
         tokio::spawn(close_idle_partitions(inner.clone()));
+        tokio::spawn(snapshot_producers(inner.clone()));
         tokio::spawn(crate::deletion::run(inner.clone()));
         tokio::spawn(crate::compaction::run(inner.clone()));
         if let Some(every) = inner.config.audit_interval {
@@ -449,6 +450,22 @@ async fn close_idle_partitions(inner: Arc<Inner>) {
             _ = shutdown.wait_for(|s| *s) => return,
         }
         inner.close_idle_partitions().await;
+    }
+}
+
+/// Snapshots the idempotent producer state of every open partition whose state changed,
+/// every `producer_snapshot_interval`.
+async fn snapshot_producers(inner: Arc<Inner>) {
+    let mut shutdown = inner.shutdown.subscribe();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(inner.config.producer_snapshot_interval) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        let open: Vec<Arc<crate::state::Partition>> = inner.open_partition_states();
+        for part in open {
+            inner.snapshot_producers(&part).await;
+        }
     }
 }
 

@@ -51,6 +51,13 @@ pub struct BrokerConfig {
     /// `records::validate`). On by default; off only to measure what it costs (`folio bench
     /// kafka`): then only the batch header, CRC and (compacted topics) keys are checked.
     pub validate_records: bool,
+    /// `producer.id.expiration.ms`: an idempotent producer that appended nothing to a
+    /// partition for this long is forgotten there (its next batch starts it anew).
+    pub producer_id_expiration: Duration,
+    /// How often an open partition's idempotent producer state is snapshotted beside its
+    /// log while it changes (also at every close): the next owner replays the log from
+    /// the snapshot, so a longer interval means a longer replay after a crash.
+    pub producer_snapshot_interval: Duration,
     /// The group coordinator's settings.
     pub groups: GroupConfig,
     /// The broker's registration lease: when it dies, its partitions move this long after.
@@ -101,6 +108,8 @@ impl Default for BrokerConfig {
             limits: ListenerLimits::default(),
             batches_per_partition_max: 1024,
             validate_records: true,
+            producer_id_expiration: Duration::from_secs(24 * 3600),
+            producer_snapshot_interval: Duration::from_secs(30),
             groups: GroupConfig::default(),
             lease_ttl: Duration::from_secs(10),
             membership_poll: Duration::from_millis(500),

@@ -96,6 +96,8 @@ pub struct Metrics {
     pub partitions_opened: AtomicU64,
     /// Partitions it closed because they moved to another broker.
     pub partitions_released: AtomicU64,
+    /// Idempotent producer snapshots written beside partition logs.
+    pub producer_snapshots: AtomicU64,
     /// Partitions closed for being idle (`partition_idle_timeout`) or least recently used
     /// (`partitions_open_max`).
     pub partitions_closed_idle: AtomicU64,
@@ -321,6 +323,12 @@ impl Metrics {
                 "Partitions closed here because they moved to another broker.",
                 counter,
                 &self.partitions_released,
+            ),
+            (
+                "folio_kafka_producer_snapshots_total",
+                "Idempotent producer snapshots written beside partition logs (the next owner restores them).",
+                counter,
+                &self.producer_snapshots,
             ),
             (
                 "folio_kafka_partitions_closed_idle_total",

@@ -6,10 +6,15 @@
 //! published on: a retry that arrives while the original is still in flight waits for the
 //! original's outcome. A batch whose append failed is forgotten, so its retry is appended.
 //!
-//! The table is memory only. When a partition is opened (broker restart, or the partition
-//! moving here) it is rebuilt from the batch headers of the log's tail
-//! (`REBUILD_OFFSETS`): a producer idle for longer than that is treated as new, as Kafka
-//! does once `producer.id.expiration.ms` has passed.
+//! The table survives ownership changes. Its owner snapshots it durably beside the log
+//! (`Keys::log_state(log, "producers")`, see [`Producers::snapshot`] for the format) every
+//! `producer_snapshot_interval` while it changes and when the partition closes; the next
+//! owner restores the snapshot and replays the batch headers appended after it, so a
+//! retried batch is answered as a duplicate on any broker, however many offsets later. A
+//! producer is kept by time: one that appended nothing for `producer.id.expiration.ms`
+//! (`producer_id_expiration`) is dropped, as Kafka does. Without a snapshot (a log written
+//! before snapshots), the table is rebuilt from the batch headers of the log's last
+//! `REBUILD_OFFSETS` offsets.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -41,7 +46,32 @@ struct Producer {
     last_used: u64,
     /// The max timestamp of its last batch (for DescribeProducers).
     last_timestamp: i64,
+    /// The broker's time of its last batch (`producer_id_expiration` counts from it).
+    last_append_ms: i64,
 }
+
+impl Producer {
+    fn new(epoch: i16, clock: u64, now_ms: i64) -> Producer {
+        Producer {
+            epoch,
+            batches: VecDeque::new(),
+            last_used: clock,
+            last_timestamp: -1,
+            last_append_ms: now_ms,
+        }
+    }
+}
+
+/// Producers a snapshot holds at most (the most recently used): with five batches each it
+/// stays under the metadata store's value limit.
+pub const SNAPSHOT_PRODUCERS_MAX: usize = 8_000;
+const SNAPSHOT_VERSION: u8 = 1;
+/// Bytes of one producer in a snapshot, with all its batches.
+const SNAPSHOT_PRODUCER_BYTES: usize = 8 + 2 + 8 + 8 + 1 + BATCHES_PER_PRODUCER * 16;
+const _: () = assert!(
+    1 + 8 + 4 + SNAPSHOT_PRODUCERS_MAX * SNAPSHOT_PRODUCER_BYTES + 4
+        <= folio_meta::limits::VALUE_BYTES_MAX
+);
 
 /// What DescribeProducers reports of one producer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,13 +100,17 @@ pub enum Check {
 pub struct Producers {
     by_id: HashMap<i64, Producer>,
     clock: u64,
+    /// Bumped by every change (a snapshot is written only when it moved).
+    changes: u64,
 }
 
 impl Producers {
-    /// Checks an idempotent batch against the producer's state and registers it.
-    pub fn check(&mut self, b: &BatchInfo) -> Check {
+    /// Checks an idempotent batch against the producer's state and registers it (at the
+    /// broker's time `now_ms`).
+    pub fn check(&mut self, b: &BatchInfo, now_ms: i64) -> Check {
         debug_assert!(b.is_idempotent());
         self.clock += 1;
+        self.changes += 1;
         let clock = self.clock;
         let (first_seq, last_seq) = (b.base_sequence, b.last_sequence());
         if first_seq < 0 {
@@ -87,12 +121,10 @@ impl Producers {
         if !self.by_id.contains_key(&b.producer_id) && self.by_id.len() >= PRODUCERS_MAX {
             self.evict();
         }
-        let p = self.by_id.entry(b.producer_id).or_insert_with(|| Producer {
-            epoch: b.producer_epoch,
-            batches: VecDeque::new(),
-            last_used: clock,
-            last_timestamp: -1,
-        });
+        let p = self
+            .by_id
+            .entry(b.producer_id)
+            .or_insert_with(|| Producer::new(b.producer_epoch, clock, now_ms));
         p.last_used = clock;
         if b.producer_epoch < p.epoch {
             return Check::Refuse(BrokerError::InvalidProducerEpoch(format!(
@@ -122,6 +154,7 @@ impl Producers {
         let (tx, rx) = watch::channel(None);
         p.batches.push_back(Batch { first_seq, last_seq, outcome: rx });
         p.last_timestamp = b.max_timestamp;
+        p.last_append_ms = now_ms;
         if p.batches.len() > BATCHES_PER_PRODUCER {
             p.batches.pop_front();
         }
@@ -138,19 +171,19 @@ impl Producers {
         }
     }
 
-    /// Records a batch read back from the log (rebuilding after an open).
-    pub fn restore(&mut self, b: &BatchInfo, base_offset: i64) {
+    /// Records a batch read back from the log (rebuilding after an open, at `now_ms`).
+    pub fn restore(&mut self, b: &BatchInfo, base_offset: i64, now_ms: i64) {
         if !b.is_idempotent() {
             return;
         }
         self.clock += 1;
+        self.changes += 1;
         let clock = self.clock;
-        let p = self.by_id.entry(b.producer_id).or_insert_with(|| Producer {
-            epoch: b.producer_epoch,
-            batches: VecDeque::new(),
-            last_used: clock,
-            last_timestamp: -1,
-        });
+        let p = self
+            .by_id
+            .entry(b.producer_id)
+            .or_insert_with(|| Producer::new(b.producer_epoch, clock, now_ms));
+        p.last_append_ms = p.last_append_ms.max(now_ms);
         if b.producer_epoch < p.epoch {
             return;
         }
@@ -197,6 +230,133 @@ impl Producers {
         self.by_id.is_empty()
     }
 
+    /// How many changes the table has seen (a snapshot is due when this moved).
+    pub fn changes(&self) -> u64 {
+        self.changes
+    }
+
+    /// Drops the producers that appended nothing since `now_ms - expiration_ms`
+    /// (`producer.id.expiration.ms`); returns how many.
+    pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
+        let before = self.by_id.len();
+        let oldest = now_ms.saturating_sub(expiration_ms);
+        self.by_id.retain(|_, p| p.last_append_ms >= oldest);
+        let dropped = before - self.by_id.len();
+        if dropped > 0 {
+            self.changes += 1;
+        }
+        dropped
+    }
+
+    /// The table as its snapshot: every batch below offset `upto` that completed, of at
+    /// most [`SNAPSHOT_PRODUCERS_MAX`] producers (the most recently used). The next owner
+    /// restores it and replays the log from `upto`.
+    ///
+    /// ```text
+    /// version         u8     1
+    /// upto            u64    batches below this offset are here; replay the log from it
+    /// producers       u32
+    ///   producer id   i64
+    ///   epoch         i16
+    ///   last append   i64    the broker's ms (producer_id_expiration counts from it)
+    ///   last ts       i64    its last batch's max timestamp
+    ///   batches       u8     at most BATCHES_PER_PRODUCER, oldest first
+    ///     first seq   i32
+    ///     last seq    i32
+    ///     offset      i64    the batch's base offset
+    /// crc32c          u32    of everything before it
+    /// ```
+    /// Big-endian throughout.
+    pub fn snapshot(&self, upto: u64) -> Vec<u8> {
+        let mut ids: Vec<(&i64, &Producer)> = self.by_id.iter().collect();
+        ids.sort_by_key(|(_, p)| std::cmp::Reverse(p.last_used));
+        ids.truncate(SNAPSHOT_PRODUCERS_MAX);
+        let mut out = Vec::with_capacity(17 + ids.len() * SNAPSHOT_PRODUCER_BYTES);
+        out.push(SNAPSHOT_VERSION);
+        out.extend_from_slice(&upto.to_be_bytes());
+        out.extend_from_slice(&(ids.len() as u32).to_be_bytes());
+        for (id, p) in ids {
+            let done: Vec<(i32, i32, i64)> = p
+                .batches
+                .iter()
+                .filter_map(|b| match *b.outcome.borrow() {
+                    Some(Ok(offset)) if (offset as u64) < upto => {
+                        Some((b.first_seq, b.last_seq, offset))
+                    }
+                    _ => None,
+                })
+                .collect();
+            out.extend_from_slice(&id.to_be_bytes());
+            out.extend_from_slice(&p.epoch.to_be_bytes());
+            out.extend_from_slice(&p.last_append_ms.to_be_bytes());
+            out.extend_from_slice(&p.last_timestamp.to_be_bytes());
+            out.push(done.len() as u8);
+            for (first, last, offset) in done {
+                out.extend_from_slice(&first.to_be_bytes());
+                out.extend_from_slice(&last.to_be_bytes());
+                out.extend_from_slice(&offset.to_be_bytes());
+            }
+        }
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_be_bytes());
+        out
+    }
+
+    /// A table from its snapshot, and the offset to replay the log from (`snapshot`'s
+    /// `upto`). A damaged snapshot is an error (the caller rebuilds from the log instead).
+    pub fn from_snapshot(b: &[u8]) -> Result<(Producers, u64), String> {
+        let body_len = b.len().checked_sub(4).ok_or("a snapshot shorter than its checksum")?;
+        let (body, crc) = b.split_at(body_len);
+        let stored = u32::from_be_bytes(crc.try_into().expect("4 bytes"));
+        if crc32c::crc32c(body) != stored {
+            return Err("producer snapshot checksum mismatch".into());
+        }
+        let mut r = body;
+        let mut take = |n: usize| -> Result<&[u8], String> {
+            if r.len() < n {
+                return Err("producer snapshot ends early".into());
+            }
+            let (h, t) = r.split_at(n);
+            r = t;
+            Ok(h)
+        };
+        let version = take(1)?[0];
+        if version != SNAPSHOT_VERSION {
+            return Err(format!("producer snapshot version {version} is not {SNAPSHOT_VERSION}"));
+        }
+        let upto = u64::from_be_bytes(take(8)?.try_into().expect("8"));
+        let n = u32::from_be_bytes(take(4)?.try_into().expect("4")) as usize;
+        if n > SNAPSHOT_PRODUCERS_MAX {
+            return Err(format!("a producer snapshot of {n} producers"));
+        }
+        let mut producers = Producers::default();
+        for _ in 0..n {
+            let id = i64::from_be_bytes(take(8)?.try_into().expect("8"));
+            let epoch = i16::from_be_bytes(take(2)?.try_into().expect("2"));
+            let last_append_ms = i64::from_be_bytes(take(8)?.try_into().expect("8"));
+            let last_timestamp = i64::from_be_bytes(take(8)?.try_into().expect("8"));
+            let batches = take(1)?[0] as usize;
+            if batches > BATCHES_PER_PRODUCER {
+                return Err(format!("producer {id} with {batches} batches in the snapshot"));
+            }
+            producers.clock += 1;
+            let mut p = Producer::new(epoch, producers.clock, last_append_ms);
+            p.last_timestamp = last_timestamp;
+            for _ in 0..batches {
+                let first_seq = i32::from_be_bytes(take(4)?.try_into().expect("4"));
+                let last_seq = i32::from_be_bytes(take(4)?.try_into().expect("4"));
+                let offset = i64::from_be_bytes(take(8)?.try_into().expect("8"));
+                let (_, outcome) = watch::channel(Some(Ok(offset)));
+                p.batches.push_back(Batch { first_seq, last_seq, outcome });
+            }
+            producers.by_id.insert(id, p);
+        }
+        if !r.is_empty() {
+            return Err(format!("{} bytes after the producer snapshot's producers", r.len()));
+        }
+        Ok((producers, upto))
+    }
+
     fn evict(&mut self) {
         if let Some(id) = self.by_id.iter().min_by_key(|(_, p)| p.last_used).map(|(id, _)| *id) {
             self.by_id.remove(&id);
@@ -222,8 +382,14 @@ mod tests {
         }
     }
 
+    impl Producers {
+        fn check_now(&mut self, b: &BatchInfo) -> Check {
+            self.check(b, 0)
+        }
+    }
+
     fn append(p: &mut Producers, b: &BatchInfo, offset: i64) {
-        match p.check(b) {
+        match p.check(b, 0) {
             Check::Append(tx) => {
                 tx.send_replace(Some(Ok(offset)));
             }
@@ -236,16 +402,16 @@ mod tests {
         let mut p = Producers::default();
         append(&mut p, &info(7, 0, 0, 3), 100);
         append(&mut p, &info(7, 0, 3, 2), 103);
-        match p.check(&info(7, 0, 0, 3)) {
+        match p.check_now(&info(7, 0, 0, 3)) {
             Check::Duplicate(rx) => assert_eq!(*rx.borrow(), Some(Ok(100))),
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            p.check(&info(7, 0, 9, 1)),
+            p.check_now(&info(7, 0, 9, 1)),
             Check::Refuse(BrokerError::OutOfOrderSequence(_))
         ));
         assert!(matches!(
-            p.check(&info(7, -1, 5, 1)),
+            p.check_now(&info(7, -1, 5, 1)),
             Check::Refuse(BrokerError::InvalidProducerEpoch(_))
         ));
         // A new epoch starts over at 0; other producers are independent.
@@ -258,11 +424,11 @@ mod tests {
     fn a_failed_batch_is_forgotten_with_the_ones_after_it() {
         let mut p = Producers::default();
         append(&mut p, &info(1, 0, 0, 1), 0);
-        let Check::Append(_tx) = p.check(&info(1, 0, 1, 1)) else { panic!() };
-        let Check::Append(_tx2) = p.check(&info(1, 0, 2, 1)) else { panic!() };
+        let Check::Append(_tx) = p.check_now(&info(1, 0, 1, 1)) else { panic!() };
+        let Check::Append(_tx2) = p.check_now(&info(1, 0, 2, 1)) else { panic!() };
         p.forget(1, 1);
         // The retry of sequence 1 is appended again, not answered as a duplicate.
-        assert!(matches!(p.check(&info(1, 0, 1, 1)), Check::Append(_)));
+        assert!(matches!(p.check_now(&info(1, 0, 1, 1)), Check::Append(_)));
     }
 
     #[test]
@@ -271,20 +437,60 @@ mod tests {
         for i in 0..10 {
             append(&mut p, &info(3, 0, i, 1), i as i64);
         }
-        assert!(matches!(p.check(&info(3, 0, 9, 1)), Check::Duplicate(_)));
+        assert!(matches!(p.check_now(&info(3, 0, 9, 1)), Check::Duplicate(_)));
         // Sequence 2 fell out of the window: not a duplicate, and out of order.
         assert!(matches!(
-            p.check(&info(3, 0, 2, 1)),
+            p.check_now(&info(3, 0, 2, 1)),
             Check::Refuse(BrokerError::OutOfOrderSequence(_))
         ));
         let mut rebuilt = Producers::default();
         for i in 0..10 {
-            rebuilt.restore(&info(3, 0, i, 1), i as i64);
+            rebuilt.restore(&info(3, 0, i, 1), i as i64, 0);
         }
-        match rebuilt.check(&info(3, 0, 8, 1)) {
+        match rebuilt.check_now(&info(3, 0, 8, 1)) {
             Check::Duplicate(rx) => assert_eq!(*rx.borrow(), Some(Ok(8))),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(rebuilt.check(&info(3, 0, 10, 1)), Check::Append(_)));
+        assert!(matches!(rebuilt.check_now(&info(3, 0, 10, 1)), Check::Append(_)));
+    }
+
+    /// #44 item 4: the snapshot carries every producer's epoch and last batches with their
+    /// offsets, so a retry is a duplicate after a restore however far the log moved on;
+    /// batches at or past `upto`, or not completed, are left to the replay; a damaged
+    /// snapshot is refused; producers idle past the expiration are dropped.
+    #[test]
+    fn snapshots_restore_producers_and_expire_them_by_time() {
+        let mut p = Producers::default();
+        for i in 0..7 {
+            append(&mut p, &info(1, 2, i * 2, 2), 1000 + i as i64);
+        }
+        append(&mut p, &info(9, 0, 0, 1), 5000);
+        let Check::Append(_pending) = p.check(&info(9, 0, 1, 1), 50) else { panic!() };
+        let snap = p.snapshot(5000);
+        let (mut back, upto) = Producers::from_snapshot(&snap).unwrap();
+        assert_eq!(upto, 5000);
+        match back.check(&info(1, 2, 10, 2), 60) {
+            Check::Duplicate(rx) => assert_eq!(*rx.borrow(), Some(Ok(1005))),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            back.check(&info(1, 1, 14, 2), 60),
+            Check::Refuse(BrokerError::InvalidProducerEpoch(_))
+        ));
+        assert!(matches!(back.check(&info(1, 2, 14, 2), 60), Check::Append(_)));
+        // Producer 9's batch at 5000 is for the replay, its pending one is not there.
+        assert_eq!(
+            back.describe().iter().find(|d| d.producer_id == 9).map(|d| d.last_sequence),
+            Some(-1)
+        );
+        for cut in 0..snap.len() {
+            assert!(Producers::from_snapshot(&snap[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut flipped = snap.clone();
+        flipped[10] ^= 1;
+        assert!(Producers::from_snapshot(&flipped).is_err());
+        // By time: producer 1 appended at 60 (after the restore), 9 at 0.
+        assert_eq!(back.expire(100, 50), 1);
+        assert_eq!(back.describe().iter().map(|d| d.producer_id).collect::<Vec<_>>(), vec![1]);
     }
 }

@@ -27,6 +27,8 @@ use crate::topics::{Topic, TopicConfig, Topics, log_name};
 pub(crate) struct Partition {
     pub log: ManagedLog,
     pub producers: Mutex<Producers>,
+    /// `Producers::changes` as of the last snapshot written (or restored).
+    pub(crate) snapshotted: AtomicU64,
     /// When a request last used it (`LogEnv::now_ms`): idle and least recently used
     /// partitions are closed (`partition_idle_timeout`, `partitions_open_max`).
     pub(crate) last_used_ms: AtomicU64,
@@ -168,10 +170,11 @@ impl Inner {
                 let segment = Duration::from_millis(tc.segment_ms as u64);
                 lc.rollover_max_age = lc.rollover_max_age.min(segment);
                 let log = self.open_or_create_log(topic, partition, lc).await?;
-                let producers = rebuild_producers(&log).await?;
+                let producers = rebuild_producers(&self.env, &log, self.now_ms()).await?;
                 self.metrics.partitions_opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 Ok::<_, folio_log::LogError>(Arc::new(Partition {
                     log,
+                    snapshotted: AtomicU64::new(producers.changes()),
                     producers: Mutex::new(producers),
                     last_used_ms: AtomicU64::new(self.env.now_ms()),
                 }))
@@ -257,7 +260,36 @@ impl Inner {
         if let Err(e) = part.log.close().await {
             tracing::warn!(log = part.log.name(), error = %e, "closing a partition failed");
         }
+        // Every append has settled: the snapshot covers the whole log.
+        self.snapshot_producers(&part).await;
         true
+    }
+
+    /// Writes `part`'s idempotent producer state beside its log if it changed since the
+    /// last snapshot (producers past `producer_id_expiration` dropped first). The write
+    /// compares the log record's existence (a deleted log gets none back) and never
+    /// replaces a snapshot that reaches further (a newer owner's).
+    pub(crate) async fn snapshot_producers(&self, part: &Partition) {
+        let upto = part.log.status().end_offset;
+        let expiration = self.config.producer_id_expiration.as_millis() as i64;
+        let (snapshot, changes) = {
+            let mut p = part.producers.lock().expect("producers lock");
+            p.expire(self.now_ms(), expiration);
+            if p.changes() == part.snapshotted.load(Ordering::Relaxed) {
+                return;
+            }
+            (p.snapshot(upto), p.changes())
+        };
+        let name = part.log.name();
+        match save_snapshot(&self.env, name, snapshot, upto).await {
+            Ok(()) => {
+                part.snapshotted.store(changes, Ordering::Relaxed);
+                self.metrics.producer_snapshots.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                tracing::warn!(log = name, error = %e, "writing the producer snapshot failed; the next owner replays further")
+            }
+        }
     }
 
     /// With `partitions_open_max` partitions open, takes the least recently used one out
@@ -312,6 +344,12 @@ impl Inner {
         logs.iter().filter(|(_, c)| c.get().is_some()).map(|(k, _)| *k).collect()
     }
 
+    /// The partitions open here now, opening ones excluded.
+    pub(crate) fn open_partition_states(&self) -> Vec<Arc<Partition>> {
+        let logs = self.logs.lock().expect("logs lock");
+        logs.values().filter_map(|c| c.get().cloned()).collect()
+    }
+
     /// The open log of a partition, if this broker has opened it (no metadata access).
     pub fn open_log(&self, id: Uuid, partition: i32) -> Option<ManagedLog> {
         self.logs
@@ -347,19 +385,78 @@ impl Inner {
     }
 }
 
-/// The idempotent producers' state, from the batch headers of the log's last
-/// `REBUILD_OFFSETS` offsets.
-async fn rebuild_producers(log: &ManagedLog) -> Result<Producers, folio_log::LogError> {
-    let mut producers = Producers::default();
+/// Writes a producer snapshot of log `name` reaching `upto` (see `snapshot_producers`).
+async fn save_snapshot(
+    env: &LogEnv,
+    name: &str,
+    snapshot: Vec<u8>,
+    upto: u64,
+) -> Result<(), folio_meta::MetaError> {
+    use folio_meta::{Compare, Txn};
+    let key = env.keys.log_state(name, "producers");
+    let stored = env.meta.get(&key).await?;
+    let guard = match &stored {
+        Some(v) => {
+            if let Ok((_, theirs)) = Producers::from_snapshot(&v.value)
+                && theirs > upto
+            {
+                return Ok(());
+            }
+            Compare::Version(key.clone(), v.version)
+        }
+        None => Compare::Absent(key.clone()),
+    };
+    let txn =
+        Txn::new().compare(Compare::Exists(env.keys.log(name))).compare(guard).put(key, snapshot);
+    env.meta.txn(txn).await?;
+    Ok(())
+}
+
+/// The idempotent producers' state on open: the snapshot beside the log (if any, and if
+/// the log still holds the offsets after it), then the batch headers appended since;
+/// without one, the batch headers of the log's last `REBUILD_OFFSETS` offsets.
+async fn rebuild_producers(
+    env: &LogEnv,
+    log: &ManagedLog,
+    now_ms: i64,
+) -> Result<Producers, folio_log::LogError> {
     let status = log.status();
-    let mut offset = status.start_offset.max(status.end_offset.saturating_sub(REBUILD_OFFSETS));
+    let key = env.keys.log_state(log.name(), "producers");
+    let snapshot = match env.meta.get(&key).await? {
+        Some(v) => match Producers::from_snapshot(&v.value) {
+            Ok((p, upto)) if upto <= status.end_offset => Some((p, upto)),
+            Ok((_, upto)) => {
+                tracing::warn!(
+                    log = log.name(),
+                    upto,
+                    end = status.end_offset,
+                    "a producer snapshot past the log's end; rebuilding from the log"
+                );
+                None
+            }
+            Err(e) => {
+                tracing::warn!(log = log.name(), error = %e, "a producer snapshot that does not read; rebuilding from the log");
+                None
+            }
+        },
+        None => None,
+    };
+    let (mut producers, from, restored) = match snapshot {
+        Some((p, upto)) => (p, upto.max(status.start_offset), true),
+        None => (
+            Producers::default(),
+            status.start_offset.max(status.end_offset.saturating_sub(REBUILD_OFFSETS)),
+            false,
+        ),
+    };
+    let mut offset = from;
     while offset < status.end_offset {
         let entries = log.read(offset, 8 << 20, 4096).await?;
         let Some(last) = entries.last() else { break };
         offset = last.next_offset();
         for e in &entries {
             match crate::batch::read_header(&e.payload) {
-                Ok(info) => producers.restore(&info, e.base_offset as i64),
+                Ok(info) => producers.restore(&info, e.base_offset as i64, now_ms),
                 Err(err) => {
                     tracing::warn!(log = log.name(), offset = e.base_offset, error = %err, "a stored batch does not parse")
                 }
@@ -370,6 +467,8 @@ async fn rebuild_producers(log: &ManagedLog) -> Result<Producers, folio_log::Log
         tracing::info!(
             log = log.name(),
             producers = producers.len(),
+            from_snapshot = restored,
+            replayed_from = from,
             "idempotent producer state rebuilt"
         );
     }

@@ -494,9 +494,12 @@ async fn idempotent_retries_are_stored_once_even_across_a_new_broker() {
     assert_eq!(produced(&r), (0, 3));
     let r: ProduceResponse = c.call(ApiKey::Produce, 9, &send(9, 1, 0)).await;
     assert_eq!(produced(&r).0, errors::OUT_OF_ORDER_SEQUENCE_NUMBER);
-    // A bumped epoch starts over; the old epoch is refused.
+    // Without a transactional id, naming an id gets a new one (Kafka's rule, #44 item 4):
+    // no client takes over another's producer id.
     let r: InitProducerIdResponse = c.call(ApiKey::InitProducerId, 4, &init(pid, 0)).await;
-    assert_eq!((r.producer_id.0, r.producer_epoch), (pid, 1));
+    assert_eq!(r.error_code, 0);
+    assert!(r.producer_id.0 != pid && r.producer_epoch == 0, "{r:?}");
+    // A bumped epoch starts over; the old epoch is refused.
     let r: ProduceResponse = c.call(ApiKey::Produce, 9, &send(0, 1, 1)).await;
     assert_eq!(produced(&r), (0, 5));
     let r: ProduceResponse = c.call(ApiKey::Produce, 9, &send(5, 1, 0)).await;
@@ -529,6 +532,60 @@ async fn idempotent_retries_are_stored_once_even_across_a_new_broker() {
         )
         .await;
     assert_eq!(r.error_code, errors::INVALID_REQUEST);
+}
+
+/// #44 item 4: a producer whose last batch lies more than `REBUILD_OFFSETS` offsets back
+/// is still known to the next broker (from the snapshot written beside the log, on a
+/// clean stop and periodically before a crash), so its retry is a duplicate, not a second
+/// copy.
+#[tokio::test]
+async fn idempotence_survives_ownership_changes_however_far_the_log_moved_on() {
+    let quick = |c: &mut folio_broker::BrokerConfig| {
+        c.producer_snapshot_interval = std::time::Duration::from_millis(50);
+        // A crashed broker's registration goes with its lease before the next one starts.
+        c.lease_ttl = std::time::Duration::from_secs(1);
+    };
+    let s = start(1, quick).await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    let _: MetadataResponse = c.call(ApiKey::Metadata, 9, &metadata_req(&["far"])).await;
+    let end = async |c: &mut Conn| {
+        let r: ListOffsetsResponse =
+            c.call(ApiKey::ListOffsets, 5, &list_offsets_req("far", -1)).await;
+        r.topics[0].partitions[0].offset
+    };
+    let retry = |pid: i64| produce_req("far", 0, idempotent(batch(2, 1), pid, 0, 0), -1);
+    let far = folio_broker::producers::REBUILD_OFFSETS as i32 + 1;
+    let mut expected_end = 0;
+    let mut broker = s.broker.clone();
+    for (round, crash) in [(0i64, false), (1, true)] {
+        let pid = 1000 + round;
+        let r: ProduceResponse = c.call(ApiKey::Produce, 9, &retry(pid)).await;
+        assert_eq!(produced(&r), (0, expected_end));
+        let first = expected_end;
+        // Others write more than REBUILD_OFFSETS offsets after it.
+        let r: ProduceResponse =
+            c.call(ApiKey::Produce, 9, &produce_req("far", 0, batch(far, 1), -1)).await;
+        assert_eq!(produced(&r).0, 0);
+        expected_end += 2 + i64::from(far);
+        if crash {
+            // A crash: only the periodic snapshot is there (written after pid's batch).
+            let written =
+                broker.metrics().producer_snapshots.load(std::sync::atomic::Ordering::Relaxed);
+            eventually(std::time::Duration::from_secs(20), "a periodic snapshot", || {
+                broker.metrics().producer_snapshots.load(std::sync::atomic::Ordering::Relaxed)
+                    > written
+            })
+            .await;
+            broker.abort();
+        } else {
+            broker.shutdown().await;
+        }
+        broker = broker_on(&s.cluster, quick).await;
+        c = Conn::open(broker.addr()).await;
+        let r: ProduceResponse = c.call(ApiKey::Produce, 9, &retry(pid)).await;
+        assert_eq!(produced(&r), (0, first), "round {round}: the retry is a duplicate");
+        assert_eq!(end(&mut c).await, expected_end, "round {round}: stored once");
+    }
 }
 
 /// The group coordinator on the wire: join, sync, heartbeat, commit and fetch offsets,

@@ -73,7 +73,9 @@ pub async fn delete_log(env: &LogEnv, name: &str, reason: &str) -> Result<()> {
             fenced.insert(id);
             continue;
         }
-        let cursors = list_all(env.meta.as_ref(), &env.keys.cursors(name)).await?;
+        // Cursors and what the owner keeps beside the log go with it.
+        let mut cursors = list_all(env.meta.as_ref(), &env.keys.cursors(name)).await?;
+        cursors.extend(list_all(env.meta.as_ref(), &env.keys.log_states(name)).await?);
         let small = record.ledgers.len() + cursors.len() < per_txn;
         if record.state != LogRecordState::Deleting && !small {
             // Too big for one transaction: mark it, then move it in batches.
@@ -87,7 +89,8 @@ pub async fn delete_log(env: &LogEnv, name: &str, reason: &str) -> Result<()> {
             continue;
         }
         let n = record.ledgers.len().min(per_txn);
-        let last_batch = n == record.ledgers.len() && cursors.len() + n < per_txn;
+        let states = folio_meta::keys::LOG_STATES.len();
+        let last_batch = n == record.ledgers.len() && cursors.len() + states + n < per_txn;
         let mut txn = Txn::new().compare(Compare::Version(key.clone(), v.version));
         for l in record.ledgers.drain(..n) {
             let t = TrashRecord::new(l.ledger_id, name, LOG_DELETED, now);
@@ -98,6 +101,14 @@ pub async fn delete_log(env: &LogEnv, name: &str, reason: &str) -> Result<()> {
             txn = txn.delete(key.clone());
             for c in &cursors {
                 txn = txn.delete(c.key.clone());
+            }
+            // By name too: one written since the listing (its writer compares the log
+            // record's existence, so none is written after this).
+            for what in folio_meta::keys::LOG_STATES {
+                let k = env.keys.log_state(name, what);
+                if !cursors.iter().any(|c| c.key == k) {
+                    txn = txn.delete(k);
+                }
             }
         } else if n == 0 {
             // Only cursors left, more than one transaction takes: remove a batch first.

@@ -48,6 +48,10 @@ impl Default for Keys {
     }
 }
 
+/// The names of the state a log's owner may keep beside it (`Keys::log_state`): the
+/// broker's idempotent producer snapshot.
+pub const LOG_STATES: &[&str] = &["producers"];
+
 impl Keys {
     /// Keys under `root` (without a trailing `/`).
     pub fn new(root: impl Into<String>) -> Keys {
@@ -118,6 +122,19 @@ impl Keys {
     /// Cursor `cursor` of log `log`: the offset it acknowledged up to.
     pub fn cursor(&self, log: &str, cursor: &str) -> String {
         format!("{}/cursors/{log}/{cursor}", self.root)
+    }
+
+    /// The prefix of what a log's owner keeps beside log `log` (ends with `/`): the
+    /// broker's idempotent producer snapshot. Deleted with the log, like its cursors.
+    pub fn log_states(&self, log: &str) -> String {
+        format!("{}/log-state/{log}/", self.root)
+    }
+
+    /// State `what` kept beside log `log` (see `log_states`; `what` is one of
+    /// [`LOG_STATES`], which the log's deletion removes by name, so one written while it
+    /// lists them is not left behind).
+    pub fn log_state(&self, log: &str, what: &str) -> String {
+        format!("{}/log-state/{log}/{what}", self.root)
     }
 
     /// The prefix of every topic's record (the name → topic id binding and its settings).

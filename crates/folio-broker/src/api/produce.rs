@@ -192,7 +192,8 @@ pub(crate) async fn start(
                 // Idempotent producers: a retry is answered with the original's outcome,
                 // a gap or an old epoch is refused.
                 let publish = if info.is_idempotent() {
-                    match partition.producers.lock().expect("producers lock").check(info) {
+                    let now = inner.now_ms();
+                    match partition.producers.lock().expect("producers lock").check(info, now) {
                         Check::Append(tx) => Some(tx),
                         Check::Duplicate(rx) => {
                             metrics.duplicate_batches.fetch_add(1, Ordering::Relaxed);
@@ -472,8 +473,9 @@ fn partition_codes(resp: &ProduceResponse) -> impl Iterator<Item = i16> + '_ {
 }
 
 /// InitProducerId for idempotent producers: a producer id unique in the cluster (from the
-/// metadata store's id sequence `producer`), epoch 0; with an id and epoch given (v3+),
-/// the same id with the next epoch. Transactional ids are not supported yet.
+/// metadata store's id sequence `producer`), epoch 0, as Kafka issues them without a
+/// transactional id (an id and epoch in the request, v3+, are not taken over).
+/// Transactional ids are not supported yet.
 pub(crate) struct InitProducerId;
 
 impl crate::api::Handler for InitProducerId {
@@ -494,14 +496,15 @@ impl crate::api::Handler for InitProducerId {
             );
             return resp.with_error_code(errors::INVALID_REQUEST);
         }
-        if version >= 3
-            && req.producer_id.0 >= 0
-            && req.producer_epoch >= 0
-            && req.producer_epoch < i16::MAX - 1
-        {
-            return resp
-                .with_producer_id(req.producer_id)
-                .with_producer_epoch(req.producer_epoch + 1);
+        // Kafka's rule without a transactional id: a new producer id, epoch 0, whatever id
+        // and epoch the request names (v3+ lets a client ask to bump its own; honouring
+        // that unchecked let any client take over any producer id's sequence).
+        if req.producer_id.0 >= 0 {
+            tracing::debug!(
+                producer_id = req.producer_id.0,
+                epoch = req.producer_epoch,
+                "InitProducerId names an id: a new one is issued (no transactional id)"
+            );
         }
         let key = inner.env.keys.id_sequence("producer");
         match inner.env.meta.next_id(&key).await {
