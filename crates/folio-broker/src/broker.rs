@@ -85,6 +85,7 @@ impl Broker {
                 env.meta.clone(),
                 env.keys.clone(),
                 env.clock.clone(),
+                config.node_id,
             ),
             groups_config: config.groups.clone(),
             membership,

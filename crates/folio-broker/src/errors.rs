@@ -21,6 +21,8 @@ pub const MESSAGE_TOO_LARGE: i16 = 10;
 pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
 /// A record timestamp out of the topic's bounds, or a producer-set LogAppendTime.
 pub const INVALID_TIMESTAMP: i16 = 32;
+/// The coordinator is loading the group's state: clients retry here shortly.
+pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
 /// The group coordinator is not available yet.
 pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
 /// This broker does not coordinate the group.
@@ -270,6 +272,7 @@ pub fn name(code: i16) -> &'static str {
         UNKNOWN_TOPIC_OR_PARTITION => "UNKNOWN_TOPIC_OR_PARTITION",
         LEADER_NOT_AVAILABLE => "LEADER_NOT_AVAILABLE",
         INVALID_TIMESTAMP => "INVALID_TIMESTAMP",
+        COORDINATOR_LOAD_IN_PROGRESS => "COORDINATOR_LOAD_IN_PROGRESS",
         NOT_LEADER_OR_FOLLOWER => "NOT_LEADER_OR_FOLLOWER",
         REQUEST_TIMED_OUT => "REQUEST_TIMED_OUT",
         MESSAGE_TOO_LARGE => "MESSAGE_TOO_LARGE",

@@ -178,6 +178,17 @@ impl Keys {
         format!("{}/groups/", self.root)
     }
 
+    /// The prefix of the group coordinators' claims (one per group with committed offsets).
+    pub fn group_claims(&self) -> String {
+        format!("{}/group-claims/", self.root)
+    }
+
+    /// The claim on group `escaped` (a group id with `/` and `%` escaped): which broker
+    /// coordinates it, at which coordinator epoch; every offset write compares it.
+    pub fn group_claim(&self, escaped: &str) -> String {
+        format!("{}/group-claims/{escaped}", self.root)
+    }
+
     /// The prefix of the trash: ledgers waiting to be deleted.
     pub fn trash(&self) -> String {
         format!("{}/trash/", self.root)

@@ -367,6 +367,9 @@ impl Handler for OffsetCommit {
         }
         let group = s(&req.group_id).to_string();
         let check = commit_check(&inner, &req);
+        // The generation the commit was checked at (-1: from outside the group protocol):
+        // the group's claim is taken at it (`group::claim`).
+        let generation = req.generation_id_or_member_epoch.max(-1);
         let now = inner.now_ms() as u64;
         let mut resp = OffsetCommitResponse::default();
         let mut writes = Vec::new();
@@ -422,13 +425,16 @@ impl Handler for OffsetCommit {
         let mut attempt = 0;
         while !writes.is_empty() {
             attempt += 1;
-            let refused = match inner.groups.commit(&group, &writes).await {
+            let refused = match inner.groups.commit(&group, generation, &writes).await {
                 Ok(refused) => refused,
                 Err(e) => {
                     tracing::warn!(group = %group, error = %e, "writing committed offsets failed");
+                    let code = match e {
+                        crate::group::CommitError::Fenced { code, .. } => code,
+                        crate::group::CommitError::Store(_) => errors::COORDINATOR_NOT_AVAILABLE,
+                    };
                     for (ti, pi) in &written {
-                        resp.topics[*ti].partitions[*pi].error_code =
-                            errors::COORDINATOR_NOT_AVAILABLE;
+                        resp.topics[*ti].partitions[*pi].error_code = code;
                     }
                     break;
                 }
@@ -513,8 +519,13 @@ async fn fetch_group(
     if let Ok(Some(arrival)) = super::REQUEST.try_with(|s| s.arrival) {
         inner.groups.commits_before(group, arrival).await;
     }
-    let committed =
-        inner.groups.committed(group).await.map_err(|_| errors::COORDINATOR_NOT_AVAILABLE)?;
+    // A store that fails to answer: "loading", which clients retry on the same
+    // coordinator (a request-level COORDINATOR_NOT_AVAILABLE without partitions left
+    // librdkafka's group members waiting for minutes).
+    let committed = inner.groups.committed(group).await.map_err(|e| {
+        tracing::warn!(group, error = %e, "reading committed offsets failed");
+        errors::COORDINATOR_LOAD_IN_PROGRESS
+    })?;
     let mut out = Vec::new();
     match topics {
         Some(wanted) => {
@@ -598,6 +609,7 @@ impl Handler for OffsetFetch {
                         .collect()
                 });
                 let mut out = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
+                let asked = topics.clone();
                 match fetch_group(&inner, s(&g.group_id), topics).await {
                     Ok(fetched) => {
                         out.topics = fetched
@@ -621,7 +633,30 @@ impl Handler for OffsetFetch {
                             })
                             .collect()
                     }
-                    Err(code) => out.error_code = code,
+                    Err(code) => {
+                        // The group's error, and each partition asked with it (Kafka's shape).
+                        out.error_code = code;
+                        out.topics = asked
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|(name, parts)| {
+                                OffsetFetchResponseTopics::default()
+                                    .with_name(TopicName(str_bytes(name)))
+                                    .with_partitions(
+                                        parts
+                                            .into_iter()
+                                            .map(|p| {
+                                                OffsetFetchResponsePartitions::default()
+                                                    .with_partition_index(p)
+                                                    .with_committed_offset(-1)
+                                                    .with_committed_leader_epoch(-1)
+                                                    .with_error_code(code)
+                                            })
+                                            .collect(),
+                                    )
+                            })
+                            .collect();
+                    }
                 }
                 resp.groups.push(out);
             }
@@ -631,6 +666,7 @@ impl Handler for OffsetFetch {
             ts.into_iter().map(|t| (t.name.as_str().to_string(), t.partition_indexes)).collect()
         });
         let mut resp = OffsetFetchResponse::default();
+        let asked = topics.clone();
         match fetch_group(&inner, s(&req.group_id), topics).await {
             Ok(fetched) => {
                 resp.topics = fetched
@@ -657,8 +693,32 @@ impl Handler for OffsetFetch {
                     })
                     .collect()
             }
-            Err(code) if version >= 2 => resp.error_code = code,
-            Err(_) => {}
+            Err(code) => {
+                // Each partition asked carries the error (all versions), and from v2 the
+                // response as well, as Kafka answers.
+                if version >= 2 {
+                    resp.error_code = code;
+                }
+                resp.topics = asked
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(name, parts)| {
+                        OffsetFetchResponseTopic::default()
+                            .with_name(TopicName(str_bytes(name)))
+                            .with_partitions(
+                                parts
+                                    .into_iter()
+                                    .map(|p| {
+                                        OffsetFetchResponsePartition::default()
+                                            .with_partition_index(p)
+                                            .with_committed_offset(-1)
+                                            .with_error_code(code)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect();
+            }
         }
         resp
     }

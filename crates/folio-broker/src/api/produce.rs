@@ -487,7 +487,7 @@ impl crate::api::Handler for InitProducerId {
         super::init_producer_denied(inner, req.transactional_id.as_ref().map(|t| t.as_str()))
     }
 
-    async fn handle(inner: Arc<Inner>, version: i16, req: Self::Request) -> Self::Response {
+    async fn handle(inner: Arc<Inner>, _version: i16, req: Self::Request) -> Self::Response {
         use kafka_protocol::messages::ProducerId;
         let resp = Self::Response::default();
         if req.transactional_id.is_some() {

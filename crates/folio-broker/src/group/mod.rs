@@ -44,6 +44,8 @@ use uuid::Uuid;
 
 use crate::errors;
 pub use crate::limits::GROUP_ID_BYTES_MAX;
+use claim::Claim;
+pub use claim::CommitError;
 use commit_order::Arrivals;
 pub use commit_order::CommitTicket;
 pub use record::OffsetRecord;
@@ -52,6 +54,7 @@ use statics::fenced;
 
 pub use offsets::{OffsetToDelete, subscription_topics};
 
+mod claim;
 mod commit_order;
 mod offsets;
 mod record;
@@ -209,6 +212,12 @@ pub struct Coordinator {
     arrivals: Mutex<Arrivals>,
     /// Notified whenever a commit in flight ends.
     commit_ended: tokio::sync::Notify,
+    /// This broker's node id (in its claims).
+    node_id: i32,
+    /// The groups whose offsets this coordinator may write: its claims (`claim`).
+    claims: Mutex<HashMap<String, Claim>>,
+    /// Held while a claim is taken (one at a time).
+    claiming: tokio::sync::Mutex<()>,
 }
 
 impl Coordinator {
@@ -219,6 +228,7 @@ impl Coordinator {
         meta: Arc<dyn MetadataStore>,
         keys: Keys,
         clock: Arc<dyn Clock>,
+        node_id: i32,
     ) -> Arc<Coordinator> {
         Arc::new(Coordinator {
             config,
@@ -229,6 +239,9 @@ impl Coordinator {
             last_commits: Mutex::new(BTreeMap::new()),
             arrivals: Mutex::new(Arrivals::default()),
             commit_ended: tokio::sync::Notify::new(),
+            node_id,
+            claims: Mutex::new(HashMap::new()),
+            claiming: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -561,22 +574,27 @@ impl Coordinator {
         errors::NONE
     }
 
-    /// Writes committed offsets (one transaction per 100): (topic name, topic id, the
-    /// topic record's version as read, partition, record). Each transaction compares the
-    /// record of every topic it writes for at that version, so offsets are never written
-    /// for a topic deleted (or re-created under a new id) in the meantime. Returns the
-    /// writes a failed compare left out (none: all written); the caller re-reads those
-    /// topics and tries again or answers UNKNOWN_TOPIC_OR_PARTITION.
+    /// Writes committed offsets of `group` at `generation` (-1: from outside the group
+    /// protocol): (topic name, topic id, the topic record's version as read, partition,
+    /// record), under the group's claim (`claim`: taken first if not held). Each
+    /// transaction compares the claim and the record of every topic it writes for at that
+    /// version, so offsets are never written by a coordinator that lost the group, nor for
+    /// a topic deleted (or re-created under a new id) in the meantime. Returns the writes a
+    /// topic's compare left out (none: all written); the caller re-reads those topics and
+    /// tries again or answers UNKNOWN_TOPIC_OR_PARTITION.
     pub async fn commit(
         &self,
         group_id: &str,
+        generation: i32,
         offsets: &[(String, Uuid, Version, i32, OffsetRecord)],
-    ) -> Result<Vec<usize>, MetaError> {
+    ) -> Result<Vec<usize>, CommitError> {
+        let claim = self.claim(group_id, generation).await?;
+        let claim_key = self.claim_key(group_id);
         let mut refused = Vec::new();
-        // Each offset takes a put and at most one topic-version compare.
-        let per_txn = (self.meta.txn_ops_max() / 2).max(1);
+        // Each offset takes a put and at most one topic-version compare; one for the claim.
+        let per_txn = (self.meta.txn_ops_max().saturating_sub(1) / 2).max(1);
         for (c, chunk) in offsets.chunks(per_txn).enumerate() {
-            let mut txn = Txn::new();
+            let mut txn = Txn::new().compare(Compare::Version(claim_key.clone(), claim.version));
             let mut guarded = std::collections::HashSet::new();
             for (name, topic, version, p, r) in chunk {
                 if guarded.insert(name.as_str()) {
@@ -584,7 +602,23 @@ impl Coordinator {
                 }
                 txn = txn.put(self.offset_key(group_id, *topic, *p), r.encode());
             }
-            if !self.meta.txn(txn).await?.succeeded {
+            let applied = match self.meta.txn(txn).await {
+                Ok(out) => out.succeeded,
+                Err(e) => {
+                    // It may still land: the next commit claims anew and so fences it.
+                    self.drop_claim(group_id, Some(claim));
+                    return Err(CommitError::Store(e));
+                }
+            };
+            if !applied {
+                match self.claim_moved(group_id, claim).await {
+                    Ok(Some(fenced)) => return Err(fenced),
+                    Ok(None) => {}
+                    Err(e) => {
+                        self.drop_claim(group_id, Some(claim));
+                        return Err(CommitError::Store(e));
+                    }
+                }
                 let first = c * per_txn;
                 refused.extend(first..first + chunk.len());
                 continue;
@@ -683,6 +717,7 @@ impl Coordinator {
     pub fn forget_unless(&self, keep: impl Fn(&str) -> bool) {
         let mut groups = self.groups.lock().expect("groups lock");
         let gone: Vec<String> = groups.keys().filter(|g| !keep(g)).cloned().collect();
+        self.claims.lock().expect("claims lock").retain(|g, _| keep(g));
         for name in gone {
             if let Some(mut g) = groups.remove(&name) {
                 tracing::info!(group = %name, "group moved to another coordinator");
@@ -733,6 +768,12 @@ impl Coordinator {
             if self.meta.txn(txn).await.is_err() {
                 return errors::COORDINATOR_NOT_AVAILABLE;
             }
+        }
+        // The claim last: a commit racing the deletion fails its compare.
+        self.drop_claim(group_id, None);
+        let claim = Txn::new().delete(self.claim_key(group_id));
+        if self.meta.txn(claim).await.is_err() {
+            return errors::COORDINATOR_NOT_AVAILABLE;
         }
         tracing::info!(group = group_id, offsets = keys.len(), "group deleted");
         errors::NONE

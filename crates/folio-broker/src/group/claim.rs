@@ -1,0 +1,249 @@
+//! The coordinator's claim on a group: the fence on its offset writes.
+//!
+//! ```text
+//! group-claims/<group, escaped>   "<node id> <coordinator epoch> <generation>"
+//! ```
+//! Before a coordinator writes a group's offsets it holds the group's claim: it reads the
+//! record and writes it back with the next epoch, its node id and the group's generation (a
+//! compare-and-set). Every offset write then compares the claim's version in the same
+//! transaction. So a write of a coordinator that lost the group (to another broker, or to
+//! a newer generation of its own) can never land after the claim moved: an isolated
+//! broker's commits in flight, a stale generation's commit, and a commit whose answer was
+//! an error (the claim is dropped then, and the next commit claims anew, fencing it) never
+//! overwrite a newer offset. Membership itself stays in memory (members rejoin a new
+//! coordinator); the claim is what makes the move safe for the offsets.
+//!
+//! A claim is taken lazily, at a group's first commit here or when the generation it was
+//! taken at is no longer the group's; it is dropped when the group moves away, when a
+//! write of it fails, and deleted with the group's offsets.
+
+use folio_meta::{Compare, MetaError, Txn, Version};
+
+use super::Coordinator;
+use super::record::escape;
+
+/// A claim this coordinator holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Claim {
+    /// The claim record's version: every offset write compares it.
+    pub version: Version,
+    pub epoch: u64,
+    /// The group's generation when it was taken (-1: commits from outside the protocol).
+    pub generation: i32,
+}
+
+/// Why an offset write was not taken.
+#[derive(Debug)]
+pub enum CommitError {
+    /// The store failed or did not answer: the write may still land, so the claim is
+    /// dropped (the next commit fences it). COORDINATOR_NOT_AVAILABLE.
+    Store(MetaError),
+    /// The claim moved: to another broker (NOT_COORDINATOR) or to a newer generation here
+    /// (ILLEGAL_GENERATION).
+    Fenced { code: i16, holder: i32 },
+}
+
+impl std::fmt::Display for CommitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CommitError::Store(e) => write!(f, "{e}"),
+            CommitError::Fenced { holder, .. } => {
+                write!(f, "the group's claim moved (held by broker {holder})")
+            }
+        }
+    }
+}
+
+/// (node id, epoch, generation) of a claim record; `None` if damaged.
+fn parse(v: &[u8]) -> Option<(i32, u64, i32)> {
+    let s = std::str::from_utf8(v).ok()?;
+    let mut f = s.split(' ');
+    let node = f.next()?.parse().ok()?;
+    let epoch = f.next()?.parse().ok()?;
+    let generation = f.next()?.parse().ok()?;
+    f.next().is_none().then_some((node, epoch, generation))
+}
+
+impl Coordinator {
+    pub(super) fn claim_key(&self, group: &str) -> String {
+        self.keys.group_claim(&escape(group))
+    }
+
+    /// The claim to write `group`'s offsets under at `generation`: the one held, or a new
+    /// one (the next epoch, compare-and-set).
+    pub(super) async fn claim(&self, group: &str, generation: i32) -> Result<Claim, CommitError> {
+        let held = |c: &Coordinator| -> Result<Option<Claim>, CommitError> {
+            // A member's generation must still be the group's (checked before, but a
+            // rebalance may have come since): an older one never claims.
+            if generation >= 0 {
+                let now = c.groups.lock().expect("groups lock").get(group).map(|g| g.generation);
+                if now != Some(generation) {
+                    return Err(CommitError::Fenced {
+                        code: crate::errors::ILLEGAL_GENERATION,
+                        holder: c.node_id,
+                    });
+                }
+            }
+            let claims = c.claims.lock().expect("claims lock");
+            Ok(claims.get(group).filter(|h| h.generation == generation).copied())
+        };
+        if let Some(c) = held(self)? {
+            return Ok(c);
+        }
+        // One claim taken at a time (and checked again once it is this one's turn).
+        let _turn = self.claiming.lock().await;
+        if let Some(c) = held(self)? {
+            return Ok(c);
+        }
+        let key = self.claim_key(group);
+        let current = self.meta.get(&key).await.map_err(CommitError::Store)?;
+        let (epoch, guard) = match &current {
+            Some(v) => {
+                let epoch = parse(&v.value).map_or(0, |(_, e, _)| e);
+                (epoch + 1, Compare::Version(key.clone(), v.version))
+            }
+            None => (1, Compare::Absent(key.clone())),
+        };
+        let record = format!("{} {epoch} {generation}", self.node_id);
+        let out = self
+            .meta
+            .txn(Txn::new().compare(guard).put(key, record))
+            .await
+            .map_err(CommitError::Store)?;
+        if !out.succeeded {
+            // Another coordinator claimed it at the same moment: let the client retry.
+            return Err(CommitError::Store(MetaError::Unavailable(format!(
+                "group {group}: its claim changed while it was taken"
+            ))));
+        }
+        let claim = Claim { version: out.revision, epoch, generation };
+        tracing::info!(group, epoch, generation, node_id = self.node_id, "group claimed");
+        self.claims.lock().expect("claims lock").insert(group.to_string(), claim);
+        Ok(claim)
+    }
+
+    /// Drops this coordinator's claim on `group` if it is still `claim` (a failed write:
+    /// the next commit claims anew, fencing whatever of it is still in flight).
+    pub(super) fn drop_claim(&self, group: &str, claim: Option<Claim>) {
+        let mut claims = self.claims.lock().expect("claims lock");
+        if claim.is_none() || claims.get(group) == claim.as_ref() {
+            claims.remove(group);
+        }
+    }
+
+    /// After a write refused by a compare: `Some` if the claim moved (who holds it now),
+    /// `None` if it is still `claim` (a topic's compare refused it).
+    pub(super) async fn claim_moved(
+        &self,
+        group: &str,
+        claim: Claim,
+    ) -> Result<Option<CommitError>, MetaError> {
+        let current = self.meta.get(&self.claim_key(group)).await?;
+        if current.as_ref().is_some_and(|v| v.version == claim.version) {
+            return Ok(None);
+        }
+        self.drop_claim(group, Some(claim));
+        let holder = current.and_then(|v| parse(&v.value)).map_or(-1, |(n, _, _)| n);
+        let code = if holder == self.node_id {
+            crate::errors::ILLEGAL_GENERATION
+        } else {
+            crate::errors::NOT_COORDINATOR
+        };
+        tracing::info!(group, holder, "an offset write refused: the group's claim moved");
+        Ok(Some(CommitError::Fenced { code, holder }))
+    }
+
+    /// The claim held on `group`, if any (tests).
+    pub fn claim_version(&self, group: &str) -> Option<Version> {
+        self.claims.lock().expect("claims lock").get(group).map(|c| c.version)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claim_records_parse_and_damage_is_refused() {
+        assert_eq!(parse(b"3 17 -1"), Some((3, 17, -1)));
+        for bad in [&b""[..], b"3 17", b"3 17 1 9", b"x 1 1", b"\xff"] {
+            assert_eq!(parse(bad), None);
+        }
+    }
+
+    use std::sync::Arc;
+
+    use folio_meta::MetadataStore;
+    use folio_meta::records::Record;
+
+    use super::super::{Group, GroupConfig, OffsetRecord};
+
+    fn record(offset: i64) -> OffsetRecord {
+        OffsetRecord { offset, leader_epoch: -1, commit_ms: 1, metadata: String::new() }
+    }
+
+    /// #44 item 2: offsets are written only under the group's claim. A coordinator that
+    /// lost the group (another broker claimed it), a stale generation, and a write whose
+    /// answer was an error (fenced by the next claim) never land after a newer offset.
+    #[tokio::test]
+    async fn offsets_are_written_only_under_the_groups_claim() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn MetadataStore> =
+            Arc::new(folio_meta::embedded::EmbeddedStore::open(dir.path()).unwrap());
+        let faulty = Arc::new(folio_meta::faulty::FaultyStore::new(store.clone()));
+        let keys = folio_meta::keys::Keys::default();
+        let version =
+            store.put(&keys.topic("t"), "topic".into(), folio_meta::Expect::Any).await.unwrap();
+        let id = uuid::Uuid::from_u128(7);
+        let clock: Arc<dyn folio_meta::Clock> = Arc::new(folio_meta::ManualClock::new());
+        let coordinator = |meta: Arc<dyn MetadataStore>, node| {
+            Coordinator::new(GroupConfig::default(), meta, keys.clone(), clock.clone(), node)
+        };
+        let (one, two) = (coordinator(store.clone(), 1), coordinator(store.clone(), 2));
+        let w = |o| vec![("t".to_string(), id, version, 0, record(o))];
+        let committed = async |c: &Coordinator| c.committed("g").await.unwrap()[&(id, 0)].offset;
+        one.commit("g", -1, &w(10)).await.unwrap();
+        // Broker 2 takes the group over; broker 1, isolated, still thinks it has it.
+        two.commit("g", -1, &w(20)).await.unwrap();
+        match one.commit("g", -1, &w(5)).await {
+            Err(CommitError::Fenced { code, holder: 2 }) => {
+                assert_eq!(code, crate::errors::NOT_COORDINATOR)
+            }
+            other => panic!("a stale coordinator's commit: {other:?}"),
+        }
+        assert_eq!(committed(&two).await, 20);
+
+        // A stale generation: checked at 5, the group moved on to 6 before it wrote.
+        let three = coordinator(faulty.clone(), 3);
+        three.groups.lock().unwrap().insert("g".into(), Group { generation: 5, ..Group::new(0) });
+        three.commit("g", 5, &w(30)).await.unwrap();
+        let at_five = three.claim_version("g").unwrap();
+        three.groups.lock().unwrap().get_mut("g").unwrap().generation = 6;
+        match three.commit("g", 5, &w(25)).await {
+            Err(CommitError::Fenced { code, .. }) => {
+                assert_eq!(code, crate::errors::ILLEGAL_GENERATION)
+            }
+            other => panic!("{other:?}"),
+        }
+        three.commit("g", 6, &w(40)).await.unwrap();
+        // A gen-5 write that was still in flight then arrives: it compares the old claim.
+        let late = Txn::new()
+            .compare(Compare::Version(three.claim_key("g"), at_five))
+            .put(three.offset_key("g", id, 0), record(31).encode());
+        assert!(!store.txn(late).await.unwrap().succeeded, "a stale generation's write landed");
+
+        // A write answered with an error may land later: the claim is dropped with the
+        // answer, and the next commit claims anew, so the late write cannot land after it.
+        let held = three.claim_version("g").unwrap();
+        faulty.fail_txns(1);
+        assert!(matches!(three.commit("g", 6, &w(50)).await, Err(CommitError::Store(_))));
+        assert_eq!(three.claim_version("g"), None);
+        three.commit("g", 6, &w(60)).await.unwrap();
+        assert_ne!(three.claim_version("g"), Some(held));
+        let late = Txn::new()
+            .compare(Compare::Version(three.claim_key("g"), held))
+            .put(three.offset_key("g", id, 0), record(50).encode());
+        assert!(!store.txn(late).await.unwrap().succeeded, "an errored write landed later");
+        assert_eq!(committed(&three).await, 60);
+    }
+}
