@@ -139,6 +139,7 @@ impl Broker {
         tokio::spawn(refresh_topics(inner.clone()));
         tokio::spawn(close_idle_partitions(inner.clone()));
         tokio::spawn(snapshot_producers(inner.clone()));
+        tokio::spawn(expire_offsets(inner.clone()));
         tokio::spawn(crate::deletion::run(inner.clone()));
         tokio::spawn(crate::compaction::run(inner.clone()));
         if let Some(every) = inner.config.audit_interval {
@@ -451,6 +452,23 @@ async fn close_idle_partitions(inner: Arc<Inner>) {
             _ = shutdown.wait_for(|s| *s) => return,
         }
         inner.close_idle_partitions().await;
+    }
+}
+
+/// Expires committed offsets of the groups this broker coordinates, every
+/// `offsets_retention_check_interval` (`group::lifecycle`).
+async fn expire_offsets(inner: Arc<Inner>) {
+    let mut shutdown = inner.shutdown.subscribe();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(inner.groups_config.offsets_retention_check_interval) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        let membership = inner.membership.clone();
+        let owns = |g: &str| membership.owns(&cluster::group_key(g));
+        if let Err(e) = inner.groups.expire_offsets(owns).await {
+            tracing::warn!(error = %e, "expiring committed offsets failed; trying again at the next check");
+        }
     }
 }
 

@@ -55,6 +55,8 @@ pub const INVALID_REPLICATION_FACTOR: i16 = 38;
 pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
 /// A config key or value outside its rules.
 pub const INVALID_CONFIG: i16 = 40;
+/// A request beyond a limit the broker enforces (the message or the log names it).
+pub const POLICY_VIOLATION: i16 = 44;
 /// A request that makes no sense (duplicates, contradictions, unsupported features).
 pub const INVALID_REQUEST: i16 = 42;
 /// An idempotent batch that does not follow the producer's last sequence.
@@ -272,6 +274,7 @@ pub fn name(code: i16) -> &'static str {
         UNKNOWN_TOPIC_OR_PARTITION => "UNKNOWN_TOPIC_OR_PARTITION",
         LEADER_NOT_AVAILABLE => "LEADER_NOT_AVAILABLE",
         INVALID_TIMESTAMP => "INVALID_TIMESTAMP",
+        POLICY_VIOLATION => "POLICY_VIOLATION",
         COORDINATOR_LOAD_IN_PROGRESS => "COORDINATOR_LOAD_IN_PROGRESS",
         NOT_LEADER_OR_FOLLOWER => "NOT_LEADER_OR_FOLLOWER",
         REQUEST_TIMED_OUT => "REQUEST_TIMED_OUT",

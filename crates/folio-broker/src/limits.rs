@@ -220,11 +220,16 @@ pub enum Limit {
     /// A fetch session not created or closed (`fetch_sessions_max`,
     /// `fetch_session_partitions_max`).
     FetchSessions,
+    /// A new group refused: the coordinator holds `groups_max` groups.
+    Groups,
+    /// A commit that would create a group refused: its client created
+    /// `new_groups_per_client_per_minute_max` this minute.
+    NewGroupsPerClient,
 }
 
 impl Limit {
     /// Every limit, for listings and `--set` parsing.
-    pub const ALL: [Limit; 13] = [
+    pub const ALL: [Limit; 15] = [
         Limit::RequestBytes,
         Limit::Connections,
         Limit::ConnectionsPerAddress,
@@ -238,6 +243,8 @@ impl Limit {
         Limit::Names,
         Limit::PartitionsOpen,
         Limit::FetchSessions,
+        Limit::Groups,
+        Limit::NewGroupsPerClient,
     ];
 
     /// The label value.
@@ -256,6 +263,8 @@ impl Limit {
             Limit::Names => "names",
             Limit::PartitionsOpen => "partitions_open",
             Limit::FetchSessions => "fetch_sessions",
+            Limit::Groups => "groups",
+            Limit::NewGroupsPerClient => "new_groups_per_client",
         }
     }
 }

@@ -407,3 +407,85 @@ async fn a_join_with_a_huge_group_instance_id_is_refused() {
     let r: JoinGroupResponse = c.call(ApiKey::JoinGroup, 5, &join("i".repeat(limit))).await;
     assert_eq!(r.error_code, 0, "an instance id of {limit} bytes joins");
 }
+
+/// #44 item 3: commits under fresh group ids cannot fill the store or the broker's memory.
+/// A client creates at most `new_groups_per_client_per_minute_max` groups by committing, a
+/// coordinator keeps at most `groups_max` groups (a join of one more is refused too), both
+/// POLICY_VIOLATION and counted; and the offsets of groups without members expire
+/// (`offsets.retention.minutes`): the group, its offsets and its claim leave the store,
+/// while an offset committed earlier with its own retention (OffsetCommit v2) stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_are_limited_per_client_and_per_broker_and_their_offsets_expire() {
+    let s = start(1, |c| {
+        c.groups.initial_rebalance_delay = Duration::ZERO;
+        c.groups.groups_max = 6;
+        c.groups.new_groups_per_client_per_minute_max = 4;
+        c.groups.offsets_retention = Duration::from_millis(500);
+        c.groups.offsets_retention_check_interval = Duration::from_millis(50);
+    })
+    .await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    create(&mut c, "t").await;
+    // First, one committed with a retention of its own (v2): an hour.
+    let mut long = offset_commit_req("g-long".into(), "t", 1);
+    long.retention_time_ms = 3_600_000;
+    let r: OffsetCommitResponse = c.call(ApiKey::OffsetCommit, 2, &long).await;
+    assert_eq!(r.topics[0].partitions[0].error_code, 0);
+    let commit = async |c: &mut Conn, group: &str| -> i16 {
+        let r: OffsetCommitResponse =
+            c.call(ApiKey::OffsetCommit, 7, &offset_commit_req(group.into(), "t", 1)).await;
+        r.topics[0].partitions[0].error_code
+    };
+    for g in ["g0", "g1", "g2"] {
+        assert_eq!(commit(&mut c, g).await, 0, "{g}");
+    }
+    assert_eq!(commit(&mut c, "g3").await, folio_broker::errors::POLICY_VIOLATION);
+    assert_eq!(s.broker.metrics().limit_hits(Limit::NewGroupsPerClient), 1);
+    assert_eq!(commit(&mut c, "g0").await, 0, "a group it holds is not new");
+    let join = |group: &'static str| {
+        JoinGroupRequest::default()
+            .with_group_id(GroupId(kafka_protocol::protocol::StrBytes::from_static_str(group)))
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(10_000)
+            .with_protocol_type(kafka_protocol::protocol::StrBytes::from_static_str("consumer"))
+            .with_protocols(vec![
+                kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol::default()
+                    .with_name(kafka_protocol::protocol::StrBytes::from_static_str("range")),
+            ])
+    };
+    for g in ["j0", "j1"] {
+        let r: JoinGroupResponse = c.call(ApiKey::JoinGroup, 5, &join(g)).await;
+        assert_eq!(r.error_code, 0, "{g}");
+    }
+    let r: JoinGroupResponse = c.call(ApiKey::JoinGroup, 5, &join("j2")).await;
+    assert_eq!(r.error_code, folio_broker::errors::POLICY_VIOLATION, "a seventh group");
+    assert_eq!(s.broker.metrics().limit_hits(Limit::Groups), 1);
+
+    // The committed groups have no members: their offsets expire, and they are gone; the
+    // one with its own retention, committed before them, stays.
+    let meta = s.cluster.meta.clone();
+    let keys = folio_meta::keys::Keys::default();
+    let stored = async |prefix: String| {
+        let all = folio_meta::list_all(meta.as_ref(), &prefix).await.unwrap();
+        let mut groups: Vec<String> = all
+            .iter()
+            .map(|v| v.key[prefix.len()..].split('/').next().unwrap_or_default().to_string())
+            .collect();
+        groups.dedup();
+        groups
+    };
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while stored(keys.groups()).await.len() > 1 || stored(keys.group_claims()).await.len() > 1 {
+        assert!(tokio::time::Instant::now() < deadline, "offsets did not expire");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(stored(keys.groups()).await, ["g-long"]);
+    assert_eq!(stored(keys.group_claims()).await, ["g-long"]);
+    let r: ListGroupsResponse = c.call(ApiKey::ListGroups, 4, &ListGroupsRequest::default()).await;
+    let mut listed: Vec<String> = r.groups.iter().map(|g| g.group_id.to_string()).collect();
+    listed.sort();
+    assert_eq!(listed, ["g-long", "j0", "j1"], "the expired groups are gone");
+    // Room again for another group.
+    let r: JoinGroupResponse = c.call(ApiKey::JoinGroup, 5, &join("j2")).await;
+    assert_eq!(r.error_code, 0);
+}

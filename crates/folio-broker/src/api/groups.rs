@@ -184,6 +184,9 @@ impl Handler for JoinGroup {
                 rebalance,
             )
             .await;
+        if r.error == errors::POLICY_VIOLATION {
+            inner.metrics.limit_hit(crate::limits::Limit::Groups);
+        }
         let mut resp = JoinGroupResponse::default()
             .with_error_code(r.error)
             .with_generation_id(r.generation)
@@ -370,6 +373,22 @@ impl Handler for OffsetCommit {
         // The generation the commit was checked at (-1: from outside the group protocol):
         // the group's claim is taken at it (`group::claim`).
         let generation = req.generation_id_or_member_epoch.max(-1);
+        // OffsetCommit v2-4's retention: these offsets expire then, not by the broker's.
+        let expire_ms = (version <= 4 && req.retention_time_ms >= 0)
+            .then(|| (inner.now_ms() as u64).saturating_add(req.retention_time_ms as u64));
+        // A group new here: within groups_max and its client's new groups per minute.
+        let check = if check == errors::NONE {
+            let client = super::REQUEST.try_with(|r| r.client_id.clone()).unwrap_or_default();
+            match inner.groups.admit_commit(&group, &client) {
+                Ok(()) => errors::NONE,
+                Err(limit) => {
+                    inner.metrics.limit_hit(limit);
+                    errors::POLICY_VIOLATION
+                }
+            }
+        } else {
+            check
+        };
         let now = inner.now_ms() as u64;
         let mut resp = OffsetCommitResponse::default();
         let mut writes = Vec::new();
@@ -397,6 +416,7 @@ impl Handler for OffsetCommit {
                             leader_epoch: p.committed_leader_epoch,
                             commit_ms: now,
                             metadata,
+                            expire_ms,
                         };
                         writes.push((
                             topic.name.clone(),

@@ -179,7 +179,13 @@ mod tests {
     use super::super::{Group, GroupConfig, OffsetRecord};
 
     fn record(offset: i64) -> OffsetRecord {
-        OffsetRecord { offset, leader_epoch: -1, commit_ms: 1, metadata: String::new() }
+        OffsetRecord {
+            offset,
+            leader_epoch: -1,
+            commit_ms: 1,
+            metadata: String::new(),
+            expire_ms: None,
+        }
     }
 
     /// #44 item 2: offsets are written only under the group's claim. A coordinator that

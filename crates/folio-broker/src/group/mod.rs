@@ -27,6 +27,7 @@
 //! ```text
 //! groups/<group, '/' and '%' escaped>/<topic id hex>/<partition>
 //! OffsetRecord  "FGO" 1 | offset i64 | leader_epoch i32 | commit_ms u64 | metadata str
+//!               "FGO" 2 | the same | expire_ms u64   (a commit that named its retention)
 //! ```
 
 use std::collections::{BTreeMap, HashMap};
@@ -56,6 +57,7 @@ pub use offsets::{OffsetToDelete, subscription_topics};
 
 mod claim;
 mod commit_order;
+mod lifecycle;
 mod offsets;
 mod record;
 mod statics;
@@ -72,6 +74,20 @@ pub struct GroupConfig {
     pub offset_metadata_max_bytes: usize,
     /// `group.max.size`.
     pub max_members: usize,
+    /// `offsets.retention.minutes`: the committed offsets of a group with no members
+    /// expire this long after they were committed (or after the group became empty, if
+    /// later); a group left with neither members nor offsets is gone. 7 days.
+    pub offsets_retention: Duration,
+    /// `offsets.retention.check.interval.ms`: how often expired offsets are removed. 10
+    /// minutes.
+    pub offsets_retention_check_interval: Duration,
+    /// Groups one coordinator keeps (with members, or with offsets committed through it):
+    /// a join or commit that would add one more is refused with POLICY_VIOLATION. 10 000.
+    pub groups_max: usize,
+    /// Groups one client (its `client.id`) may create by committing offsets per minute;
+    /// more are refused with POLICY_VIOLATION (a client committing under fresh group ids
+    /// cannot fill the store). 100.
+    pub new_groups_per_client_per_minute_max: usize,
 }
 
 impl Default for GroupConfig {
@@ -82,6 +98,10 @@ impl Default for GroupConfig {
             max_session_timeout: Duration::from_secs(1800),
             offset_metadata_max_bytes: 4096,
             max_members: 1000,
+            offsets_retention: Duration::from_secs(7 * 24 * 3600),
+            offsets_retention_check_interval: Duration::from_secs(600),
+            groups_max: 10_000,
+            new_groups_per_client_per_minute_max: 100,
         }
     }
 }
@@ -163,6 +183,8 @@ struct Group {
     /// ... and completion (dropping who did not rejoin) at this.
     deadline: u64,
     rebalances: u64,
+    /// When (clock ms) it last became empty: offsets expire from then at the earliest.
+    empty_since: u64,
 }
 
 impl Group {
@@ -180,6 +202,7 @@ impl Group {
             not_before: now,
             deadline: now,
             rebalances: 0,
+            empty_since: now,
         }
     }
 }
@@ -218,6 +241,9 @@ pub struct Coordinator {
     claims: Mutex<HashMap<String, Claim>>,
     /// Held while a claim is taken (one at a time).
     claiming: tokio::sync::Mutex<()>,
+    /// Groups created by commits in the current minute, per client id (the window's start
+    /// in clock ms, then client id → count; `new_groups_per_client_per_minute_max`).
+    new_groups: Mutex<(u64, HashMap<String, usize>)>,
 }
 
 impl Coordinator {
@@ -242,6 +268,7 @@ impl Coordinator {
             node_id,
             claims: Mutex::new(HashMap::new()),
             claiming: tokio::sync::Mutex::new(()),
+            new_groups: Mutex::new((0, HashMap::new())),
         })
     }
 
@@ -314,6 +341,9 @@ impl Coordinator {
         let now = self.clock.now_ms();
         let rx = {
             let mut groups = self.groups.lock().expect("groups lock");
+            if !groups.contains_key(group_id) && !self.room_for_group(&groups, group_id) {
+                return fail(errors::POLICY_VIOLATION);
+            }
             let g = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(now));
             if g.state == GroupState::Dead {
                 *g = Group::new(now);
@@ -867,6 +897,7 @@ fn maybe_complete_join(name: &str, g: &mut Group, now: u64) {
     g.generation += 1;
     if g.members.is_empty() {
         g.state = GroupState::Empty;
+        g.empty_since = now;
         g.leader = None;
         g.protocol = None;
         tracing::info!(group = name, generation = g.generation, "group empty");
