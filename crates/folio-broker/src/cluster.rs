@@ -140,6 +140,12 @@ fn score(key: &[u8], node_id: i32) -> u64 {
     h ^ (h >> 31)
 }
 
+/// The owner of `key` among brokers `node_ids` by the same rendezvous hashing every broker
+/// uses (`None`: no broker). For tools and tests that must know who will coordinate what.
+pub fn owner_among(key: &[u8], node_ids: &[i32]) -> Option<i32> {
+    node_ids.iter().copied().max_by_key(|id| (score(key, *id), *id))
+}
+
 impl Membership {
     /// The membership of a broker that knows only itself so far.
     pub fn new(me: BrokerInfo) -> Arc<Membership> {

@@ -419,6 +419,40 @@ def tail_spread(bootstrap, topic, partitions, timeout="180"):
     c.close()
 
 
+def group_commit(bootstrap, topic, group, members="2"):
+    """`members` consumers of `group` on `topic`, each committing synchronously after every
+    50 records, until killed. Prints `consumed <n>` every 500 records and `commit-failed
+    <error>` for each commit refused (the test reads the committed offsets themselves)."""
+    import threading
+    kafka = ck()
+
+    def member(i):
+        c = kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                            "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                            "session.timeout.ms": 10000, "reconnect.backoff.max.ms": 500,
+                            "client.id": f"member-{i}"})
+        c.subscribe([topic])
+        n = 0
+        while True:
+            m = c.poll(0.5)
+            if m is None or m.error():
+                continue
+            n += 1
+            if n % 50 == 0:
+                try:
+                    c.commit(asynchronous=False)
+                except kafka.KafkaException as e:
+                    print(f"commit-failed {e}", flush=True)
+            if n % 500 == 0:
+                print(f"consumed {i} {n}", flush=True)
+
+    threads = [threading.Thread(target=member, args=(i,), daemon=True) for i in range(int(members))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def dump_all(bootstrap, topic, partitions):
     """Prints `<partition> <value>` for every record of every partition, in offset order."""
     c = ck().Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
@@ -1306,6 +1340,7 @@ SCENARIOS = {
     "dump": dump,
     "produce_spread": produce_spread,
     "dump_all": dump_all,
+    "group_commit": group_commit,
     "tail_spread": tail_spread,
     "read_positions": read_positions,
     "compacted": compacted,
