@@ -369,16 +369,6 @@ pub fn build_keyed(
     encode(0, &info, &records)
 }
 
-/// `plain` (an uncompressed batch, as `build` makes) with its records compressed by `codec`
-/// and the codec's bits set. For tests and benchmarks.
-pub fn with_codec(plain: &[u8], codec: Codec) -> Result<Vec<u8>, String> {
-    let info = parse(plain).map_err(|e| e.to_string())?;
-    let body = crate::records::compress(codec, &plain[HEADER_BYTES..info.size])
-        .map_err(|e| e.to_string())?;
-    let attributes = (info.attributes & !7) | codec.bits();
-    Ok(encode(0, &BatchInfo { attributes, ..info }, &body))
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

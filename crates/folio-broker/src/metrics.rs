@@ -285,10 +285,11 @@ impl Metrics {
         out
     }
 
-    /// Prometheus text format.
-    pub fn render(&self) -> String {
-        let mut out = [self.render_security(), self.render_compaction()].concat();
-        out.push_str("# HELP folio_kafka_requests_total Kafka requests answered, by API and error code.\n# TYPE folio_kafka_requests_total counter\n");
+    /// `folio_kafka_requests_total`, by API and error code.
+    fn render_requests(&self) -> String {
+        let mut out = String::from(
+            "# HELP folio_kafka_requests_total Kafka requests answered, by API and error code.\n# TYPE folio_kafka_requests_total counter\n",
+        );
         for ((api, code), n) in self.requests.lock().expect("metrics lock").iter() {
             let api = ApiKey::try_from(*api).map_or_else(|_| api.to_string(), |k| format!("{k:?}"));
             let _ = writeln!(
@@ -297,6 +298,13 @@ impl Metrics {
                 crate::errors::name(*code)
             );
         }
+        out
+    }
+
+    /// Prometheus text format.
+    pub fn render(&self) -> String {
+        let mut out =
+            [self.render_security(), self.render_compaction(), self.render_requests()].concat();
         let (counter, gauge) = ("counter", "gauge");
         for (name, help, kind, v) in [
             ("folio_kafka_bytes_in_total", "Record-batch bytes produced.", counter, &self.bytes_in),

@@ -35,6 +35,11 @@ pub(crate) struct Partition {
 }
 
 impl Partition {
+    /// Checks an idempotent batch against its producer's state and registers it.
+    pub fn check_batch(&self, b: &crate::batch::BatchInfo, now_ms: i64) -> crate::producers::Check {
+        self.producers.lock().expect("producers lock").check(b, now_ms)
+    }
+
     /// Forgets an idempotent batch whose append failed, so its retry is appended.
     pub fn forget_batch(&self, producer_id: i64, base_sequence: i32) {
         self.producers.lock().expect("producers lock").forget(producer_id, base_sequence);

@@ -148,13 +148,7 @@ pub async fn serve(
             };
             let (status, body) = match (method, path) {
                 ("POST", _) if refused.is_some() => refused.take().expect("checked"),
-                (_, "/health") => match broker.as_ref().and_then(|b| b.fenced()) {
-                    Some(why) => (
-                        "503 Service Unavailable",
-                        format!("fenced: this broker serves no partition and no group: {why}\n"),
-                    ),
-                    None => health(&bookies).await,
-                },
+                (_, "/health") => health(&bookies, broker.as_ref()).await,
                 (_, "/metrics") => {
                     let mut m = metrics(&bookies).await;
                     m.push_str(&autorecovery_metrics());
@@ -214,7 +208,16 @@ pub const HTTP_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The pause after a failed accept (EMFILE and the like) before the next one.
 const HTTP_ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
-async fn health(bookies: &Bookies) -> (&'static str, String) {
+/// `GET /health`: 503 while the broker is fenced (it could not hold its registration), else
+/// the bookies' state.
+async fn health(
+    bookies: &Bookies,
+    broker: Option<&folio_broker::Broker>,
+) -> (&'static str, String) {
+    if let Some(why) = broker.and_then(|b| b.fenced()) {
+        let body = format!("fenced: this broker serves no partition and no group: {why}\n");
+        return ("503 Service Unavailable", body);
+    }
     let b = bookies.read().await;
     let read_only: Vec<String> = b
         .iter()
@@ -612,7 +615,7 @@ mod tests {
         assert!(text.contains("# TYPE folio_trash_ledgers gauge\nfolio_trash_ledgers 0"), "{text}");
         assert!(text.contains("folio_trash_deletions_total 0"), "{text}");
         assert!(text.contains("folio_trash_deleter_active 1"), "{text}");
-        let (status, body) = health(&bookies).await;
+        let (status, body) = health(&bookies, None).await;
         assert_eq!(status, "200 OK");
         assert!(body.contains("1 bookies writable"), "{body}");
         for b in bookies.write().await.drain(..) {

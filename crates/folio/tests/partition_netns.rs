@@ -305,7 +305,7 @@ async fn d1_an_isolated_broker_fences_itself_and_nothing_acknowledged_or_committ
             .expect("python3 with confluent-kafka"),
     );
     let mut acked = Vec::new();
-    let mut take = |n: usize, acked: &mut Vec<(usize, u64)>| {
+    let take = |n: usize, acked: &mut Vec<(usize, u64)>| {
         let goal = acked.len() + n;
         while acked.len() < goal {
             acked.push(rx.recv_timeout(Duration::from_secs(90)).expect("the producer stalled"));

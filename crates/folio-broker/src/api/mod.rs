@@ -100,6 +100,7 @@ pub mod api_versions;
 pub mod configs;
 pub mod describe_producers;
 pub mod fetch;
+pub mod group_offsets;
 pub mod groups;
 pub mod leader_epochs;
 pub mod leaders;
@@ -271,8 +272,8 @@ handlers! {
     SyncGroup => groups::SyncGroup,
     Heartbeat => groups::Heartbeat,
     LeaveGroup => groups::LeaveGroup,
-    OffsetCommit => groups::OffsetCommit,
-    OffsetFetch => groups::OffsetFetch,
+    OffsetCommit => group_offsets::OffsetCommit,
+    OffsetFetch => group_offsets::OffsetFetch,
     ListGroups => groups::ListGroups,
     DescribeGroups => groups::DescribeGroups,
     DeleteGroups => groups::DeleteGroups,

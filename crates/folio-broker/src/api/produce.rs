@@ -168,8 +168,7 @@ pub(crate) async fn start(
                     continue;
                 }
             };
-            let validate = inner.config.validate_records;
-            if let Some(e) = check(&batches, version, &config, validate, inner.now_ms()) {
+            if let Some(e) = check(&batches, version, &config, inner) {
                 parts.push(failed(p.index, &e));
                 continue;
             }
@@ -192,8 +191,7 @@ pub(crate) async fn start(
                 // Idempotent producers: a retry is answered with the original's outcome,
                 // a gap or an old epoch is refused.
                 let publish = if info.is_idempotent() {
-                    let now = inner.now_ms();
-                    match partition.producers.lock().expect("producers lock").check(info, now) {
+                    match partition.check_batch(info, inner.now_ms()) {
                         Check::Append(tx) => Some(tx),
                         Check::Duplicate(rx) => {
                             metrics.duplicate_batches.fetch_add(1, Ordering::Relaxed);
@@ -301,12 +299,12 @@ fn check(
     batches: &[(batch::BatchInfo, Bytes)],
     version: i16,
     config: &crate::topics::TopicConfig,
-    validate_records: bool,
-    now_ms: i64,
+    inner: &Inner,
 ) -> Option<BrokerError> {
     let max_message_bytes = config.max_message_bytes;
+    let validate_records = inner.config.validate_records;
     let rules = crate::records::Rules {
-        now_ms,
+        now_ms: inner.now_ms(),
         create_time: config.timestamp_type == TimestampType::CreateTime,
         before_max_ms: config.timestamp_before_max_ms,
         after_max_ms: config.timestamp_after_max_ms,

@@ -43,6 +43,16 @@ pub enum CommitError {
     Fenced { code: i16, holder: i32 },
 }
 
+impl CommitError {
+    /// The Kafka code the commit's partitions are answered with.
+    pub fn code(&self) -> i16 {
+        match self {
+            CommitError::Store(_) => crate::errors::COORDINATOR_NOT_AVAILABLE,
+            CommitError::Fenced { code, .. } => *code,
+        }
+    }
+}
+
 impl std::fmt::Display for CommitError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

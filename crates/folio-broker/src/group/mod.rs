@@ -38,8 +38,7 @@ use folio_meta::Clock;
 
 use bytes::Bytes;
 use folio_meta::keys::Keys;
-use folio_meta::records::Record;
-use folio_meta::{Compare, MetaError, MetadataStore, Txn, Version, list_all};
+use folio_meta::{MetadataStore, Txn, list_all};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
@@ -50,7 +49,7 @@ pub use claim::CommitError;
 use commit_order::Arrivals;
 pub use commit_order::CommitTicket;
 pub use record::OffsetRecord;
-use record::{escape, unescape};
+use record::escape;
 use statics::fenced;
 
 pub use offsets::{OffsetToDelete, subscription_topics};
@@ -61,6 +60,7 @@ mod lifecycle;
 mod offsets;
 mod record;
 mod statics;
+mod store;
 
 /// Settings of the coordinator (Kafka's names).
 #[derive(Debug, Clone)]
@@ -602,127 +602,6 @@ impl Coordinator {
             return errors::ILLEGAL_GENERATION;
         }
         errors::NONE
-    }
-
-    /// Writes committed offsets of `group` at `generation` (-1: from outside the group
-    /// protocol): (topic name, topic id, the topic record's version as read, partition,
-    /// record), under the group's claim (`claim`: taken first if not held). Each
-    /// transaction compares the claim and the record of every topic it writes for at that
-    /// version, so offsets are never written by a coordinator that lost the group, nor for
-    /// a topic deleted (or re-created under a new id) in the meantime. Returns the writes a
-    /// topic's compare left out (none: all written); the caller re-reads those topics and
-    /// tries again or answers UNKNOWN_TOPIC_OR_PARTITION.
-    pub async fn commit(
-        &self,
-        group_id: &str,
-        generation: i32,
-        offsets: &[(String, Uuid, Version, i32, OffsetRecord)],
-    ) -> Result<Vec<usize>, CommitError> {
-        let claim = self.claim(group_id, generation).await?;
-        let claim_key = self.claim_key(group_id);
-        let mut refused = Vec::new();
-        // Each offset takes a put and at most one topic-version compare; one for the claim.
-        let per_txn = (self.meta.txn_ops_max().saturating_sub(1) / 2).max(1);
-        for (c, chunk) in offsets.chunks(per_txn).enumerate() {
-            let mut txn = Txn::new().compare(Compare::Version(claim_key.clone(), claim.version));
-            let mut guarded = std::collections::HashSet::new();
-            for (name, topic, version, p, r) in chunk {
-                if guarded.insert(name.as_str()) {
-                    txn = txn.compare(Compare::Version(self.keys.topic(name), *version));
-                }
-                txn = txn.put(self.offset_key(group_id, *topic, *p), r.encode());
-            }
-            let applied = match self.meta.txn(txn).await {
-                Ok(out) => out.succeeded,
-                Err(e) => {
-                    // It may still land: the next commit claims anew and so fences it.
-                    self.drop_claim(group_id, Some(claim));
-                    return Err(CommitError::Store(e));
-                }
-            };
-            if !applied {
-                match self.claim_moved(group_id, claim).await {
-                    Ok(Some(fenced)) => return Err(fenced),
-                    Ok(None) => {}
-                    Err(e) => {
-                        self.drop_claim(group_id, Some(claim));
-                        return Err(CommitError::Store(e));
-                    }
-                }
-                let first = c * per_txn;
-                refused.extend(first..first + chunk.len());
-                continue;
-            }
-            let mut last = self.last_commits.lock().expect("commits lock");
-            for (name, topic, _, p, r) in chunk {
-                last.insert((group_id.to_string(), name.clone(), *topic, *p), r.offset);
-            }
-        }
-        Ok(refused)
-    }
-
-    /// The last offsets committed here: (group, topic, topic id, partition, offset).
-    pub fn last_commits(&self) -> Vec<(String, String, Uuid, i32, i64)> {
-        let last = self.last_commits.lock().expect("commits lock");
-        last.iter().map(|((g, t, id, p), o)| (g.clone(), t.clone(), *id, *p, *o)).collect()
-    }
-
-    /// Removes every group's committed offsets of a deleted topic.
-    pub async fn forget_topic(&self, topic: Uuid) -> Result<(), MetaError> {
-        let prefix = self.prefix();
-        let segment = format!("/{}/", topic.simple());
-        let keys: Vec<String> = list_all(self.meta.as_ref(), &prefix)
-            .await?
-            .into_iter()
-            .map(|v| v.key)
-            .filter(|k| k[prefix.len()..].contains(&segment))
-            .collect();
-        for chunk in keys.chunks(self.meta.txn_ops_max()) {
-            self.meta.txn(chunk.iter().fold(Txn::new(), |t, k| t.delete(k.clone()))).await?;
-        }
-        self.last_commits.lock().expect("commits lock").retain(|(_, _, id, _), _| *id != topic);
-        Ok(())
-    }
-
-    /// Every committed offset of a group: (topic id, partition) → record.
-    pub async fn committed(
-        &self,
-        group_id: &str,
-    ) -> Result<BTreeMap<(Uuid, i32), OffsetRecord>, MetaError> {
-        let prefix = self.group_prefix(group_id);
-        let mut out = BTreeMap::new();
-        for v in list_all(self.meta.as_ref(), &prefix).await? {
-            let rest = &v.key[prefix.len()..];
-            let Some((topic, p)) = rest.split_once('/') else { continue };
-            let (Ok(topic), Ok(p)) = (Uuid::try_parse(topic), p.parse::<i32>()) else { continue };
-            match OffsetRecord::decode(&v.key, &v.value) {
-                Ok(r) => {
-                    out.insert((topic, p), r);
-                }
-                Err(e) => {
-                    tracing::warn!(key = %v.key, error = %e, "skipping a corrupt committed offset")
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// Groups known here (with members) or with committed offsets.
-    pub async fn list(&self) -> Result<Vec<(String, GroupState, String)>, MetaError> {
-        let mut out: BTreeMap<String, (GroupState, String)> = BTreeMap::new();
-        let prefix = self.prefix();
-        for v in list_all(self.meta.as_ref(), &prefix).await? {
-            if let Some((g, _)) = v.key[prefix.len()..].split_once('/') {
-                out.insert(unescape(g), (GroupState::Empty, "consumer".to_string()));
-            }
-        }
-        for (name, g) in self.groups.lock().expect("groups lock").iter() {
-            if g.state == GroupState::Dead {
-                continue;
-            }
-            out.insert(name.clone(), (g.state, g.protocol_type.clone().unwrap_or_default()));
-        }
-        Ok(out.into_iter().map(|(n, (s, t))| (n, s, t)).collect())
     }
 
     /// A snapshot of the group, if it exists on this coordinator.

@@ -252,8 +252,11 @@ async fn validation_phase(quick: bool, tmp: &Path, driver: &Path) -> Result<(), 
     });
     let rounds = if quick { 2_000 } else { 10_000 };
     for codec in [Codec::None, Codec::Lz4] {
-        let b =
-            if codec == Codec::None { plain.clone() } else { batch::with_codec(&plain, codec)? };
+        let b = if codec == Codec::None {
+            plain.clone()
+        } else {
+            folio_broker::records::with_codec(&plain, codec)?
+        };
         let rules = folio_broker::records::Rules {
             now_ms: 1_700_000_000_000,
             create_time: true,
