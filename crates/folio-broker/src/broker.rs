@@ -63,6 +63,7 @@ impl Broker {
             .map_err(|e| format!("reading the cluster id: {e}"))?;
         let me = BrokerInfo { node_id: config.node_id, endpoints };
         // The lease is valid from before it is granted: the self-fence counts from here.
+        forget_earlier_run(&env, &config).await?;
         let granted_at = tokio::time::Instant::now();
         let lease = cluster::register(env.meta.as_ref(), &env.keys, &me, config.lease_ttl).await?;
         let membership = Membership::new(me);
@@ -389,6 +390,20 @@ impl Broker {
         self.inner.close_partitions(|_, _| true, "the broker is stopping").await;
         tracing::info!(node_id = self.inner.config.node_id, "broker stopped");
     }
+}
+
+/// With `store_exclusive` (this process holds the metadata store alone), removes the
+/// registration an earlier run of this node id left, instead of waiting for its lease.
+async fn forget_earlier_run(env: &LogEnv, config: &BrokerConfig) -> Result<(), String> {
+    if !config.store_exclusive {
+        return Ok(());
+    }
+    let key = env.keys.broker(config.node_id);
+    env.meta
+        .delete(&key, folio_meta::Expect::Any)
+        .await
+        .map(drop)
+        .map_err(|e| format!("removing an earlier run's registration {key}: {e}"))
 }
 
 /// When the live brokers change: closes the partitions and forgets the groups this broker

@@ -47,6 +47,10 @@ pub struct BrokerConfig {
     pub limits: ListenerLimits,
     /// Batches per partition in one produce request.
     pub batches_per_partition_max: usize,
+    /// The metadata store is this process's alone (`folio standalone`'s embedded store, held
+    /// under a file lock): a registration of its node id can only be an earlier run's, so
+    /// it is replaced at once instead of waited out.
+    pub store_exclusive: bool,
     /// Whether produce walks every record of every batch (Kafka's log validator:
     /// `records::validate`). On by default; off only to measure what it costs (`folio bench
     /// kafka`): then only the batch header, CRC and (compacted topics) keys are checked.
@@ -108,6 +112,7 @@ impl Default for BrokerConfig {
             limits: ListenerLimits::default(),
             batches_per_partition_max: 1024,
             validate_records: true,
+            store_exclusive: false,
             producer_id_expiration: Duration::from_secs(24 * 3600),
             producer_snapshot_interval: Duration::from_secs(30),
             groups: GroupConfig::default(),

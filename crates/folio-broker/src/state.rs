@@ -266,7 +266,7 @@ impl Inner {
             tracing::warn!(log = part.log.name(), error = %e, "closing a partition failed");
         }
         // Every append has settled: the snapshot covers the whole log.
-        self.snapshot_producers(&part).await;
+        self.snapshot_producers(part).await;
         true
     }
 

@@ -146,6 +146,8 @@ fn start_bookie(dir: &std::path::Path, id: &str, ip: &str, etcd: &str, root: &st
         .arg(dir.join(id))
         .args(["--metadata", &format!("etcd:{etcd}")])
         .args(["--override", &format!("metadata_root={root:?}")])
+        // The namespaces' network is the test's own.
+        .args(["--override", "allow_unauthenticated=true"])
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn folio bookie");
