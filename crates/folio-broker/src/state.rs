@@ -29,6 +29,9 @@ pub(crate) struct Partition {
     pub producers: Mutex<Producers>,
     /// `Producers::changes` as of the last snapshot written (or restored).
     pub(crate) snapshotted: AtomicU64,
+    /// The offset the last snapshot reaches (the log's end when it was written or, at
+    /// open, when the state was rebuilt): a new owner replays the log from there.
+    pub(crate) snapshot_upto: AtomicU64,
     /// When a request last used it (`LogEnv::now_ms`): idle and least recently used
     /// partitions are closed (`partition_idle_timeout`, `partitions_open_max`).
     pub(crate) last_used_ms: AtomicU64,
@@ -177,9 +180,12 @@ impl Inner {
                 let log = self.open_or_create_log(topic, partition, lc).await?;
                 let producers = rebuild_producers(&self.env, &log, self.now_ms()).await?;
                 self.metrics.partitions_opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let end = log.status().end_offset;
                 Ok::<_, folio_log::LogError>(Arc::new(Partition {
+                    snapshot_upto: AtomicU64::new(end),
                     log,
                     snapshotted: AtomicU64::new(producers.changes()),
+
                     producers: Mutex::new(producers),
                     last_used_ms: AtomicU64::new(self.env.now_ms()),
                 }))
@@ -271,7 +277,9 @@ impl Inner {
     }
 
     /// Writes `part`'s idempotent producer state beside its log if it changed since the
-    /// last snapshot (producers past `producer_id_expiration` dropped first). The write
+    /// last snapshot, or if the log moved on `REBUILD_OFFSETS / 2` past it (so a new owner's
+    /// replay stays short however the producers write; producers past
+    /// `producer_id_expiration` dropped first). The write
     /// compares the log record's existence (a deleted log gets none back) and never
     /// replaces a snapshot that reaches further (a newer owner's).
     pub(crate) async fn snapshot_producers(&self, part: &Partition) {
@@ -280,7 +288,9 @@ impl Inner {
         let (snapshot, changes) = {
             let mut p = part.producers.lock().expect("producers lock");
             p.expire(self.now_ms(), expiration);
-            if p.changes() == part.snapshotted.load(Ordering::Relaxed) {
+            let moved = upto.saturating_sub(part.snapshot_upto.load(Ordering::Relaxed));
+            let unchanged = p.changes() == part.snapshotted.load(Ordering::Relaxed);
+            if unchanged && (p.is_empty() || moved < REBUILD_OFFSETS / 2) {
                 return;
             }
             (p.snapshot(upto), p.changes())
@@ -289,6 +299,7 @@ impl Inner {
         match save_snapshot(&self.env, name, snapshot, upto).await {
             Ok(()) => {
                 part.snapshotted.store(changes, Ordering::Relaxed);
+                part.snapshot_upto.store(upto, Ordering::Relaxed);
                 self.metrics.producer_snapshots.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) => {

@@ -139,14 +139,13 @@ async fn idempotence_survives_ownership_changes_however_far_the_log_moved_on() {
         assert_eq!(produced(&r).0, 0);
         expected_end += 2 + i64::from(far);
         if crash {
-            // A crash: only the periodic snapshot is there (written after pid's batch).
-            let written =
-                broker.metrics().producer_snapshots.load(std::sync::atomic::Ordering::Relaxed);
-            eventually(std::time::Duration::from_secs(20), "a periodic snapshot", || {
-                broker.metrics().producer_snapshots.load(std::sync::atomic::Ordering::Relaxed)
-                    > written
-            })
-            .await;
+            // A crash: only a periodic snapshot is there, one that reaches past pid's batch
+            // (read from the store itself).
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+            while snapshot_upto(&s, &mut c).await < first as u64 + 2 {
+                assert!(tokio::time::Instant::now() < deadline, "no periodic snapshot");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
             broker.abort();
         } else {
             broker.shutdown().await;
@@ -156,5 +155,16 @@ async fn idempotence_survives_ownership_changes_however_far_the_log_moved_on() {
         let r: ProduceResponse = c.call(ApiKey::Produce, 9, &retry(pid)).await;
         assert_eq!(produced(&r), (0, first), "round {round}: the retry is a duplicate");
         assert_eq!(end(&mut c).await, expected_end, "round {round}: stored once");
+    }
+}
+
+/// How far the producer snapshot of partition 0 of `far` reaches, as stored (0: none yet).
+async fn snapshot_upto(s: &Setup, c: &mut Conn) -> u64 {
+    let r: MetadataResponse = c.call(ApiKey::Metadata, 12, &metadata_req(&["far"])).await;
+    let log = folio_broker::topics::log_name(r.topics[0].topic_id, 0);
+    let key = folio_meta::keys::Keys::default().log_state(&log, "producers");
+    match s.cluster.meta.get(&key).await.unwrap() {
+        Some(v) => folio_broker::producers::Producers::from_snapshot(&v.value).unwrap().1,
+        None => 0,
     }
 }
