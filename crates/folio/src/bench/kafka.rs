@@ -236,52 +236,7 @@ async fn produce_phases(args: &Args, tmp: &Path, driver: &Path) -> Result<(), St
 
 /// The validation phase (see the module doc).
 async fn validation_phase(quick: bool, tmp: &Path, driver: &Path) -> Result<(), String> {
-    use folio_broker::batch::{self, Codec};
-    // In memory: the validator against header-only parsing, on the same batches.
-    // JSON-like records with a hex payload from a fixed LCG: lz4 halves them, about.
-    let plain = batch::build(64, 1_700_000_000_000, 0, |i| {
-        let mut x = u64::from(i as u32).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        let hex: String = (0..1000)
-            .map(|_| {
-                x = x
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                char::from(b"0123456789abcdef"[(x >> 60) as usize])
-            })
-            .collect();
-        format!("{{\"id\":{i},\"payload\":\"{hex}\"}}").into_bytes()
-    });
-    let rounds = if quick { 2_000 } else { 10_000 };
-    for codec in [Codec::None, Codec::Lz4] {
-        let b = if codec == Codec::None {
-            plain.clone()
-        } else {
-            folio_broker::records::with_codec(&plain, codec)?
-        };
-        let rules = folio_broker::records::Rules {
-            now_ms: 1_700_000_000_000,
-            create_time: true,
-            before_max_ms: i64::MAX,
-            after_max_ms: 3_600_000,
-            keys_required: false,
-        };
-        let time = |f: &dyn Fn() -> Result<(), String>| -> Result<f64, String> {
-            let t0 = std::time::Instant::now();
-            for _ in 0..rounds {
-                f()?;
-            }
-            Ok((plain.len() * rounds) as f64 / t0.elapsed().as_secs_f64() / (1 << 20) as f64)
-        };
-        let header = time(&|| batch::parse(&b).map(drop).map_err(|e| e.to_string()))?;
-        let validated = time(&|| {
-            let h = batch::parse(&b).map_err(|e| e.to_string())?;
-            folio_broker::records::validate(&b, &h, &rules).map_err(|e| format!("{e:?}"))
-        })?;
-        println!(
-            "setup=validate_in_memory codec={codec:?} batch_records=64 record_bytes=1024 header_only_mb_per_s={header:.0} validate_mb_per_s={validated:.0} ratio_vs_header_only={:.3}",
-            validated / header
-        );
-    }
+    validate_in_memory(quick)?;
     // End to end: librdkafka against a broker with validation on and one with it off.
     let secs = if quick { 4 } else { 20 };
     let (_client, bookies, meta) = cluster(&tmp.join("validation"), 3).await?;
@@ -340,6 +295,57 @@ async fn validation_phase(quick: bool, tmp: &Path, driver: &Path) -> Result<(), 
     }
     for b in bookies {
         b.shutdown().await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// The validation phase's in-memory part: the validator against header-only parsing.
+fn validate_in_memory(quick: bool) -> Result<(), String> {
+    use folio_broker::batch::{self, Codec};
+    // In memory: the validator against header-only parsing, on the same batches.
+    // JSON-like records with a hex payload from a fixed LCG: lz4 halves them, about.
+    let plain = batch::build(64, 1_700_000_000_000, 0, |i| {
+        let mut x = u64::from(i as u32).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let hex: String = (0..1000)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                char::from(b"0123456789abcdef"[(x >> 60) as usize])
+            })
+            .collect();
+        format!("{{\"id\":{i},\"payload\":\"{hex}\"}}").into_bytes()
+    });
+    let rounds = if quick { 2_000 } else { 10_000 };
+    for codec in [Codec::None, Codec::Lz4] {
+        let b = if codec == Codec::None {
+            plain.clone()
+        } else {
+            folio_broker::records::with_codec(&plain, codec)?
+        };
+        let rules = folio_broker::records::Rules {
+            now_ms: 1_700_000_000_000,
+            create_time: true,
+            before_max_ms: i64::MAX,
+            after_max_ms: 3_600_000,
+            keys_required: false,
+        };
+        let time = |f: &dyn Fn() -> Result<(), String>| -> Result<f64, String> {
+            let t0 = std::time::Instant::now();
+            for _ in 0..rounds {
+                f()?;
+            }
+            Ok((plain.len() * rounds) as f64 / t0.elapsed().as_secs_f64() / (1 << 20) as f64)
+        };
+        let header = time(&|| batch::parse(&b).map(drop).map_err(|e| e.to_string()))?;
+        let validated = time(&|| {
+            let h = batch::parse(&b).map_err(|e| e.to_string())?;
+            folio_broker::records::validate(&b, &h, &rules).map_err(|e| format!("{e:?}"))
+        })?;
+        println!(
+            "setup=validate_in_memory codec={codec:?} batch_records=64 record_bytes=1024 header_only_mb_per_s={header:.0} validate_mb_per_s={validated:.0} ratio_vs_header_only={:.3}",
+            validated / header
+        );
     }
     Ok(())
 }
