@@ -66,6 +66,38 @@ fn d1_journal_less_adds_are_durable_after_a_stepped_flush() {
     assert_eq!(s.read_entry(1, 1).unwrap(), entry(1, 1, b"b"), "the flush made it durable");
 }
 
+/// D3 (found by `crash.rs` seed 7 in about 1 run of 30): journal-less, a second add of a
+/// ledger whose new key the first add brought was acknowledged at once, before the key's
+/// record was synced; a crash then lost the key and the ledger took adds with any key. Now
+/// every add waits until the key is durable; after a crash that loses everything unsynced,
+/// nothing was acknowledged, and once synced the key survives.
+#[test]
+fn d3_journal_less_adds_wait_for_their_ledgers_new_key_to_be_durable() {
+    let (fs, kv, wakes) = (FaultFs::new(), MemKv::new(), Arc::new(AtomicUsize::new(0)));
+    let s = open(&fs, &kv, &stepped(&wakes, false)).unwrap();
+    let step = s.stepper().unwrap();
+    while step.write_journal() || step.sync_journal() {}
+    let first = add_async(&s, &entry(1, 0, b"a"), &KEY, false).unwrap();
+    let second = add_async(&s, &entry(1, 1, b"b"), &KEY, false).unwrap();
+    assert!(first.try_recv().is_err(), "the new key is not durable yet");
+    assert!(second.try_recv().is_err(), "acknowledged before the key it relies on is durable");
+    assert!(step.write_journal(), "the key's record is written");
+    assert!(second.try_recv().is_err(), "written is not durable");
+    assert!(step.sync_journal());
+    first.try_recv().expect("acknowledged once the key is durable").unwrap();
+    second.try_recv().expect("acknowledged once the key is durable").unwrap();
+    // Known durable now: the next add is acknowledged from the cache at once.
+    add_async(&s, &entry(1, 2, b"c"), &KEY, false).unwrap().try_recv().unwrap().unwrap();
+    drop(s);
+    fs.crash(CrashPlan::LoseAllUnsynced);
+    let s = open(&fs, &kv, &stepped(&wakes, false)).unwrap();
+    let other = add_async(&s, &entry(1, 3, b"x"), &[0xee; 20], false).map(|_| ());
+    assert!(
+        matches!(other, Err(e) if e.status() == folio_proto::Status::Unauthorized),
+        "the key was lost"
+    );
+}
+
 #[test]
 fn a_stepped_storage_refuses_rather_than_waits_when_its_cache_is_full() {
     let (fs, kv, wakes) = (FaultFs::new(), MemKv::new(), Arc::new(AtomicUsize::new(0)));

@@ -11,19 +11,20 @@ impl Inner {
         self.check_poison()?;
         let entry = Entry::decode(bytes)?;
         let ledger_id = entry.ledger_id();
-        let mut new_key = false;
+        // The key's flag while its record may not be synced (journal-less adds wait for it).
+        let key_pending;
         {
             let mut ledgers = self.lock_ledgers();
             let ledger = ledgers.entry(ledger_id).or_default();
             match ledger.state.master_key {
                 Some(k) if k != *key => return Err(StorageError::Unauthorized(ledger_id)),
-                Some(_) => {}
+                Some(_) => key_pending = ledger.key_pending(),
                 None => {
                     ledger.state.master_key = Some(*key);
                     ledger.dirty = true;
                     let record = JournalRecord::MasterKey { ledger_id, key: *key };
                     self.journal().append(record, Box::new(|_| {}));
-                    new_key = true;
+                    key_pending = Some(ledger.key_learned());
                 }
             }
             if ledger.state.fenced && !recovery {
@@ -41,10 +42,16 @@ impl Inner {
         if self.config.journal.write_data {
             self.journal()
                 .append(JournalRecord::Entry(entry), Box::new(move |r| done(r.map(|_| ()))));
-        } else if new_key {
-            // Journal-less: acknowledged once cached, and once a newly learned key is
-            // durable: the barrier runs after the key's record (queued before it) is.
-            self.journal().barrier(Box::new(move |r| done(r.map(|_| ()))));
+        } else if let Some(flag) = key_pending {
+            // Journal-less: acknowledged once cached, and once the ledger's newly learned
+            // key is durable (also for the adds after the one that brought it): the
+            // barrier runs after the key's record (queued before it) is.
+            self.journal().barrier(Box::new(move |r| {
+                if r.is_ok() {
+                    flag.store(true, Ordering::SeqCst);
+                }
+                done(r.map(|_| ()))
+            }));
         } else {
             done(Ok(()));
         }
@@ -61,6 +68,7 @@ impl Inner {
         self.check_poison()?;
         let mut ledgers = self.lock_ledgers();
         let ledger = ledgers.entry(ledger_id).or_default();
+        let mut done = done;
         match ledger.state.master_key {
             Some(k) if k != *key => return Err(StorageError::Unauthorized(ledger_id)),
             Some(_) => {}
@@ -68,6 +76,15 @@ impl Inner {
                 ledger.state.master_key = Some(*key);
                 self.journal()
                     .append(JournalRecord::MasterKey { ledger_id, key: *key }, Box::new(|_| {}));
+                // Durable with the update's record, which is queued after it.
+                let flag = ledger.key_learned();
+                let then = done;
+                done = Box::new(move |r: Result<()>| {
+                    if r.is_ok() {
+                        flag.store(true, Ordering::SeqCst);
+                    }
+                    then(r)
+                });
             }
         }
         match &record {

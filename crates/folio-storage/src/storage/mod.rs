@@ -61,6 +61,28 @@ struct Ledger {
     /// Highest last-add-confirmed piggybacked on an entry; `None` until computed.
     piggybacked_lac: Option<EntryId>,
     dirty: bool,
+    /// While the journal record of a newly learned master key may not be synced yet: set
+    /// once it is (`None`: durable). Journal-less adds are acknowledged from the cache, so
+    /// each one waits for this first: a second add of a new ledger must not be acknowledged
+    /// before the key the first one brought is on disk.
+    key_unsynced: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl Ledger {
+    /// The flag of a key whose record is not known synced yet (dropped once it is).
+    fn key_pending(&mut self) -> Option<Arc<std::sync::atomic::AtomicBool>> {
+        if self.key_unsynced.as_ref().is_some_and(|f| f.load(Ordering::SeqCst)) {
+            self.key_unsynced = None;
+        }
+        self.key_unsynced.clone()
+    }
+
+    /// Notes a newly learned key whose record was just queued; returns its flag.
+    fn key_learned(&mut self) -> Arc<std::sync::atomic::AtomicBool> {
+        let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        self.key_unsynced = Some(flag.clone());
+        flag
+    }
 }
 
 /// What the last open recovered, for logs and `folio bookie inspect`.

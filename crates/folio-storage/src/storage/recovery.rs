@@ -144,7 +144,12 @@ pub(super) fn load_ledgers(kv: &dyn KvStore) -> Result<BTreeMap<LedgerId, Ledger
             let id = index::parse_ledger_key(&k)?;
             out.insert(
                 id,
-                Ledger { state: LedgerState::decode(&v)?, piggybacked_lac: None, dirty: false },
+                Ledger {
+                    state: LedgerState::decode(&v)?,
+                    piggybacked_lac: None,
+                    dirty: false,
+                    key_unsynced: None,
+                },
             );
         }
         if !full {
