@@ -389,16 +389,8 @@ async fn a_join_with_a_huge_group_instance_id_is_refused() {
     let s = start(1, |c| c.groups.initial_rebalance_delay = std::time::Duration::ZERO).await;
     let mut c = Conn::open(s.broker.addr()).await;
     let join = |instance: String| {
-        JoinGroupRequest::default()
-            .with_group_id(GroupId(kafka_protocol::protocol::StrBytes::from_static_str("g")))
+        join_req("g")
             .with_group_instance_id(Some(kafka_protocol::protocol::StrBytes::from_string(instance)))
-            .with_session_timeout_ms(10_000)
-            .with_rebalance_timeout_ms(10_000)
-            .with_protocol_type(kafka_protocol::protocol::StrBytes::from_static_str("consumer"))
-            .with_protocols(vec![
-                kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol::default()
-                    .with_name(kafka_protocol::protocol::StrBytes::from_static_str("range")),
-            ])
     };
     let limit = folio_broker::limits::GROUP_INSTANCE_ID_BYTES_MAX;
     let r: JoinGroupResponse = c.call(ApiKey::JoinGroup, 5, &join("i".repeat(limit + 1))).await;
@@ -442,17 +434,7 @@ async fn groups_are_limited_per_client_and_per_broker_and_their_offsets_expire()
     assert_eq!(commit(&mut c, "g3").await, folio_broker::errors::POLICY_VIOLATION);
     assert_eq!(s.broker.metrics().limit_hits(Limit::NewGroupsPerClient), 1);
     assert_eq!(commit(&mut c, "g0").await, 0, "a group it holds is not new");
-    let join = |group: &'static str| {
-        JoinGroupRequest::default()
-            .with_group_id(GroupId(kafka_protocol::protocol::StrBytes::from_static_str(group)))
-            .with_session_timeout_ms(10_000)
-            .with_rebalance_timeout_ms(10_000)
-            .with_protocol_type(kafka_protocol::protocol::StrBytes::from_static_str("consumer"))
-            .with_protocols(vec![
-                kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol::default()
-                    .with_name(kafka_protocol::protocol::StrBytes::from_static_str("range")),
-            ])
-    };
+    let join = |group: &str| join_req(group);
     for g in ["j0", "j1"] {
         let r: JoinGroupResponse = c.call(ApiKey::JoinGroup, 5, &join(g)).await;
         assert_eq!(r.error_code, 0, "{g}");

@@ -9,26 +9,8 @@ mod common;
 
 use common::*;
 use folio_broker::errors;
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-
-fn produce_req(topic: &str, partition: i32, records: Vec<u8>, acks: i16) -> ProduceRequest {
-    folio_broker::client::produce_request(topic, partition, records.into(), acks)
-}
-
-fn produced(r: &ProduceResponse) -> (i16, i64) {
-    let p = &r.responses[0].partition_responses[0];
-    (p.error_code, p.base_offset)
-}
-
-fn list_offsets_req(topic: &str, timestamp: i64) -> ListOffsetsRequest {
-    ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
-        ListOffsetsTopic::default()
-            .with_name(TopicName(StrBytes::from_string(topic.into())))
-            .with_partitions(vec![ListOffsetsPartition::default().with_timestamp(timestamp)]),
-    ])
-}
 
 /// Idempotent producers: a retried batch is answered with its first offset and stored
 /// once, a gap or an older epoch is refused, and a new broker on the same partition

@@ -13,28 +13,10 @@ use kafka_protocol::messages::api_versions_response::ApiVersionsResponse;
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use rand::{Rng, SeedableRng};
-
-fn produce_req(topic: &str, partition: i32, records: Vec<u8>, acks: i16) -> ProduceRequest {
-    folio_broker::client::produce_request(topic, partition, records.into(), acks)
-}
-
-fn produced(r: &ProduceResponse) -> (i16, i64) {
-    let p = &r.responses[0].partition_responses[0];
-    (p.error_code, p.base_offset)
-}
-
-fn list_offsets_req(topic: &str, timestamp: i64) -> ListOffsetsRequest {
-    ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
-        ListOffsetsTopic::default()
-            .with_name(TopicName(StrBytes::from_string(topic.into())))
-            .with_partitions(vec![ListOffsetsPartition::default().with_timestamp(timestamp)]),
-    ])
-}
 
 #[tokio::test]
 async fn api_versions_answers_unknown_versions_in_v0_with_unsupported_version() {

@@ -214,3 +214,49 @@ pub fn offset_commit_req(
                 ]),
         ])
 }
+
+/// A Produce request of `records` to `topic`'s `partition` with `acks`.
+pub fn produce_req(
+    topic: &str,
+    partition: i32,
+    records: Vec<u8>,
+    acks: i16,
+) -> kafka_protocol::messages::ProduceRequest {
+    folio_broker::client::produce_request(topic, partition, records.into(), acks)
+}
+
+/// The first partition's (error code, base offset) of a Produce answer.
+pub fn produced(r: &kafka_protocol::messages::ProduceResponse) -> (i16, i64) {
+    let p = &r.responses[0].partition_responses[0];
+    (p.error_code, p.base_offset)
+}
+
+/// A ListOffsets request for partition 0 of `topic` at `timestamp` (-1: the end).
+pub fn list_offsets_req(
+    topic: &str,
+    timestamp: i64,
+) -> kafka_protocol::messages::ListOffsetsRequest {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::{BrokerId, ListOffsetsRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+        ListOffsetsTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.into())))
+            .with_partitions(vec![ListOffsetsPartition::default().with_timestamp(timestamp)]),
+    ])
+}
+
+/// A JoinGroup request of a new member of `group` (consumer protocol, "range").
+pub fn join_req(group: &str) -> kafka_protocol::messages::JoinGroupRequest {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::{GroupId, JoinGroupRequest};
+    use kafka_protocol::protocol::StrBytes;
+    JoinGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.into())))
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(10_000)
+        .with_protocol_type(StrBytes::from_static_str("consumer"))
+        .with_protocols(vec![
+            JoinGroupRequestProtocol::default().with_name(StrBytes::from_static_str("range")),
+        ])
+}
