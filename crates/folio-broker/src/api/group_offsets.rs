@@ -14,18 +14,13 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
 
-use super::groups::elsewhere;
+use super::groups::{elsewhere, s};
 use crate::api::{Handler, Refused, str_bytes};
 use crate::errors;
 use crate::group::OffsetRecord;
 use crate::security::acl::{Operation, ResourceType};
 use crate::state::Inner;
-
-fn s(v: &StrBytes) -> &str {
-    v.as_str()
-}
 
 pub(crate) struct OffsetCommit;
 

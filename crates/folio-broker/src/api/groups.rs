@@ -30,7 +30,7 @@ pub(super) fn elsewhere(inner: &Inner, group: &str) -> Option<i16> {
     (!inner.membership.owns(&group_key(group))).then_some(errors::NOT_COORDINATOR)
 }
 
-fn s(v: &StrBytes) -> &str {
+pub(super) fn s(v: &StrBytes) -> &str {
     v.as_str()
 }
 

@@ -287,10 +287,11 @@ async fn validation_phase(quick: bool, tmp: &Path, driver: &Path) -> Result<(), 
             broker.shutdown().await;
         }
         println!(
-            "validation codec={codec} mb_per_s_on={:.1} mb_per_s_off={:.1} ratio_vs_validation_off={:.2}",
+            "validation codec={codec} mb_per_s_on={:.1} mb_per_s_off={:.1} ratio_vs_validation_off={:.2} rss_peak_mb={:.0}",
             on / 2.0,
             off / 2.0,
-            on / off
+            on / off,
+            super::rss_peak_mb()
         );
     }
     for b in bookies {
