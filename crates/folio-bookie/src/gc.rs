@@ -8,8 +8,15 @@
 //! 2. Every local ledger missing from the listing is a candidate. Its metadata is read again
 //!    on its own, and it is dropped only on a definite "does not exist" (a ledger created
 //!    after the listing, or any error, keeps it).
+//!    Dropping it tombstones its id first (`folio_storage::index::tombstones`): no later
+//!    add, fence or recovery add creates it here again.
 //! 3. A listed ledger that is closed and whose ensembles no longer include this bookie
-//!    (its copy here is over-replication) is dropped too.
+//!    (its copy here is over-replication) is dropped too, without a tombstone, unless it is
+//!    **incoming**: recovery adds brought it (autorecovery copying it here before the swap
+//!    names this bookie). An incoming copy is kept while its ledger has an
+//!    under-replication mark or a replication claim, and for `incoming_grace` after its
+//!    last recovery add; the metadata is read again after the mark, so a swap that
+//!    finished meanwhile is seen. Once an ensemble names this bookie the mark is cleared.
 //! 4. Every sealed entry log (from the index's explicit record, never an id threshold, never
 //!    an active log) whose ledgers are all gone is deleted. The others are reported with the
 //!    live ledgers that pin them and their usage (live bytes / size), from the ledgers map
@@ -34,6 +41,9 @@ use folio_storage::StorageError;
 pub struct GcConfig {
     /// Time between passes.
     pub interval: std::time::Duration,
+    /// An incoming copy (recovery adds, no ensemble naming this bookie yet) is kept this
+    /// long after its last recovery add even without a mark or claim (10 min).
+    pub incoming_grace: std::time::Duration,
     /// Ledgers per listing page.
     pub list_page: usize,
     /// This pass compacts sealed logs whose live bytes are below this fraction of their
@@ -83,6 +93,7 @@ impl Default for GcConfig {
     fn default() -> Self {
         GcConfig {
             interval: std::time::Duration::from_secs(60),
+            incoming_grace: std::time::Duration::from_secs(600),
             list_page: 1000,
             compaction_threshold: 0.2,
             compaction_bytes_max_per_pass: 4 * 1024 * 1024 * 1024,
@@ -118,6 +129,8 @@ impl KeptLog {
 pub struct GcReport {
     pub ledgers_dropped: Vec<LedgerId>,
     pub over_replicated_dropped: Vec<LedgerId>,
+    /// Copies no ensemble names yet, kept because they are being copied here.
+    pub incoming_kept: Vec<LedgerId>,
     pub logs_deleted: Vec<u64>,
     pub logs_compacted: Vec<u64>,
     pub bytes_reclaimed: u64,
@@ -243,6 +256,67 @@ fn holds(m: &LedgerMetadata, bookie_id: &str) -> bool {
     m.ensembles.values().any(|e| e.iter().any(|b| b == bookie_id))
 }
 
+/// What a GC pass does with one local ledger.
+enum Drop {
+    Keep,
+    /// Kept: a copy being made here (step 3 of the module docs).
+    Incoming,
+    /// Its metadata is gone: tombstoned and dropped.
+    Deleted,
+    /// Closed and no ensemble names this bookie: this copy is dropped.
+    OverReplicated,
+}
+
+/// Whether the copy of listed ledger `id` here is over-replication to drop (step 3).
+async fn over_replicated(
+    storage: &Storage,
+    meta: &dyn MetadataStore,
+    keys: &Keys,
+    id: LedgerId,
+    bookie_id: &str,
+    config: &GcConfig,
+) -> Drop {
+    let key = keys.ledger(id);
+    let read = |v: Option<folio_meta::Versioned>| {
+        v.and_then(|v| LedgerMetadata::decode(&key, &v.value).ok())
+    };
+    let Ok(Some(m)) = meta.get(&key).await.map(read) else { return Drop::Keep };
+    if holds(&m, bookie_id) {
+        storage.clear_incoming(id); // named here now: an ordinary copy
+        return Drop::Keep;
+    }
+    if m.state != LedgerState::Closed {
+        return Drop::Keep;
+    }
+    let Some(age) = storage.incoming_age(id) else { return Drop::OverReplicated };
+    if age < config.incoming_grace {
+        return Drop::Incoming;
+    }
+    // Past its grace: kept while a worker still holds the ledger (mark or claim)...
+    for k in [keys.under_replicated_ledger(id), keys.replication_claim(id)] {
+        match meta.get(&k).await {
+            Ok(None) => {}
+            Ok(Some(_)) | Err(_) => return Drop::Incoming,
+        }
+    }
+    // ...and read again after them: a swap that named this bookie meanwhile is seen.
+    match meta.get(&key).await.map(read) {
+        Ok(Some(m)) if holds(&m, bookie_id) => {
+            storage.clear_incoming(id);
+            Drop::Keep
+        }
+        Ok(Some(m)) if m.state == LedgerState::Closed => {
+            tracing::info!(
+                ledger = id,
+                age_ms = age.as_millis() as u64,
+                "incoming copy abandoned (no mark, no claim, past its grace): dropping it"
+            );
+            Drop::OverReplicated
+        }
+        _ => Drop::Keep,
+    }
+}
+
 /// One GC pass for the bookie `bookie_id` (see the module docs).
 pub async fn gc_once(
     storage: &Arc<Storage>,
@@ -255,36 +329,37 @@ pub async fn gc_once(
     let listed = list_ledgers(meta, keys, config.list_page).await.map_err(GcError::Listing)?;
     let mut report = GcReport::default();
     for id in local {
-        let key = keys.ledger(id);
-        let drop_reason = if listed.contains(&id) {
-            // Listed: dropped only if closed and no longer ours (over-replicated).
-            match meta.get(&key).await {
-                Ok(Some(v)) => match LedgerMetadata::decode(&key, &v.value) {
-                    Ok(m) if m.state == LedgerState::Closed && !holds(&m, bookie_id) => Some(true),
-                    _ => None,
-                },
-                _ => None,
-            }
+        let drop = if listed.contains(&id) {
+            over_replicated(storage, meta, keys, id, bookie_id, config).await
         } else {
             // Not listed: read it again on its own; only a definite "absent" drops it.
-            match meta.get(&key).await {
-                Ok(None) => Some(false),
-                Ok(Some(_)) => None,
+            match meta.get(&keys.ledger(id)).await {
+                Ok(None) => Drop::Deleted,
+                Ok(Some(_)) => Drop::Keep,
                 Err(e) => {
                     tracing::warn!(ledger = id, error = %e, "GC could not re-read a candidate; keeping it");
-                    None
+                    Drop::Keep
                 }
             }
         };
-        if let Some(over_replicated) = drop_reason {
-            let s = storage.clone();
-            folio_rt::blocking(move || s.delete_ledger(id))
-                .await
-                .map_err(|e| StorageError::BadRequest(e.to_string()))??;
-            if over_replicated {
-                report.over_replicated_dropped.push(id);
-            } else {
+        let s = storage.clone();
+        match drop {
+            Drop::Keep => continue,
+            Drop::Incoming => {
+                report.incoming_kept.push(id);
+                continue;
+            }
+            Drop::Deleted => {
+                folio_rt::blocking(move || s.delete_ledger(id))
+                    .await
+                    .map_err(|e| StorageError::BadRequest(e.to_string()))??;
                 report.ledgers_dropped.push(id);
+            }
+            Drop::OverReplicated => {
+                folio_rt::blocking(move || s.drop_copy(id))
+                    .await
+                    .map_err(|e| StorageError::BadRequest(e.to_string()))??;
+                report.over_replicated_dropped.push(id);
             }
         }
     }

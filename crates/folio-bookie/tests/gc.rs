@@ -503,3 +503,71 @@ async fn l2_compaction_output_is_sealed_and_collected_in_per_ledger_mode() {
     assert!(s.entry_log_states().unwrap().is_empty(), "every entry log came back: {r:?}");
     assert_eq!(disk_bytes(&e.fs), 0, "no entry-log bytes left on disk");
 }
+
+/// Waits for the acknowledgement of a recovery add (what autorecovery's copies are).
+fn recovery_add(s: &folio_bookie::Storage, ledger: u64, entry_id: i64) -> folio_bookie::Result<()> {
+    add_async(s, &entry(ledger, entry_id, b"copy"), &KEY, true)?.recv().expect("callback runs")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d1_a_copy_being_made_here_survives_gc_until_its_swap_or_its_abandonment() {
+    let e = env();
+    let s = Arc::new(open(&e.fs, &e.kv, &common::config()).unwrap());
+    // Ledger 1 is closed on b2; autorecovery copies it to b1 (recovery adds) before the
+    // compare-and-set that names b1. Ledger 2 is closed on b2 and b1 holds a stale copy.
+    create(&e, 1, LedgerState::Closed, &["b2"]).await;
+    create(&e, 2, LedgerState::Closed, &["b2"]).await;
+    for i in 0..3 {
+        recovery_add(&s, 1, i).unwrap();
+    }
+    add(&s, &entry(2, 0, b"stale")).unwrap();
+    let r = gc_once(&s, e.meta.as_ref(), &e.keys, "b1", &config()).await.unwrap();
+    assert_eq!(r.incoming_kept, vec![1], "the copy in progress is kept");
+    assert_eq!(r.over_replicated_dropped, vec![2]);
+    assert_eq!(s.list_entries(1).unwrap(), vec![0, 1, 2]);
+    // Past its grace, it is kept while the ledger's mark (or a claim) says a worker has it.
+    let past = GcConfig { incoming_grace: Duration::ZERO, ..config() };
+    let mark = e.keys.under_replicated_ledger(1);
+    e.meta.put(&mark, Bytes::from_static(b"m"), Expect::Any).await.unwrap();
+    let r = gc_once(&s, e.meta.as_ref(), &e.keys, "b1", &past).await.unwrap();
+    assert_eq!(r.incoming_kept, vec![1]);
+    // The swap names b1: an ordinary copy now, incoming no more.
+    create(&e, 1, LedgerState::Closed, &["b1"]).await;
+    e.meta.delete(&mark, Expect::Any).await.unwrap();
+    let r = gc_once(&s, e.meta.as_ref(), &e.keys, "b1", &past).await.unwrap();
+    assert!(r.incoming_kept.is_empty() && r.over_replicated_dropped.is_empty(), "{r:?}");
+    assert_eq!(s.incoming_age(1), None);
+    // A copy nobody holds any more (no mark, no claim, past its grace) is dropped, with no
+    // tombstone: the ledger lives on elsewhere and may be copied here again.
+    create(&e, 3, LedgerState::Closed, &["b2"]).await;
+    recovery_add(&s, 3, 0).unwrap();
+    let r = gc_once(&s, e.meta.as_ref(), &e.keys, "b1", &past).await.unwrap();
+    assert_eq!(r.over_replicated_dropped, vec![3]);
+    recovery_add(&s, 3, 0).unwrap();
+    assert!(!s.is_tombstoned(2) && !s.is_tombstoned(3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l1_after_deletion_and_gc_a_zombie_add_is_refused_not_acknowledged_into_nothing() {
+    let e = env();
+    let s = Arc::new(open(&e.fs, &e.kv, &common::config()).unwrap());
+    create(&e, 1, LedgerState::Open, &["b1"]).await;
+    for i in 0..3 {
+        add(&s, &entry(1, i, b"x")).unwrap();
+    }
+    e.meta.delete(&e.keys.ledger(1), Expect::Any).await.unwrap();
+    let r = gc_once(&s, e.meta.as_ref(), &e.keys, "b1", &config()).await.unwrap();
+    assert_eq!(r.ledgers_dropped, vec![1]);
+    // The zombie writer's add in flight, and a stale recovery add, both fail.
+    let err = add(&s, &entry(1, 3, b"zombie")).unwrap_err();
+    assert_eq!(err.status(), folio_proto::Status::NoLedger, "{err}");
+    let err = recovery_add(&s, 1, 3).unwrap_err();
+    assert_eq!(err.status(), folio_proto::Status::NoLedger, "{err}");
+    drop(s);
+    let s = open(&e.fs, &e.kv, &common::config()).unwrap();
+    assert_eq!(
+        add(&s, &entry(1, 3, b"zombie")).unwrap_err().status(),
+        folio_proto::Status::NoLedger
+    );
+    assert!(s.ledger_ids().is_empty());
+}

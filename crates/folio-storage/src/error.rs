@@ -8,6 +8,9 @@ use folio_proto::{EntryError, EntryId, LedgerId, Status};
 pub enum StorageError {
     #[error("no such ledger {0}")]
     NoLedger(LedgerId),
+    /// The ledger was deleted here: its id is tombstoned and never created again.
+    #[error("ledger {0} was deleted on this bookie (tombstoned)")]
+    Deleted(LedgerId),
     #[error("no such entry {0}/{1}")]
     NoEntry(LedgerId, EntryId),
     /// The ledger is in limbo: this bookie may have lost data for it and cannot say "no".
@@ -129,7 +132,7 @@ impl StorageError {
     /// The status a bookie answers with for this error.
     pub fn status(&self) -> Status {
         match self {
-            StorageError::NoLedger(_) => Status::NoLedger,
+            StorageError::NoLedger(_) | StorageError::Deleted(_) => Status::NoLedger,
             StorageError::NoEntry(..) => Status::NoEntry,
             StorageError::Unknown(..) => Status::Unknown,
             StorageError::Fenced(_) => Status::Fenced,

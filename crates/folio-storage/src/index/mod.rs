@@ -9,14 +9,17 @@
 //! Meta       "flags"                                  → u64 LE storage flags
 //!            "next_log_id"                            → u64 LE
 //!            "elog/" ‖ log_id u64 BE                  → EntryLogState
+//!            "tomb/" ‖ first ledger u64 BE            → end ledger u64 LE (see `tombstones`)
 //! ```
 
 pub mod kv;
+pub mod tombstones;
 
 use folio_proto::limits::MASTER_KEY_BYTES;
 use folio_proto::{EntryId, LedgerId};
 
 pub use kv::{FjallKv, KvBatch, KvStore, MemKv, Table};
+pub use tombstones::Tombstones;
 
 use crate::error::{Result, StorageError};
 
@@ -148,6 +151,9 @@ pub struct LedgerState {
     /// This bookie may have lost data of the ledger: "no" answers become "unknown".
     pub limbo: bool,
     pub explicit_lac: Option<EntryId>,
+    /// Recovery adds (autorecovery's copies) brought it here: garbage collection keeps it
+    /// while the copy may still be going on, even if no ensemble names this bookie yet.
+    pub incoming: bool,
 }
 
 const LEDGER_STATE_VERSION: u8 = 1;
@@ -155,9 +161,11 @@ const FLAG_FENCED: u8 = 1;
 const FLAG_LIMBO: u8 = 2;
 const FLAG_HAS_KEY: u8 = 4;
 const FLAG_HAS_LAC: u8 = 8;
+const FLAG_INCOMING: u8 = 16;
 
 impl LedgerState {
-    /// `version u8 ‖ flags u8 ‖ [key 20 bytes if HAS_KEY] ‖ [lac i64 LE if HAS_LAC]`
+    /// `version u8 ‖ flags u8 ‖ [key 20 bytes if HAS_KEY] ‖ [lac i64 LE if HAS_LAC]`; flags:
+    /// 1 fenced, 2 limbo, 4 has key, 8 has LAC, 16 incoming.
     pub fn encode(&self) -> Vec<u8> {
         let mut flags = 0u8;
         if self.fenced {
@@ -165,6 +173,9 @@ impl LedgerState {
         }
         if self.limbo {
             flags |= FLAG_LIMBO;
+        }
+        if self.incoming {
+            flags |= FLAG_INCOMING;
         }
         let mut v = vec![LEDGER_STATE_VERSION, 0];
         if let Some(k) = self.master_key {
@@ -190,6 +201,7 @@ impl LedgerState {
         let mut s = LedgerState {
             fenced: flags & FLAG_FENCED != 0,
             limbo: flags & FLAG_LIMBO != 0,
+            incoming: flags & FLAG_INCOMING != 0,
             ..Default::default()
         };
         if flags & FLAG_HAS_KEY != 0 {
@@ -293,7 +305,7 @@ mod tests {
         fn records_round_trip(key in proptest::option::of(any::<[u8; 20]>()), fenced in any::<bool>(),
                               limbo in any::<bool>(), lac in proptest::option::of(-1..i64::MAX),
                               ledgers in proptest::collection::vec((any::<u64>(), any::<u64>()), 0..10)) {
-            let s = LedgerState { master_key: key, fenced, limbo, explicit_lac: lac };
+            let s = LedgerState { master_key: key, fenced, limbo, explicit_lac: lac, incoming: fenced ^ limbo };
             prop_assert_eq!(LedgerState::decode(&s.encode()).unwrap(), s);
             let l = EntryLogState { sealed: true, size_bytes: 5, ledgers };
             prop_assert_eq!(EntryLogState::decode(&l.encode()).unwrap(), l);

@@ -15,7 +15,7 @@ impl Inner {
         let key_pending;
         {
             let mut ledgers = self.lock_ledgers();
-            let ledger = ledgers.entry(ledger_id).or_default();
+            let ledger = self.live_entry(&mut ledgers, ledger_id)?;
             match ledger.state.master_key {
                 Some(k) if k != *key => return Err(StorageError::Unauthorized(ledger_id)),
                 Some(_) => key_pending = ledger.key_pending(),
@@ -29,6 +29,14 @@ impl Inner {
             }
             if ledger.state.fenced && !recovery {
                 return Err(StorageError::Fenced(ledger_id));
+            }
+            if recovery {
+                // A copy coming in (autorecovery, or a recovering writer): GC keeps it.
+                ledger.incoming_ms = Some(self.config.clock.now_ms());
+                if !ledger.state.incoming {
+                    ledger.state.incoming = true;
+                    ledger.dirty = true;
+                }
             }
             let lac = entry.last_add_confirmed();
             ledger.piggybacked_lac = Some(ledger.piggybacked_lac.map_or(lac, |l| l.max(lac)));
@@ -67,7 +75,7 @@ impl Inner {
     ) -> Result<()> {
         self.check_poison()?;
         let mut ledgers = self.lock_ledgers();
-        let ledger = ledgers.entry(ledger_id).or_default();
+        let ledger = self.live_entry(&mut ledgers, ledger_id)?;
         let mut done = done;
         match ledger.state.master_key {
             Some(k) if k != *key => return Err(StorageError::Unauthorized(ledger_id)),
@@ -104,16 +112,27 @@ impl Inner {
     pub(super) fn set_limbo(&self, ledger_id: LedgerId, limbo: bool) -> Result<()> {
         self.check_poison()?;
         let mut ledgers = self.lock_ledgers();
-        let ledger = ledgers.entry(ledger_id).or_default();
+        let ledger = self.live_entry(&mut ledgers, ledger_id)?;
         ledger.state.limbo = limbo;
         let mut b = KvBatch::default();
         b.put(Table::Ledgers, index::ledger_key(ledger_id), ledger.state.encode());
         self.kv.commit(b)
     }
 
-    pub(super) fn delete_ledger(&self, ledger_id: LedgerId) -> Result<()> {
+    pub(super) fn delete_ledger(&self, ledger_id: LedgerId, tombstone: bool) -> Result<()> {
         self.check_poison()?;
-        self.lock_ledgers().remove(&ledger_id);
+        {
+            // The tombstone is durable before anything of the ledger is dropped, and the
+            // state goes under the same lock: no add can create the ledger again between.
+            let mut ledgers = self.lock_ledgers();
+            if tombstone {
+                let mut tombstones = self.tombstones.lock().expect("tombstones lock");
+                let mut b = KvBatch::default();
+                tombstones.insert(ledger_id, &mut b);
+                self.kv.commit(b)?;
+            }
+            ledgers.remove(&ledger_id);
+        }
         self.cache.remove_ledger(ledger_id);
         self.read_cache.lock().expect("read cache lock").remove_ledger(ledger_id);
         // The flush lock keeps a concurrent flush from re-adding this ledger's locations.
@@ -130,7 +149,7 @@ impl Inner {
             }
             self.kv.commit(b)
         })?;
-        tracing::info!(ledger_id, "ledger deleted locally");
+        tracing::info!(ledger_id, tombstone, "ledger deleted locally");
         Ok(())
     }
 }

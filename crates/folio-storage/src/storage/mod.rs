@@ -32,7 +32,7 @@ use crate::entry_log::{self, EntryLogReader, EntryLogWriter};
 use crate::error::{Poison, PoisonReason, Result, StorageError};
 use crate::fs::{FileSystem, RealFs};
 use crate::index::{
-    self, EntryLocation, EntryLogState, FjallKv, KvBatch, KvStore, LedgerState, Table,
+    self, EntryLocation, EntryLogState, FjallKv, KvBatch, KvStore, LedgerState, Table, Tombstones,
 };
 use crate::journal::{self, Journal, JournalPosition, JournalRecord, ReplayReport};
 use crate::limits::INDEX_PAGE;
@@ -66,6 +66,9 @@ struct Ledger {
     /// each one waits for this first: a second add of a new ledger must not be acknowledged
     /// before the key the first one brought is on disk.
     key_unsynced: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// When (storage clock) the last recovery add arrived, while `state.incoming`; a ledger
+    /// loaded incoming counts from the open.
+    incoming_ms: Option<u64>,
 }
 
 impl Ledger {
@@ -116,6 +119,8 @@ struct Inner {
     reads_from_disk_done: Condvar,
     reader: EntryLogReader,
     ledgers: Mutex<BTreeMap<LedgerId, Ledger>>,
+    /// The ids deleted here (`index::tombstones`); locked only while `ledgers` is held.
+    tombstones: Mutex<Tombstones>,
     flush: Mutex<FlushState>,
     signal: Mutex<FlushSignal>,
     signal_cond: Condvar,
@@ -255,6 +260,38 @@ impl Storage {
         Ok((usages, more))
     }
 
+    /// Whether the ledger was deleted here (its id is tombstoned: never created again).
+    pub fn is_tombstoned(&self, ledger_id: LedgerId) -> bool {
+        self.inner.tombstones.lock().expect("tombstones lock").contains(ledger_id)
+    }
+
+    /// Tombstone ranges held, and ranges forgotten at the bound since the process started.
+    pub fn tombstone_counts(&self) -> (usize, u64) {
+        let t = self.inner.tombstones.lock().expect("tombstones lock");
+        (t.len(), t.forgotten())
+    }
+
+    /// How long ago (storage clock) the last recovery add of a ledger still marked incoming
+    /// arrived: `None` when it is not incoming (or not here).
+    pub fn incoming_age(&self, ledger_id: LedgerId) -> Option<std::time::Duration> {
+        let now = self.inner.config.clock.now_ms();
+        let ledgers = self.inner.lock_ledgers();
+        let l = ledgers.get(&ledger_id).filter(|l| l.state.incoming)?;
+        Some(std::time::Duration::from_millis(now.saturating_sub(l.incoming_ms.unwrap_or(now))))
+    }
+
+    /// Ends a ledger's incoming mark (its copy is named in its metadata, or abandoned);
+    /// persisted with the next flush.
+    pub fn clear_incoming(&self, ledger_id: LedgerId) {
+        if let Some(l) = self.inner.lock_ledgers().get_mut(&ledger_id)
+            && l.state.incoming
+        {
+            l.state.incoming = false;
+            l.incoming_ms = None;
+            l.dirty = true;
+        }
+    }
+
     /// Whether this bookie has the ledger.
     pub fn ledger_exists(&self, ledger_id: LedgerId) -> bool {
         self.inner.lock_ledgers().contains_key(&ledger_id)
@@ -283,7 +320,7 @@ impl Storage {
     ) -> Result<()> {
         self.inner.check_poison()?;
         let mut ledgers = self.inner.lock_ledgers();
-        let ledger = ledgers.entry(ledger_id).or_default();
+        let ledger = self.inner.live_entry(&mut ledgers, ledger_id)?;
         ledger.state.master_key.get_or_insert(master_key);
         ledger.state.fenced |= fence;
         ledger.state.limbo |= limbo;
@@ -292,10 +329,17 @@ impl Storage {
         self.inner.kv.commit(b)
     }
 
-    /// Drops a ledger's entries and state locally (used by garbage collection). The entry
-    /// log bytes are reclaimed later by entry-log GC.
+    /// Drops a ledger whose metadata is gone: its id is tombstoned first (durably), then its
+    /// entries and state are dropped; it is never created here again. The entry log bytes
+    /// are reclaimed later by entry-log GC.
     pub fn delete_ledger(&self, ledger_id: LedgerId) -> Result<()> {
-        self.inner.delete_ledger(ledger_id)
+        self.inner.delete_ledger(ledger_id, true)
+    }
+
+    /// Drops this bookie's copy of a ledger that lives on elsewhere (over-replication), with
+    /// no tombstone: autorecovery may copy it here again later.
+    pub fn drop_copy(&self, ledger_id: LedgerId) -> Result<()> {
+        self.inner.delete_ledger(ledger_id, false)
     }
 
     /// The persistent storage flags.
@@ -374,6 +418,21 @@ impl Inner {
 
     fn lock_ledgers(&self) -> MutexGuard<'_, BTreeMap<LedgerId, Ledger>> {
         self.ledgers.lock().expect("ledgers lock")
+    }
+
+    /// The ledger's state, created empty if it is new here, unless its id is tombstoned.
+    /// Called with `ledgers` locked (the tombstones' lock is taken inside it).
+    fn live_entry<'a>(
+        &self,
+        ledgers: &'a mut BTreeMap<LedgerId, Ledger>,
+        ledger_id: LedgerId,
+    ) -> Result<&'a mut Ledger> {
+        if !ledgers.contains_key(&ledger_id)
+            && self.tombstones.lock().expect("tombstones lock").contains(ledger_id)
+        {
+            return Err(StorageError::Deleted(ledger_id));
+        }
+        Ok(ledgers.entry(ledger_id).or_default())
     }
 
     fn check_poison(&self) -> Result<()> {

@@ -16,8 +16,14 @@ impl Storage {
         }
         check_index_checkpoint(fs.as_ref(), kv.as_ref(), &config.journal_dir)?;
         let mut recovery = RecoveryReport::default();
-        let ledgers = load_ledgers(kv.as_ref())?;
+        let mut ledgers = load_ledgers(kv.as_ref())?;
+        // An incoming copy's grace counts from the open (its last add's time is not kept).
+        let opened_ms = config.clock.now_ms();
+        for l in ledgers.values_mut().filter(|l| l.state.incoming) {
+            l.incoming_ms = Some(opened_ms);
+        }
         recovery.n_ledgers = ledgers.len();
+        let tombstones = Tombstones::load(kv.as_ref(), index::tombstones::TOMBSTONE_RANGES_MAX)?;
         let next_log_id = recover_entry_logs(fs.as_ref(), kv.as_ref(), &log_dir, &mut recovery)?;
         let inner = Arc::new(Inner {
             cache: WriteCache::new(config.write_cache_bytes),
@@ -26,6 +32,7 @@ impl Storage {
             reads_from_disk_done: Condvar::new(),
             reader: EntryLogReader::new(fs.clone(), log_dir.clone()),
             ledgers: Mutex::new(ledgers),
+            tombstones: Mutex::new(tombstones),
             flush: Mutex::new(FlushState {
                 logs: EntryLogSet::new(fs.clone(), log_dir.clone(), &config, next_log_id),
                 last_mark: None,
@@ -88,6 +95,19 @@ impl Inner {
         let dir = self.config.journal_dir.clone();
         let mark = journal::read_checkpoint(self.fs.as_ref(), &dir)?;
         let mut apply = |record: JournalRecord| -> Result<()> {
+            // Records of a ledger deleted since are dropped: it is never created again.
+            let ledger_id = match &record {
+                JournalRecord::Entry(e) => Some(e.ledger_id()),
+                JournalRecord::MasterKey { ledger_id, .. }
+                | JournalRecord::Fence { ledger_id }
+                | JournalRecord::ExplicitLac { ledger_id, .. } => Some(*ledger_id),
+                JournalRecord::FileEnd { .. } | JournalRecord::SyncMark { .. } => None,
+            };
+            if ledger_id
+                .is_some_and(|l| self.tombstones.lock().expect("tombstones lock").contains(l))
+            {
+                return Ok(());
+            }
             match record {
                 JournalRecord::Entry(e) => {
                     let mut ledgers = self.lock_ledgers();
@@ -149,6 +169,7 @@ pub(super) fn load_ledgers(kv: &dyn KvStore) -> Result<BTreeMap<LedgerId, Ledger
                     piggybacked_lac: None,
                     dirty: false,
                     key_unsynced: None,
+                    incoming_ms: None,
                 },
             );
         }
