@@ -36,18 +36,6 @@ impl LogEnv {
     }
 }
 
-/// The wall clock: milliseconds since the Unix epoch.
-#[derive(Debug, Default)]
-pub struct WallClock;
-
-impl Clock for WallClock {
-    fn now_ms(&self) -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_millis() as u64)
-    }
-}
-
 /// Options to create ledger `id` of log `name` with (ensemble, write, ack) quorums: the
 /// owner tag names the log (the trash deletes only ledgers whose tag names their log).
 pub(crate) fn ledger_options(name: &str, id: u64, (e, w, a): (u16, u16, u16)) -> CreateOptions {

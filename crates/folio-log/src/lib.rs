@@ -25,9 +25,10 @@ pub mod trash;
 
 pub use config::LogConfig;
 pub use entry::LogEntry;
-pub use env::{LogEnv, OWNER_TAG, WallClock};
+pub use env::{LogEnv, OWNER_TAG};
 pub use epochs::{EPOCH_MAX, EPOCHS_MAX, EpochStart, Epochs};
 pub use error::{LogError, Result};
+pub use folio_proto::clock::WallClock;
 pub use log::{
     BATCH_BYTES_MAX, COMPACTION_ADDS_IN_FLIGHT_MAX, COMPACTION_CLEAN_END, COMPACTION_OUTPUT,
     Compaction, CompactionReport, LogInfo, LogState, LogStats, LogStatus, ManagedLog,

@@ -239,6 +239,16 @@ impl Keys {
         format!("{}/autorecovery/claims/", self.root)
     }
 
+    /// The prefix of the auditor's absence records (how long each bookie was gone).
+    pub fn absences(&self) -> String {
+        format!("{}/autorecovery/absence/", self.root)
+    }
+
+    /// The auditor's absence record of `bookie_id` (see folio-repair's auditor).
+    pub fn absence(&self, bookie_id: &str) -> String {
+        format!("{}/autorecovery/absence/{bookie_id}", self.root)
+    }
+
     /// The prefix of decommission requests.
     pub fn decommissions(&self) -> String {
         format!("{}/autorecovery/decommission/", self.root)

@@ -31,6 +31,19 @@ impl Clock for SystemClock {
     }
 }
 
+/// The wall clock: milliseconds since the Unix epoch (for times stored and compared
+/// across processes: trash records, marks, absences).
+#[derive(Debug, Default)]
+pub struct WallClock;
+
+impl Clock for WallClock {
+    fn now_ms(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_millis() as u64)
+    }
+}
+
 /// A clock that moves only when told. Clones share the time.
 #[derive(Debug, Clone, Default)]
 pub struct ManualClock {

@@ -438,3 +438,93 @@ async fn futures_metadata(client: &LedgerClient, ids: &[u64]) -> Vec<LedgerMetad
     }
     out
 }
+
+/// #45 item 3: a worker whose lease is lost (the store expired it, as in a partition)
+/// stops copying at once, swaps nothing in, and its release leaves alone the claim the next
+/// worker took meanwhile (it compares the claim's version).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_loses_its_lease_stops_copying_and_leaves_the_next_claim_alone() {
+    let mut c = cluster(4, |_| None).await;
+    let client = client(&c);
+    let (id, ensemble) = one_ledger(&client, 60).await;
+    c.node(&ensemble[1]).kill().await;
+    gone(&c, &ensemble[1]).await;
+    let slow = autorecovery(
+        &c,
+        "slow",
+        AutorecoveryConfig { bytes_per_s: 1500, auditor: false, ..config() },
+    );
+    slow.mark(id, lost_in(&ensemble)).await.unwrap();
+    let (_stop, task) = spawn(&slow);
+    until("the slow worker copied some entries", Duration::from_secs(20), || async {
+        slow.stats().entries_copied.load(Relaxed) >= 3
+    })
+    .await;
+    let claim_key = Keys::default().replication_claim(id);
+    let claim = c.meta.get(&claim_key).await.unwrap().expect("the slow worker's claim");
+    c.meta.revoke_lease(claim.lease.expect("lease-bound")).await.unwrap();
+    c.meta
+        .put(&claim_key, bytes::Bytes::from_static(b"next"), folio_meta::Expect::Absent)
+        .await
+        .unwrap();
+    until("the slow worker stopped copying", Duration::from_secs(10), || async {
+        slow.stats().copies_stopped.load(Relaxed) >= 1
+    })
+    .await;
+    // Its round is over (and the next ones find the ledger claimed): the claim is intact.
+    until("the slow worker's next round", Duration::from_secs(10), || async {
+        slow.stats().marks.load(Relaxed) >= 1
+    })
+    .await;
+    task.abort();
+    let held = c.meta.get(&claim_key).await.unwrap().expect("the next worker's claim stays");
+    assert_eq!(&held.value[..], b"next");
+    assert!(slow.stats().entries_copied.load(Relaxed) < 40, "it stopped half-way");
+    let m = client.metadata(id).await.unwrap();
+    assert_eq!(m.ensembles[&0], ensemble, "nothing swapped in by a worker without its claim");
+}
+
+/// #45 item 3: how long a bookie was gone is stored, so auditors that take over from each
+/// other (a fresh state every round here) and a bookie that keeps coming back for a moment
+/// (a crash loop) still add up to a loss after `lost_after` of absence in total.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flapping_bookie_under_moving_auditors_is_still_declared_lost() {
+    let mut c = cluster(4, |_| None).await;
+    let victim = "bookie-0".to_string();
+    c.node(&victim).kill().await;
+    gone(&c, &victim).await;
+    let clock = folio_proto::clock::ManualClock::new();
+    clock.advance(Duration::from_secs(1_000_000));
+    let config = AutorecoveryConfig {
+        lost_after: Duration::from_secs(10),
+        poll_interval: Duration::from_secs(1),
+        absence_window: Duration::from_secs(100),
+        clock: Arc::new(clock.clone()),
+        ..config()
+    };
+    let registration = Keys::default().bookie(&victim, false);
+    let mut lost_at = None;
+    for round in 0..20 {
+        // Every third round the bookie is back for a moment.
+        let back = round % 3 == 2;
+        if back {
+            c.meta
+                .put(&registration, bytes::Bytes::from_static(b"x"), folio_meta::Expect::Any)
+                .await
+                .unwrap();
+        }
+        let auditor = autorecovery(&c, &format!("auditor-{round}"), config.clone());
+        let report = auditor.audit_once(&mut Default::default()).await.unwrap();
+        if back {
+            c.meta.delete(&registration, folio_meta::Expect::Any).await.unwrap();
+        }
+        if report.lost.contains(&victim) {
+            lost_at = Some(round);
+            break;
+        }
+        clock.advance(Duration::from_secs(2));
+    }
+    // Gone 2 s per round, except the rounds it was back: 10 s of absence by round 7 or so.
+    let round = lost_at.expect("the flapping bookie was never declared lost");
+    assert!((5..=9).contains(&round), "declared lost at round {round}");
+}

@@ -370,7 +370,7 @@ fn autorecovery_metrics() -> String {
     let mut out = String::new();
     let Some(s) = folio_repair::autorecovery::process_stats() else { return out };
     let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-    let rows: [(&str, &str, u64); 10] = [
+    let rows: [(&str, &str, u64); 11] = [
         (
             "folio_autorecovery_auditor",
             "1 while this process is the cluster's auditor.",
@@ -410,6 +410,11 @@ fn autorecovery_metrics() -> String {
             "folio_autorecovery_copies_discarded_total",
             "Fragment copies another worker won the swap for.",
             l(&s.copies_discarded),
+        ),
+        (
+            "folio_autorecovery_copies_stopped_total",
+            "Fragment copies stopped half-way because the worker's lease was lost.",
+            l(&s.copies_stopped),
         ),
         (
             "folio_autorecovery_ledgers_healed_total",

@@ -14,19 +14,24 @@
 //!    ledger's ensembles for the entries it holds (`ListEntries`, paced to
 //!    `check_requests_per_s`) and marks fragments whose write-set entries are missing.
 //!
-//! "Gone since" lives in memory: an auditor that takes over starts its own clock, which
-//! only ever delays a loss, never invents one.
+//! How long each bookie was gone is kept in the store (`<root>/autorecovery/absence/<id>`,
+//! see [`Absence`]), so an auditor that takes over, or a bookie that keeps coming back for
+//! a moment (a crash loop), does not restart the count: a bookie gone for `lost_after` in
+//! total within `absence_window` is lost.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use folio_meta::{Expect, MetaError};
+use tokio::time::Instant;
 
 use folio_meta::list_all;
 use folio_meta::records::{Cookie, LedgerMetadata, LedgerState, Record, Update, update};
 
+use super::Autorecovery;
 use super::mark::{MarkedFragment, Reason, ReplicationMark};
 use super::worker::{entries_on, fragments_of, listed};
-use super::{Autorecovery, now_ms};
 
 /// While some bookie is lost, wiped or draining, the ledgers are scanned again this often
 /// (a ledger closed or changed since the last scan is marked then).
@@ -35,8 +40,6 @@ pub const REMARK_INTERVAL: Duration = Duration::from_secs(60);
 /// What the auditor remembers between rounds.
 #[derive(Debug, Default)]
 pub struct AuditorState {
-    /// Known bookies not registered, and since when this auditor has seen them so.
-    gone_since: HashMap<String, Instant>,
     /// The bookies the last scan marked for, with why.
     marked_for: BTreeMap<String, Reason>,
     last_scan: Option<Instant>,
@@ -76,11 +79,10 @@ impl Autorecovery {
             seen.insert(id, String::from_utf8_lossy(&v.value).to_string());
         }
         let mut report = AuditReport::default();
-        let now = Instant::now();
-        st.gone_since.retain(|b, _| !registered.contains(b) && cookies.contains_key(b));
+        let absent = self.count_absences(&cookies, &registered).await?;
+        let lost_after = inner.config.lost_after.as_millis() as u64;
         for b in cookies.keys().filter(|b| !registered.contains(*b)) {
-            let since = *st.gone_since.entry(b.clone()).or_insert(now);
-            if now.duration_since(since) >= inner.config.lost_after && !maintenance.contains(b) {
+            if absent.get(b).is_some_and(|ms| *ms >= lost_after) && !maintenance.contains(b) {
                 report.lost.push(b.clone());
             }
         }
@@ -136,10 +138,10 @@ impl Autorecovery {
                 }
                 None => 0,
             };
-            if now_ms().saturating_sub(last) >= every.as_millis() as u64 {
+            if self.now_ms().saturating_sub(last) >= every.as_millis() as u64 {
                 report.missing_fragments = self.check_all(&registered, &cookies).await?;
                 report.checked = true;
-                let stamp = bytes::Bytes::from(now_ms().to_string());
+                let stamp = bytes::Bytes::from(self.now_ms().to_string());
                 meta.put(&key, stamp, folio_meta::Expect::Any).await.map_err(err)?;
             }
         }
@@ -181,10 +183,11 @@ impl Autorecovery {
         fragments: Vec<MarkedFragment>,
     ) -> Result<bool, String> {
         let key = self.inner.keys.under_replicated_ledger(ledger_id);
+        let now = self.now_ms();
         let mut changed = false;
         update::<ReplicationMark>(self.inner.meta.as_ref(), &key, |m| {
             let mut m =
-                m.cloned().unwrap_or(ReplicationMark { since_ms: now_ms(), fragments: Vec::new() });
+                m.cloned().unwrap_or(ReplicationMark { since_ms: now, fragments: Vec::new() });
             changed = m.merge(fragments.iter().cloned());
             Ok(if changed { Update::Write(m) } else { Update::Nothing })
         })
@@ -268,5 +271,121 @@ impl Autorecovery {
             }
         }
         Ok(missing_fragments)
+    }
+}
+
+/// A bookie's absences, as the auditor counts them (`<root>/autorecovery/absence/<id>`, the
+/// text `window_start_ms absent_ms last_gone_ms`): the wall-clock start of the window, the
+/// milliseconds it was seen gone in it, and when it was last seen gone. Each round that
+/// finds it gone adds the time since `last_gone_ms`, at most two poll intervals (a round
+/// that found it back in between, or no auditor at all, counts no more than that).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Absence {
+    pub window_start_ms: u64,
+    pub absent_ms: u64,
+    pub last_gone_ms: u64,
+}
+
+impl Absence {
+    fn encode(&self) -> bytes::Bytes {
+        format!("{} {} {}", self.window_start_ms, self.absent_ms, self.last_gone_ms).into()
+    }
+
+    fn decode(b: &[u8]) -> Option<Absence> {
+        let s = std::str::from_utf8(b).ok()?;
+        let mut it = s.split(' ').map(|x| x.parse::<u64>());
+        let (a, b, c) = (it.next()?.ok()?, it.next()?.ok()?, it.next()?.ok()?);
+        it.next().is_none().then_some(Absence { window_start_ms: a, absent_ms: b, last_gone_ms: c })
+    }
+
+    /// The record after a round at `now` that found the bookie gone.
+    pub fn gone_at(
+        prev: Option<Absence>,
+        now: u64,
+        step_max: u64,
+        window: u64,
+        lost_after: u64,
+    ) -> Absence {
+        let fresh = Absence { window_start_ms: now, absent_ms: 0, last_gone_ms: now };
+        let Some(mut a) = prev else { return fresh };
+        if now.saturating_sub(a.window_start_ms) >= window {
+            if a.absent_ms < lost_after {
+                return fresh; // a new window; a bookie lost already stays lost
+            }
+            a.window_start_ms = now;
+        }
+        a.absent_ms += now.saturating_sub(a.last_gone_ms).min(step_max);
+        a.last_gone_ms = now;
+        a
+    }
+}
+
+impl Autorecovery {
+    /// Updates the stored absences of the known bookies for this round; returns the
+    /// milliseconds each bookie gone now was gone within its window.
+    async fn count_absences(
+        &self,
+        cookies: &BTreeMap<String, String>,
+        registered: &BTreeSet<String>,
+    ) -> Result<BTreeMap<String, u64>, String> {
+        let (meta, keys, config) = (self.inner.meta.as_ref(), &self.inner.keys, &self.inner.config);
+        let now = self.now_ms();
+        let window = config.absence_window.as_millis() as u64;
+        let lost_after = config.lost_after.as_millis() as u64;
+        let step_max = 2 * config.poll_interval.as_millis() as u64;
+        let prefix = keys.absences();
+        let mut stored = BTreeMap::new();
+        for v in list_all(meta, &prefix).await.map_err(|e| e.to_string())? {
+            stored
+                .insert(v.key[prefix.len()..].to_string(), (Absence::decode(&v.value), v.version));
+        }
+        let mut out = BTreeMap::new();
+        for (b, (a, version)) in &stored {
+            // Forgotten bookies, and bookies back whose window is over, lose their record.
+            let over = a.is_none_or(|a| now.saturating_sub(a.window_start_ms) >= window);
+            if !cookies.contains_key(b) || (registered.contains(b) && over) {
+                let _ = meta.delete(&keys.absence(b), Expect::Version(*version)).await;
+            }
+        }
+        for b in cookies.keys().filter(|b| !registered.contains(*b)) {
+            let (prev, expect) = match stored.get(b) {
+                Some((a, version)) => (*a, Expect::Version(*version)),
+                None => (None, Expect::Absent),
+            };
+            let a = Absence::gone_at(prev, now, step_max, window, lost_after);
+            match meta.put(&keys.absence(b), a.encode(), expect).await {
+                Ok(_) | Err(MetaError::Conflict { .. }) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+            out.insert(b.clone(), a.absent_ms);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absences_add_up_over_a_window_and_each_step_is_bounded() {
+        let (step, window, lost) = (10, 1000, 60);
+        let a = Absence::gone_at(None, 100, step, window, lost);
+        assert_eq!(a, Absence { window_start_ms: 100, absent_ms: 0, last_gone_ms: 100 });
+        let a = Absence::gone_at(Some(a), 105, step, window, lost);
+        assert_eq!(a.absent_ms, 5);
+        // Back for a long while in between: that gap counts one step at most.
+        let a = Absence::gone_at(Some(a), 500, step, window, lost);
+        assert_eq!(a.absent_ms, 15);
+        // A new window forgets a short absence...
+        let b = Absence::gone_at(Some(a), 1200, step, window, lost);
+        assert_eq!((b.window_start_ms, b.absent_ms), (1200, 0));
+        // ...but not a loss.
+        let long = Absence { window_start_ms: 100, absent_ms: 70, last_gone_ms: 1195 };
+        let c = Absence::gone_at(Some(long), 1200, step, window, lost);
+        assert_eq!((c.window_start_ms, c.absent_ms), (1200, 75));
+        assert_eq!(Absence::decode(&c.encode()), Some(c));
+        assert_eq!(Absence::decode(b"1 2"), None);
+        assert_eq!(Absence::decode(b"1 2 3 4"), None);
     }
 }

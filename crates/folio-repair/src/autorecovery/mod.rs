@@ -28,7 +28,10 @@ pub mod worker;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use folio_proto::clock::{Clock, WallClock};
+use tokio::time::Instant;
 
 use folio_client::LedgerClient;
 use folio_meta::keys::Keys;
@@ -63,6 +66,12 @@ pub struct AutorecoveryConfig {
     pub lease_ttl: Duration,
     /// Run the auditor election here (false: a worker only).
     pub auditor: bool,
+    /// A bookie's absences are added up over this window: one gone for `lost_after` in
+    /// total within it is lost, even if it came back in between (a crash-looping bookie).
+    /// `10 × lost_after` by default.
+    pub absence_window: Duration,
+    /// The wall clock that mark times and absences are read on (the simulator's own).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for AutorecoveryConfig {
@@ -76,6 +85,8 @@ impl Default for AutorecoveryConfig {
             bytes_per_s: 32 << 20,
             lease_ttl: Duration::from_secs(10),
             auditor: true,
+            absence_window: Duration::from_secs(600),
+            clock: Arc::new(WallClock),
         }
     }
 }
@@ -87,6 +98,8 @@ pub struct Stats {
     pub bytes_copied: AtomicU64,
     pub copy_errors: AtomicU64,
     pub copies_discarded: AtomicU64,
+    /// Copies stopped half-way because the lease holding their claim was lost.
+    pub copies_stopped: AtomicU64,
     pub ledgers_healed: AtomicU64,
     pub ledgers_marked: AtomicU64,
     /// Marks and their fragments as the last round listed them (its first
@@ -109,6 +122,11 @@ struct Inner {
     stats: Arc<Stats>,
     /// The pacing window: when it started and the bytes copied since.
     pace: std::sync::Mutex<(Instant, u64)>,
+    /// The lease held now (the keeper drops it when a renewal fails).
+    lease: std::sync::Mutex<Option<LeaseId>>,
+    /// The lease the current claim is on, while a worker copies: copying stops as soon
+    /// as it is no longer the lease held.
+    claimed_on: std::sync::Mutex<Option<LeaseId>>,
 }
 
 /// One process's auditor candidate and replication worker (see the module comment).
@@ -135,6 +153,8 @@ impl Autorecovery {
                 host: host.into(),
                 stats: Arc::new(Stats::default()),
                 pace: std::sync::Mutex::new((Instant::now(), 0)),
+                lease: std::sync::Mutex::new(None),
+                claimed_on: std::sync::Mutex::new(None),
             }),
         }
     }
@@ -149,14 +169,13 @@ impl Autorecovery {
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let _ = PROCESS_STATS.set(self.inner.stats.clone());
         let mut auditor = auditor::AuditorState::default();
-        let lease: Arc<std::sync::Mutex<Option<LeaseId>>> = Arc::default();
         // The lease is renewed on its own task: a round copying for longer than the TTL
         // must not lose its claims and the auditor role.
-        let keeper = KeeperGuard(tokio::spawn(keep_alive(self.clone(), lease.clone())));
+        let keeper = KeeperGuard(tokio::spawn(keep_alive(self.clone())));
         let poll = self.inner.config.poll_interval;
         tracing::info!(host = %self.inner.host, auditor = self.inner.config.auditor, "autorecovery running");
         loop {
-            if let Err(e) = self.round(&lease, &mut auditor).await {
+            if let Err(e) = self.round(&mut auditor).await {
                 tracing::warn!(host = %self.inner.host, error = %e, "autorecovery round failed; retrying");
             }
             tokio::select! {
@@ -166,18 +185,27 @@ impl Autorecovery {
         }
         drop(keeper);
         self.inner.stats.auditor.store(0, Relaxed);
-        let held = *lease.lock().expect("lease lock");
+        let held = self.inner.lease.lock().expect("lease lock").take();
         if let Some(l) = held {
             let _ = self.inner.meta.revoke_lease(l).await;
         }
     }
 
+    /// Milliseconds on the wall clock the configuration names.
+    fn now_ms(&self) -> u64 {
+        self.inner.config.clock.now_ms()
+    }
+
+    /// Whether copying may go on: no claim is being worked (a direct call), or the lease
+    /// the claim is on is still the one held.
+    fn claim_held(&self) -> bool {
+        let claimed = *self.inner.claimed_on.lock().expect("claim lock");
+        claimed.is_none_or(|c| *self.inner.lease.lock().expect("lease lock") == Some(c))
+    }
+
     /// One round: hold a lease, audit if elected, restore marked ledgers.
-    async fn round(
-        &self,
-        lease: &std::sync::Mutex<Option<LeaseId>>,
-        auditor: &mut auditor::AuditorState,
-    ) -> Result<(), String> {
+    async fn round(&self, auditor: &mut auditor::AuditorState) -> Result<(), String> {
+        let lease = &self.inner.lease;
         let held = *lease.lock().expect("lease lock");
         let l = match held {
             Some(l) => l,
@@ -217,6 +245,7 @@ impl Autorecovery {
     /// Lists the marks and restores the ledgers they name, one claimed ledger at a time.
     pub async fn work_once(&self, lease: LeaseId) -> Result<(), String> {
         let inner = &self.inner;
+        inner.lease.lock().expect("lease lock").get_or_insert(lease);
         let prefix = inner.keys.under_replicated();
         let page =
             inner.meta.list(&prefix, None, MARKS_PER_ROUND_MAX).await.map_err(|e| e.to_string())?;
@@ -236,8 +265,22 @@ impl Autorecovery {
             if !won {
                 continue; // another worker has it
             }
+            // The claim's version, to release exactly this claim: once its lease expired,
+            // the key may be the next worker's claim.
+            let Some(version) = inner
+                .meta
+                .get(&claim_key)
+                .await
+                .map_err(|e| e.to_string())?
+                .filter(|v| v.value == inner.host.as_bytes())
+                .map(|v| v.version)
+            else {
+                continue; // expired at once: another worker may hold it now
+            };
+            *inner.claimed_on.lock().expect("claim lock") = Some(lease);
             let outcome = self.replicate_ledger(id).await;
-            let _ = inner.meta.delete(&claim_key, folio_meta::Expect::Any).await;
+            *inner.claimed_on.lock().expect("claim lock") = None;
+            let _ = inner.meta.delete(&claim_key, folio_meta::Expect::Version(version)).await;
             match outcome {
                 Ok(worker::Outcome::Deferred(why)) => {
                     tracing::debug!(ledger = id, why, "re-replication deferred");
@@ -263,7 +306,7 @@ impl Autorecovery {
         let s = &self.inner.stats;
         s.marks.store(marks.len() as u64, Relaxed);
         s.marked_fragments.store(fragments, Relaxed);
-        let age = if oldest == u64::MAX { 0 } else { now_ms().saturating_sub(oldest) };
+        let age = if oldest == u64::MAX { 0 } else { self.now_ms().saturating_sub(oldest) };
         s.oldest_mark_age_ms.store(age, Relaxed);
     }
 
@@ -327,7 +370,8 @@ impl Drop for KeeperGuard {
 
 /// Renews the lease every third of its TTL; one that expired is dropped (the next round
 /// takes a new one: the claims on the old one are gone with it).
-async fn keep_alive(a: Autorecovery, lease: Arc<std::sync::Mutex<Option<LeaseId>>>) {
+async fn keep_alive(a: Autorecovery) {
+    let lease = &a.inner.lease;
     loop {
         tokio::time::sleep(a.inner.config.lease_ttl / 3).await;
         let held = *lease.lock().expect("lease lock");
@@ -349,9 +393,7 @@ pub fn process_stats() -> Option<Arc<Stats>> {
     PROCESS_STATS.get().cloned()
 }
 
-/// Wall-clock milliseconds since the Unix epoch (mark ages survive restarts).
+/// Wall-clock milliseconds since the Unix epoch (mark ages survive restarts), for status.
 pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    WallClock.now_ms()
 }

@@ -15,7 +15,11 @@
 //!   (the target's garbage collection reclaims them) and counted.
 //!
 //! Readers never see a half-done copy: the metadata names the target only after every copy
-//! is written. A worker that dies mid-copy leaves its claim to expire with its lease, and
+//! is written. After the swap the target's entries are listed again: anything missing (the
+//! target's GC took the copy for over-replication, a crash lost it) is marked for the
+//! target, so the mark stays until a refill makes the copy whole. Copying stops as soon as
+//! the lease holding the claim is lost, and the claim is released with a compare on its
+//! version: never the next worker's claim. A worker that dies mid-copy leaves its claim to expire with its lease, and
 //! the next worker starts the ledger over.
 //!
 //! The last fragment of an open ledger is its writer's: the writer replaces a failed bookie
@@ -33,8 +37,8 @@ use folio_proto::EntryId;
 use folio_proto::wire::master_key;
 use tokio::task::JoinSet;
 
-use super::mark::ReplicationMark;
-use super::{Autorecovery, now_ms};
+use super::Autorecovery;
+use super::mark::{MarkedFragment, Reason, ReplicationMark};
 
 /// Entry copies in flight at once, per worker.
 pub const COPIES_IN_FLIGHT: usize = 64;
@@ -152,7 +156,7 @@ impl Autorecovery {
             }
             // The last fragment of an open ledger: its writer's, until the grace is over.
             if work.iter().any(|(_, f)| f.last.is_none()) {
-                let age = now_ms().saturating_sub(mark.since_ms);
+                let age = self.now_ms().saturating_sub(mark.since_ms);
                 if age < inner.config.open_ledger_grace.as_millis() as u64 {
                     work.retain(|(_, f)| f.last.is_some());
                     if work.is_empty() {
@@ -248,16 +252,24 @@ impl Autorecovery {
             while copies.len() >= COPIES_IN_FLIGHT {
                 self.copied(copies.join_next().await, healed, &mut first_error);
             }
+            if !self.claim_held() {
+                copies.abort_all();
+                break; // reported below
+            }
             let (me, reader, target) = (self.clone(), reader.clone(), target.clone());
             copies.spawn(async move {
                 let entry = reader.read(entry_id).await?;
-                me.inner.client.copy_entry_to(&target, key, &entry).await?;
                 let n = entry.as_bytes().len() as u64;
-                me.pace(n).await;
+                me.pace(n).await; // before the write: the rate bounds what the target takes
+                me.inner.client.copy_entry_to(&target, key, &entry).await?;
                 Ok::<u64, LedgerError>(n)
             });
         }
         while !copies.is_empty() {
+            if !self.claim_held() {
+                copies.abort_all();
+                break; // reported below
+            }
             self.copied(copies.join_next().await, healed, &mut first_error);
         }
         if let Some(err) = first_error {
@@ -266,11 +278,60 @@ impl Autorecovery {
                 f.first
             )));
         }
+        if !self.claim_held() {
+            // The claim went with the lease: the next worker owns this ledger now.
+            inner.stats.copies_stopped.fetch_add(1, Relaxed);
+            tracing::warn!(ledger = id, %target, "autorecovery lease lost: copying stopped, no swap");
+            return Err(Restore::Failed(format!(
+                "ledger {id}: lease lost while copying to {target}; stopped"
+            )));
+        }
         if refill {
             healed.refilled += 1;
+        } else {
+            let swapped = self.swap_in(id, f, bookie, &target, healed).await;
+            if !swapped.map_err(Restore::Failed)? {
+                return Ok(()); // another worker's copy is the one named
+            }
+        }
+        self.verify(id, metadata, f, &target).await.map_err(Restore::Failed)
+    }
+
+    /// After the copy (and the swap), the target must list every entry of the fragment its
+    /// position holds: the copy may have been cut short under it (a GC pass that took it
+    /// for over-replication, a crash that lost it). What is missing is added to the mark
+    /// for the target, so the mark stays and the next round refills it.
+    async fn verify(
+        &self,
+        id: u64,
+        metadata: &LedgerMetadata,
+        f: &Fragment,
+        target: &str,
+    ) -> Result<(), String> {
+        let (e, w) = (metadata.ensemble_size as usize, metadata.write_quorum as usize);
+        let Some(last) = f.last else { return Ok(()) };
+        let present = self
+            .inner
+            .client
+            .list_entries(target, id)
+            .await
+            .map_err(|e| format!("ledger {id}: verifying the copy on {target}: {e}"))?;
+        let missing =
+            entries_on(f.first, last, f.pos, e, w).filter(|&x| !listed(&present, x)).count();
+        if missing == 0 {
             return Ok(());
         }
-        self.swap_in(id, f, bookie, &target, healed).await.map_err(Restore::Failed)
+        tracing::warn!(ledger = id, fragment = f.first, %target, missing, "copy incomplete after it was made; marking the target for a refill");
+        let again = MarkedFragment {
+            first_entry: f.first,
+            bookie: target.to_string(),
+            reason: Reason::Missing,
+        };
+        self.mark(id, vec![again]).await?;
+        Err(format!(
+            "ledger {id}: {target} lacks {missing} entries of fragment {} after the copy; marked for a refill",
+            f.first
+        ))
     }
 
     /// The compare-and-set that names `target` in place of `bookie` in fragment `f`.
@@ -281,7 +342,7 @@ impl Autorecovery {
         bookie: &str,
         target: &str,
         healed: &mut Healed,
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         let key = self.inner.keys.ledger(id);
         let mut lost_race = false;
         let result = update::<LedgerMetadata>(self.inner.meta.as_ref(), &key, |m| {
@@ -310,7 +371,7 @@ impl Autorecovery {
             healed.replaced += 1;
             tracing::info!(ledger = id, fragment = f.first, %bookie, replacement = %target, "fragment re-replicated");
         }
-        Ok(())
+        Ok(!lost_race)
     }
 
     fn copied(
