@@ -302,6 +302,7 @@ impl Bookie {
             id.clone(),
             config.gc.clone(),
             gc_status.clone(),
+            handler.gc_listed_ms.clone(),
             stop_rx_gc,
         )));
         tracing::info!(bookie = %id, %addr, cluster = %cluster_id, unclean_shutdown, "bookie started");
@@ -347,10 +348,14 @@ impl Bookie {
     /// Runs a garbage-collection pass now.
     pub async fn gc_now(&self) -> Result<crate::gc::GcReport, crate::gc::GcError> {
         let started = std::time::Instant::now();
+        let started_wall_ms = folio_proto::clock::Clock::now_ms(&folio_proto::clock::WallClock);
         let config = crate::gc::GcConfig::default();
         let result =
             crate::gc::gc_once(&self.storage, self.meta.as_ref(), &self.keys, &self.id, &config)
                 .await;
+        if result.is_ok() {
+            self.handler.gc_listed_ms.store(started_wall_ms, Ordering::SeqCst);
+        }
         self.gc_status.send_modify(|s| s.record(started, &result));
         result
     }
@@ -600,6 +605,7 @@ async fn run_gc(
     id: String,
     config: crate::gc::GcConfig,
     status: Arc<watch::Sender<crate::gc::GcStatus>>,
+    listed_ms: Arc<std::sync::atomic::AtomicU64>,
     mut stop: watch::Receiver<bool>,
 ) {
     // The first compactions run one interval after start, not at once.
@@ -611,6 +617,7 @@ async fn run_gc(
             _ = stop.changed() => return,
         }
         let (started, started_ms) = (std::time::Instant::now(), clock.now_ms());
+        let started_wall_ms = folio_proto::clock::Clock::now_ms(&folio_proto::clock::WallClock);
         let mut pass = config.clone();
         let due = crate::gc::compaction_due(&config, started_ms, last_minor, last_major);
         pass.compaction_threshold = due.map_or(0.0, |(t, _)| t);
@@ -620,6 +627,9 @@ async fn run_gc(
             (Ok(_), Some((_, true))) => (last_major, last_minor) = (started_ms, started_ms),
             (Ok(_), Some((_, false))) => last_minor = started_ms,
             (Ok(_), None) => {}
+        }
+        if result.is_ok() {
+            listed_ms.store(started_wall_ms, Ordering::SeqCst);
         }
         status.send_modify(|s| s.record(started, &result));
     }

@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::BytesMut;
 use folio_proto::auth::ClusterSecret;
+use folio_proto::clock::Clock as _;
 use folio_proto::wire::{self, MasterKey, Request, RequestFrame, Response, ResponseFrame};
 use folio_proto::{Entry, EntryId, LedgerId, Status};
 use folio_rt::net::{Listener, Stream};
@@ -64,6 +65,9 @@ pub struct Handler {
     pub stats: ServerStats,
     /// The secret every connection must prove first; `None`: connections are trusted.
     pub secret: Option<ClusterSecret>,
+    /// Since when (wall-clock ms) garbage collection has not listed the metadata: the
+    /// start of its last good pass, or of the process (LIST_LEDGERS reports it).
+    pub gc_listed_ms: Arc<AtomicU64>,
 }
 
 impl Handler {
@@ -76,7 +80,17 @@ impl Handler {
     ) -> Handler {
         let budget = Arc::new(Semaphore::new(limits.process_bytes_max));
         let stats = ServerStats::default();
-        Handler { storage, read_only, ledger_dir, limits, budget, stats, secret: None }
+        let gc_listed_ms = Arc::new(AtomicU64::new(folio_proto::clock::WallClock.now_ms()));
+        Handler {
+            storage,
+            read_only,
+            ledger_dir,
+            limits,
+            budget,
+            stats,
+            secret: None,
+            gc_listed_ms,
+        }
     }
 
     /// The same handler, requiring `secret` of every connection when it is set.
@@ -382,16 +396,21 @@ fn dispatch(h: &Arc<Handler>, frame: RequestFrame, permit: Held, tx: mpsc::Unbou
         Request::ListLedgers { from, limit } => {
             let h = h.clone();
             let limit = (limit as usize).min(wire::LEDGERS_PAGE_MAX);
-            folio_rt::spawn_blocking(move || match h.storage.ledger_usages(from, limit) {
-                Ok((ledgers, more)) => {
-                    reply(&tx, Status::Ok, Response::ListLedgers { ledgers, more }, permit)
+            folio_rt::spawn_blocking(move || {
+                // Read before the listing: a ledger GC dropped meanwhile is simply not listed.
+                let gc_listed_ms = h.gc_listed_ms.load(Ordering::SeqCst);
+                match h.storage.ledger_usages(from, limit) {
+                    Ok((ledgers, more)) => {
+                        let response = Response::ListLedgers { ledgers, more, gc_listed_ms };
+                        reply(&tx, Status::Ok, response, permit)
+                    }
+                    Err(e) => reply(
+                        &tx,
+                        status_of(&e),
+                        Response::ListLedgers { ledgers: Vec::new(), more: false, gc_listed_ms },
+                        permit,
+                    ),
                 }
-                Err(e) => reply(
-                    &tx,
-                    status_of(&e),
-                    Response::ListLedgers { ledgers: Vec::new(), more: false },
-                    permit,
-                ),
             });
         }
         // The handshake is over (or this bookie has no secret): AUTH means nothing now.

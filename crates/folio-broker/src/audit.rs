@@ -10,10 +10,13 @@
 //! | `trashed`         | named by a trash record: the deleter will delete it (age, last error) |
 //! | `being-deleted`   | in the chain of a log whose topic has a deletion marker              |
 //! | `orphan-metadata` | its owner tag names a log, but no chain and no trash record names it |
-//! | `orphan-data`     | stored on a bookie, but not in the metadata, or not in that bookie's ensembles (bookie GC drops it) |
+//! | `awaiting-gc`     | stored on a bookie, deleted from the metadata (or closed and not in that bookie's ensembles) since the bookie's GC last listed the metadata: its next pass drops it; the age is the time since that listing |
+//! | `orphan-data`     | stored on a bookie, but not in the metadata, or not in that bookie's ensembles, and no GC pass will drop it (an open ledger's stray copy) |
 //! | `stray-log`       | in the chain of a Kafka partition log whose topic id exists nowhere |
 //!
-//! Orphans are leaks (L1). `repair` moves orphan metadata into the trash under the log its
+//! Orphans are leaks (L1); data awaiting GC is one only once it has waited longer than the
+//! grace period (the bookie's GC is not running). A copy not in the ensembles of a ledger
+//! with an under-replication mark is autorecovery's copy in progress: `live`. `repair` moves orphan metadata into the trash under the log its
 //! owner tag names (the deleter then checks that tag, as for every record) and deletes stray
 //! logs through the trash; orphan data needs nothing but the bookies' GC.
 //!
@@ -45,17 +48,19 @@ pub enum Class {
     Trashed,
     BeingDeleted,
     OrphanMetadata,
+    AwaitingGc,
     OrphanData,
     StrayLog,
 }
 
 impl Class {
     /// Every class, in report order.
-    pub const ALL: [Class; 6] = [
+    pub const ALL: [Class; 7] = [
         Class::Live,
         Class::Trashed,
         Class::BeingDeleted,
         Class::OrphanMetadata,
+        Class::AwaitingGc,
         Class::OrphanData,
         Class::StrayLog,
     ];
@@ -67,6 +72,7 @@ impl Class {
             Class::Trashed => "trashed",
             Class::BeingDeleted => "being-deleted",
             Class::OrphanMetadata => "orphan-metadata",
+            Class::AwaitingGc => "awaiting-gc",
             Class::OrphanData => "orphan-data",
             Class::StrayLog => "stray-log",
         }
@@ -75,6 +81,12 @@ impl Class {
     /// A leak: something nobody will ever delete on their own.
     pub fn is_orphan(self) -> bool {
         matches!(self, Class::OrphanMetadata | Class::OrphanData | Class::StrayLog)
+    }
+
+    /// Counted as a leak once older than the grace period: orphans, and data whose GC is
+    /// overdue.
+    pub fn leaks_after_grace(self) -> bool {
+        self.is_orphan() || self == Class::AwaitingGc
     }
 }
 
@@ -109,12 +121,12 @@ pub struct Audit {
 }
 
 impl Audit {
-    /// Orphans older than `grace` (orphan data and stray logs without an age count).
+    /// Orphans, and data awaiting GC, older than `grace` (those without an age count).
     pub fn orphans_older_than(&self, grace: Duration) -> Vec<&Finding> {
         let grace = grace.as_millis() as u64;
         self.findings
             .iter()
-            .filter(|f| f.class.is_orphan() && f.age_ms.is_none_or(|a| a >= grace))
+            .filter(|f| f.class.leaks_after_grace() && f.age_ms.is_none_or(|a| a >= grace))
             .collect()
     }
 
@@ -280,10 +292,11 @@ fn json_str(s: &str) -> String {
 /// How long listing one bookie may take before the audit counts it unreachable.
 pub const BOOKIE_LISTING_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// What one bookie stores, and since when (wall ms) its GC has not listed the metadata.
+type Listing = (Vec<LedgerUsage>, u64);
+
 /// What each registered bookie stores: bookie id → ledgers, or why it could not be listed.
-async fn list_bookies(
-    env: &LogEnv,
-) -> Result<Vec<(String, Result<Vec<LedgerUsage>, String>)>, MetaError> {
+async fn list_bookies(env: &LogEnv) -> Result<Vec<(String, Result<Listing, String>)>, MetaError> {
     let mut regs = Vec::new();
     for prefix in [env.keys.bookies_writable(), env.keys.bookies_readonly()] {
         for v in list_all(env.meta.as_ref(), &prefix).await? {
@@ -305,21 +318,24 @@ async fn list_bookies(
                 BookieConnection::connect_with(addr, 4, secret).await.map_err(|e| e.to_string())?;
             let mut all = Vec::new();
             let mut from = 0u64;
+            let mut gc_since = u64::MAX;
             loop {
                 let resp = conn
                     .request(Request::ListLedgers { from, limit: LEDGERS_PAGE_MAX as u32 })
                     .await
                     .map_err(|e| e.to_string())?;
-                let (Status::Ok, Response::ListLedgers { ledgers, more }) =
+                let (Status::Ok, Response::ListLedgers { ledgers, more, gc_listed_ms }) =
                     (resp.status, resp.response)
                 else {
                     return Err(format!("LIST_LEDGERS answered {}", resp.status.name()));
                 };
+                // The earliest over the pages (0: a bookie that does not say).
+                gc_since = gc_since.min(gc_listed_ms);
                 let last = ledgers.last().map(|l| l.ledger_id);
                 all.extend(ledgers);
                 match last {
                     Some(l) if more => from = l + 1,
-                    _ => return Ok(all),
+                    _ => return Ok((all, gc_since)),
                 }
             }
         };
@@ -388,9 +404,12 @@ pub async fn run(env: &LogEnv) -> Result<Audit, MetaError> {
     // What the bookies hold.
     let mut audit = Audit { stray_logs, orphan_offset_indexes: indexed, ..Audit::default() };
     let mut stored: HashMap<u64, Vec<(String, u64)>> = HashMap::new();
+    // Per bookie: since when its GC has not listed the metadata (0: unknown).
+    let mut gc_since: HashMap<String, u64> = HashMap::new();
     for (bookie, listing) in list_bookies(env).await? {
         match listing {
-            Ok(ledgers) => {
+            Ok((ledgers, since)) => {
+                gc_since.insert(bookie.clone(), since);
                 for l in ledgers {
                     stored.entry(l.ledger_id).or_default().push((bookie.clone(), l.bytes));
                 }
@@ -399,6 +418,25 @@ pub async fn run(env: &LogEnv) -> Result<Audit, MetaError> {
             Err(e) => audit.bookies_unreachable.push((bookie, e)),
         }
     }
+    // Ledgers autorecovery is copying: a copy outside their ensembles is one in progress.
+    let prefix = keys.under_replicated();
+    let marked: std::collections::HashSet<u64> = list_all(env.meta.as_ref(), &prefix)
+        .await?
+        .iter()
+        .filter_map(|v| keys.parse_under_replicated(&v.key))
+        .collect();
+    let awaiting = |bookie: &str| -> (Option<u64>, String) {
+        match gc_since.get(bookie).copied().filter(|s| *s > 0) {
+            Some(since) => (
+                Some(now.saturating_sub(since)),
+                format!(
+                    "on bookie {bookie}, whose GC has not listed the metadata for {:.1} s; its next pass drops it",
+                    now.saturating_sub(since) as f64 / 1000.0
+                ),
+            ),
+            None => (None, format!("on bookie {bookie}, which does not say when its GC last ran")),
+        }
+    };
     // Every ledger in the metadata, then every stored copy of a ledger that is not.
     let mut known = std::collections::HashSet::new();
     for v in list_all(env.meta.as_ref(), &keys.ledgers()).await? {
@@ -436,12 +474,16 @@ pub async fn run(env: &LogEnv) -> Result<Audit, MetaError> {
             audit.findings.push(Finding { class, ledger_id: id, log, age_ms, bytes, detail });
         }
         for (bookie, b) in extra {
-            push_orphan_data(
-                &mut audit,
-                id,
-                b,
-                format!("on bookie {bookie}, which none of its ensembles names"),
-            );
+            if marked.contains(&id) {
+                audit.count(Class::Live, b); // autorecovery's copy in progress
+            } else if m.state == folio_meta::records::LedgerState::Closed {
+                let (age_ms, detail) = awaiting(&bookie);
+                let detail = format!("closed, not in its ensembles; {detail}");
+                push_copy(&mut audit, Class::AwaitingGc, id, b, age_ms, detail);
+            } else {
+                let detail = format!("on bookie {bookie}, which none of its ensembles names");
+                push_copy(&mut audit, Class::OrphanData, id, b, None, detail);
+            }
         }
     }
     let mut unknown: Vec<(&u64, &Vec<(String, u64)>)> =
@@ -449,7 +491,9 @@ pub async fn run(env: &LogEnv) -> Result<Audit, MetaError> {
     unknown.sort_by_key(|(id, _)| **id);
     for (id, copies) in unknown {
         for (bookie, b) in copies {
-            push_orphan_data(&mut audit, *id, *b, format!("on bookie {bookie}, no metadata"));
+            let (age_ms, detail) = awaiting(bookie);
+            let detail = format!("deleted from the metadata; {detail}");
+            push_copy(&mut audit, Class::AwaitingGc, *id, *b, age_ms, detail);
         }
     }
     Ok(audit)
@@ -473,16 +517,17 @@ async fn trash_records(env: &LogEnv) -> Result<HashMap<u64, TrashRecord>, MetaEr
     Ok(trashed)
 }
 
-fn push_orphan_data(audit: &mut Audit, ledger_id: u64, bytes: u64, detail: String) {
-    audit.count(Class::OrphanData, bytes);
-    audit.findings.push(Finding {
-        class: Class::OrphanData,
-        ledger_id,
-        log: String::new(),
-        age_ms: None,
-        bytes,
-        detail: format!("{detail}; the bookie's GC drops it"),
-    });
+/// A bookie's copy outside the metadata (`AwaitingGc` or `OrphanData`).
+fn push_copy(
+    audit: &mut Audit,
+    class: Class,
+    ledger_id: u64,
+    bytes: u64,
+    age_ms: Option<u64>,
+    detail: String,
+) {
+    audit.count(class, bytes);
+    audit.findings.push(Finding { class, ledger_id, log: String::new(), age_ms, bytes, detail });
 }
 
 /// Moves the orphans of `audit` older than `grace` into the trash: orphan metadata under

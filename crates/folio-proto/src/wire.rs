@@ -197,10 +197,14 @@ pub enum Response {
         ledger_id: LedgerId,
         ranges: Vec<(EntryId, u32)>,
     },
-    /// Ledgers stored, in id order, and whether more follow.
+    /// Ledgers stored, in id order, and whether more follow; and since when (wall-clock
+    /// ms; 0: unknown) the bookie's garbage collection has not listed the metadata: a
+    /// ledger deleted since then is still here, awaiting its next pass. (A trailing field:
+    /// answers without it decode as 0.)
     ListLedgers {
         ledgers: Vec<LedgerUsage>,
         more: bool,
+        gc_listed_ms: u64,
     },
     /// The answer to an AUTH step (`step` 1 or 2); step 1's carries the bookie's nonce and
     /// proof when OK.
@@ -398,7 +402,7 @@ pub fn encode_response(f: &ResponseFrame, out: &mut BytesMut) {
                     b.put_u32_le(*count);
                 }
             }
-            Response::ListLedgers { ledgers, more } => {
+            Response::ListLedgers { ledgers, more, gc_listed_ms } => {
                 if !ok {
                     return;
                 }
@@ -410,6 +414,7 @@ pub fn encode_response(f: &ResponseFrame, out: &mut BytesMut) {
                     b.put_u64_le(l.bytes);
                 }
                 b.put_u8(u8::from(*more || n < ledgers.len()));
+                b.put_u64_le(*gc_listed_ms);
             }
             Response::Auth { step, challenge } => {
                 b.put_u8(*step);
@@ -564,7 +569,7 @@ pub fn decode_response(body: Bytes) -> Result<ResponseFrame, WireError> {
         }
         OpCode::ListLedgers => {
             let mut ledgers = Vec::new();
-            let mut more = false;
+            let (mut more, mut gc_listed_ms) = (false, 0);
             if ok {
                 let n = p.u32()? as usize;
                 if n > LEDGERS_PAGE_MAX {
@@ -584,8 +589,11 @@ pub fn decode_response(body: Bytes) -> Result<ResponseFrame, WireError> {
                     1 => true,
                     _ => return Err(WireError::Malformed { op, detail: "more flag" }),
                 };
+                if p.b.has_remaining() {
+                    gc_listed_ms = p.u64()?;
+                }
             }
-            Response::ListLedgers { ledgers, more }
+            Response::ListLedgers { ledgers, more, gc_listed_ms }
         }
         OpCode::Auth => {
             let step = p.u8()?;
@@ -657,9 +665,13 @@ mod tests {
                 Response::ListLedgers {
                     ledgers: vec![LedgerUsage { ledger_id: 4, entries: 2, bytes: 90 }],
                     more: true,
+                    gc_listed_ms: 1_700_000_000_000,
                 },
             ),
-            (Status::Ok, Response::ListLedgers { ledgers: Vec::new(), more: false }),
+            (
+                Status::Ok,
+                Response::ListLedgers { ledgers: Vec::new(), more: false, gc_listed_ms: 0 },
+            ),
             (Status::Ok, Response::Auth { step: 1, challenge: Some(([7; 32], [8; 32])) }),
             (Status::Ok, Response::Auth { step: 2, challenge: None }),
             (Status::Unauthorized, Response::Auth { step: 1, challenge: None }),

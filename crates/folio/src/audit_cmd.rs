@@ -12,8 +12,9 @@ pub struct Args {
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
-    /// Orphans younger than this many seconds do not fail the audit (nor get repaired):
-    /// something may be creating or deleting them right now.
+    /// Orphans, and data awaiting a bookie's GC, younger than this many seconds do not
+    /// fail the audit (nor get repaired): something may be creating or deleting them right
+    /// now, and a bookie's GC runs every minute by default.
     #[arg(long, default_value_t = 600)]
     grace_s: u64,
     /// Move orphans older than the grace period into the trash (the running deleter then
@@ -45,7 +46,7 @@ pub fn run(args: Args) -> Result<(), String> {
                 "--repair moves orphan metadata and stray logs to the trash and deletes orphan offset indexes"
             };
             return Err(format!(
-                "{old} orphans older than {} s (orphan data, whose age a bookie does not know, always counts: the bookies' GC drops it); {repair}",
+                "{old} orphans (or data a bookie's GC should have dropped) older than {} s (orphan data of unknown age always counts); {repair}",
                 args.grace_s
             ));
         }
