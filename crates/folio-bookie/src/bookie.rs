@@ -18,7 +18,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use folio_meta::keys::Keys;
@@ -301,8 +301,7 @@ impl Bookie {
             keys.clone(),
             id.clone(),
             config.gc.clone(),
-            gc_status.clone(),
-            handler.gc_listed_ms.clone(),
+            (gc_status.clone(), handler.gc_listed_ms.clone()),
             stop_rx_gc,
         )));
         tracing::info!(bookie = %id, %addr, cluster = %cluster_id, unclean_shutdown, "bookie started");
@@ -604,8 +603,8 @@ async fn run_gc(
     keys: Keys,
     id: String,
     config: crate::gc::GcConfig,
-    status: Arc<watch::Sender<crate::gc::GcStatus>>,
-    listed_ms: Arc<std::sync::atomic::AtomicU64>,
+    // Where passes are reported: the status, and since when the metadata is unlisted.
+    (status, listed_ms): (Arc<watch::Sender<crate::gc::GcStatus>>, Arc<AtomicU64>),
     mut stop: watch::Receiver<bool>,
 ) {
     // The first compactions run one interval after start, not at once.
