@@ -414,6 +414,7 @@ pub async fn gc_once(
         compacted = report.logs_compacted.len(),
         dropped = report.ledgers_dropped.len(),
         over_replicated = report.over_replicated_dropped.len(),
+        incoming_kept = report.incoming_kept.len(),
         logs_deleted = report.logs_deleted.len(),
         bytes = report.bytes_reclaimed,
         "GC pass done"

@@ -162,7 +162,11 @@ pub async fn pre_boot_check(
         for_each_ledger_naming(meta, keys, bookie_id, config, |ledger_id, m, last| {
             let limbo = config.pre_boot_limbo && last && m.state != LedgerState::Closed;
             let key = master_key(m.password.as_deref().unwrap_or_default());
-            storage.prepare_ledger(ledger_id, key, config.pre_boot_fence, limbo)?;
+            match storage.prepare_ledger(ledger_id, key, config.pre_boot_fence, limbo) {
+                // Deleted here already (its metadata went after the listing): nothing to guard.
+                Err(folio_storage::StorageError::Deleted(_)) => return Ok(()),
+                r => r?,
+            }
             report.ledgers_fenced += u64::from(config.pre_boot_fence);
             report.ledgers_in_limbo += u64::from(limbo);
             Ok(())

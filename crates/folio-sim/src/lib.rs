@@ -40,6 +40,7 @@ pub mod logs;
 pub mod meta;
 pub mod model;
 pub mod nemesis;
+pub mod repair;
 pub mod trace;
 pub mod world;
 
@@ -100,6 +101,9 @@ pub struct Plan {
     pub rollover_entries: u64,
     pub retention_bytes: Option<u64>,
     pub meta_delay_max: Duration,
+    /// Autorecovery runs (with the zombie workload, and disk wipes when every bookie keeps
+    /// a journal): half the seeds, so the other half replays as before it existed.
+    pub autorecovery: bool,
 }
 
 impl Plan {
@@ -128,13 +132,23 @@ impl Plan {
                 mean_gap: Duration::from_millis(rng.random_range(300..=1500)),
                 max_down: (n - quorums.0 as usize).clamp(1, 2),
                 meta_faults: rng.random_range(0..10) < 3,
+                wipes: false,
             },
             writers: rng.random_range(1..=3),
             logs: rng.random_range(1..=2),
             rollover_entries: rng.random_range(3..=20),
             retention_bytes: (rng.random_range(0..2) == 0).then(|| rng.random_range(8..=64) * 1024),
             meta_delay_max: Duration::from_micros(rng.random_range(100..=3000)),
+            autorecovery: false,
         }
+        .with_autorecovery(rng.random_range(0..2) == 0)
+    }
+
+    /// Drawn last, so the draws before it are those of the runs before autorecovery.
+    fn with_autorecovery(mut self, on: bool) -> Plan {
+        self.autorecovery = on;
+        self.intensity.wipes = on && self.journals.iter().all(|j| *j);
+        self
     }
 }
 
@@ -330,7 +344,7 @@ async fn tick(sim_ms: Arc<AtomicU64>) {
 impl Plan {
     fn describe(&self) -> String {
         format!(
-            "{} bookies (journal {:?}), quorums {:?}, {} writers, {} logs rolling every {} entries, retention {:?}, faults for {:?} every ~{:?}, {} down at most, metadata faults {}",
+            "{} bookies (journal {:?}), quorums {:?}, {} writers, {} logs rolling every {} entries, retention {:?}, faults for {:?} every ~{:?}, {} down at most, metadata faults {}, autorecovery {} (wipes {})",
             self.journals.len(),
             self.journals,
             self.quorums,
@@ -341,7 +355,9 @@ impl Plan {
             self.fault_window,
             self.intensity.mean_gap,
             self.intensity.max_down,
-            self.intensity.meta_faults
+            self.intensity.meta_faults,
+            self.autorecovery,
+            self.intensity.wipes
         )
     }
 
@@ -397,7 +413,7 @@ fn start_workloads(
     drop(abandon);
     let recoverer = world.client(RECOVERER_NODE);
     tasks.spawn(ledgers::recoverer(recoverer, shared.clone(), "recoverer".into(), abandoned));
-    tasks.spawn(ledgers::reader(world.client(6), shared, "reader".into()));
+    tasks.spawn(ledgers::reader(world.client(6), shared.clone(), "reader".into()));
     let base = logs::LogShared {
         model: model.clone(),
         trace,
@@ -411,6 +427,13 @@ fn start_workloads(
         nodes: 0..0,
     };
     let mut clients: Vec<usize> = (0..plan.writers).chain([RECOVERER_NODE, 6]).collect();
+    if plan.autorecovery {
+        let node = repair::ZOMBIE_NODE;
+        let s = ledgers::Shared { recoverer: world::client_ip(node), ..shared.clone() };
+        tasks.spawn(repair::zombie(world.client(node), s, "zombie".into()));
+        clients.push(node);
+        clients.extend(repair::AUTORECOVERY_NODES);
+    }
     let mut names = Vec::new();
     for k in 0..plan.logs {
         let name = format!("log-{k}");
@@ -459,18 +482,42 @@ async fn scenario(seed: u64, opts: &Options, sim: Arc<Simulation>, trace: Trace)
     let trash =
         TrashConfig { interval: Duration::from_secs(1), concurrency: 2, busy_fraction: 1.0 };
     let deleter = Trash::new(deleter_env.clone(), trash).spawn();
+    let (repair_stop_tx, repair_stop) = watch::channel(false);
+    let mut repairs = JoinSet::new();
+    if plan.autorecovery {
+        repairs = repair::start(&world, &repair_stop);
+        let journal = world.bookies.iter().filter(|b| b.journal).map(|b| b.id.clone()).collect();
+        repairs.spawn(repair::watch_swaps(
+            world.store(),
+            world.keys.clone(),
+            world.client(repair::WATCHER_NODE),
+            journal,
+            model.clone(),
+            trace.clone(),
+            repair_stop.clone(),
+        ));
+    }
     let until = tokio::time::Instant::now() + plan.fault_window;
     nemesis::run(&mut world, until, &w.clients, &plan.intensity).await;
     let _ = stop_tx.send(true);
     let mut violations = Vec::new();
-    quiesce(&mut w.tasks, &model, &mut violations).await;
+    let quiet = quiesce(&mut w.tasks, &model, &mut violations);
+    checking_tombstones(&world, plan.autorecovery, quiet).await;
     drop(deleter);
     trace.event("checks: workloads stopped");
     let mut findings = check::Findings::default();
     check::ledgers(&world.client(CHECKER_NODE), &model, &mut findings).await;
     check::logs(&w.base.env(CHECKER_NODE), &w.logs, &model, &mut findings).await;
+    if plan.autorecovery {
+        let settled = repair::copies_whole(&world, &mut findings.violations);
+        checking_tombstones(&world, true, settled).await;
+    }
+    let _ = repair_stop_tx.send(true);
+    while repairs.join_next().await.is_some() {}
     check::leaks(&mut world, &deleter_env, &model, &mut findings).await;
+    world.check_tombstones();
     findings.violations.append(&mut world.d2);
+    findings.violations.append(&mut world.resurrected.lock().expect("resurrected lock"));
     for b in &world.bookies {
         if b.bookie.is_none() {
             findings.violations.push(format!("{} did not start again after its faults", b.id));
@@ -486,6 +533,26 @@ async fn scenario(seed: u64, opts: &Options, sim: Arc<Simulation>, trace: Trace)
     let mut counts = model.lock().counts.clone();
     counts.extend(std::mem::take(&mut world.counts));
     (plan_text, violations, counts, findings.orphans)
+}
+
+/// Runs `f`, checking the tombstones every 500 ms meanwhile when `on` (a deleted ledger
+/// created again is collected again by the next GC pass: it must be seen before).
+async fn checking_tombstones<F: std::future::Future>(
+    world: &world::World,
+    on: bool,
+    f: F,
+) -> F::Output {
+    if !on {
+        return f.await;
+    }
+    tokio::pin!(f);
+    loop {
+        tokio::select! {
+            biased;
+            out = &mut f => return out,
+            () = tokio::time::sleep(Duration::from_millis(500)) => world.check_tombstones(),
+        }
+    }
 }
 
 /// The seeds in `var` (`a..b` or `a,b,c`), else `default`.

@@ -1,8 +1,9 @@
 //! The faults of a run, drawn from its seed until the fault window ends: bookie crashes (a
 //! power cut: unsynced writes dropped, applied or torn, or all lost) and restarts, clean
 //! restarts, failing fsyncs (the bookie poisons itself, turns read-only and is restarted),
-//! held and down links between a client node and a bookie, connection resets, and a
-//! metadata store that fails transactions before or after they apply. At the end every
+//! held and down links between a client node and a bookie, connection resets, a metadata
+//! store that fails transactions before or after they apply, and (with autorecovery) a
+//! bookie whose disks are wiped and that comes back empty. At the end every
 //! fault is repaired: bookies restarted, links healed, the store reliable again.
 
 use std::collections::BTreeMap;
@@ -24,6 +25,8 @@ pub struct Intensity {
     pub max_down: usize,
     /// Whether the store fails transactions.
     pub meta_faults: bool,
+    /// Whether a bookie's disks may be wiped (once a run).
+    pub wipes: bool,
 }
 
 fn rand_ms(lo: u64, hi: u64) -> Duration {
@@ -46,6 +49,8 @@ struct Broken {
     meta_until: Option<Instant>,
     /// Bookie whose disk crashes at its N-th write → when it crashes anyway.
     armed: BTreeMap<usize, Instant>,
+    /// A bookie's disks were wiped already.
+    wiped: bool,
 }
 
 /// Breaks things until `until`, then mends everything.
@@ -55,6 +60,7 @@ pub async fn run(world: &mut World, until: Instant, clients: &[usize], intensity
     let clients: Vec<IpAddr> = clients.iter().map(|c| client_ip(*c)).collect();
     loop {
         mend_due(world, &mut broken, Instant::now()).await;
+        world.check_tombstones();
         let gap = intensity.mean_gap.as_millis() as u64;
         let at = Instant::now() + rand_ms(gap / 4, gap * 2);
         if at >= until {
@@ -91,6 +97,15 @@ pub async fn run(world: &mut World, until: Instant, clients: &[usize], intensity
                 world.bookies[i].fs.fail_sync_after(after);
                 world.count("fault: fsync failure");
                 broken.failing_sync.insert(i, now + rand_ms(2000, 6000));
+            }
+            // Once a run at most, a bookie's disks are replaced (when every bookie keeps a
+            // journal: a wipe on top of a journal-less crash can lose the last copy).
+            90..=91 if can_take_down && intensity.wipes && !broken.wiped => {
+                let Some(i) = pick(&up) else { continue };
+                world.wipe_bookie(i).await;
+                world.count("fault: disks wiped");
+                broken.wiped = true;
+                broken.down.insert(i, now + rand_ms(500, 6000));
             }
             92..=99 if can_take_down => {
                 let Some(i) = pick(&up) else { continue };

@@ -95,6 +95,8 @@ pub struct World {
     pub bookies: Vec<BookieNode>,
     /// D2 violations found when journal-less bookies started again.
     pub d2: Vec<String>,
+    /// L1 violations found during the run: a deleted ledger created again on a bookie.
+    pub resurrected: std::sync::Mutex<Vec<String>>,
     /// What happened to the cluster, by kind (faults, D2 probes), for the report.
     pub counts: BTreeMap<String, u64>,
 }
@@ -154,6 +156,7 @@ impl World {
             keys: Keys::new(ROOT),
             bookies,
             d2: Vec::new(),
+            resurrected: std::sync::Mutex::default(),
             counts: BTreeMap::new(),
         };
         for i in 0..world.bookies.len() {
@@ -208,7 +211,8 @@ impl World {
                     node.journal,
                     bookie.unclean_shutdown()
                 ));
-                if !node.journal {
+                // As `folio bookie` runs it: journal-less, or started empty under a known id.
+                if !node.journal || bookie.needs_integrity_check() {
                     let (tx, rx) = watch::channel(false);
                     let check = folio_repair::IntegrityCheck {
                         storage: bookie.storage().clone(),
@@ -311,6 +315,38 @@ impl World {
         self.bookies[i].fs.crash(plan);
         self.trace.event(format!("crash {} ({plan:?})", self.bookies[i].id));
         self.end_process(i).await;
+    }
+
+    /// Crashes bookie `i` and wipes its disks, as an operator replacing a failed disk does
+    /// (`folio bookie format`: its cookie in the store goes too). It starts again empty,
+    /// under its id, as a new instance.
+    pub async fn wipe_bookie(&mut self, i: usize) {
+        self.crash_bookie(i, true).await;
+        let node = &mut self.bookies[i];
+        node.fs = FaultFs::new();
+        node.kv = MemKv::new();
+        node.held_at_crash.clear();
+        let cookie = self.keys.cookie(&node.id);
+        if let Err(e) = self.meta.delete(&cookie, folio_meta::Expect::Any).await {
+            self.trace.event(format!("{}: its cookie could not be removed: {e}", node.id));
+        }
+        self.trace.event(format!("{}: disks wiped", self.bookies[i].id));
+    }
+
+    /// L1, every step: no bookie holds a ledger whose id it tombstoned (a deleted ledger
+    /// created again by a late add).
+    pub fn check_tombstones(&self) {
+        let mut found = self.resurrected.lock().expect("resurrected lock");
+        for b in self.bookies.iter().filter_map(|b| b.bookie.as_ref()) {
+            let s = b.storage();
+            for id in s.ledger_ids().into_iter().filter(|l| s.is_tombstoned(*l)) {
+                let v = format!("L1 {}: ledger {id} was deleted here and exists again", b.id());
+                if !found.contains(&v) {
+                    self.trace.event(format!("invariant broken: {v}"));
+                    found.push(v);
+                }
+            }
+        }
     }
 
     /// Stops bookie `i` cleanly (flush, checkpoint, lease revoked).
