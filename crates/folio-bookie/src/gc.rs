@@ -13,10 +13,11 @@
 //! 3. A listed ledger that is closed and whose ensembles no longer include this bookie
 //!    (its copy here is over-replication) is dropped too, without a tombstone, unless it is
 //!    **incoming**: recovery adds brought it (autorecovery copying it here before the swap
-//!    names this bookie). An incoming copy is kept while its ledger has an
-//!    under-replication mark or a replication claim, and for `incoming_grace` after its
-//!    last recovery add; the metadata is read again after the mark, so a swap that
-//!    finished meanwhile is seen. Once an ensemble names this bookie the mark is cleared.
+//!    names this bookie): that one is kept for `incoming_grace` after its last recovery
+//!    add. Any such copy is also kept while its ledger has an under-replication mark or a
+//!    replication claim (a worker may be copying to it, counting on what it holds); the
+//!    metadata is read again after the mark, so a swap that finished meanwhile is seen.
+//!    Once an ensemble names this bookie the incoming mark is cleared.
 //! 4. Every sealed entry log (from the index's explicit record, never an id threshold, never
 //!    an active log) whose ledgers are all gone is deleted. The others are reported with the
 //!    live ledgers that pin them and their usage (live bytes / size), from the ledgers map
@@ -129,7 +130,7 @@ impl KeptLog {
 pub struct GcReport {
     pub ledgers_dropped: Vec<LedgerId>,
     pub over_replicated_dropped: Vec<LedgerId>,
-    /// Copies no ensemble names yet, kept because they are being copied here.
+    /// Copies no ensemble names yet, kept because they are (or may be) being copied here.
     pub incoming_kept: Vec<LedgerId>,
     pub logs_deleted: Vec<u64>,
     pub logs_compacted: Vec<u64>,
@@ -288,11 +289,12 @@ async fn over_replicated(
     if m.state != LedgerState::Closed {
         return Drop::Keep;
     }
-    let Some(age) = storage.incoming_age(id) else { return Drop::OverReplicated };
-    if age < config.incoming_grace {
+    let age = storage.incoming_age(id);
+    if age.is_some_and(|a| a < config.incoming_grace) {
         return Drop::Incoming;
     }
-    // Past its grace: kept while a worker still holds the ledger (mark or claim)...
+    // Kept while a worker holds the ledger (mark or claim): this copy may be the one it
+    // copies to (what it found here already, before its first recovery add)...
     for k in [keys.under_replicated_ledger(id), keys.replication_claim(id)] {
         match meta.get(&k).await {
             Ok(None) => {}
@@ -306,11 +308,13 @@ async fn over_replicated(
             Drop::Keep
         }
         Ok(Some(m)) if m.state == LedgerState::Closed => {
-            tracing::info!(
-                ledger = id,
-                age_ms = age.as_millis() as u64,
-                "incoming copy abandoned (no mark, no claim, past its grace): dropping it"
-            );
+            if let Some(age) = age {
+                tracing::info!(
+                    ledger = id,
+                    age_ms = age.as_millis() as u64,
+                    "incoming copy abandoned (no mark, no claim, past its grace): dropping it"
+                );
+            }
             Drop::OverReplicated
         }
         _ => Drop::Keep,

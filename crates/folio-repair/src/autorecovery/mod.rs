@@ -261,21 +261,16 @@ impl Autorecovery {
                 inner.host.clone().into_bytes(),
                 lease,
             );
-            let won = inner.meta.txn(claim).await.map_err(|e| e.to_string())?.succeeded;
-            if !won {
-                continue; // another worker has it
-            }
             // The claim's version, to release exactly this claim: once its lease expired,
-            // the key may be the next worker's claim.
-            let Some(version) = inner
-                .meta
-                .get(&claim_key)
-                .await
-                .map_err(|e| e.to_string())?
-                .filter(|v| v.value == inner.host.as_bytes())
-                .map(|v| v.version)
-            else {
-                continue; // expired at once: another worker may hold it now
+            // the key may be the next worker's claim. A claim on this lease is this
+            // worker's own, also when the answer to taking it was lost (the store failed
+            // after applying it): taken again here, never left held until the lease ends.
+            let version = match inner.meta.txn(claim).await {
+                Ok(out) if out.succeeded => out.revision,
+                _ => match inner.meta.get(&claim_key).await.map_err(|e| e.to_string())? {
+                    Some(v) if v.lease == Some(lease) => v.version,
+                    _ => continue, // another worker has it
+                },
             };
             *inner.claimed_on.lock().expect("claim lock") = Some(lease);
             let outcome = self.replicate_ledger(id).await;

@@ -15,9 +15,11 @@
 //!   (the target's garbage collection reclaims them) and counted.
 //!
 //! Readers never see a half-done copy: the metadata names the target only after every copy
-//! is written. After the swap the target's entries are listed again: anything missing (the
-//! target's GC took the copy for over-replication, a crash lost it) is marked for the
-//! target, so the mark stays until a refill makes the copy whole. Copying stops as soon as
+//! is written and the target lists every entry (just before the swap: what the first
+//! listing took as present may have been dropped since). After the swap the target's
+//! entries are listed again: anything missing (the target's GC took the copy for
+//! over-replication, a crash lost it) is marked for the target, so the mark stays until a
+//! refill makes the copy whole. Copying stops as soon as
 //! the lease holding the claim is lost, and the claim is released with a compare on its
 //! version: never the next worker's claim. A worker that dies mid-copy leaves its claim to expire with its lease, and
 //! the next worker starts the ledger over.
@@ -289,6 +291,9 @@ impl Autorecovery {
         if refill {
             healed.refilled += 1;
         } else {
+            // Whole before it is named: what the listing above took as present may have
+            // gone since (the target's GC dropping a stale copy).
+            self.verify(id, metadata, f, &target).await.map_err(Restore::Failed)?;
             let swapped = self.swap_in(id, f, bookie, &target, healed).await;
             if !swapped.map_err(Restore::Failed)? {
                 return Ok(()); // another worker's copy is the one named
