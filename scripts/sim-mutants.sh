@@ -23,6 +23,19 @@
 #                         back; later appends reuse acknowledged offsets)
 #   recovered-sent-again  appends a recovery found in the ledger are sent again
 #   monitor-spin          the disk monitor spins once the poison watch's sender is gone
+#
+# and the fixes of #45 (autorecovery, GC and tombstones; seeds with autorecovery on):
+#
+#   tombstone-off         an add (fence, recovery add) for an id the bookie deleted creates it
+#                         again (a zombie's add after GC is acknowledged into nothing)
+#   tombstone-replay-off  journal replay creates again a ledger deleted since the checkpoint
+#   incoming-off          GC drops a copy being made here (recovery adds, a mark, a claim)
+#   verify-off            the worker swaps its copy in without listing the target again
+#   claim-answer-lost     a claim whose answer was lost is never taken again on its own lease
+#                         (found by the simulator: marks never drained after store failures)
+#   claim-release-any     a worker releases its claim with no compare
+#   copy-after-lease-lost a worker goes on copying and swaps after its lease is lost
+#   absence-in-memory     each audit round counts a bookie's absence from zero again
 #   ensemble-from-pick    a writer whose position was already replaced in the metadata (its
 #                         own earlier attempt, answer lost) takes its new pick anyway
 #   stale-uncreated       a log's retry creates a ledger a roll has since sealed and trashed
@@ -63,6 +76,15 @@ mutants=(
     "stale-uncreated^crates/folio-log/src/log/actor.rs^if self.uncreated.is_some() && self.uncreated != last_open {^if false && last_open.is_none() {^crates/folio-log/src/log/actor/seal.rs^let _sealed = self.uncreated.take();^let _sealed = ();"
     "lac-backwards^crates/folio-client/src/ledger/writer.rs^let forward = lac > *published;^let forward = lac != *published;"
     "monitor-spin^crates/folio-bookie/src/bookie.rs^poison_watched = r.is_ok(),^poison_watched = r.is_ok() || true,"
+    # #45: tombstones, incoming copies, the worker's claim, verification and lost clock.
+    "tombstone-off^crates/folio-storage/src/storage/mod.rs^            && self.tombstones.lock()^            && false && self.tombstones.lock()"
+    "tombstone-replay-off^crates/folio-storage/src/storage/recovery.rs^.is_some_and(|l| self.tombstones.lock()^.is_some_and(|l| false && self.tombstones.lock()"
+    "incoming-off^crates/folio-bookie/src/gc.rs^    if age.is_some_and(|a| a < config.incoming_grace) {^    if false {^crates/folio-bookie/src/gc.rs^            Ok(Some(_)) | Err(_) => return Drop::Incoming,^            Ok(Some(_)) | Err(_) => {}"
+    "verify-off^crates/folio-repair/src/autorecovery/worker.rs^            self.verify(id, metadata, f, &target).await.map_err(Restore::Failed)?;^^crates/folio-repair/src/autorecovery/worker.rs^        self.verify(id, metadata, f, &target).await.map_err(Restore::Failed)^        Ok(())"
+    "claim-answer-lost^crates/folio-repair/src/autorecovery/mod.rs^Some(v) if v.lease == Some(lease) => v.version,^Some(v) if false && v.lease == Some(lease) => v.version,"
+    "claim-release-any^crates/folio-repair/src/autorecovery/mod.rs^folio_meta::Expect::Version(version)).await;^folio_meta::Expect::Any).await;"
+    "copy-after-lease-lost^crates/folio-repair/src/autorecovery/mod.rs^        claimed.is_none_or(^        true || claimed.is_none_or("
+    "absence-in-memory^crates/folio-repair/src/autorecovery/auditor.rs^Some((a, version)) => (*a, Expect::Version(*version)),^Some((_, version)) => (None, Expect::Version(*version)),"
 )
 
 want=("$@")
