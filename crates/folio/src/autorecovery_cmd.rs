@@ -17,7 +17,9 @@ AUTORECOVERY KEYS (bookie config or `folio autorecovery run --override KEY=VALUE
   autorecovery.check_requests_per_s integer  default 100
   autorecovery.open_ledger_grace_ms integer  default 30000 (then an open ledger is fenced)
   autorecovery.bytes_per_s          integer  default 33554432 (copy rate; 0 = unlimited)
-  autorecovery.lease_ttl_ms         integer  default 10000";
+  autorecovery.lease_ttl_ms         integer  default 10000
+  autorecovery.absence_window_ms    integer  default 600000 (absences add up within it: a
+                                             bookie that keeps coming back is still lost)";
 
 /// Applies one `autorecovery.*` key (the prefix optional); `Ok(false)` if `key` is not one.
 pub fn set_key(
@@ -44,6 +46,12 @@ pub fn set_key(
         "check_requests_per_s" => c.check_requests_per_s = int()?.clamp(1, 100_000) as u32,
         "open_ledger_grace_ms" => c.open_ledger_grace = ms(int()?),
         "bytes_per_s" => c.bytes_per_s = int()?,
+        "absence_window_ms" => {
+            c.absence_window = ms(int()?);
+            if c.absence_window < c.lost_after {
+                return Err(format!("{key} must be at least autorecovery.lost_after_ms"));
+            }
+        }
         "lease_ttl_ms" => {
             c.lease_ttl = ms(int()?);
             if c.lease_ttl < Duration::from_secs(1) {

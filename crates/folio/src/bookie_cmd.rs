@@ -41,6 +41,8 @@ CONFIG KEYS (TOML file via --config; any key also via --override KEY=VALUE):
   server.request_read_timeout_ms integer default 30000
   server.reply_write_timeout_ms integer default 30000
   gc.interval_ms            integer  default 60000
+  gc.incoming_grace_ms      integer  default 600000 (a copy being made here is kept this
+                                     long after its last recovery add, mark or not)
   gc.minor_threshold        float    default 0.2  (compact logs below this usage…)
   gc.minor_interval_ms      integer  default 3600000 (…this often)
   gc.major_threshold        float    default 0.8
@@ -358,6 +360,7 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
             "server.request_read_timeout_ms" => c.server.request_read_timeout = ms(int()?),
             "server.reply_write_timeout_ms" => c.server.reply_write_timeout = ms(int()?),
             "gc.interval_ms" => c.gc.interval = ms(int()?),
+            "gc.incoming_grace_ms" => c.gc.incoming_grace = ms(int()?),
             "gc.minor_threshold" => c.gc.minor_threshold = float()?,
             "gc.minor_interval_ms" => c.gc.minor_interval = ms(int()?),
             "gc.major_threshold" => c.gc.major_threshold = float()?,
