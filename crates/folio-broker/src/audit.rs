@@ -16,9 +16,10 @@
 //!
 //! Orphans are leaks (L1); data awaiting GC is one only once it has waited longer than the
 //! grace period (the bookie's GC is not running). A copy not in the ensembles of a ledger
-//! with an under-replication mark is autorecovery's copy in progress: `live`. `repair` moves orphan metadata into the trash under the log its
-//! owner tag names (the deleter then checks that tag, as for every record) and deletes stray
-//! logs through the trash; orphan data needs nothing but the bookies' GC.
+//! with an under-replication mark is autorecovery's copy in progress: `live`. `repair`
+//! moves orphan metadata into the trash under the log its owner tag names (the deleter
+//! then checks that tag, as for every record) and deletes stray logs through the trash;
+//! orphan data needs nothing but the bookies' GC.
 //!
 //! Besides ledgers, a closed ledger's persisted offset index (`offset-index/<ledger>`) is
 //! an orphan once no chain and no trash record names its ledger (the deleter removes it
@@ -403,21 +404,7 @@ pub async fn run(env: &LogEnv) -> Result<Audit, MetaError> {
     indexed.retain(|l| !chained.contains_key(l) && !trashed.contains_key(l));
     // What the bookies hold.
     let mut audit = Audit { stray_logs, orphan_offset_indexes: indexed, ..Audit::default() };
-    let mut stored: HashMap<u64, Vec<(String, u64)>> = HashMap::new();
-    // Per bookie: since when its GC has not listed the metadata (0: unknown).
-    let mut gc_since: HashMap<String, u64> = HashMap::new();
-    for (bookie, listing) in list_bookies(env).await? {
-        match listing {
-            Ok((ledgers, since)) => {
-                gc_since.insert(bookie.clone(), since);
-                for l in ledgers {
-                    stored.entry(l.ledger_id).or_default().push((bookie.clone(), l.bytes));
-                }
-                audit.bookies_listed.push(bookie);
-            }
-            Err(e) => audit.bookies_unreachable.push((bookie, e)),
-        }
-    }
+    let (stored, gc_since) = stored_copies(env, &mut audit).await?;
     // Ledgers autorecovery is copying: a copy outside their ensembles is one in progress.
     let prefix = keys.under_replicated();
     let marked: std::collections::HashSet<u64> = list_all(env.meta.as_ref(), &prefix)
@@ -425,18 +412,7 @@ pub async fn run(env: &LogEnv) -> Result<Audit, MetaError> {
         .iter()
         .filter_map(|v| keys.parse_under_replicated(&v.key))
         .collect();
-    let awaiting = |bookie: &str| -> (Option<u64>, String) {
-        match gc_since.get(bookie).copied().filter(|s| *s > 0) {
-            Some(since) => (
-                Some(now.saturating_sub(since)),
-                format!(
-                    "on bookie {bookie}, whose GC has not listed the metadata for {:.1} s; its next pass drops it",
-                    now.saturating_sub(since) as f64 / 1000.0
-                ),
-            ),
-            None => (None, format!("on bookie {bookie}, which does not say when its GC last ran")),
-        }
-    };
+    let awaiting = |bookie: &str| awaiting_gc(&gc_since, now, bookie);
     // Every ledger in the metadata, then every stored copy of a ledger that is not.
     let mut known = std::collections::HashSet::new();
     for v in list_all(env.meta.as_ref(), &keys.ledgers()).await? {
@@ -497,6 +473,43 @@ pub async fn run(env: &LogEnv) -> Result<Audit, MetaError> {
         }
     }
     Ok(audit)
+}
+
+/// Every bookie's copies (ledger → (bookie, bytes)), and since when each bookie's GC has
+/// not listed the metadata (0: unknown); the bookies listed or not go into `audit`.
+async fn stored_copies(
+    env: &LogEnv,
+    audit: &mut Audit,
+) -> Result<(HashMap<u64, Vec<(String, u64)>>, HashMap<String, u64>), MetaError> {
+    let mut stored: HashMap<u64, Vec<(String, u64)>> = HashMap::new();
+    let mut gc_since: HashMap<String, u64> = HashMap::new();
+    for (bookie, listing) in list_bookies(env).await? {
+        match listing {
+            Ok((ledgers, since)) => {
+                gc_since.insert(bookie.clone(), since);
+                for l in ledgers {
+                    stored.entry(l.ledger_id).or_default().push((bookie.clone(), l.bytes));
+                }
+                audit.bookies_listed.push(bookie);
+            }
+            Err(e) => audit.bookies_unreachable.push((bookie, e)),
+        }
+    }
+    Ok((stored, gc_since))
+}
+
+/// The age and detail of a copy on `bookie` that its next GC pass drops.
+fn awaiting_gc(gc_since: &HashMap<String, u64>, now: u64, bookie: &str) -> (Option<u64>, String) {
+    match gc_since.get(bookie).copied().filter(|s| *s > 0) {
+        Some(since) => (
+            Some(now.saturating_sub(since)),
+            format!(
+                "on bookie {bookie}, whose GC has not listed the metadata for {:.1} s; its next pass drops it",
+                now.saturating_sub(since) as f64 / 1000.0
+            ),
+        ),
+        None => (None, format!("on bookie {bookie}, which does not say when its GC last ran")),
+    }
 }
 
 /// The ledgers that have a persisted offset index.

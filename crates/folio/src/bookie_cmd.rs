@@ -386,9 +386,7 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
             "journal.prealloc_bytes" => j.prealloc_bytes = int()?,
             "journal.direct_io" => j.direct_io = boolean()?,
             "integrity.enabled" => c.integrity.enabled = Some(boolean()?),
-            "integrity.stamp_missing_cookies" => {
-                c.integrity.stamp_missing_cookies = boolean()?;
-            }
+            "integrity.stamp_missing_cookies" => c.integrity.stamp_missing_cookies = boolean()?,
             "integrity.check_interval_ms" => c.integrity.check_interval = ms(int()?),
             "allow_unauthenticated" => c.auth.allow_unauthenticated = boolean()?,
             k if ACCESS_KEYS.contains(&k) => {} // read by access_keys

@@ -19,10 +19,10 @@
 //! listing took as present may have been dropped since). After the swap the target's
 //! entries are listed again: anything missing (the target's GC took the copy for
 //! over-replication, a crash lost it) is marked for the target, so the mark stays until a
-//! refill makes the copy whole. Copying stops as soon as
-//! the lease holding the claim is lost, and the claim is released with a compare on its
-//! version: never the next worker's claim. A worker that dies mid-copy leaves its claim to expire with its lease, and
-//! the next worker starts the ledger over.
+//! refill makes the copy whole. Copying stops as soon as the lease holding the claim is
+//! lost, and the claim is released with a compare on its version: never the next worker's
+//! claim. A worker that dies mid-copy leaves its claim to expire with its lease, and the
+//! next worker starts the ledger over.
 //!
 //! The last fragment of an open ledger is its writer's: the writer replaces a failed bookie
 //! itself (an ensemble change) when an add fails. Once the mark is older than
