@@ -97,6 +97,8 @@ pub struct World {
     pub d2: Vec<String>,
     /// L1 violations found during the run: a deleted ledger created again on a bookie.
     pub resurrected: std::sync::Mutex<Vec<String>>,
+    /// Bookies whose disks were wiped (they lost what they acknowledged).
+    pub wiped: std::collections::BTreeSet<String>,
     /// What happened to the cluster, by kind (faults, D2 probes), for the report.
     pub counts: BTreeMap<String, u64>,
 }
@@ -157,6 +159,7 @@ impl World {
             bookies,
             d2: Vec::new(),
             resurrected: std::sync::Mutex::default(),
+            wiped: Default::default(),
             counts: BTreeMap::new(),
         };
         for i in 0..world.bookies.len() {
@@ -331,6 +334,7 @@ impl World {
             self.trace.event(format!("{}: its cookie could not be removed: {e}", node.id));
         }
         self.trace.event(format!("{}: disks wiped", self.bookies[i].id));
+        self.wiped.insert(self.bookies[i].id.clone());
     }
 
     /// L1, every step: no bookie holds a ledger whose id it tombstoned (a deleted ledger

@@ -326,7 +326,16 @@ impl Autorecovery {
         if missing == 0 {
             return Ok(());
         }
-        tracing::warn!(ledger = id, fragment = f.first, %target, missing, "copy incomplete after it was made; marking the target for a refill");
+        // Broken unless the target lost what it acknowledged (journal-less, or wiped): its
+        // GC must keep a copy being made.
+        tracing::warn!(
+            ledger = id,
+            fragment = f.first,
+            target = %target,
+            missing,
+            invariant = "a copy being made is never collected",
+            "copy incomplete after it was made; marking the target for a refill"
+        );
         let again = MarkedFragment {
             first_entry: f.first,
             bookie: target.to_string(),
