@@ -726,6 +726,23 @@ mod tests {
         }
     }
 
+    /// A LIST_LEDGERS answer from a bookie before #45 ends at the `more` flag: it decodes,
+    /// with no GC time (0).
+    #[test]
+    fn a_list_ledgers_answer_without_the_gc_time_decodes_as_unknown() {
+        let response = Response::ListLedgers { ledgers: Vec::new(), more: false, gc_listed_ms: 9 };
+        let f = ResponseFrame { request_id: 1, status: Status::Ok, response };
+        let mut b = BytesMut::new();
+        encode_response(&f, &mut b);
+        let body = take_frame(&mut b).unwrap().unwrap();
+        let old = body.slice(..body.len() - 8);
+        let Response::ListLedgers { gc_listed_ms, .. } = decode_response(old).unwrap().response
+        else {
+            panic!("not a LIST_LEDGERS answer")
+        };
+        assert_eq!(gc_listed_ms, 0);
+    }
+
     #[test]
     fn entry_ids_compress_into_runs() {
         assert_eq!(entry_ranges([0, 1, 2, 5, 6, 9]), vec![(0, 3), (5, 2), (9, 1)]);
