@@ -272,8 +272,21 @@ async fn metrics(bookies: &Bookies) -> String {
             b.storage().journal_stats().n_records.load(Ordering::Relaxed)
         }),
     ];
-    metrics.extend::<[Metric; 7]>([
+    metrics.extend::<[Metric; 10]>([
         ("folio_gc_passes_total", "Garbage-collection passes run.", &|b| b.gc_status().passes),
+        (
+            "folio_gc_incoming_kept",
+            "Copies no ensemble names yet that the last GC pass kept (being copied here).",
+            &|b| b.gc_status().last.incoming_kept.len() as u64,
+        ),
+        ("folio_bookie_tombstone_ranges", "Ranges of deleted ledger ids kept.", &|b| {
+            b.storage().tombstone_counts().0 as u64
+        }),
+        (
+            "folio_bookie_tombstones_forgotten_total",
+            "Tombstone ranges dropped at their bound (TOMBSTONE_RANGES_MAX).",
+            &|b| b.storage().tombstone_counts().1,
+        ),
         ("folio_gc_failures_total", "GC passes that failed (and deleted nothing).", &|b| {
             b.gc_status().failures
         }),
@@ -604,6 +617,9 @@ mod tests {
             "folio_gc_failures_total{bookie=\"b0\"} 0",
             "folio_gc_logs{bookie=\"b0\",usage=\"lt20\"} 0",
             "# TYPE folio_gc_live_bytes gauge",
+            "folio_gc_incoming_kept{bookie=\"b0\"} 0",
+            "folio_bookie_tombstone_ranges{bookie=\"b0\"} 0",
+            "folio_bookie_tombstones_forgotten_total{bookie=\"b0\"} 0",
         ] {
             assert!(text.contains(line), "missing {line:?} in:\n{text}");
         }
