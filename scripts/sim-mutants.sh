@@ -74,7 +74,7 @@ mutants=(
     "recovered-sent-again^crates/folio-log/src/log/actor/seal.rs^if self.cur.ledger_id == last.ledger_id {^if false {"
     "ensemble-from-pick^crates/folio-client/src/ledger/writer.rs^let (pick, conn) = if placed == pick {^let (pick, conn) = if true || placed == pick {^crates/folio-client/src/ledger/writer.rs^if self.state.lock().expect(\"writer lock\").failed.is_some() {^if false {"
     "stale-uncreated^crates/folio-log/src/log/actor.rs^if self.uncreated.is_some() && self.uncreated != last_open {^if false && last_open.is_none() {^crates/folio-log/src/log/actor/seal.rs^let _sealed = self.uncreated.take();^let _sealed = ();"
-    "lac-backwards^crates/folio-client/src/ledger/writer.rs^let forward = lac > *published;^let forward = lac != *published;"
+    "lac-backwards^crates/folio-client/src/ledger/mod.rs^let forward = lac > *published;^let forward = lac != *published;"
     "monitor-spin^crates/folio-bookie/src/bookie.rs^poison_watched = r.is_ok(),^poison_watched = r.is_ok() || true,"
     # #45: tombstones, incoming copies, the worker's claim, verification and lost clock.
     "tombstone-off^crates/folio-storage/src/storage/mod.rs^            && self.tombstones.lock()^            && false && self.tombstones.lock()"

@@ -200,29 +200,37 @@ pub fn undocumented_pub_items(sources: &[Source]) -> BTreeMap<String, Vec<(Strin
     out
 }
 
-/// Import circles between the top-level modules of each crate's shipped code: for every
-/// crate, each group of modules that reach each other through `crate::` paths. A module
-/// is a file or directory directly under `src/` (`storage/flush.rs` belongs to `storage`).
+/// Circles of module imports inside each crate: modules (files) under one parent that reach
+/// each other, through `crate::`, `super::` or `self::` paths. An import of one module by a
+/// module inside another is lifted to the two children of their nearest common parent (so
+/// `a::x` using `b::y` is `a` using `b`); a module using its own parent or child is no
+/// circle (a parent declares its children). Each circle is named by its crate and its
+/// modules' paths (`api::offsets`).
 pub fn module_cycles(sources: &[Source]) -> Vec<(String, BTreeSet<String>)> {
-    let mut graphs: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
-    for s in sources.iter().filter(|s| s.is_src()) {
-        let module = s.path.split('/').nth(3).unwrap_or("").trim_end_matches(".rs").to_string();
-        if module == "lib" || module == "main" {
-            continue;
-        }
-        let graph = graphs.entry(s.krate().to_string()).or_default();
-        let edges = graph.entry(module.clone()).or_default();
-        let text = s.shipped();
-        for (at, _) in text.match_indices("crate::") {
-            let target: String =
-                text[at + 7..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-            if !target.is_empty() && target != module {
-                edges.insert(target);
+    // Per crate: every module path (a file's path under `src/`, `mod.rs` its directory).
+    let mut modules: BTreeMap<String, BTreeSet<Vec<String>>> = BTreeMap::new();
+    let src = || sources.iter().filter(|s| s.is_src());
+    for s in src() {
+        modules.entry(s.krate().to_string()).or_default().insert(module_path(&s.path));
+    }
+    // Per crate and common parent: sibling → siblings it uses.
+    type Graph = BTreeMap<String, BTreeSet<String>>;
+    let mut graphs: BTreeMap<(String, Vec<String>), Graph> = BTreeMap::new();
+    for s in src() {
+        let (krate, here) = (s.krate().to_string(), module_path(&s.path));
+        let known = &modules[&krate];
+        for target in module_refs(s.shipped(), &here, known) {
+            let common = here.iter().zip(&target).take_while(|(a, b)| a == b).count();
+            if common == here.len() || common == target.len() {
+                continue; // itself, its parent or its child
             }
+            let graph = graphs.entry((krate.clone(), here[..common].to_vec())).or_default();
+            graph.entry(here[common].clone()).or_default().insert(target[common].clone());
         }
     }
     let mut out = Vec::new();
-    for (krate, graph) in graphs {
+    for ((krate, parent), graph) in graphs {
+        let name = |m: &String| parent.iter().chain([m]).cloned().collect::<Vec<_>>().join("::");
         let mut seen = BTreeSet::new();
         for start in graph.keys() {
             if seen.contains(start) {
@@ -233,9 +241,90 @@ pub fn module_cycles(sources: &[Source]) -> Vec<(String, BTreeSet<String>)> {
                 reach.iter().filter(|m| reachable(&graph, m).contains(start)).cloned().collect();
             if group.len() > 1 {
                 seen.extend(group.iter().cloned());
-                out.push((krate.clone(), group));
+                out.push((krate.clone(), group.iter().map(name).collect()));
             }
         }
+    }
+    out
+}
+
+/// A source file's module path in its crate: `src/a/b.rs` is `[a, b]`, `src/a/mod.rs` is
+/// `[a]`, `lib.rs` and `main.rs` are the root.
+fn module_path(path: &str) -> Vec<String> {
+    let mut m: Vec<String> =
+        path.split('/').skip(3).map(|p| p.trim_end_matches(".rs").to_string()).collect();
+    match m.last().map(String::as_str) {
+        Some("mod") => {
+            m.pop();
+        }
+        Some("lib" | "main") if m.len() == 1 => {
+            m.pop();
+        }
+        _ => {}
+    }
+    m
+}
+
+fn ident(t: &str) -> &str {
+    let end = t.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(t.len());
+    &t[..end]
+}
+
+/// The modules a file's `crate::`, `super::` and `self::` paths name: the deepest known
+/// module of each path (a `{a, b}` group right after the prefix names each of its members).
+fn module_refs(
+    text: &str,
+    here: &[String],
+    known: &BTreeSet<Vec<String>>,
+) -> BTreeSet<Vec<String>> {
+    let mut out = BTreeSet::new();
+    for (at, _) in text.match_indices("::") {
+        // The path's first segment: the identifier right before this `::`.
+        let head_start =
+            text[..at].rfind(|c: char| !(c.is_alphanumeric() || c == '_')).map_or(0, |i| i + 1);
+        let continues = text[..head_start].ends_with("::");
+        let head = &text[head_start..at];
+        if continues || !matches!(head, "crate" | "super" | "self") {
+            continue; // not the start of a path, or not one inside the crate
+        }
+        let mut base: Vec<String> = match head {
+            "crate" => Vec::new(),
+            "self" => here.to_vec(),
+            _ => here[..here.len().saturating_sub(1)].to_vec(),
+        };
+        let mut rest = &text[at + 2..];
+        while let Some(r) = rest.strip_prefix("super::") {
+            base.pop();
+            rest = r;
+        }
+        if let Some(group) = rest.strip_prefix('{') {
+            let group = &group[..group.find('}').unwrap_or(group.len())];
+            for name in group.split(',').map(|g| ident(g.trim())).filter(|n| !n.is_empty()) {
+                let path: Vec<String> = base.iter().cloned().chain([name.to_string()]).collect();
+                if known.contains(&path) {
+                    out.insert(path);
+                }
+            }
+            continue;
+        }
+        // `a::b::c`: followed while its segments name known modules.
+        let (mut path, mut target) = (base, None);
+        loop {
+            let seg = ident(rest);
+            if seg.is_empty() {
+                break;
+            }
+            path.push(seg.to_string());
+            if !known.contains(&path) {
+                break;
+            }
+            target = Some(path.clone());
+            match rest[seg.len()..].strip_prefix("::") {
+                Some(r) => rest = r,
+                None => break,
+            }
+        }
+        out.extend(target);
     }
     out
 }
@@ -285,6 +374,24 @@ mod tests {
         assert_eq!(found, [("x".to_string(), BTreeSet::from(["a".to_string(), "b".to_string()]))]);
         let chain = [src("crates/x/src/a.rs", "use crate::b::B;"), src("crates/x/src/b.rs", "")];
         assert!(module_cycles(&chain).is_empty());
+    }
+
+    #[test]
+    fn circles_between_siblings_are_found_through_super_and_self_but_not_with_a_parent() {
+        let sources = [
+            src("crates/x/src/api/mod.rs", "mod a; mod b; pub(crate) fn shared() {}"),
+            src("crates/x/src/api/a.rs", "use super::b::B; use super::shared;"),
+            src("crates/x/src/api/b.rs", "fn f() { super::super::api::a::g(); }"),
+            src("crates/x/src/api/c.rs", "use super::{a, shared};"),
+            src("crates/x/src/top.rs", "use crate::api::c::C; use self::inner::I;"),
+            src("crates/x/src/top/inner.rs", "use super::super::top::T;"),
+        ];
+        let found = module_cycles(&sources);
+        assert_eq!(
+            found,
+            [("x".to_string(), BTreeSet::from(["api::a".to_string(), "api::b".to_string()]))],
+            "a and b use each other; c, the parent and a child are no circle"
+        );
     }
 
     #[test]

@@ -313,7 +313,7 @@ async fn read_all(
             Ok(l) => l,
         };
         let status = log.status();
-        if let Some(code) = super::leader_epochs::check(w.current_leader_epoch, status.epoch) {
+        if let Some(code) = super::leader_epoch_error(w.current_leader_epoch, status.epoch) {
             settled = true;
             out.push((w.topic, p.with_error_code(code)));
             continue;

@@ -23,19 +23,7 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{
 use kafka_protocol::messages::{ApiKey, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 
 use crate::api::{Handler, Refused};
-use crate::errors;
 use crate::state::Inner;
-
-/// Kafka's check of a request's `current_leader_epoch` against the partition's `current`
-/// epoch: -1 is not checked; older gets FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH.
-pub(crate) fn check(requested: i32, current: u32) -> Option<i16> {
-    match i64::from(requested).cmp(&i64::from(current)) {
-        _ if requested == -1 => None,
-        std::cmp::Ordering::Less => Some(errors::FENCED_LEADER_EPOCH),
-        std::cmp::Ordering::Greater => Some(errors::UNKNOWN_LEADER_EPOCH),
-        std::cmp::Ordering::Equal => None,
-    }
-}
 
 pub(crate) struct OffsetForLeaderEpoch;
 
@@ -70,7 +58,9 @@ impl Handler for OffsetForLeaderEpoch {
                     Err(code) => r.error_code = code,
                     Ok(log) => {
                         let status = log.status();
-                        if let Some(code) = check(p.current_leader_epoch, status.epoch) {
+                        if let Some(code) =
+                            super::leader_epoch_error(p.current_leader_epoch, status.epoch)
+                        {
                             r.error_code = code;
                         } else if let Ok(asked) = u32::try_from(p.leader_epoch)
                             && let Some((epoch, end)) =

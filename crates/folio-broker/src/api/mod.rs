@@ -460,6 +460,17 @@ pub(crate) fn init_producer_denied(inner: &Inner, transactional_id: Option<&str>
 }
 
 /// The first non-zero code of `codes` (0 if none).
+/// Kafka's check of a request's `current_leader_epoch` against the partition's `current`
+/// epoch: -1 is not checked; older gets FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH.
+pub(crate) fn leader_epoch_error(requested: i32, current: u32) -> Option<i16> {
+    match i64::from(requested).cmp(&i64::from(current)) {
+        _ if requested == -1 => None,
+        std::cmp::Ordering::Less => Some(errors::FENCED_LEADER_EPOCH),
+        std::cmp::Ordering::Greater => Some(errors::UNKNOWN_LEADER_EPOCH),
+        std::cmp::Ordering::Equal => None,
+    }
+}
+
 pub(crate) fn first_error(codes: impl IntoIterator<Item = i16>) -> i16 {
     codes.into_iter().find(|c| *c != 0).unwrap_or(0)
 }

@@ -88,7 +88,7 @@ impl Handler for ListOffsets {
                 let checked = log.and_then(|log| {
                     let epoch = log.status().epoch;
                     let current = if version >= 4 { p.current_leader_epoch } else { -1 };
-                    super::leader_epochs::check(current, epoch).map_or(Ok(log), Err)
+                    super::leader_epoch_error(current, epoch).map_or(Ok(log), Err)
                 });
                 match checked {
                     Err(code) => r.error_code = code,

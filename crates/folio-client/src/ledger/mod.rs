@@ -384,10 +384,22 @@ enum Answer {
     Limbo(String),
 }
 
+/// Moves a writer's published LAC forward to `lac`; never back (the writer's acks and the
+/// stall watch both publish).
+fn publish_lac(tx: &tokio::sync::watch::Sender<EntryId>, lac: EntryId) {
+    tx.send_if_modified(|published| {
+        let forward = lac > *published;
+        if forward {
+            *published = lac;
+        }
+        forward
+    });
+}
+
 #[cfg(test)]
 mod tests {
+    use super::publish_lac;
     use super::recovery::quorum_coverage;
-    use super::writer::publish_lac;
     use super::*;
 
     #[test]

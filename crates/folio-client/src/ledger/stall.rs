@@ -64,7 +64,7 @@ fn republish_if_behind(
             invariant = "a writer's published LAC reaches its confirmed LAC",
             "the published LAC is behind the confirmed one; publishing it again"
         );
-        super::writer::publish_lac(&w.lac_tx, confirmed);
+        super::publish_lac(&w.lac_tx, confirmed);
         return None;
     }
     Some((published, confirmed))

@@ -17,17 +17,6 @@ use crate::error::{LedgerError, Result, WriterFailure};
 
 use super::*;
 
-/// Moves the published LAC forward to `lac`; never back.
-pub(super) fn publish_lac(tx: &watch::Sender<EntryId>, lac: EntryId) {
-    tx.send_if_modified(|published| {
-        let forward = lac > *published;
-        if forward {
-            *published = lac;
-        }
-        forward
-    });
-}
-
 impl LedgerWriter {
     pub(super) fn new(
         id: LedgerId,

@@ -48,6 +48,7 @@ use folio_broker::{Broker, BrokerConfig};
 use folio_client::CreateOptions;
 use folio_log::{LogConfig, LogEnv};
 
+use super::kafka_driver::{drive_with, figure};
 use super::ledger::{cluster, measure};
 
 const DRIVER: &str = include_str!("kafka_driver.py");
@@ -69,13 +70,6 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<(), String> {
     super::block_on(run_async(args))
-}
-
-/// `key=value` pairs of a line.
-fn figures(line: &str) -> Vec<(String, String)> {
-    line.split_whitespace()
-        .filter_map(|w| w.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
-        .collect()
 }
 
 async fn run_async(args: Args) -> Result<(), String> {
@@ -461,49 +455,8 @@ async fn drive(
     drive_with(driver, mode, bootstrap, topic, args, None).await
 }
 
-/// `drive` with extra client settings (JSON, merged into the producer's and consumer's
-/// configs: security settings).
-pub(crate) async fn drive_with(
-    driver: &Path,
-    mode: &'static str,
-    bootstrap: String,
-    topic: &'static str,
-    args: Vec<String>,
-    conf: Option<String>,
-) -> Result<String, String> {
-    let driver = driver.to_path_buf();
-    let out = tokio::task::spawn_blocking(move || {
-        let mut c = Command::new("python3");
-        c.arg(&driver).args([mode, bootstrap.as_str(), topic]).args(args);
-        if let Some(conf) = conf {
-            c.env("FOLIO_BENCH_KAFKA_CONF", conf);
-        }
-        c.output()
-    })
-    .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| format!("running python3: {e}"))?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        return Err(format!(
-            "the Kafka client driver failed: {stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(stdout.lines().last().unwrap_or_default().to_string())
-}
-
 fn mb_per_s(line: &str) -> Result<f64, String> {
     figure(line, "mb_per_s")
-}
-
-/// The number `key=` of a driver's figures line.
-pub(crate) fn figure(line: &str, key: &str) -> Result<f64, String> {
-    figures(line)
-        .into_iter()
-        .find(|(k, _)| k == key)
-        .and_then(|(_, v)| v.parse().ok())
-        .ok_or_else(|| format!("no {key} in the driver's output: {line}"))
 }
 
 fn librdkafka_version() -> String {

@@ -14,7 +14,7 @@ use folio_broker::security::tls::ClientAuth;
 use folio_broker::security::{SecurityProtocol, credentials};
 use folio_broker::{Broker, BrokerConfig};
 
-use super::kafka::{drive_with, figure};
+use super::kafka_driver::{drive_with, figure};
 use super::ledger::cluster;
 
 pub(crate) async fn run(quick: bool, tmp: &Path, driver: &Path) -> Result<(), String> {

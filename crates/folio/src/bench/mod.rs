@@ -8,6 +8,7 @@ mod delete;
 mod gc;
 mod hostile;
 mod kafka;
+mod kafka_driver;
 mod kafka_tls;
 mod ledger;
 mod log;
