@@ -60,6 +60,53 @@ pub fn workspace_sources(root: &Path) -> std::io::Result<Vec<Source>> {
     Ok(out)
 }
 
+/// Which workspace crates a crate depends on, by kind of dependency.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CrateDeps {
+    /// `[dependencies]`: linked into what the crate ships.
+    pub normal: BTreeSet<String>,
+    /// `[dev-dependencies]` and `[build-dependencies]`.
+    pub dev: BTreeSet<String>,
+}
+
+/// Every crate under `crates/` → the `folio-*` crates its `Cargo.toml` names.
+pub fn workspace_dependencies(root: &Path) -> std::io::Result<BTreeMap<String, CrateDeps>> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(root.join("crates"))? {
+        let dir = e?.path();
+        let manifest = dir.join("Cargo.toml");
+        if !manifest.is_file() {
+            continue;
+        }
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        out.insert(name, manifest_deps(&std::fs::read_to_string(manifest)?));
+    }
+    Ok(out)
+}
+
+/// The `folio-*` dependencies a manifest's text names, by section.
+pub fn manifest_deps(toml: &str) -> CrateDeps {
+    let mut deps = CrateDeps::default();
+    let mut section = "";
+    for line in toml.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line;
+            continue;
+        }
+        let name: String =
+            line.chars().take_while(|c| c.is_alphanumeric() || *c == '-' || *c == '_').collect();
+        if !name.starts_with("folio-") {
+            continue;
+        }
+        match section {
+            "[dependencies]" => deps.normal.insert(name),
+            "[dev-dependencies]" | "[build-dependencies]" => deps.dev.insert(name),
+            _ => false,
+        };
+    }
+    deps
+}
+
 fn collect(dir: &Path, root: &Path, out: &mut Vec<Source>) -> std::io::Result<()> {
     if !dir.is_dir() {
         return Ok(());
@@ -392,6 +439,14 @@ mod tests {
             [("x".to_string(), BTreeSet::from(["api::a".to_string(), "api::b".to_string()]))],
             "a and b use each other; c, the parent and a child are no circle"
         );
+    }
+
+    #[test]
+    fn manifests_give_their_workspace_dependencies_by_kind() {
+        let toml = "[package]\nname = \"folio-x\"\n\n[dependencies]\nfolio-proto.workspace = true\nfolio-rt = { workspace = true }\nbytes = \"1\"\n\n[dev-dependencies]\nfolio-testkit.workspace = true\n\n[features]\nfolio-y = []\n";
+        let d = manifest_deps(toml);
+        assert_eq!(d.normal, BTreeSet::from(["folio-proto".into(), "folio-rt".into()]));
+        assert_eq!(d.dev, BTreeSet::from(["folio-testkit".into()]));
     }
 
     #[test]

@@ -34,6 +34,55 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
 /// now; a crate listed here would get a budget that may only go down.
 const UNDOCUMENTED_PUB_ITEMS: &[(&str, usize)] = &[];
 
+/// The crate graph ARCHITECTURE.md draws: each crate and the workspace crates it may link
+/// (`[dependencies]`). A dependency not listed fails, and so does a listed one no longer
+/// used, so the table stays the picture. No arrow runs back up: a crate only ever names
+/// crates listed before it here.
+const ALLOWED_DEPENDENCIES: &[(&str, &[&str])] = &[
+    ("folio-proto", &[]),
+    ("folio-fjall", &[]),
+    ("folio-rt", &[]),
+    ("folio-tidy", &[]),
+    ("folio-meta", &["folio-fjall", "folio-proto", "folio-rt"]),
+    ("folio-storage", &["folio-fjall", "folio-proto"]),
+    ("folio-bookie", &["folio-meta", "folio-proto", "folio-rt", "folio-storage"]),
+    ("folio-client", &["folio-meta", "folio-proto", "folio-rt"]),
+    ("folio-testkit", &["folio-bookie", "folio-meta"]),
+    ("folio-log", &["folio-client", "folio-meta", "folio-proto", "folio-rt"]),
+    ("folio-repair", &["folio-bookie", "folio-client", "folio-meta", "folio-proto", "folio-rt"]),
+    ("folio-broker", &["folio-client", "folio-log", "folio-meta", "folio-proto"]),
+    (
+        "folio-sim",
+        &[
+            "folio-bookie",
+            "folio-client",
+            "folio-log",
+            "folio-meta",
+            "folio-proto",
+            "folio-repair",
+            "folio-rt",
+            "folio-storage",
+        ],
+    ),
+    (
+        "folio",
+        &[
+            "folio-bookie",
+            "folio-broker",
+            "folio-client",
+            "folio-log",
+            "folio-meta",
+            "folio-proto",
+            "folio-repair",
+            "folio-testkit",
+        ],
+    ),
+];
+
+/// Crates that link folio-testkit into what they ship, when the rule came in: may only
+/// shrink. (`folio`'s TLS bench makes its certificates with it; #46 moves that.)
+const TESTKIT_SHIPPED_IN: &[&str] = &["folio"];
+
 fn sources() -> Vec<Source> {
     let s = workspace_sources(&workspace_root()).expect("reading the workspace's sources");
     assert!(s.len() > 100, "found only {} source files: wrong root?", s.len());
@@ -119,6 +168,46 @@ fn undocumented_public_items_only_go_down() {
                 "{krate}: a new crate documents every public item: {:?}",
                 found[krate]
             ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn crate_dependencies_follow_the_table_and_never_run_back_up() {
+    let found = workspace_dependencies(&workspace_root()).expect("reading the manifests");
+    let mut problems = Vec::new();
+    for (i, (krate, allowed)) in ALLOWED_DEPENDENCIES.iter().enumerate() {
+        let above: Vec<&str> = ALLOWED_DEPENDENCIES[..i].iter().map(|(k, _)| *k).collect();
+        for d in allowed.iter().filter(|d| !above.contains(d)) {
+            problems.push(format!("{krate} may depend on {d}, listed after it: an arrow up"));
+        }
+        let Some(deps) = found.get(*krate) else {
+            problems.push(format!("{krate} is in the table but not under crates/"));
+            continue;
+        };
+        for d in deps.normal.iter().filter(|d| !allowed.contains(&d.as_str())) {
+            problems.push(format!("{krate} depends on {d}, which the table does not allow"));
+        }
+        for d in allowed.iter().filter(|d| !deps.normal.contains(**d)) {
+            problems.push(format!("{krate} no longer depends on {d}: remove it from the table"));
+        }
+    }
+    for krate in found.keys() {
+        if !ALLOWED_DEPENDENCIES.iter().any(|(k, _)| k == krate) {
+            problems.push(format!("{krate} is not in ALLOWED_DEPENDENCIES"));
+        }
+    }
+    for (krate, deps) in &found {
+        let shipped = deps.normal.contains("folio-testkit");
+        match (shipped, TESTKIT_SHIPPED_IN.contains(&krate.as_str())) {
+            (true, false) => {
+                problems.push(format!("{krate} links folio-testkit outside its dev-dependencies"))
+            }
+            (false, true) => problems.push(format!(
+                "{krate} no longer links folio-testkit: remove it from TESTKIT_SHIPPED_IN"
+            )),
+            _ => {}
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
