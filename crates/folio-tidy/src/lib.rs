@@ -124,6 +124,30 @@ fn collect(dir: &Path, root: &Path, out: &mut Vec<Source>) -> std::io::Result<()
     Ok(())
 }
 
+/// Every `unsafe` block and `unsafe impl` in shipped code: (path, line, whether a
+/// `// SAFETY:` comment stands in the six lines before it). `unsafe fn` declarations are
+/// not counted: the blocks in their bodies are.
+pub fn unsafe_uses(sources: &[Source]) -> Vec<(String, usize, bool)> {
+    let mut out = Vec::new();
+    for s in sources.iter().filter(|s| s.is_src()) {
+        let lines: Vec<&str> = s.shipped().lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            // The keyword in code, not inside a string literal (an even count of quotes
+            // before it).
+            let in_code = ["unsafe {", "unsafe impl"].iter().any(|k| {
+                code.match_indices(k).any(|(at, _)| code[..at].matches('"').count() % 2 == 0)
+            });
+            if !in_code {
+                continue;
+            }
+            let safety = lines[i.saturating_sub(6)..i].iter().any(|l| l.contains("// SAFETY:"));
+            out.push((s.path.clone(), i + 1, safety));
+        }
+    }
+    out
+}
+
 /// Files longer than `max` lines: (path, lines).
 pub fn long_files(sources: &[Source], max: usize) -> Vec<(String, usize)> {
     sources
@@ -439,6 +463,23 @@ mod tests {
             [("x".to_string(), BTreeSet::from(["api::a".to_string(), "api::b".to_string()]))],
             "a and b use each other; c, the parent and a child are no circle"
         );
+    }
+
+    #[test]
+    fn unsafe_is_found_with_or_without_its_safety_comment() {
+        let s = src(
+            "crates/x/src/a.rs",
+            "// SAFETY: fine.\nunsafe impl Send for A {}\nfn f() {\n    unsafe { g() }\n}\n// unsafe { in a comment }\n",
+        );
+        assert_eq!(
+            unsafe_uses(&[s]),
+            [
+                ("crates/x/src/a.rs".to_string(), 2, true),
+                ("crates/x/src/a.rs".to_string(), 4, true)
+            ]
+        );
+        let bare = src("crates/x/src/b.rs", "\n\n\n\n\n\n\n\nfn f() {\n    unsafe { g() }\n}\n");
+        assert_eq!(unsafe_uses(&[bare]), [("crates/x/src/b.rs".to_string(), 10, false)]);
     }
 
     #[test]
