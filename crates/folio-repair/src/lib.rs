@@ -17,6 +17,7 @@
 //! client; the bookie never depends on the client.
 
 pub mod autorecovery;
+pub mod limits;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -33,8 +34,7 @@ use folio_proto::wire::master_key;
 use folio_proto::{EntryId, LedgerId};
 use tokio::sync::watch;
 
-/// Entry copies in flight at once (within one ledger).
-pub const COPIES_IN_FLIGHT_MAX: usize = 64;
+pub use limits::COPIES_IN_FLIGHT_MAX;
 
 /// What a check found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

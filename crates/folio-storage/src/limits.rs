@@ -21,6 +21,10 @@ pub const READ_CHUNK_BYTES: usize = 8 * 1024 * 1024;
 /// so only damage longer than this goes unnoticed; it bounds the start-up read.
 pub const DAMAGE_SCAN_BYTES_MAX: u64 = 64 * 1024 * 1024;
 
+/// Tombstone ranges a bookie keeps at most (`index::tombstones`: 16 bytes of key and value
+/// each on disk; a run of consecutive deleted ledger ids is one range).
+pub const TOMBSTONE_RANGES_MAX: usize = 100_000;
+
 /// Index entries read per page when listing a ledger's locations or every ledger.
 pub const INDEX_PAGE: usize = 10_000;
 

@@ -148,6 +148,25 @@ pub fn unsafe_uses(sources: &[Source]) -> Vec<(String, usize, bool)> {
     out
 }
 
+/// Named limits (`const *_MAX` / `*_MIN`) in shipped code outside a `limits.rs`: (path,
+/// name).
+pub fn limits_outside_limits_files(sources: &[Source]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for s in sources.iter().filter(|s| s.is_src() && !s.path.ends_with("/limits.rs")) {
+        for line in s.shipped().lines() {
+            let t = line.trim_start();
+            let t = t.strip_prefix("pub(crate) ").or(t.strip_prefix("pub(super) ")).unwrap_or(t);
+            let t = t.strip_prefix("pub ").unwrap_or(t);
+            let Some(rest) = t.strip_prefix("const ") else { continue };
+            let name = ident(rest);
+            if name.ends_with("_MAX") || name.ends_with("_MIN") {
+                out.push((s.path.clone(), name.to_string()));
+            }
+        }
+    }
+    out
+}
+
 /// Files longer than `max` lines: (path, lines).
 pub fn long_files(sources: &[Source], max: usize) -> Vec<(String, usize)> {
     sources

@@ -19,9 +19,7 @@ use bytes::Bytes;
 use folio_meta::records::{Reader, Record, corrupt, put_string};
 use folio_proto::EntryId;
 
-/// Fragments one mark lists at most (further fragments of a bookie already named are
-/// found again from the metadata by the worker).
-pub const MARK_FRAGMENTS_MAX: usize = 1024;
+pub use crate::limits::MARK_FRAGMENTS_MAX;
 
 const MAGIC: &[u8; 4] = b"FURM";
 const VERSION: u8 = 1;

@@ -41,8 +41,7 @@ use tokio::sync::watch;
 
 pub use status::{Status, status};
 
-/// Marks a worker lists per round at most (it works through them one ledger at a time).
-pub const MARKS_PER_ROUND_MAX: usize = 1000;
+pub use crate::limits::MARKS_PER_ROUND_MAX;
 
 /// How autorecovery behaves; every field has a config key of the same name under
 /// `autorecovery.` (see `folio bookie --help`).

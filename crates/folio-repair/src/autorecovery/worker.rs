@@ -8,7 +8,7 @@
 //!   placement rules (writable, not draining, outside the ensemble, another rack first);
 //! - the fragment's entries whose write set holds the position are read from the write set
 //!   (digests and ids checked) and written to the target as recovery adds, at most
-//!   `COPIES_IN_FLIGHT` at once, paced to `AutorecoveryConfig::bytes_per_s`;
+//!   `COPIES_IN_FLIGHT_MAX` at once, paced to `AutorecoveryConfig::bytes_per_s`;
 //! - for a replacement, one compare-and-set then swaps the bookie into that fragment's
 //!   ensemble, only if the position still holds the bookie being replaced: when another
 //!   worker (or the ledger's writer) got there first, this worker's copies are discarded
@@ -42,8 +42,7 @@ use tokio::task::JoinSet;
 use super::Autorecovery;
 use super::mark::{MarkedFragment, Reason, ReplicationMark};
 
-/// Entry copies in flight at once, per worker.
-pub const COPIES_IN_FLIGHT: usize = 64;
+use crate::limits::COPIES_IN_FLIGHT_MAX;
 
 /// What restoring one ledger came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -251,7 +250,7 @@ impl Autorecovery {
         let mut copies = JoinSet::new();
         let mut first_error = None;
         for entry_id in todo {
-            while copies.len() >= COPIES_IN_FLIGHT {
+            while copies.len() >= COPIES_IN_FLIGHT_MAX {
                 self.copied(copies.join_next().await, healed, &mut first_error);
             }
             if !self.claim_held() {

@@ -31,9 +31,7 @@ use crate::error::{Result, StorageError};
 /// The prefix of the `Meta` keys of tombstone ranges.
 pub const META_TOMB_PREFIX: &[u8] = b"tomb/";
 
-/// Tombstone ranges kept at most (16 bytes of key and value each on disk; a run of
-/// consecutive deleted ids is one range).
-pub const TOMBSTONE_RANGES_MAX: usize = 100_000;
+pub use crate::limits::TOMBSTONE_RANGES_MAX;
 
 /// The deleted ledger ids, as ranges `first → end` (exclusive), merged when adjacent.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
