@@ -308,6 +308,10 @@ async fn over_replicated(
             Drop::Keep
         }
         Ok(Some(m)) if m.state == LedgerState::Closed => {
+            assert!(
+                !holds(&m, bookie_id),
+                "ledger {id}: a copy its ensembles name is never dropped"
+            );
             if let Some(age) = age {
                 tracing::info!(
                     ledger = id,
@@ -357,12 +361,17 @@ pub async fn gc_once(
                 folio_rt::blocking(move || s.delete_ledger(id))
                     .await
                     .map_err(|e| StorageError::BadRequest(e.to_string()))??;
+                assert!(storage.is_tombstoned(id), "ledger {id} deleted without its tombstone");
                 report.ledgers_dropped.push(id);
             }
             Drop::OverReplicated => {
                 folio_rt::blocking(move || s.drop_copy(id))
                     .await
                     .map_err(|e| StorageError::BadRequest(e.to_string()))??;
+                assert!(
+                    !storage.is_tombstoned(id),
+                    "a copy dropped as over-replicated: no tombstone"
+                );
                 report.over_replicated_dropped.push(id);
             }
         }
@@ -374,6 +383,7 @@ pub async fn gc_once(
         let live: Vec<(LedgerId, u64)> =
             state.ledgers.iter().copied().filter(|(l, _)| storage.ledger_exists(*l)).collect();
         if live.is_empty() {
+            assert!(state.sealed, "entry log {log_id}: only a sealed log is ever deleted");
             let s = storage.clone();
             let freed = folio_rt::blocking(move || s.delete_entry_log(log_id))
                 .await

@@ -314,8 +314,10 @@ impl Absence {
             }
             a.window_start_ms = now;
         }
+        let before = a.absent_ms;
         a.absent_ms += now.saturating_sub(a.last_gone_ms).min(step_max);
         a.last_gone_ms = now;
+        assert!(a.absent_ms >= before && a.window_start_ms <= now, "an absence only grows");
         a
     }
 }

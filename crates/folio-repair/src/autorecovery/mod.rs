@@ -271,7 +271,8 @@ impl Autorecovery {
                     _ => continue, // another worker has it
                 },
             };
-            *inner.claimed_on.lock().expect("claim lock") = Some(lease);
+            let before = inner.claimed_on.lock().expect("claim lock").replace(lease);
+            assert!(before.is_none(), "a worker works one claim at a time");
             let outcome = self.replicate_ledger(id).await;
             *inner.claimed_on.lock().expect("claim lock") = None;
             let _ = inner.meta.delete(&claim_key, folio_meta::Expect::Version(version)).await;

@@ -288,8 +288,10 @@ impl Autorecovery {
             )));
         }
         if refill {
+            assert_eq!(target, bookie, "a refill copies back to the marked bookie itself");
             healed.refilled += 1;
         } else {
+            assert!(!f.ensemble.contains(&target), "a replacement is outside the ensemble");
             // Whole before it is named: what the listing above took as present may have
             // gone since (the target's GC dropping a stale copy).
             self.verify(id, metadata, f, &target).await.map_err(Restore::Failed)?;
