@@ -346,16 +346,12 @@ impl Bookie {
     }
     /// Runs a garbage-collection pass now.
     pub async fn gc_now(&self) -> Result<crate::gc::GcReport, crate::gc::GcError> {
-        let started = std::time::Instant::now();
-        let started_wall_ms = folio_proto::clock::Clock::now_ms(&folio_proto::clock::WallClock);
+        let started = PassStart::now();
         let config = crate::gc::GcConfig::default();
         let result =
             crate::gc::gc_once(&self.storage, self.meta.as_ref(), &self.keys, &self.id, &config)
                 .await;
-        if result.is_ok() {
-            self.handler.gc_listed_ms.store(started_wall_ms, Ordering::SeqCst);
-        }
-        self.gc_status.send_modify(|s| s.record(started, &result));
+        started.report(&result, &self.gc_status, &self.handler.gc_listed_ms);
         result
     }
 
@@ -615,8 +611,7 @@ async fn run_gc(
             () = tokio::time::sleep(config.interval) => {}
             _ = stop.changed() => return,
         }
-        let (started, started_ms) = (std::time::Instant::now(), clock.now_ms());
-        let started_wall_ms = folio_proto::clock::Clock::now_ms(&folio_proto::clock::WallClock);
+        let (started, started_ms) = (PassStart::now(), clock.now_ms());
         let mut pass = config.clone();
         let due = crate::gc::compaction_due(&config, started_ms, last_minor, last_major);
         pass.compaction_threshold = due.map_or(0.0, |(t, _)| t);
@@ -627,10 +622,34 @@ async fn run_gc(
             (Ok(_), Some((_, false))) => last_minor = started_ms,
             (Ok(_), None) => {}
         }
+        started.report(&result, &status, &listed_ms);
+    }
+}
+
+/// When a GC pass began, for its report.
+struct PassStart {
+    at: std::time::Instant,
+    wall_ms: u64,
+}
+
+impl PassStart {
+    fn now() -> PassStart {
+        let wall_ms = folio_proto::clock::Clock::now_ms(&folio_proto::clock::WallClock);
+        PassStart { at: std::time::Instant::now(), wall_ms }
+    }
+
+    /// Records the pass in the status; a good one also moves the time since which the
+    /// metadata is unlisted (LIST_LEDGERS reports it) to its start.
+    fn report(
+        &self,
+        result: &Result<crate::gc::GcReport, crate::gc::GcError>,
+        status: &watch::Sender<crate::gc::GcStatus>,
+        listed_ms: &AtomicU64,
+    ) {
         if result.is_ok() {
-            listed_ms.store(started_wall_ms, Ordering::SeqCst);
+            listed_ms.store(self.wall_ms, Ordering::SeqCst);
         }
-        status.send_modify(|s| s.record(started, &result));
+        status.send_modify(|s| s.record(self.at, result));
     }
 }
 

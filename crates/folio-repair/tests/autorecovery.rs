@@ -272,6 +272,31 @@ async fn two_workers_racing_for_one_ledger_one_swap_wins() {
     assert_eq!(marks(&c).await, 0);
 }
 
+/// A closed ledger of 60 entries whose second bookie is killed and gone, and a slow worker
+/// (1500 bytes/s) running on its mark until it copied `copied` entries: of 40 (the entries
+/// with position 1 in their write set, E=3, Qw=2).
+async fn slow_copy_under_way(
+    c: &mut Cluster,
+    client: &LedgerClient,
+    copied: u64,
+) -> (u64, Vec<String>, Autorecovery, watch::Sender<bool>, tokio::task::JoinHandle<()>) {
+    let (id, ensemble) = one_ledger(client, 60).await;
+    c.node(&ensemble[1]).kill().await;
+    gone(c, &ensemble[1]).await;
+    let slow = autorecovery(
+        c,
+        "slow",
+        AutorecoveryConfig { bytes_per_s: 1500, auditor: false, ..config() },
+    );
+    slow.mark(id, lost_in(&ensemble)).await.unwrap();
+    let (stop, task) = spawn(&slow);
+    until("the slow worker copied some entries", Duration::from_secs(20), || async {
+        slow.stats().entries_copied.load(Relaxed) >= copied
+    })
+    .await;
+    (id, ensemble, slow, stop, task)
+}
+
 /// #23 item 5: a worker dies mid-copy (its task aborted, its lease left to expire). The
 /// metadata still names the lost bookie (nothing half-done is visible); the next worker
 /// waits out the dead one's claim, resumes (the copies already on the replacement are not
@@ -280,21 +305,7 @@ async fn two_workers_racing_for_one_ledger_one_swap_wins() {
 async fn a_worker_killed_mid_copy_leaves_nothing_visible_and_the_next_resumes() {
     let mut c = cluster(4, |_| None).await;
     let client = client(&c);
-    let (id, ensemble) = one_ledger(&client, 60).await;
-    c.node(&ensemble[1]).kill().await;
-    gone(&c, &ensemble[1]).await;
-    // 40 entries have position 1 in their write set (E=3, Qw=2).
-    let slow = autorecovery(
-        &c,
-        "slow",
-        AutorecoveryConfig { bytes_per_s: 1500, auditor: false, ..config() },
-    );
-    slow.mark(id, lost_in(&ensemble)).await.unwrap();
-    let (_stop, task) = spawn(&slow);
-    until("the slow worker copied some entries", Duration::from_secs(20), || async {
-        slow.stats().entries_copied.load(Relaxed) >= 5
-    })
-    .await;
+    let (id, ensemble, slow, _stop, task) = slow_copy_under_way(&mut c, &client, 5).await;
     task.abort();
     let copied_before = slow.stats().entries_copied.load(Relaxed);
     assert!(copied_before < 40, "killed mid-copy: {copied_before}");
@@ -446,20 +457,7 @@ async fn futures_metadata(client: &LedgerClient, ids: &[u64]) -> Vec<LedgerMetad
 async fn a_worker_that_loses_its_lease_stops_copying_and_leaves_the_next_claim_alone() {
     let mut c = cluster(4, |_| None).await;
     let client = client(&c);
-    let (id, ensemble) = one_ledger(&client, 60).await;
-    c.node(&ensemble[1]).kill().await;
-    gone(&c, &ensemble[1]).await;
-    let slow = autorecovery(
-        &c,
-        "slow",
-        AutorecoveryConfig { bytes_per_s: 1500, auditor: false, ..config() },
-    );
-    slow.mark(id, lost_in(&ensemble)).await.unwrap();
-    let (_stop, task) = spawn(&slow);
-    until("the slow worker copied some entries", Duration::from_secs(20), || async {
-        slow.stats().entries_copied.load(Relaxed) >= 3
-    })
-    .await;
+    let (id, ensemble, slow, _stop, task) = slow_copy_under_way(&mut c, &client, 3).await;
     let claim_key = Keys::default().replication_claim(id);
     let claim = c.meta.get(&claim_key).await.unwrap().expect("the slow worker's claim");
     c.meta.revoke_lease(claim.lease.expect("lease-bound")).await.unwrap();

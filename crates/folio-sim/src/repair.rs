@@ -30,7 +30,7 @@ use folio_meta::keys::Keys;
 use folio_meta::records::{LedgerMetadata, LedgerState, Record};
 use folio_meta::{MetadataStore, list_all};
 use folio_proto::{EntryId, LedgerId};
-use folio_repair::autorecovery::worker::{entries_on, listed};
+use folio_repair::autorecovery::worker::{Fragment, missing_from};
 use folio_repair::autorecovery::{Autorecovery, AutorecoveryConfig};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -85,31 +85,32 @@ pub fn start(world: &World, stop: &watch::Receiver<bool>) -> JoinSet<()> {
     tasks
 }
 
-/// A ledger's fragments: first entry → (last entry, ensemble).
-fn fragments(m: &LedgerMetadata) -> Vec<(EntryId, EntryId, Vec<String>)> {
-    let firsts: Vec<EntryId> = m.ensembles.keys().copied().collect();
-    m.ensembles
-        .iter()
-        .enumerate()
-        .map(|(i, (first, ens))| {
-            let last = firsts.get(i + 1).map_or(m.last_entry_id, |next| next - 1);
-            (*first, last, ens.clone())
-        })
-        .collect()
-}
-
-/// The write-set entries of fragment `first..=last` at `pos` that `bookie` lacks, or
-/// `None` when it cannot be asked now.
+/// The write-set entries of `f` that the bookie at its position lacks, or `None` when it
+/// cannot be asked now.
 async fn lacking(
     client: &LedgerClient,
     m: &LedgerMetadata,
     id: LedgerId,
-    (first, last, pos): (EntryId, EntryId, usize),
-    bookie: &str,
+    f: &Fragment,
 ) -> Option<Vec<EntryId>> {
-    let present = client.list_entries(bookie, id).await.ok()?;
-    let (e, w) = (m.ensemble_size as usize, m.write_quorum as usize);
-    Some(entries_on(first, last, pos, e, w).filter(|&x| !listed(&present, x)).collect())
+    let present = client.list_entries(&f.ensemble[f.pos], id).await.ok()?;
+    Some(missing_from(m, f, &present))
+}
+
+/// Every bookie position of every non-empty fragment of closed ledger `m`, as a `Fragment`.
+fn positions(m: &LedgerMetadata) -> Vec<Fragment> {
+    let firsts: Vec<EntryId> = m.ensembles.keys().copied().collect();
+    let mut out = Vec::new();
+    for (i, (first, ens)) in m.ensembles.iter().enumerate() {
+        let last = firsts.get(i + 1).map_or(m.last_entry_id, |next| next - 1);
+        if last < *first {
+            continue; // an empty fragment: nothing to hold
+        }
+        for pos in 0..ens.len() {
+            out.push(Fragment { first: *first, last: Some(last), ensemble: ens.clone(), pos });
+        }
+    }
+    out
 }
 
 /// Watches the ledgers' metadata until `stop`; see the module docs. `journal` names the
@@ -136,22 +137,21 @@ pub async fn watch_swaps(
             }
             // Closed then and now: a changed position is a worker's swap.
             let Some(before) = seen.insert(id, m.ensembles.clone()) else { continue };
-            for (first, last, ens) in fragments(&m) {
+            for f in positions(&m) {
+                let (first, pos, b) = (f.first, f.pos, &f.ensemble[f.pos]);
                 let Some(old) = before.get(&first) else { continue };
-                for (pos, b) in ens.iter().enumerate() {
-                    if old.get(pos) == Some(b) || !journal.contains(b) || last < first {
-                        continue;
-                    }
-                    trace.event(format!("watch: ledger {id} fragment {first} names {b} now"));
-                    *model.lock().counts.entry("copy: swaps watched".into()).or_default() += 1;
-                    if let Some(missing) = lacking(&client, &m, id, (first, last, pos), b).await
-                        && !missing.is_empty()
-                    {
-                        model.violation(format!(
-                            "copy: ledger {id} names {b} in fragment {first} (swapped in for {:?}), which lacks entries {missing:?}",
-                            old.get(pos)
-                        ));
-                    }
+                if old.get(pos) == Some(b) || !journal.contains(b) {
+                    continue;
+                }
+                trace.event(format!("watch: ledger {id} fragment {first} names {b} now"));
+                *model.lock().counts.entry("copy: swaps watched".into()).or_default() += 1;
+                if let Some(missing) = lacking(&client, &m, id, &f).await
+                    && !missing.is_empty()
+                {
+                    model.violation(format!(
+                        "copy: ledger {id} names {b} in fragment {first} (swapped in for {:?}), which lacks entries {missing:?}",
+                        old.get(pos)
+                    ));
                 }
             }
         }
@@ -242,20 +242,16 @@ pub async fn copies_whole(world: &World, out: &mut Vec<String>) {
         if m.state != LedgerState::Closed {
             continue;
         }
-        for (first, last, ens) in fragments(&m) {
-            for (pos, b) in ens.iter().enumerate() {
-                if last < first {
-                    continue;
-                }
-                match lacking(&client, &m, id, (first, last, pos), b).await {
-                    Some(missing) if missing.is_empty() => {}
-                    Some(missing) => out.push(format!(
-                        "copies: ledger {id} fragment {first}: {b} lacks entries {missing:?} after autorecovery settled (Qw copies promised)"
-                    )),
-                    None => out.push(format!(
-                        "copies: ledger {id}: {b} cannot list its entries after the faults stopped"
-                    )),
-                }
+        for f in positions(&m) {
+            let (first, b) = (f.first, &f.ensemble[f.pos]);
+            match lacking(&client, &m, id, &f).await {
+                Some(missing) if missing.is_empty() => {}
+                Some(missing) => out.push(format!(
+                    "copies: ledger {id} fragment {first}: {b} lacks entries {missing:?} after autorecovery settled (Qw copies promised)"
+                )),
+                None => out.push(format!(
+                    "copies: ledger {id}: {b} cannot list its entries after the faults stopped"
+                )),
             }
         }
     }

@@ -56,20 +56,52 @@ async fn naming(client: &LedgerClient, bookie: &str) -> Vec<u64> {
     out
 }
 
+/// Four `folio bookie` processes on etcd under `root` with `overrides`, and a ledger client
+/// of theirs.
+async fn bookies_on_etcd(
+    dir: &std::path::Path,
+    etcd: &str,
+    root: &str,
+    overrides: &[&str],
+) -> (Vec<Option<Proc>>, LedgerClient) {
+    let procs = (0..4)
+        .map(|i| Some(start_bookie(dir, &format!("bookie-{i}"), etcd, root, overrides)))
+        .collect();
+    let meta = Arc::new(folio_meta::etcd::EtcdStore::connect(&[etcd.to_string()]).await.unwrap());
+    let client = LedgerClient::new(meta, Keys::new(root.to_string()))
+        .with_request_timeout(Duration::from_secs(1))
+        .with_speculative_read_timeout(Duration::from_millis(200));
+    (procs, client)
+}
+
+/// Waits (at most `bound`) until no ledger names `lost` and `folio autorecovery status`
+/// reports nothing under-replicated; returns that status.
+async fn until_healed(
+    client: &LedgerClient,
+    etcd: &str,
+    root: &str,
+    lost: &str,
+    bound: Duration,
+) -> String {
+    let deadline = tokio::time::Instant::now() + bound;
+    loop {
+        let left = naming(client, lost).await;
+        let s = status(etcd, root);
+        if left.is_empty() && s.contains("under_replicated_ledgers=0\n") {
+            return s;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not healed: {left:?}\n{s}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bookie_process_lost_on_etcd_heals_by_itself_and_a_second_loss_loses_nothing() {
     let etcd = std::env::var("FOLIO_ETCD_ENDPOINTS")
         .expect("FOLIO_ETCD_ENDPOINTS (scripts/test.sh sets it)");
     let root = format!("autorecovery-test-{:x}", rand::random::<u64>());
     let tmp = tempfile::tempdir().unwrap();
-    let mut procs: Vec<Option<Proc>> = (0..4)
-        .map(|i| Some(start_bookie(tmp.path(), &format!("bookie-{i}"), &etcd, &root, AUTORECOVERY)))
-        .collect();
-    let meta =
-        Arc::new(folio_meta::etcd::EtcdStore::connect(std::slice::from_ref(&etcd)).await.unwrap());
-    let client = LedgerClient::new(meta.clone(), Keys::new(root.clone()))
-        .with_request_timeout(Duration::from_secs(1))
-        .with_speculative_read_timeout(Duration::from_millis(200));
+    let (mut procs, client) = bookies_on_etcd(tmp.path(), &etcd, &root, AUTORECOVERY).await;
     let (_broker, addr) = start_broker_with(&etcd, &root, 1, &["--broker-lease-ms", "2000"]);
     produce(&addr, 0, 200);
     let mut acked: BTreeMap<u64, u64> = BTreeMap::new();
@@ -94,17 +126,8 @@ async fn a_bookie_process_lost_on_etcd_heals_by_itself_and_a_second_loss_loses_n
     // The topic keeps taking records while the cluster heals (kcat retries a partition
     // whose ledger autorecovery fenced).
     produce(&addr, 200, 200);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let left = naming(&client, lost).await;
-        let s = status(&etcd, &root);
-        if left.is_empty() && s.contains("under_replicated_ledgers=0\n") {
-            assert!(s.contains("auditor=bookie-"), "{s}");
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "not healed: {left:?}\n{s}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let s = until_healed(&client, &etcd, &root, lost, Duration::from_secs(120)).await;
+    assert!(s.contains("auditor=bookie-"), "{s}");
     produce(&addr, 400, 100);
     for id in client.list().await.unwrap() {
         let r = client.open(id).await.unwrap();
@@ -152,14 +175,7 @@ async fn with_gc_every_second_and_slow_copies_every_healed_ledger_has_every_copy
             "autorecovery.bytes_per_s=16384",
         ])
         .collect();
-    let mut procs: Vec<Option<Proc>> = (0..4)
-        .map(|i| Some(start_bookie(tmp.path(), &format!("bookie-{i}"), &etcd, &root, &overrides)))
-        .collect();
-    let meta =
-        Arc::new(folio_meta::etcd::EtcdStore::connect(std::slice::from_ref(&etcd)).await.unwrap());
-    let client = LedgerClient::new(meta.clone(), Keys::new(root.clone()))
-        .with_request_timeout(Duration::from_secs(1))
-        .with_speculative_read_timeout(Duration::from_millis(200));
+    let (mut procs, client) = bookies_on_etcd(tmp.path(), &etcd, &root, &overrides).await;
     let payload = vec![7u8; 1024];
     for _ in 0..24 {
         let w = client.create(CreateOptions::new(3, 2, 2)).await.unwrap();
@@ -174,16 +190,7 @@ async fn with_gc_every_second_and_slow_copies_every_healed_ledger_has_every_copy
     let started = std::time::Instant::now();
     procs[1].take(); // SIGKILL
     std::fs::remove_dir_all(tmp.path().join(lost)).unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
-    loop {
-        let left = naming(&client, lost).await;
-        let s = status(&etcd, &root);
-        if left.is_empty() && s.contains("under_replicated_ledgers=0\n") {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "not healed: {left:?}\n{s}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    until_healed(&client, &etcd, &root, lost, Duration::from_secs(240)).await;
     let healed_s = started.elapsed().as_secs_f64();
     let ids = client.list().await.unwrap();
     for id in &ids {

@@ -31,7 +31,7 @@ use folio_meta::records::{Cookie, LedgerMetadata, LedgerState, Record, Update, u
 
 use super::Autorecovery;
 use super::mark::{MarkedFragment, Reason, ReplicationMark};
-use super::worker::{entries_on, fragments_of, listed};
+use super::worker::{fragments_of, missing_from};
 
 /// While some bookie is lost, wiped or draining, the ledgers are scanned again this often
 /// (a ledger closed or changed since the last scan is marked then).
@@ -248,10 +248,8 @@ impl Autorecovery {
                         continue;
                     }
                 };
-                let (e, w) = (m.ensemble_size as usize, m.write_quorum as usize);
                 for f in fragments_of(&m, b) {
-                    let Some(last) = f.last else { continue }; // still being written
-                    if entries_on(f.first, last, f.pos, e, w).any(|x| !listed(&ranges, x)) {
+                    if !missing_from(&m, &f, &ranges).is_empty() {
                         found.push(MarkedFragment {
                             first_entry: f.first,
                             bookie: b.clone(),

@@ -387,8 +387,3 @@ static PROCESS_STATS: std::sync::OnceLock<Arc<Stats>> = std::sync::OnceLock::new
 pub fn process_stats() -> Option<Arc<Stats>> {
     PROCESS_STATS.get().cloned()
 }
-
-/// Wall-clock milliseconds since the Unix epoch (mark ages survive restarts), for status.
-pub(crate) fn now_ms() -> u64 {
-    WallClock.now_ms()
-}

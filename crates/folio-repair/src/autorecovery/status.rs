@@ -6,8 +6,8 @@ use folio_meta::records::{LedgerMetadata, Record};
 use folio_meta::{MetadataStore, list_all};
 
 use super::mark::ReplicationMark;
-use super::now_ms;
 use super::worker::{entries_on, fragments_of};
+use folio_proto::clock::{Clock, WallClock};
 
 /// The cluster's autorecovery as the metadata store shows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -58,7 +58,8 @@ pub async fn status(meta: &dyn MetadataStore, keys: &Keys) -> folio_meta::Result
             }
         }
     }
-    s.oldest_mark_age_ms = if oldest == u64::MAX { 0 } else { now_ms().saturating_sub(oldest) };
+    s.oldest_mark_age_ms =
+        if oldest == u64::MAX { 0 } else { WallClock.now_ms().saturating_sub(oldest) };
     let claims = keys.replication_claims();
     for v in list_all(meta, &claims).await? {
         if let Ok(id) = v.key[claims.len()..].parse() {

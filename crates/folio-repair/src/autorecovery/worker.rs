@@ -113,6 +113,15 @@ pub fn entries_on(
     (first..=last).filter(move |&e| in_write_set(e, pos, ensemble_size, write_quorum))
 }
 
+/// The entries of fragment `f` of `m` whose write set holds `f`'s position and that the
+/// runs `present` (a bookie's `ListEntries` answer) do not list; none for a fragment still
+/// being written.
+pub fn missing_from(m: &LedgerMetadata, f: &Fragment, present: &[(EntryId, u32)]) -> Vec<EntryId> {
+    let (e, w) = (m.ensemble_size as usize, m.write_quorum as usize);
+    let Some(last) = f.last else { return Vec::new() };
+    entries_on(f.first, last, f.pos, e, w).filter(|&x| !listed(present, x)).collect()
+}
+
 /// Whether `entry` is in one of the runs `(first, count)` (sorted, as bookies list them).
 pub fn listed(ranges: &[(EntryId, u32)], entry: EntryId) -> bool {
     let i = ranges.partition_point(|&(first, _)| first <= entry);
@@ -223,8 +232,8 @@ impl Autorecovery {
     ) -> Result<(), Restore> {
         let inner = &self.inner;
         let id = reader.id();
-        let (e, w) = (metadata.ensemble_size as usize, metadata.write_quorum as usize);
-        let last = f.last.expect("only fragments with an end are restored");
+        let w = metadata.write_quorum as usize;
+        assert!(f.last.is_some(), "only fragments with an end are restored");
         let target = if refill {
             bookie.to_string()
         } else {
@@ -245,8 +254,7 @@ impl Autorecovery {
             Restore::Failed(format!("ledger {id}: listing entries on {target}: {e}"))
         })?;
         let key = master_key(metadata.password.as_deref().unwrap_or_default());
-        let todo: Vec<EntryId> =
-            entries_on(f.first, last, f.pos, e, w).filter(|&x| !listed(&present, x)).collect();
+        let todo = missing_from(metadata, f, &present);
         let mut copies = JoinSet::new();
         let mut first_error = None;
         for entry_id in todo {
@@ -314,16 +322,13 @@ impl Autorecovery {
         f: &Fragment,
         target: &str,
     ) -> Result<(), String> {
-        let (e, w) = (metadata.ensemble_size as usize, metadata.write_quorum as usize);
-        let Some(last) = f.last else { return Ok(()) };
         let present = self
             .inner
             .client
             .list_entries(target, id)
             .await
             .map_err(|e| format!("ledger {id}: verifying the copy on {target}: {e}"))?;
-        let missing =
-            entries_on(f.first, last, f.pos, e, w).filter(|&x| !listed(&present, x)).count();
+        let missing = missing_from(metadata, f, &present).len();
         if missing == 0 {
             return Ok(());
         }

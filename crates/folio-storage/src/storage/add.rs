@@ -132,7 +132,6 @@ impl Inner {
                 self.kv.commit(b)?;
             }
             ledgers.remove(&ledger_id);
-            debug_assert!(!tombstone || self.tombstones.lock().expect("t").contains(ledger_id));
         }
         self.cache.remove_ledger(ledger_id);
         self.read_cache.lock().expect("read cache lock").remove_ledger(ledger_id);

@@ -119,7 +119,7 @@ struct Inner {
     reads_from_disk_done: Condvar,
     reader: EntryLogReader,
     ledgers: Mutex<BTreeMap<LedgerId, Ledger>>,
-    /// The ids deleted here (`index::tombstones`); locked only while `ledgers` is held.
+    /// The ids deleted here (`index::tombstones`). Lock order: `ledgers`, then this.
     tombstones: Mutex<Tombstones>,
     flush: Mutex<FlushState>,
     signal: Mutex<FlushSignal>,
