@@ -1,5 +1,8 @@
 //! The bookie server and lifecycle over real TCP, with the embedded metadata store.
 
+#[path = "../../folio-testkit/src/poll.rs"]
+mod poll;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -177,15 +180,6 @@ async fn a_malformed_frame_closes_only_its_connection() {
     bookie.shutdown().await.unwrap();
 }
 
-/// Polls `cond` (the bookie has no event for what these tests watch); fails after 20 s.
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(tokio::time::Instant::now() < give_up, "never happened: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// Reads until the bookie closes `s`.
 async fn closed_by_bookie(s: &mut TcpStream) {
     let mut sink = vec![0u8; 64 * 1024];
@@ -231,7 +225,7 @@ async fn hostile_clients_are_bounded_and_closed_and_others_are_served() {
         wire::encode_request(&RequestFrame { request_id: i, request: read }, &mut reads);
     }
     let flood = tokio::spawn(async move { while wr.write_all(&reads).await.is_ok() {} });
-    eventually("the reply write timeout closes the reader", || {
+    poll::eventually(Duration::from_secs(20), "the reply write timeout closes the reader", || {
         assert!(bookie.bytes_held() <= budget, "held {}", bookie.bytes_held());
         bookie.stats().slow_readers_closed.load(Ordering::Relaxed) == 1
     })
@@ -243,7 +237,10 @@ async fn hostile_clients_are_bounded_and_closed_and_others_are_served() {
             break;
         }
     }
-    eventually("the held bytes come back", || bookie.bytes_held() == 0).await;
+    poll::eventually(Duration::from_secs(20), "the held bytes come back", || {
+        bookie.bytes_held() == 0
+    })
+    .await;
 
     // A frame that declares 1 MiB and trickles in.
     let mut slow = TcpStream::connect(bookie.addr()).await.unwrap();

@@ -31,13 +31,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use folio_client::BookieConnection;
 use folio_log::records::{LogRecord, TrashRecord};
 use folio_log::{LogEnv, OWNER_TAG};
 use folio_meta::records::{BookieRegistration, LedgerMetadata, Record};
 use folio_meta::{Expect, MetaError, list_all};
-use folio_proto::Status;
-use folio_proto::wire::{LEDGERS_PAGE_MAX, LedgerUsage, Request, Response};
+use folio_proto::wire::LedgerUsage;
 use uuid::Uuid;
 
 use crate::topics::{TopicRecord, parse_log_name};
@@ -309,36 +307,8 @@ async fn list_bookies(env: &LogEnv) -> Result<Vec<(String, Result<Listing, Strin
     let mut out = Vec::new();
     for r in regs {
         let listing = async {
-            let addr = tokio::net::lookup_host(&r.address)
-                .await
-                .map_err(|e| format!("resolving {}: {e}", r.address))?
-                .next()
-                .ok_or_else(|| format!("{} resolves to nothing", r.address))?;
-            let secret = env.client.cluster_secret();
-            let conn =
-                BookieConnection::connect_with(addr, 4, secret).await.map_err(|e| e.to_string())?;
-            let mut all = Vec::new();
-            let mut from = 0u64;
-            let mut gc_since = u64::MAX;
-            loop {
-                let resp = conn
-                    .request(Request::ListLedgers { from, limit: LEDGERS_PAGE_MAX as u32 })
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let (Status::Ok, Response::ListLedgers { ledgers, more, gc_listed_ms }) =
-                    (resp.status, resp.response)
-                else {
-                    return Err(format!("LIST_LEDGERS answered {}", resp.status.name()));
-                };
-                // The earliest over the pages (0: a bookie that does not say).
-                gc_since = gc_since.min(gc_listed_ms);
-                let last = ledgers.last().map(|l| l.ledger_id);
-                all.extend(ledgers);
-                match last {
-                    Some(l) if more => from = l + 1,
-                    _ => return Ok((all, gc_since)),
-                }
-            }
+            let l = env.client.stored_on(&r.bookie_id).await.map_err(|e| e.to_string())?;
+            Ok((l.ledgers, l.gc_listed_ms))
         };
         let listing = match tokio::time::timeout(BOOKIE_LISTING_TIMEOUT, listing).await {
             Ok(r) => r,

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use folio_log::{LogEnv, ManagedLog};
-use tokio::net::TcpListener;
+use folio_rt::net::{ListenOptions, Listener};
 use tokio::sync::watch;
 use uuid::Uuid;
 
@@ -561,7 +561,7 @@ async fn start_watched<T: crate::watched::Watched>(
 }
 
 /// A bound listener: its socket, address and what runs it.
-type Bound = (TcpListener, SocketAddr, Arc<crate::server::Listener>);
+type Bound = (Listener, SocketAddr, Arc<crate::server::Listener>);
 /// The bound listeners, what they advertise, and the TLS configuration they share.
 type Listeners = (Vec<Bound>, Vec<cluster::Endpoint>, Option<Arc<TlsAcceptor>>);
 
@@ -606,17 +606,8 @@ const LISTEN_BACKLOG: u32 = 1024;
 
 /// Binds the Kafka listener. Its send buffer size (`send_buffer_bytes`) is inherited by
 /// every connection it accepts.
-fn listen(addr: SocketAddr, limits: &ListenerLimits) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    if limits.send_buffer_bytes > 0 {
-        let bytes = u32::try_from(limits.send_buffer_bytes).map_err(std::io::Error::other)?;
-        socket.set_send_buffer_size(bytes)?;
-    }
-    socket.bind(addr)?;
-    socket.listen(LISTEN_BACKLOG)
+fn listen(addr: SocketAddr, limits: &ListenerLimits) -> std::io::Result<Listener> {
+    let send_buffer_bytes =
+        u32::try_from(limits.send_buffer_bytes).map_err(std::io::Error::other)?;
+    Listener::bind_with(addr, ListenOptions { backlog: LISTEN_BACKLOG, send_buffer_bytes })
 }

@@ -14,7 +14,6 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// Answers larger than this are refused (a broken or hostile peer).
 pub const ANSWER_BYTES_MAX: usize = 256 * 1024 * 1024;
@@ -76,7 +75,7 @@ impl KafkaConn {
     /// Connects to a Kafka listener at `addr`.
     pub async fn connect(addr: SocketAddr) -> Result<KafkaConn, String> {
         let stream =
-            TcpStream::connect(addr).await.map_err(|e| format!("connecting to {addr}: {e}"))?;
+            folio_rt::net::connect(addr).await.map_err(|e| format!("connecting to {addr}: {e}"))?;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
         Ok(KafkaConn { stream: Box::new(stream), next_correlation: 1 })
     }
@@ -84,7 +83,7 @@ impl KafkaConn {
     /// Connects to a TLS listener at `addr`.
     pub async fn connect_tls(addr: SocketAddr, tls: &TlsClient) -> Result<KafkaConn, String> {
         let stream =
-            TcpStream::connect(addr).await.map_err(|e| format!("connecting to {addr}: {e}"))?;
+            folio_rt::net::connect(addr).await.map_err(|e| format!("connecting to {addr}: {e}"))?;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
         let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls.config()?));
         let name = rustls::pki_types::ServerName::try_from(tls.server_name.clone())

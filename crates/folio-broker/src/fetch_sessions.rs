@@ -263,7 +263,7 @@ impl FetchSessions {
             }
         }
         let id = loop {
-            let id = rand::random::<i32>() & i32::MAX;
+            let id = folio_rt::random::<i32>() & i32::MAX;
             if id != 0 && !st.sessions.contains_key(&id) {
                 break id;
             }

@@ -23,8 +23,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use folio_rt::net::{Listener as Socket, Stream};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
@@ -98,7 +98,7 @@ pub(crate) struct Listener {
 
 pub(crate) async fn accept(
     inner: Arc<Inner>,
-    socket: TcpListener,
+    mut socket: Socket,
     listener: Arc<Listener>,
     admission: Arc<Admission>,
 ) {
@@ -153,7 +153,7 @@ pub(crate) async fn accept(
 /// serves the connection.
 async fn secure(
     inner: Arc<Inner>,
-    stream: TcpStream,
+    stream: Stream,
     listener: &Listener,
     peer: std::net::SocketAddr,
 ) -> Result<(), String> {

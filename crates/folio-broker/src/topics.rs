@@ -584,7 +584,7 @@ impl Topics {
 /// A fresh random topic id (never the nil id Kafka reserves for "none").
 pub fn new_topic_id() -> Uuid {
     loop {
-        let id = Uuid::from_bytes(rand::random());
+        let id = Uuid::from_bytes(folio_rt::random());
         if !id.is_nil() {
             return id;
         }

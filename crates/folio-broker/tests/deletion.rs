@@ -50,9 +50,10 @@ fn node(id: i32, lease_ttl: Duration) -> impl Fn(&mut BrokerConfig) {
 
 /// Waits until each broker sees all of them live.
 async fn all_live(brokers: &[&folio_broker::Broker]) {
-    while brokers.iter().any(|b| b.live_brokers().len() < brokers.len()) {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(Duration::from_secs(30), "every broker sees all of them live", || {
+        brokers.iter().all(|b| b.live_brokers().len() == brokers.len())
+    })
+    .await;
 }
 
 /// Creates topic `t` with `partitions` through `conn` and writes a batch to each partition
@@ -691,9 +692,7 @@ async fn a_new_controller_finishes_a_deletion_the_dead_one_started() {
     let s = start(1, tune(1, true)).await;
     let b2 = broker_on(&s.cluster, tune(2, true)).await;
     let b3 = broker_on(&s.cluster, tune(3, false)).await;
-    while [&s.broker, &b2, &b3].iter().any(|b| b.live_brokers().len() < 3) {
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    all_live(&[&s.broker, &b2, &b3]).await;
     let mut c1 = Conn::open(s.broker.addr()).await;
     let create = CreateTopicsRequest::default().with_timeout_ms(5000).with_topics(vec![
         CreatableTopic::default()

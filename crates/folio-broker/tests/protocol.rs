@@ -583,9 +583,10 @@ async fn committed_offsets_survive_the_coordinator_moving() {
     let s = start(1, tune(1)).await;
     let b2 = broker_on(&s.cluster, tune(2)).await;
     let brokers = [&s.broker, &b2];
-    while brokers.iter().any(|b| b.live_brokers().len() < 2) {
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    common::eventually(std::time::Duration::from_secs(30), "both brokers see each other", || {
+        brokers.iter().all(|b| b.live_brokers().len() == 2)
+    })
+    .await;
     let mut c1 = Conn::open(s.broker.addr()).await;
     let _: MetadataResponse = c1.call(ApiKey::Metadata, 9, &metadata_req(&["mv"])).await;
     // A group coordinated by broker 1.
@@ -616,9 +617,10 @@ async fn committed_offsets_survive_the_coordinator_moving() {
         "broker 2 does not coordinate it yet"
     );
     s.broker.abort();
-    while b2.live_brokers() != vec![2] {
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    common::eventually(std::time::Duration::from_secs(30), "broker 2 sees broker 1 gone", || {
+        b2.live_brokers() == vec![2]
+    })
+    .await;
     let r: FindCoordinatorResponse = c2
         .call(
             ApiKey::FindCoordinator,

@@ -34,6 +34,8 @@ pub enum LedgerError {
     Busy(LedgerId),
     #[error("payload of {0} bytes is above the entry limit")]
     TooLarge(usize),
+    #[error("bookie {bookie} answered {status} to {request}")]
+    Refused { bookie: String, request: &'static str, status: &'static str },
     #[error("bookie {0} is not registered")]
     UnknownBookie(String),
     #[error("metadata: {0}")]

@@ -14,7 +14,7 @@ mod pool;
 pub use connection::{BookieConnection, ConnectionError};
 pub use error::{LedgerError, Result, WriterFailure};
 pub use ledger::{
-    CreateOptions, LEDGER_PASSWORD_BYTES, LedgerClient, LedgerReader, LedgerWriter,
+    BookieListing, CreateOptions, LEDGER_PASSWORD_BYTES, LedgerClient, LedgerReader, LedgerWriter,
     adds_stalled_total, master_key,
 };
 pub use pool::BookiePool;

@@ -15,6 +15,7 @@ use folio_repair::autorecovery::mark::{MarkedFragment, Reason};
 use folio_repair::autorecovery::worker::Outcome;
 use folio_repair::autorecovery::{Autorecovery, AutorecoveryConfig, status};
 use folio_testkit::Cluster;
+use folio_testkit::poll::until;
 use tokio::sync::watch;
 
 /// Bookies whose registrations expire one second after they die.
@@ -53,19 +54,6 @@ fn autorecovery(c: &Cluster, host: &str, config: AutorecoveryConfig) -> Autoreco
 fn spawn(a: &Autorecovery) -> (watch::Sender<bool>, tokio::task::JoinHandle<()>) {
     let (tx, rx) = watch::channel(false);
     (tx, tokio::spawn(a.clone().run(rx)))
-}
-
-/// Waits for `cond`, re-evaluated every 50 ms, failing with `what` after `bound`.
-async fn until<F: std::future::Future<Output = bool>>(
-    what: &str,
-    bound: Duration,
-    mut cond: impl FnMut() -> F,
-) {
-    let deadline = tokio::time::Instant::now() + bound;
-    while !cond().await {
-        assert!(tokio::time::Instant::now() < deadline, "{what}: not within {bound:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Whether any ledger's metadata still names `bookie`, and how many marks are left.
@@ -159,7 +147,7 @@ async fn a_lost_bookie_heals_while_writers_write_and_a_second_loss_loses_nothing
     let a = autorecovery(&c, "host-a", config());
     let b = autorecovery(&c, "host-b", config());
     let (_stop_a, task_a) = spawn(&a);
-    until("host-a is the auditor", Duration::from_secs(10), || async {
+    until(Duration::from_secs(10), "host-a is the auditor", || async {
         a.stats().auditor.load(Relaxed) == 1
     })
     .await;
@@ -170,7 +158,7 @@ async fn a_lost_bookie_heals_while_writers_write_and_a_second_loss_loses_nothing
     // retried in a later round.
     c.node("bookie-2").link.drop_next_connections(3);
     task_a.abort(); // the auditor's host dies too (its lease expires: no clean stop)
-    until("every ledger back on live bookies", Duration::from_secs(90), || async {
+    until(Duration::from_secs(90), "every ledger back on live bookies", || async {
         references(&client, lost).await == 0 && marks(&c).await == 0
     })
     .await;
@@ -196,7 +184,7 @@ async fn a_lost_bookie_heals_while_writers_write_and_a_second_loss_loses_nothing
         }
     }
     // The live writers' ensembles: the writers' own changes and the workers' swaps kept.
-    until("the live writers' ledgers healed", Duration::from_secs(30), || async {
+    until(Duration::from_secs(30), "the live writers' ledgers healed", || async {
         references(&client, lost).await == 0 && marks(&c).await == 0
     })
     .await;
@@ -228,7 +216,7 @@ async fn one_ledger(client: &LedgerClient, entries: u64) -> (u64, Vec<String>) {
 /// in place, an unregistered one replaced).
 async fn gone(c: &Cluster, bookie: &str) {
     let key = Keys::default().bookie(bookie, false);
-    until("the registration expired", Duration::from_secs(10), || async {
+    until(Duration::from_secs(10), "the registration expired", || async {
         c.meta.get(&key).await.unwrap().is_none()
     })
     .await;
@@ -290,7 +278,7 @@ async fn slow_copy_under_way(
     );
     slow.mark(id, lost_in(&ensemble)).await.unwrap();
     let (stop, task) = spawn(&slow);
-    until("the slow worker copied some entries", Duration::from_secs(20), || async {
+    until(Duration::from_secs(20), "the slow worker copied some entries", || async {
         slow.stats().entries_copied.load(Relaxed) >= copied
     })
     .await;
@@ -313,7 +301,7 @@ async fn a_worker_killed_mid_copy_leaves_nothing_visible_and_the_next_resumes() 
     assert_eq!(m.ensembles[&0], ensemble, "no half-done copy is visible");
     let next = autorecovery(&c, "next", AutorecoveryConfig { auditor: false, ..config() });
     let (_stop, task) = spawn(&next);
-    until("the next worker healed the ledger", Duration::from_secs(20), || async {
+    until(Duration::from_secs(20), "the next worker healed the ledger", || async {
         marks(&c).await == 0
     })
     .await;
@@ -354,7 +342,7 @@ async fn decommission_drains_a_live_bookie() {
         w.close().await.unwrap();
         ids.push(w.id());
     }
-    until("bookie-0 drained", Duration::from_secs(30), || async {
+    until(Duration::from_secs(30), "bookie-0 drained", || async {
         references(&client, "bookie-0").await == 0 && marks(&c).await == 0
     })
     .await;
@@ -385,7 +373,7 @@ async fn re_replication_keeps_write_sets_over_two_racks() {
     let a = autorecovery(&c, "a", config());
     let (_stop, task) = spawn(&a);
     c.node("bookie-0").kill().await;
-    until("bookie-0's ledgers healed", Duration::from_secs(30), || async {
+    until(Duration::from_secs(30), "bookie-0's ledgers healed", || async {
         references(&client, "bookie-0").await == 0 && marks(&c).await == 0
     })
     .await;
@@ -434,7 +422,7 @@ async fn a_wiped_bookie_is_refilled_by_instance_change_or_by_the_periodic_check(
             assert_eq!(report.wiped, ["bookie-3"], "{report:?}");
         }
         let (_stop, task) = spawn(&a);
-        until("bookie-3 refilled", Duration::from_secs(30), || async { marks(&c).await == 0 })
+        until(Duration::from_secs(30), "bookie-3 refilled", || async { marks(&c).await == 0 })
             .await;
         task.abort();
         assert_eq!(futures_metadata(&client, &ids).await, before, "refilled in place");
@@ -465,12 +453,12 @@ async fn a_worker_that_loses_its_lease_stops_copying_and_leaves_the_next_claim_a
         .put(&claim_key, bytes::Bytes::from_static(b"next"), folio_meta::Expect::Absent)
         .await
         .unwrap();
-    until("the slow worker stopped copying", Duration::from_secs(10), || async {
+    until(Duration::from_secs(10), "the slow worker stopped copying", || async {
         slow.stats().copies_stopped.load(Relaxed) >= 1
     })
     .await;
     // Its round is over (and the next ones find the ledger claimed): the claim is intact.
-    until("the slow worker's next round", Duration::from_secs(10), || async {
+    until(Duration::from_secs(10), "the slow worker's next round", || async {
         slow.stats().marks.load(Relaxed) >= 1
     })
     .await;

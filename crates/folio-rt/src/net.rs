@@ -191,6 +191,23 @@ pub enum Listener {
     Sim(SimListener),
 }
 
+/// How a real listening socket is set up; the simulated network has no such knobs and
+/// ignores them.
+#[derive(Debug, Clone, Copy)]
+pub struct ListenOptions {
+    /// Connections the kernel queues before they are accepted.
+    pub backlog: u32,
+    /// `SO_SNDBUF` of the listener, inherited by every connection it accepts (0: the
+    /// kernel's default).
+    pub send_buffer_bytes: u32,
+}
+
+impl Default for ListenOptions {
+    fn default() -> ListenOptions {
+        ListenOptions { backlog: 1024, send_buffer_bytes: 0 }
+    }
+}
+
 impl Listener {
     /// Listens on `addr` (port 0: any free port).
     pub async fn bind(addr: SocketAddr) -> io::Result<Listener> {
@@ -198,6 +215,23 @@ impl Listener {
             return s.net().bind(addr).map(Listener::Sim);
         }
         TcpListener::bind(addr).await.map(Listener::Tcp)
+    }
+
+    /// Listens on `addr` with `options` (`SO_REUSEADDR` set, as servers want).
+    pub fn bind_with(addr: SocketAddr, options: ListenOptions) -> io::Result<Listener> {
+        if let Some(s) = sim::current() {
+            return s.net().bind(addr).map(Listener::Sim);
+        }
+        let socket = match addr {
+            SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+            SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+        };
+        socket.set_reuseaddr(true)?;
+        if options.send_buffer_bytes > 0 {
+            socket.set_send_buffer_size(options.send_buffer_bytes)?;
+        }
+        socket.bind(addr)?;
+        socket.listen(options.backlog).map(Listener::Tcp)
     }
 
     /// The next connection and its peer's address.

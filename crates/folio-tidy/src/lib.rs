@@ -148,6 +148,72 @@ pub fn unsafe_uses(sources: &[Source]) -> Vec<(String, usize, bool)> {
     out
 }
 
+/// Where shipped code names any of `needles` (in code, not in a comment): (path, line,
+/// the needle). For the banned imports: a needle is a path prefix such as `tokio::net`.
+pub fn uses_of(sources: &[Source], needles: &[&str]) -> Vec<(String, usize, String)> {
+    let mut out = Vec::new();
+    for s in sources.iter().filter(|s| s.is_src()) {
+        for (i, line) in s.shipped().lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for n in needles.iter().filter(|n| code.contains(**n)) {
+                out.push((s.path.clone(), i + 1, n.to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// Polling loops in test code with no bound: a `loop`/`while` whose body sleeps and names
+/// no deadline (`deadline`, `Instant`, `elapsed`, `within`, `timeout`, a give-up count),
+/// does not wait through `until`/`eventually`, and is not a workload the test stops (it
+/// reads a `stop` signal). Such a loop hangs until the runner kills it. (path, line).
+pub fn unbounded_polling_loops(sources: &[Source]) -> Vec<(String, usize)> {
+    const BOUNDS: &[&str] = &[
+        "deadline",
+        "Instant",
+        "elapsed",
+        "within",
+        "timeout",
+        "give_up",
+        "until",
+        "eventually",
+        "stop",
+    ];
+    let mut out = Vec::new();
+    for s in sources {
+        let (first, text) = if s.is_src() {
+            match s.text.split_once("\n#[cfg(test)]") {
+                Some((shipped, tests)) => (shipped.lines().count() + 1, tests),
+                None => continue,
+            }
+        } else {
+            (0, s.text.as_str())
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let t = line.trim_start();
+            let opens = t.starts_with("loop {")
+                || t.contains("= loop {")
+                || (t.starts_with("while ") && t.ends_with('{'));
+            if !opens {
+                continue;
+            }
+            let indent = &line[..line.len() - t.len()];
+            let end = lines[i + 1..]
+                .iter()
+                .position(|l| l.starts_with(indent) && l[indent.len()..].starts_with('}'))
+                .map_or(lines.len(), |n| i + 1 + n);
+            let body = &lines[i..end.min(lines.len())];
+            let sleeps = body.iter().any(|l| l.contains("sleep("));
+            let bounded = body.iter().any(|l| BOUNDS.iter().any(|b| l.contains(b)));
+            if sleeps && !bounded {
+                out.push((s.path.clone(), first + i + 1));
+            }
+        }
+    }
+    out
+}
+
 /// Named limits (`const *_MAX` / `*_MIN`) in shipped code outside a `limits.rs`: (path,
 /// name).
 pub fn limits_outside_limits_files(sources: &[Source]) -> Vec<(String, String)> {

@@ -50,7 +50,7 @@ const ALLOWED_DEPENDENCIES: &[(&str, &[&str])] = &[
     ("folio-testkit", &["folio-bookie", "folio-meta"]),
     ("folio-log", &["folio-client", "folio-meta", "folio-proto", "folio-rt"]),
     ("folio-repair", &["folio-bookie", "folio-client", "folio-meta", "folio-proto", "folio-rt"]),
-    ("folio-broker", &["folio-client", "folio-log", "folio-meta", "folio-proto"]),
+    ("folio-broker", &["folio-client", "folio-log", "folio-meta", "folio-proto", "folio-rt"]),
     (
         "folio-sim",
         &[
@@ -95,6 +95,61 @@ const UNSAFE_FILES: &[&str] = &[
 /// Named limits (`*_MAX`, `*_MIN` consts) outside the `limits.rs` files when the rule came
 /// in: the count may only go down (move one into its crate's `limits.rs`, then lower it).
 const LIMITS_OUTSIDE_LIMITS_FILES: usize = 44;
+
+/// What only some places may name: the seams the simulator drives (sockets, threads,
+/// randomness reach production code only through folio-rt) and the broker's layers (only
+/// its `api/` knows Kafka's messages). Each entry: what it is, the paths that name it, and
+/// the path prefixes allowed to, with why.
+struct Banned {
+    what: &'static str,
+    needles: &'static [&'static str],
+    allowed: &'static [(&'static str, &'static str)],
+}
+
+const BANNED: &[Banned] = &[
+    Banned {
+        what: "sockets (use folio_rt::net)",
+        needles: &["tokio::net", "std::net::TcpStream", "std::net::TcpListener", "UdpSocket"],
+        allowed: &[
+            ("crates/folio-rt/", "the seam itself"),
+            ("crates/folio/src/", "the binary: HTTP endpoints and hostile-client benchmarks"),
+            ("crates/folio-testkit/", "test support: raw clients and servers for tests"),
+        ],
+    },
+    Banned {
+        what: "threads (use folio_rt::blocking / spawn_blocking)",
+        needles: &["std::thread", "thread::spawn", "tokio::task::spawn_blocking"],
+        allowed: &[
+            ("crates/folio-rt/", "the seam itself"),
+            ("crates/folio-storage/", "the engine has no runtime; its threads step in the sim"),
+            ("crates/folio-meta/src/embedded/", "the embedded store's lease clock thread"),
+            ("crates/folio-sim/", "the simulator's own harness"),
+            ("crates/folio/src/", "the binary: its entry points and benchmarks"),
+        ],
+    },
+    Banned {
+        what: "randomness from the OS (use folio_rt::random / rng / with_rng)",
+        needles: &["rand::random", "rand::rng()", "thread_rng", "OsRng", "from_os_rng"],
+        allowed: &[
+            ("crates/folio-rt/", "the seam itself"),
+            ("crates/folio/src/bench/", "benchmark workloads, outside any simulation"),
+        ],
+    },
+    Banned {
+        what: "Kafka's messages (kafka_protocol) outside the broker's api layer",
+        needles: &["kafka_protocol"],
+        allowed: &[
+            ("crates/folio-broker/src/api/", "the api layer: the only place that knows them"),
+            ("crates/folio-broker/src/client.rs", "a Kafka client for tests and benchmarks"),
+            ("crates/folio/src/bench/", "Kafka clients of the benchmarks"),
+            // Until the broker's layers (#46) move them: may only shrink.
+            ("crates/folio-broker/src/framing.rs", "request headers; moves with #46"),
+            ("crates/folio-broker/src/fetch_sessions.rs", "FetchRequest; moves with #46"),
+            ("crates/folio-broker/src/metrics.rs", "ApiKey names; moves with #46"),
+            ("crates/folio-broker/src/security/sasl.rs", "SASL messages; moves with #46"),
+        ],
+    },
+];
 
 fn sources() -> Vec<Source> {
     let s = workspace_sources(&workspace_root()).expect("reading the workspace's sources");
@@ -260,5 +315,36 @@ fn named_limits_move_into_limits_files_and_never_come_back() {
     assert!(
         n >= LIMITS_OUTSIDE_LIMITS_FILES,
         "{n} named limits outside limits.rs: lower LIMITS_OUTSIDE_LIMITS_FILES to {n}"
+    );
+}
+
+#[test]
+fn sockets_threads_randomness_and_kafka_messages_only_where_allowed() {
+    let sources = sources();
+    let mut problems = Vec::new();
+    for b in BANNED {
+        let uses = uses_of(&sources, b.needles);
+        for (path, line, needle) in &uses {
+            if !b.allowed.iter().any(|(prefix, _)| path.starts_with(prefix)) {
+                problems.push(format!("{path}:{line}: {needle}: {}", b.what));
+            }
+        }
+        for (prefix, _) in b.allowed {
+            if !uses.iter().any(|(path, _, _)| path.starts_with(prefix)) {
+                problems.push(format!("{prefix} no longer names {}: remove it", b.what));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn test_polling_loops_are_bounded() {
+    let found = unbounded_polling_loops(&sources());
+    let found: Vec<String> = found.iter().map(|(path, line)| format!("{path}:{line}")).collect();
+    assert!(
+        found.is_empty(),
+        "polling loops with no deadline (use folio_testkit::poll::until / eventually): {}",
+        found.join(", ")
     );
 }

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use folio_meta::keys::Keys;
 use folio_meta::{MetadataStore, list_all};
+use folio_testkit::poll::until;
 
 const TOPICS: usize = 50;
 const RECORDS_PER_TOPIC: usize = 400; // 1 KiB each: ~20 MiB per copy
@@ -62,20 +63,6 @@ fn clients(args: &[&str]) -> String {
 /// Whether nothing is stored under `prefix`.
 async fn none_under(meta: Arc<dyn MetadataStore>, prefix: String) -> bool {
     list_all(meta.as_ref(), &prefix).await.unwrap().is_empty()
-}
-
-/// Polls `cond` (a metadata read) until it holds; fails with `what` after `within`.
-async fn until<F: std::future::Future<Output = bool>>(
-    within: Duration,
-    what: &str,
-    mut cond: impl FnMut() -> F,
-) -> Duration {
-    let start = Instant::now();
-    while !cond().await {
-        assert!(start.elapsed() < within, "{what} (after {within:?})");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    start.elapsed()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -210,12 +210,21 @@ async fn d1_an_isolated_broker_fences_itself_and_nothing_acknowledged_or_committ
     let ns = Netns::new();
     let tmp = tempfile::tempdir().unwrap();
     let (_etcd, etcd) = start_etcd(&ns.outer, tmp.path());
-    let meta = loop {
-        match folio_meta::etcd::EtcdStore::connect(std::slice::from_ref(&etcd)).await {
-            Ok(m) if m.get("probe").await.is_ok() => break Arc::new(m),
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    };
+    let connected = tokio::sync::Mutex::new(None);
+    folio_testkit::poll::until(
+        Duration::from_secs(60),
+        "etcd in the namespace answers",
+        || async {
+            match folio_meta::etcd::EtcdStore::connect(std::slice::from_ref(&etcd)).await {
+                Ok(m) if m.get("probe").await.is_ok() => {
+                    connected.lock().await.replace(m).is_none()
+                }
+                _ => false,
+            }
+        },
+    )
+    .await;
+    let meta = Arc::new(connected.into_inner().expect("connected"));
     let root = "partition-test";
     let keys = folio_meta::keys::Keys::new(root);
     let _bookies: Vec<Proc> = (0..3)
@@ -263,13 +272,14 @@ async fn d1_an_isolated_broker_fences_itself_and_nothing_acknowledged_or_committ
 
     // Committed offsets, read from etcd every 50 ms: they must never decrease.
     let went_back = Arc::new(Mutex::new(Vec::<String>::new()));
-    let watching = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let stop_watching = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let watcher = {
-        let (meta, went_back, watching) = (meta.clone(), went_back.clone(), watching.clone());
+        let (meta, went_back, stop_watching) =
+            (meta.clone(), went_back.clone(), stop_watching.clone());
         let prefix = format!("{}{group}/", keys.groups());
         tokio::spawn(async move {
             let mut seen: HashMap<String, i64> = HashMap::new();
-            while watching.load(std::sync::atomic::Ordering::SeqCst) {
+            while !stop_watching.load(std::sync::atomic::Ordering::SeqCst) {
                 if let Ok(all) = folio_meta::list_all(meta.as_ref(), &prefix).await {
                     for v in all {
                         let Ok(r) = folio_broker::group::OffsetRecord::decode(&v.key, &v.value)
@@ -374,7 +384,7 @@ async fn d1_an_isolated_broker_fences_itself_and_nothing_acknowledged_or_committ
     while let Ok(a) = rx.try_recv() {
         acked.push(a);
     }
-    watching.store(false, std::sync::atomic::Ordering::SeqCst);
+    stop_watching.store(true, std::sync::atomic::Ordering::SeqCst);
     let offsets_watched = watcher.await.unwrap();
 
     // Everything stored, read back through the brokers.

@@ -1,5 +1,6 @@
 //! Membership, registration, self-fencing and the controller claim.
 use super::*;
+use folio_testkit::poll::until;
 
 fn b(id: i32) -> BrokerInfo {
     let e = |l: &str, port| Endpoint { listener: l.into(), host: "h".into(), port };
@@ -74,19 +75,6 @@ async fn the_controller_is_claimed_on_a_lease_by_the_lowest_live_broker() {
     // A clean stop of the holder frees it at once.
     unregister(&meta, &keys, 2, l2).await;
     assert_eq!(elect(&meta, &keys, &m1, l1).await.unwrap(), 1);
-}
-
-/// `cond` of the store, polled until it holds (at most `max`).
-async fn until<F: std::future::Future<Output = bool>>(
-    what: &str,
-    max: Duration,
-    mut cond: impl FnMut() -> F,
-) {
-    let deadline = tokio::time::Instant::now() + max;
-    while !cond().await {
-        assert!(tokio::time::Instant::now() < deadline, "{what}: not within {max:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Waits for the next change of `m` that satisfies `cond` (membership events).
@@ -192,7 +180,7 @@ async fn a_broker_cut_from_the_store_fences_itself_within_its_lease_and_comes_ba
     assert!(m.fenced().unwrap().contains("not renewed"), "{:?}", m.fenced());
 
     // Its lease expires at the store; another process takes node id 1 meanwhile.
-    until("the lease expired", Duration::from_secs(30), || {
+    until(Duration::from_secs(30), "the lease expired", || {
         let store = store.clone();
         let k = keys.broker(1);
         async move { store.get(&k).await.unwrap().is_none() }

@@ -362,7 +362,7 @@ impl Coordinator {
                 if known.is_none() && g.members.len() >= self.config.max_members {
                     return fail(errors::GROUP_MAX_SIZE_REACHED);
                 }
-                format!("member-{}", Uuid::from_bytes(rand::random()).simple())
+                format!("member-{}", Uuid::from_bytes(folio_rt::random()).simple())
             } else if !g.members.contains_key(member_id) {
                 return fail(errors::UNKNOWN_MEMBER_ID);
             } else {

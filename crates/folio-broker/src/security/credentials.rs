@@ -96,7 +96,7 @@ pub async fn check_plain(
 ) -> Result<bool, String> {
     for mech in Mechanism::SCRAM {
         if let Some(c) = get(meta, keys, mech, user).await? {
-            return tokio::task::spawn_blocking(move || c.check_password(mech, &password))
+            return folio_rt::blocking(move || c.check_password(mech, &password))
                 .await
                 .map_err(|e| format!("checking a password: {e}"));
         }

@@ -154,7 +154,7 @@ impl Credential {
 
     /// A new credential for `password` with a random salt.
     pub fn new(mech: Mechanism, password: &str, iterations: u32) -> Credential {
-        let salt: [u8; SALT_BYTES] = rand::random();
+        let salt: [u8; SALT_BYTES] = folio_rt::random();
         let salted = mech.salted_password(password.as_bytes(), &salt, iterations);
         Credential::from_salted(mech, &salt, &salted, iterations)
     }
@@ -288,7 +288,7 @@ impl ScramServer {
     /// Answers the client's first message for a user with `credential`: the
     /// server-first-message to send.
     pub fn start(mech: Mechanism, first: ClientFirst, credential: Credential) -> (Self, Vec<u8>) {
-        let ours: [u8; SERVER_NONCE_BYTES] = rand::random();
+        let ours: [u8; SERVER_NONCE_BYTES] = folio_rt::random();
         let nonce = format!("{}{}", first.nonce, B64.encode(ours));
         let server_first =
             format!("r={nonce},s={},i={}", B64.encode(&credential.salt), credential.iterations);
@@ -366,7 +366,7 @@ pub struct Client {
 impl Client {
     /// A client of `mech` for `user` with `password`.
     pub fn new(mech: Mechanism, user: &str, password: &str) -> Client {
-        let nonce: [u8; 18] = rand::random();
+        let nonce: [u8; 18] = folio_rt::random();
         let (user, password) = (user.to_string(), password.to_string());
         Client { mech, user, password, nonce: B64.encode(nonce), expect: None }
     }

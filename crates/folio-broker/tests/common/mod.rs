@@ -1,4 +1,4 @@
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 //! A broker on in-process bookies, and a raw Kafka protocol client for tests.
 
 use std::net::SocketAddr;
@@ -11,6 +11,7 @@ use folio_client::LedgerClient;
 use folio_log::{LogEnv, WallClock};
 use folio_meta::keys::Keys;
 use folio_testkit::Cluster;
+pub use folio_testkit::poll::eventually;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -177,16 +178,6 @@ pub fn fetch_req(
                         .with_partition_max_bytes(1 << 20),
                 ]),
         ])
-}
-
-/// Waits until `cond` holds (for what no event tells), failing the test with `what` after
-/// `within`.
-pub async fn eventually(within: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + within;
-    while !cond() {
-        assert!(tokio::time::Instant::now() < deadline, "{what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// An OffsetCommit of `offset` for partition 0 of `topic` by `group`, outside any

@@ -3,7 +3,7 @@
 //! damaged copy is named with its bookie. One entry at a time, its write set in parallel:
 //! at most Qw reads in flight.
 
-use folio_proto::wire::{MasterKey, Request, Response};
+use folio_proto::wire::{LEDGERS_PAGE_MAX, LedgerUsage, MasterKey, Request, Response};
 use folio_proto::{Entry, EntryId, LedgerId, Status};
 use tokio::task::JoinSet;
 
@@ -89,6 +89,35 @@ impl LedgerClient {
         }
     }
 
+    /// Every ledger `bookie` stores, with its bytes, and since when (wall ms) the bookie's GC
+    /// has not listed the metadata (0: a bookie that does not say), for `folio audit`: pages
+    /// of `LEDGERS_PAGE_MAX` `ListLedgers` requests until the bookie says there are no more.
+    pub async fn stored_on(&self, bookie: &str) -> Result<BookieListing> {
+        let mut listing = BookieListing { ledgers: Vec::new(), gc_listed_ms: u64::MAX };
+        let mut from = 0u64;
+        loop {
+            let limit = LEDGERS_PAGE_MAX as u32;
+            let f = self.call(bookie, Request::ListLedgers { from, limit }).await?;
+            let (Status::Ok, Response::ListLedgers { ledgers, more, gc_listed_ms }) =
+                (f.status, f.response)
+            else {
+                return Err(LedgerError::Refused {
+                    bookie: bookie.to_string(),
+                    request: "LIST_LEDGERS",
+                    status: f.status.name(),
+                });
+            };
+            // The earliest over the pages.
+            listing.gc_listed_ms = listing.gc_listed_ms.min(gc_listed_ms);
+            let last = ledgers.last().map(|l| l.ledger_id);
+            listing.ledgers.extend(ledgers);
+            match last {
+                Some(l) if more => from = l + 1,
+                _ => return Ok(listing),
+            }
+        }
+    }
+
     /// Writes `entry` (already verified) to `bookie` as a recovery add, which passes a
     /// fence: a copy restoring a replica, never a new entry.
     pub async fn copy_entry_to(&self, bookie: &str, key: MasterKey, entry: &Entry) -> Result<()> {
@@ -117,4 +146,13 @@ impl LedgerClient {
         let (spares, racks) = self.pool.spares(ensemble).await?;
         Ok(crate::placement::replacement(&spares, &racks, pos, write_quorum, &mut folio_rt::rng()))
     }
+}
+
+/// What one bookie stores ([`LedgerClient::stored_on`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BookieListing {
+    /// Each ledger the bookie holds and its bytes, by ledger id.
+    pub ledgers: Vec<LedgerUsage>,
+    /// Since when (wall ms) the bookie's GC has not listed the metadata (0: it does not say).
+    pub gc_listed_ms: u64,
 }

@@ -34,6 +34,8 @@ mod recovery;
 mod stall;
 mod writer;
 
+pub use check::BookieListing;
+
 pub use check::{MissingCopy, ReplicaCheck};
 pub use stall::adds_stalled_total;
 
