@@ -104,6 +104,21 @@ struct State {
     partitions: usize,
 }
 
+impl State {
+    /// Asserts the bounds every change keeps: sessions and cached partitions within their
+    /// limits, session ids and epochs positive, and (checked in debug builds, being a sum
+    /// over every session) the partition count the sum of the sessions'.
+    fn check(&self, sessions_max: usize, partitions_max: usize) {
+        assert!(self.sessions.len() <= sessions_max, "{} sessions", self.sessions.len());
+        assert!(self.partitions <= partitions_max, "{} cached partitions", self.partitions);
+        debug_assert!(self.sessions.iter().all(|(id, s)| *id > 0 && s.epoch > 0));
+        debug_assert_eq!(
+            self.partitions,
+            self.sessions.values().map(|s| s.partitions.len()).sum::<usize>()
+        );
+    }
+}
+
 /// The broker's fetch sessions (see the module doc).
 #[derive(Debug)]
 pub(crate) struct FetchSessions {
@@ -131,8 +146,8 @@ impl FetchSessions {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        // Nothing under this lock can panic half-way (plain map updates), so a poisoned
-        // lock still holds consistent state.
+        // Nothing under this lock panics half-way (plain map updates; `State::check` runs
+        // after each change is whole), so a poisoned lock still holds consistent state.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -189,12 +204,13 @@ impl FetchSessions {
         if total > self.partitions_max {
             sessions.remove(&id);
             *partitions -= before;
+            st.check(self.sessions_max, self.partitions_max);
             return Err((errors::FETCH_SESSION_ID_NOT_FOUND, Some(NoRoom)));
         }
         *partitions = total;
         s.epoch = if s.epoch == i32::MAX { 1 } else { s.epoch + 1 };
         s.last_used = now;
-        let asked = s
+        let asked: Vec<Asked> = s
             .partitions
             .iter()
             .map(|((topic, partition), c)| Asked {
@@ -206,6 +222,7 @@ impl FetchSessions {
                 told: c.told,
             })
             .collect();
+        st.check(self.sessions_max, self.partitions_max);
         Ok((Context::Incremental { id }, asked))
     }
 
@@ -271,6 +288,7 @@ impl FetchSessions {
         st.partitions += size;
         let session = Session { epoch: 1, by_id: version >= 13, partitions, last_used: now };
         st.sessions.insert(id, session);
+        st.check(self.sessions_max, self.partitions_max);
         Ok(id)
     }
 
@@ -280,6 +298,7 @@ impl FetchSessions {
         if let Some(s) = st.sessions.remove(&id) {
             st.partitions -= s.partitions.len();
         }
+        st.check(self.sessions_max, self.partitions_max);
     }
 }
 

@@ -188,6 +188,37 @@ struct Group {
 }
 
 impl Group {
+    /// Moves the group to `to`. Asserts Kafka's transitions (a rebalance starts from Empty,
+    /// Stable or CompletingRebalance; completing follows preparing; stable follows
+    /// completing; a group empties only when a rebalance ends with no member; only a group
+    /// without members dies) and what each state promises about members and leader.
+    fn enter(&mut self, to: GroupState) {
+        use GroupState::*;
+        let legal = match to {
+            PreparingRebalance => matches!(self.state, Empty | Stable | CompletingRebalance),
+            CompletingRebalance | Empty => self.state == PreparingRebalance,
+            Stable => self.state == CompletingRebalance,
+            Dead => self.members.is_empty(),
+        };
+        assert!(legal, "group state {:?} -> {to:?} is not a transition", self.state);
+        self.state = to;
+        match to {
+            Empty | Dead => {
+                assert!(self.members.is_empty(), "{to:?} with {} members", self.members.len());
+            }
+            CompletingRebalance | Stable => {
+                let leads = self.leader.as_ref().is_some_and(|l| self.members.contains_key(l));
+                assert!(leads, "{to:?} without a leader among its members");
+                assert!(self.protocol.is_some(), "{to:?} without a protocol");
+            }
+            PreparingRebalance => {}
+        }
+        assert!(
+            self.statics.values().all(|id| self.members.contains_key(id)),
+            "a static instance names a member the group does not have"
+        );
+    }
+
     fn new(now: u64) -> Group {
         Group {
             state: GroupState::Empty,
@@ -487,7 +518,7 @@ impl Coordinator {
                 for m in g.members.values_mut() {
                     m.assignment = given.get(&m.id).cloned().unwrap_or_default();
                 }
-                g.state = GroupState::Stable;
+                g.enter(GroupState::Stable);
                 tracing::info!(
                     group = group_id,
                     generation = g.generation,
@@ -660,7 +691,7 @@ impl Coordinator {
                 if !g.members.is_empty() {
                     return errors::NON_EMPTY_GROUP;
                 }
-                g.state = GroupState::Dead;
+                g.enter(GroupState::Dead);
             }
         }
         let prefix = self.group_prefix(group_id);
@@ -690,7 +721,7 @@ impl Coordinator {
 }
 
 fn prepare_rebalance(g: &mut Group, now: u64, delay: Duration) {
-    g.state = GroupState::PreparingRebalance;
+    g.enter(GroupState::PreparingRebalance);
     g.rebalances += 1;
     let timeout = g.members.values().map(|m| m.rebalance_timeout).max().unwrap_or_default();
     g.not_before = now + delay.as_millis() as u64;
@@ -775,10 +806,10 @@ fn maybe_complete_join(name: &str, g: &mut Group, now: u64) {
     }
     g.generation += 1;
     if g.members.is_empty() {
-        g.state = GroupState::Empty;
         g.empty_since = now;
         g.leader = None;
         g.protocol = None;
+        g.enter(GroupState::Empty);
         tracing::info!(group = name, generation = g.generation, "group empty");
         return;
     }
@@ -794,7 +825,7 @@ fn maybe_complete_join(name: &str, g: &mut Group, now: u64) {
         .find(|p| g.members.values().all(|m| m.protocols.iter().any(|(q, _)| q == p)))
         .unwrap_or_else(|| g.members[&leader].protocols[0].0.clone());
     g.protocol = Some(protocol.clone());
-    g.state = GroupState::CompletingRebalance;
+    g.enter(GroupState::CompletingRebalance);
     tracing::info!(group = name, generation = g.generation, members = g.members.len(), %leader, %protocol, "rebalance: new generation");
     let members = members_of(g, &protocol);
     for (id, tx) in g.joins.drain() {
