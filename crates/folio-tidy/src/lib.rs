@@ -214,6 +214,62 @@ pub fn unbounded_polling_loops(sources: &[Source]) -> Vec<(String, usize)> {
     out
 }
 
+/// What ARCHITECTURE.md cites that does not exist: source paths (a backticked token that
+/// starts with a crate's directory name, `crates/` or `scripts/`), test names (a
+/// backticked snake_case token of five words or more, a prefix when it ends in `…`: some
+/// `fn` must have it), and crates without their `### \`crates/<name>\`` section.
+pub fn stale_architecture_references(root: &Path, doc: &str, sources: &[Source]) -> Vec<String> {
+    let mut out = Vec::new();
+    let fns: BTreeSet<&str> = sources
+        .iter()
+        .flat_map(|s| s.text.lines())
+        .filter_map(|l| {
+            let t = l.trim_start();
+            let t = t.strip_prefix("pub ").unwrap_or(t);
+            let t = t.strip_prefix("async ").unwrap_or(t);
+            t.strip_prefix("fn ").map(ident)
+        })
+        .collect();
+    for token in doc.split('`').skip(1).step_by(2) {
+        let is_path = token.ends_with(".rs") || token.ends_with('/');
+        if is_path && !token.contains('*') {
+            let path = if token.starts_with("folio") {
+                root.join("crates").join(token)
+            } else if token.starts_with("crates/") || token.starts_with("scripts/") {
+                root.join(token)
+            } else {
+                continue;
+            };
+            if !path.exists() {
+                out.push(format!("cites `{token}`, which does not exist"));
+            }
+            continue;
+        }
+        let name = token.trim_end_matches('…');
+        let snake = name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !snake || name.matches('_').count() < 4 {
+            continue;
+        }
+        let found = if token.ends_with('…') {
+            fns.iter().any(|f| f.starts_with(name))
+        } else {
+            fns.contains(name)
+        };
+        if !found {
+            out.push(format!("cites `{token}`, which names no function"));
+        }
+    }
+    if let Ok(dirs) = std::fs::read_dir(root.join("crates")) {
+        for d in dirs.flatten() {
+            let name = d.file_name().to_string_lossy().to_string();
+            if !doc.contains(&format!("### `crates/{name}`")) {
+                out.push(format!("has no code-map section for crates/{name}"));
+            }
+        }
+    }
+    out
+}
+
 /// Named limits (`const *_MAX` / `*_MIN`) in shipped code outside a `limits.rs`: (path,
 /// name).
 pub fn limits_outside_limits_files(sources: &[Source]) -> Vec<(String, String)> {
