@@ -6,6 +6,7 @@
 //! so the client's waiter learns why), and the connection closes. The whole handshake must
 //! finish within the listener's `request_read_timeout`.
 
+use folio_proto::InvalidConfig;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -35,15 +36,15 @@ pub struct AuthConfig {
 
 impl AuthConfig {
     /// Refuses to listen on `listen` beyond loopback without a secret unless told to.
-    pub fn validate(&self, listen: SocketAddr) -> Result<(), String> {
+    pub fn validate(&self, listen: SocketAddr) -> Result<(), InvalidConfig> {
         if self.secret.is_none() && !self.allow_unauthenticated && !listen.ip().is_loopback() {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "the bookie would listen on {listen}, beyond loopback, with no cluster secret: \
                  anyone who reaches the port could write, fence or read every ledger. Give \
                  cluster_secret_file (one secret file shared by the cluster's bookies, brokers \
                  and tools; they take --cluster-secret-file or FOLIO_CLUSTER_SECRET_FILE), or \
                  set allow_unauthenticated = true on a network you trust"
-            ));
+            )));
         }
         Ok(())
     }

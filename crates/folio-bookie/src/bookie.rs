@@ -15,6 +15,7 @@
 //!
 //! Clean shutdown: stop serving, flush and checkpoint, remove `DIRTY`, revoke the lease.
 
+use folio_proto::InvalidConfig;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -100,14 +101,16 @@ impl BookieConfig {
     }
 
     /// Checks every setting, naming the first that is out of range.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
         self.storage.validate()?;
         let (t, l) = (self.disk_usage_threshold, self.disk_usage_lwm);
         if !(0.0 < l && l < t && t <= 1.0) {
-            return Err(format!("need 0 < disk_usage_lwm ({l}) < disk_usage_threshold ({t}) <= 1"));
+            return Err(InvalidConfig::new(format!(
+                "need 0 < disk_usage_lwm ({l}) < disk_usage_threshold ({t}) <= 1"
+            )));
         }
         if self.lease_ttl < Duration::from_secs(1) {
-            return Err("lease_ttl must be at least 1 s".into());
+            return Err(InvalidConfig::new("lease_ttl must be at least 1 s"));
         }
         self.auth.validate(self.listen)?;
         self.server.validate()
@@ -193,7 +196,7 @@ impl Bookie {
         + Send
         + 'static,
     ) -> Result<Bookie, BookieError> {
-        config.validate().map_err(BookieError::Config)?;
+        config.validate()?;
         let listener = Listener::bind(config.listen)
             .await
             .map_err(io(format!("binding {}", config.listen)))?;
@@ -225,9 +228,7 @@ impl Bookie {
         }
         write_synced(config.fs.as_ref(), &ledger_dir.join(DIRTY_FILE), b"")?;
         let storage_config = config.storage.clone();
-        let storage = folio_rt::blocking(move || open(storage_config))
-            .await
-            .map_err(|e| BookieError::Config(e.to_string()))??;
+        let storage = folio_rt::blocking(move || open(storage_config)).await??;
         let storage = Arc::new(storage);
         // Journal-less after an unclean stop, or a wiped dir being re-stamped: fence and
         // limbo what this bookie may have lost before serving (see `integrity`).
@@ -418,15 +419,9 @@ impl Bookie {
         // unclosed, which made a clean stop unclean (found by the simulator, seed 337).
         let deadline = tokio::time::Instant::now() + SHUTDOWN_REQUESTS_WAIT_MAX;
         storage_holders_at_most(&Arc::downgrade(&self.storage), 1, Some(deadline)).await;
-        let storage = Arc::try_unwrap(self.storage).map_err(|_| {
-            BookieError::Config(format!(
-                "storage still in use {SHUTDOWN_REQUESTS_WAIT_MAX:?} after the stop (a request \
-                 that does not end); the next start is unclean"
-            ))
-        })?;
-        folio_rt::blocking(move || storage.close())
-            .await
-            .map_err(|e| BookieError::Config(e.to_string()))??;
+        let storage = Arc::try_unwrap(self.storage)
+            .map_err(|_| BookieError::StorageInUse { waited: SHUTDOWN_REQUESTS_WAIT_MAX })?;
+        folio_rt::blocking(move || storage.close()).await??;
         let dirty = self.ledger_dir.join(DIRTY_FILE);
         self.fs.remove_file(&dirty).map_err(io(format!("removing {}", dirty.display())))?;
         self.fs
@@ -797,9 +792,11 @@ pub async fn format(
     if !decommissioned {
         let (n, examples) = crate::integrity::ledgers_naming(meta, &keys, bookie_id).await?;
         if n > 0 {
-            return Err(BookieError::Config(format!(
-                "bookie {bookie_id} is in the ensembles of {n} ledgers (e.g. {examples:?}): formatting it loses their copies here; decommission it first, or pass --decommissioned if its data is gone for good"
-            )));
+            return Err(BookieError::FormatRefused {
+                bookie: bookie_id.to_string(),
+                ledgers: n,
+                examples,
+            });
         }
     }
     for d in config.dirs() {

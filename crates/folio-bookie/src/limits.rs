@@ -8,6 +8,7 @@
 //! never takes the replies therefore pins at most `connection_bytes_max`, and is closed
 //! once a reply waits `reply_write_timeout`.
 
+use folio_proto::InvalidConfig;
 use std::time::Duration;
 
 /// The bookie listener's limits (see the module doc).
@@ -46,27 +47,27 @@ impl Default for ServerLimits {
 
 impl ServerLimits {
     /// Rejects settings that could deadlock, naming the setting.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
         let frame = folio_proto::wire::FRAME_BYTES_MAX + 4;
         if self.inflight_per_connection == 0 || self.connections_max == 0 {
-            return Err(
-                "server.inflight_per_connection and server.connections_max must be positive".into(),
-            );
+            return Err(InvalidConfig::new(
+                "server.inflight_per_connection and server.connections_max must be positive",
+            ));
         }
         if self.connection_bytes_max < 2 * frame {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "server.connection_bytes_max ({}) must be at least twice the largest frame ({frame})",
                 self.connection_bytes_max
-            ));
+            )));
         }
         if self.process_bytes_max < self.connection_bytes_max {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "server.process_bytes_max ({}) must be at least server.connection_bytes_max ({})",
                 self.process_bytes_max, self.connection_bytes_max
-            ));
+            )));
         }
         if self.process_bytes_max > u32::MAX as usize {
-            return Err("server.process_bytes_max must be below 4 GiB".into());
+            return Err(InvalidConfig::new("server.process_bytes_max must be below 4 GiB"));
         }
         Ok(())
     }
@@ -80,6 +81,6 @@ mod tests {
     fn defaults_are_valid_and_a_budget_below_two_frames_is_refused() {
         ServerLimits::default().validate().unwrap();
         let l = ServerLimits { connection_bytes_max: 1 << 20, ..ServerLimits::default() };
-        assert!(l.validate().unwrap_err().contains("connection_bytes_max"));
+        assert!(l.validate().unwrap_err().0.contains("connection_bytes_max"));
     }
 }

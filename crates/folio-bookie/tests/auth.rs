@@ -149,7 +149,7 @@ async fn a_client_with_a_secret_refuses_a_bookie_without_one() {
 #[test]
 fn a_bookie_without_a_secret_does_not_listen_beyond_loopback_unless_told() {
     let mut c = BookieConfig::new("/nonexistent", "0.0.0.0:3181".parse().unwrap());
-    let e = c.validate().unwrap_err();
+    let e = c.validate().unwrap_err().to_string();
     assert!(e.contains("beyond loopback") && e.contains("cluster_secret_file"), "{e}");
     c.auth.allow_unauthenticated = true;
     c.validate().unwrap();

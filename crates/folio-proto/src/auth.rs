@@ -19,6 +19,7 @@
 //! peer, not the bytes that follow: it keeps out whoever can reach the port, not an attacker
 //! on the path (that takes TLS; see the README's "A secured cluster").
 
+use crate::error::SecretError;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
@@ -44,33 +45,28 @@ impl std::fmt::Debug for ClusterSecret {
 
 impl ClusterSecret {
     /// A secret of these bytes, if its length is within the limits.
-    pub fn new(bytes: impl Into<Vec<u8>>) -> Result<ClusterSecret, String> {
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Result<ClusterSecret, SecretError> {
         let bytes = bytes.into();
-        if bytes.len() < CLUSTER_SECRET_BYTES_MIN {
-            return Err(format!(
-                "the cluster secret has {} bytes; it needs at least {CLUSTER_SECRET_BYTES_MIN} \
-                 (e.g. `head -c 32 /dev/urandom | base64 > secret`)",
-                bytes.len()
-            ));
+        let len = bytes.len();
+        if len < CLUSTER_SECRET_BYTES_MIN {
+            return Err(SecretError::TooShort { len, min: CLUSTER_SECRET_BYTES_MIN });
         }
-        if bytes.len() > CLUSTER_SECRET_BYTES_MAX {
-            return Err(format!(
-                "the cluster secret has {} bytes; at most {CLUSTER_SECRET_BYTES_MAX} are accepted",
-                bytes.len()
-            ));
+        if len > CLUSTER_SECRET_BYTES_MAX {
+            return Err(SecretError::TooLong { len, max: CLUSTER_SECRET_BYTES_MAX });
         }
         Ok(ClusterSecret(bytes))
     }
 
     /// The secret in `path`: its bytes without trailing white space (a newline an editor or
     /// `echo` added is not part of it).
-    pub fn from_file(path: &std::path::Path) -> Result<ClusterSecret, String> {
+    pub fn from_file(path: &std::path::Path) -> Result<ClusterSecret, SecretError> {
         let mut bytes = std::fs::read(path)
-            .map_err(|e| format!("reading the cluster secret {}: {e}", path.display()))?;
+            .map_err(|source| SecretError::Read { path: path.to_path_buf(), source })?;
         while bytes.last().is_some_and(u8::is_ascii_whitespace) {
             bytes.pop();
         }
-        ClusterSecret::new(bytes).map_err(|e| format!("{}: {e}", path.display()))
+        ClusterSecret::new(bytes)
+            .map_err(|e| SecretError::InFile { path: path.to_path_buf(), source: Box::new(e) })
     }
 
     fn mac(&self, role: &[u8], client_nonce: &AuthToken, server_nonce: &AuthToken) -> Hmac<Sha256> {
@@ -125,8 +121,10 @@ mod tests {
 
     #[test]
     fn secrets_have_a_length_limit_and_files_lose_trailing_white_space() {
-        assert!(ClusterSecret::new(vec![7; CLUSTER_SECRET_BYTES_MIN - 1]).is_err());
-        assert!(ClusterSecret::new(vec![7; CLUSTER_SECRET_BYTES_MAX + 1]).is_err());
+        let short = ClusterSecret::new(vec![7; CLUSTER_SECRET_BYTES_MIN - 1]);
+        assert!(matches!(short, Err(SecretError::TooShort { .. })));
+        let long = ClusterSecret::new(vec![7; CLUSTER_SECRET_BYTES_MAX + 1]);
+        assert!(matches!(long, Err(SecretError::TooLong { .. })));
         let dir = std::env::temp_dir().join(format!("folio-secret-{}", std::process::id()));
         std::fs::write(&dir, b"a long enough secret\n\n").unwrap();
         let s = ClusterSecret::from_file(&dir).unwrap();
@@ -134,6 +132,9 @@ mod tests {
         assert_eq!(format!("{s:?}"), "ClusterSecret(20 bytes)", "Debug never shows it");
         std::fs::remove_file(&dir).unwrap();
         let e = ClusterSecret::from_file(&dir).unwrap_err();
-        assert!(e.contains("reading the cluster secret"), "{e}");
+        assert!(
+            matches!(&e, SecretError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+        );
+        assert!(e.to_string().contains("reading the cluster secret"), "{e}");
     }
 }

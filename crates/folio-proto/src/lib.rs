@@ -11,11 +11,13 @@
 pub mod auth;
 pub mod clock;
 pub mod entry;
+pub mod error;
 pub mod limits;
 pub mod status;
 pub mod wire;
 
 pub use entry::{ENTRY_HEADER_BYTES, Entry, EntryError, EntryHeader};
+pub use error::{InvalidConfig, SecretError};
 pub use status::Status;
 
 /// A ledger's identity, unique in a cluster and never reused.

@@ -1,5 +1,6 @@
 //! Storage configuration with defaults and validation. Every limit has a name and a unit.
 
+use folio_proto::InvalidConfig;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -180,40 +181,51 @@ impl StorageConfig {
     }
 
     /// Rejects inconsistent settings with a message that names the setting.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
         let j = &self.journal;
         if self.write_cache_bytes / 2 < ENTRY_BYTES_MAX {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "write_cache_bytes = {} must be at least twice the largest entry ({ENTRY_BYTES_MAX})",
                 self.write_cache_bytes
-            ));
+            )));
         }
         if self.entry_log_bytes_max < 1024 * 1024 {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "entry_log_bytes_max = {} is below 1 MiB",
                 self.entry_log_bytes_max
-            ));
+            )));
         }
         if self.entry_log_bytes_max > u32::MAX as u64 * 4 {
-            return Err("entry_log_bytes_max must stay below 16 GiB".into());
+            return Err(InvalidConfig::new("entry_log_bytes_max must stay below 16 GiB"));
         }
         if j.file_bytes_max < 64 * 1024 {
-            return Err(format!("journal.file_bytes_max = {} is below 64 KiB", j.file_bytes_max));
+            return Err(InvalidConfig::new(format!(
+                "journal.file_bytes_max = {} is below 64 KiB",
+                j.file_bytes_max
+            )));
         }
         if !j.prealloc_bytes.is_multiple_of(4096) {
-            return Err("journal.prealloc_bytes must be a multiple of 4096 (0 = off)".into());
+            return Err(InvalidConfig::new(
+                "journal.prealloc_bytes must be a multiple of 4096 (0 = off)",
+            ));
         }
         if j.group_bytes_max == 0 || j.queue_depth == 0 {
-            return Err("journal.group_bytes_max and journal.queue_depth must be positive".into());
+            return Err(InvalidConfig::new(
+                "journal.group_bytes_max and journal.queue_depth must be positive",
+            ));
         }
         if j.group_wait_max > std::time::Duration::from_secs(1) {
-            return Err("journal.group_wait_max above 1 s would stall every add".into());
+            return Err(InvalidConfig::new(
+                "journal.group_wait_max above 1 s would stall every add",
+            ));
         }
         if self.entry_log_per_ledger && self.entry_log_per_ledger_open_max == 0 {
-            return Err("entry_log.open_max must be positive in per-ledger mode".into());
+            return Err(InvalidConfig::new(
+                "entry_log.open_max must be positive in per-ledger mode",
+            ));
         }
         if self.flush_interval.is_zero() {
-            return Err("flush_interval must be positive".into());
+            return Err(InvalidConfig::new("flush_interval must be positive"));
         }
         Ok(())
     }
@@ -229,9 +241,9 @@ mod tests {
         StorageConfig::small_for_tests("/x").validate().unwrap();
         let mut c = StorageConfig::new("/x");
         c.write_cache_bytes = 1024;
-        assert!(c.validate().unwrap_err().contains("write_cache_bytes"));
+        assert!(c.validate().unwrap_err().0.contains("write_cache_bytes"));
         let mut c = StorageConfig::new("/x");
         c.journal.prealloc_bytes = 100;
-        assert!(c.validate().unwrap_err().contains("prealloc_bytes"));
+        assert!(c.validate().unwrap_err().0.contains("prealloc_bytes"));
     }
 }

@@ -22,6 +22,9 @@ pub enum StorageError {
     Unauthorized(LedgerId),
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// The storage's configuration is wrong.
+    #[error("invalid storage configuration: {0}")]
+    Config(#[from] folio_proto::InvalidConfig),
     #[error("bad entry: {0}")]
     BadEntry(#[from] EntryError),
     #[error("write cache full for {waited_ms} ms: storage is overloaded")]
@@ -137,7 +140,9 @@ impl StorageError {
             StorageError::Unknown(..) => Status::Unknown,
             StorageError::Fenced(_) => Status::Fenced,
             StorageError::Unauthorized(_) => Status::Unauthorized,
-            StorageError::BadRequest(_) | StorageError::BadEntry(_) => Status::BadRequest,
+            StorageError::BadRequest(_) | StorageError::BadEntry(_) | StorageError::Config(_) => {
+                Status::BadRequest
+            }
             StorageError::Overloaded { .. } => Status::TooManyRequests,
             StorageError::Io { .. }
             | StorageError::Corruption { .. }

@@ -53,7 +53,11 @@ impl std::fmt::Debug for EtcdOptions {
 impl AccessArgs {
     /// The cluster secret, read from its file, if one is given.
     pub fn cluster_secret(&self) -> Result<Option<ClusterSecret>, String> {
-        self.cluster_secret_file.as_deref().map(ClusterSecret::from_file).transpose()
+        self.cluster_secret_file
+            .as_deref()
+            .map(ClusterSecret::from_file)
+            .transpose()
+            .map_err(|e| e.to_string())
     }
 
     /// The etcd options, with the password read from its file.

@@ -8,7 +8,7 @@ impl Storage {
         fs: Arc<dyn FileSystem>,
         kv: Arc<dyn KvStore>,
     ) -> Result<Storage> {
-        config.validate().map_err(StorageError::BadRequest)?;
+        config.validate()?;
         let log_dir = config.ledger_dir.join("entrylogs");
         for d in [&config.journal_dir, &config.ledger_dir, &log_dir] {
             fs.create_dir_all(d)
