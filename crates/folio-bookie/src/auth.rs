@@ -6,11 +6,11 @@
 //! so the client's waiter learns why), and the connection closes. The whole handshake must
 //! finish within the listener's `request_read_timeout`.
 
-use folio_proto::InvalidConfig;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
+use folio_proto::InvalidConfig;
 use folio_proto::Status;
 use folio_proto::auth::{AuthToken, ClusterSecret};
 use folio_proto::wire::{self, AuthStep, Request, Response, ResponseFrame};

@@ -15,7 +15,6 @@
 //!
 //! Clean shutdown: stop serving, flush and checkpoint, remove `DIRTY`, revoke the lease.
 
-use folio_proto::InvalidConfig;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,6 +24,7 @@ use std::time::Duration;
 use folio_meta::keys::Keys;
 use folio_meta::records::{BookieRegistration, Cookie, Record, ensure_cluster_id};
 use folio_meta::{Expect, LeaseId, MetaError, MetadataStore, Txn};
+use folio_proto::InvalidConfig;
 use folio_rt::net::Listener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;

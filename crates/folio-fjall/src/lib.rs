@@ -15,7 +15,43 @@
 //! disk-damage suite, issue #21). Checking the checksum first turns that into a refusal
 //! naming the file.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Why fjall's files failed the check.
+#[derive(Debug)]
+pub enum FjallFilesError {
+    /// A file could not be listed, found or read.
+    Io { path: PathBuf, source: std::io::Error },
+    /// A file is damaged: what is wrong with it.
+    Damaged { path: PathBuf, detail: String },
+}
+
+impl std::fmt::Display for FjallFilesError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FjallFilesError::Io { path, source } => {
+                write!(f, "reading {}: {source}", path.display())
+            }
+            FjallFilesError::Damaged { path, detail } => {
+                write!(f, "{} is damaged: {detail}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for FjallFilesError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            FjallFilesError::Io { source, .. } => Some(source),
+            FjallFilesError::Damaged { .. } => None,
+        }
+    }
+}
+
+/// The error for an I/O failure on `path`.
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> FjallFilesError + '_ {
+    move |source| FjallFilesError::Io { path: path.to_path_buf(), source }
+}
 
 /// Bytes of a `current` file.
 const CURRENT_BYTES: usize = 8 + 16 + 1;
@@ -25,50 +61,44 @@ const VERSION_FILE_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// Verifies every keyspace's current version file under the fjall database `dir` against
 /// the checksum fjall recorded for it. A database not created yet passes. The error names
 /// the damaged file.
-pub fn check_versions(dir: &Path) -> Result<(), String> {
+pub fn check_versions(dir: &Path) -> Result<(), FjallFilesError> {
     let keyspaces = dir.join("keyspaces");
     let Ok(entries) = std::fs::read_dir(&keyspaces) else {
         return Ok(()); // nothing written yet
     };
     for e in entries {
-        let ks = e.map_err(|e| format!("listing {}: {e}", keyspaces.display()))?.path();
+        let ks = e.map_err(io(&keyspaces))?.path();
         let current = ks.join("current");
         let bytes = match std::fs::read(&current) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue, // not flushed yet
-            Err(e) => return Err(format!("reading {}: {e}", current.display())),
+            Err(e) => return Err(io(&current)(e)),
         };
         if bytes.len() != CURRENT_BYTES || bytes[24] != 0 {
-            return Err(format!(
-                "{} is damaged: {} bytes, checksum type {:?} (expected {CURRENT_BYTES} bytes, type 0)",
-                current.display(),
+            let detail = format!(
+                "{} bytes, checksum type {:?} (expected {CURRENT_BYTES} bytes, type 0)",
                 bytes.len(),
                 bytes.get(24)
-            ));
+            );
+            return Err(FjallFilesError::Damaged { path: current, detail });
         }
         let id = u64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes"));
         let want = u128::from_le_bytes(bytes[8..24].try_into().expect("16 bytes"));
         let version = ks.join(format!("v{id}"));
-        let len = std::fs::metadata(&version)
-            .map_err(|e| {
-                format!("{} names version file {}: {e}", current.display(), version.display())
-            })?
-            .len();
+        let len = std::fs::metadata(&version).map_err(io(&version))?.len();
         if len > VERSION_FILE_BYTES_MAX {
-            return Err(format!(
-                "{} is {len} bytes, above the {VERSION_FILE_BYTES_MAX} a version file can be",
-                version.display()
-            ));
+            let detail =
+                format!("{len} bytes, above the {VERSION_FILE_BYTES_MAX} a version file can be");
+            return Err(FjallFilesError::Damaged { path: version, detail });
         }
-        let contents =
-            std::fs::read(&version).map_err(|e| format!("reading {}: {e}", version.display()))?;
+        let contents = std::fs::read(&version).map_err(io(&version))?;
         let got = xxhash_rust::xxh3::xxh3_128(&contents);
         if got != want {
-            return Err(format!(
-                "{} is damaged: its checksum {got:032x} is not the {want:032x} recorded in {}",
-                version.display(),
+            let detail = format!(
+                "its checksum {got:032x} is not the {want:032x} recorded in {}",
                 current.display()
-            ));
+            );
+            return Err(FjallFilesError::Damaged { path: version, detail });
         }
     }
     Ok(())

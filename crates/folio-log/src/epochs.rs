@@ -23,6 +23,8 @@
 //!                    epochs and start offsets both strictly increasing
 //! ```
 
+use folio_proto::InvalidRecord;
+
 /// Epochs a log's history keeps, at most (12 bytes each in the log record).
 pub const EPOCHS_MAX: usize = 128;
 
@@ -43,7 +45,7 @@ pub struct Epochs(Vec<EpochStart>);
 
 impl Epochs {
     /// A history of these entries, if they obey the module doc's rules.
-    pub fn from_entries(entries: Vec<EpochStart>) -> Result<Epochs, String> {
+    pub fn from_entries(entries: Vec<EpochStart>) -> Result<Epochs, InvalidRecord> {
         let e = Epochs(entries);
         e.validate()?;
         Ok(e)
@@ -56,16 +58,22 @@ impl Epochs {
 
     /// Epochs and start offsets strictly increasing, at most [`EPOCHS_MAX`] entries, no
     /// epoch above [`EPOCH_MAX`].
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidRecord> {
         if self.0.len() > EPOCHS_MAX {
-            return Err(format!("{} epochs (at most {EPOCHS_MAX})", self.0.len()));
+            return Err(InvalidRecord::new(format!(
+                "{} epochs (at most {EPOCHS_MAX})",
+                self.0.len()
+            )));
         }
         if let Some(e) = self.0.iter().find(|e| e.epoch > EPOCH_MAX) {
-            return Err(format!("epoch {} is above {EPOCH_MAX}", e.epoch));
+            return Err(InvalidRecord::new(format!("epoch {} is above {EPOCH_MAX}", e.epoch)));
         }
         for w in self.0.windows(2) {
             if w[1].epoch <= w[0].epoch || w[1].start_offset <= w[0].start_offset {
-                return Err(format!("epoch {:?} does not follow {:?}", w[1], w[0]));
+                return Err(InvalidRecord::new(format!(
+                    "epoch {:?} does not follow {:?}",
+                    w[1], w[0]
+                )));
             }
         }
         Ok(())

@@ -29,6 +29,7 @@ use crate::limits::{OFFSET_INDEX_RECORD_BYTES_MAX, TEXT_BYTES_MAX};
 use bytes::Bytes;
 use folio_meta::Result;
 use folio_meta::records::{Reader, Record, corrupt, put_string};
+use folio_proto::InvalidRecord;
 
 const LOG_MAGIC: &[u8; 3] = b"FLG";
 const CURSOR_MAGIC: &[u8; 3] = b"FCR";
@@ -121,27 +122,30 @@ impl LogRecord {
 
     /// Chain invariants: distinct ledger ids; only the last ledger open; each closed
     /// ledger ends where the next begins. The epochs are in order (`Epochs::validate`).
-    pub fn validate(&self) -> std::result::Result<(), String> {
+    pub fn validate(&self) -> std::result::Result<(), InvalidRecord> {
         self.epochs.validate()?;
         let mut ids = std::collections::BTreeSet::new();
         for (i, l) in self.ledgers.iter().enumerate() {
             if !ids.insert(l.ledger_id) {
-                return Err(format!("ledger {} appears twice", l.ledger_id));
+                return Err(InvalidRecord::new(format!("ledger {} appears twice", l.ledger_id)));
             }
             let last = i + 1 == self.ledgers.len();
             if !last && !l.is_closed() {
-                return Err(format!("ledger {} is open but not last", l.ledger_id));
+                return Err(InvalidRecord::new(format!(
+                    "ledger {} is open but not last",
+                    l.ledger_id
+                )));
             }
             if let Some(next) = self.ledgers.get(i + 1)
                 && l.end_offset() != next.first_offset
             {
-                return Err(format!(
+                return Err(InvalidRecord::new(format!(
                     "ledger {} ends at {} but ledger {} starts at {}",
                     l.ledger_id,
                     l.end_offset(),
                     next.ledger_id,
                     next.first_offset
-                ));
+                )));
             }
         }
         Ok(())
@@ -604,9 +608,9 @@ mod tests {
     fn chain_gaps_are_invalid() {
         let mut r = chain();
         r.ledgers[1].first_offset = 11;
-        assert!(r.validate().unwrap_err().contains("ends at 10"));
+        assert!(r.validate().unwrap_err().0.contains("ends at 10"));
         let mut r = chain();
         r.ledgers[0].close_ms = 0;
-        assert!(r.validate().unwrap_err().contains("open but not last"));
+        assert!(r.validate().unwrap_err().0.contains("open but not last"));
     }
 }

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
+use folio_proto::InvalidRecord;
 
 pub use crate::limits::UPDATE_ATTEMPTS_MAX;
 use crate::store::{Expect, MetaError, MetadataStore, Result, Version};
@@ -163,25 +164,30 @@ const LEDGER_FORMAT_VERSION: u8 = 1;
 
 impl LedgerMetadata {
     /// Checks the invariants listed above.
-    pub fn validate(&self) -> std::result::Result<(), String> {
+    pub fn validate(&self) -> std::result::Result<(), InvalidRecord> {
         let (e, w, a) = (self.ensemble_size, self.write_quorum, self.ack_quorum);
         if !(e >= w && w >= a && a >= 1) {
-            return Err(format!("need E >= Qw >= Qa >= 1, got E={e} Qw={w} Qa={a}"));
+            return Err(InvalidRecord::new(format!(
+                "need E >= Qw >= Qa >= 1, got E={e} Qw={w} Qa={a}"
+            )));
         }
         if self.ensembles.first_key_value().map(|(k, _)| *k) != Some(0) {
-            return Err("the first ensemble must start at entry 0".into());
+            return Err(InvalidRecord::new("the first ensemble must start at entry 0"));
         }
         for (first, bookies) in &self.ensembles {
             if bookies.len() != e as usize {
-                return Err(format!("ensemble at {first} has {} bookies, E={e}", bookies.len()));
+                return Err(InvalidRecord::new(format!(
+                    "ensemble at {first} has {} bookies, E={e}",
+                    bookies.len()
+                )));
             }
             let distinct: std::collections::BTreeSet<&String> = bookies.iter().collect();
             if distinct.len() != bookies.len() {
-                return Err(format!("ensemble at {first} repeats a bookie"));
+                return Err(InvalidRecord::new(format!("ensemble at {first} repeats a bookie")));
             }
         }
         if self.last_entry_id < -1 {
-            return Err(format!("last entry id {}", self.last_entry_id));
+            return Err(InvalidRecord::new(format!("last entry id {}", self.last_entry_id)));
         }
         Ok(())
     }
@@ -469,7 +475,7 @@ mod tests {
         assert!(bad.validate().is_err());
         let mut bad = m;
         bad.ensembles.get_mut(&0).unwrap()[1] = "bookie-0:3181".into();
-        assert!(bad.validate().unwrap_err().contains("repeats"));
+        assert!(bad.validate().unwrap_err().0.contains("repeats"));
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub mod status;
 pub mod wire;
 
 pub use entry::{ENTRY_HEADER_BYTES, Entry, EntryError, EntryHeader};
-pub use error::{InvalidConfig, SecretError};
+pub use error::{InvalidConfig, InvalidRecord, SecretError};
 pub use status::Status;
 
 /// A ledger's identity, unique in a cluster and never reused.

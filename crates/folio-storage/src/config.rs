@@ -1,10 +1,10 @@
 //! Storage configuration with defaults and validation. Every limit has a name and a unit.
 
-use folio_proto::InvalidConfig;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use folio_proto::InvalidConfig;
 use folio_proto::clock::{Clock, SystemClock};
 use folio_proto::limits::ENTRY_BYTES_MAX;
 

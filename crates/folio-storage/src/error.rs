@@ -41,6 +41,9 @@ pub enum StorageError {
     ShutDown,
     #[error("index store: {0}")]
     Index(String),
+    /// The index's fjall files failed their check before opening.
+    #[error("index store: {0}")]
+    IndexFiles(#[from] folio_fjall::FjallFilesError),
 }
 
 /// A storage operation's result.
@@ -148,7 +151,8 @@ impl StorageError {
             | StorageError::Corruption { .. }
             | StorageError::Poisoned(_)
             | StorageError::ShutDown
-            | StorageError::Index(_) => Status::Io,
+            | StorageError::Index(_)
+            | StorageError::IndexFiles(_) => Status::Io,
         }
     }
 }

@@ -278,9 +278,9 @@ impl EmbeddedStore {
         clock: Arc<dyn Clock>,
     ) -> Result<EmbeddedStore> {
         check_config(&config)?;
-        crate::fjall_files::check_versions(dir).map_err(|detail| MetaError::Corrupt {
+        crate::fjall_files::check_versions(dir).map_err(|e| MetaError::Corrupt {
             key: format!("(the store's files in {})", dir.display()),
-            detail,
+            detail: e.to_string(),
         })?;
         let engine = Engine::open_fjall(dir)?;
         let commits = stored_u64(&engine, "commits")?;

@@ -97,7 +97,7 @@ pub const INDEX_MEMTABLE_BYTES: u64 = 8 * 1024 * 1024;
 impl FjallKv {
     /// Opens (or creates) the index's fjall keyspace at `path`.
     pub fn open(path: &Path) -> Result<FjallKv> {
-        folio_fjall::check_versions(path).map_err(StorageError::Index)?;
+        folio_fjall::check_versions(path)?;
         let opening = |e: fjall::Error| {
             StorageError::Index(format!("opening the index at {}: {e}", path.display()))
         };

@@ -104,20 +104,35 @@ pub fn encode_header(file_id: u64) -> [u8; HEADER_BYTES] {
     h
 }
 
+/// Why a journal header or checkpoint was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FormatError {
+    #[error("header is {0} bytes")]
+    ShortHeader(usize),
+    #[error("bad magic")]
+    BadMagic,
+    #[error("{0} checksum mismatch")]
+    Checksum(&'static str),
+    #[error("unsupported journal format version {0}")]
+    Version(u32),
+    #[error("not a checkpoint file ({0} bytes)")]
+    NotACheckpoint(usize),
+}
+
 /// Checks a header block; returns its file id.
-pub fn decode_header(h: &[u8]) -> Result<u64, String> {
+pub fn decode_header(h: &[u8]) -> Result<u64, FormatError> {
     if h.len() < 28 {
-        return Err(format!("header is {} bytes", h.len()));
+        return Err(FormatError::ShortHeader(h.len()));
     }
     if &h[0..8] != MAGIC {
-        return Err("bad magic".into());
+        return Err(FormatError::BadMagic);
     }
     if u32_at(h, 24) != crc32c::crc32c(&h[0..24]) {
-        return Err("header checksum mismatch".into());
+        return Err(FormatError::Checksum("header"));
     }
     let version = u32_at(h, 8);
     if version != FORMAT_VERSION {
-        return Err(format!("unsupported journal format version {version}"));
+        return Err(FormatError::Version(version));
     }
     Ok(u64_at(h, 16))
 }
@@ -223,12 +238,12 @@ pub fn encode_checkpoint(pos: JournalPosition) -> [u8; CHECKPOINT_BYTES] {
 }
 
 /// The position in a checkpoint, refusing damage.
-pub fn decode_checkpoint(b: &[u8]) -> Result<JournalPosition, String> {
+pub fn decode_checkpoint(b: &[u8]) -> Result<JournalPosition, FormatError> {
     if b.len() != CHECKPOINT_BYTES || &b[0..8] != CHECKPOINT_MAGIC {
-        return Err(format!("not a checkpoint file ({} bytes)", b.len()));
+        return Err(FormatError::NotACheckpoint(b.len()));
     }
     if u32_at(b, 24) != crc32c::crc32c(&b[0..24]) {
-        return Err("checkpoint checksum mismatch".into());
+        return Err(FormatError::Checksum("checkpoint"));
     }
     Ok(JournalPosition { file_id: u64_at(b, 8), offset: u64_at(b, 16) })
 }

@@ -237,7 +237,7 @@ pub fn read_checkpoint(fs: &dyn FileSystem, dir: &Path) -> Result<Option<Journal
         fs.read_all(&path).map_err(|e| StorageError::io("reading journal checkpoint", e))?;
     format::decode_checkpoint(&bytes)
         .map(Some)
-        .map_err(|d| StorageError::corruption(path.display().to_string(), d))
+        .map_err(|d| StorageError::corruption(path.display().to_string(), d.to_string()))
 }
 
 impl Journal {

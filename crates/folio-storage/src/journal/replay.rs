@@ -131,7 +131,7 @@ fn replay_file(
             return Ok(true);
         }
         Ok(h) => return Err(StorageError::corruption(ctx(), format!("header names file {h}"))),
-        Err(e) => return Err(StorageError::corruption(ctx(), e)),
+        Err(e) => return Err(StorageError::corruption(ctx(), e.to_string())),
     }
     let mut reader = ChunkReader { file: file.as_ref(), len, buf: Vec::new(), buf_start: 0 };
     let mut pos = start;

@@ -298,7 +298,7 @@ pub(super) fn check_index_checkpoint(
         return Ok(());
     };
     let index_mark = journal::format::decode_checkpoint(&v)
-        .map_err(|d| StorageError::corruption("index: checkpoint record", d))?;
+        .map_err(|d| StorageError::corruption("index: checkpoint record", d.to_string()))?;
     if index_mark < file_mark {
         return Err(lost(format!("the flushes up to journal position {index_mark:?}")));
     }
