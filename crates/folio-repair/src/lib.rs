@@ -17,6 +17,7 @@
 //! client; the bookie never depends on the client.
 
 pub mod autorecovery;
+mod error;
 pub mod limits;
 
 use std::collections::BTreeSet;
@@ -34,6 +35,7 @@ use folio_proto::wire::master_key;
 use folio_proto::{EntryId, LedgerId};
 use tokio::sync::watch;
 
+pub use error::{During, RepairError};
 pub use limits::COPIES_IN_FLIGHT_MAX;
 
 /// What a check found and did.
@@ -72,11 +74,11 @@ impl IntegrityCheck {
         &self,
         repair: bool,
         progress: &(dyn Fn(u64, u64) + Send + Sync),
-    ) -> Result<CheckReport, String> {
+    ) -> Result<CheckReport, RepairError> {
         let mut report = CheckReport::default();
         let listed = list_all(self.meta.as_ref(), &self.keys.ledgers())
             .await
-            .map_err(|e| format!("listing ledgers: {e}"))?;
+            .during(|| "listing ledgers".to_string())?;
         let mut ids: BTreeSet<LedgerId> = BTreeSet::new();
         for v in &listed {
             let Some(id) = self.keys.parse_ledger(&v.key) else { continue };
@@ -103,13 +105,11 @@ impl IntegrityCheck {
             progress(i as u64 + 1, total);
         }
         if repair {
-            self.storage.flush().map_err(|e| format!("flushing: {e}"))?;
+            self.storage.flush().during(|| "flushing".to_string())?;
             if report.ledgers_failed == 0 && report.entries_failed == 0 {
-                let flags = self.storage.storage_flags().map_err(|e| e.to_string())?;
+                let flags = self.storage.storage_flags()?;
                 if flags & NEEDS_INTEGRITY_CHECK != 0 {
-                    self.storage
-                        .set_storage_flags(flags & !NEEDS_INTEGRITY_CHECK)
-                        .map_err(|e| e.to_string())?;
+                    self.storage.set_storage_flags(flags & !NEEDS_INTEGRITY_CHECK)?;
                     report.flag_cleared = true;
                     tracing::info!(bookie = %self.bookie_id, ?report, "integrity check complete: flag cleared");
                 }
@@ -123,25 +123,25 @@ impl IntegrityCheck {
         id: LedgerId,
         repair: bool,
         report: &mut CheckReport,
-    ) -> Result<(), String> {
+    ) -> Result<(), RepairError> {
         let mut m = match self.client.metadata(id).await {
             Ok(m) => m,
             Err(LedgerError::NoSuchLedger(_)) => {
                 report.ledgers_gone += 1;
                 if repair && self.storage.ledger_state(id).is_some_and(|s| s.limbo) {
-                    self.storage.set_limbo(id, false).map_err(|e| e.to_string())?;
+                    self.storage.set_limbo(id, false)?;
                 }
                 return Ok(());
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         };
         report.ledgers_checked += 1;
         let in_limbo = self.storage.ledger_state(id).is_some_and(|s| s.limbo);
         if in_limbo && repair {
             // Recovery does not trust this bookie's Unknown answers, so it cannot truncate.
-            let reader = self.client.recover(id).await.map_err(|e| format!("recovering: {e}"))?;
+            let reader = self.client.recover(id).await.during(|| "recovering".to_string())?;
             m = reader.metadata().clone();
-            self.storage.set_limbo(id, false).map_err(|e| e.to_string())?;
+            self.storage.set_limbo(id, false)?;
             report.limbo_cleared += 1;
         }
         // The last entry this bookie can be sure of: the end of a closed ledger, else the
@@ -174,30 +174,27 @@ impl IntegrityCheck {
             return Ok(());
         }
         let key = master_key(m.password.as_deref().unwrap_or_default());
-        let reader = Arc::new(self.client.open(id).await.map_err(|e| e.to_string())?);
+        let reader = Arc::new(self.client.open(id).await?);
         let sem = Arc::new(tokio::sync::Semaphore::new(COPIES_IN_FLIGHT_MAX));
         let mut copies = tokio::task::JoinSet::new();
         for e in missing {
-            let permit = sem.clone().acquire_owned().await.map_err(|e| e.to_string())?;
+            let permit = sem.clone().acquire_owned().await.expect("the semaphore is never closed");
             let (reader, storage) = (reader.clone(), self.storage.clone());
             copies.spawn(async move {
                 let _permit = permit;
-                let entry = reader.read(e).await.map_err(|err| err.to_string())?;
+                let entry = reader.read(e).await?;
                 let (tx, rx) = tokio::sync::oneshot::channel();
-                storage
-                    .add_entry(
-                        entry.into_bytes(),
-                        &key,
-                        true,
-                        Box::new(move |r| {
-                            let _ = tx.send(r);
-                        }),
-                    )
-                    .map_err(|err| err.to_string())?;
+                storage.add_entry(
+                    entry.into_bytes(),
+                    &key,
+                    true,
+                    Box::new(move |r| {
+                        let _ = tx.send(r);
+                    }),
+                )?;
                 match rx.await {
-                    Ok(Ok(())) => Ok(()),
-                    Ok(Err(err)) => Err(err.to_string()),
-                    Err(_) => Err("storage dropped the add".to_string()),
+                    Ok(r) => r.map_err(RepairError::from),
+                    Err(_) => Err(RepairError::Task("storage dropped the add".to_string())),
                 }
             });
         }

@@ -183,7 +183,7 @@ pub async fn decommission(
     use folio_repair::autorecovery::decommission;
     use std::io::Write as _;
     let (meta, keys, _) = cluster.connect().await?;
-    decommission::request(meta.as_ref(), &keys, bookie_id).await?;
+    decommission::request(meta.as_ref(), &keys, bookie_id).await.map_err(|e| e.to_string())?;
     let s = folio_repair::autorecovery::status(meta.as_ref(), &keys)
         .await
         .map_err(|e| e.to_string())?;
@@ -196,7 +196,9 @@ pub async fn decommission(
     }
     let mut shown = None;
     loop {
-        let (naming, total) = decommission::references(meta.as_ref(), &keys, bookie_id).await?;
+        let (naming, total) = decommission::references(meta.as_ref(), &keys, bookie_id)
+            .await
+            .map_err(|e| e.to_string())?;
         if shown != Some(naming) {
             let done = total.saturating_sub(naming);
             let width = 30usize;
@@ -215,7 +217,7 @@ pub async fn decommission(
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     println!();
-    decommission::finish(meta.as_ref(), &keys, bookie_id).await?;
+    decommission::finish(meta.as_ref(), &keys, bookie_id).await.map_err(|e| e.to_string())?;
     println!(
         "bookie {bookie_id} decommissioned: nothing names it; cookie and registration removed; stop its process"
     );

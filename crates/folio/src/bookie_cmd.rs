@@ -551,7 +551,7 @@ async fn check(settings: Settings, repair: bool) -> Result<(), String> {
         eprint!("\r[{bar}] {done}/{total} ledgers");
         let _ = std::io::stderr().flush();
     };
-    let report = check.run(repair, &progress).await?;
+    let report = check.run(repair, &progress).await.map_err(|e| e.to_string())?;
     eprintln!();
     println!(
         "bookie {id}: ledgers checked {}, gone {}, limbo cleared {}, entries checked {}, missing {}, copied {}, failed {}, ledgers failed {}, flag cleared {} ({:.1}s)",

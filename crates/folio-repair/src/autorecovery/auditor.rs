@@ -32,6 +32,7 @@ use folio_meta::records::{Cookie, LedgerMetadata, LedgerState, Record, Update, u
 use super::Autorecovery;
 use super::mark::{MarkedFragment, Reason, ReplicationMark};
 use super::worker::{fragments_of, missing_from};
+use crate::{During, RepairError};
 
 /// While some bookie is lost, wiped or draining, the ledgers are scanned again this often
 /// (a ledger closed or changed since the last scan is marked then).
@@ -60,21 +61,20 @@ pub struct AuditReport {
 
 impl Autorecovery {
     /// One auditor round (see the module comment).
-    pub async fn audit_once(&self, st: &mut AuditorState) -> Result<AuditReport, String> {
+    pub async fn audit_once(&self, st: &mut AuditorState) -> Result<AuditReport, RepairError> {
         let inner = &self.inner;
         let (meta, keys) = (inner.meta.as_ref(), &inner.keys);
-        let err = |e: folio_meta::MetaError| e.to_string();
         let registered = self.registered().await?;
         let draining = self.draining().await?;
         let maintenance = self.listed_ids(&keys.maintenances()).await?;
         let mut cookies = BTreeMap::new();
-        for v in list_all(meta, &keys.cookies()).await.map_err(err)? {
+        for v in list_all(meta, &keys.cookies()).await? {
             if let Ok(c) = Cookie::decode(&v.key, &v.value) {
                 cookies.insert(c.bookie_id.clone(), c.instance_id);
             }
         }
         let mut seen = BTreeMap::new();
-        for v in list_all(meta, &keys.bookies_seen()).await.map_err(err)? {
+        for v in list_all(meta, &keys.bookies_seen()).await? {
             let id = v.key[keys.bookies_seen().len()..].to_string();
             seen.insert(id, String::from_utf8_lossy(&v.value).to_string());
         }
@@ -124,15 +124,14 @@ impl Autorecovery {
                     bytes::Bytes::from(instance.clone()),
                     folio_meta::Expect::Any,
                 )
-                .await
-                .map_err(err)?;
+                .await?;
             }
         }
         if let Some(every) = inner.config.check_interval {
             // When the last check finished is kept in the store, so that auditors taking
             // over from each other keep to the interval (a cluster never checked: now).
             let key = keys.last_check();
-            let last: u64 = match meta.get(&key).await.map_err(err)? {
+            let last: u64 = match meta.get(&key).await? {
                 Some(v) => {
                     std::str::from_utf8(&v.value).ok().and_then(|s| s.parse().ok()).unwrap_or(0)
                 }
@@ -142,7 +141,7 @@ impl Autorecovery {
                 report.missing_fragments = self.check_all(&registered, &cookies).await?;
                 report.checked = true;
                 let stamp = bytes::Bytes::from(self.now_ms().to_string());
-                meta.put(&key, stamp, folio_meta::Expect::Any).await.map_err(err)?;
+                meta.put(&key, stamp, folio_meta::Expect::Any).await?;
             }
         }
         Ok(report)
@@ -150,11 +149,9 @@ impl Autorecovery {
 
     /// Adds every fragment holding one of `targets` to its ledger's mark; returns the number
     /// of ledgers whose mark was created or grew.
-    async fn mark_ledgers(&self, targets: &BTreeMap<String, Reason>) -> Result<u64, String> {
+    async fn mark_ledgers(&self, targets: &BTreeMap<String, Reason>) -> Result<u64, RepairError> {
         let inner = &self.inner;
-        let listed = list_all(inner.meta.as_ref(), &inner.keys.ledgers())
-            .await
-            .map_err(|e| e.to_string())?;
+        let listed = list_all(inner.meta.as_ref(), &inner.keys.ledgers()).await?;
         let mut marked = 0;
         for v in listed {
             let Some(id) = inner.keys.parse_ledger(&v.key) else { continue };
@@ -181,7 +178,7 @@ impl Autorecovery {
         &self,
         ledger_id: u64,
         fragments: Vec<MarkedFragment>,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, RepairError> {
         let key = self.inner.keys.under_replicated_ledger(ledger_id);
         let now = self.now_ms();
         let mut changed = false;
@@ -192,7 +189,7 @@ impl Autorecovery {
             Ok(if changed { Update::Write(m) } else { Update::Nothing })
         })
         .await
-        .map_err(|e| format!("marking ledger {ledger_id}: {e}"))?;
+        .during(|| format!("marking ledger {ledger_id}"))?;
         if changed {
             self.inner.stats.ledgers_marked.fetch_add(1, Relaxed);
         }
@@ -205,12 +202,10 @@ impl Autorecovery {
         &self,
         registered: &BTreeSet<String>,
         cookies: &BTreeMap<String, String>,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, RepairError> {
         let inner = &self.inner;
         let started = Instant::now();
-        let listed_ledgers = list_all(inner.meta.as_ref(), &inner.keys.ledgers())
-            .await
-            .map_err(|e| e.to_string())?;
+        let listed_ledgers = list_all(inner.meta.as_ref(), &inner.keys.ledgers()).await?;
         let (mut requests, mut missing_fragments) = (0u64, 0u64);
         let rate = f64::from(inner.config.check_requests_per_s.max(1));
         for v in listed_ledgers {
@@ -327,7 +322,7 @@ impl Autorecovery {
         &self,
         cookies: &BTreeMap<String, String>,
         registered: &BTreeSet<String>,
-    ) -> Result<BTreeMap<String, u64>, String> {
+    ) -> Result<BTreeMap<String, u64>, RepairError> {
         let (meta, keys, config) = (self.inner.meta.as_ref(), &self.inner.keys, &self.inner.config);
         let now = self.now_ms();
         let window = config.absence_window.as_millis() as u64;
@@ -335,7 +330,7 @@ impl Autorecovery {
         let step_max = 2 * config.poll_interval.as_millis() as u64;
         let prefix = keys.absences();
         let mut stored = BTreeMap::new();
-        for v in list_all(meta, &prefix).await.map_err(|e| e.to_string())? {
+        for v in list_all(meta, &prefix).await? {
             stored
                 .insert(v.key[prefix.len()..].to_string(), (Absence::decode(&v.value), v.version));
         }
@@ -355,7 +350,7 @@ impl Autorecovery {
             let a = Absence::gone_at(prev, now, step_max, window, lost_after);
             match meta.put(&keys.absence(b), a.encode(), expect).await {
                 Ok(_) | Err(MetaError::Conflict { .. }) => {}
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e.into()),
             }
             out.insert(b.clone(), a.absent_ms);
         }

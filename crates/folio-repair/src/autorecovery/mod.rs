@@ -33,6 +33,7 @@ use std::time::Duration;
 use folio_proto::clock::{Clock, WallClock};
 use tokio::time::Instant;
 
+use crate::RepairError;
 use folio_client::LedgerClient;
 use folio_meta::keys::Keys;
 use folio_meta::{Compare, LeaseId, MetadataStore, Txn, list_all};
@@ -203,14 +204,14 @@ impl Autorecovery {
     }
 
     /// One round: hold a lease, audit if elected, restore marked ledgers.
-    async fn round(&self, auditor: &mut auditor::AuditorState) -> Result<(), String> {
+    async fn round(&self, auditor: &mut auditor::AuditorState) -> Result<(), RepairError> {
         let lease = &self.inner.lease;
         let held = *lease.lock().expect("lease lock");
         let l = match held {
             Some(l) => l,
             None => {
                 let ttl = self.inner.config.lease_ttl;
-                let l = self.inner.meta.grant_lease(ttl).await.map_err(|e| e.to_string())?;
+                let l = self.inner.meta.grant_lease(ttl).await?;
                 *lease.lock().expect("lease lock") = Some(l);
                 l
             }
@@ -224,15 +225,15 @@ impl Autorecovery {
     }
 
     /// Whether this process holds the auditor claim (claiming it when free).
-    async fn elect(&self, lease: LeaseId) -> Result<bool, String> {
+    async fn elect(&self, lease: LeaseId) -> Result<bool, RepairError> {
         let (meta, key) = (&self.inner.meta, self.inner.keys.auditor());
         let claim = Txn::new().compare(Compare::Absent(key.clone())).put_with_lease(
             key.clone(),
             self.inner.host.clone().into_bytes(),
             lease,
         );
-        meta.txn(claim).await.map_err(|e| e.to_string())?;
-        let holder = meta.get(&key).await.map_err(|e| e.to_string())?;
+        meta.txn(claim).await?;
+        let holder = meta.get(&key).await?;
         let me = holder.is_some_and(|v| v.value == self.inner.host.as_bytes());
         let was = self.inner.stats.auditor.swap(u64::from(me), Relaxed) == 1;
         if me && !was {
@@ -242,12 +243,11 @@ impl Autorecovery {
     }
 
     /// Lists the marks and restores the ledgers they name, one claimed ledger at a time.
-    pub async fn work_once(&self, lease: LeaseId) -> Result<(), String> {
+    pub async fn work_once(&self, lease: LeaseId) -> Result<(), RepairError> {
         let inner = &self.inner;
         inner.lease.lock().expect("lease lock").get_or_insert(lease);
         let prefix = inner.keys.under_replicated();
-        let page =
-            inner.meta.list(&prefix, None, MARKS_PER_ROUND_MAX).await.map_err(|e| e.to_string())?;
+        let page = inner.meta.list(&prefix, None, MARKS_PER_ROUND_MAX).await?;
         self.record_marks(&page.items);
         let mut ids: Vec<u64> =
             page.items.iter().filter_map(|v| inner.keys.parse_under_replicated(&v.key)).collect();
@@ -266,7 +266,7 @@ impl Autorecovery {
             // after applying it): taken again here, never left held until the lease ends.
             let version = match inner.meta.txn(claim).await {
                 Ok(out) if out.succeeded => out.revision,
-                _ => match inner.meta.get(&claim_key).await.map_err(|e| e.to_string())? {
+                _ => match inner.meta.get(&claim_key).await? {
                     Some(v) if v.lease == Some(lease) => v.version,
                     _ => continue, // another worker has it
                 },
@@ -326,11 +326,11 @@ impl Autorecovery {
     }
 
     /// Bookies registered now, writable or read-only.
-    async fn registered(&self) -> Result<BTreeSet<String>, String> {
+    async fn registered(&self) -> Result<BTreeSet<String>, RepairError> {
         let k = &self.inner.keys;
         let mut out = BTreeSet::new();
         for prefix in [k.bookies_writable(), k.bookies_readonly()] {
-            for v in list_all(self.inner.meta.as_ref(), &prefix).await.map_err(|e| e.to_string())? {
+            for v in list_all(self.inner.meta.as_ref(), &prefix).await? {
                 out.insert(v.key[prefix.len()..].to_string());
             }
         }
@@ -339,16 +339,15 @@ impl Autorecovery {
 
     /// Bookies being drained.
     /// The ids under `prefix` (a key per bookie: draining, in maintenance).
-    async fn listed_ids(&self, prefix: &str) -> Result<BTreeSet<String>, String> {
+    async fn listed_ids(&self, prefix: &str) -> Result<BTreeSet<String>, RepairError> {
         Ok(list_all(self.inner.meta.as_ref(), prefix)
-            .await
-            .map_err(|e| e.to_string())?
+            .await?
             .into_iter()
             .map(|v| v.key[prefix.len()..].to_string())
             .collect())
     }
 
-    async fn draining(&self) -> Result<BTreeSet<String>, String> {
+    async fn draining(&self) -> Result<BTreeSet<String>, RepairError> {
         self.listed_ids(&self.inner.keys.decommissions()).await
     }
 }

@@ -43,6 +43,7 @@ use super::Autorecovery;
 use super::mark::{MarkedFragment, Reason, ReplicationMark};
 
 use crate::limits::COPIES_IN_FLIGHT_MAX;
+use crate::{During, RepairError};
 
 /// What restoring one ledger came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,14 +135,14 @@ pub fn listed(ranges: &[(EntryId, u32)], entry: EntryId) -> bool {
 impl Autorecovery {
     /// Restores every fragment `ledger_id`'s mark names, then drops the mark (see the
     /// module comment). Errors leave the mark for a later attempt.
-    pub async fn replicate_ledger(&self, ledger_id: u64) -> Result<Outcome, String> {
+    pub async fn replicate_ledger(&self, ledger_id: u64) -> Result<Outcome, RepairError> {
         let inner = &self.inner;
         let mark_key = inner.keys.under_replicated_ledger(ledger_id);
         let mut healed = Healed::default();
         // A few rounds: the auditor may add fragments meanwhile (then the mark's version
         // moved and it is read again), and recovering an open ledger changes its fragments.
         for _ in 0..4 {
-            let Some(v) = inner.meta.get(&mark_key).await.map_err(|e| e.to_string())? else {
+            let Some(v) = inner.meta.get(&mark_key).await? else {
                 // Dropped by another worker that restored the rest (or lost a race to us).
                 return Ok(if healed == Healed::default() {
                     Outcome::Gone
@@ -149,14 +150,14 @@ impl Autorecovery {
                     Outcome::Healed(healed)
                 });
             };
-            let mark = ReplicationMark::decode(&mark_key, &v.value).map_err(|e| e.to_string())?;
+            let mark = ReplicationMark::decode(&mark_key, &v.value)?;
             let metadata = match inner.client.metadata(ledger_id).await {
                 Ok(m) => m,
                 Err(LedgerError::NoSuchLedger(_)) => {
                     drop_mark(self, &mark_key, v.version).await?;
                     return Ok(Outcome::Gone);
                 }
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e.into()),
             };
             let mut work = Vec::new();
             for bookie in mark.bookies() {
@@ -181,11 +182,11 @@ impl Autorecovery {
                         age_ms = age,
                         "fencing and recovering an open ledger whose last fragment holds a marked bookie"
                     );
-                    inner.client.recover(ledger_id).await.map_err(|e| e.to_string())?;
+                    inner.client.recover(ledger_id).await?;
                     continue;
                 }
             }
-            let reader = Arc::new(inner.client.open(ledger_id).await.map_err(|e| e.to_string())?);
+            let reader = Arc::new(inner.client.open(ledger_id).await?);
             let draining = self.draining().await?;
             let registered = self.registered().await?;
             let mut deferred = None;
@@ -245,14 +246,17 @@ impl Autorecovery {
                         f.ensemble
                     )));
                 }
-                Err(err) => return Err(Restore::Failed(err.to_string())),
+                Err(err) => return Err(Restore::Failed(err.into())),
             }
         };
         // What the target has already (a refill, or a replacement that an earlier worker
         // began to fill before it died).
-        let present = inner.client.list_entries(&target, id).await.map_err(|e| {
-            Restore::Failed(format!("ledger {id}: listing entries on {target}: {e}"))
-        })?;
+        let present = inner
+            .client
+            .list_entries(&target, id)
+            .await
+            .during(|| format!("ledger {id}: listing entries on {target}"))
+            .map_err(Restore::Failed)?;
         let key = master_key(metadata.password.as_deref().unwrap_or_default());
         let todo = missing_from(metadata, f, &present);
         let mut copies = JoinSet::new();
@@ -282,18 +286,16 @@ impl Autorecovery {
             self.copied(copies.join_next().await, healed, &mut first_error);
         }
         if let Some(err) = first_error {
-            return Err(Restore::Failed(format!(
-                "ledger {id}: copying fragment {} of {bookie} to {target}: {err}",
-                f.first
-            )));
+            return Err(Restore::Failed(RepairError::During {
+                what: format!("ledger {id}: copying fragment {} of {bookie} to {target}", f.first),
+                source: Box::new(err),
+            }));
         }
         if !self.claim_held() {
             // The claim went with the lease: the next worker owns this ledger now.
             inner.stats.copies_stopped.fetch_add(1, Relaxed);
             tracing::warn!(ledger = id, %target, "autorecovery lease lost: copying stopped, no swap");
-            return Err(Restore::Failed(format!(
-                "ledger {id}: lease lost while copying to {target}; stopped"
-            )));
+            return Err(Restore::Failed(RepairError::LeaseLost { ledger: id, target }));
         }
         if refill {
             assert_eq!(target, bookie, "a refill copies back to the marked bookie itself");
@@ -321,13 +323,13 @@ impl Autorecovery {
         metadata: &LedgerMetadata,
         f: &Fragment,
         target: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), RepairError> {
         let present = self
             .inner
             .client
             .list_entries(target, id)
             .await
-            .map_err(|e| format!("ledger {id}: verifying the copy on {target}: {e}"))?;
+            .during(|| format!("ledger {id}: verifying the copy on {target}"))?;
         let missing = missing_from(metadata, f, &present).len();
         if missing == 0 {
             return Ok(());
@@ -348,10 +350,12 @@ impl Autorecovery {
             reason: Reason::Missing,
         };
         self.mark(id, vec![again]).await?;
-        Err(format!(
-            "ledger {id}: {target} lacks {missing} entries of fragment {} after the copy; marked for a refill",
-            f.first
-        ))
+        Err(RepairError::CopyIncomplete {
+            ledger: id,
+            target: target.to_string(),
+            fragment: f.first,
+            missing,
+        })
     }
 
     /// The compare-and-set that names `target` in place of `bookie` in fragment `f`.
@@ -362,7 +366,7 @@ impl Autorecovery {
         bookie: &str,
         target: &str,
         healed: &mut Healed,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, RepairError> {
         let key = self.inner.keys.ledger(id);
         let mut lost_race = false;
         let result = update::<LedgerMetadata>(self.inner.meta.as_ref(), &key, |m| {
@@ -382,7 +386,7 @@ impl Autorecovery {
             Ok(Update::Write(m))
         })
         .await;
-        result.map_err(|e| format!("ledger {id}: swapping {target} in for {bookie}: {e}"))?;
+        result.during(|| format!("ledger {id}: swapping {target} in for {bookie}"))?;
         if lost_race {
             healed.lost_races += 1;
             self.inner.stats.copies_discarded.fetch_add(1, Relaxed);
@@ -398,7 +402,7 @@ impl Autorecovery {
         &self,
         done: Option<Result<Result<u64, LedgerError>, tokio::task::JoinError>>,
         healed: &mut Healed,
-        first_error: &mut Option<String>,
+        first_error: &mut Option<RepairError>,
     ) {
         let stats = &self.inner.stats;
         match done {
@@ -410,11 +414,11 @@ impl Autorecovery {
             }
             Some(Ok(Err(e))) => {
                 stats.copy_errors.fetch_add(1, Relaxed);
-                first_error.get_or_insert(e.to_string());
+                first_error.get_or_insert(e.into());
             }
             Some(Err(e)) => {
                 stats.copy_errors.fetch_add(1, Relaxed);
-                first_error.get_or_insert(format!("copy task failed: {e}"));
+                first_error.get_or_insert(RepairError::Task(e.to_string()));
             }
             None => {}
         }
@@ -424,14 +428,14 @@ impl Autorecovery {
 /// Why a fragment was not restored.
 enum Restore {
     Deferred(String),
-    Failed(String),
+    Failed(RepairError),
 }
 
 /// Deletes the mark if it is still at `version`; whether it was.
-async fn drop_mark(a: &Autorecovery, key: &str, version: u64) -> Result<bool, String> {
+async fn drop_mark(a: &Autorecovery, key: &str, version: u64) -> Result<bool, RepairError> {
     a.inner.meta.delete(key, Expect::Version(version)).await.or_else(|e| match e {
         MetaError::Conflict { .. } => Ok(false),
-        e => Err(e.to_string()),
+        e => Err(e.into()),
     })
 }
 

@@ -201,7 +201,7 @@ async fn no_journal(args: Args) -> Result<(), String> {
         bookie_id: "bookie-0".into(),
     };
     let t1 = Instant::now();
-    let r = check(b0.storage().clone()).run(false, &|_, _| {}).await?;
+    let r = check(b0.storage().clone()).run(false, &|_, _| {}).await.map_err(|e| e.to_string())?;
     let secs = t1.elapsed().as_secs_f64();
     println!(
         "check entries_checked={} entries_missing={} seconds={secs:.2} entries_checked_per_s={:.0}",
@@ -221,7 +221,7 @@ async fn no_journal(args: Args) -> Result<(), String> {
     b0.abort().await;
     let b0 = Bookie::start(config, meta.clone()).await.map_err(|e| e.to_string())?;
     let t2 = Instant::now();
-    let r = check(b0.storage().clone()).run(true, &|_, _| {}).await?;
+    let r = check(b0.storage().clone()).run(true, &|_, _| {}).await.map_err(|e| e.to_string())?;
     let secs = t2.elapsed().as_secs_f64();
     println!(
         "repair entries_checked={} entries_missing={} entries_copied={} entries_failed={} seconds={secs:.2} entries_checked_per_s={:.0} entries_copied_per_s={:.0} flag_cleared={}",
