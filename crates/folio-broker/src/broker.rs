@@ -7,12 +7,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use folio_log::{LogEnv, ManagedLog};
+use folio_proto::InvalidConfig;
 use folio_rt::net::{ListenOptions, Listener};
 use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::cluster::{self, BrokerInfo, Membership};
 use crate::config::BrokerConfig;
+use crate::errors::{BrokerError, StartError};
 use crate::group::Coordinator;
 use crate::limits::ListenerLimits;
 use crate::metrics::{Metrics, label_value};
@@ -30,29 +32,29 @@ pub struct Broker {
 }
 
 /// The limits and the topic defaults make sense together (each error names the setting).
-fn check_defaults(config: &BrokerConfig) -> Result<(), String> {
+fn check_defaults(config: &BrokerConfig) -> Result<(), InvalidConfig> {
     config.limits.validate()?;
     if config.default_partitions == 0
         || config.default_partitions > crate::topics::PARTITIONS_MAX as u32
     {
-        return Err(format!(
+        return Err(InvalidConfig::new(format!(
             "num.partitions must be 1..={}, not {}",
             crate::topics::PARTITIONS_MAX,
             config.default_partitions
-        ));
+        )));
     }
     if config.default_replication == 0 || config.default_replication > config.replication_max {
-        return Err(format!(
+        return Err(InvalidConfig::new(format!(
             "default replication factor {} must be 1..={} (the bookies there are)",
             config.default_replication, config.replication_max
-        ));
+        )));
     }
     Ok(())
 }
 
 impl Broker {
     /// Binds the listener and starts serving.
-    pub async fn start(config: BrokerConfig, env: LogEnv) -> Result<Broker, String> {
+    pub async fn start(config: BrokerConfig, env: LogEnv) -> Result<Broker, StartError> {
         check_defaults(&config)?;
         let config_limits = config.limits.clone();
         crate::security::validate(&config.listeners, config.tls.as_ref(), &config.sasl)?;
@@ -60,7 +62,7 @@ impl Broker {
         let addr = bound[0].1;
         let cluster_id = folio_meta::records::ensure_cluster_id(env.meta.as_ref(), &env.keys)
             .await
-            .map_err(|e| format!("reading the cluster id: {e}"))?;
+            .map_err(StartError::meta("reading the cluster id"))?;
         let me = BrokerInfo { node_id: config.node_id, endpoints };
         // The lease is valid from before it is granted: the self-fence counts from here.
         forget_earlier_run(&env, &config).await?;
@@ -161,10 +163,10 @@ impl Broker {
 
     /// Reads the TLS certificate and key again now (what SIGHUP does); an error keeps the
     /// running ones.
-    pub fn reload_tls(&self) -> Result<(), String> {
+    pub fn reload_tls(&self) -> Result<(), crate::security::tls::TlsError> {
         match &self.inner.tls {
             Some(t) => t.reload(),
-            None => Err("this broker has no TLS listener".into()),
+            None => Err(crate::security::tls::TlsError::NoTlsListener),
         }
     }
 
@@ -315,7 +317,7 @@ impl Broker {
 
     /// Takes `topic`'s `partition` over now if this broker owns it: opens the log (fencing
     /// and recovering the previous owner's last ledger) and rebuilds producer state.
-    pub async fn open_partition(&self, topic: &str, partition: i32) -> Result<(), String> {
+    pub async fn open_partition(&self, topic: &str, partition: i32) -> Result<(), BrokerError> {
         self.partition_log(topic, partition).await.map(|_| ())
     }
 
@@ -327,7 +329,7 @@ impl Broker {
         topic: &str,
         partition: i32,
     ) -> Result<Option<folio_log::CompactionReport>, String> {
-        let log = self.partition_log(topic, partition).await?;
+        let log = self.partition_log(topic, partition).await.map_err(|e| e.to_string())?;
         let t = self.inner.topics.get(topic).await.map_err(|e| e.to_string())?;
         let t = t.ok_or_else(|| format!("no topic {topic}"))?;
         let tc = self.inner.topic_config(&t);
@@ -339,8 +341,8 @@ impl Broker {
 
     /// Closes `topic`'s `partition`'s current ledger and starts the next (its data becomes
     /// compactable and trimmable); opens the partition if this broker owns it.
-    pub async fn roll_partition(&self, topic: &str, partition: i32) -> Result<(), String> {
-        self.partition_log(topic, partition).await?.roll().await.map_err(|e| e.to_string())
+    pub async fn roll_partition(&self, topic: &str, partition: i32) -> Result<(), BrokerError> {
+        Ok(self.partition_log(topic, partition).await?.roll().await?)
     }
 
     /// What `topic`'s `partition` holds (its ledgers, offsets, cursors), opening it if this
@@ -349,24 +351,19 @@ impl Broker {
         &self,
         topic: &str,
         partition: i32,
-    ) -> Result<folio_log::LogInfo, String> {
+    ) -> Result<folio_log::LogInfo, BrokerError> {
         Ok(self.partition_log(topic, partition).await?.info())
     }
 
     /// `topic`'s `partition` log, opened if this broker owns it.
-    async fn partition_log(&self, topic: &str, partition: i32) -> Result<ManagedLog, String> {
-        let t = self
-            .inner
-            .topics
-            .get(topic)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("no topic {topic}"))?;
-        self.inner.log(&t, partition).await.map_err(|e| e.to_string())
+    async fn partition_log(&self, topic: &str, partition: i32) -> Result<ManagedLog, BrokerError> {
+        let t = self.inner.topics.get(topic).await?;
+        let t = t.ok_or_else(|| BrokerError::UnknownTopic(topic.to_string()))?;
+        Ok(self.inner.log(&t, partition).await?)
     }
 
     /// Topic deletions in progress (from the metadata store): see `deletion::progress`.
-    pub async fn deletions(&self) -> Result<Vec<crate::deletion::DeletionProgress>, String> {
+    pub async fn deletions(&self) -> Result<Vec<crate::deletion::DeletionProgress>, BrokerError> {
         crate::deletion::progress(&self.inner.env).await
     }
 
@@ -394,7 +391,7 @@ impl Broker {
 
 /// With `store_exclusive` (this process holds the metadata store alone), removes the
 /// registration an earlier run of this node id left, instead of waiting for its lease.
-async fn forget_earlier_run(env: &LogEnv, config: &BrokerConfig) -> Result<(), String> {
+async fn forget_earlier_run(env: &LogEnv, config: &BrokerConfig) -> Result<(), StartError> {
     if !config.store_exclusive {
         return Ok(());
     }
@@ -403,7 +400,7 @@ async fn forget_earlier_run(env: &LogEnv, config: &BrokerConfig) -> Result<(), S
         .delete(&key, folio_meta::Expect::Any)
         .await
         .map(drop)
-        .map_err(|e| format!("removing an earlier run's registration {key}: {e}"))
+        .map_err(StartError::meta(format!("removing an earlier run's registration {key}")))
 }
 
 /// When the live brokers change: closes the partitions and forgets the groups this broker
@@ -532,7 +529,7 @@ async fn run_audits(inner: Arc<Inner>, every: Duration) {
 
 /// Loads the client quotas, the leader epochs and the ACLs (before any connection is
 /// served) and starts the watches that keep them and the TLS certificate current.
-async fn start_security(inner: &Arc<Inner>) -> Result<(), String> {
+async fn start_security(inner: &Arc<Inner>) -> Result<(), StartError> {
     if let Some(tls) = &inner.tls {
         tokio::spawn(tls.clone().watch(inner.shutdown.subscribe()));
     }
@@ -548,8 +545,12 @@ async fn start_security(inner: &Arc<Inner>) -> Result<(), String> {
 async fn start_watched<T: crate::watched::Watched>(
     inner: &Inner,
     cache: &Arc<T>,
-) -> Result<(), String> {
-    cache.reload(inner.env.meta.as_ref(), &inner.env.keys).await?;
+) -> Result<(), StartError> {
+    let loading = format!("loading the {}s", T::WHAT);
+    cache
+        .reload(inner.env.meta.as_ref(), &inner.env.keys)
+        .await
+        .map_err(StartError::meta(loading))?;
     let (meta, keys) = (inner.env.meta.clone(), inner.env.keys.clone());
     tokio::spawn(crate::watched::keep_current(
         cache.clone(),
@@ -567,7 +568,7 @@ type Listeners = (Vec<Bound>, Vec<cluster::Endpoint>, Option<Arc<TlsAcceptor>>);
 
 /// Binds every listener; returns them, what each advertises, and the TLS configuration
 /// if a listener needs it.
-fn bind_listeners(config: &BrokerConfig) -> Result<Listeners, String> {
+fn bind_listeners(config: &BrokerConfig) -> Result<Listeners, StartError> {
     let tls = match &config.tls {
         Some(t) if config.listeners.iter().any(|l| l.protocol.tls()) => {
             Some(Arc::new(TlsAcceptor::new(t.clone())?))
@@ -577,16 +578,17 @@ fn bind_listeners(config: &BrokerConfig) -> Result<Listeners, String> {
     let mut bound = Vec::new();
     let mut endpoints = Vec::new();
     for l in &config.listeners {
-        let socket = listen(l.bind, &config.limits)
-            .map_err(|e| format!("binding the Kafka listener {} on {}: {e}", l.name, l.bind))?;
-        let addr = socket.local_addr().map_err(|e| format!("listener address: {e}"))?;
+        let bind = |source| StartError::Bind { listener: l.name.to_string(), addr: l.bind, source };
+        let socket = listen(l.bind, &config.limits).map_err(bind)?;
+        let addr = socket.local_addr().map_err(bind)?;
         let (host, port) = match &l.advertised {
             Some((h, p)) => (h.clone(), *p as i32),
             None if addr.ip().is_unspecified() => {
-                return Err(format!(
-                    "listener {} on {addr} needs an advertised address clients can reach (--advertise host:port or --advertised-listener {}://host:port)",
+                return Err(StartError::Config(InvalidConfig::new(format!(
+                    "listener {} on {addr} needs an advertised address clients can reach \
+                     (--advertise host:port or --advertised-listener {}://host:port)",
                     l.name, l.name
-                ));
+                ))));
             }
             None => (addr.ip().to_string(), addr.port() as i32),
         };

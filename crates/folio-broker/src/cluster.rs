@@ -358,24 +358,22 @@ pub async fn register(
     keys: &Keys,
     me: &BrokerInfo,
     ttl: Duration,
-) -> Result<LeaseId, String> {
+) -> Result<LeaseId, crate::errors::StartError> {
+    use crate::errors::StartError;
     let k = keys.broker(me.node_id);
     let deadline = tokio::time::Instant::now() + 2 * ttl;
-    let lease = meta.grant_lease(ttl).await.map_err(|e| format!("granting a lease: {e}"))?;
+    let lease = meta.grant_lease(ttl).await.map_err(StartError::meta("granting a lease"))?;
     let mut logged = false;
     loop {
         match try_register(meta, keys, me, lease)
             .await
-            .map_err(|e| format!("registering {k}: {e}"))?
+            .map_err(StartError::meta(format!("registering {k}")))?
         {
             Registered::Created(lease) => return Ok(lease),
             Registered::Held(holder) => {
                 if tokio::time::Instant::now() >= deadline {
                     let _ = meta.revoke_lease(lease).await;
-                    return Err(format!(
-                        "node id {} is registered by {holder} and stayed so for twice the lease TTL ({ttl:?}): another broker runs with this id; use another --node-id",
-                        me.node_id
-                    ));
+                    return Err(StartError::NodeIdTaken { node_id: me.node_id, holder, ttl });
                 }
                 if !logged {
                     tracing::info!(node_id = me.node_id, %holder, ?ttl, "node id still registered (an earlier run that died, or another process with this id?); waiting for its lease to expire");

@@ -279,19 +279,19 @@ impl DeletionProgress {
 
 /// Every topic deletion in progress: topics with a marker, and topics whose ledgers are
 /// still in the trash. Reads only the metadata store.
-pub async fn progress(env: &folio_log::LogEnv) -> Result<Vec<DeletionProgress>, String> {
-    let err = |e: &dyn std::fmt::Display| e.to_string();
+pub async fn progress(
+    env: &folio_log::LogEnv,
+) -> Result<Vec<DeletionProgress>, crate::errors::BrokerError> {
     let mut out: std::collections::BTreeMap<Uuid, DeletionProgress> = Default::default();
-    for (_, id, m) in markers(env).await.map_err(|e| err(&e))? {
-        let m = m.map_err(|e| err(&e))?;
+    for (_, id, m) in markers(env).await? {
+        let m = m?;
         let mut d = DeletionProgress::new(m.name, id, true, m.requested_ms);
         for p in 0..m.partitions as i32 {
             let key = env.keys.log(&log_name(id, p));
-            let state = match env.meta.get(&key).await.map_err(|e| err(&e))? {
+            let state = match env.meta.get(&key).await? {
                 None => PartitionDeletion::Gone,
                 Some(lv) => {
-                    let r = folio_log::records::LogRecord::decode(&key, &lv.value)
-                        .map_err(|e| err(&e))?;
+                    let r = folio_log::records::LogRecord::decode(&key, &lv.value)?;
                     d.bytes_not_reclaimed += r.ledgers.iter().map(|l| l.bytes).sum::<u64>();
                     if r.state == folio_log::records::LogRecordState::Deleting {
                         PartitionDeletion::Moving
@@ -304,7 +304,7 @@ pub async fn progress(env: &folio_log::LogEnv) -> Result<Vec<DeletionProgress>, 
         }
         out.insert(id, d);
     }
-    for t in folio_log::trash::list(env).await.map_err(|e| err(&e))? {
+    for t in folio_log::trash::list(env).await? {
         let Some((id, p)) = parse_log_name(&t.log) else { continue };
         // Retention also trashes ledgers of live topics: only deleted logs count.
         if t.reason != folio_log::trash::LOG_DELETED {

@@ -19,7 +19,7 @@ use std::sync::RwLock;
 use folio_log::records::LogRecord;
 use folio_meta::keys::Keys;
 use folio_meta::records::Record;
-use folio_meta::{EventKind, MetadataStore, WatchEvent, list_all};
+use folio_meta::{EventKind, MetaError, MetadataStore, WatchEvent, list_all};
 
 /// The current epoch of each log, by log name.
 #[derive(Debug, Default)]
@@ -59,8 +59,8 @@ impl crate::watched::Watched for LeaderEpochs {
         keys.logs()
     }
 
-    async fn reload(&self, meta: &dyn MetadataStore, keys: &Keys) -> Result<(), String> {
-        let all = list_all(meta, &keys.logs()).await.map_err(|e| e.to_string())?;
+    async fn reload(&self, meta: &dyn MetadataStore, keys: &Keys) -> Result<(), MetaError> {
+        let all = list_all(meta, &keys.logs()).await?;
         let mut by_log = HashMap::with_capacity(all.len());
         for v in all {
             let (Some(name), Some(epoch)) =

@@ -14,6 +14,8 @@
 
 use std::time::Duration;
 
+use folio_proto::InvalidConfig;
+
 /// The Kafka listener's limits (see the module doc).
 #[derive(Debug, Clone)]
 pub struct ListenerLimits {
@@ -164,7 +166,7 @@ impl ListenerLimits {
     }
 
     /// Rejects settings that could deadlock or that make no sense, naming the setting.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
         let positive = [
             ("request_bytes_max", self.request_bytes_max),
             ("inflight_per_connection", self.inflight_per_connection),
@@ -176,25 +178,25 @@ impl ListenerLimits {
             ("partition_idle_timeout_ms", self.partition_idle_timeout.as_millis() as usize),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
-            return Err(format!("{name} must be positive"));
+            return Err(InvalidConfig::new(format!("{name} must be positive")));
         }
         if self.connection_bytes_max < self.request_bytes_max {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "connection_bytes_max ({}) must be at least request_bytes_max ({}): a largest request could never be read",
                 self.connection_bytes_max, self.request_bytes_max
-            ));
+            )));
         }
         if self.process_bytes_max < self.connection_bytes_max {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "process_bytes_max ({}) must be at least connection_bytes_max ({})",
                 self.process_bytes_max, self.connection_bytes_max
-            ));
+            )));
         }
         if self.send_buffer_bytes > i32::MAX as usize / 2 {
-            return Err("send_buffer_bytes must be below 1 GiB".into());
+            return Err(InvalidConfig::new("send_buffer_bytes must be below 1 GiB"));
         }
         if self.request_bytes_max > u32::MAX as usize / 2 {
-            return Err("request_bytes_max must be below 2 GiB".into());
+            return Err(InvalidConfig::new("request_bytes_max must be below 2 GiB"));
         }
         Ok(())
     }
@@ -314,9 +316,9 @@ mod tests {
     fn defaults_are_valid_and_bad_settings_are_named() {
         ListenerLimits::default().validate().unwrap();
         let l = ListenerLimits { connection_bytes_max: 1, ..ListenerLimits::default() };
-        assert!(l.validate().unwrap_err().contains("connection_bytes_max"));
+        assert!(l.validate().unwrap_err().0.contains("connection_bytes_max"));
         let l = ListenerLimits { fetch_bytes_max: 0, ..ListenerLimits::default() };
-        assert!(l.validate().unwrap_err().contains("fetch_bytes_max"));
+        assert!(l.validate().unwrap_err().0.contains("fetch_bytes_max"));
         let mut l = ListenerLimits::default();
         for name in NAMES {
             l.set(name, "7").unwrap();

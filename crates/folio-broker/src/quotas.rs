@@ -29,9 +29,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use folio_meta::MetadataStore;
 use folio_meta::keys::Keys;
 use folio_meta::records::{Record, Update, corrupt, update};
+use folio_meta::{MetaError, MetadataStore};
 
 /// Entities with quotas, all together (one metadata value).
 pub const QUOTA_ENTITIES_MAX: usize = 1000;
@@ -194,11 +194,11 @@ impl Record for QuotaEntities {
 pub async fn list(
     meta: &dyn MetadataStore,
     keys: &Keys,
-) -> Result<BTreeMap<Entity, Values>, String> {
+) -> Result<BTreeMap<Entity, Values>, MetaError> {
     let k = key(keys);
-    match meta.get(&k).await.map_err(|e| format!("reading {k}: {e}"))? {
+    match meta.get(&k).await? {
         None => Ok(BTreeMap::new()),
-        Some(v) => Ok(QuotaEntities::decode(&k, &v.value).map_err(|e| e.to_string())?.0),
+        Some(v) => Ok(QuotaEntities::decode(&k, &v.value)?.0),
     }
 }
 
@@ -365,7 +365,7 @@ impl crate::watched::Watched for Quotas {
         prefix(keys)
     }
 
-    async fn reload(&self, meta: &dyn MetadataStore, keys: &Keys) -> Result<(), String> {
+    async fn reload(&self, meta: &dyn MetadataStore, keys: &Keys) -> Result<(), MetaError> {
         self.set(list(meta, keys).await?);
         Ok(())
     }

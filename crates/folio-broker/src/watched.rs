@@ -27,7 +27,7 @@ pub(crate) trait Watched: Send + Sync + 'static {
         &self,
         meta: &dyn MetadataStore,
         keys: &Keys,
-    ) -> impl Future<Output = Result<(), String>> + Send;
+    ) -> impl Future<Output = Result<(), folio_meta::MetaError>> + Send;
     /// Applies one change to the cache; `false` (the default) lists everything again.
     fn apply(&self, _keys: &Keys, _event: &WatchEvent) -> bool {
         false

@@ -95,7 +95,7 @@ pub fn run(args: Args) -> Result<(), String> {
                 }
             }
             Command::List => {
-                let all = acl::list(meta.as_ref(), &keys).await?;
+                let all = acl::list(meta.as_ref(), &keys).await.map_err(|e| e.to_string())?;
                 if all.is_empty() {
                     println!("no ACLs");
                 }

@@ -103,7 +103,8 @@ pub fn run(args: Args) -> Result<(), String> {
         let mut broker_config = args.kafka.config(args.bookies as usize)?;
         // The embedded store is this process's alone: an earlier run's registration is ours.
         broker_config.store_exclusive = true;
-        let broker = folio_broker::Broker::start(broker_config, env).await?;
+        let broker =
+            folio_broker::Broker::start(broker_config, env).await.map_err(|e| e.to_string())?;
         let http_task =
             tokio::spawn(crate::http::serve(http, bookies.clone(), Some(broker.clone()), access));
         tracing::info!(

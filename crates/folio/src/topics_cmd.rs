@@ -78,7 +78,7 @@ pub fn run(args: Args) -> Result<(), String> {
                         t.configs
                     );
                 }
-                let deletions = folio_broker::deletion::progress(&env).await?;
+                let deletions = folio_broker::deletion::progress(&env).await.map_err(|e| e.to_string())?;
                 if deletions.is_empty() {
                     println!("no deletions in progress");
                 }

@@ -173,7 +173,7 @@ impl Handler for DescribeAcls {
             Err(e) => {
                 return DescribeAclsResponse::default()
                     .with_error_code(errors::KAFKA_STORAGE_ERROR)
-                    .with_error_message(Some(str_bytes(e)));
+                    .with_error_message(Some(str_bytes(e.to_string())));
             }
         };
         let mut by_resource: BTreeMap<(i8, String, i8), Vec<AclDescription>> = BTreeMap::new();

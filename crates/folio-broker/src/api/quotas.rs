@@ -100,7 +100,7 @@ impl Handler for DescribeClientQuotas {
             Ok(all) => all,
             Err(e) => {
                 let resp = Self::error(0, &req, errors::KAFKA_STORAGE_ERROR);
-                return resp.with_error_message(Some(str_bytes(e)));
+                return resp.with_error_message(Some(str_bytes(e.to_string())));
             }
         };
         let mut entries = Vec::new();
@@ -227,7 +227,10 @@ impl Handler for AlterClientQuotas {
         }
         let (meta, keys) = (inner.env.meta.as_ref(), &inner.env.keys);
         let done = match quotas::alter(meta, keys, &changes).await {
-            Ok(()) => quotas::list(meta, keys).await.map(|all| inner.quotas.set(all)),
+            Ok(()) => quotas::list(meta, keys)
+                .await
+                .map(|all| inner.quotas.set(all))
+                .map_err(|e| e.to_string()),
             Err(e) => Err(e),
         };
         if let Err(why) = done {

@@ -279,11 +279,14 @@ fn prefix(keys: &Keys) -> String {
 }
 
 /// Reads every binding (a damaged value is reported).
-pub async fn list(meta: &dyn MetadataStore, keys: &Keys) -> Result<Vec<AclBinding>, String> {
+pub async fn list(meta: &dyn MetadataStore, keys: &Keys) -> Result<Vec<AclBinding>, MetaError> {
     let p = prefix(keys);
     let mut out = Vec::new();
-    for v in list_all(meta, &p).await.map_err(|e| format!("listing {p}: {e}"))? {
-        out.extend(parse(&v.key[p.len()..], &v.value).map_err(|e| format!("{}: {e}", v.key))?);
+    for v in list_all(meta, &p).await? {
+        out.extend(
+            parse(&v.key[p.len()..], &v.value)
+                .map_err(|e| folio_meta::records::corrupt(&v.key, e))?,
+        );
     }
     Ok(out)
 }
@@ -363,7 +366,12 @@ pub async fn delete(
     keys: &Keys,
     pick: impl Fn(&AclBinding) -> bool,
 ) -> Result<Vec<AclBinding>, String> {
-    let doomed: Vec<AclBinding> = list(meta, keys).await?.into_iter().filter(|b| pick(b)).collect();
+    let doomed: Vec<AclBinding> = list(meta, keys)
+        .await
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .filter(|b| pick(b))
+        .collect();
     let mut resources: Vec<(ResourceType, PatternType, &str)> =
         doomed.iter().map(|b| (b.resource_type, b.pattern, b.name.as_str())).collect();
     resources.sort();
@@ -397,7 +405,7 @@ impl Acls {
     }
 
     /// Lists the bindings again.
-    pub async fn reload(&self, meta: &dyn MetadataStore, keys: &Keys) -> Result<(), String> {
+    pub async fn reload(&self, meta: &dyn MetadataStore, keys: &Keys) -> Result<(), MetaError> {
         let all = list(meta, keys).await?;
         *self.bindings.write().expect("acl lock") = Arc::new(all);
         Ok(())
@@ -469,7 +477,7 @@ impl crate::watched::Watched for Acls {
         prefix(keys)
     }
 
-    async fn reload(&self, meta: &dyn MetadataStore, keys: &Keys) -> Result<(), String> {
+    async fn reload(&self, meta: &dyn MetadataStore, keys: &Keys) -> Result<(), MetaError> {
         Acls::reload(self, meta, keys).await
     }
 }

@@ -26,6 +26,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use folio_proto::InvalidConfig;
+
 pub use scram::Mechanism;
 
 /// Longest listener name (Kafka's are short upper-case words).
@@ -122,15 +124,17 @@ pub fn parse_endpoint(s: &str) -> Result<(String, String, u16), String> {
 }
 
 /// A listener name: 1..=64 bytes of `A-Z`, `a-z`, `0-9`, `_`, `-`.
-pub fn check_listener_name(name: &str) -> Result<(), String> {
+pub fn check_listener_name(name: &str) -> Result<(), InvalidConfig> {
     if name.is_empty() || name.len() > LISTENER_NAME_BYTES_MAX {
-        return Err(format!(
+        return Err(InvalidConfig::new(format!(
             "a listener name must be 1..={LISTENER_NAME_BYTES_MAX} bytes, not {}",
             name.len()
-        ));
+        )));
     }
     if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
-        return Err(format!("listener name {name:?} may hold only letters, digits, _ and -"));
+        return Err(InvalidConfig::new(format!(
+            "listener name {name:?} may hold only letters, digits, _ and -"
+        )));
     }
     Ok(())
 }
@@ -238,29 +242,29 @@ pub fn validate(
     listeners: &[ListenerConfig],
     tls: Option<&tls::TlsConfig>,
     sasl: &SaslConfig,
-) -> Result<(), String> {
+) -> Result<(), InvalidConfig> {
     if listeners.is_empty() {
-        return Err("a broker needs at least one listener".into());
+        return Err(InvalidConfig::new("a broker needs at least one listener"));
     }
     for l in listeners {
         check_listener_name(&l.name)?;
         if l.protocol.tls() && tls.is_none() {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "listener {} is {}: give the broker a certificate and key (--ssl-cert, --ssl-key)",
                 l.name,
                 l.protocol.name()
-            ));
+            )));
         }
         if l.protocol.sasl() && sasl.mechanisms.is_empty() {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "listener {} is {}: enable a SASL mechanism",
                 l.name,
                 l.protocol.name()
-            ));
+            )));
         }
     }
     if sasl.session_lifetime.is_some_and(|d| d < Duration::from_secs(1)) {
-        return Err("connections.max.reauth.ms must be at least 1000".into());
+        return Err(InvalidConfig::new("connections.max.reauth.ms must be at least 1000"));
     }
     Ok(())
 }
@@ -301,6 +305,6 @@ mod tests {
         assert!(e.contains("no listener is named SASL_SSL"), "{e}");
         let ssl = listeners_from(&["SSL://:1".into()], &[], &[]).unwrap();
         let e = validate(&ssl, None, &SaslConfig::default()).unwrap_err();
-        assert!(e.contains("--ssl-cert"), "{e}");
+        assert!(e.0.contains("--ssl-cert"), "{e}");
     }
 }

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
+use folio_proto::InvalidConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
@@ -33,12 +34,14 @@ pub enum ClientAuth {
 
 impl ClientAuth {
     /// Reads Kafka's values: `none`, `requested`, `required`.
-    pub fn parse(s: &str) -> Result<ClientAuth, String> {
+    pub fn parse(s: &str) -> Result<ClientAuth, InvalidConfig> {
         match s.to_ascii_lowercase().as_str() {
             "none" => Ok(ClientAuth::None),
             "requested" => Ok(ClientAuth::Requested),
             "required" => Ok(ClientAuth::Required),
-            _ => Err(format!("ssl.client.auth = {s:?}: expected none, requested or required")),
+            _ => Err(InvalidConfig(format!(
+                "ssl.client.auth = {s:?}: expected none, requested or required"
+            ))),
         }
     }
 }
@@ -61,25 +64,27 @@ impl TlsConfig {
     }
 
     /// Reads the files into a rustls configuration.
-    pub fn load(&self) -> Result<rustls::ServerConfig, String> {
+    pub fn load(&self) -> Result<rustls::ServerConfig, TlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let certs = read_certs(&self.cert)?;
         let key = PrivateKeyDer::from_pem_file(&self.key)
-            .map_err(|e| format!("{}: no private key: {e}", self.key.display()))?;
+            .map_err(|source| TlsError::NoKey { path: self.key.clone(), source })?;
         let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS versions: {e}"))?;
+            .map_err(|source| TlsError::Rustls { what: "TLS versions".into(), source })?;
         let builder = match (self.client_auth, &self.client_ca) {
             (ClientAuth::None, _) => builder.with_no_client_auth(),
             (_, None) => {
-                return Err(
-                    "client certificates are asked for (ssl.client.auth) but no CA file is given (--ssl-client-ca)".into()
-                );
+                return Err(TlsError::Config(InvalidConfig::new(
+                    "client certificates are asked for (ssl.client.auth) but no CA file is given \
+                     (--ssl-client-ca)",
+                )));
             }
             (auth, Some(ca)) => {
                 let mut roots = rustls::RootCertStore::empty();
                 for c in read_certs(ca)? {
-                    roots.add(c).map_err(|e| format!("{}: {e}", ca.display()))?;
+                    let what = || ca.display().to_string();
+                    roots.add(c).map_err(|source| TlsError::Rustls { what: what(), source })?;
                 }
                 let verifier =
                     WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
@@ -88,14 +93,17 @@ impl TlsConfig {
                 } else {
                     verifier
                 };
-                builder.with_client_cert_verifier(
-                    verifier.build().map_err(|e| format!("{}: {e}", ca.display()))?,
-                )
+                let verifier = verifier
+                    .build()
+                    .map_err(|source| TlsError::Verifier { path: ca.clone(), source })?;
+                builder.with_client_cert_verifier(verifier)
             }
         };
-        let mut config = builder
-            .with_single_cert(certs, key)
-            .map_err(|e| format!("{} and {}: {e}", self.cert.display(), self.key.display()))?;
+        let mut config =
+            builder.with_single_cert(certs, key).map_err(|source| TlsError::Rustls {
+                what: format!("{} and {}", self.cert.display(), self.key.display()),
+                source,
+            })?;
         config.alpn_protocols.clear();
         Ok(config)
     }
@@ -108,20 +116,47 @@ impl TlsConfig {
     }
 }
 
-fn read_certs(path: &PathBuf) -> Result<Vec<CertificateDer<'static>>, String> {
+fn read_certs(path: &PathBuf) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let mut out = Vec::new();
-    let iter = CertificateDer::pem_file_iter(path)
-        .map_err(|e| format!("reading {}: {e}", path.display()))?;
-    for c in iter {
-        out.push(c.map_err(|e| format!("{}: {e}", path.display()))?);
+    let pem = |source| TlsError::Pem { path: path.clone(), source };
+    for c in CertificateDer::pem_file_iter(path).map_err(pem)? {
+        out.push(c.map_err(pem)?);
         if out.len() > PEM_CERTIFICATES_MAX {
-            return Err(format!("{}: above {PEM_CERTIFICATES_MAX} certificates", path.display()));
+            let detail = format!("above {PEM_CERTIFICATES_MAX} certificates");
+            return Err(TlsError::File { path: path.clone(), detail });
         }
     }
     if out.is_empty() {
-        return Err(format!("{}: no PEM certificate in it", path.display()));
+        let detail = "no PEM certificate in it".to_string();
+        return Err(TlsError::File { path: path.clone(), detail });
     }
     Ok(out)
+}
+
+/// Why the TLS configuration could not be loaded; each names the file at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A PEM file could not be read or parsed.
+    #[error("reading {}: {source}", path.display())]
+    Pem { path: PathBuf, source: rustls::pki_types::pem::Error },
+    /// The key file holds no private key.
+    #[error("{}: no private key: {source}", path.display())]
+    NoKey { path: PathBuf, source: rustls::pki_types::pem::Error },
+    /// A PEM file holds no certificate, or too many.
+    #[error("{}: {detail}", path.display())]
+    File { path: PathBuf, detail: String },
+    /// rustls refused what was read.
+    #[error("{what}: {source}")]
+    Rustls { what: String, source: rustls::Error },
+    /// The client CA cannot verify client certificates.
+    #[error("{}: {source}", path.display())]
+    Verifier { path: PathBuf, source: rustls::server::VerifierBuilderError },
+    /// The settings contradict each other.
+    #[error("{0}")]
+    Config(#[from] InvalidConfig),
+    /// A reload was asked of a broker without a TLS listener.
+    #[error("this broker has no TLS listener")]
+    NoTlsListener,
 }
 
 /// The running TLS configuration of a broker, swapped on reload.
@@ -135,7 +170,7 @@ pub struct TlsAcceptor {
 
 impl TlsAcceptor {
     /// Loads the files; an error names the file and what is wrong with it.
-    pub fn new(config: TlsConfig) -> Result<TlsAcceptor, String> {
+    pub fn new(config: TlsConfig) -> Result<TlsAcceptor, TlsError> {
         let stamps = config.stamps();
         let loaded = config.load()?;
         Ok(TlsAcceptor {
@@ -152,7 +187,7 @@ impl TlsAcceptor {
     }
 
     /// Reads the files again and swaps them in.
-    pub fn reload(&self) -> Result<(), String> {
+    pub fn reload(&self) -> Result<(), TlsError> {
         let stamps = self.config.stamps();
         *self.stamps.lock().expect("tls stamps lock") = stamps;
         let loaded = self.config.load()?;
@@ -162,7 +197,7 @@ impl TlsAcceptor {
     }
 
     /// Reloads if a file changed since the last load; whether it did.
-    pub fn reload_if_changed(&self) -> Result<bool, String> {
+    pub fn reload_if_changed(&self) -> Result<bool, TlsError> {
         if *self.stamps.lock().expect("tls stamps lock") == self.config.stamps() {
             return Ok(false);
         }

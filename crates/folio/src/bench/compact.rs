@@ -119,7 +119,7 @@ async fn run_async(args: Args) -> Result<(), String> {
     config.log.rollover_bytes = 20 << 20;
     config.compaction.check_interval = Duration::from_secs(1 << 30);
     let busy_fraction = config.compaction.busy_fraction;
-    let broker = Broker::start(config, env).await?;
+    let broker = Broker::start(config, env).await.map_err(|e| e.to_string())?;
     let addr = broker.addr();
     let mut conn = KafkaConn::connect(addr).await?;
     create(&mut conn, "kv", &[("cleanup.policy", "compact"), ("min.cleanable.dirty.ratio", "0")])
@@ -137,8 +137,8 @@ async fn run_async(args: Args) -> Result<(), String> {
         n += BATCH_RECORDS as u64;
     }
     // Close the open ledger so that everything is compactable.
-    broker.roll_partition("kv", 0).await?;
-    let fill = broker.partition_info("kv", 0).await?;
+    broker.roll_partition("kv", 0).await.map_err(|e| e.to_string())?;
+    let fill = broker.partition_info("kv", 0).await.map_err(|e| e.to_string())?;
     println!(
         "fill records={n} mb={:.1} ledgers={} fill_s={:.1}",
         fill.bytes as f64 / MIB,

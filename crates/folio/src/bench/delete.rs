@@ -104,7 +104,7 @@ async fn run_async(args: Args) -> Result<(), String> {
         auto_create_topics: false,
         ..BrokerConfig::default()
     };
-    let broker = Broker::start(config, env.clone()).await?;
+    let broker = Broker::start(config, env.clone()).await.map_err(|e| e.to_string())?;
     let addr = broker.addr();
     println!(
         "bench=delete quick={} topics={topics} partitions={partitions} batches_per_partition={BATCHES_PER_PARTITION} batch_bytes={} replication=3 flush_interval_s={} gc_interval_s={} idle_log_seal_s={} trash_interval_s={}",

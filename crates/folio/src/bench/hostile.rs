@@ -94,7 +94,7 @@ async fn run_async(args: Args) -> Result<(), String> {
     }
     config.limits.validate()?;
     let limits = config.limits.clone();
-    let broker = Broker::start(config, env).await?;
+    let broker = Broker::start(config, env).await.map_err(|e| e.to_string())?;
     let addr = broker.addr();
     let mut conn = KafkaConn::connect(addr).await?;
     let r: CreateTopicsResponse =

@@ -139,7 +139,7 @@ async fn produce_phases(args: &Args, tmp: &Path, driver: &Path) -> Result<(), St
         lease_ttl,
         ..BrokerConfig::default()
     };
-    let broker = Broker::start(config(1), env.clone()).await?;
+    let broker = Broker::start(config(1), env.clone()).await.map_err(|e| e.to_string())?;
     let run = |bootstrap: String, topic: &'static str, partitions: usize| {
         let args = [secs.to_string(), record_bytes.to_string(), partitions.to_string()];
         drive(driver, "run", bootstrap, topic, args.to_vec())
@@ -177,7 +177,7 @@ async fn produce_phases(args: &Args, tmp: &Path, driver: &Path) -> Result<(), St
     let one = mb_per_s(&line)?;
     println!("setup=kafka_brokers_1 partitions={PARTITIONS} {line}");
     let env2 = LogEnv { owner: "bench-2".into(), ..env };
-    let broker2 = Broker::start(config(2), env2).await?;
+    let broker2 = Broker::start(config(2), env2).await.map_err(|e| e.to_string())?;
     let seen = tokio::time::Instant::now();
     while broker.live_brokers().len() < 2 || broker2.live_brokers().len() < 2 {
         if seen.elapsed() > Duration::from_secs(10) {
@@ -208,7 +208,7 @@ async fn produce_phases(args: &Args, tmp: &Path, driver: &Path) -> Result<(), St
         }
         let detect = t0.elapsed();
         for p in &moving {
-            broker2.open_partition("spread-two", *p).await?;
+            broker2.open_partition("spread-two", *p).await.map_err(|e| e.to_string())?;
         }
         let moved = t0.elapsed();
         println!(
@@ -250,7 +250,7 @@ async fn validation_phase(quick: bool, tmp: &Path, driver: &Path) -> Result<(), 
                 validate_records: validate,
                 ..BrokerConfig::default()
             };
-            let broker = Broker::start(config, env.clone()).await?;
+            let broker = Broker::start(config, env.clone()).await.map_err(|e| e.to_string())?;
             let none = [
                 "validation-none-1",
                 "validation-none-2",
@@ -381,13 +381,13 @@ async fn backlog(
         ..BrokerConfig::default()
     };
     let restart = (config.clone(), env.clone());
-    let broker = Broker::start(config, env).await?;
+    let broker = Broker::start(config, env).await.map_err(|e| e.to_string())?;
     let bootstrap = broker.addr().to_string();
     let args = vec![records.to_string(), record_bytes.to_string()];
     let produced = drive(driver, "produce", bootstrap.clone(), topic, args).await?;
     let produce_mb = mb_per_s(&produced)?;
 
-    let info = broker.partition_info(topic, 0).await?;
+    let info = broker.partition_info(topic, 0).await.map_err(|e| e.to_string())?;
     let newest = info.ledgers.iter().rev().find(|l| l.entries > 0 || l.records > 0);
     let newest = newest.map_or(0, |l| l.first_offset);
     let bookie_reads = || bookies.iter().map(|b| b.storage().entry_log_bytes_read()).sum::<u64>();
@@ -416,7 +416,7 @@ async fn backlog(
     // A restarted broker knows the closed ledgers only from their persisted offset
     // indexes (its first probe also opens the partition: fences and seals it).
     broker.shutdown().await;
-    let broker = Broker::start(restart.0, restart.1).await?;
+    let broker = Broker::start(restart.0, restart.1).await.map_err(|e| e.to_string())?;
     let restarted = drive(driver, "first", broker.addr().to_string(), topic, args).await?;
     let restarted_at = |o: u64| figure(&restarted, &format!("offset_{o}_ms"));
     let rchar = match (rchar0, rchar1) {

@@ -43,7 +43,7 @@ pub(crate) async fn run(quick: bool, tmp: &Path, driver: &Path) -> Result<(), St
         replication_max: 3,
         ..BrokerConfig::default()
     };
-    let broker = Broker::start(config, env).await?;
+    let broker = Broker::start(config, env).await.map_err(|e| e.to_string())?;
     let plain = broker.addr().to_string();
     let secured = broker.listener_addr("SASL_SSL").ok_or("no SASL_SSL listener")?.to_string();
     let conf = format!(
