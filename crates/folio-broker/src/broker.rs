@@ -14,11 +14,12 @@ use uuid::Uuid;
 
 use crate::cluster::{self, BrokerInfo, Membership};
 use crate::config::BrokerConfig;
-use crate::errors::{BrokerError, StartError};
+use crate::errors::BrokerError;
 use crate::group::Coordinator;
 use crate::limits::ListenerLimits;
 use crate::metrics::{Metrics, label_value};
 use crate::security::tls::TlsAcceptor;
+use crate::startup::StartError;
 use crate::state::Inner;
 use crate::topics::Topics;
 

@@ -358,8 +358,8 @@ pub async fn register(
     keys: &Keys,
     me: &BrokerInfo,
     ttl: Duration,
-) -> Result<LeaseId, crate::errors::StartError> {
-    use crate::errors::StartError;
+) -> Result<LeaseId, crate::startup::StartError> {
+    use crate::startup::StartError;
     let k = keys.broker(me.node_id);
     let deadline = tokio::time::Instant::now() + 2 * ttl;
     let lease = meta.grant_lease(ttl).await.map_err(StartError::meta("granting a lease"))?;

@@ -42,6 +42,7 @@ pub mod quotas;
 pub mod records;
 pub mod security;
 mod server;
+pub mod startup;
 mod state;
 pub mod topics;
 mod watched;

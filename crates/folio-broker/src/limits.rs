@@ -129,7 +129,7 @@ pub const NAMES: [&str; 19] = [
 
 impl ListenerLimits {
     /// Sets one limit by name (`folio broker --limit name=value`); durations in ms.
-    pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), InvalidConfig> {
         let n: u64 = value
             .parse()
             .map_err(|_| format!("limit {name}: {value:?} is not a non-negative integer"))?;
@@ -156,10 +156,10 @@ impl ListenerLimits {
             "fetch_sessions_max" => self.fetch_sessions_max = size,
             "fetch_session_partitions_max" => self.fetch_session_partitions_max = size,
             _ => {
-                return Err(format!(
+                return Err(InvalidConfig::new(format!(
                     "unknown limit {name:?}; the limits are: {}",
                     NAMES.join(", ")
-                ));
+                )));
             }
         }
         Ok(())
@@ -324,7 +324,7 @@ mod tests {
             l.set(name, "7").unwrap();
         }
         assert_eq!(l.idle_timeout, Duration::from_millis(7));
-        assert!(l.set("nope", "1").unwrap_err().contains("request_bytes_max"));
-        assert!(l.set("connections_max", "-1").unwrap_err().contains("connections_max"));
+        assert!(l.set("nope", "1").unwrap_err().0.contains("request_bytes_max"));
+        assert!(l.set("connections_max", "-1").unwrap_err().0.contains("connections_max"));
     }
 }

@@ -32,6 +32,7 @@ use bytes::Bytes;
 use folio_meta::keys::Keys;
 use folio_meta::records::{Record, Update, corrupt, update};
 use folio_meta::{MetaError, MetadataStore};
+use folio_proto::InvalidConfig;
 
 /// Entities with quotas, all together (one metadata value).
 pub const QUOTA_ENTITIES_MAX: usize = 1000;
@@ -99,25 +100,31 @@ fn prefix(keys: &Keys) -> String {
 }
 
 /// Checks a name part (a clear error, never a broken record).
-pub fn check_part(p: &Option<Part>) -> Result<(), String> {
+pub fn check_part(p: &Option<Part>) -> Result<(), InvalidConfig> {
     if let Some(Part::Named(n)) = p {
         if n.len() > QUOTA_NAME_BYTES_MAX {
-            return Err(format!("a quota entity name above {QUOTA_NAME_BYTES_MAX} bytes"));
+            return Err(InvalidConfig::new(format!(
+                "a quota entity name above {QUOTA_NAME_BYTES_MAX} bytes"
+            )));
         }
         if n.contains(['\t', '\n']) {
-            return Err("a quota entity name with a tab or line feed".into());
+            return Err(InvalidConfig::new("a quota entity name with a tab or line feed"));
         }
     }
     Ok(())
 }
 
 /// Checks a change of `key` to `value` (`None`: removed).
-pub fn check_op(key: &str, value: Option<f64>) -> Result<(), String> {
+pub fn check_op(key: &str, value: Option<f64>) -> Result<(), InvalidConfig> {
     if !KEYS.contains(&key) {
-        return Err(format!("quota key {key:?} is not supported here; Folio enforces {KEYS:?}"));
+        return Err(InvalidConfig::new(format!(
+            "quota key {key:?} is not supported here; Folio enforces {KEYS:?}"
+        )));
     }
     match value {
-        Some(v) if !(v.is_finite() && v > 0.0) => Err(format!("{key} must be above 0, not {v}")),
+        Some(v) if !(v.is_finite() && v > 0.0) => {
+            Err(InvalidConfig::new(format!("{key} must be above 0, not {v}")))
+        }
         _ => Ok(()),
     }
 }

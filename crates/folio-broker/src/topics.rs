@@ -18,6 +18,7 @@ use bytes::Bytes;
 use folio_meta::keys::Keys;
 use folio_meta::records::{Reader, Record, corrupt, put_string};
 use folio_meta::{Expect, MetaError, MetadataStore, Version, list_all};
+use folio_proto::InvalidConfig;
 use uuid::Uuid;
 
 use crate::errors::BrokerError;
@@ -52,7 +53,7 @@ impl TopicRecord {
         configs: BTreeMap<String, String>,
         now_ms: u64,
     ) -> Result<TopicRecord, BrokerError> {
-        validate_name(name).map_err(BrokerError::InvalidTopic)?;
+        validate_name(name).map_err(|e| BrokerError::InvalidTopic(e.into()))?;
         if partitions <= 0 || partitions > PARTITIONS_MAX {
             return Err(BrokerError::InvalidPartitions(format!(
                 "partitions must be 1..={PARTITIONS_MAX}, not {partitions}"
@@ -130,17 +131,19 @@ pub fn parse_log_name(log: &str) -> Option<(Uuid, i32)> {
 }
 
 /// Kafka's rule: 1..=249 bytes of `[a-zA-Z0-9._-]`, not `.` or `..`.
-pub fn validate_name(name: &str) -> Result<(), String> {
+pub fn validate_name(name: &str) -> Result<(), InvalidConfig> {
     if name.is_empty() || name.len() > TOPIC_NAME_BYTES_MAX {
-        return Err(format!("topic name must be 1..={TOPIC_NAME_BYTES_MAX} bytes"));
+        return Err(InvalidConfig::new(format!(
+            "topic name must be 1..={TOPIC_NAME_BYTES_MAX} bytes"
+        )));
     }
     if name == "." || name == ".." {
-        return Err(format!("topic name cannot be {name:?}"));
+        return Err(InvalidConfig::new(format!("topic name cannot be {name:?}")));
     }
     if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || "._-".contains(*c))) {
-        return Err(format!(
+        return Err(InvalidConfig::new(format!(
             "topic name {name:?} has {c:?}; only ASCII letters, digits, '.', '_' and '-' are allowed"
-        ));
+        )));
     }
     Ok(())
 }
@@ -228,12 +231,12 @@ impl TopicConfig {
     }
 
     /// Applies one setting, checking it.
-    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
-        let int = |min: i64, max: i64| -> Result<i64, String> {
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), InvalidConfig> {
+        let int = |min: i64, max: i64| -> Result<i64, InvalidConfig> {
             let v: i64 =
                 value.trim().parse().map_err(|_| format!("{key}={value:?} is not an integer"))?;
             if v < min || v > max {
-                return Err(format!("{key}={v} is outside [{min}, {max}]"));
+                return Err(InvalidConfig::new(format!("{key}={v} is outside [{min}, {max}]")));
             }
             Ok(v)
         };
@@ -251,9 +254,9 @@ impl TopicConfig {
                         "delete" => delete = true,
                         "compact" => compact = true,
                         _ => {
-                            return Err(format!(
+                            return Err(InvalidConfig::new(format!(
                                 "cleanup.policy={value:?}: use delete, compact, or compact,delete"
-                            ));
+                            )));
                         }
                     }
                 }
@@ -263,7 +266,7 @@ impl TopicConfig {
                 let v: f64 =
                     value.trim().parse().map_err(|_| format!("{key}={value:?} is not a number"))?;
                 if !(0.0..=1.0).contains(&v) {
-                    return Err(format!("{key}={v} is outside [0, 1]"));
+                    return Err(InvalidConfig::new(format!("{key}={v} is outside [0, 1]")));
                 }
                 self.min_cleanable_dirty_ppm = (v * 1e6).round() as u32;
             }
@@ -278,18 +281,18 @@ impl TopicConfig {
                     "CreateTime" => TimestampType::CreateTime,
                     "LogAppendTime" => TimestampType::LogAppendTime,
                     _ => {
-                        return Err(format!(
+                        return Err(InvalidConfig::new(format!(
                             "message.timestamp.type={value:?}: use CreateTime or LogAppendTime"
-                        ));
+                        )));
                     }
                 }
             }
             _ => {
                 let known: Vec<&str> = TOPIC_CONFIG_KEYS.iter().map(|(k, _)| *k).collect();
-                return Err(format!(
+                return Err(InvalidConfig::new(format!(
                     "unknown or unsupported topic config {key:?} (supported: {})",
                     known.join(", ")
-                ));
+                )));
             }
         }
         Ok(())
@@ -362,7 +365,7 @@ impl Default for TopicConfig {
 /// Validates a set of overrides; returns them normalised (trimmed values).
 pub fn validate_configs<'a>(
     pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
-) -> Result<BTreeMap<String, String>, String> {
+) -> Result<BTreeMap<String, String>, InvalidConfig> {
     let mut scratch = TopicConfig::default();
     let mut out = BTreeMap::new();
     for (k, v) in pairs {
@@ -370,7 +373,7 @@ pub fn validate_configs<'a>(
         out.insert(k.to_string(), v.trim().to_string());
     }
     if out.len() > CONFIGS_MAX {
-        return Err(format!("more than {CONFIGS_MAX} configs"));
+        return Err(InvalidConfig::new(format!("more than {CONFIGS_MAX} configs")));
     }
     Ok(out)
 }

@@ -15,38 +15,11 @@
 //! disk-damage suite, issue #21). Checking the checksum first turns that into a refusal
 //! naming the file.
 
-use std::path::{Path, PathBuf};
+mod error;
 
-/// Why fjall's files failed the check.
-#[derive(Debug)]
-pub enum FjallFilesError {
-    /// A file could not be listed, found or read.
-    Io { path: PathBuf, source: std::io::Error },
-    /// A file is damaged: what is wrong with it.
-    Damaged { path: PathBuf, detail: String },
-}
+use std::path::Path;
 
-impl std::fmt::Display for FjallFilesError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            FjallFilesError::Io { path, source } => {
-                write!(f, "reading {}: {source}", path.display())
-            }
-            FjallFilesError::Damaged { path, detail } => {
-                write!(f, "{} is damaged: {detail}", path.display())
-            }
-        }
-    }
-}
-
-impl std::error::Error for FjallFilesError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            FjallFilesError::Io { source, .. } => Some(source),
-            FjallFilesError::Damaged { .. } => None,
-        }
-    }
-}
+pub use error::FjallFilesError;
 
 /// The error for an I/O failure on `path`.
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> FjallFilesError + '_ {

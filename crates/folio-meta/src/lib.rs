@@ -20,6 +20,7 @@
 /// The clock seam (lives in `folio-proto`, shared with the storage engine).
 pub use folio_proto::clock;
 pub mod embedded;
+mod error;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(feature = "testing")]

@@ -11,6 +11,8 @@ pub use crate::limits::{ETCD_TXN_OPS_MAX, KEY_BYTES_MAX, LIST_LIMIT_MAX, VALUE_B
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
+pub use crate::error::MetaError;
+
 /// A store-wide counter that increases with every write. Every key's [`Version`] is the
 /// revision of its last write, so versions are never reused, even across delete and
 /// re-create (no ABA in compare-and-set).
@@ -24,32 +26,6 @@ pub type LeaseId = i64;
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// A metadata operation's result.
 pub type Result<T, E = MetaError> = std::result::Result<T, E>;
-
-/// Why a metadata operation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum MetaError {
-    /// A compare-and-set or transaction precondition failed.
-    #[error("conflict on {key}: it changed since it was read")]
-    Conflict { key: String },
-    /// The watch start (or a watcher that fell behind) is older than the history kept.
-    #[error(
-        "watch from revision {requested} is compacted (history starts after {compacted}); re-list and watch again"
-    )]
-    Compacted { requested: Revision, compacted: Revision },
-    /// The backend cannot be reached (etcd down, connection refused, timeout).
-    #[error("metadata store unavailable: {0}")]
-    Unavailable(String),
-    #[error("lease {0} not found (expired or revoked)")]
-    LeaseNotFound(LeaseId),
-    #[error("invalid argument: {0}")]
-    InvalidArgument(String),
-    #[error("metadata record at {key} is corrupt: {detail}")]
-    Corrupt { key: String, detail: String },
-    #[error("metadata store I/O error: {0}")]
-    Io(String),
-    #[error("metadata store is closed")]
-    Closed,
-}
 
 /// A stored value with its versions.
 #[derive(Debug, Clone, PartialEq, Eq)]

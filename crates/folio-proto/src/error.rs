@@ -22,6 +22,18 @@ impl InvalidConfig {
     }
 }
 
+impl From<String> for InvalidConfig {
+    fn from(why: String) -> InvalidConfig {
+        InvalidConfig(why)
+    }
+}
+
+impl From<&str> for InvalidConfig {
+    fn from(why: &str) -> InvalidConfig {
+        InvalidConfig(why.to_string())
+    }
+}
+
 impl From<InvalidConfig> for String {
     fn from(e: InvalidConfig) -> String {
         e.0

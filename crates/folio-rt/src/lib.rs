@@ -10,23 +10,13 @@
 //! only through this crate (the storage engine, which has no runtime, has its own stepped
 //! mode); nothing here knows Folio's protocols.
 
+mod error;
 pub mod net;
 pub mod sim;
 
+pub use error::BlockingFailed;
+
 use std::future::Future;
-
-/// Work that had to run on a blocking thread ended without a result: it panicked, or the
-/// runtime shut down under it.
-#[derive(Debug, Clone)]
-pub struct BlockingFailed(pub String);
-
-impl std::fmt::Display for BlockingFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "blocking work failed: {}", self.0)
-    }
-}
-
-impl std::error::Error for BlockingFailed {}
 
 /// Runs `f`, which may block its thread (disk I/O, a lock held through an fsync), off the
 /// async workers: on tokio's blocking pool, or inline under the simulator (where nothing

@@ -270,6 +270,68 @@ pub fn stale_architecture_references(root: &Path, doc: &str, sources: &[Source])
     out
 }
 
+/// Public functions of library crates (every crate but the binary `folio` and the test
+/// crates `folio-sim`, `folio-testkit`, `folio-tidy`) whose error type is a `String`:
+/// (path, function). An error a caller can only print, not inspect.
+pub fn string_errors_in_library_apis(sources: &[Source]) -> Vec<(String, String)> {
+    const NOT_LIBRARIES: &[&str] = &["folio", "folio-sim", "folio-testkit", "folio-tidy"];
+    let mut out = Vec::new();
+    for s in sources.iter().filter(|s| s.is_src() && !NOT_LIBRARIES.contains(&s.krate())) {
+        let text = s.shipped();
+        let mut rest = text;
+        while let Some(at) = rest.find("pub ") {
+            let sig_start = &rest[at..];
+            rest = &rest[at + 4..];
+            let head = sig_start.trim_start_matches("pub ").trim_start_matches("async ");
+            let Some(after_fn) = head.strip_prefix("fn ") else { continue };
+            let end = after_fn.find(['{', ';']).unwrap_or(after_fn.len());
+            let sig = &after_fn[..end];
+            let Some((_, ret)) = sig.rsplit_once("->") else { continue };
+            let ret: String = ret.split(" where").next().unwrap_or("").split_whitespace().collect();
+            if last_generic_argument(&ret, "Result<").as_deref() == Some("String") {
+                out.push((s.path.clone(), ident(after_fn).to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// The last top-level type argument of `ty` if it starts with `prefix` (`Result<`) and has
+/// two or more (`Result<T>`, a crate's alias, names its own error).
+fn last_generic_argument(ty: &str, prefix: &str) -> Option<String> {
+    let inner = ty.strip_prefix(prefix)?.strip_suffix('>')?;
+    let mut depth = 0i32;
+    let mut last = 0;
+    for (i, c) in inner.char_indices() {
+        match c {
+            '<' | '(' | '[' => depth += 1,
+            '>' | ')' | ']' => depth -= 1,
+            ',' if depth == 0 => last = i + 1,
+            _ => {}
+        }
+    }
+    (last > 0).then(|| inner[last..].to_string())
+}
+
+/// Library crates (every crate but the binary and the test crates) without an `error.rs`
+/// (or the broker's `errors.rs`) at the root of their sources.
+pub fn library_crates_without_error_module(root: &Path) -> Vec<String> {
+    const NOT_LIBRARIES: &[&str] = &["folio", "folio-sim", "folio-testkit", "folio-tidy"];
+    let mut out = Vec::new();
+    if let Ok(dirs) = std::fs::read_dir(root.join("crates")) {
+        for d in dirs.flatten() {
+            let name = d.file_name().to_string_lossy().to_string();
+            let src = d.path().join("src");
+            let has = src.join("error.rs").exists() || src.join("errors.rs").exists();
+            if !NOT_LIBRARIES.contains(&name.as_str()) && !has {
+                out.push(name);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 /// Named limits (`const *_MAX` / `*_MIN`) in shipped code outside a `limits.rs`: (path,
 /// name).
 pub fn limits_outside_limits_files(sources: &[Source]) -> Vec<(String, String)> {

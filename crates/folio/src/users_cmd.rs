@@ -85,12 +85,15 @@ pub fn run(args: Args) -> Result<(), String> {
                 }
                 for m in mechanisms(&mechanism)? {
                     let c = Credential::new(m, &password, iterations);
-                    credentials::put(meta.as_ref(), &keys, m, &name, &c).await?;
+                    credentials::put(meta.as_ref(), &keys, m, &name, &c)
+                        .await
+                        .map_err(|e| e.to_string())?;
                     println!("user {name}: {} credential set ({iterations} iterations)", m.name());
                 }
             }
             Command::List => {
-                let users = credentials::list(meta.as_ref(), &keys).await?;
+                let users =
+                    credentials::list(meta.as_ref(), &keys).await.map_err(|e| e.to_string())?;
                 if users.is_empty() {
                     println!("no users");
                 }
@@ -105,7 +108,10 @@ pub fn run(args: Args) -> Result<(), String> {
             Command::Delete { name, mechanism } => {
                 let mut any = false;
                 for m in mechanisms(&mechanism)? {
-                    if credentials::delete(meta.as_ref(), &keys, m, &name).await? {
+                    if credentials::delete(meta.as_ref(), &keys, m, &name)
+                        .await
+                        .map_err(|e| e.to_string())?
+                    {
                         println!("user {name}: {} credential removed", m.name());
                         any = true;
                     }

@@ -230,7 +230,7 @@ impl Handler for DeleteAcls {
             let result = if inner.acls.is_none() {
                 Err(disabled())
             } else if let Err(e) = f.validate() {
-                Err((errors::INVALID_REQUEST, e))
+                Err((errors::INVALID_REQUEST, e.to_string()))
             } else {
                 acl::delete(inner.env.meta.as_ref(), &inner.env.keys, |b| f.matches(b))
                     .await

@@ -109,7 +109,7 @@ impl Handler for CreateTopics {
                         .iter()
                         .filter_map(|c| c.value.as_ref().map(|v| (c.name.as_str(), v.as_str()))),
                 )
-                .map_err(BrokerError::InvalidConfig)?;
+                .map_err(|e| BrokerError::InvalidConfig(e.into()))?;
                 let new = inner.new_topic(partitions, replication, configs);
                 inner
                     .topics

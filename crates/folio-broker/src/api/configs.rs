@@ -291,7 +291,8 @@ fn apply_change(
             }
         }
     }
-    validate_configs(next.iter().map(|(k, v)| (k.as_str(), v.as_str()))).map_err(invalid)
+    validate_configs(next.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .map_err(|e| invalid(e.into()))
 }
 
 /// Applies `change` to topic `name` (compare-and-set), or only checks it.

@@ -49,7 +49,7 @@ impl Handler for DescribeUserScramCredentials {
             Err(e) => {
                 return DescribeUserScramCredentialsResponse::default()
                     .with_error_code(errors::KAFKA_STORAGE_ERROR)
-                    .with_error_message(Some(str_bytes(e)));
+                    .with_error_message(Some(str_bytes(e.to_string())));
             }
         };
         let infos = |creds: &[(Mechanism, u32)]| {
@@ -177,7 +177,7 @@ impl Handler for AlterUserScramCredentials {
                 continue;
             }
             match scram::check_iterations(u.iterations as i64) {
-                Err(e) => c.fail(errors::UNACCEPTABLE_CREDENTIAL, e),
+                Err(e) => c.fail(errors::UNACCEPTABLE_CREDENTIAL, e.to_string()),
                 Ok(_) if u.salt.is_empty() || u.salted_password.is_empty() => {
                     c.fail(
                         errors::UNACCEPTABLE_CREDENTIAL,
@@ -236,9 +236,9 @@ impl Handler for AlterUserScramCredentials {
 /// Applies one user's checked change: deletions first (each must exist), then upsertions.
 async fn apply(inner: &Inner, user: &str, change: UserChange) -> Result<(), (i16, String)> {
     let (meta, keys) = (inner.env.meta.as_ref(), &inner.env.keys);
-    let storage = |e: String| (errors::KAFKA_STORAGE_ERROR, e);
+    let storage = |e: credentials::CredentialError| (errors::KAFKA_STORAGE_ERROR, e.to_string());
     if let Err(e) = credentials::check_user(user) {
-        return Err((errors::UNACCEPTABLE_CREDENTIAL, e));
+        return Err((errors::UNACCEPTABLE_CREDENTIAL, e.to_string()));
     }
     for m in &change.deletions {
         if credentials::get(meta, keys, *m, user).await.map_err(storage)?.is_none() {

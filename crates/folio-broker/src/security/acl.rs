@@ -19,6 +19,7 @@ use std::sync::{Arc, RwLock};
 use bytes::Bytes;
 use folio_meta::keys::Keys;
 use folio_meta::{Expect, MetaError, MetadataStore, list_all};
+use folio_proto::InvalidConfig;
 
 use super::Session;
 
@@ -171,28 +172,35 @@ pub fn host_matches(binding: &str, peer: &str) -> bool {
 impl AclBinding {
     /// Checks the fields a client sent: principal `User:<name>` (or `User:*`), host `*` or an
     /// IP address, no control characters, bounded lengths, a name for the resource.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
         for (what, v) in [("principal", &self.principal), ("host", &self.host)] {
             if v.is_empty() || v.len() > ACL_FIELD_BYTES_MAX || v.chars().any(char::is_control) {
-                return Err(format!(
+                return Err(InvalidConfig::new(format!(
                     "{what} {v:?}: 1..={ACL_FIELD_BYTES_MAX} bytes, no control characters"
-                ));
+                )));
             }
         }
         if !self.principal.starts_with("User:") || self.principal.len() == 5 {
-            return Err(format!("principal {:?}: expected User:<name>", self.principal));
+            return Err(InvalidConfig::new(format!(
+                "principal {:?}: expected User:<name>",
+                self.principal
+            )));
         }
         if self.host != "*" && HostPattern::parse(&self.host).is_none() {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "host {:?}: expected *, an IP address, or a CIDR block (10.0.0.0/8, fd00::/8)",
                 self.host
-            ));
+            )));
         }
         if self.name.is_empty() || self.name.len() > folio_meta::KEY_BYTES_MAX / 2 {
-            return Err("a resource name must not be empty or longer than 2048 bytes".into());
+            return Err(InvalidConfig::new(
+                "a resource name must not be empty or longer than 2048 bytes",
+            ));
         }
         if self.resource_type == ResourceType::Cluster && self.name != CLUSTER_NAME {
-            return Err(format!("the cluster resource is named {CLUSTER_NAME}"));
+            return Err(InvalidConfig::new(format!(
+                "the cluster resource is named {CLUSTER_NAME}"
+            )));
         }
         Ok(())
     }
@@ -233,9 +241,13 @@ pub struct AclFilter {
 
 impl AclFilter {
     /// Checks the codes (an unknown one is INVALID_REQUEST in Kafka).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
         let any_or = |code: i8, known: bool, what: &str| {
-            if code == FILTER_ANY || known { Ok(()) } else { Err(format!("unknown {what} {code}")) }
+            if code == FILTER_ANY || known {
+                Ok(())
+            } else {
+                Err(InvalidConfig::new(format!("unknown {what} {code}")))
+            }
         };
         any_or(
             self.resource_type,

@@ -6,17 +6,38 @@
 
 use bytes::Bytes;
 use folio_meta::keys::Keys;
-use folio_meta::{Expect, MetadataStore, list_all};
+use folio_meta::records::corrupt;
+use folio_meta::{Expect, MetaError, MetadataStore, list_all};
+use folio_proto::InvalidConfig;
 
 use super::scram::{Credential, Mechanism, USER_NAME_BYTES_MAX};
 
+/// Why a credential could not be read, stored or checked.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialError {
+    /// The user name (or the credential) is outside the rules.
+    #[error("{0}")]
+    Invalid(#[from] InvalidConfig),
+    /// The metadata store failed, or holds a damaged credential.
+    #[error("{what}: {source}")]
+    Meta { what: String, source: MetaError },
+    /// The password check (PBKDF2, on a blocking thread) ended without a result.
+    #[error("checking a password: {0}")]
+    Blocking(#[from] folio_rt::BlockingFailed),
+}
+
+/// The store's error at step `what`.
+fn meta(what: String) -> impl FnOnce(MetaError) -> CredentialError {
+    move |source| CredentialError::Meta { what, source }
+}
+
 /// Checks a user name: 1..=256 bytes (any UTF-8, as Kafka allows).
-pub fn check_user(user: &str) -> Result<(), String> {
+pub fn check_user(user: &str) -> Result<(), InvalidConfig> {
     if user.is_empty() || user.len() > USER_NAME_BYTES_MAX {
-        return Err(format!(
+        return Err(InvalidConfig(format!(
             "a user name must be 1..={USER_NAME_BYTES_MAX} bytes, not {}",
             user.len()
-        ));
+        )));
     }
     Ok(())
 }
@@ -27,13 +48,18 @@ pub async fn get(
     keys: &Keys,
     mech: Mechanism,
     user: &str,
-) -> Result<Option<Credential>, String> {
+) -> Result<Option<Credential>, CredentialError> {
     let key = keys.scram_credential(mech.name(), user);
-    let Some(v) = meta.get(&key).await.map_err(|e| format!("reading {key}: {e}"))? else {
+    let Some(v) = meta.get(&key).await.map_err(self::meta(format!("reading {key}")))? else {
         return Ok(None);
     };
-    let text = std::str::from_utf8(&v.value).map_err(|_| format!("{key}: not UTF-8"))?;
-    Credential::decode(text).map(Some).map_err(|e| format!("{key}: {e}"))
+    decode(&key, &v.value).map(Some).map_err(self::meta(format!("reading {key}")))
+}
+
+/// A stored credential, refusing damage.
+fn decode(key: &str, value: &[u8]) -> Result<Credential, MetaError> {
+    let text = std::str::from_utf8(value).map_err(|_| corrupt(key, "not UTF-8"))?;
+    Credential::decode(text).map_err(|e| corrupt(key, e))
 }
 
 /// Stores (creates or replaces) the credential of `user` for `mech`.
@@ -43,13 +69,13 @@ pub async fn put(
     mech: Mechanism,
     user: &str,
     credential: &Credential,
-) -> Result<(), String> {
+) -> Result<(), CredentialError> {
     check_user(user)?;
     let key = keys.scram_credential(mech.name(), user);
     meta.put(&key, Bytes::from(credential.encode()), Expect::Any)
         .await
         .map(drop)
-        .map_err(|e| format!("writing {key}: {e}"))
+        .map_err(self::meta(format!("writing {key}")))
 }
 
 /// Deletes the credential of `user` for `mech`; whether there was one.
@@ -58,9 +84,9 @@ pub async fn delete(
     keys: &Keys,
     mech: Mechanism,
     user: &str,
-) -> Result<bool, String> {
+) -> Result<bool, CredentialError> {
     let key = keys.scram_credential(mech.name(), user);
-    meta.delete(&key, Expect::Any).await.map_err(|e| format!("deleting {key}: {e}"))
+    meta.delete(&key, Expect::Any).await.map_err(self::meta(format!("deleting {key}")))
 }
 
 /// One user's credentials: mechanism and iterations of each.
@@ -71,15 +97,14 @@ pub type UserCredentials = Vec<(Mechanism, u32)>;
 pub async fn list(
     meta: &dyn MetadataStore,
     keys: &Keys,
-) -> Result<Vec<(String, UserCredentials)>, String> {
+) -> Result<Vec<(String, UserCredentials)>, CredentialError> {
     let mut users: std::collections::BTreeMap<String, UserCredentials> = Default::default();
     for mech in Mechanism::SCRAM {
         let prefix = keys.scram_credentials(mech.name());
-        for v in list_all(meta, &prefix).await.map_err(|e| format!("listing {prefix}: {e}"))? {
+        let listing = format!("listing {prefix}");
+        for v in list_all(meta, &prefix).await.map_err(self::meta(listing.clone()))? {
             let user = v.key[prefix.len()..].to_string();
-            let text =
-                std::str::from_utf8(&v.value).map_err(|_| format!("{}: not UTF-8", v.key))?;
-            let c = Credential::decode(text).map_err(|e| format!("{}: {e}", v.key))?;
+            let c = decode(&v.key, &v.value).map_err(self::meta(listing.clone()))?;
             users.entry(user).or_default().push((mech, c.iterations));
         }
     }
@@ -93,12 +118,10 @@ pub async fn check_plain(
     keys: &Keys,
     user: &str,
     password: String,
-) -> Result<bool, String> {
+) -> Result<bool, CredentialError> {
     for mech in Mechanism::SCRAM {
         if let Some(c) = get(meta, keys, mech, user).await? {
-            return folio_rt::blocking(move || c.check_password(mech, &password))
-                .await
-                .map_err(|e| format!("checking a password: {e}"));
+            return Ok(folio_rt::blocking(move || c.check_password(mech, &password)).await?);
         }
     }
     Ok(false)

@@ -111,7 +111,7 @@ impl ListenerConfig {
 
 /// Parses `NAME://host:port` into the name, host and port. An empty host is `0.0.0.0`
 /// (Kafka's `PLAINTEXT://:9092`).
-pub fn parse_endpoint(s: &str) -> Result<(String, String, u16), String> {
+pub fn parse_endpoint(s: &str) -> Result<(String, String, u16), InvalidConfig> {
     let (name, rest) =
         s.split_once("://").ok_or_else(|| format!("{s:?}: expected NAME://host:port"))?;
     check_listener_name(name).map_err(|e| format!("{s:?}: {e}"))?;
@@ -147,7 +147,7 @@ pub fn listeners_from(
     listeners: &[String],
     advertised: &[String],
     protocol_map: &[String],
-) -> Result<Vec<ListenerConfig>, String> {
+) -> Result<Vec<ListenerConfig>, InvalidConfig> {
     let mut map = Vec::new();
     for pair in protocol_map.iter().flat_map(|m| m.split(',')).filter(|p| !p.trim().is_empty()) {
         let (name, proto) = pair
@@ -174,7 +174,7 @@ pub fn listeners_from(
             format!("listener {l:?}: bind to an IP address ({host:?} is not one; advertise host names with --advertised-listener)")
         })?;
         if out.iter().any(|o| o.name == name) {
-            return Err(format!("listener {name} is given twice"));
+            return Err(InvalidConfig::new(format!("listener {name} is given twice")));
         }
         out.push(ListenerConfig {
             name,
@@ -186,15 +186,22 @@ pub fn listeners_from(
     for a in advertised.iter().flat_map(|a| a.split(',')).filter(|a| !a.trim().is_empty()) {
         let (name, host, port) = parse_endpoint(a.trim())?;
         let Some(l) = out.iter_mut().find(|l| l.name == name) else {
-            return Err(format!("advertised listener {a:?}: no listener is named {name}"));
+            return Err(InvalidConfig::new(format!(
+                "advertised listener {a:?}: no listener is named {name}"
+            )));
         };
         if host == "0.0.0.0" {
-            return Err(format!("advertised listener {a:?}: needs a host clients can reach"));
+            return Err(InvalidConfig::new(format!(
+                "advertised listener {a:?}: needs a host clients can reach"
+            )));
         }
         l.advertised = Some((host, port));
     }
     if out.len() > LISTENERS_MAX {
-        return Err(format!("{} listeners: at most {LISTENERS_MAX}", out.len()));
+        return Err(InvalidConfig::new(format!(
+            "{} listeners: at most {LISTENERS_MAX}",
+            out.len()
+        )));
     }
     Ok(out)
 }
@@ -299,10 +306,10 @@ mod tests {
         ] {
             let bad: Vec<String> = bad.into_iter().map(String::from).collect();
             let e = listeners_from(&bad, &[], &[]).unwrap_err();
-            assert!(e.contains(why), "{bad:?}: {e}");
+            assert!(e.0.contains(why), "{bad:?}: {e}");
         }
         let e = listeners_from(&["SSL://:1".into()], &["SASL_SSL://h:2".into()], &[]).unwrap_err();
-        assert!(e.contains("no listener is named SASL_SSL"), "{e}");
+        assert!(e.0.contains("no listener is named SASL_SSL"), "{e}");
         let ssl = listeners_from(&["SSL://:1".into()], &[], &[]).unwrap();
         let e = validate(&ssl, None, &SaslConfig::default()).unwrap_err();
         assert!(e.0.contains("--ssl-cert"), "{e}");

@@ -272,7 +272,10 @@ impl SaslGate {
             Exchange::Plain => match scram::parse_plain(token) {
                 Err(e) => Step::Failed(e),
                 Ok((user, password)) => {
-                    if credentials::check_plain(store.meta, store.keys, &user, password).await? {
+                    if credentials::check_plain(store.meta, store.keys, &user, password)
+                        .await
+                        .map_err(|e| e.to_string())?
+                    {
                         Step::Done(user, Vec::new())
                     } else {
                         Step::Failed(format!("user {user:?}: unknown or wrong password"))
@@ -282,7 +285,10 @@ impl SaslGate {
             Exchange::ScramFirst(m) => match scram::parse_client_first(token) {
                 Err(e) => Step::Failed(e),
                 Ok(first) => {
-                    match credentials::get(store.meta, store.keys, m, &first.user).await? {
+                    match credentials::get(store.meta, store.keys, m, &first.user)
+                        .await
+                        .map_err(|e| e.to_string())?
+                    {
                         None => Step::Failed(format!(
                             "user {:?} has no {} credential",
                             first.user,

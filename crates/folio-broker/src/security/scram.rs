@@ -17,6 +17,7 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
+use folio_proto::InvalidConfig;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256, Sha512};
 
@@ -131,11 +132,11 @@ impl std::fmt::Debug for Credential {
 }
 
 /// Checks a SCRAM iteration count against Kafka's bounds.
-pub fn check_iterations(iterations: i64) -> Result<u32, String> {
+pub fn check_iterations(iterations: i64) -> Result<u32, InvalidConfig> {
     if !(ITERATIONS_MIN as i64..=ITERATIONS_MAX as i64).contains(&iterations) {
-        return Err(format!(
+        return Err(InvalidConfig::new(format!(
             "{iterations} iterations: SCRAM needs {ITERATIONS_MIN}..={ITERATIONS_MAX}"
-        ));
+        )));
     }
     Ok(iterations as u32)
 }

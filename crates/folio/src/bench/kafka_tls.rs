@@ -25,7 +25,9 @@ pub(crate) async fn run(quick: bool, tmp: &Path, driver: &Path) -> Result<(), St
     let (client, bookies, meta) = cluster(&tmp.join("cluster"), 3).await?;
     let keys = folio_meta::keys::Keys::default();
     let cred = Credential::new(Mechanism::ScramSha512, "bench-secret", 4096);
-    credentials::put(meta.as_ref(), &keys, Mechanism::ScramSha512, "bench", &cred).await?;
+    credentials::put(meta.as_ref(), &keys, Mechanism::ScramSha512, "bench", &cred)
+        .await
+        .map_err(|e| e.to_string())?;
     let env = super::log_env(meta, client);
     let any = "127.0.0.1:0".parse().expect("address");
     let config = BrokerConfig {
