@@ -270,7 +270,7 @@ impl SaslGate {
         };
         let step = match exchange {
             Exchange::Plain => match scram::parse_plain(token) {
-                Err(e) => Step::Failed(e),
+                Err(e) => Step::Failed(e.into()),
                 Ok((user, password)) => {
                     if credentials::check_plain(store.meta, store.keys, &user, password)
                         .await
@@ -283,7 +283,7 @@ impl SaslGate {
                 }
             },
             Exchange::ScramFirst(m) => match scram::parse_client_first(token) {
-                Err(e) => Step::Failed(e),
+                Err(e) => Step::Failed(e.into()),
                 Ok(first) => {
                     match credentials::get(store.meta, store.keys, m, &first.user)
                         .await

@@ -21,6 +21,36 @@ use folio_proto::InvalidConfig;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256, Sha512};
 
+/// Why a SCRAM or PLAIN exchange (or a stored credential) was refused: the message the
+/// SASL answer carries, naming the part at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
+impl From<String> for Refused {
+    fn from(why: String) -> Refused {
+        Refused(why)
+    }
+}
+
+impl From<&str> for Refused {
+    fn from(why: &str) -> Refused {
+        Refused(why.to_string())
+    }
+}
+
+impl From<InvalidConfig> for Refused {
+    fn from(e: InvalidConfig) -> Refused {
+        Refused(e.0)
+    }
+}
+
+impl From<Refused> for String {
+    fn from(e: Refused) -> String {
+        e.0
+    }
+}
+
 /// Fewest SCRAM iterations a credential may have (Kafka's minimum).
 pub const ITERATIONS_MIN: u32 = 4096;
 /// Most SCRAM iterations a credential may have (Kafka's maximum).
@@ -179,7 +209,7 @@ impl Credential {
     }
 
     /// Reads the stored form.
-    pub fn decode(s: &str) -> Result<Credential, String> {
+    pub fn decode(s: &str) -> Result<Credential, Refused> {
         let (mut salt, mut stored, mut server, mut iterations) = (None, None, None, None);
         for field in s.split(',') {
             let (k, v) = field.split_once('=').ok_or("a field without '='")?;
@@ -192,14 +222,16 @@ impl Credential {
                     let n: i64 = v.parse().map_err(|_| format!("iterations {v:?}"))?;
                     iterations = Some(check_iterations(n)?);
                 }
-                other => return Err(format!("unknown field {other:?}")),
+                other => return Err(Refused::from(format!("unknown field {other:?}"))),
             }
         }
         match (salt, stored, server, iterations) {
             (Some(salt), Some(stored_key), Some(server_key), Some(iterations)) => {
                 Ok(Credential { salt, iterations, stored_key, server_key })
             }
-            _ => Err("a field is missing (salt, stored_key, server_key, iterations)".into()),
+            _ => {
+                Err(Refused::from("a field is missing (salt, stored_key, server_key, iterations)"))
+            }
         }
     }
 }
@@ -219,7 +251,7 @@ pub struct ClientFirst {
 }
 
 /// Reads `n,[a=authzid],n=user,r=nonce[,ext]`.
-pub fn parse_client_first(msg: &[u8]) -> Result<ClientFirst, String> {
+pub fn parse_client_first(msg: &[u8]) -> Result<ClientFirst, Refused> {
     let s = message(msg)?;
     let rest = s
         .strip_prefix("n,")
@@ -233,19 +265,23 @@ pub fn parse_client_first(msg: &[u8]) -> Result<ClientFirst, String> {
         match (i, attr.split_once('=')) {
             (0, Some(("n", u))) => user = Some(decode_saslname(u)?),
             (1, Some(("r", r))) if !r.is_empty() => nonce = Some(r.to_string()),
-            (0 | 1, _) => return Err(format!("expected n=user,r=nonce, got {attr:?}")),
-            (_, Some(("tokenauth", _))) => return Err("delegation tokens are not supported".into()),
+            (0 | 1, _) => {
+                return Err(Refused::from(format!("expected n=user,r=nonce, got {attr:?}")));
+            }
+            (_, Some(("tokenauth", _))) => {
+                return Err(Refused::from("delegation tokens are not supported"));
+            }
             _ => {} // other extensions: ignored
         }
     }
     let user = user.ok_or("no user")?;
     if user.is_empty() || user.len() > USER_NAME_BYTES_MAX {
-        return Err(format!("a user name must be 1..={USER_NAME_BYTES_MAX} bytes"));
+        return Err(Refused::from(format!("a user name must be 1..={USER_NAME_BYTES_MAX} bytes")));
     }
     if let Some(a) = authzid.strip_prefix("a=")
         && decode_saslname(a)? != user
     {
-        return Err("the authorization id differs from the user".into());
+        return Err(Refused::from("the authorization id differs from the user"));
     }
     let nonce = nonce.ok_or("no nonce")?;
     Ok(ClientFirst { user, nonce, bare: bare.to_string(), gs2_header })
@@ -299,30 +335,32 @@ impl ScramServer {
 
     /// Checks the client's final message (`c=…,r=…,p=…`): the server-final-message to send
     /// if its proof is right.
-    pub fn finish(self, msg: &[u8]) -> Result<Vec<u8>, String> {
+    pub fn finish(self, msg: &[u8]) -> Result<Vec<u8>, Refused> {
         let s = message(msg)?;
         let (without_proof, proof) = s.rsplit_once(",p=").ok_or("no proof")?;
         let mut attrs = without_proof.split(',');
         let binding = attrs.next().and_then(|a| a.strip_prefix("c=")).ok_or("no c=")?;
         let nonce = attrs.next().and_then(|a| a.strip_prefix("r=")).ok_or("no r=")?;
         if B64.decode(binding).ok().as_deref() != Some(self.first.gs2_header.as_bytes()) {
-            return Err("the channel binding differs from the first message's header".into());
+            return Err(Refused::from(
+                "the channel binding differs from the first message's header",
+            ));
         }
         // Kafka checks that the echoed nonce *ends with* the server's: librdkafka 2.0 sends
         // its own nonce again in front of the server's whole one. The server's random part
         // is in it either way, and the proof covers the message as sent.
         if !nonce.ends_with(&self.nonce) {
-            return Err("the nonce does not end with the one the server sent".into());
+            return Err(Refused::from("the nonce does not end with the one the server sent"));
         }
         let proof = B64.decode(proof).map_err(|_| "the proof is not base64")?;
         let auth_message = format!("{},{},{without_proof}", self.first.bare, self.server_first);
         let signature = self.mech.hmac(&self.credential.stored_key, auth_message.as_bytes());
         if proof.len() != signature.len() {
-            return Err("a proof of the wrong length".into());
+            return Err(Refused::from("a proof of the wrong length"));
         }
         let client_key: Vec<u8> = proof.iter().zip(&signature).map(|(p, s)| p ^ s).collect();
         if !constant_time_eq(&self.mech.hash(&client_key), &self.credential.stored_key) {
-            return Err("wrong password".into());
+            return Err(Refused::from("wrong password"));
         }
         let server_signature = self.mech.hmac(&self.credential.server_key, auth_message.as_bytes());
         Ok(format!("v={}", B64.encode(server_signature)).into_bytes())
@@ -335,19 +373,19 @@ impl ScramServer {
 }
 
 /// Reads a PLAIN message (`authzid NUL authcid NUL password`): the user and password.
-pub fn parse_plain(msg: &[u8]) -> Result<(String, String), String> {
+pub fn parse_plain(msg: &[u8]) -> Result<(String, String), Refused> {
     let s = message(msg)?;
     let mut parts = s.split('\0');
     let (Some(authzid), Some(user), Some(password), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
     else {
-        return Err("a PLAIN message is authzid NUL user NUL password".into());
+        return Err(Refused::from("a PLAIN message is authzid NUL user NUL password"));
     };
     if user.is_empty() || user.len() > USER_NAME_BYTES_MAX {
-        return Err(format!("a user name must be 1..={USER_NAME_BYTES_MAX} bytes"));
+        return Err(Refused::from(format!("a user name must be 1..={USER_NAME_BYTES_MAX} bytes")));
     }
     if !authzid.is_empty() && authzid != user {
-        return Err("the authorization id differs from the user".into());
+        return Err(Refused::from("the authorization id differs from the user"));
     }
     Ok((user.to_string(), password.to_string()))
 }
@@ -386,7 +424,7 @@ impl Client {
     }
 
     /// Takes the server's answer: the next message to send, or `None` when done.
-    pub fn next(&mut self, answer: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    pub fn next(&mut self, answer: &[u8]) -> Result<Option<Vec<u8>>, Refused> {
         if self.mech == Mechanism::Plain {
             return Ok(None);
         }
@@ -394,14 +432,18 @@ impl Client {
         if let Some(expect) = &self.expect {
             let v = s.strip_prefix("v=").ok_or("no server signature")?;
             let got = B64.decode(v).map_err(|_| "a server signature that is not base64")?;
-            return if &got == expect { Ok(None) } else { Err("a wrong server signature".into()) };
+            return if &got == expect {
+                Ok(None)
+            } else {
+                Err(Refused::from("a wrong server signature"))
+            };
         }
         let mut attrs = s.split(',');
         let nonce = attrs.next().and_then(|a| a.strip_prefix("r=")).ok_or("no nonce")?;
         let salt = attrs.next().and_then(|a| a.strip_prefix("s=")).ok_or("no salt")?;
         let iterations = attrs.next().and_then(|a| a.strip_prefix("i=")).ok_or("no iterations")?;
         if !nonce.starts_with(&self.nonce) {
-            return Err("the server's nonce does not extend ours".into());
+            return Err(Refused::from("the server's nonce does not extend ours"));
         }
         let salt = B64.decode(salt).map_err(|_| "a salt that is not base64")?;
         let iterations = check_iterations(iterations.parse().map_err(|_| "bad iterations")?)?;
