@@ -50,13 +50,12 @@ mod tests {
     #[tokio::test]
     async fn until_returns_once_the_condition_holds() {
         let mut looks = 0;
-        let waited = eventually(Duration::from_secs(10), "three looks", || {
+        eventually(Duration::from_secs(60), "three looks", || {
             looks += 1;
             looks == 3
         })
         .await;
-        assert_eq!(looks, 3);
-        assert!(waited < Duration::from_secs(10));
+        assert_eq!(looks, 3, "it stops looking once the condition holds");
     }
 
     #[tokio::test]
