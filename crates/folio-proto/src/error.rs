@@ -9,55 +9,63 @@
 
 use std::path::PathBuf;
 
-/// A setting or argument that is wrong, and why (naming the setting). What every
-/// `validate()` and config parser returns; it has no source, the value is the fault.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct InvalidConfig(pub String);
+/// Defines an error that is a reason and nothing else (no cause under it): a newtype over
+/// the message, `Display` as the message, built with `new` or from a `String`/`&str`, and
+/// turned back into its message where a `String` is wanted. The one shape of
+/// [`InvalidConfig`], [`InvalidRecord`] and the broker's `scram::Refused`.
+#[macro_export]
+macro_rules! reason_error {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub struct $name(pub String);
 
-impl InvalidConfig {
-    /// The error for `why`.
-    pub fn new(why: impl Into<String>) -> InvalidConfig {
-        InvalidConfig(why.into())
-    }
+        impl $name {
+            /// The error for `why`.
+            pub fn new(why: impl Into<String>) -> $name {
+                $name(why.into())
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl std::error::Error for $name {}
+
+        impl From<String> for $name {
+            fn from(why: String) -> $name {
+                $name(why)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(why: &str) -> $name {
+                $name(why.to_string())
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(e: $name) -> String {
+                e.0
+            }
+        }
+    };
 }
 
-impl From<String> for InvalidConfig {
-    fn from(why: String) -> InvalidConfig {
-        InvalidConfig(why)
-    }
-}
+reason_error!(
+    /// A setting or argument that is wrong, and why (naming the setting). What every
+    /// `validate()` and config parser returns; it has no source, the value is the fault.
+    InvalidConfig
+);
 
-impl From<&str> for InvalidConfig {
-    fn from(why: &str) -> InvalidConfig {
-        InvalidConfig(why.to_string())
-    }
-}
-
-impl From<InvalidConfig> for String {
-    fn from(e: InvalidConfig) -> String {
-        e.0
-    }
-}
-
-/// A record (ledger metadata, a log record, an epoch history) that breaks one of its
-/// invariants, and which. Decoders refuse it as corrupt; encoders assert it never happens.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct InvalidRecord(pub String);
-
-impl InvalidRecord {
-    /// The error for `why`.
-    pub fn new(why: impl Into<String>) -> InvalidRecord {
-        InvalidRecord(why.into())
-    }
-}
-
-impl From<InvalidRecord> for String {
-    fn from(e: InvalidRecord) -> String {
-        e.0
-    }
-}
+reason_error!(
+    /// A record (ledger metadata, a log record, an epoch history) that breaks one of its
+    /// invariants, and which. Decoders refuse it as corrupt; encoders assert it never happens.
+    InvalidRecord
+);
 
 /// Why a cluster secret could not be had (`auth::ClusterSecret`).
 #[derive(Debug, thiserror::Error)]

@@ -202,12 +202,6 @@ pub struct ListenOptions {
     pub send_buffer_bytes: u32,
 }
 
-impl Default for ListenOptions {
-    fn default() -> ListenOptions {
-        ListenOptions { backlog: 1024, send_buffer_bytes: 0 }
-    }
-}
-
 impl Listener {
     /// Listens on `addr` (port 0: any free port).
     pub async fn bind(addr: SocketAddr) -> io::Result<Listener> {

@@ -270,11 +270,13 @@ pub fn stale_architecture_references(root: &Path, doc: &str, sources: &[Source])
     out
 }
 
-/// Public functions of library crates (every crate but the binary `folio` and the test
-/// crates `folio-sim`, `folio-testkit`, `folio-tidy`) whose error type is a `String`:
+/// The crates that are not libraries others build on: the binary and the test crates.
+const NOT_LIBRARIES: &[&str] = &["folio", "folio-sim", "folio-testkit", "folio-tidy"];
+
+/// Public functions of library crates (every crate but [`NOT_LIBRARIES`]) whose error type
+/// is a `String`:
 /// (path, function). An error a caller can only print, not inspect.
 pub fn string_errors_in_library_apis(sources: &[Source]) -> Vec<(String, String)> {
-    const NOT_LIBRARIES: &[&str] = &["folio", "folio-sim", "folio-testkit", "folio-tidy"];
     let mut out = Vec::new();
     for s in sources.iter().filter(|s| s.is_src() && !NOT_LIBRARIES.contains(&s.krate())) {
         let text = s.shipped();
@@ -316,7 +318,6 @@ fn last_generic_argument(ty: &str, prefix: &str) -> Option<String> {
 /// Library crates (every crate but the binary and the test crates) without an `error.rs`
 /// (or the broker's `errors.rs`) at the root of their sources.
 pub fn library_crates_without_error_module(root: &Path) -> Vec<String> {
-    const NOT_LIBRARIES: &[&str] = &["folio", "folio-sim", "folio-testkit", "folio-tidy"];
     let mut out = Vec::new();
     if let Ok(dirs) = std::fs::read_dir(root.join("crates")) {
         for d in dirs.flatten() {
@@ -465,7 +466,8 @@ pub fn undocumented_pub_items(sources: &[Source]) -> BTreeMap<String, Vec<(Strin
                 .rev()
                 .map(|l| l.trim_start())
                 .find(|l| !l.starts_with("#["))
-                .is_some_and(|l| l.starts_with("///"));
+                // A macro's item is documented by the docs its caller passes (`$(#[$doc])*`).
+                .is_some_and(|l| l.starts_with("///") || l.starts_with("$(#[$doc"));
             if !documented {
                 out.entry(s.krate().to_string()).or_default().push((s.path.clone(), i + 1));
             }

@@ -21,33 +21,15 @@ use folio_proto::InvalidConfig;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256, Sha512};
 
-/// Why a SCRAM or PLAIN exchange (or a stored credential) was refused: the message the
-/// SASL answer carries, naming the part at fault.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Refused(pub String);
-
-impl From<String> for Refused {
-    fn from(why: String) -> Refused {
-        Refused(why)
-    }
-}
-
-impl From<&str> for Refused {
-    fn from(why: &str) -> Refused {
-        Refused(why.to_string())
-    }
-}
+folio_proto::reason_error!(
+    /// Why a SCRAM or PLAIN exchange (or a stored credential) was refused: the message the
+    /// SASL answer carries, naming the part at fault.
+    Refused
+);
 
 impl From<InvalidConfig> for Refused {
     fn from(e: InvalidConfig) -> Refused {
         Refused(e.0)
-    }
-}
-
-impl From<Refused> for String {
-    fn from(e: Refused) -> String {
-        e.0
     }
 }
 
