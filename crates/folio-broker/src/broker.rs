@@ -107,7 +107,7 @@ impl Broker {
             last_audit: Mutex::new(None),
             request_budget: Arc::new(tokio::sync::Semaphore::new(config_limits.process_bytes_max)),
             answer_budget: Arc::new(tokio::sync::Semaphore::new(config_limits.answer_bytes_max)),
-            auto_created: Mutex::new((std::time::Instant::now(), 0)),
+            auto_created: Mutex::new((tokio::time::Instant::now(), 0)),
             fetch_sessions: crate::fetch_sessions::FetchSessions::new(&config_limits),
             quotas: crate::quotas::Quotas::new(),
             leader_epochs: Default::default(),

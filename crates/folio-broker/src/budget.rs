@@ -84,5 +84,5 @@ pub(crate) struct RequestScope {
     /// The request header's client id (empty without one).
     pub client_id: Arc<str>,
     /// Until when the connection reads no further request (a client quota's throttle).
-    pub mute: Arc<Mutex<std::time::Instant>>,
+    pub mute: Arc<Mutex<tokio::time::Instant>>,
 }

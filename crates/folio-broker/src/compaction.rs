@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use folio_log::records::LedgerInfo;
 use folio_log::{Compaction, CompactionReport, LogEntry, ManagedLog};

@@ -182,7 +182,7 @@ pub(crate) async fn pass(inner: &Arc<Inner>) -> Result<usize, String> {
     let mut done = 0;
     for (key, id, marker) in markers {
         for p in 0..marker.partitions as i32 {
-            let step = std::time::Instant::now();
+            let step = tokio::time::Instant::now();
             if *inner.shutdown.borrow() {
                 // Stopping (or crashed, in tests): the next controller resumes the marker.
                 return Err(format!("stopped while deleting {}", marker.name));

@@ -30,7 +30,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use kafka_protocol::messages::FetchRequest;
 use uuid::Uuid;

@@ -9,8 +9,6 @@
 //! - [`topics`]: the topic record (name → topic id binding) and topic configs.
 //! - [`limits`]: every limit of the Kafka listener, with its default.
 //! - [`metrics`]: Prometheus metrics per broker and per topic.
-//! - [`client`]: a minimal raw-protocol client (benchmarks and tests), never used by the
-//!   broker itself.
 //!
 //! **Architecture invariant:** record batches are never decoded into records (the
 //! protocol crate's record types drop duplicate header keys): the broker reads the 61-byte
@@ -25,7 +23,6 @@ pub mod audit;
 pub mod batch;
 mod broker;
 mod budget;
-pub mod client;
 pub mod cluster;
 pub mod compaction;
 pub mod config;

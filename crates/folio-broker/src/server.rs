@@ -323,13 +323,13 @@ where
     };
     let mut gate = SaslGate::new(inner.config.sasl.clone(), sasl);
     let mut shutdown = inner.shutdown.subscribe();
-    let mute = Arc::new(Mutex::new(std::time::Instant::now()));
+    let mute = Arc::new(Mutex::new(tokio::time::Instant::now()));
     loop {
         // A client quota's throttle: no further request is read until it ends (KIP-219).
         let until = *mute.lock().unwrap_or_else(|p| p.into_inner());
-        if until > std::time::Instant::now() {
+        if until > tokio::time::Instant::now() {
             tokio::select! {
-                () = tokio::time::sleep_until(until.into()) => {}
+                () = tokio::time::sleep_until(until) => {}
                 _ = shutdown.wait_for(|s| *s) => return Err("the broker is shutting down".into()),
             }
         }
@@ -505,7 +505,7 @@ async fn dispatch(
     budgets: &Budgets,
     held: &Arc<Mutex<Held>>,
     session: &Session,
-    mute: &Arc<Mutex<std::time::Instant>>,
+    mute: &Arc<Mutex<tokio::time::Instant>>,
 ) -> Result<Pending, String> {
     match parse_header(frame)? {
         Parsed::ApiVersions { version, correlation, frame } => {

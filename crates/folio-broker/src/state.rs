@@ -80,7 +80,7 @@ pub(crate) struct Inner {
     /// Fetch answer bytes all connections may hold (`limits.answer_bytes_max`).
     pub answer_budget: Arc<tokio::sync::Semaphore>,
     /// Topics auto-created in the current minute (`limits.auto_create_per_minute_max`).
-    pub auto_created: Mutex<(std::time::Instant, usize)>,
+    pub auto_created: Mutex<(tokio::time::Instant, usize)>,
     /// Fetch sessions (KIP-227; `limits.fetch_sessions_max`).
     pub(crate) fetch_sessions: crate::fetch_sessions::FetchSessions,
     /// Client quotas (cached from the metadata store) and their measured rates.

@@ -395,7 +395,7 @@ pub struct Topics {
     cache: RwLock<HashMap<String, Arc<Topic>>>,
     /// When a by-id miss last listed every topic (one listing at a time, at most one per
     /// [`BY_ID_MISS_LISTING_INTERVAL`]: a storm of unknown ids costs no more).
-    by_id_listing: tokio::sync::Mutex<Option<std::time::Instant>>,
+    by_id_listing: tokio::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 /// How often a topic id missing from the cache may cause a listing of every topic.
@@ -493,7 +493,7 @@ impl Topics {
             return Ok(cache.values().find(|t| t.record.id == id).cloned());
         }
         let found = self.list().await?.into_iter().find(|t| t.record.id == id);
-        *last = Some(std::time::Instant::now());
+        *last = Some(tokio::time::Instant::now());
         Ok(found)
     }
 

@@ -12,14 +12,14 @@ use std::net::SocketAddr;
 
 use bytes::Bytes;
 use common::{Conn, metadata_req};
-use folio_broker::client::{
-    KafkaConn, create_topics_request, delete_topics_request, produce_request,
-};
 use folio_broker::config::{AuthorizerConfig, ListenerConfig};
 use folio_broker::errors;
 use folio_broker::security::acl::{Operation, PatternType, Permission, ResourceType};
 use folio_broker::security::scram::{Credential, Mechanism};
 use folio_broker::security::{SecurityProtocol, credentials};
+use folio_testkit::kafka::{
+    KafkaConn, create_topics_request, delete_topics_request, produce_request,
+};
 use kafka_protocol::messages::create_acls_request::AclCreation;
 use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
 use kafka_protocol::messages::{

@@ -151,7 +151,7 @@ async fn produce_requests_are_counted_by_acks() {
     let _: MetadataResponse = c.call(ApiKey::Metadata, 9, &metadata_req(&["t"])).await;
     for (acks, offset) in [(1, 0), (-1, 1), (1, 2)] {
         let req =
-            folio_broker::client::produce_request("t", 0, Bytes::from(common::batch(1, 1)), acks);
+            folio_testkit::kafka::produce_request("t", 0, Bytes::from(common::batch(1, 1)), acks);
         let r: ProduceResponse = c.call(ApiKey::Produce, 9, &req).await;
         let p = &r.responses[0].partition_responses[0];
         assert_eq!((p.error_code, p.base_offset), (0, offset));
@@ -209,7 +209,7 @@ async fn describe_producers_lists_a_partitions_idempotent_producers() {
         if pid == 7 {
             last_ts = i64::from_be_bytes(b[35..43].try_into().unwrap());
         }
-        let req = folio_broker::client::produce_request("t1", 0, b.into(), -1);
+        let req = folio_testkit::kafka::produce_request("t1", 0, b.into(), -1);
         let r: ProduceResponse = c.call(ApiKey::Produce, 9, &req).await;
         assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
     }
@@ -329,7 +329,7 @@ async fn leader_epochs_follow_ownership_changes() {
     let setup = common::start(1, |_| {}).await;
     let mut c = Conn::open(setup.broker.addr()).await;
     let _: MetadataResponse = c.call(ApiKey::Metadata, 9, &metadata_req(&["t1"])).await;
-    let req = folio_broker::client::produce_request("t1", 0, common::batch(3, 1).into(), -1);
+    let req = folio_testkit::kafka::produce_request("t1", 0, common::batch(3, 1).into(), -1);
     let r: ProduceResponse = c.call(ApiKey::Produce, 9, &req).await;
     assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
     let (epoch, id) = metadata_epoch(&mut c, "t1").await;
@@ -343,7 +343,7 @@ async fn leader_epochs_follow_ownership_changes() {
     // A client still on epoch 1 is fenced once the new owner has the partition.
     assert_eq!(fetch_epochs(&mut c, "t1", id, 0, 1).await.0, errors::FENCED_LEADER_EPOCH);
     assert_eq!(metadata_epoch(&mut c, "t1").await.0, 2);
-    let req = folio_broker::client::produce_request("t1", 0, common::batch(2, 1).into(), -1);
+    let req = folio_testkit::kafka::produce_request("t1", 0, common::batch(2, 1).into(), -1);
     let r: ProduceResponse = c.call(ApiKey::Produce, 9, &req).await;
     assert_eq!(r.responses[0].partition_responses[0].base_offset, 3);
     assert_eq!(fetch_epochs(&mut c, "t1", id, 0, 2).await, (0, vec![(0, 1), (3, 2)]));
@@ -436,7 +436,7 @@ async fn log_dirs_are_the_bookies_with_the_partitions_they_hold() {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
     for _ in 0..7 {
         let b = common::batch(5, now.as_millis() as i64);
-        let req = folio_broker::client::produce_request("dirs", 0, b.into(), -1);
+        let req = folio_testkit::kafka::produce_request("dirs", 0, b.into(), -1);
         let r: ProduceResponse = c.call(ApiKey::Produce, 9, &req).await;
         assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
     }

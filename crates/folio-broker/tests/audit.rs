@@ -45,7 +45,7 @@ async fn l1_audit_finds_every_kind_of_orphan_and_repair_sends_them_through_the_t
         .call(
             ApiKey::CreateTopics,
             5,
-            &folio_broker::client::create_topics_request(&["t".to_string()], 1),
+            &folio_testkit::kafka::create_topics_request(&["t".to_string()], 1),
         )
         .await;
     assert_eq!(r.topics[0].error_code, 0);
@@ -53,7 +53,7 @@ async fn l1_audit_finds_every_kind_of_orphan_and_repair_sends_them_through_the_t
         .call(
             ApiKey::Produce,
             8,
-            &folio_broker::client::produce_request("t", 0, batch(10, 1).into(), -1),
+            &folio_testkit::kafka::produce_request("t", 0, batch(10, 1).into(), -1),
         )
         .await;
     assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
@@ -179,14 +179,14 @@ async fn l1_right_after_a_normal_deletion_the_audit_finds_data_awaiting_gc_not_o
     let mut c = Conn::open(s.broker.addr()).await;
     let topic = vec!["doomed".to_string()];
     let r: CreateTopicsResponse = c
-        .call(ApiKey::CreateTopics, 5, &folio_broker::client::create_topics_request(&topic, 1))
+        .call(ApiKey::CreateTopics, 5, &folio_testkit::kafka::create_topics_request(&topic, 1))
         .await;
     assert_eq!(r.topics[0].error_code, 0);
-    let req = folio_broker::client::produce_request("doomed", 0, batch(10, 1).into(), -1);
+    let req = folio_testkit::kafka::produce_request("doomed", 0, batch(10, 1).into(), -1);
     let r: ProduceResponse = c.call(ApiKey::Produce, 8, &req).await;
     assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
     let r: DeleteTopicsResponse =
-        c.call(ApiKey::DeleteTopics, 6, &folio_broker::client::delete_topics_request(&topic)).await;
+        c.call(ApiKey::DeleteTopics, 6, &folio_testkit::kafka::delete_topics_request(&topic)).await;
     assert_eq!(r.responses[0].error_code, 0);
     let trash = folio_log::Trash::new(env.clone(), folio_log::TrashConfig::default());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);

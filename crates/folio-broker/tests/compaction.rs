@@ -24,13 +24,13 @@ fn keyed(records: &[(&str, Option<&str>)]) -> Vec<u8> {
 }
 
 async fn create(c: &mut Conn, name: &str, configs: &[(&str, &str)]) {
-    let req = folio_broker::client::create_topic_request(name, 1, configs);
+    let req = folio_testkit::kafka::create_topic_request(name, 1, configs);
     let r: CreateTopicsResponse = c.call(ApiKey::CreateTopics, 5, &req).await;
     assert_eq!(r.topics[0].error_code, 0, "{:?}", r.topics[0].error_message);
 }
 
 async fn produce(c: &mut Conn, topic: &str, b: Vec<u8>, version: i16) -> ProduceResponse {
-    let req = folio_broker::client::produce_request(topic, 0, b.into(), -1);
+    let req = folio_testkit::kafka::produce_request(topic, 0, b.into(), -1);
     c.call(ApiKey::Produce, version, &req).await
 }
 

@@ -26,7 +26,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
 fn produce_req(topic: &str, partition: i32, records: Vec<u8>) -> ProduceRequest {
-    folio_broker::client::produce_request(topic, partition, records.into(), -1)
+    folio_testkit::kafka::produce_request(topic, partition, records.into(), -1)
 }
 
 fn produced(r: &ProduceResponse) -> (i16, i64) {
@@ -34,7 +34,7 @@ fn produced(r: &ProduceResponse) -> (i16, i64) {
     (p.error_code, p.base_offset)
 }
 
-use folio_broker::client::{
+use folio_testkit::kafka::{
     create_topics_request as create_req, delete_topics_request as delete_req,
 };
 

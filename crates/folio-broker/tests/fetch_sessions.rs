@@ -63,7 +63,7 @@ fn answered(r: &FetchResponse) -> Vec<(i32, bool)> {
 }
 
 async fn produce(c: &mut Conn, partition: i32) {
-    let req = folio_broker::client::produce_request(TOPIC, partition, batch(1, 1).into(), -1);
+    let req = folio_testkit::kafka::produce_request(TOPIC, partition, batch(1, 1).into(), -1);
     let r: ProduceResponse = c.call(ApiKey::Produce, 9, &req).await;
     assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
 }

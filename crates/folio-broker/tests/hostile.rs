@@ -50,14 +50,14 @@ async fn create(c: &mut Conn, name: &str) {
         .call(
             ApiKey::CreateTopics,
             7,
-            &folio_broker::client::create_topics_request(&[name.into()], 1),
+            &folio_testkit::kafka::create_topics_request(&[name.into()], 1),
         )
         .await;
     assert_eq!(r.topics[0].error_code, 0);
 }
 
 async fn produce(c: &mut Conn, topic: &str, records: Vec<u8>) {
-    let req = folio_broker::client::produce_request(topic, 0, records.into(), -1);
+    let req = folio_testkit::kafka::produce_request(topic, 0, records.into(), -1);
     let r: ProduceResponse = c.call(ApiKey::Produce, 9, &req).await;
     assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
 }
@@ -167,7 +167,7 @@ async fn pipelining_without_reading_is_bounded_and_closed() {
     let mut frames = Vec::new();
     for i in 0..50 {
         let req = fetch_req("p", uuid::Uuid::nil(), 0);
-        frames.extend(folio_broker::client::encode_request(ApiKey::Fetch, 12, i, &req).unwrap());
+        frames.extend(folio_testkit::kafka::encode_request(ApiKey::Fetch, 12, i, &req).unwrap());
     }
     let (mut rd, mut wr) = attacker.into_split();
     // Fetches until the answers fill the socket buffers and one waits too long.
@@ -287,7 +287,7 @@ async fn an_offset_commit_with_a_huge_group_id_is_refused_and_the_store_keeps_wo
         .call(
             ApiKey::CreateTopics,
             7,
-            &folio_broker::client::create_topics_request(&["t".into()], 1),
+            &folio_testkit::kafka::create_topics_request(&["t".into()], 1),
         )
         .await;
     assert_eq!(r.topics[0].error_code, 0);
@@ -301,7 +301,7 @@ async fn an_offset_commit_with_a_huge_group_id_is_refused_and_the_store_keeps_wo
         .call(
             ApiKey::CreateTopics,
             7,
-            &folio_broker::client::create_topics_request(&["u".into()], 1),
+            &folio_testkit::kafka::create_topics_request(&["u".into()], 1),
         )
         .await;
     assert_eq!(r.topics[0].error_code, 0, "metadata writes still work");
@@ -314,7 +314,7 @@ async fn an_offset_commit_with_a_huge_group_id_is_refused_and_the_store_keeps_wo
 
 /// Produces `b` to `partition` of `topic`, returning its base offset.
 async fn produce_to(c: &mut Conn, topic: &str, partition: i32, b: Vec<u8>) -> i64 {
-    let req = folio_broker::client::produce_request(topic, partition, b.into(), -1);
+    let req = folio_testkit::kafka::produce_request(topic, partition, b.into(), -1);
     let r: ProduceResponse = c.call(ApiKey::Produce, 9, &req).await;
     let p = &r.responses[0].partition_responses[0];
     assert_eq!(p.error_code, 0, "produce to {topic}/{partition}");
@@ -342,7 +342,7 @@ async fn open_partitions_are_limited_and_the_least_recently_used_closes_d1() {
         .call(
             ApiKey::CreateTopics,
             7,
-            &folio_broker::client::create_topics_request(&["p".into()], 3),
+            &folio_testkit::kafka::create_topics_request(&["p".into()], 3),
         )
         .await;
     assert_eq!(r.topics[0].error_code, 0);

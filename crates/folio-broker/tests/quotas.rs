@@ -122,7 +122,7 @@ async fn quotas_round_trip_and_throttle_producers_and_consumers_above_them() {
     // stay under it, the third is answered with a throttle.
     let mut throttles = Vec::new();
     for _ in 0..3 {
-        let req = folio_broker::client::produce_request("q", 0, batch_sized(400, 1000).into(), -1);
+        let req = folio_testkit::kafka::produce_request("q", 0, batch_sized(400, 1000).into(), -1);
         let r: ProduceResponse = c.call(ApiKey::Produce, 9, &req).await;
         assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
         throttles.push(r.throttle_time_ms);

@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{Conn, Setup, metadata_req};
-use folio_broker::client::{KafkaConn, TlsClient};
 use folio_broker::config::{ListenerConfig, TlsConfig};
 use folio_broker::errors;
 use folio_broker::security::tls::ClientAuth;
 use folio_broker::security::{Mechanism, SecurityProtocol};
+use folio_testkit::kafka::{KafkaConn, TlsClient};
 use kafka_protocol::messages::alter_user_scram_credentials_request::{
     ScramCredentialDeletion, ScramCredentialUpsertion,
 };
@@ -370,7 +370,7 @@ async fn large_answers_over_tls_are_written_whole() {
     let batches = 96;
     for _ in 0..batches {
         let b = Bytes::from(common::batch_sized(128, 1024));
-        let req = folio_broker::client::produce_request("big", 0, b, -1);
+        let req = folio_testkit::kafka::produce_request("big", 0, b, -1);
         let r: kafka_protocol::messages::ProduceResponse =
             plain.call(ApiKey::Produce, 9, &req).await;
         assert_eq!(r.responses[0].partition_responses[0].error_code, 0);

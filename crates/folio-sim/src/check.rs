@@ -23,6 +23,7 @@ use folio_meta::records::{LedgerMetadata, Record};
 use folio_proto::LedgerId;
 
 use crate::ledgers::pause;
+use crate::limits::ONCE_CHECK_BYTES_MIN;
 use crate::model::{Batch, Model, crc};
 use crate::world::World;
 
@@ -116,10 +117,6 @@ async fn read_whole(
         }
     }
 }
-
-/// Appended payloads at least this long are checked to be stored once (shorter random
-/// payloads may repeat by chance).
-const ONCE_CHECK_BYTES_MIN: usize = 16;
 
 /// Takes every log over on the checker's node and reads it whole (D1 for logs: every
 /// acknowledged batch at its offset, each append stored once).

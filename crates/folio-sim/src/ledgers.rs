@@ -34,6 +34,7 @@ use rand::Rng;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
+use crate::limits::RECOVERY_WAIT_MAX;
 use crate::model::Model;
 use crate::trace::Trace;
 
@@ -355,10 +356,6 @@ fn missed_fence(
     });
     true
 }
-
-/// How long a fault timed to a recovery waits for it to start, or to end, before it goes on
-/// regardless (the recoverer may be busy with another ledger).
-const RECOVERY_WAIT_MAX: Duration = Duration::from_secs(3);
 
 /// Waits (polling each simulated millisecond) until `ready`, the workloads stop, or
 /// `RECOVERY_WAIT_MAX` has passed.

@@ -35,7 +35,9 @@ compile_error!(
 
 pub mod check;
 pub mod clock;
+pub mod kafka;
 pub mod ledgers;
+pub mod limits;
 pub mod logs;
 pub mod meta;
 pub mod model;
@@ -225,6 +227,25 @@ fn install_panic_hook() {
 
 /// Runs one seed (see the crate docs).
 pub fn run(seed: u64, opts: &Options) -> Report {
+    run_scenario(seed, opts, |seed, opts, sim, trace| Box::pin(scenario(seed, opts, sim, trace)))
+}
+
+/// What a scenario returns: its plan, its violations, its counts and the orphans it found.
+pub type Outcome = (String, Vec<String>, BTreeMap<String, u64>, usize);
+
+/// Runs `scenario` under one seed: the simulation entered, a paused current-thread runtime
+/// seeded by it, the trace collecting the components' logs, a watchdog on real time, and
+/// panics on the thread counted as violations.
+pub fn run_scenario<'a>(
+    seed: u64,
+    opts: &'a Options,
+    scenario: impl FnOnce(
+        u64,
+        &'a Options,
+        Arc<Simulation>,
+        Trace,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + 'a>>,
+) -> Report {
     // One run at a time per process: the components keep a few process-wide budgets
     // (read-ahead bytes), which concurrent runs would share.
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -286,8 +307,6 @@ pub fn run(seed: u64, opts: &Options) -> Report {
         orphans,
     }
 }
-
-type Outcome = (String, Vec<String>, BTreeMap<String, u64>, usize);
 
 /// Real seconds a seed may take (`FOLIO_SIM_WALL_MAX_S`, 300), and real seconds simulated
 /// time may stand still (`FOLIO_SIM_STALL_S`, 20), before the process is aborted with the

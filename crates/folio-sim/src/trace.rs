@@ -10,12 +10,10 @@ use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
+use crate::limits::TRACE_LINES_MAX;
 use tokio::time::Instant;
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::Context;
-
-/// Lines of trace kept for a failure report.
-pub const TRACE_LINES_MAX: usize = 400;
 
 /// See the module docs. Cloning shares it.
 #[derive(Debug, Clone)]

@@ -25,6 +25,7 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use crate::clock::SimClock;
+use crate::limits::D2_LEDGERS_MAX;
 use crate::meta::SimMeta;
 use crate::trace::Trace;
 
@@ -418,9 +419,6 @@ fn held(storage: &Storage) -> Vec<(folio_proto::LedgerId, folio_proto::EntryId)>
         .take(D2_LEDGERS_MAX)
         .collect()
 }
-
-/// Ledgers a D2 check looks at per crash.
-const D2_LEDGERS_MAX: usize = 64;
 
 /// D2 (no truncation by unknown): a journal-less bookie that crashed may have lost what it
 /// held; started again, it has fenced every ledger naming it (D3), and it never answers

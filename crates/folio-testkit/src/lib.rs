@@ -7,6 +7,7 @@
 //! Bookies register the proxy's address, so every client reaches them through it.
 
 pub mod certs;
+pub mod kafka;
 pub mod poll;
 
 use std::net::SocketAddr;

@@ -425,7 +425,7 @@ async fn l1_d1_a_compacted_topic_on_etcd_survives_a_broker_killed_mid_compaction
 /// over the rate there gets `throttle_time_ms`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_quota_set_on_one_broker_process_throttles_on_another() {
-    use folio_broker::client::KafkaConn;
+    use folio_testkit::kafka::KafkaConn;
     use kafka_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
     use kafka_protocol::messages::*;
     use kafka_protocol::protocol::StrBytes;
@@ -439,7 +439,7 @@ async fn a_client_quota_set_on_one_broker_process_throttles_on_another() {
     // Broker 2 serves the raw client (client id "folio") unthrottled.
     let mut c2 = KafkaConn::connect(a2.parse().unwrap()).await.unwrap();
     let batch = bytes::Bytes::from(folio_broker::batch::build(64, 1, 0, |_| vec![b'q'; 1024]));
-    let produce = folio_broker::client::produce_request("quota", 0, batch, -1);
+    let produce = folio_testkit::kafka::produce_request("quota", 0, batch, -1);
     let r: ProduceResponse = c2.call(ApiKey::Produce, 9, &produce).await.unwrap();
     assert_eq!(r.throttle_time_ms, 0);
     // A 1 KiB/s producer quota for it, set through broker 1.

@@ -13,7 +13,7 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use folio_broker::client::{KafkaConn, create_topics_request, encode_request, produce_request};
+use folio_testkit::kafka::{KafkaConn, create_topics_request, encode_request, produce_request};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -218,7 +218,7 @@ fn client_quotas_throttle_a_producer_and_a_consumer() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let r: AlterClientQuotasResponse = rt.block_on(async {
         let addr = s.kafka.parse().unwrap();
-        let mut c = folio_broker::client::KafkaConn::connect(addr).await.unwrap();
+        let mut c = folio_testkit::kafka::KafkaConn::connect(addr).await.unwrap();
         c.call(ApiKey::AlterClientQuotas, 1, &req).await.unwrap()
     });
     assert_eq!(r.entries[0].error_code, 0, "{:?}", r.entries[0].error_message);

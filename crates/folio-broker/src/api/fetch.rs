@@ -16,7 +16,8 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use bytes::BytesMut;
 use folio_log::ManagedLog;
@@ -78,11 +79,14 @@ impl Handler for Fetch {
             }
         };
         let (heads, wants) = resolve(&inner, &asked, cap).await;
+        // The broker is stopping: answer with what there is (waiting again would find the
+        // stop signal at once, and spin until the deadline; found by the simulator).
+        let mut stopping = false;
         loop {
             let (parts, bytes, settled, held, starved) =
                 read_all(&inner, &wants, max_bytes, read_committed).await;
             let now = Instant::now();
-            if settled || bytes >= min_bytes || now >= deadline {
+            if settled || bytes >= min_bytes || now >= deadline || stopping {
                 // The answer's bytes stay reserved until the connection has written it.
                 let _ = crate::api::REQUEST.try_with(|r| {
                     r.held.lock().expect("held lock").merge(held);
@@ -96,7 +100,7 @@ impl Handler for Fetch {
                 // this at once), giving the budget back meanwhile.
                 drop(held);
                 let retry = (now + ANSWER_BUDGET_RETRY).min(deadline);
-                tokio::time::sleep_until(retry.into()).await;
+                tokio::time::sleep_until(retry).await;
                 continue;
             }
             // Long poll: wait until any partition has more, or the deadline.
@@ -119,8 +123,8 @@ impl Handler for Fetch {
             let mut shutdown = inner.shutdown.subscribe();
             tokio::select! {
                 _ = grown => {}
-                _ = tokio::time::sleep_until(deadline.into()) => {}
-                _ = shutdown.wait_for(|s| *s) => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+                _ = shutdown.wait_for(|s| *s) => stopping = true,
             }
         }
     }
@@ -285,6 +289,20 @@ fn reserve(want: usize) -> Option<(Held, usize)> {
         ask = (ask / 2).max(ANSWER_RESERVE_MIN);
     }
 }
+/// The error a fetch at `offset` gets from a log that will not grow here again (closed as
+/// the partition moved, fenced by its next owner, deleted) with nothing left to read: the
+/// client must look elsewhere, not wait on it (waiting would return at once and spin until
+/// the deadline; found by the simulator).
+fn will_not_grow(status: &folio_log::LogStatus, offset: i64) -> Option<i16> {
+    if !status.state.is_final() || offset < status.end_offset as i64 {
+        return None;
+    }
+    Some(if status.state == folio_log::LogState::Deleted {
+        errors::UNKNOWN_TOPIC_OR_PARTITION
+    } else {
+        errors::NOT_LEADER_OR_FOLLOWER
+    })
+}
 
 /// Reads every wanted partition once. Returns the partitions' answers (with the index of
 /// their topic), the record bytes read, whether an error makes waiting pointless, and the
@@ -314,6 +332,11 @@ async fn read_all(
         };
         let status = log.status();
         if let Some(code) = super::leader_epoch_error(w.current_leader_epoch, status.epoch) {
+            settled = true;
+            out.push((w.topic, p.with_error_code(code)));
+            continue;
+        }
+        if let Some(code) = will_not_grow(&status, w.offset) {
             settled = true;
             out.push((w.topic, p.with_error_code(code)));
             continue;

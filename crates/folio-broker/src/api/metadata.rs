@@ -125,7 +125,7 @@ impl AutoCreations {
         }
         let mut window = inner.auto_created.lock().expect("auto-create window lock");
         if window.0.elapsed() >= std::time::Duration::from_secs(60) {
-            *window = (std::time::Instant::now(), 0);
+            *window = (tokio::time::Instant::now(), 0);
         }
         if window.1 >= limits.auto_create_per_minute_max {
             inner.metrics.limit_hit(Limit::AutoCreatePerMinute);

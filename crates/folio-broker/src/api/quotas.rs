@@ -23,7 +23,7 @@ use crate::errors;
 use crate::quotas::{self, Entity, Kind, Part};
 use crate::security::acl::Operation;
 use crate::state::Inner;
-use std::time::Instant;
+use tokio::time::Instant;
 
 /// Throttles the request being handled (see [`throttle_request`]). Outside a request: 0.
 pub(crate) fn throttle(inner: &crate::state::Inner, kind: Kind, bytes: usize) -> i32 {

@@ -55,15 +55,15 @@ pub async fn broker_on(cluster: &Cluster, tune: impl FnOnce(&mut BrokerConfig)) 
     Broker::start(config, env).await.unwrap()
 }
 
-/// A raw client connection (`folio_broker::client::KafkaConn`); a failure fails the test.
-pub struct Conn(pub folio_broker::client::KafkaConn);
+/// A raw client connection (`folio_testkit::kafka::KafkaConn`); a failure fails the test.
+pub struct Conn(pub folio_testkit::kafka::KafkaConn);
 
 impl Conn {
     pub async fn open(addr: SocketAddr) -> Conn {
-        Conn(folio_broker::client::KafkaConn::connect(addr).await.unwrap())
+        Conn(folio_testkit::kafka::KafkaConn::connect(addr).await.unwrap())
     }
 
-    pub fn stream(&mut self) -> &mut dyn folio_broker::client::Stream {
+    pub fn stream(&mut self) -> &mut dyn folio_testkit::kafka::Stream {
         self.0.stream()
     }
 
@@ -213,7 +213,7 @@ pub fn produce_req(
     records: Vec<u8>,
     acks: i16,
 ) -> kafka_protocol::messages::ProduceRequest {
-    folio_broker::client::produce_request(topic, partition, records.into(), acks)
+    folio_testkit::kafka::produce_request(topic, partition, records.into(), acks)
 }
 
 /// The first partition's (error code, base offset) of a Produce answer.

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use folio_broker::client::{KafkaConn, create_topic_request, produce_request};
 use folio_broker::{Broker, BrokerConfig};
+use folio_testkit::kafka::{KafkaConn, create_topic_request, produce_request};
 use kafka_protocol::messages::*;
 
 use super::MIB;

@@ -19,13 +19,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use folio_broker::client::{
-    KafkaConn, create_topics_request, delete_topics_request, produce_request,
-};
 use folio_broker::config::ListenerConfig;
 use folio_broker::{Broker, BrokerConfig};
 use folio_log::TrashConfig;
 use folio_meta::list_all;
+use folio_testkit::kafka::{
+    KafkaConn, create_topics_request, delete_topics_request, produce_request,
+};
 use kafka_protocol::messages::{
     ApiKey, CreateTopicsResponse, DeleteTopicsResponse, ProduceResponse,
 };

@@ -26,9 +26,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use folio_broker::client::{KafkaConn, create_topics_request, encode_request, produce_request};
 use folio_broker::limits::Limit;
 use folio_broker::{Broker, BrokerConfig};
+use folio_testkit::kafka::{KafkaConn, create_topics_request, encode_request, produce_request};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use rand::rngs::SmallRng;

@@ -1,6 +1,9 @@
-//! A minimal Kafka client on the raw protocol : one connection, requests
+//! A minimal Kafka client on the raw protocol: one connection, requests
 //! framed with a header, answers read in order. For benchmarks (`folio bench delete`) and
 //! tests, which need exact requests and versions rather than a full client library.
+
+// Kafka's wire format is big-endian.
+#![allow(clippy::big_endian_bytes)]
 
 use std::net::SocketAddr;
 
@@ -74,8 +77,18 @@ impl TlsClient {
 impl KafkaConn {
     /// Connects to a Kafka listener at `addr`.
     pub async fn connect(addr: SocketAddr) -> Result<KafkaConn, String> {
-        let stream =
-            folio_rt::net::connect(addr).await.map_err(|e| format!("connecting to {addr}: {e}"))?;
+        KafkaConn::connect_from(None, addr).await
+    }
+
+    /// Connects to a Kafka listener at `addr` from the local address `from` (the simulator's
+    /// client nodes; `None`: the kernel's choice).
+    pub async fn connect_from(
+        from: Option<std::net::IpAddr>,
+        addr: SocketAddr,
+    ) -> Result<KafkaConn, String> {
+        let stream = folio_rt::net::connect_from(from, addr)
+            .await
+            .map_err(|e| format!("connecting to {addr}: {e}"))?;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
         Ok(KafkaConn { stream: Box::new(stream), next_correlation: 1 })
     }
@@ -99,7 +112,7 @@ impl KafkaConn {
     /// SaslHandshake v1 and SaslAuthenticate v2. The error names the broker's answer.
     pub async fn authenticate(
         &mut self,
-        mechanism: crate::security::Mechanism,
+        mechanism: folio_broker::security::Mechanism,
         user: &str,
         password: &str,
     ) -> Result<(), String> {
@@ -113,7 +126,7 @@ impl KafkaConn {
         if r.error_code != 0 {
             return Err(format!("SaslHandshake: error {}", r.error_code));
         }
-        let mut client = crate::security::scram::Client::new(mechanism, user, password);
+        let mut client = folio_broker::security::scram::Client::new(mechanism, user, password);
         let mut token = client.first();
         loop {
             let req = SaslAuthenticateRequest::default().with_auth_bytes(token.into());

@@ -1,0 +1,475 @@
+//! The broker in the simulator: N brokers (`folio_broker::Broker`, the real code) on the
+//! simulated cluster's bookies and store, at `10.0.3.<i>:9092`, each reaching the store
+//! through its own cuttable link ([`node_meta`]) and the bookies from its own address; model
+//! Kafka clients ([`clients`]) from client nodes `10.0.4.<i>`; a nemesis that crashes and
+//! restarts brokers, cuts them off from the store, from the bookies or from both (the
+//! isolated broker of #44), cuts clients off from brokers, crashes bookies and fails store
+//! transactions; and the Kafka-level checkers of [`history`]. One seed fixes it all, as in
+//! the storage scenario (`crate::run`); `run_kafka` is its entry point.
+
+// Kafka's wire format is big-endian.
+#![allow(clippy::big_endian_bytes)]
+
+pub mod clients;
+pub mod history;
+pub mod node_meta;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use folio_broker::config::ListenerConfig;
+use folio_broker::{Broker, BrokerConfig};
+use folio_log::{LogConfig, LogEnv};
+use folio_rt::sim::{Link, Simulation};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use self::clients::{Node, Shared};
+use self::history::History;
+use self::node_meta::NodeMeta;
+use crate::trace::Trace;
+use crate::world::World;
+use crate::{LIVENESS_BOUND, Options, Outcome, Report};
+
+/// The topic every producer writes.
+pub const TOPIC: &str = "events";
+
+/// The address of broker `id` (1-based, as node ids are).
+pub fn broker_addr(id: i32) -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 3, id as u8)), 9092)
+}
+
+/// The address of Kafka client node `i`.
+pub fn kafka_client_ip(i: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 4, i as u8 + 1))
+}
+
+/// What a seed drew.
+#[derive(Debug, Clone)]
+pub struct KafkaPlan {
+    pub bookies: usize,
+    pub brokers: i32,
+    pub replication: u16,
+    pub partitions: i32,
+    pub producers: usize,
+    pub groups: usize,
+    pub fault_window: Duration,
+    pub mean_gap: Duration,
+    pub rollover_entries: u64,
+    pub meta_faults: bool,
+}
+
+impl KafkaPlan {
+    fn draw(rng: &mut SmallRng) -> KafkaPlan {
+        let bookies = rng.random_range(3..=4usize);
+        KafkaPlan {
+            bookies,
+            brokers: rng.random_range(2..=3),
+            replication: rng.random_range(2..=3u16).min(bookies as u16 - 1),
+            partitions: rng.random_range(1..=4),
+            producers: rng.random_range(1..=3),
+            groups: rng.random_range(1..=2),
+            fault_window: Duration::from_millis(rng.random_range(8_000..=20_000)),
+            mean_gap: Duration::from_millis(rng.random_range(400..=1500)),
+            rollover_entries: rng.random_range(5..=50),
+            meta_faults: rng.random_range(0..10) < 3,
+        }
+    }
+}
+
+/// One broker of the run and what outlives its crashes.
+#[derive(Debug)]
+pub struct BrokerNode {
+    pub id: i32,
+    pub meta: Arc<NodeMeta>,
+    /// The running broker (`None` while crashed or starting).
+    pub broker: Arc<Mutex<Option<Broker>>>,
+    starting: Option<tokio::task::JoinHandle<()>>,
+    pub crashes: u32,
+}
+
+impl BrokerNode {
+    fn running(&self) -> Option<Broker> {
+        self.broker.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+}
+
+fn broker_config(id: i32, plan: &KafkaPlan) -> BrokerConfig {
+    BrokerConfig {
+        node_id: id,
+        listeners: vec![ListenerConfig::plaintext(broker_addr(id))],
+        auto_create_topics: false,
+        default_partitions: plan.partitions as u32,
+        default_replication: plan.replication,
+        replication_max: plan.bookies as u16,
+        log: LogConfig {
+            rollover_entries: plan.rollover_entries,
+            append_timeout: Duration::from_secs(10),
+            ..LogConfig::default()
+        },
+        lease_ttl: Duration::from_secs(4),
+        membership_poll: Duration::from_millis(500),
+        producer_snapshot_interval: Duration::from_secs(1),
+        trash: None,
+        audit_interval: None,
+        topic_refresh: Duration::from_secs(1),
+        ..BrokerConfig::default()
+    }
+}
+
+/// Starts broker `i` in the background: tries again until it starts (a crashed broker's
+/// registration holds its node id until its lease expires).
+fn start_broker(world: &World, node: &mut BrokerNode, plan: &KafkaPlan) {
+    let (id, slot, trace) = (node.id, node.broker.clone(), world.trace.clone());
+    let meta: Arc<dyn folio_meta::MetadataStore> = node.meta.clone();
+    let env = LogEnv {
+        meta: meta.clone(),
+        client: crate::world::client_at(meta, &world.keys, broker_addr(id).ip()),
+        keys: world.keys.clone(),
+        clock: world.clock.clone(),
+        owner: format!("broker-{id}"),
+    };
+    let config = broker_config(id, plan);
+    node.starting = Some(tokio::spawn(async move {
+        loop {
+            match Broker::start(config.clone(), env.clone()).await {
+                Ok(b) => {
+                    trace.event(format!("broker {id} started"));
+                    *slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(b);
+                    return;
+                }
+                Err(e) => {
+                    trace.event(format!("broker {id} did not start: {e}"));
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }));
+}
+
+/// Crashes broker `i`: it stops serving and renewing its lease, its connections are
+/// reset; what it had open is left to the next owners to fence.
+fn crash_broker(world: &World, node: &mut BrokerNode) {
+    if let Some(h) = node.starting.take() {
+        h.abort();
+    }
+    if let Some(b) = node.broker.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+        b.abort();
+    }
+    node.crashes += 1;
+    let resets = world.sim.net().reset_ip(broker_addr(node.id).ip());
+    world.trace.event(format!("crash broker {} ({resets} connections reset)", node.id));
+}
+
+/// Runs one seed of the Kafka scenario.
+pub fn run_kafka(seed: u64, opts: &Options) -> Report {
+    crate::run_scenario(seed, opts, |seed, _opts, sim, trace| Box::pin(scenario(seed, sim, trace)))
+}
+
+/// Which link a fault cut, and when it heals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Fault {
+    /// Broker → when it restarts.
+    Crashed(i32),
+    /// Broker cut off from the store.
+    MetaCut(i32),
+    /// Broker cut off from every bookie.
+    BookiesCut(i32),
+    /// A client node cut off from a broker.
+    ClientCut(usize, i32),
+    /// A bookie crashed.
+    BookieDown(usize),
+    MetaFailing,
+}
+
+fn rand_ms(lo: u64, hi: u64) -> Duration {
+    Duration::from_millis(folio_rt::with_rng(|r| r.random_range(lo..=hi)))
+}
+
+fn mend(world: &World, brokers: &mut [BrokerNode], plan: &KafkaPlan, f: Fault) {
+    let net = world.sim.net().clone();
+    world.trace.event(format!("mend {f:?}"));
+    match f {
+        Fault::Crashed(id) => start_broker(world, &mut brokers[id as usize - 1], plan),
+        Fault::MetaCut(id) => brokers[id as usize - 1].meta.set_cut(false),
+        Fault::BookiesCut(id) => {
+            for b in &world.bookies {
+                net.set_link(broker_addr(id).ip(), b.addr.ip(), Link::Up);
+            }
+        }
+        Fault::ClientCut(c, id) => net.set_link(kafka_client_ip(c), broker_addr(id).ip(), Link::Up),
+        // Started again by the caller (it awaits).
+        Fault::BookieDown(_) => {}
+        Fault::MetaFailing => world.meta.set_failures(0, 0),
+    }
+}
+
+/// Breaks things until `until`, then mends everything.
+async fn nemesis(
+    world: &mut World,
+    brokers: &mut [BrokerNode],
+    plan: &KafkaPlan,
+    clients: usize,
+    until: Instant,
+) {
+    let mut broken: BTreeMap<Fault, Instant> = BTreeMap::new();
+    loop {
+        let now = Instant::now();
+        let due: Vec<Fault> = broken.iter().filter(|(_, t)| **t <= now).map(|(f, _)| *f).collect();
+        for f in due {
+            broken.remove(&f);
+            mend(world, brokers, plan, f);
+            if let Fault::BookieDown(i) = f {
+                world.start_bookie(i).await;
+            }
+        }
+        let gap = plan.mean_gap.as_millis() as u64;
+        let at = Instant::now() + rand_ms(gap / 4, gap * 2);
+        if at >= until {
+            break;
+        }
+        tokio::time::sleep_until(at).await;
+        // At most one broker faulted at once, and one bookie.
+        let broker_faulted = broken
+            .keys()
+            .any(|f| matches!(f, Fault::Crashed(_) | Fault::MetaCut(_) | Fault::BookiesCut(_)));
+        let id = folio_rt::with_rng(|r| r.random_range(1..=plan.brokers));
+        let heal = Instant::now() + rand_ms(1000, 7000);
+        let net = world.sim.net().clone();
+        match folio_rt::with_rng(|r| r.random_range(0..10)) {
+            0 | 1 if !broker_faulted => {
+                crash_broker(world, &mut brokers[id as usize - 1]);
+                broken.insert(Fault::Crashed(id), heal);
+            }
+            2 | 3 if !broker_faulted => {
+                world.trace.event(format!("cut broker {id} off from the store"));
+                brokers[id as usize - 1].meta.set_cut(true);
+                broken.insert(Fault::MetaCut(id), heal);
+            }
+            4 if !broker_faulted => {
+                world.trace.event(format!("cut broker {id} off from the bookies"));
+                for b in &world.bookies {
+                    net.set_link(broker_addr(id).ip(), b.addr.ip(), Link::Held);
+                }
+                broken.insert(Fault::BookiesCut(id), heal);
+            }
+            5 if !broker_faulted => {
+                world.trace.event(format!("isolate broker {id} from the store and the bookies"));
+                brokers[id as usize - 1].meta.set_cut(true);
+                for b in &world.bookies {
+                    net.set_link(broker_addr(id).ip(), b.addr.ip(), Link::Held);
+                }
+                broken.insert(Fault::MetaCut(id), heal);
+                broken.insert(Fault::BookiesCut(id), heal);
+            }
+            6 | 7 => {
+                let c = folio_rt::with_rng(|r| r.random_range(0..clients));
+                world.trace.event(format!("cut client {c} off from broker {id}"));
+                net.set_link(kafka_client_ip(c), broker_addr(id).ip(), Link::Held);
+                broken.insert(Fault::ClientCut(c, id), heal);
+            }
+            8 if !broken.keys().any(|f| matches!(f, Fault::BookieDown(_)))
+                && world.bookies.len() > plan.replication as usize =>
+            {
+                let i = folio_rt::with_rng(|r| r.random_range(0..world.bookies.len()));
+                if world.is_up(i) {
+                    world.crash_bookie(i, false).await;
+                    broken.insert(Fault::BookieDown(i), heal);
+                }
+            }
+            9 if plan.meta_faults && !broken.contains_key(&Fault::MetaFailing) => {
+                world.trace.event("the store fails transactions");
+                world.meta.set_failures(50, 50);
+                broken.insert(Fault::MetaFailing, heal);
+            }
+            _ => {}
+        }
+    }
+    for (f, _) in std::mem::take(&mut broken) {
+        mend(world, brokers, plan, f);
+        if let Fault::BookieDown(i) = f {
+            world.start_bookie(i).await;
+        }
+    }
+    world.trace.event("nemesis: everything mended");
+}
+
+/// Creates `topic` through any broker until it exists.
+async fn create_topic(node: &mut Node, topic: &str, partitions: i32, trace: &Trace) -> bool {
+    let deadline = Instant::now() + LIVENESS_BOUND;
+    while Instant::now() < deadline {
+        let req = folio_testkit::kafka::create_topics_request(&[topic.to_string()], partitions);
+        let addr = node.any_broker();
+        let r = node
+            .call::<_, kafka_protocol::messages::CreateTopicsResponse>(
+                addr,
+                kafka_protocol::messages::ApiKey::CreateTopics,
+                5,
+                &req,
+            )
+            .await;
+        match r.map(|r| r.topics.first().map(|t| t.error_code)) {
+            Ok(Some(0 | 36)) => return true,
+            other => trace.event(format!("creating {topic}: {other:?}")),
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    false
+}
+
+async fn scenario(seed: u64, sim: Arc<Simulation>, trace: Trace) -> Outcome {
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0x6b61_666b_6100_0000);
+    let plan = KafkaPlan::draw(&mut rng);
+    let plan_text = format!("{plan:?}");
+    trace.event(format!("seed {seed}: {plan_text}"));
+    let journals = vec![true; plan.bookies];
+    let mut world = World::start(sim, trace.clone(), &journals, Duration::from_millis(1)).await;
+    let mut brokers: Vec<BrokerNode> = (1..=plan.brokers)
+        .map(|id| BrokerNode {
+            id,
+            meta: Arc::new(NodeMeta::new(world.meta.clone())),
+            broker: Arc::default(),
+            starting: None,
+            crashes: 0,
+        })
+        .collect();
+    for b in &mut brokers {
+        start_broker(&world, b, &plan);
+    }
+    let history = History::default();
+    let (stop_tx, stop) = watch::channel(false);
+    let shared = Shared {
+        history: history.clone(),
+        trace: trace.clone(),
+        stop,
+        brokers: (1..=plan.brokers).map(broker_addr).collect(),
+        topic: TOPIC.into(),
+        partitions: plan.partitions,
+        clock: world.clock.clone(),
+    };
+    let mut violations = Vec::new();
+    let mut admin = Node::new(kafka_client_ip(0), shared.brokers.clone());
+    if !create_topic(&mut admin, TOPIC, plan.partitions, &trace).await {
+        violations.push(format!("{TOPIC} could not be created within {LIVENESS_BOUND:?}"));
+    }
+    let mut tasks = JoinSet::new();
+    let mut clients = 1;
+    for p in 0..plan.producers {
+        tasks.spawn(clients::producer(shared.clone(), kafka_client_ip(clients), format!("p{p}")));
+        clients += 1;
+    }
+    tasks.spawn(clients::consumer(shared.clone(), kafka_client_ip(clients), "consumer".into()));
+    clients += 1;
+    tasks.spawn(clients::liar(shared.clone(), kafka_client_ip(clients), "liar".into()));
+    clients += 1;
+    let groups: Vec<String> = (0..plan.groups).map(|g| format!("group-{g}")).collect();
+    for g in &groups {
+        tasks.spawn(clients::committer(shared.clone(), kafka_client_ip(clients), g.clone()));
+        tasks.spawn(clients::observer(shared.clone(), kafka_client_ip(clients + 1), g.clone()));
+        clients += 2;
+    }
+    let until = Instant::now() + plan.fault_window;
+    nemesis(&mut world, &mut brokers, &plan, clients, until).await;
+    let _ = stop_tx.send(true);
+    // Liveness: once the faults stopped, every workload ends.
+    let quiet =
+        tokio::time::timeout(LIVENESS_BOUND, async { while tasks.join_next().await.is_some() {} })
+            .await;
+    if quiet.is_err() {
+        let f = history.lock();
+        violations.push(format!(
+            "liveness: {} operations still pending {LIVENESS_BOUND:?} after the faults stopped: {:?}",
+            f.ops.len(),
+            f.ops.values().take(8).map(|(w, since)| (w.clone(), since.elapsed())).collect::<Vec<_>>()
+        ));
+        tasks.abort_all();
+    }
+    trace.event("checks: workloads stopped");
+    let checker = kafka_client_ip(clients);
+    check(&shared, checker, &groups, &mut violations).await;
+    let mut counts = {
+        let mut f = history.lock();
+        violations.append(&mut f.violations);
+        std::mem::take(&mut f.counts)
+    };
+    violations.extend(trace.invariants().into_iter().map(|l| format!("invariant: {l}")));
+    trace.event(format!("checks: {} violations", violations.len()));
+    for b in &mut brokers {
+        if let Some(h) = b.starting.take() {
+            h.abort();
+        }
+        if let Some(broker) = b.running() {
+            broker.shutdown().await;
+        }
+        *counts.entry("broker crashes".into()).or_default() += u64::from(b.crashes);
+    }
+    for i in 0..world.bookies.len() {
+        world.stop_bookie(i).await;
+    }
+    counts.extend(std::mem::take(&mut world.counts));
+    (plan_text, violations, counts, 0)
+}
+
+/// The final read of every partition and the checks of [`history`].
+async fn check(s: &Shared, ip: IpAddr, groups: &[String], violations: &mut Vec<String>) {
+    let mut node = Node::new(ip, s.brokers.clone());
+    for p in 0..s.partitions {
+        let deadline = Instant::now() + LIVENESS_BOUND;
+        let mut log = BTreeMap::new();
+        let (mut pos, mut refresh) = (0i64, false);
+        let end = loop {
+            if Instant::now() >= deadline {
+                violations.push(format!("partition {p} could not be read to its end (at {pos})"));
+                break None;
+            }
+            match clients::fetch_once(&mut node, &s.topic, p, pos, refresh).await {
+                Ok((records, next, hw)) => {
+                    refresh = false;
+                    if records.is_empty() && pos >= hw {
+                        break Some(hw);
+                    }
+                    for (o, v) in records {
+                        log.insert(o, v);
+                    }
+                    // Past every batch answered (a batch claiming more records than it
+                    // holds ends past its last record: the checks name the gap).
+                    pos = pos.max(next);
+                }
+                Err(e) => {
+                    s.trace.event(format!("checker: partition {p} at {pos}: {e}"));
+                    refresh = true;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        };
+        let Some(end) = end else { continue };
+        s.trace.event(format!("checker: partition {p} holds {} records, end {end}", log.len()));
+        let f = s.history.lock();
+        violations.extend(history::check_partition(&f, p, &log, end));
+    }
+    for g in groups {
+        let acked = s.history.lock().commits_acked.get(g).copied();
+        let deadline = Instant::now() + LIVENESS_BOUND;
+        let found = loop {
+            if Instant::now() >= deadline {
+                break None;
+            }
+            match clients::committed(&mut node, &s.topic, g).await {
+                Ok(Some((o, coord))) => break Some((o, coord)),
+                Ok(None) | Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        };
+        match (acked, found) {
+            (_, None) => violations.push(format!("group {g}'s committed offset could not be read")),
+            (Some(a), Some((o, coord))) if o < a => violations.push(format!(
+                "group {g}: commit {a} was acknowledged, broker {coord} answers {o}"
+            )),
+            (_, Some((o, coord))) => s.history.commit_seen(g, o, coord),
+        }
+    }
+}

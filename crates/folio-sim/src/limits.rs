@@ -1,0 +1,21 @@
+//! The simulator's own limits, in one place: how much of a run it keeps and how long its
+//! faults and checks wait.
+
+use std::time::Duration;
+
+/// Lines of trace kept for a failure report.
+pub const TRACE_LINES_MAX: usize = 400;
+
+/// Ledgers a D2 check looks at per crash.
+pub const D2_LEDGERS_MAX: usize = 64;
+
+/// How long a call waits on a cut link before it fails.
+pub const HELD_MAX: Duration = Duration::from_secs(6);
+
+/// How long a fault timed to a recovery waits for it to start, or to end, before it goes on
+/// regardless (the recoverer may be busy with another ledger).
+pub const RECOVERY_WAIT_MAX: Duration = Duration::from_secs(3);
+
+/// Appended payloads at least this long are checked to be stored once (shorter random
+/// payloads may repeat by chance).
+pub const ONCE_CHECK_BYTES_MIN: usize = 16;

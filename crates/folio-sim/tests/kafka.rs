@@ -1,0 +1,68 @@
+//! The broker in the simulator (#46): seeds from `FOLIO_SIM_KAFKA_SEEDS` (`a..b` or
+//! `a,b,c`), else CI's range, split over two tests so nextest runs them on both cores. A
+//! failing seed prints its violations, the command that replays it and its trace's tail.
+
+use folio_sim::kafka::run_kafka;
+use folio_sim::{Options, Report, seeds};
+
+/// Seeds CI runs when `FOLIO_SIM_KAFKA_SEEDS` is not set.
+const CI_SEEDS: std::ops::Range<u64> = 0..60;
+const PARTS: u64 = 2;
+
+fn run_part(part: u64) {
+    let all = seeds("FOLIO_SIM_KAFKA_SEEDS", CI_SEEDS);
+    let mine: Vec<u64> = all.iter().copied().filter(|s| s % PARTS == part).collect();
+    let opts = Options::default();
+    let started = std::time::Instant::now();
+    let mut failed: Vec<Report> = Vec::new();
+    let mut sim_secs = 0.0;
+    let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
+    for seed in &mine {
+        let r = run_kafka(*seed, &opts);
+        sim_secs += r.sim_time.as_secs_f64();
+        for (k, v) in &r.counts {
+            *counts.entry(k.clone()).or_default() += v;
+        }
+        if !r.passed() {
+            eprintln!(
+                "{}",
+                r.failure_text()
+                    .replace("FOLIO_SIM_SEEDS=", "FOLIO_SIM_KAFKA_SEEDS=")
+                    .replace("--test sim", "--test kafka")
+            );
+            failed.push(r);
+        }
+    }
+    let took = started.elapsed().as_secs_f64();
+    eprintln!(
+        "kafka part {part}: {} seeds in {took:.1} s ({:.2} seeds/s, {sim_secs:.0} simulated s), {} failed",
+        mine.len(),
+        mine.len() as f64 / took.max(1e-9),
+        failed.len()
+    );
+    eprintln!("kafka part {part}: {counts:?}");
+    assert!(
+        failed.is_empty(),
+        "failing seeds: {:?} (replay one with FOLIO_SIM_KAFKA_SEEDS=<seed> FOLIO_SIM_VERBOSE=1)",
+        failed.iter().map(|r| r.seed).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn kafka_seeds_part_0() {
+    run_part(0);
+}
+
+#[test]
+fn kafka_seeds_part_1() {
+    run_part(1);
+}
+
+/// A seed replays exactly: the same trace, line for line (its checksum), twice.
+#[test]
+fn a_kafka_seed_replays_to_the_same_trace() {
+    let opts = Options::default();
+    let (a, b) = (run_kafka(5, &opts), run_kafka(5, &opts));
+    assert_eq!(a.checksum, b.checksum, "seed 5 ran differently twice");
+    assert!(a.checksum.1 > 100, "seed 5 traced only {} lines", a.checksum.1);
+}
