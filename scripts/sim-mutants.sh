@@ -42,9 +42,27 @@
 #   lac-backwards         a writer's published LAC may move back (two acks publishing in
 #                         the other order: the stuck append of #26, its adds wait for ever)
 #
+# and the broker's (#44's fixes, each reverted; #46's Kafka scenario, `--test kafka`):
+#
+#   kafka-batch-count     a batch whose header claims more records than it holds is taken
+#                         (the 75-byte batch that moved a partition's end by 2^31)
+#   kafka-blind-commits   offset commits do not compare the group's claim (a stale
+#                         coordinator's late write moves committed offsets back)
+#   kafka-no-self-fence   a broker cut off from the store past its lease keeps serving
+#   kafka-blind-registration  a broker registers without create-if-absent (a second
+#                         process with a live broker's node id starts at once)
+#   kafka-producer-state-lost  a partition's next owner starts with no idempotent producer
+#                         state (a retried batch is appended twice)
+#
+# and the spins the Kafka scenario found (its simulated time stood still):
+#
+#   kafka-fetch-stop-spin   a long-polling Fetch on a stopping broker waits again at once
+#   kafka-fetch-final-spin  ...and on a log that will not grow again
+#
 # For each: apply it to a copy of the tree, build the simulator, run the seeds
-# (FOLIO_SIM_SEEDS, default 0..200: the first half of CI's seeds), print the seeds that
-# failed and what they found.
+# (FOLIO_SIM_SEEDS, default 0..200: the first half of CI's seeds; for `kafka-` mutants
+# FOLIO_SIM_KAFKA_SEEDS, default 0..60: all of CI's), print the seeds that failed and what
+# they found.
 # The tree itself is never touched: each mutant is applied to a copy of a commit
 # (MUTANTS_REF, default HEAD) in target/mutants, built there with its own target dir.
 #
@@ -54,6 +72,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 work=$root/target/mutants/tree
 seeds=${FOLIO_SIM_SEEDS:-0..200}
+kafka_seeds=${FOLIO_SIM_KAFKA_SEEDS:-0..60}
 ref=${MUTANTS_REF:-HEAD}
 
 # name^file^find^replacement[^file^find^replacement...] (each found exactly once)
@@ -85,6 +104,14 @@ mutants=(
     "claim-release-any^crates/folio-repair/src/autorecovery/mod.rs^folio_meta::Expect::Version(version)).await;^folio_meta::Expect::Any).await;"
     "copy-after-lease-lost^crates/folio-repair/src/autorecovery/mod.rs^        claimed.is_none_or(^        true || claimed.is_none_or("
     "absence-in-memory^crates/folio-repair/src/autorecovery/auditor.rs^Some((a, version)) => (*a, Expect::Version(*version)),^Some((_, version)) => (None, Expect::Version(*version)),"
+    # #44's fixes in the broker, reverted one at a time (the Kafka scenario).
+    "kafka-batch-count^crates/folio-broker/src/batch.rs^if i64::from(info.last_offset_delta) + 1 != i64::from(info.records_count) {^if false {^crates/folio-broker/src/records.rs^    if count > records.len() / 7 + 1 {^    if false {^crates/folio-broker/src/records.rs^    for _ in 0..count {^    for _ in 0..count {\n        if records.is_empty() {\n            break;\n        }"
+    "kafka-blind-commits^crates/folio-broker/src/group/store.rs^let mut txn = Txn::new().compare(Compare::Version(claim_key.clone(), claim.version));^let mut txn = {\n                let _ = (&claim_key, Compare::Absent(String::new()));\n                Txn::new()\n            };"
+    "kafka-no-self-fence^crates/folio-broker/src/cluster.rs^let fence = if self.left().is_zero() {^let fence = if false && self.left().is_zero() {"
+    "kafka-blind-registration^crates/folio-broker/src/cluster.rs^let create = Txn::new().compare(folio_meta::Compare::Absent(k.clone())).put_with_lease(^let create = Txn::new().put_with_lease("
+    "kafka-producer-state-lost^crates/folio-broker/src/state.rs^    let mut offset = from;\n    while offset < status.end_offset {^    let (mut offset, _) = (status.end_offset, from);\n    producers = Producers::default();\n    while offset < status.end_offset {"
+    "kafka-fetch-stop-spin^crates/folio-broker/src/api/fetch.rs^_ = shutdown.wait_for(|s| *s) => stopping = true,^_ = shutdown.wait_for(|s| *s) => stopping = stopping || false,"
+    "kafka-fetch-final-spin^crates/folio-broker/src/api/fetch.rs^    if !status.state.is_final() || offset < status.end_offset as i64 {^    if true || offset < status.end_offset as i64 {"
 )
 
 want=("$@")
@@ -107,7 +134,7 @@ for m in "${mutants[@]}"; do
     for ((i = 1; i < ${#parts[@]}; i += 3)); do
         python3 - "$work/${parts[i]}" "${parts[i + 1]}" "${parts[i + 2]}" <<'EOF' || applied=0
 import sys
-path, find, replace = sys.argv[1], sys.argv[2], sys.argv[3]
+path, find, replace = sys.argv[1], sys.argv[2].replace('\\n', '\n'), sys.argv[3].replace('\\n', '\n')
 s = open(path).read()
 if s.count(find) != 1:
     sys.exit(f"{path}: {find!r} found {s.count(find)} times")
@@ -119,9 +146,15 @@ EOF
         continue
     fi
     log=$root/target/mutants/$name.log
-    (cd "$work" && CARGO_TARGET_DIR=$root/target/mutants/target FOLIO_SIM_SEEDS=$seeds \
-        FOLIO_SIM_WALL_MAX_S=120 cargo test -q -p folio-sim --test sim seeds_part -- \
-        --nocapture --test-threads 1) >"$log" 2>&1
+    if [[ $name == kafka-* ]]; then
+        (cd "$work" && CARGO_TARGET_DIR=$root/target/mutants/target FOLIO_SIM_KAFKA_SEEDS=$kafka_seeds \
+            FOLIO_SIM_WALL_MAX_S=120 FOLIO_SIM_STALL_S=10 cargo test -q -p folio-sim --test kafka \
+            kafka_seeds_part -- --nocapture --test-threads 1) >"$log" 2>&1
+    else
+        (cd "$work" && CARGO_TARGET_DIR=$root/target/mutants/target FOLIO_SIM_SEEDS=$seeds \
+            FOLIO_SIM_WALL_MAX_S=120 cargo test -q -p folio-sim --test sim seeds_part -- \
+            --nocapture --test-threads 1) >"$log" 2>&1
+    fi
     # A failing seed, or one the watchdog aborted (its simulated time stood still).
     failed=$(grep -oE '^\.*seed [0-9]+( failed|: )' "$log" | awk '{print $2}' | tr -d ':' | sort -n | tr '\n' ' ')
     kinds=$( (grep -oE '^  - [A-Za-z0-9]+' "$log" | awk '{print $2}'; grep -oE '^\.*seed [0-9]+: simulated time' "$log" | awk '{print "stall"}') | sort | uniq -c | sort -rn | head -4 | awk '{print $2 "×" $1}' | tr '\n' ' ')

@@ -91,6 +91,9 @@ pub struct BrokerNode {
     pub broker: Arc<Mutex<Option<Broker>>>,
     starting: Option<tokio::task::JoinHandle<()>>,
     pub crashes: u32,
+    /// A second process with this node id, starting (see [`Fault::Impostor`]).
+    impostor: Option<tokio::task::JoinHandle<()>>,
+    impostor_broker: Arc<Mutex<Option<Broker>>>,
 }
 
 impl BrokerNode {
@@ -152,6 +155,42 @@ fn start_broker(world: &World, node: &mut BrokerNode, plan: &KafkaPlan) {
     }));
 }
 
+/// Starts a second process with `node`'s node id, from another address, while `node` runs
+/// unfenced: it must not start (two processes can never both serve one node id; #44). If
+/// it starts while the first still serves, that is a broken promise; either way it is
+/// stopped when the fault is mended.
+fn start_impostor(world: &World, node: &mut BrokerNode, plan: &KafkaPlan, history: &History) {
+    let id = node.id;
+    let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 3, 100 + id as u8));
+    let meta: Arc<dyn folio_meta::MetadataStore> = world.meta.clone();
+    let env = LogEnv {
+        meta: meta.clone(),
+        client: crate::world::client_at(meta, &world.keys, ip),
+        keys: world.keys.clone(),
+        clock: world.clock.clone(),
+        owner: format!("impostor-{id}"),
+    };
+    let mut config = broker_config(id, plan);
+    config.listeners = vec![ListenerConfig::plaintext(SocketAddr::new(ip, 9092))];
+    let (original, slot, history, trace) =
+        (node.broker.clone(), node.impostor_broker.clone(), history.clone(), world.trace.clone());
+    node.impostor = Some(tokio::spawn(async move {
+        match Broker::start(config, env).await {
+            Ok(b) => {
+                let first =
+                    original.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+                if first.is_some_and(|f| f.fenced().is_none()) {
+                    history.violation(format!(
+                        "a second broker with node id {id} started while broker {id} served unfenced"
+                    ));
+                }
+                *slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(b);
+            }
+            Err(e) => trace.event(format!("the second broker {id} did not start: {e}")),
+        }
+    }));
+}
+
 /// Crashes broker `i`: it stops serving and renewing its lease, its connections are
 /// reset; what it had open is left to the next owners to fence.
 fn crash_broker(world: &World, node: &mut BrokerNode) {
@@ -182,6 +221,8 @@ enum Fault {
     BookiesCut(i32),
     /// A client node cut off from a broker.
     ClientCut(usize, i32),
+    /// A second process started with a live broker's node id (from another address).
+    Impostor(i32),
     /// A bookie crashed.
     BookieDown(usize),
     MetaFailing,
@@ -205,6 +246,20 @@ fn mend(world: &World, brokers: &mut [BrokerNode], plan: &KafkaPlan, f: Fault) {
         Fault::ClientCut(c, id) => net.set_link(kafka_client_ip(c), broker_addr(id).ip(), Link::Up),
         // Started again by the caller (it awaits).
         Fault::BookieDown(_) => {}
+        Fault::Impostor(id) => {
+            let node = &mut brokers[id as usize - 1];
+            if let Some(h) = node.impostor.take() {
+                h.abort();
+            }
+            if let Some(b) = node
+                .impostor_broker
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take()
+            {
+                b.abort();
+            }
+        }
         Fault::MetaFailing => world.meta.set_failures(0, 0),
     }
 }
@@ -214,6 +269,7 @@ async fn nemesis(
     world: &mut World,
     brokers: &mut [BrokerNode],
     plan: &KafkaPlan,
+    history: &History,
     clients: usize,
     until: Instant,
 ) {
@@ -235,13 +291,16 @@ async fn nemesis(
         }
         tokio::time::sleep_until(at).await;
         // At most one broker faulted at once, and one bookie.
-        let broker_faulted = broken
-            .keys()
-            .any(|f| matches!(f, Fault::Crashed(_) | Fault::MetaCut(_) | Fault::BookiesCut(_)));
+        let broker_faulted = broken.keys().any(|f| {
+            matches!(
+                f,
+                Fault::Crashed(_) | Fault::MetaCut(_) | Fault::BookiesCut(_) | Fault::Impostor(_)
+            )
+        });
         let id = folio_rt::with_rng(|r| r.random_range(1..=plan.brokers));
         let heal = Instant::now() + rand_ms(1000, 7000);
         let net = world.sim.net().clone();
-        match folio_rt::with_rng(|r| r.random_range(0..10)) {
+        match folio_rt::with_rng(|r| r.random_range(0..11)) {
             0 | 1 if !broker_faulted => {
                 crash_broker(world, &mut brokers[id as usize - 1]);
                 broken.insert(Fault::Crashed(id), heal);
@@ -281,6 +340,11 @@ async fn nemesis(
                     world.crash_bookie(i, false).await;
                     broken.insert(Fault::BookieDown(i), heal);
                 }
+            }
+            10 if !broker_faulted && brokers[id as usize - 1].running().is_some() => {
+                world.trace.event(format!("a second process starts with broker {id}'s node id"));
+                start_impostor(world, &mut brokers[id as usize - 1], plan, history);
+                broken.insert(Fault::Impostor(id), heal);
             }
             9 if plan.meta_faults && !broken.contains_key(&Fault::MetaFailing) => {
                 world.trace.event("the store fails transactions");
@@ -336,6 +400,8 @@ async fn scenario(seed: u64, sim: Arc<Simulation>, trace: Trace) -> Outcome {
             broker: Arc::default(),
             starting: None,
             crashes: 0,
+            impostor: None,
+            impostor_broker: Arc::default(),
         })
         .collect();
     for b in &mut brokers {
@@ -374,7 +440,7 @@ async fn scenario(seed: u64, sim: Arc<Simulation>, trace: Trace) -> Outcome {
         clients += 2;
     }
     let until = Instant::now() + plan.fault_window;
-    nemesis(&mut world, &mut brokers, &plan, clients, until).await;
+    nemesis(&mut world, &mut brokers, &plan, &history, clients, until).await;
     let _ = stop_tx.send(true);
     // Liveness: once the faults stopped, every workload ends.
     let quiet =
