@@ -308,6 +308,10 @@ const _: () = assert!(PRODUCERS_MAX > 0 && BATCHES_PER_PARTITION_MAX > 0);
 /// How long a long poll may be asked to wait at most.
 pub const FETCH_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// The most bytes one batch's records may decompress to. 64 MiB: Kafka's default
+/// `max.message.bytes` is 1 MiB, and codecs rarely do better than 1:20 on real data.
+pub const DECOMPRESSED_BYTES_MAX: usize = 64 * 1024 * 1024;
+
 #[cfg(test)]
 mod tests {
     use super::*;

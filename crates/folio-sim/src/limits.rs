@@ -19,3 +19,7 @@ pub const RECOVERY_WAIT_MAX: Duration = Duration::from_secs(3);
 /// Appended payloads at least this long are checked to be stored once (shorter random
 /// payloads may repeat by chance).
 pub const ONCE_CHECK_BYTES_MIN: usize = 16;
+
+/// How long two brokers may each name themselves leader of one partition (a membership
+/// poll's worth of disagreement, with room).
+pub const CLAIM_OVERLAP_MAX: Duration = Duration::from_secs(2);

@@ -99,7 +99,7 @@ const UNSAFE_FILES: &[&str] = &[
 
 /// Named limits (`*_MAX`, `*_MIN` consts) outside the `limits.rs` files when the rule came
 /// in: the count may only go down (move one into its crate's `limits.rs`, then lower it).
-const LIMITS_OUTSIDE_LIMITS_FILES: usize = 40;
+const LIMITS_OUTSIDE_LIMITS_FILES: usize = 39;
 
 /// What only some places may name: the seams the simulator drives (sockets, threads,
 /// randomness reach production code only through folio-rt) and the broker's layers (only

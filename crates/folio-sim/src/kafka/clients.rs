@@ -33,7 +33,7 @@ use super::history::{Acked, History};
 use crate::trace::Trace;
 
 /// How long a client waits for an answer before it drops the connection.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(8);
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 
 fn rand_ms(lo: u64, hi: u64) -> Duration {
     Duration::from_millis(folio_rt::with_rng(|r| r.random_range(lo..=hi)))
@@ -570,5 +570,50 @@ pub async fn observer(s: Shared, ip: IpAddr, group: String) {
             Err(e) => s.trace.event(format!("observer {group}: {e}")),
         }
         tokio::time::sleep(rand_ms(50, 400)).await;
+    }
+}
+
+/// Asks every broker, every ~250 ms, whom it names leader of each partition: two brokers
+/// that each name themselves for one partition longer than [`CLAIM_OVERLAP_MAX`] is a
+/// split brain (a broker cut off from the store must stop claiming its partitions within
+/// its lease, before another takes them; transient overlaps last a membership poll).
+pub async fn claims(s: Shared, ip: IpAddr) {
+    use crate::limits::CLAIM_OVERLAP_MAX;
+    let mut node = Node::new(ip, s.brokers.clone());
+    let mut overlap: BTreeMap<i32, tokio::time::Instant> = BTreeMap::new();
+    while !s.stopped() {
+        let mut claimed: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+        for (i, addr) in s.brokers.iter().enumerate() {
+            let id = i as i32 + 1;
+            let req = MetadataRequest::default().with_allow_auto_topic_creation(false).with_topics(
+                Some(vec![MetadataRequestTopic::default().with_name(Some(name(&s.topic)))]),
+            );
+            let Ok(r) = node.call::<_, MetadataResponse>(*addr, ApiKey::Metadata, 12, &req).await
+            else {
+                continue;
+            };
+            for t in r.topics.iter().filter(|t| t.error_code == 0) {
+                for p in t.partitions.iter().filter(|p| p.leader_id.0 == id) {
+                    claimed.entry(p.partition_index).or_default().push(id);
+                }
+            }
+        }
+        let now = tokio::time::Instant::now();
+        for p in 0..s.partitions {
+            let who = claimed.get(&p).cloned().unwrap_or_default();
+            if who.len() < 2 {
+                overlap.remove(&p);
+                continue;
+            }
+            let since = *overlap.entry(p).or_insert(now);
+            if now - since >= CLAIM_OVERLAP_MAX {
+                s.history.violation(format!(
+                    "brokers {who:?} each claimed to lead partition {p} for {:?}",
+                    now - since
+                ));
+                overlap.remove(&p);
+            }
+        }
+        tokio::time::sleep(rand_ms(200, 300)).await;
     }
 }

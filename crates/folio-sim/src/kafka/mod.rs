@@ -290,7 +290,28 @@ async fn nemesis(
             break;
         }
         tokio::time::sleep_until(at).await;
-        // At most one broker faulted at once, and one bookie.
+        inject(world, brokers, plan, history, clients, &mut broken).await;
+    }
+    for (f, _) in std::mem::take(&mut broken) {
+        mend(world, brokers, plan, f);
+        if let Fault::BookieDown(i) = f {
+            world.start_bookie(i).await;
+        }
+    }
+    world.trace.event("nemesis: everything mended");
+}
+
+/// Breaks one thing, drawn by seed, that is not broken already: at most one broker faulted
+/// at once, and one bookie.
+async fn inject(
+    world: &mut World,
+    brokers: &mut [BrokerNode],
+    plan: &KafkaPlan,
+    history: &History,
+    clients: usize,
+    broken: &mut BTreeMap<Fault, Instant>,
+) {
+    {
         let broker_faulted = broken.keys().any(|f| {
             matches!(
                 f,
@@ -298,17 +319,19 @@ async fn nemesis(
             )
         });
         let id = folio_rt::with_rng(|r| r.random_range(1..=plan.brokers));
-        let heal = Instant::now() + rand_ms(1000, 7000);
+        let heal = Instant::now() + rand_ms(1000, 9000);
         let net = world.sim.net().clone();
         match folio_rt::with_rng(|r| r.random_range(0..11)) {
             0 | 1 if !broker_faulted => {
                 crash_broker(world, &mut brokers[id as usize - 1]);
                 broken.insert(Fault::Crashed(id), heal);
+                history.count("fault: broker crashed");
             }
             2 | 3 if !broker_faulted => {
                 world.trace.event(format!("cut broker {id} off from the store"));
                 brokers[id as usize - 1].meta.set_cut(true);
                 broken.insert(Fault::MetaCut(id), heal);
+                history.count("fault: broker cut from the store");
             }
             4 if !broker_faulted => {
                 world.trace.event(format!("cut broker {id} off from the bookies"));
@@ -316,6 +339,7 @@ async fn nemesis(
                     net.set_link(broker_addr(id).ip(), b.addr.ip(), Link::Held);
                 }
                 broken.insert(Fault::BookiesCut(id), heal);
+                history.count("fault: broker cut from the bookies");
             }
             5 if !broker_faulted => {
                 world.trace.event(format!("isolate broker {id} from the store and the bookies"));
@@ -325,12 +349,14 @@ async fn nemesis(
                 }
                 broken.insert(Fault::MetaCut(id), heal);
                 broken.insert(Fault::BookiesCut(id), heal);
+                history.count("fault: broker isolated");
             }
             6 | 7 => {
                 let c = folio_rt::with_rng(|r| r.random_range(0..clients));
                 world.trace.event(format!("cut client {c} off from broker {id}"));
                 net.set_link(kafka_client_ip(c), broker_addr(id).ip(), Link::Held);
                 broken.insert(Fault::ClientCut(c, id), heal);
+                history.count("fault: client cut from a broker");
             }
             8 if !broken.keys().any(|f| matches!(f, Fault::BookieDown(_)))
                 && world.bookies.len() > plan.replication as usize =>
@@ -339,28 +365,24 @@ async fn nemesis(
                 if world.is_up(i) {
                     world.crash_bookie(i, false).await;
                     broken.insert(Fault::BookieDown(i), heal);
+                    history.count("fault: bookie crashed");
                 }
             }
             10 if !broker_faulted && brokers[id as usize - 1].running().is_some() => {
                 world.trace.event(format!("a second process starts with broker {id}'s node id"));
                 start_impostor(world, &mut brokers[id as usize - 1], plan, history);
                 broken.insert(Fault::Impostor(id), heal);
+                history.count("fault: impostor started");
             }
             9 if plan.meta_faults && !broken.contains_key(&Fault::MetaFailing) => {
                 world.trace.event("the store fails transactions");
                 world.meta.set_failures(50, 50);
                 broken.insert(Fault::MetaFailing, heal);
+                history.count("fault: store failing");
             }
             _ => {}
         }
     }
-    for (f, _) in std::mem::take(&mut broken) {
-        mend(world, brokers, plan, f);
-        if let Fault::BookieDown(i) = f {
-            world.start_bookie(i).await;
-        }
-    }
-    world.trace.event("nemesis: everything mended");
 }
 
 /// Creates `topic` through any broker until it exists.
@@ -439,6 +461,8 @@ async fn scenario(seed: u64, sim: Arc<Simulation>, trace: Trace) -> Outcome {
         tasks.spawn(clients::observer(shared.clone(), kafka_client_ip(clients + 1), g.clone()));
         clients += 2;
     }
+    // Never cut off (not among the nodes the nemesis picks from).
+    tasks.spawn(clients::claims(shared.clone(), kafka_client_ip(clients + 1)));
     let until = Instant::now() + plan.fault_window;
     nemesis(&mut world, &mut brokers, &plan, &history, clients, until).await;
     let _ = stop_tx.send(true);
@@ -456,7 +480,7 @@ async fn scenario(seed: u64, sim: Arc<Simulation>, trace: Trace) -> Outcome {
         tasks.abort_all();
     }
     trace.event("checks: workloads stopped");
-    let checker = kafka_client_ip(clients);
+    let checker = kafka_client_ip(clients + 2);
     check(&shared, checker, &groups, &mut violations).await;
     let mut counts = {
         let mut f = history.lock();

@@ -3,9 +3,10 @@
 //! as a partitioned etcd client's is) until the link heals or [`HELD_MAX`] passes; then it
 //! fails with `Unavailable` without applying. A transaction that applied while the link
 //! was up but whose answer meets a cut link waits the same way and, past [`HELD_MAX`],
-//! fails although it applied (the answer was lost). So a broker cut off from the store
-//! sees its writes hang and fail, and a write that hung may land after the caller gave up
-//! on it: what fencing must make harmless. Watches opened before the cut keep delivering
+//! fails although it applied (the answer was lost). A transaction is on the wire once
+//! sent: it lands when the link heals even if its caller gave up on it meanwhile. So a
+//! broker cut off from the store sees its writes hang and fail, and a write that hung may
+//! land after the caller gave up on it: what fencing must make harmless. Watches opened before the cut keep delivering
 //! (a simplification: the broker's caches may be fresher than a real partition allows).
 
 use std::sync::Arc;
@@ -80,11 +81,25 @@ impl MetadataStore for NodeMeta {
     }
 
     fn txn(&self, txn: Txn) -> BoxFuture<'_, Result<TxnOutcome>> {
+        // The request is on the wire once sent: it lands when the link heals (within
+        // `HELD_MAX`) even if the caller gave up on it meanwhile.
+        let (inner, mut cut) = (self.inner.clone(), self.cut.subscribe());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let up = tokio::time::timeout(HELD_MAX, cut.wait_for(|cut| !cut)).await.is_ok();
+            let r = if up {
+                inner.txn(txn).await
+            } else {
+                Err(MetaError::Unavailable("simulated: the store is cut off (txn)".into()))
+            };
+            let _ = tx.send(r);
+        });
         Box::pin(async move {
-            self.pass("txn").await?;
-            let r = self.inner.txn(txn).await;
+            let r = rx.await.unwrap_or_else(|_| {
+                Err(MetaError::Unavailable("simulated: the transaction was lost".into()))
+            })?;
             self.pass("txn's answer").await?;
-            r
+            Ok(r)
         })
     }
 
