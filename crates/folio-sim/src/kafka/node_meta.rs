@@ -6,8 +6,9 @@
 //! fails although it applied (the answer was lost). A transaction is on the wire once
 //! sent: it lands when the link heals even if its caller gave up on it meanwhile. So a
 //! broker cut off from the store sees its writes hang and fail, and a write that hung may
-//! land after the caller gave up on it: what fencing must make harmless. Watches opened before the cut keep delivering
-//! (a simplification: the broker's caches may be fresher than a real partition allows).
+//! land after the caller gave up on it: what fencing must make harmless. Watches opened
+//! before the cut keep delivering (a simplification: the broker's caches may be fresher
+//! than a real partition allows).
 
 use std::sync::Arc;
 use std::time::Duration;
