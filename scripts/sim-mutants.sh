@@ -158,6 +158,11 @@ EOF
     # A failing seed, or one the watchdog aborted (its simulated time stood still).
     failed=$(grep -oE '^\.*seed [0-9]+( failed|: )' "$log" | awk '{print $2}' | tr -d ':' | sort -n | tr '\n' ' ')
     kinds=$( (grep -oE '^  - [A-Za-z0-9]+' "$log" | awk '{print $2}'; grep -oE '^\.*seed [0-9]+: simulated time' "$log" | awk '{print "stall"}') | sort | uniq -c | sort -rn | head -4 | awk '{print $2 "×" $1}' | tr '\n' ' ')
+    # A run that aborted without naming a seed (an allocation failure, say) failed too.
+    if [[ -z $failed ]] && grep -q "SIGABRT" "$log"; then
+        failed="? "
+        kinds+="abort×1 "
+    fi
     n=$(echo "$failed" | wc -w)
     summary+=("$name: $n failing seeds [$failed] ($kinds)")
     echo "   $n seeds failed; log $log"

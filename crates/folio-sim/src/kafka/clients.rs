@@ -348,36 +348,75 @@ pub async fn liar(s: Shared, ip: IpAddr, me: String) {
 
 /// The records of complete batches in a fetched `records` at or past `from`, (offset,
 /// value), and the offset after the last complete batch (its header's, which a lying batch
-/// puts past its records), `from` if none.
+/// puts past its records), `from` if none. Walks the records' own bytes, never trusting the
+/// header's count (the checker must not share what it checks, nor allocate by a lie).
 pub fn records_of(records: &Bytes, from: i64) -> Result<(Vec<(i64, String)>, i64), String> {
     let mut out = Vec::new();
     let mut next = from;
-    let mut rest = records.clone();
+    let mut rest: &[u8] = records;
     while rest.len() >= folio_broker::batch::LOG_OVERHEAD {
         let len = i32::from_be_bytes(rest[8..12].try_into().expect("4 bytes")) as usize;
-        if rest.len() < 12 + len {
+        if rest.len() < 12 + len || len < 49 {
             break; // a partial batch at the end of the answer
         }
-        let mut one = rest.split_to(12 + len);
+        let (one, after) = rest.split_at(12 + len);
+        rest = after;
         let base = i64::from_be_bytes(one[..8].try_into().expect("8 bytes"));
         let delta = i32::from_be_bytes(one[23..27].try_into().expect("4 bytes"));
         next = next.max(base + i64::from(delta) + 1);
-        let sets = kafka_protocol::records::RecordBatchDecoder::decode(&mut one)
-            .map_err(|e| format!("decoding a fetched batch: {e}"))?;
+        if one[22] & 7 != 0 {
+            return Err(format!("a compressed batch at {base} (the model never compresses)"));
+        }
+        let mut body = &one[61..];
         let mut last = -1;
-        for r in sets.records {
-            if r.offset <= last {
-                return Err(format!("offset {} after {last} within a batch", r.offset));
+        while !body.is_empty() {
+            let (offset_delta, value) =
+                walk_record(&mut body).map_err(|e| format!("batch at {base}: {e}"))?;
+            let offset = base + offset_delta;
+            if offset <= last {
+                return Err(format!("offset {offset} after {last} within a batch"));
             }
-            last = r.offset;
-            if r.offset >= from {
-                let v =
-                    r.value.map(|v| String::from_utf8_lossy(&v).into_owned()).unwrap_or_default();
-                out.push((r.offset, v));
+            last = offset;
+            if offset >= from {
+                out.push((offset, value));
             }
         }
     }
     Ok((out, next))
+}
+
+/// One record of a v2 batch: (offset delta, value as text); moves `b` past it.
+fn walk_record(b: &mut &[u8]) -> Result<(i64, String), String> {
+    let len = usize::try_from(varint(b)?).map_err(|_| "a negative record length")?;
+    if len > b.len() {
+        return Err(format!("a record of {len} bytes with {} left", b.len()));
+    }
+    let (mut r, after) = b.split_at(len);
+    *b = after;
+    r = r.get(1..).ok_or("an empty record")?; // attributes
+    varint(&mut r)?; // timestamp delta
+    let offset_delta = varint(&mut r)?;
+    let key = varint(&mut r)?;
+    r = r
+        .get(usize::try_from(key.max(0)).unwrap_or(usize::MAX)..)
+        .ok_or("a key past the record")?;
+    let n = usize::try_from(varint(&mut r)?.max(0)).unwrap_or(usize::MAX);
+    let value = r.get(..n).ok_or("a value past the record")?;
+    Ok((offset_delta, String::from_utf8_lossy(value).into_owned()))
+}
+
+/// A zigzag varint (at most 10 bytes).
+fn varint(b: &mut &[u8]) -> Result<i64, String> {
+    let mut x: u64 = 0;
+    for i in 0..10 {
+        let (&byte, rest) = b.split_first().ok_or("a varint past the end")?;
+        *b = rest;
+        x |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Ok((x >> 1) as i64 ^ -((x & 1) as i64));
+        }
+    }
+    Err("a varint over 10 bytes".into())
 }
 
 /// One Fetch of `partition` from `offset` at its leader: (records, the offset after the
@@ -615,5 +654,29 @@ pub async fn claims(s: Shared, ip: IpAddr) {
             }
         }
         tokio::time::sleep(rand_ms(200, 300)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch as a Fetch answer carries it: base offset `base`.
+    fn fetched(mut b: Vec<u8>, base: i64) -> Vec<u8> {
+        b[..8].copy_from_slice(&base.to_be_bytes());
+        b
+    }
+
+    #[test]
+    fn records_are_walked_by_their_bytes_not_by_the_count_a_header_claims() {
+        let honest = folio_broker::batch::build(2, 0, 0, |i| format!("v{i}").into_bytes());
+        let mut lying = folio_broker::batch::build(1, 0, 0, |_| b"lie".to_vec());
+        lying[23..27].copy_from_slice(&999i32.to_be_bytes());
+        lying[57..61].copy_from_slice(&1000i32.to_be_bytes());
+        let mut answer = fetched(honest, 5);
+        answer.extend(fetched(lying, 7));
+        let (records, next) = records_of(&Bytes::from(answer), 6).unwrap();
+        assert_eq!(records, vec![(6, "v1".to_string()), (7, "lie".to_string())]);
+        assert_eq!(next, 1007, "the lying header's end");
     }
 }
