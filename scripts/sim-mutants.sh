@@ -53,6 +53,8 @@
 #                         process with a live broker's node id starts at once)
 #   kafka-producer-state-lost  a partition's next owner starts with no idempotent producer
 #                         state (a retried batch is appended twice)
+#   kafka-commit-tenure-off  an offset commit that waited out a move away and back is still
+#                         written (its claim is newer than the offsets written meanwhile)
 #
 # and the spins the Kafka scenario found (its simulated time stood still):
 #
@@ -110,6 +112,7 @@ mutants=(
     "kafka-no-self-fence^crates/folio-broker/src/cluster.rs^let fence = if self.left().is_zero() {^let fence = if false && self.left().is_zero() {"
     "kafka-blind-registration^crates/folio-broker/src/cluster.rs^let create = Txn::new().compare(folio_meta::Compare::Absent(k.clone())).put_with_lease(^let create = Txn::new().put_with_lease("
     "kafka-producer-state-lost^crates/folio-broker/src/state.rs^    let mut offset = from;\n    while offset < status.end_offset {^    let (mut offset, _) = (status.end_offset, from);\n    producers = Producers::default();\n    while offset < status.end_offset {"
+    "kafka-commit-tenure-off^crates/folio-broker/src/group/store.rs^        if self.tenure() == arrived {^        if true || self.tenure() == arrived {"
     "kafka-fetch-stop-spin^crates/folio-broker/src/api/fetch.rs^_ = shutdown.wait_for(|s| *s) => stopping = true,^_ = shutdown.wait_for(|s| *s) => stopping = stopping || false,"
     "kafka-fetch-final-spin^crates/folio-broker/src/api/fetch.rs^    if !status.state.is_final() || offset < status.end_offset as i64 {^    if true || offset < status.end_offset as i64 {"
 )

@@ -1,7 +1,7 @@
 //! The broker: its settings, the topics it serves, and the managed log behind each
 //! partition (opened on first use, closed on shutdown).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -90,6 +90,7 @@ impl Broker {
                 env.keys.clone(),
                 env.clock.clone(),
                 config.node_id,
+                membership.changes.subscribe(),
             ),
             groups_config: config.groups.clone(),
             membership,
@@ -100,7 +101,7 @@ impl Broker {
             cluster_id,
             tls: tls.clone(),
             acls,
-            logs: Mutex::new(HashMap::new()),
+            logs: Mutex::new(BTreeMap::new()),
             shutdown: watch::channel(false).0,
             trash: Mutex::new(trash),
             trash_deleter,

@@ -28,7 +28,7 @@
 //! FETCH_SESSION_ID_NOT_FOUND: the client starts over with a full request. Either way the
 //! limit hit is counted (`folio_kafka_limit_hits_total{limit="fetch_sessions"}`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -101,7 +101,7 @@ struct Cached {
 
 #[derive(Debug, Default)]
 struct State {
-    sessions: HashMap<i32, Session>,
+    sessions: BTreeMap<i32, Session>,
     partitions: usize,
 }
 
@@ -305,7 +305,7 @@ impl FetchSessions {
 
 /// The session a new one of `size` partitions may evict: the least recently used one idle
 /// for [`EVICTION_IDLE`], else the smallest one if smaller than `size`.
-fn evictable(sessions: &HashMap<i32, Session>, size: usize, now: Instant) -> Option<i32> {
+fn evictable(sessions: &BTreeMap<i32, Session>, size: usize, now: Instant) -> Option<i32> {
     let oldest = sessions.iter().min_by_key(|(id, s)| (s.last_used, **id));
     if let Some((id, s)) = oldest
         && now.saturating_duration_since(s.last_used) >= EVICTION_IDLE

@@ -5,7 +5,7 @@
 //! Architecture invariant: this module sits below the listener (`server`), the APIs
 //! (`api`) and topic deletion (`deletion`), and depends on none of them.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -66,7 +66,7 @@ pub(crate) struct Inner {
     pub acls: Option<Arc<crate::security::acl::Acls>>,
     /// The TLS configuration of the TLS listeners (reloaded in place).
     pub tls: Option<Arc<crate::security::tls::TlsAcceptor>>,
-    pub(crate) logs: Mutex<HashMap<(Uuid, i32), LogCell>>,
+    pub(crate) logs: Mutex<BTreeMap<(Uuid, i32), LogCell>>,
     pub shutdown: watch::Sender<bool>,
     /// The trash deleter, active while this broker is the controller; taken (and so
     /// stopped) when the broker stops.
@@ -311,7 +311,7 @@ impl Inner {
     /// With `partitions_open_max` partitions open, takes the least recently used one out
     /// of `logs` for the caller to close (one still opening is never taken).
     fn make_room(
-        logs: &mut HashMap<(Uuid, i32), LogCell>,
+        logs: &mut BTreeMap<(Uuid, i32), LogCell>,
         limits: &ListenerLimits,
     ) -> Option<((Uuid, i32), LogCell)> {
         if logs.len() < limits.partitions_open_max {

@@ -392,7 +392,7 @@ pub struct Topic {
 pub struct Topics {
     meta: Arc<dyn MetadataStore>,
     keys: Keys,
-    cache: RwLock<HashMap<String, Arc<Topic>>>,
+    cache: RwLock<BTreeMap<String, Arc<Topic>>>,
     /// When a by-id miss last listed every topic (one listing at a time, at most one per
     /// [`BY_ID_MISS_LISTING_INTERVAL`]: a storm of unknown ids costs no more).
     by_id_listing: tokio::sync::Mutex<Option<tokio::time::Instant>>,
@@ -407,7 +407,7 @@ impl Topics {
         Topics {
             meta,
             keys,
-            cache: RwLock::new(HashMap::new()),
+            cache: RwLock::new(BTreeMap::new()),
             by_id_listing: tokio::sync::Mutex::new(None),
         }
     }

@@ -50,6 +50,8 @@ impl Handler for OffsetCommit {
         version: i16,
         req: OffsetCommitRequest,
     ) -> OffsetCommitResponse {
+        // Read before anything awaits: the commit writes only in this tenure.
+        let tenure = inner.groups.tenure();
         if let Some(code) = elsewhere(&inner, s(&req.group_id)) {
             return Self::error(version, &req, code);
         }
@@ -111,7 +113,8 @@ impl Handler for OffsetCommit {
             }
             resp.topics.push(out);
         }
-        write_offsets(&inner, &group, generation, writes, written, &mut resp).await;
+        let at = (generation, tenure);
+        write_offsets(&inner, &group, at, writes, written, &mut resp).await;
         resp
     }
 
@@ -147,7 +150,7 @@ type OffsetWrite = (String, uuid::Uuid, folio_meta::Version, i32, OffsetRecord);
 async fn write_offsets(
     inner: &Inner,
     group: &str,
-    generation: i32,
+    (generation, tenure): (i32, u64),
     mut writes: Vec<OffsetWrite>,
     mut written: Vec<(usize, usize)>,
     resp: &mut OffsetCommitResponse,
@@ -158,7 +161,7 @@ async fn write_offsets(
     let mut attempt = 0;
     while !writes.is_empty() {
         attempt += 1;
-        let refused = match inner.groups.commit(group, generation, &writes).await {
+        let refused = match inner.groups.commit(group, generation, tenure, &writes).await {
             Ok(refused) => refused,
             Err(e) => {
                 tracing::warn!(group = %group, error = %e, "writing committed offsets failed");

@@ -80,8 +80,13 @@ impl Coordinator {
     }
 
     /// The claim to write `group`'s offsets under at `generation`: the one held, or a new
-    /// one (the next epoch, compare-and-set).
-    pub(super) async fn claim(&self, group: &str, generation: i32) -> Result<Claim, CommitError> {
+    /// one (the next epoch, compare-and-set), taken only in `tenure` (the commit's).
+    pub(super) async fn claim(
+        &self,
+        group: &str,
+        generation: i32,
+        tenure: u64,
+    ) -> Result<Claim, CommitError> {
         let held = |c: &Coordinator| -> Result<Option<Claim>, CommitError> {
             // A member's generation must still be the group's (checked before, but a
             // rebalance may have come since): an older one never claims.
@@ -107,6 +112,9 @@ impl Coordinator {
         }
         let key = self.claim_key(group);
         let current = self.meta.get(&key).await.map_err(CommitError::Store)?;
+        // The read may have waited out a move away and back: never claim for a commit
+        // from an earlier tenure.
+        self.same_tenure(tenure)?;
         let (epoch, guard) = match &current {
             Some(v) => {
                 let epoch = parse(&v.value).map_or(0, |(_, e, _)| e);
@@ -212,16 +220,18 @@ mod tests {
             store.put(&keys.topic("t"), "topic".into(), folio_meta::Expect::Any).await.unwrap();
         let id = uuid::Uuid::from_u128(7);
         let clock: Arc<dyn folio_meta::Clock> = Arc::new(folio_meta::ManualClock::new());
+        let (moves, tenure) = tokio::sync::watch::channel(0u64);
         let coordinator = |meta: Arc<dyn MetadataStore>, node| {
-            Coordinator::new(GroupConfig::default(), meta, keys.clone(), clock.clone(), node)
+            let t = tenure.clone();
+            Coordinator::new(GroupConfig::default(), meta, keys.clone(), clock.clone(), node, t)
         };
         let (one, two) = (coordinator(store.clone(), 1), coordinator(store.clone(), 2));
         let w = |o| vec![("t".to_string(), id, version, 0, record(o))];
         let committed = async |c: &Coordinator| c.committed("g").await.unwrap()[&(id, 0)].offset;
-        one.commit("g", -1, &w(10)).await.unwrap();
+        one.commit("g", -1, 0, &w(10)).await.unwrap();
         // Broker 2 takes the group over; broker 1, isolated, still thinks it has it.
-        two.commit("g", -1, &w(20)).await.unwrap();
-        match one.commit("g", -1, &w(5)).await {
+        two.commit("g", -1, 0, &w(20)).await.unwrap();
+        match one.commit("g", -1, 0, &w(5)).await {
             Err(CommitError::Fenced { code, holder: 2 }) => {
                 assert_eq!(code, crate::errors::NOT_COORDINATOR)
             }
@@ -232,16 +242,16 @@ mod tests {
         // A stale generation: checked at 5, the group moved on to 6 before it wrote.
         let three = coordinator(faulty.clone(), 3);
         three.groups.lock().unwrap().insert("g".into(), Group { generation: 5, ..Group::new(0) });
-        three.commit("g", 5, &w(30)).await.unwrap();
+        three.commit("g", 5, 0, &w(30)).await.unwrap();
         let at_five = three.claim_version("g").unwrap();
         three.groups.lock().unwrap().get_mut("g").unwrap().generation = 6;
-        match three.commit("g", 5, &w(25)).await {
+        match three.commit("g", 5, 0, &w(25)).await {
             Err(CommitError::Fenced { code, .. }) => {
                 assert_eq!(code, crate::errors::ILLEGAL_GENERATION)
             }
             other => panic!("{other:?}"),
         }
-        three.commit("g", 6, &w(40)).await.unwrap();
+        three.commit("g", 6, 0, &w(40)).await.unwrap();
         // A gen-5 write that was still in flight then arrives: it compares the old claim.
         let late = Txn::new()
             .compare(Compare::Version(three.claim_key("g"), at_five))
@@ -252,14 +262,27 @@ mod tests {
         // answer, and the next commit claims anew, so the late write cannot land after it.
         let held = three.claim_version("g").unwrap();
         faulty.fail_txns(1);
-        assert!(matches!(three.commit("g", 6, &w(50)).await, Err(CommitError::Store(_))));
+        assert!(matches!(three.commit("g", 6, 0, &w(50)).await, Err(CommitError::Store(_))));
         assert_eq!(three.claim_version("g"), None);
-        three.commit("g", 6, &w(60)).await.unwrap();
+        three.commit("g", 6, 0, &w(60)).await.unwrap();
         assert_ne!(three.claim_version("g"), Some(held));
         let late = Txn::new()
             .compare(Compare::Version(three.claim_key("g"), held))
             .put(three.offset_key("g", id, 0), record(50).encode());
         assert!(!store.txn(late).await.unwrap().succeeded, "an errored write landed later");
         assert_eq!(committed(&three).await, 60);
+
+        // A commit that arrived before ownership moved (and maybe back) is refused: its
+        // client has long given up, and a newer offset may have been written elsewhere.
+        let arrived = three.tenure();
+        moves.send_modify(|n| *n += 1);
+        match three.commit("g", 6, arrived, &w(55)).await {
+            Err(CommitError::Fenced { code, .. }) => {
+                assert_eq!(code, crate::errors::NOT_COORDINATOR)
+            }
+            other => panic!("a commit from an earlier tenure: {other:?}"),
+        }
+        three.commit("g", 6, three.tenure(), &w(70)).await.unwrap();
+        assert_eq!(committed(&three).await, 70);
     }
 }

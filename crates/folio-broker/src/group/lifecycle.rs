@@ -21,7 +21,7 @@ const NEW_GROUPS_WINDOW_MS: u64 = 60_000;
 impl Coordinator {
     /// Whether one more group fits under `groups_max` (counted: the groups with members
     /// here and those whose offsets this coordinator claimed). Counts the refusal.
-    pub(super) fn room_for_group(&self, groups: &HashMap<String, Group>, group: &str) -> bool {
+    pub(super) fn room_for_group(&self, groups: &BTreeMap<String, Group>, group: &str) -> bool {
         let claims = self.claims.lock().expect("claims lock");
         let held = groups.len() + claims.keys().filter(|g| !groups.contains_key(*g)).count();
         if held < self.config.groups_max {

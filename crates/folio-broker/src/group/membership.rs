@@ -188,7 +188,7 @@ impl Coordinator {
                     members = g.members.len(),
                     "group stable"
                 );
-                for (id, tx) in g.syncs.drain() {
+                for (id, tx) in std::mem::take(&mut g.syncs) {
                     let assignment =
                         g.members.get(&id).map(|m| m.assignment.clone()).unwrap_or_default();
                     let _ = tx.send(SyncResult {
@@ -306,7 +306,7 @@ pub(super) fn prepare_rebalance(g: &mut Group, now: u64, delay: Duration) {
     g.not_before = now + delay.as_millis() as u64;
     g.deadline = now + timeout.max(delay).as_millis() as u64;
     // Members waiting in SyncGroup must rejoin.
-    for (_, tx) in g.syncs.drain() {
+    for (_, tx) in std::mem::take(&mut g.syncs) {
         let _ =
             tx.send(SyncResult { error: errors::REBALANCE_IN_PROGRESS, ..SyncResult::default() });
     }
@@ -407,7 +407,7 @@ pub(super) fn maybe_complete_join(name: &str, g: &mut Group, now: u64) {
     g.enter(GroupState::CompletingRebalance);
     tracing::info!(group = name, generation = g.generation, members = g.members.len(), %leader, %protocol, "rebalance: new generation");
     let members = members_of(g, &protocol);
-    for (id, tx) in g.joins.drain() {
+    for (id, tx) in std::mem::take(&mut g.joins) {
         let _ = tx.send(JoinResult {
             error: 0,
             generation: g.generation,

@@ -176,10 +176,10 @@ struct Group {
     protocol: Option<String>,
     leader: Option<String>,
     members: BTreeMap<String, Member>,
-    joins: HashMap<String, oneshot::Sender<JoinResult>>,
-    syncs: HashMap<String, oneshot::Sender<SyncResult>>,
+    joins: BTreeMap<String, oneshot::Sender<JoinResult>>,
+    syncs: BTreeMap<String, oneshot::Sender<SyncResult>>,
     /// Static members: instance id → current member id (one per member at most).
-    statics: HashMap<String, String>,
+    statics: BTreeMap<String, String>,
     /// While preparing: no completion before this (clock ms; the initial delay) ...
     not_before: u64,
     /// ... and completion (dropping who did not rejoin) at this.
@@ -229,9 +229,9 @@ impl Group {
             protocol: None,
             leader: None,
             members: BTreeMap::new(),
-            joins: HashMap::new(),
-            syncs: HashMap::new(),
-            statics: HashMap::new(),
+            joins: BTreeMap::new(),
+            syncs: BTreeMap::new(),
+            statics: BTreeMap::new(),
             not_before: now,
             deadline: now,
             rebalances: 0,
@@ -260,7 +260,7 @@ pub struct Coordinator {
     clock: Arc<dyn Clock>,
     meta: Arc<dyn MetadataStore>,
     keys: Keys,
-    groups: Mutex<HashMap<String, Group>>,
+    groups: Mutex<BTreeMap<String, Group>>,
     /// The last offset committed through this coordinator: (group, topic, topic id,
     /// partition) → offset, for lag metrics.
     last_commits: Mutex<BTreeMap<(String, String, Uuid, i32), i64>>,
@@ -271,9 +271,16 @@ pub struct Coordinator {
     /// This broker's node id (in its claims).
     node_id: i32,
     /// The groups whose offsets this coordinator may write: its claims (`claim`).
-    claims: Mutex<HashMap<String, Claim>>,
+    claims: Mutex<BTreeMap<String, Claim>>,
     /// Held while a claim is taken (one at a time).
     claiming: tokio::sync::Mutex<()>,
+    /// This coordinator's tenure: the broker's membership change count (live brokers,
+    /// fence, controller), which moves the moment ownership may have. A commit writes only
+    /// in the tenure it arrived in: one that waited through a move away and back (an
+    /// isolated broker's, its client long gone) is refused, never written under a claim
+    /// taken after it (found by the simulator: a stale commit moved a group's offset back
+    /// from 16 to 9).
+    tenure: tokio::sync::watch::Receiver<u64>,
     /// Groups created by commits in the current minute, per client id (the window's start
     /// in clock ms, then client id → count; `new_groups_per_client_per_minute_max`).
     new_groups: Mutex<(u64, HashMap<String, usize>)>,
@@ -288,18 +295,20 @@ impl Coordinator {
         keys: Keys,
         clock: Arc<dyn Clock>,
         node_id: i32,
+        tenure: tokio::sync::watch::Receiver<u64>,
     ) -> Arc<Coordinator> {
         Arc::new(Coordinator {
             config,
             clock,
             meta,
             keys,
-            groups: Mutex::new(HashMap::new()),
+            groups: Mutex::new(BTreeMap::new()),
             last_commits: Mutex::new(BTreeMap::new()),
             arrivals: Mutex::new(Arrivals::default()),
             commit_ended: tokio::sync::Notify::new(),
             node_id,
-            claims: Mutex::new(HashMap::new()),
+            claims: Mutex::new(BTreeMap::new()),
+            tenure,
             claiming: tokio::sync::Mutex::new(()),
             new_groups: Mutex::new((0, HashMap::new())),
         })
@@ -369,6 +378,11 @@ impl Coordinator {
         })
     }
 
+    /// This coordinator's tenure now: read when a commit arrives, passed to `commit`.
+    pub fn tenure(&self) -> u64 {
+        *self.tenure.borrow()
+    }
+
     /// Forgets the groups `keep` says no (they moved to another coordinator): their
     /// members' waits end with NOT_COORDINATOR and they rejoin there.
     pub fn forget_unless(&self, keep: impl Fn(&str) -> bool) {
@@ -378,13 +392,13 @@ impl Coordinator {
         for name in gone {
             if let Some(mut g) = groups.remove(&name) {
                 tracing::info!(group = %name, "group moved to another coordinator");
-                for (_, tx) in g.joins.drain() {
+                for (_, tx) in std::mem::take(&mut g.joins) {
                     let _ = tx.send(JoinResult {
                         error: errors::NOT_COORDINATOR,
                         ..JoinResult::default()
                     });
                 }
-                for (_, tx) in g.syncs.drain() {
+                for (_, tx) in std::mem::take(&mut g.syncs) {
                     let _ = tx.send(SyncResult {
                         error: errors::NOT_COORDINATOR,
                         ..SyncResult::default()

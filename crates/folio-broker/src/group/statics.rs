@@ -98,7 +98,14 @@ mod tests {
         let meta: Arc<dyn MetadataStore> = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
         let clock = ManualClock::new();
         let config = GroupConfig { initial_rebalance_delay: Duration::ZERO, ..Default::default() };
-        let c = Coordinator::new(config, meta, Default::default(), Arc::new(clock.clone()), 1);
+        let c = Coordinator::new(
+            config,
+            meta,
+            Default::default(),
+            Arc::new(clock.clone()),
+            1,
+            tokio::sync::watch::channel(0).1,
+        );
         // `a` alone makes generation 1; `b` joins (and waits) and `a` rejoins: generation 2.
         let first = join(&c, "", "a").await;
         let (b, a) = tokio::join!(join(&c, "", "b"), join(&c, &first.member_id, "a"));

@@ -12,6 +12,14 @@ use super::record::unescape;
 use super::{CommitError, Coordinator, GroupState, OffsetRecord};
 
 impl Coordinator {
+    /// Refuses a commit that arrived in an earlier tenure (see `Coordinator::tenure`).
+    pub(super) fn same_tenure(&self, arrived: u64) -> Result<(), CommitError> {
+        if self.tenure() == arrived {
+            return Ok(());
+        }
+        Err(CommitError::Fenced { code: crate::errors::NOT_COORDINATOR, holder: self.node_id })
+    }
+
     /// Writes committed offsets of `group` at `generation` (-1: from outside the group
     /// protocol): (topic name, topic id, the topic record's version as read, partition,
     /// record), under the group's claim (`claim`: taken first if not held). Each
@@ -19,19 +27,26 @@ impl Coordinator {
     /// version, so offsets are never written by a coordinator that lost the group, nor for
     /// a topic deleted (or re-created under a new id) in the meantime. Returns the writes a
     /// topic's compare left out (none: all written); the caller re-reads those topics and
-    /// tries again or answers UNKNOWN_TOPIC_OR_PARTITION.
+    /// tries again or answers UNKNOWN_TOPIC_OR_PARTITION. `tenure`: this coordinator's
+    /// when the commit arrived (`tenure`); a commit from an earlier tenure is refused with
+    /// NOT_COORDINATOR.
     pub async fn commit(
         &self,
         group_id: &str,
         generation: i32,
+        tenure: u64,
         offsets: &[(String, Uuid, Version, i32, OffsetRecord)],
     ) -> Result<Vec<usize>, CommitError> {
-        let claim = self.claim(group_id, generation).await?;
+        self.same_tenure(tenure)?;
+        let claim = self.claim(group_id, generation, tenure).await?;
         let claim_key = self.claim_key(group_id);
         let mut refused = Vec::new();
         // Each offset takes a put and at most one topic-version compare; one for the claim.
         let per_txn = (self.meta.txn_ops_max().saturating_sub(1) / 2).max(1);
         for (c, chunk) in offsets.chunks(per_txn).enumerate() {
+            // The claim's version is compared in the write itself: a move after this check
+            // re-claims (a new version) and so fails the write.
+            self.same_tenure(tenure)?;
             let mut txn = Txn::new().compare(Compare::Version(claim_key.clone(), claim.version));
             let mut guarded = std::collections::HashSet::new();
             for (name, topic, version, p, r) in chunk {

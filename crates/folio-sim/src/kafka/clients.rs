@@ -644,7 +644,10 @@ pub async fn claims(s: Shared, ip: IpAddr) {
                 overlap.remove(&p);
                 continue;
             }
-            let since = *overlap.entry(p).or_insert(now);
+            let since = *overlap.entry(p).or_insert_with(|| {
+                s.trace.event(format!("claims: brokers {who:?} each lead partition {p}"));
+                now
+            });
             if now - since >= CLAIM_OVERLAP_MAX {
                 s.history.violation(format!(
                     "brokers {who:?} each claimed to lead partition {p} for {:?}",
@@ -654,6 +657,70 @@ pub async fn claims(s: Shared, ip: IpAddr) {
             }
         }
         tokio::time::sleep(rand_ms(200, 300)).await;
+    }
+}
+
+/// Creates and deletes topics, one after another (`tmp-<k>`). A topic whose deletion was
+/// acknowledged must never be listed again; topics with a create that failed without an
+/// answer are left out (that create may still land, as in Kafka).
+pub async fn admin(s: Shared, ip: IpAddr, me: String) {
+    let mut node = Node::new(ip, s.brokers.clone());
+    let mut k = 0;
+    while !s.stopped() {
+        k += 1;
+        let topic = format!("tmp-{k}");
+        let op = s.history.begin(format!("{me}: create and delete {topic}"));
+        let mut uncertain = false;
+        loop {
+            let req = folio_testkit::kafka::create_topics_request(std::slice::from_ref(&topic), 1);
+            let addr = node.any_broker();
+            let r = node
+                .call::<_, kafka_protocol::messages::CreateTopicsResponse>(
+                    addr,
+                    ApiKey::CreateTopics,
+                    5,
+                    &req,
+                )
+                .await
+                .map(|r| r.topics.first().map(|t| t.error_code));
+            match r {
+                Ok(Some(0 | codes::TOPIC_ALREADY_EXISTS)) => break,
+                Ok(code) => s.trace.event(format!("{me}: creating {topic}: {code:?}")),
+                Err(e) => {
+                    uncertain = true;
+                    s.trace.event(format!("{me}: creating {topic}: {e}"));
+                }
+            }
+            tokio::time::sleep(rand_ms(100, 400)).await;
+        }
+        s.history.count("topic created");
+        tokio::time::sleep(rand_ms(0, 500)).await;
+        loop {
+            let req = folio_testkit::kafka::delete_topics_request(std::slice::from_ref(&topic));
+            let addr = node.any_broker();
+            let r = node
+                .call::<_, kafka_protocol::messages::DeleteTopicsResponse>(
+                    addr,
+                    ApiKey::DeleteTopics,
+                    6,
+                    &req,
+                )
+                .await
+                .map(|r| r.responses.first().map(|t| t.error_code));
+            match r {
+                // UNKNOWN_TOPIC_OR_PARTITION: an earlier attempt whose answer was lost.
+                Ok(Some(0 | codes::UNKNOWN_TOPIC_OR_PARTITION)) => break,
+                Ok(code) => s.trace.event(format!("{me}: deleting {topic}: {code:?}")),
+                Err(e) => s.trace.event(format!("{me}: deleting {topic}: {e}")),
+            }
+            tokio::time::sleep(rand_ms(100, 400)).await;
+        }
+        s.history.end(op);
+        s.history.count("topic deleted");
+        if !uncertain {
+            s.history.lock().deleted_topics.insert(topic);
+        }
+        tokio::time::sleep(rand_ms(200, 1500)).await;
     }
 }
 

@@ -115,6 +115,7 @@ fn broker_config(id: i32, plan: &KafkaPlan) -> BrokerConfig {
             append_timeout: Duration::from_secs(10),
             ..LogConfig::default()
         },
+        // `limits::CLAIM_OVERLAP_MAX` is derived from these two.
         lease_ttl: Duration::from_secs(4),
         membership_poll: Duration::from_millis(500),
         producer_snapshot_interval: Duration::from_secs(1),
@@ -461,6 +462,8 @@ async fn scenario(seed: u64, sim: Arc<Simulation>, trace: Trace) -> Outcome {
         tasks.spawn(clients::observer(shared.clone(), kafka_client_ip(clients + 1), g.clone()));
         clients += 2;
     }
+    tasks.spawn(clients::admin(shared.clone(), kafka_client_ip(clients), "admin".into()));
+    clients += 1;
     // Never cut off (not among the nodes the nemesis picks from).
     tasks.spawn(clients::claims(shared.clone(), kafka_client_ip(clients + 1)));
     let until = Instant::now() + plan.fault_window;
@@ -541,6 +544,38 @@ async fn check(s: &Shared, ip: IpAddr, groups: &[String], violations: &mut Vec<S
         s.trace.event(format!("checker: partition {p} holds {} records, end {end}", log.len()));
         let f = s.history.lock();
         violations.extend(history::check_partition(&f, p, &log, end));
+    }
+    // Deleted topics never come back: no broker lists one.
+    let deleted = s.history.lock().deleted_topics.clone();
+    for (i, addr) in s.brokers.iter().enumerate() {
+        let deadline = Instant::now() + LIVENESS_BOUND;
+        let req = kafka_protocol::messages::MetadataRequest::default().with_topics(None);
+        let listed = loop {
+            if Instant::now() >= deadline {
+                break None;
+            }
+            match node
+                .call::<_, kafka_protocol::messages::MetadataResponse>(
+                    *addr,
+                    kafka_protocol::messages::ApiKey::Metadata,
+                    12,
+                    &req,
+                )
+                .await
+            {
+                Ok(r) => break Some(r.topics),
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        };
+        let Some(listed) = listed else {
+            violations.push(format!("broker {} did not answer Metadata", i + 1));
+            continue;
+        };
+        for t in listed {
+            if let Some(n) = t.name.filter(|n| deleted.contains(n.0.as_str())) {
+                violations.push(format!("broker {} lists {}, deleted before", i + 1, n.0));
+            }
+        }
     }
     for g in groups {
         let acked = s.history.lock().commits_acked.get(g).copied();
