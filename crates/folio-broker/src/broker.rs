@@ -12,16 +12,16 @@ use folio_rt::net::{ListenOptions, Listener};
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use crate::cluster::{self, BrokerInfo, Membership};
 use crate::config::BrokerConfig;
+use crate::domain::cluster::{self, BrokerInfo, Membership};
+use crate::domain::group::Coordinator;
+use crate::domain::topics::Topics;
 use crate::errors::BrokerError;
-use crate::group::Coordinator;
 use crate::limits::ListenerLimits;
 use crate::metrics::{Metrics, label_value};
 use crate::security::tls::TlsAcceptor;
 use crate::startup::StartError;
 use crate::state::Inner;
-use crate::topics::Topics;
 
 /// A running broker. Clones share it.
 #[derive(Debug, Clone)]
@@ -30,17 +30,19 @@ pub struct Broker {
     addr: SocketAddr,
     /// Every listener's name and bound address.
     addrs: Arc<Vec<(String, SocketAddr)>>,
+    /// The TLS configuration of the TLS listeners (reloaded in place).
+    tls: Option<Arc<TlsAcceptor>>,
 }
 
 /// The limits and the topic defaults make sense together (each error names the setting).
 fn check_defaults(config: &BrokerConfig) -> Result<(), InvalidConfig> {
     config.limits.validate()?;
     if config.default_partitions == 0
-        || config.default_partitions > crate::topics::PARTITIONS_MAX as u32
+        || config.default_partitions > crate::domain::topics::PARTITIONS_MAX as u32
     {
         return Err(InvalidConfig::new(format!(
             "num.partitions must be 1..={}, not {}",
-            crate::topics::PARTITIONS_MAX,
+            crate::domain::topics::PARTITIONS_MAX,
             config.default_partitions
         )));
     }
@@ -81,17 +83,14 @@ impl Broker {
         if let Err(e) = cluster::join(env.meta.as_ref(), &env.keys, &membership, lease).await {
             tracing::warn!(error = %e, "reading the live brokers and the controller failed; retrying in the background");
         }
-        let acls = config.authorizer.clone().map(crate::security::acl::Acls::new);
+        let acls = config.authorizer.clone().map(crate::domain::acl::Acls::new);
+        let (meta, keys, clock) = (env.meta.clone(), env.keys.clone(), env.clock.clone());
+        let tenure = membership.changes.subscribe();
+        let groups =
+            Coordinator::new(config.groups.clone(), meta, keys, clock, config.node_id, tenure);
         let inner = Arc::new(Inner {
             topics: Topics::new(env.meta.clone(), env.keys.clone()),
-            groups: Coordinator::new(
-                config.groups.clone(),
-                env.meta.clone(),
-                env.keys.clone(),
-                env.clock.clone(),
-                config.node_id,
-                membership.changes.subscribe(),
-            ),
+            groups,
             groups_config: config.groups.clone(),
             membership,
             deletions: tokio::sync::Notify::new(),
@@ -99,7 +98,6 @@ impl Broker {
             env,
             metrics: Metrics::default(),
             cluster_id,
-            tls: tls.clone(),
             acls,
             logs: Mutex::new(BTreeMap::new()),
             shutdown: watch::channel(false).0,
@@ -109,12 +107,12 @@ impl Broker {
             request_budget: Arc::new(tokio::sync::Semaphore::new(config_limits.process_bytes_max)),
             answer_budget: Arc::new(tokio::sync::Semaphore::new(config_limits.answer_bytes_max)),
             auto_created: Mutex::new((tokio::time::Instant::now(), 0)),
-            fetch_sessions: crate::fetch_sessions::FetchSessions::new(&config_limits),
-            quotas: crate::quotas::Quotas::new(),
+            fetch_sessions: crate::domain::fetch_sessions::FetchSessions::new(&config_limits),
+            quotas: crate::domain::quotas::Quotas::new(),
             leader_epochs: Default::default(),
         });
-        start_security(&inner).await?;
-        let admission = crate::server::Admission::new(&inner.config.limits);
+        start_security(&inner, tls.as_ref()).await?;
+        let admission = crate::wire::server::Admission::new(&inner.config.limits);
         let mut addrs = Vec::new();
         for ((socket, addr, runtime), e) in bound.into_iter().zip(&inner.membership.me().endpoints)
         {
@@ -128,7 +126,12 @@ impl Broker {
                 "Kafka listener up"
             );
             addrs.push((runtime.name.to_string(), addr));
-            tokio::spawn(crate::server::accept(inner.clone(), socket, runtime, admission.clone()));
+            tokio::spawn(crate::wire::server::accept(
+                inner.clone(),
+                socket,
+                runtime,
+                admission.clone(),
+            ));
         }
         tokio::spawn(inner.groups.clone().tick(inner.shutdown.subscribe()));
         tokio::spawn(cluster::maintain(
@@ -150,7 +153,7 @@ impl Broker {
         if let Some(every) = inner.config.audit_interval {
             tokio::spawn(run_audits(inner.clone(), every));
         }
-        Ok(Broker { inner, addr, addrs: Arc::new(addrs) })
+        Ok(Broker { inner, addr, addrs: Arc::new(addrs), tls })
     }
 
     /// The bound address of the first listener.
@@ -166,7 +169,7 @@ impl Broker {
     /// Reads the TLS certificate and key again now (what SIGHUP does); an error keeps the
     /// running ones.
     pub fn reload_tls(&self) -> Result<(), crate::security::tls::TlsError> {
-        match &self.inner.tls {
+        match &self.tls {
             Some(t) => t.reload(),
             None => Err(crate::security::tls::TlsError::NoTlsListener),
         }
@@ -273,7 +276,7 @@ impl Broker {
     }
 
     /// The last audit this broker ran (as the controller), if any.
-    pub fn last_audit(&self) -> Option<crate::audit::Audit> {
+    pub fn last_audit(&self) -> Option<crate::domain::audit::Audit> {
         self.inner.last_audit.lock().expect("audit lock").clone()
     }
 
@@ -513,7 +516,7 @@ async fn run_audits(inner: Arc<Inner>, every: Duration) {
         if inner.membership.controller() != inner.config.node_id {
             continue;
         }
-        match crate::audit::run(&inner.env).await {
+        match crate::domain::audit::run(&inner.env).await {
             Ok(a) => {
                 let orphans = a.findings.iter().filter(|f| f.class.is_orphan()).count();
                 if orphans > 0 {
@@ -531,8 +534,11 @@ async fn run_audits(inner: Arc<Inner>, every: Duration) {
 
 /// Loads the client quotas, the leader epochs and the ACLs (before any connection is
 /// served) and starts the watches that keep them and the TLS certificate current.
-async fn start_security(inner: &Arc<Inner>) -> Result<(), StartError> {
-    if let Some(tls) = &inner.tls {
+async fn start_security(
+    inner: &Arc<Inner>,
+    tls: Option<&Arc<TlsAcceptor>>,
+) -> Result<(), StartError> {
+    if let Some(tls) = tls {
         tokio::spawn(tls.clone().watch(inner.shutdown.subscribe()));
     }
     start_watched(inner, &inner.quotas).await?;
@@ -544,7 +550,7 @@ async fn start_security(inner: &Arc<Inner>) -> Result<(), StartError> {
 }
 
 /// Lists `cache`'s records once, then keeps it current until the broker stops.
-async fn start_watched<T: crate::watched::Watched>(
+async fn start_watched<T: crate::domain::watched::Watched>(
     inner: &Inner,
     cache: &Arc<T>,
 ) -> Result<(), StartError> {
@@ -554,7 +560,7 @@ async fn start_watched<T: crate::watched::Watched>(
         .await
         .map_err(StartError::meta(loading))?;
     let (meta, keys) = (inner.env.meta.clone(), inner.env.keys.clone());
-    tokio::spawn(crate::watched::keep_current(
+    tokio::spawn(crate::domain::watched::keep_current(
         cache.clone(),
         meta,
         keys,
@@ -564,7 +570,7 @@ async fn start_watched<T: crate::watched::Watched>(
 }
 
 /// A bound listener: its socket, address and what runs it.
-type Bound = (Listener, SocketAddr, Arc<crate::server::Listener>);
+type Bound = (Listener, SocketAddr, Arc<crate::wire::server::Listener>);
 /// The bound listeners, what they advertise, and the TLS configuration they share.
 type Listeners = (Vec<Bound>, Vec<cluster::Endpoint>, Option<Arc<TlsAcceptor>>);
 
@@ -595,7 +601,7 @@ fn bind_listeners(config: &BrokerConfig) -> Result<Listeners, StartError> {
             None => (addr.ip().to_string(), addr.port() as i32),
         };
         endpoints.push(cluster::Endpoint { listener: l.name.clone(), host, port });
-        let runtime = crate::server::Listener {
+        let runtime = crate::wire::server::Listener {
             name: l.name.as_str().into(),
             protocol: l.protocol,
             tls: if l.protocol.tls() { tls.clone() } else { None },

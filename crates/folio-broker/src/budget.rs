@@ -78,7 +78,7 @@ pub(crate) struct RequestScope {
     pub budgets: Budgets,
     pub held: Arc<Mutex<Held>>,
     /// Who sent the request, on which listener.
-    pub session: crate::security::Session,
+    pub session: crate::domain::acl::Session,
     /// An OffsetFetch's place among the group commits (`Handler::arrive`).
     pub arrival: Option<u64>,
     /// The request header's client id (empty without one).

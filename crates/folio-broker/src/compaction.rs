@@ -33,12 +33,12 @@ use tokio::time::Instant;
 use folio_log::records::LedgerInfo;
 use folio_log::{Compaction, CompactionReport, LogEntry, ManagedLog};
 
-use crate::batch::{self, BatchInfo};
 pub use crate::config::CompactionConfig;
+use crate::domain::batch::{self, BatchInfo};
+use crate::domain::records::{self, Record};
+use crate::domain::topics::TopicConfig;
 pub use crate::metrics::CompactionStats;
-use crate::records::{self, Record};
 use crate::state::Inner;
-use crate::topics::TopicConfig;
 
 /// Bytes read per pass and ledger to look at: the batch of entries one read returns.
 const READ_BYTES: usize = 4 << 20;

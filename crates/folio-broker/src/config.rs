@@ -4,15 +4,15 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-pub use crate::security::acl::AuthorizerConfig;
+pub use crate::domain::acl::AuthorizerConfig;
 pub use crate::security::tls::TlsConfig;
 pub use crate::security::{ListenerConfig, SaslConfig};
 
 use folio_log::LogConfig;
 
-use crate::group::GroupConfig;
+use crate::domain::group::GroupConfig;
+use crate::domain::topics::TopicConfig;
 use crate::limits::ListenerLimits;
-use crate::topics::TopicConfig;
 
 /// What a broker is and how it behaves; every field has the default a Kafka user expects.
 #[derive(Debug, Clone)]

@@ -34,8 +34,8 @@ use folio_meta::{MetaError, MetadataStore, Txn, list_all};
 use std::sync::atomic::Ordering;
 use uuid::Uuid;
 
+use crate::domain::topics::{Topic, log_name, parse_log_name};
 use crate::state::Inner;
-use crate::topics::{Topic, log_name, parse_log_name};
 
 /// The marker of a deleted topic: what is left to delete, until its logs are in the trash.
 #[derive(Debug, Clone, PartialEq, Eq)]

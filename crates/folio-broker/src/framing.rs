@@ -295,7 +295,7 @@ mod tests {
             })
             .collect();
         let topic = FetchableTopicResponse::default()
-            .with_topic(crate::api::str_bytes("t").into())
+            .with_topic(kafka_protocol::protocol::StrBytes::from_static_str("t").into())
             .with_partitions(partitions);
         FetchResponse::default().with_responses(vec![topic])
     }

@@ -180,19 +180,19 @@ impl Metrics {
     }
 
     /// Counts `ms` of throttling for a client quota of `kind`.
-    pub fn throttled(&self, kind: crate::quotas::Kind, ms: u64) {
+    pub fn throttled(&self, kind: crate::domain::quotas::Kind, ms: u64) {
         let i = match kind {
-            crate::quotas::Kind::Produce => 0,
-            crate::quotas::Kind::Fetch => 1,
+            crate::domain::quotas::Kind::Produce => 0,
+            crate::domain::quotas::Kind::Fetch => 1,
         };
         self.throttle_ms[i].fetch_add(ms, Ordering::Relaxed);
     }
 
     /// Milliseconds of client-quota throttling answered for `kind`.
-    pub fn throttle_ms(&self, kind: crate::quotas::Kind) -> u64 {
+    pub fn throttle_ms(&self, kind: crate::domain::quotas::Kind) -> u64 {
         let i = match kind {
-            crate::quotas::Kind::Produce => 0,
-            crate::quotas::Kind::Fetch => 1,
+            crate::domain::quotas::Kind::Produce => 0,
+            crate::domain::quotas::Kind::Fetch => 1,
         };
         self.throttle_ms[i].load(Ordering::Relaxed)
     }

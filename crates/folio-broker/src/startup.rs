@@ -16,12 +16,9 @@ pub enum StartError {
     /// The metadata store failed; `what` says at which step.
     #[error("{what}: {source}")]
     Meta { what: String, source: folio_meta::MetaError },
-    /// Another process holds this node id.
-    #[error(
-        "node id {node_id} is registered by {holder} and stayed so for twice the lease TTL \
-         ({ttl:?}): another broker runs with this id; use another --node-id"
-    )]
-    NodeIdTaken { node_id: i32, holder: String, ttl: std::time::Duration },
+    /// Registering the node id failed (another process holds it, or the store failed).
+    #[error(transparent)]
+    Register(#[from] crate::domain::cluster::RegisterError),
 }
 
 impl StartError {

@@ -14,13 +14,13 @@ use folio_log::{LogConfig, LogEnv, ManagedLog};
 use tokio::sync::{OnceCell, watch};
 use uuid::Uuid;
 
-use crate::cluster::{self, Membership};
 use crate::config::BrokerConfig;
-use crate::group::{Coordinator, GroupConfig};
+use crate::domain::cluster::{self, Membership};
+use crate::domain::group::{Coordinator, GroupConfig};
+use crate::domain::producers::{Producers, REBUILD_OFFSETS};
+use crate::domain::topics::{Topic, TopicConfig, Topics, log_name};
 use crate::limits::ListenerLimits;
 use crate::metrics::Metrics;
-use crate::producers::{Producers, REBUILD_OFFSETS};
-use crate::topics::{Topic, TopicConfig, Topics, log_name};
 
 /// A partition this broker has opened: its log and its idempotent producers.
 #[derive(Debug)]
@@ -39,7 +39,11 @@ pub(crate) struct Partition {
 
 impl Partition {
     /// Checks an idempotent batch against its producer's state and registers it.
-    pub fn check_batch(&self, b: &crate::batch::BatchInfo, now_ms: i64) -> crate::producers::Check {
+    pub fn check_batch(
+        &self,
+        b: &crate::domain::batch::BatchInfo,
+        now_ms: i64,
+    ) -> crate::domain::producers::Check {
         self.producers.lock().expect("producers lock").check(b, now_ms)
     }
 
@@ -63,9 +67,7 @@ pub(crate) struct Inner {
     pub deletions: tokio::sync::Notify,
     pub cluster_id: String,
     /// The ACLs, when an authorizer is configured.
-    pub acls: Option<Arc<crate::security::acl::Acls>>,
-    /// The TLS configuration of the TLS listeners (reloaded in place).
-    pub tls: Option<Arc<crate::security::tls::TlsAcceptor>>,
+    pub acls: Option<Arc<crate::domain::acl::Acls>>,
     pub(crate) logs: Mutex<BTreeMap<(Uuid, i32), LogCell>>,
     pub shutdown: watch::Sender<bool>,
     /// The trash deleter, active while this broker is the controller; taken (and so
@@ -74,7 +76,7 @@ pub(crate) struct Inner {
     /// The deleter itself (for status and wake-ups), also after it stopped.
     pub trash_deleter: folio_log::Trash,
     /// The last audit this broker ran as the controller.
-    pub last_audit: Mutex<Option<crate::audit::Audit>>,
+    pub last_audit: Mutex<Option<crate::domain::audit::Audit>>,
     /// Request and answer bytes all connections may hold (`limits.process_bytes_max`).
     pub request_budget: Arc<tokio::sync::Semaphore>,
     /// Fetch answer bytes all connections may hold (`limits.answer_bytes_max`).
@@ -82,11 +84,11 @@ pub(crate) struct Inner {
     /// Topics auto-created in the current minute (`limits.auto_create_per_minute_max`).
     pub auto_created: Mutex<(tokio::time::Instant, usize)>,
     /// Fetch sessions (KIP-227; `limits.fetch_sessions_max`).
-    pub(crate) fetch_sessions: crate::fetch_sessions::FetchSessions,
+    pub(crate) fetch_sessions: crate::domain::fetch_sessions::FetchSessions,
     /// Client quotas (cached from the metadata store) and their measured rates.
-    pub quotas: Arc<crate::quotas::Quotas>,
+    pub quotas: Arc<crate::domain::quotas::Quotas>,
     /// Every partition's leader epoch (cached from the log records).
-    pub(crate) leader_epochs: Arc<crate::epochs::LeaderEpochs>,
+    pub(crate) leader_epochs: Arc<crate::domain::epochs::LeaderEpochs>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -105,8 +107,8 @@ impl Inner {
         partitions: i32,
         replication: i16,
         configs: std::collections::BTreeMap<String, String>,
-    ) -> crate::topics::NewTopic {
-        crate::topics::NewTopic {
+    ) -> crate::domain::topics::NewTopic {
+        crate::domain::topics::NewTopic {
             partitions,
             replication,
             replication_max: self.config.replication_max,
@@ -375,7 +377,7 @@ impl Inner {
             .and_then(|c| c.get().map(|p| p.log.clone()))
     }
 
-    /// The leader epoch of `topic`'s `partition` (`crate::epochs`): its open log's here,
+    /// The leader epoch of `topic`'s `partition` (`crate::domain::epochs`): its open log's here,
     /// else the last one seen in its log record, whichever is higher.
     pub fn leader_epoch(&self, id: Uuid, partition: i32) -> u32 {
         let open = self.open_log(id, partition).map(|l| l.status().epoch);
@@ -471,7 +473,7 @@ async fn rebuild_producers(
         let Some(last) = entries.last() else { break };
         offset = last.next_offset();
         for e in &entries {
-            match crate::batch::read_header(&e.payload) {
+            match crate::domain::batch::read_header(&e.payload) {
                 Ok(info) => producers.restore(&info, e.base_offset as i64, now_ms),
                 Err(err) => {
                     tracing::warn!(log = log.name(), offset = e.base_offset, error = %err, "a stored batch does not parse")

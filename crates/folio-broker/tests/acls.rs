@@ -12,9 +12,9 @@ use std::net::SocketAddr;
 
 use bytes::Bytes;
 use common::{Conn, metadata_req};
+use folio_broker::acl::{Operation, PatternType, Permission, ResourceType};
 use folio_broker::config::{AuthorizerConfig, ListenerConfig};
 use folio_broker::errors;
-use folio_broker::security::acl::{Operation, PatternType, Permission, ResourceType};
 use folio_broker::security::scram::{Credential, Mechanism};
 use folio_broker::security::{SecurityProtocol, credentials};
 use folio_testkit::kafka::{

@@ -158,11 +158,9 @@ const BANNED: &[Banned] = &[
             ("crates/folio-testkit/src/kafka.rs", "a raw Kafka client for tests and benchmarks"),
             ("crates/folio-sim/src/kafka/", "the simulator's model Kafka clients"),
             ("crates/folio/src/bench/", "Kafka clients of the benchmarks"),
-            // Until the broker's layers (#46) move them: may only shrink.
-            ("crates/folio-broker/src/framing.rs", "request headers; moves with #46"),
-            ("crates/folio-broker/src/fetch_sessions.rs", "FetchRequest; moves with #46"),
-            ("crates/folio-broker/src/metrics.rs", "ApiKey names; moves with #46"),
-            ("crates/folio-broker/src/security/sasl.rs", "SASL messages; moves with #46"),
+            ("crates/folio-broker/src/framing.rs", "request and response headers"),
+            ("crates/folio-broker/src/security/sasl.rs", "the SASL handshake, before any api"),
+            ("crates/folio-broker/src/metrics.rs", "ApiKey names the per-API request counters"),
         ],
     },
 ];
@@ -412,4 +410,39 @@ fn library_errors_are_typed_and_string_errors_only_go_down() {
     );
     let missing = library_crates_without_error_module(&workspace_root());
     assert!(missing.is_empty(), "library crates without an error.rs: {missing:?}");
+}
+
+/// The broker's layers (`folio-broker/src/lib.rs`): what each layer's files may import
+/// from the rest of the crate, by the first module of a `crate::` path. The domain imports
+/// only itself, the error codes and the limits (never `api`, the wire, or the state that
+/// holds it); the wire takes from the domain only the principal it authenticated.
+const BROKER_LAYERS: &[(&str, &[&str])] = &[
+    ("crates/folio-broker/src/domain/", &["domain", "errors", "limits"]),
+    (
+        "crates/folio-broker/src/wire/",
+        &["wire", "api", "budget", "framing", "limits", "security", "state", "domain::acl"],
+    ),
+];
+
+#[test]
+fn broker_layers_import_only_what_their_invariants_allow() {
+    let mut problems = Vec::new();
+    for s in sources().iter().filter(|s| s.is_src()) {
+        let Some((_, allowed)) = BROKER_LAYERS.iter().find(|(p, _)| s.path.starts_with(p)) else {
+            continue;
+        };
+        for (i, line) in s.shipped().lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for (at, _) in code.match_indices("crate::") {
+                let path = &code[at + "crate::".len()..];
+                if !allowed.iter().any(|a| {
+                    path.starts_with(a)
+                        && !path[a.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '_')
+                }) {
+                    problems.push(format!("{}:{}: {}", s.path, i + 1, code.trim()));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "imports across the broker's layers: {problems:#?}");
 }

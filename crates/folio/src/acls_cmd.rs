@@ -2,7 +2,7 @@
 //! directly (the same records as CreateAcls and DeleteAcls; brokers see a change through
 //! their watch at once). Checked by brokers started with `--authorizer`.
 
-use folio_broker::security::acl::{
+use folio_broker::acl::{
     self, AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType,
 };
 

@@ -1,4 +1,4 @@
-//! CreateAcls, DescribeAcls and DeleteAcls (`security::acl`): ALTER (create, delete) or
+//! CreateAcls, DescribeAcls and DeleteAcls (`domain::acl`): ALTER (create, delete) or
 //! DESCRIBE on the cluster; SECURITY_DISABLED when the broker has no authorizer. A binding
 //! that does not validate gets INVALID_REQUEST with the reason; the others of the request
 //! are created.
@@ -17,10 +17,10 @@ use kafka_protocol::messages::{
 };
 
 use super::{Handler, str_bytes};
-use crate::errors;
-use crate::security::acl::{
+use crate::domain::acl::{
     self, AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType,
 };
+use crate::errors;
 use crate::state::Inner;
 
 fn disabled() -> (i16, String) {

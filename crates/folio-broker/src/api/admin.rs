@@ -24,13 +24,13 @@ use kafka_protocol::messages::{
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 
 use crate::api::{Handler, Refused, str_bytes};
+use crate::domain::acl::{Operation, ResourceType};
+use crate::domain::topics::{PARTITIONS_MAX, TOPIC_CONFIG_KEYS, Topic, validate_configs};
 use crate::errors::{self, BrokerError};
-use crate::security::acl::{Operation, ResourceType};
 use crate::state::Inner;
-use crate::topics::{PARTITIONS_MAX, TOPIC_CONFIG_KEYS, Topic, validate_configs};
 
 use super::configs::source;
-use crate::topics::IfExists;
+use crate::domain::topics::IfExists;
 
 pub(crate) struct CreateTopics;
 

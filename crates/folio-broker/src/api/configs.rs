@@ -16,10 +16,10 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use crate::api::{Handler, Refused, str_bytes};
+use crate::domain::acl::Operation;
+use crate::domain::topics::{TOPIC_CONFIG_KEYS, Topic, validate_configs};
 use crate::errors::{self, BrokerError};
-use crate::security::acl::Operation;
 use crate::state::Inner;
-use crate::topics::{TOPIC_CONFIG_KEYS, Topic, validate_configs};
 
 /// Kafka's config resource types.
 const RESOURCE_TOPIC: i8 = 2;

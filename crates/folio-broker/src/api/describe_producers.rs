@@ -1,5 +1,5 @@
 //! DescribeProducers (KIP-664): the idempotent producers a partition knows, from the state
-//! its owner keeps to recognise retries (`crate::producers`): id, epoch, the sequence of
+//! its owner keeps to recognise retries (`crate::domain::producers`): id, epoch, the sequence of
 //! the last batch's last record and its max timestamp. No transactions here, so the
 //! coordinator epoch and the transaction start offset are always -1. The partition is
 //! opened on this broker if it owns it (NOT_LEADER_OR_FOLLOWER otherwise, as Kafka

@@ -27,16 +27,16 @@ use kafka_protocol::protocol::StrBytes;
 use tokio::task::JoinSet;
 
 use crate::api::Handler;
-use crate::batch;
 use crate::budget::Held;
+use crate::domain::acl::{Operation, ResourceType};
+use crate::domain::batch;
+use crate::domain::fetch_sessions::{Asked, Context, SessionRequest, TopicKey};
+use crate::domain::topics::Topic;
 use crate::errors::{self, BrokerError};
-use crate::fetch_sessions::{Asked, Context, TopicKey};
 use crate::limits::BATCHES_PER_PARTITION_MAX;
 use crate::limits::FETCH_WAIT_MAX;
 use crate::limits::Limit;
-use crate::security::acl::{Operation, ResourceType};
 use crate::state::Inner;
-use crate::topics::Topic;
 
 pub(crate) struct Fetch;
 
@@ -69,15 +69,16 @@ impl Handler for Fetch {
         }
         let max_bytes = if req.max_bytes <= 0 { cap } else { (req.max_bytes as usize).min(cap) };
         let read_committed = req.isolation_level == 1;
-        let (context, asked) = match inner.fetch_sessions.begin(version, &req, started) {
-            Ok(begun) => begun,
-            Err((code, no_room)) => {
-                if no_room.is_some() {
-                    inner.metrics.limit_hit(Limit::FetchSessions);
+        let (context, asked) =
+            match inner.fetch_sessions.begin(session_request(version, &req), started) {
+                Ok(begun) => begun,
+                Err((code, no_room)) => {
+                    if no_room.is_some() {
+                        inner.metrics.limit_hit(Limit::FetchSessions);
+                    }
+                    return FetchResponse::default().with_error_code(code);
                 }
-                return FetchResponse::default().with_error_code(code);
-            }
-        };
+            };
         let (heads, wants) = resolve(&inner, &asked, cap).await;
         // The broker is stopping: answer with what there is (waiting again would find the
         // stop signal at once, and spin until the deadline; found by the simulator).
@@ -247,7 +248,7 @@ fn answer(
     if incremental {
         heads.retain(|h| !h.partitions.is_empty());
     }
-    let throttle = super::quotas::throttle(inner, crate::quotas::Kind::Fetch, bytes);
+    let throttle = super::quotas::throttle(inner, crate::domain::quotas::Kind::Fetch, bytes);
     FetchResponse::default()
         .with_session_id(session_id)
         .with_responses(heads)
@@ -404,4 +405,35 @@ async fn read_all(
         out.push((w.topic, p));
     }
     (out, total, settled, held, starved)
+}
+
+/// The session part of a Fetch, in the domain's terms: the partitions it lists (in its
+/// order) and forgets.
+fn session_request(version: i16, req: &FetchRequest) -> SessionRequest {
+    let mut asked = Vec::new();
+    for t in &req.topics {
+        let key = TopicKey::of(version, t.topic.as_str(), t.topic_id);
+        for p in &t.partitions {
+            asked.push(Asked {
+                topic: key.clone(),
+                partition: p.partition,
+                fetch_offset: p.fetch_offset,
+                max_bytes: p.partition_max_bytes,
+                current_leader_epoch: p.current_leader_epoch,
+                told: None,
+            });
+        }
+    }
+    let mut forgotten = Vec::new();
+    for t in &req.forgotten_topics_data {
+        let key = TopicKey::of(version, t.topic.as_str(), t.topic_id);
+        forgotten.extend(t.partitions.iter().map(|p| (key.clone(), *p)));
+    }
+    SessionRequest {
+        id: req.session_id,
+        epoch: req.session_epoch,
+        by_id: version >= 13,
+        asked,
+        forgotten,
+    }
 }

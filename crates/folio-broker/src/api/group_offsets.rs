@@ -17,9 +17,9 @@ use kafka_protocol::messages::*;
 
 use super::groups::{elsewhere, s};
 use crate::api::{Handler, Refused, str_bytes};
+use crate::domain::acl::{Operation, ResourceType};
+use crate::domain::group::OffsetRecord;
 use crate::errors;
-use crate::group::OffsetRecord;
-use crate::security::acl::{Operation, ResourceType};
 use crate::state::Inner;
 
 pub(crate) struct OffsetCommit;

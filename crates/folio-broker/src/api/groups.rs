@@ -15,15 +15,15 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
 use crate::api::{Handler, Refused, str_bytes};
-use crate::cluster::group_key;
+use crate::domain::acl::{Operation, ResourceType};
+use crate::domain::cluster::group_key;
 use crate::errors;
-use crate::security::acl::{Operation, ResourceType};
 use crate::state::Inner;
 
 /// The error a request for `group` gets before anything else: INVALID_GROUP_ID for an id
 /// above `GROUP_ID_BYTES_MAX`, NOT_COORDINATOR when another broker coordinates it.
 pub(super) fn elsewhere(inner: &Inner, group: &str) -> Option<i16> {
-    if group.len() > crate::group::GROUP_ID_BYTES_MAX {
+    if group.len() > crate::domain::group::GROUP_ID_BYTES_MAX {
         inner.metrics.limit_hit(crate::limits::Limit::Names);
         return Some(errors::INVALID_GROUP_ID);
     }

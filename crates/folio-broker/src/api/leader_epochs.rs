@@ -3,7 +3,7 @@
 //!
 //! A partition's leader epoch is its log's owner epoch (`folio_log::Epochs`): every
 //! take-over (a new owner, or the same after a restart) begins the next one where its
-//! first append goes. Metadata tells it (`crate::epochs`), each fetched batch carries the
+//! first append goes. Metadata tells it (`crate::domain::epochs`), each fetched batch carries the
 //! epoch its offsets were appended in, and this API answers from the log's epoch history
 //! by Kafka's rules: the current epoch ends at the log end; an older one where the next
 //! begins, answered as the largest recorded epoch at or below it; one above the current is

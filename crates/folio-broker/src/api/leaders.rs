@@ -20,8 +20,8 @@ use kafka_protocol::messages::{
 };
 
 use crate::api::{Handler, str_bytes};
+use crate::domain::acl::Operation;
 use crate::errors;
-use crate::security::acl::Operation;
 use crate::state::Inner;
 
 /// Why no election runs, sent with each ELECTION_NOT_NEEDED.

@@ -24,9 +24,9 @@ use kafka_protocol::messages::{
 };
 
 use crate::api::{Handler, str_bytes};
-use crate::security::acl::Operation;
+use crate::domain::acl::Operation;
+use crate::domain::topics::log_name;
 use crate::state::Inner;
-use crate::topics::log_name;
 
 /// Ledgers whose metadata one DescribeLogDirs reads, at most.
 pub const LOG_DIRS_LEDGERS_MAX: usize = 10_000;

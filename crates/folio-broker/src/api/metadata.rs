@@ -11,12 +11,12 @@ use kafka_protocol::messages::{ApiKey, BrokerId, MetadataRequest, MetadataRespon
 use uuid::Uuid;
 
 use crate::api::{Handler, str_bytes};
+use crate::domain::acl::{Operation, ResourceType};
+use crate::domain::topics::IfExists;
+use crate::domain::topics::{Topic, validate_name};
 use crate::errors::{self, BrokerError};
 use crate::limits::Limit;
-use crate::security::acl::{Operation, ResourceType};
 use crate::state::Inner;
-use crate::topics::IfExists;
-use crate::topics::{Topic, validate_name};
 
 pub(crate) struct Metadata;
 
@@ -218,13 +218,16 @@ fn topic(inner: &Inner, _version: i16, t: &Topic) -> MetadataResponseTopic {
         .map(|p| {
             // The partition's owner among the live brokers leads it; the data is on the
             // bookies, so it is also the only replica Kafka clients need to know. Its
-            // epoch is its log's owner epoch (`crate::epochs`).
+            // epoch is its log's owner epoch (`crate::domain::epochs`).
             let me = BrokerId(
-                inner.membership.owner(&crate::cluster::partition_key(t.record.id, p)).node_id,
+                inner
+                    .membership
+                    .owner(&crate::domain::cluster::partition_key(t.record.id, p))
+                    .node_id,
             );
             let epoch = inner.leader_epoch(t.record.id, p) as i32;
             // No owner: this broker is fenced and sees no other live broker.
-            let code = if me.0 == crate::cluster::NO_OWNER {
+            let code = if me.0 == crate::domain::cluster::NO_OWNER {
                 crate::errors::LEADER_NOT_AVAILABLE
             } else {
                 crate::errors::NONE

@@ -13,9 +13,9 @@ use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ProduceRequest, Reque
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use crate::budget::RequestScope;
+use crate::domain::acl::{Operation, ResourceType};
 use crate::errors;
 use crate::framing::{Pending, encode_response};
-use crate::security::acl::{Operation, ResourceType};
 use crate::state::Inner;
 
 /// `Handler::error_code` generated from the answer's shape: the first non-zero code among
@@ -73,7 +73,7 @@ macro_rules! error_answer_of {
 macro_rules! refuse_each {
     ($list:ident => $answer:ident, $op:ident on $rtype:ident, $code:ident, |$x:ident| $name:expr) => {
         fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
-            use $crate::security::acl::{Operation, ResourceType};
+            use $crate::domain::acl::{Operation, ResourceType};
             super::refuse(
                 &mut req.$list,
                 |$x| !super::allowed(inner, Operation::$op, ResourceType::$rtype, $name),
@@ -205,7 +205,7 @@ pub(crate) trait Handler: 'static {
 #[derive(Debug, Default)]
 pub(crate) struct Arrival {
     /// An OffsetCommit's place, held until the request is answered.
-    pub commit: Option<crate::group::CommitTicket>,
+    pub commit: Option<crate::domain::group::CommitTicket>,
     /// An OffsetFetch's place: `RequestScope::arrival`.
     pub fetch: Option<u64>,
 }
@@ -362,10 +362,10 @@ pub fn decode_request(frame: Bytes) -> Result<(ApiKey, i16), String> {
 
 /// The session of the request being handled (an anonymous one on the broker's first
 /// listener outside a request, e.g. in unit tests).
-pub(crate) fn session(inner: &Inner) -> crate::security::Session {
+pub(crate) fn session(inner: &Inner) -> crate::domain::acl::Session {
     REQUEST.try_with(|s| s.session.clone()).unwrap_or_else(|_| {
         let first = inner.config.listeners.first().map_or("PLAINTEXT", |l| l.name.as_str());
-        crate::security::Session::anonymous(first.into(), "127.0.0.1".into())
+        crate::domain::acl::Session::anonymous(first.into(), "127.0.0.1".into())
     })
 }
 
@@ -373,8 +373,8 @@ pub(crate) fn session(inner: &Inner) -> crate::security::Session {
 /// listener name (Kafka's rule; a broker without one is left out of answers).
 pub(crate) fn endpoint_of(
     inner: &Inner,
-    b: &crate::cluster::BrokerInfo,
-) -> Option<crate::cluster::Endpoint> {
+    b: &crate::domain::cluster::BrokerInfo,
+) -> Option<crate::domain::cluster::Endpoint> {
     b.endpoint(&session(inner).listener).cloned()
 }
 
@@ -387,7 +387,7 @@ pub(crate) fn allowed(inner: &Inner, op: Operation, rtype: ResourceType, name: &
 /// Whether `session` may do `op` on the resource (always, without an authorizer).
 pub(crate) fn allowed_as(
     inner: &Inner,
-    session: &crate::security::Session,
+    session: &crate::domain::acl::Session,
     op: Operation,
     rtype: ResourceType,
     name: &str,
@@ -397,7 +397,7 @@ pub(crate) fn allowed_as(
 
 /// CLUSTER_AUTHORIZATION_FAILED unless this request's principal may do `op` on the cluster.
 pub(crate) fn cluster_denied(inner: &Inner, op: Operation) -> Option<i16> {
-    let ok = allowed(inner, op, ResourceType::Cluster, crate::security::acl::CLUSTER_NAME);
+    let ok = allowed(inner, op, ResourceType::Cluster, crate::domain::acl::CLUSTER_NAME);
     (!ok).then_some(errors::CLUSTER_AUTHORIZATION_FAILED)
 }
 
@@ -453,7 +453,7 @@ pub(crate) fn init_producer_denied(inner: &Inner, transactional_id: Option<&str>
         let ok = acls.authorize(&s, Operation::Write, ResourceType::TransactionalId, t);
         return (!ok).then_some(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
     }
-    let cluster = crate::security::acl::CLUSTER_NAME;
+    let cluster = crate::domain::acl::CLUSTER_NAME;
     let ok = acls.authorize(&s, Operation::IdempotentWrite, ResourceType::Cluster, cluster)
         || acls.may_write_some_topic(&s);
     (!ok).then_some(errors::CLUSTER_AUTHORIZATION_FAILED)

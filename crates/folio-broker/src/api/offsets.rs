@@ -24,8 +24,8 @@ use kafka_protocol::messages::offset_delete_response::{
 use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse};
 
 use crate::api::{Handler, Refused};
+use crate::domain::acl::Operation;
 use crate::errors::{self, BrokerError};
-use crate::security::acl::Operation;
 use crate::state::Inner;
 
 const LATEST: i64 = -1;
@@ -151,7 +151,7 @@ async fn lookup(log: &ManagedLog, timestamp: i64) -> Result<(i64, i64), i16> {
         let entries = log.read(offset, 1, 1).await.map_err(|e| BrokerError::from(e).code())?;
         let Some(e) = entries.first() else { return Ok((offset as i64, -1)) };
         let from = i32::try_from(start.saturating_sub(e.base_offset)).unwrap_or(i32::MAX);
-        match crate::records::first_at_or_after(&e.payload, from, ts) {
+        match crate::domain::records::first_at_or_after(&e.payload, from, ts) {
             Ok(Some((delta, record_ts))) => {
                 Ok(((e.base_offset + delta.max(0) as u64) as i64, record_ts))
             }

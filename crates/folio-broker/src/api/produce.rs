@@ -22,15 +22,15 @@ use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, RequestH
 use kafka_protocol::protocol::Decodable;
 
 use crate::api::{first_error, str_bytes, supported};
-use crate::batch::{self, BatchError, Codec};
+use crate::domain::acl::{Operation, ResourceType};
+use crate::domain::batch::{self, BatchError, Codec};
+use crate::domain::producers::{Check, Outcome};
+use crate::domain::quotas::Kind;
+use crate::domain::topics::TimestampType;
 use crate::errors::{self, BrokerError};
 use crate::framing::{Pending, encode_response, ready};
 use crate::metrics::TopicMetrics;
-use crate::producers::{Check, Outcome};
-use crate::quotas::Kind;
-use crate::security::acl::{Operation, ResourceType};
 use crate::state::Inner;
-use crate::topics::TimestampType;
 use tokio::sync::watch;
 
 /// One batch on its way: an append, or (idempotent producers) an outcome to wait for.
@@ -299,12 +299,12 @@ pub(crate) async fn start(
 fn check(
     batches: &[(batch::BatchInfo, Bytes)],
     version: i16,
-    config: &crate::topics::TopicConfig,
+    config: &crate::domain::topics::TopicConfig,
     inner: &Inner,
 ) -> Option<BrokerError> {
     let max_message_bytes = config.max_message_bytes;
     let validate_records = inner.config.validate_records;
-    let rules = crate::records::Rules {
+    let rules = crate::domain::records::Rules {
         now_ms: inner.now_ms(),
         create_time: config.timestamp_type == TimestampType::CreateTime,
         before_max_ms: config.timestamp_before_max_ms,
@@ -353,15 +353,19 @@ fn check(
             }
             continue;
         }
-        match crate::records::validate(b, info, &rules) {
+        match crate::domain::records::validate(b, info, &rules) {
             Ok(()) => {}
-            Err(crate::records::Refusal::Corrupt(e)) => {
+            Err(crate::domain::records::Refusal::Corrupt(e)) => {
                 return Some(BrokerError::CorruptMessage(e));
             }
-            Err(crate::records::Refusal::Records { message, records, timestamp: true }) => {
+            Err(crate::domain::records::Refusal::Records { message, records, timestamp: true }) => {
                 return Some(BrokerError::InvalidTimestamp { message, records });
             }
-            Err(crate::records::Refusal::Records { message, records, timestamp: false }) => {
+            Err(crate::domain::records::Refusal::Records {
+                message,
+                records,
+                timestamp: false,
+            }) => {
                 return Some(BrokerError::InvalidRecords { message, records });
             }
         }
@@ -372,8 +376,8 @@ fn check(
 /// The keyless records of a batch for a compacted topic, as an error (`None`: every record
 /// has a key). Only with record validation off; `records::validate` checks keys itself.
 fn keyless(b: &[u8], info: &batch::BatchInfo) -> Option<BrokerError> {
-    let keyless = crate::records::records_bytes(b).and_then(|(h, plain)| {
-        let records = crate::records::decode_records(&h, &plain)?;
+    let keyless = crate::domain::records::records_bytes(b).and_then(|(h, plain)| {
+        let records = crate::domain::records::decode_records(&h, &plain)?;
         Ok(records
             .iter()
             .enumerate()

@@ -1,5 +1,5 @@
 //! DescribeClientQuotas and AlterClientQuotas (KIP-546): the client quotas in the metadata
-//! store (`crate::quotas`), by user and client id. Only `producer_byte_rate` and
+//! store (`crate::domain::quotas`), by user and client id. Only `producer_byte_rate` and
 //! `consumer_byte_rate` are enforced, so other keys (and `ip` entities) are refused with
 //! INVALID_REQUEST rather than stored and ignored. DESCRIBE_CONFIGS / ALTER_CONFIGS on the
 //! cluster, as Kafka checks them. An alteration is in the cache of the broker that made it
@@ -19,9 +19,9 @@ use kafka_protocol::messages::{
 };
 
 use crate::api::{Handler, str_bytes};
+use crate::domain::acl::Operation;
+use crate::domain::quotas::{self, Entity, Kind, Part};
 use crate::errors;
-use crate::quotas::{self, Entity, Kind, Part};
-use crate::security::acl::Operation;
 use crate::state::Inner;
 use tokio::time::Instant;
 

@@ -22,8 +22,8 @@ use kafka_protocol::messages::{
 };
 
 use super::{Handler, str_bytes};
+use crate::domain::acl::Operation;
 use crate::errors;
-use crate::security::acl::Operation;
 use crate::security::credentials;
 use crate::security::scram::{self, Credential, Mechanism};
 use crate::state::Inner;

@@ -14,7 +14,6 @@
 //! Architecture invariant: depends on nothing of the broker but `framing` and `errors`
 //! (below every module), so the listener (`server`) and the APIs both use it.
 
-pub mod acl;
 pub mod credentials;
 pub(crate) mod sasl;
 pub use sasl::SASL_RECEIVE_BYTES_MAX;
@@ -23,7 +22,6 @@ pub mod tls;
 mod x509;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use folio_proto::InvalidConfig;
@@ -206,27 +204,8 @@ pub fn listeners_from(
     Ok(out)
 }
 
-/// Who is on a connection, and through which listener.
-#[derive(Debug, Clone)]
-pub struct Session {
-    /// The listener's name.
-    pub listener: Arc<str>,
-    /// Kafka's principal: `User:<name>` after SASL, `User:<subject>` with a client
-    /// certificate, else `User:ANONYMOUS`.
-    pub principal: Arc<str>,
-    /// The client's IP address (ACL bindings name hosts).
-    pub host: Arc<str>,
-}
-
-impl Session {
-    /// An unauthenticated connection on `listener` from `host`.
-    pub fn anonymous(listener: Arc<str>, host: Arc<str>) -> Session {
-        Session { listener, principal: ANONYMOUS.into(), host }
-    }
-}
-
-/// The principal of a connection nobody authenticated.
-pub const ANONYMOUS: &str = "User:ANONYMOUS";
+// The principal a connection authenticated as is the domain's (ACLs are checked on it).
+pub use crate::domain::acl::{ANONYMOUS, Session};
 
 /// SASL settings of the broker.
 #[derive(Debug, Clone)]

@@ -20,7 +20,7 @@ use std::collections::{HashMap, VecDeque};
 
 use tokio::sync::watch;
 
-use crate::batch::BatchInfo;
+use crate::domain::batch::BatchInfo;
 use crate::errors::BrokerError;
 pub use crate::limits::PRODUCERS_MAX;
 

@@ -21,7 +21,27 @@ use folio_meta::keys::Keys;
 use folio_meta::{Expect, MetaError, MetadataStore, list_all};
 use folio_proto::InvalidConfig;
 
-use super::Session;
+/// Who is on a connection, and through which listener.
+#[derive(Debug, Clone)]
+pub struct Session {
+    /// The listener's name.
+    pub listener: Arc<str>,
+    /// Kafka's principal: `User:<name>` after SASL, `User:<subject>` with a client
+    /// certificate, else `User:ANONYMOUS`.
+    pub principal: Arc<str>,
+    /// The client's IP address (ACL bindings name hosts).
+    pub host: Arc<str>,
+}
+
+impl Session {
+    /// An unauthenticated connection on `listener` from `host`.
+    pub fn anonymous(listener: Arc<str>, host: Arc<str>) -> Session {
+        Session { listener, principal: ANONYMOUS.into(), host }
+    }
+}
+
+/// The principal of a connection nobody authenticated.
+pub const ANONYMOUS: &str = "User:ANONYMOUS";
 
 /// Longest principal or host in a binding.
 pub const ACL_FIELD_BYTES_MAX: usize = 256;
@@ -482,7 +502,7 @@ impl Acls {
     }
 }
 
-impl crate::watched::Watched for Acls {
+impl crate::domain::watched::Watched for Acls {
     const WHAT: &'static str = "ACL";
 
     fn prefix(keys: &Keys) -> String {

@@ -366,7 +366,7 @@ impl Quotas {
     }
 }
 
-impl crate::watched::Watched for Quotas {
+impl crate::domain::watched::Watched for Quotas {
     const WHAT: &'static str = "client quota";
 
     fn prefix(keys: &Keys) -> String {

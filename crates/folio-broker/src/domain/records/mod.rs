@@ -24,7 +24,7 @@ mod codec;
 
 pub use codec::{compress, decompress, with_codec};
 
-use crate::batch::{self, Codec};
+use crate::domain::batch::{self, Codec};
 
 /// Why a batch's records could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -494,14 +494,14 @@ mod tests {
     }
 
     fn check(b: &[u8], r: &Rules) -> Result<(), Refusal> {
-        let h = crate::batch::parse(b).map_err(|e| Refusal::Corrupt(e.to_string()))?;
+        let h = crate::domain::batch::parse(b).map_err(|e| Refusal::Corrupt(e.to_string()))?;
         validate(b, &h, r)
     }
 
     /// `records` (already encoded) in a batch whose header says `count`, `last_delta`,
     /// timestamps `base_ts`/`max_ts`, with a valid CRC.
     fn forged(records: &[u8], count: i32, last_delta: i32, base_ts: i64, max_ts: i64) -> Vec<u8> {
-        let info = crate::batch::BatchInfo {
+        let info = crate::domain::batch::BatchInfo {
             size: 0,
             attributes: 0,
             last_offset_delta: last_delta,
@@ -512,19 +512,19 @@ mod tests {
             base_sequence: -1,
             records_count: count,
         };
-        crate::batch::encode(0, &info, records)
+        crate::domain::batch::encode(0, &info, records)
     }
 
     fn record(offset_delta: i64, ts_delta: i64, key: Option<&[u8]>) -> Vec<u8> {
         let mut out = Vec::new();
-        let r = crate::batch::Record {
+        let r = crate::domain::batch::Record {
             offset_delta,
             timestamp_delta: ts_delta,
             key,
             value: Some(b"v"),
             ..Default::default()
         };
-        crate::batch::put_record(&mut out, &r);
+        crate::domain::batch::put_record(&mut out, &r);
         out
     }
 
@@ -568,7 +568,7 @@ mod tests {
         // A record whose length hides bytes after its fields.
         let mut padded = vec![0u8, 0, 0, 1, 0, 0, 0];
         let mut framed = Vec::new();
-        crate::batch::put_varint(&mut framed, padded.len() as i64);
+        crate::domain::batch::put_varint(&mut framed, padded.len() as i64);
         framed.append(&mut padded);
         assert!(check(&forged(&framed, 1, 0, 10_000, 10_000), &rules()).is_err());
         // A well-formed batch passes.
@@ -598,22 +598,26 @@ mod tests {
             "{e:?}"
         );
         let mut lat = b.clone();
-        crate::batch::set_log_append_time(&mut lat, 10_000);
+        crate::domain::batch::set_log_append_time(&mut lat, 10_000);
         assert!(matches!(check(&lat, &wide), Err(Refusal::Records { timestamp: true, .. })));
         // Every codec: a good batch passes, one with a lying count does not, garbage is corrupt.
-        let plain = crate::batch::build(20, 10_000, 0, |i| vec![b'x'; i as usize]);
+        let plain = crate::domain::batch::build(20, 10_000, 0, |i| vec![b'x'; i as usize]);
         for codec in [Codec::Gzip, Codec::Snappy, Codec::Lz4, Codec::Zstd] {
             let c = with_codec(&plain, codec).unwrap();
             check(&c, &rules()).unwrap_or_else(|e| panic!("{codec:?}: {e:?}"));
-            let info = crate::batch::parse(&c).unwrap();
-            let body = &c[crate::batch::HEADER_BYTES..];
-            let lying = crate::batch::encode(
+            let info = crate::domain::batch::parse(&c).unwrap();
+            let body = &c[crate::domain::batch::HEADER_BYTES..];
+            let lying = crate::domain::batch::encode(
                 0,
-                &crate::batch::BatchInfo { records_count: 21, last_offset_delta: 20, ..info },
+                &crate::domain::batch::BatchInfo {
+                    records_count: 21,
+                    last_offset_delta: 20,
+                    ..info
+                },
                 body,
             );
             assert!(check(&lying, &rules()).is_err(), "{codec:?}");
-            let junk = crate::batch::encode(0, &info, &[0xde, 0xad, 0xbe, 0xef, 1, 2, 3]);
+            let junk = crate::domain::batch::encode(0, &info, &[0xde, 0xad, 0xbe, 0xef, 1, 2, 3]);
             assert!(matches!(check(&junk, &rules()), Err(Refusal::Corrupt(_))), "{codec:?}");
         }
         // A bomb decompresses no further than the budget.

@@ -7,7 +7,7 @@
 use std::io::Read;
 
 use super::{RecordsError, err, take};
-use crate::batch::{self, Codec};
+use crate::domain::batch::{self, Codec};
 use crate::limits::DECOMPRESSED_BYTES_MAX;
 
 /// Decompresses a batch's records, at most [`DECOMPRESSED_BYTES_MAX`].

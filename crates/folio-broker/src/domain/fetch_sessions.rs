@@ -33,7 +33,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
 
-use kafka_protocol::messages::FetchRequest;
 use uuid::Uuid;
 
 use crate::errors;
@@ -55,6 +54,18 @@ impl TopicKey {
     pub(crate) fn of(version: i16, name: &str, id: Uuid) -> TopicKey {
         if version >= 13 { TopicKey::Id(id) } else { TopicKey::Name(name.to_string()) }
     }
+}
+
+/// What a Fetch asks of its session: the session's id and epoch (Kafka's rules: epoch 0
+/// opens one, -1 reads without one), whether topics are named by id (Fetch v13+), the
+/// partitions listed in the request's order, and those it forgets.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionRequest {
+    pub id: i32,
+    pub epoch: i32,
+    pub by_id: bool,
+    pub asked: Vec<Asked>,
+    pub forgotten: Vec<(TopicKey, i32)>,
 }
 
 /// One partition a fetch reads.
@@ -156,12 +167,10 @@ impl FetchSessions {
     /// that answers the whole request (with `NoRoom` when a limit closed the session).
     pub(crate) fn begin(
         &self,
-        version: i16,
-        req: &FetchRequest,
+        req: SessionRequest,
         now: Instant,
     ) -> Result<(Context, Vec<Asked>), (i16, Option<NoRoom>)> {
-        let (id, epoch) = (req.session_id, req.session_epoch);
-        let full = || asked_in(version, req);
+        let SessionRequest { id, epoch, by_id, asked: full, forgotten } = req;
         if epoch < -1 {
             return Err((errors::INVALID_FETCH_SESSION_EPOCH, None));
         }
@@ -170,7 +179,7 @@ impl FetchSessions {
                 self.close(id);
             }
             let context = if epoch == 0 { Context::Open } else { Context::Sessionless };
-            return Ok((context, full()));
+            return Ok((context, full));
         }
         let mut st = self.lock();
         let State { sessions, partitions } = &mut *st;
@@ -180,11 +189,11 @@ impl FetchSessions {
         if s.epoch != epoch {
             return Err((errors::INVALID_FETCH_SESSION_EPOCH, None));
         }
-        if s.by_id != (version >= 13) {
+        if s.by_id != by_id {
             return Err((errors::FETCH_SESSION_TOPIC_ID_ERROR, None));
         }
         let before = s.partitions.len();
-        for a in full() {
+        for a in full {
             let e = s.partitions.entry((a.topic, a.partition)).or_insert(Cached {
                 fetch_offset: a.fetch_offset,
                 max_bytes: a.max_bytes,
@@ -195,11 +204,8 @@ impl FetchSessions {
             e.max_bytes = a.max_bytes;
             e.current_leader_epoch = a.current_leader_epoch;
         }
-        for t in &req.forgotten_topics_data {
-            let key = TopicKey::of(version, t.topic.as_str(), t.topic_id);
-            for p in &t.partitions {
-                s.partitions.remove(&(key.clone(), *p));
-            }
+        for gone in &forgotten {
+            s.partitions.remove(gone);
         }
         let total = *partitions - before + s.partitions.len();
         if total > self.partitions_max {
@@ -317,23 +323,4 @@ fn evictable(sessions: &BTreeMap<i32, Session>, size: usize, now: Instant) -> Op
         .filter(|(_, s)| s.partitions.len() < size)
         .min_by_key(|(id, s)| (s.partitions.len(), s.last_used, **id))
         .map(|(id, _)| *id)
-}
-
-/// The partitions a request lists, in its order.
-fn asked_in(version: i16, req: &FetchRequest) -> Vec<Asked> {
-    let mut out = Vec::new();
-    for t in &req.topics {
-        let key = TopicKey::of(version, t.topic.as_str(), t.topic_id);
-        for p in &t.partitions {
-            out.push(Asked {
-                topic: key.clone(),
-                partition: p.partition,
-                fetch_offset: p.fetch_offset,
-                max_bytes: p.partition_max_bytes,
-                current_leader_epoch: p.current_leader_epoch,
-                told: None,
-            });
-        }
-    }
-    out
 }

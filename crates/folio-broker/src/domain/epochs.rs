@@ -52,7 +52,7 @@ impl LeaderEpochs {
     }
 }
 
-impl crate::watched::Watched for LeaderEpochs {
+impl crate::domain::watched::Watched for LeaderEpochs {
     const WHAT: &'static str = "leader epoch";
 
     fn prefix(keys: &Keys) -> String {
@@ -96,7 +96,7 @@ impl crate::watched::Watched for LeaderEpochs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::watched::Watched;
+    use crate::domain::watched::Watched;
     use bytes::Bytes;
 
     fn put(keys: &Keys, name: &str, epochs: &[u64]) -> WatchEvent {

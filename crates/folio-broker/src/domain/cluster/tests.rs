@@ -113,7 +113,7 @@ async fn a_node_id_is_registered_once_and_only_its_holder_unregisters_it() {
         })
     };
     let e = register(meta.as_ref(), &keys, &b(1), ttl).await.unwrap_err();
-    assert!(matches!(e, crate::startup::StartError::NodeIdTaken { node_id: 1, .. }), "{e}");
+    assert!(matches!(e, super::RegisterError::NodeIdTaken { node_id: 1, .. }), "{e}");
     assert!(e.to_string().contains("another broker runs with this id"), "{e}");
     let other = meta.grant_lease(ttl).await.unwrap();
     assert_eq!(

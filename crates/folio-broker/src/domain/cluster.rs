@@ -349,6 +349,20 @@ pub async fn try_register(
     }
 }
 
+/// Why a broker could not register its node id.
+#[derive(Debug, thiserror::Error)]
+pub enum RegisterError {
+    /// The metadata store failed; `what` says at which step.
+    #[error("{what}: {source}")]
+    Meta { what: String, source: folio_meta::MetaError },
+    /// Another process holds this node id.
+    #[error(
+        "node id {node_id} is registered by {holder} and stayed so for twice the lease TTL \
+         ({ttl:?}): another broker runs with this id; use another --node-id"
+    )]
+    NodeIdTaken { node_id: i32, holder: String, ttl: Duration },
+}
+
 /// Registers this broker on a fresh lease, create-if-absent. While a registration of the
 /// same node id exists (this broker before a crash, whose lease has not expired yet, or
 /// another process with the same id, whatever its address) it waits, up to twice the lease
@@ -358,22 +372,24 @@ pub async fn register(
     keys: &Keys,
     me: &BrokerInfo,
     ttl: Duration,
-) -> Result<LeaseId, crate::startup::StartError> {
-    use crate::startup::StartError;
+) -> Result<LeaseId, RegisterError> {
     let k = keys.broker(me.node_id);
     let deadline = tokio::time::Instant::now() + 2 * ttl;
-    let lease = meta.grant_lease(ttl).await.map_err(StartError::meta("granting a lease"))?;
+    let lease = meta
+        .grant_lease(ttl)
+        .await
+        .map_err(|source| RegisterError::Meta { what: "granting a lease".into(), source })?;
     let mut logged = false;
     loop {
         match try_register(meta, keys, me, lease)
             .await
-            .map_err(StartError::meta(format!("registering {k}")))?
+            .map_err(|source| RegisterError::Meta { what: format!("registering {k}"), source })?
         {
             Registered::Created(lease) => return Ok(lease),
             Registered::Held(holder) => {
                 if tokio::time::Instant::now() >= deadline {
                     let _ = meta.revoke_lease(lease).await;
-                    return Err(StartError::NodeIdTaken { node_id: me.node_id, holder, ttl });
+                    return Err(RegisterError::NodeIdTaken { node_id: me.node_id, holder, ttl });
                 }
                 if !logged {
                     tracing::info!(node_id = me.node_id, %holder, ?ttl, "node id still registered (an earlier run that died, or another process with this id?); waiting for its lease to expire");

@@ -38,7 +38,7 @@ use folio_meta::{Expect, MetaError, list_all};
 use folio_proto::wire::LedgerUsage;
 use uuid::Uuid;
 
-use crate::topics::{TopicRecord, parse_log_name};
+use crate::domain::topics::{TopicRecord, parse_log_name};
 
 /// Where a ledger (or a bookie's copy of it) belongs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
