@@ -81,6 +81,8 @@ pub(crate) struct RequestScope {
     pub session: crate::domain::acl::Session,
     /// An OffsetFetch's place among the group commits (`Handler::arrive`).
     pub arrival: Option<u64>,
+    /// The request's size (its body's bytes): what a produce quota counts.
+    pub request_bytes: usize,
     /// The request header's client id (empty without one).
     pub client_id: Arc<str>,
     /// Until when the connection reads no further request (a client quota's throttle).

@@ -1,6 +1,7 @@
 //! The Kafka APIs this broker serves, with the versions it advertises, and the one path
-//! every request but Produce and ApiVersions takes: decode, handle (as its own task),
-//! count, encode.
+//! every request but ApiVersions (answered before any other, at any version) takes:
+//! decode, authorize, start in the connection's order, answer as its own task, count,
+//! encode.
 //!
 //! A request at a version the protocol crate decodes but this broker does not advertise
 //! gets the API's error answer with UNSUPPORTED_VERSION (never a dropped connection).
@@ -9,7 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ProduceRequest, RequestHeader};
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, RequestHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use crate::budget::RequestScope;
@@ -192,6 +193,22 @@ pub(crate) trait Handler: 'static {
     }
     /// Adds `error`'s answer to refused parts to `handle`'s answer.
     fn merge(_resp: &mut Self::Response, _refused: Self::Response) {}
+    /// What the request does in its connection's order, before the next request is read;
+    /// what it returns (the rest of the answer) runs as the request's own task. By default
+    /// nothing runs in order. Produce enqueues its appends here, so a producer's batches
+    /// reach each log in the order it sent them.
+    fn start(
+        inner: Arc<Inner>,
+        version: i16,
+        req: Self::Request,
+    ) -> impl Future<Output = Answer<Self::Response>> + Send {
+        std::future::ready(Box::pin(Self::handle(inner, version, req)) as Answer<_>)
+    }
+    /// Whether the request gets an answer (Produce with acks=0 does not: an error closes
+    /// the connection instead, as in Kafka).
+    fn answered(_req: &Self::Request) -> bool {
+        true
+    }
     /// What the request takes as it is decoded, in its connection's order, before its
     /// task is spawned: an OffsetCommit its place among its group's commits (held until
     /// it answers), an OffsetFetch the commits it must see (`group::Coordinator`'s
@@ -200,6 +217,9 @@ pub(crate) trait Handler: 'static {
         Arrival::default()
     }
 }
+
+/// The rest of a request's answer, after its in-order part (`Handler::start`).
+pub(crate) type Answer<R> = std::pin::Pin<Box<dyn Future<Output = R> + Send>>;
 
 /// What a request took as it arrived (`Handler::arrive`).
 #[derive(Debug, Default)]
@@ -226,8 +246,8 @@ pub(crate) fn refuse<T, R>(
     (!out.is_empty()).then(|| (build(out), code))
 }
 
-/// The APIs served through `Handler` (Produce and ApiVersions have paths of their own):
-/// one list makes both the router and the decoder fuzz target.
+/// The APIs served through `Handler` (ApiVersions has a path of its own, before any other
+/// request): one list makes both the router and the decoder fuzz target.
 macro_rules! handlers {
     ($($key:ident => $handler:ty),* $(,)?) => {
         pub(crate) async fn route(
@@ -238,8 +258,7 @@ macro_rules! handlers {
             scope: RequestScope,
         ) -> Result<Pending, String> {
             match key {
-                ApiKey::Produce => produce::start(inner, header, body, &scope).await,
-                $(ApiKey::$key => run::<$handler>(inner, header, body, scope),)*
+                $(ApiKey::$key => run::<$handler>(inner, header, body, scope).await,)*
                 other => Err(format!("{other:?} is not supported by this broker (not advertised)")),
             }
         }
@@ -247,7 +266,6 @@ macro_rules! handlers {
         /// Decodes the body of a request of `key` at `version`.
         fn decode_body(key: ApiKey, version: i16, mut b: Bytes) -> Result<(), String> {
             let decoded = match key {
-                ApiKey::Produce => ProduceRequest::decode(&mut b, version).map(drop),
                 $(ApiKey::$key => <$handler as Handler>::Request::decode(&mut b, version).map(drop),)*
                 other => return Err(format!("{other:?} is not supported")),
             };
@@ -257,6 +275,7 @@ macro_rules! handlers {
 }
 
 handlers! {
+    Produce => produce::Produce,
     Fetch => fetch::Fetch,
     ListOffsets => offsets::ListOffsets,
     Metadata => metadata::Metadata,
@@ -301,41 +320,77 @@ tokio::task_local! {
     pub(crate) static REQUEST: RequestScope;
 }
 
-fn run<H: Handler>(
+async fn run<H: Handler>(
     inner: &Arc<Inner>,
     header: RequestHeader,
     mut body: Bytes,
-    scope: RequestScope,
+    mut scope: RequestScope,
 ) -> Result<Pending, String> {
     let version = header.request_api_version;
+    scope.request_bytes = body.len();
     let mut req = H::Request::decode(&mut body, version)
         .map_err(|e| format!("{:?} v{version}: malformed request: {e}", H::KEY))?;
     let inner = inner.clone();
     let arrival = H::arrive(&inner, &req);
-    let mut scope = scope;
     scope.arrival = arrival.fetch;
-    Ok(crate::framing::spawn_answer(async move {
+    let answered = H::answered(&req);
+    if !supported(H::KEY, version) {
+        let resp = H::error(version, &req, errors::UNSUPPORTED_VERSION);
+        return Ok(finish::<H>(inner, header, answered, resp));
+    }
+    // In the connection's order: authorization and the handler's in-order part.
+    let started = REQUEST.scope(scope.clone(), async {
+        if let Some(code) = H::authorize(&inner, &req) {
+            return Err(H::error(version, &req, code));
+        }
+        let refused = H::refuse_parts(&inner, version, &mut req);
+        Ok((H::start(inner.clone(), version, req).await, refused))
+    });
+    let (answer, refused) = match started.await {
+        Ok(started) => started,
+        Err(denied) => return Ok(finish::<H>(inner, header, answered, denied)),
+    };
+    Ok(crate::framing::spawn_answer(REQUEST.scope(scope, async move {
+        // An OffsetCommit's place among its group's commits, held until it is answered.
         let _commit = arrival.commit;
-        let resp = if supported(H::KEY, version) {
-            REQUEST
-                .scope(scope, async {
-                    if let Some(code) = H::authorize(&inner, &req) {
-                        return H::error(version, &req, code);
-                    }
-                    let refused = H::refuse_parts(&inner, version, &mut req);
-                    let mut resp = H::handle(inner.clone(), version, req).await;
-                    for (parts, code) in refused {
-                        H::merge(&mut resp, H::error(version, &parts, code));
-                    }
-                    resp
-                })
-                .await
-        } else {
-            H::error(version, &req, errors::UNSUPPORTED_VERSION)
-        };
-        inner.metrics.request(H::KEY, H::error_code(&resp));
-        encode_response(H::KEY, version, header.correlation_id, &resp).map(Some)
-    }))
+        let mut resp = answer.await;
+        for (parts, code) in refused {
+            H::merge(&mut resp, H::error(version, &parts, code));
+        }
+        answer_frame::<H>(&inner, &header, answered, &resp)
+    })))
+}
+
+/// The answer `resp`, ready now (refused before anything ran).
+fn finish<H: Handler>(
+    inner: Arc<Inner>,
+    header: RequestHeader,
+    answered: bool,
+    resp: H::Response,
+) -> Pending {
+    crate::framing::ready(answer_frame::<H>(&inner, &header, answered, &resp))
+}
+
+/// Counts `resp` and frames it; an unanswered request's error closes the connection.
+fn answer_frame<H: Handler>(
+    inner: &Inner,
+    header: &RequestHeader,
+    answered: bool,
+    resp: &H::Response,
+) -> Result<Option<crate::framing::Frame>, String> {
+    let code = H::error_code(resp);
+    inner.metrics.request(H::KEY, code);
+    if !answered {
+        if code != 0 {
+            return Err(format!(
+                "{:?} without an answer failed with {}",
+                H::KEY,
+                errors::name(code)
+            ));
+        }
+        return Ok(None);
+    }
+    encode_response(H::KEY, header.request_api_version, header.correlation_id, resp).map(Some)
 }
 
 /// Decodes a request frame (without its size prefix) as the broker does: the header, then

@@ -15,20 +15,19 @@ use tokio::time::Instant;
 
 use bytes::Bytes;
 use folio_log::PendingAppend;
+use kafka_protocol::messages::produce_request::PartitionProduceData;
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
-use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, RequestHeader};
-use kafka_protocol::protocol::Decodable;
+use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 
-use crate::api::{first_error, str_bytes, supported};
+use crate::api::{first_error, str_bytes};
 use crate::domain::acl::{Operation, ResourceType};
 use crate::domain::batch::{self, BatchError, Codec};
 use crate::domain::producers::{Check, Outcome};
 use crate::domain::quotas::Kind;
 use crate::domain::topics::TimestampType;
 use crate::errors::{self, BrokerError};
-use crate::framing::{Pending, encode_response, ready};
 use crate::metrics::TopicMetrics;
 use crate::state::Inner;
 use tokio::sync::watch;
@@ -96,22 +95,75 @@ fn failed(index: i32, e: &BrokerError) -> Part {
     )
 }
 
-pub(crate) async fn start(
+/// Produce: every partition's batches checked (sizes, codec, Kafka's log validator),
+/// enqueued on its log in the connection's order (`start`), then answered once the log
+/// acknowledged them (or the request's timeout passed). acks=0 is never answered; an
+/// error closes the connection instead.
+pub(crate) struct Produce;
+
+impl super::Handler for Produce {
+    type Request = ProduceRequest;
+    type Response = ProduceResponse;
+    const KEY: ApiKey = ApiKey::Produce;
+
+    async fn handle(inner: Arc<Inner>, version: i16, req: ProduceRequest) -> ProduceResponse {
+        Self::start(inner, version, req).await.await
+    }
+
+    fn error(_version: i16, req: &ProduceRequest, code: i16) -> ProduceResponse {
+        let e = || {
+            PartitionProduceResponse::default()
+                .with_error_code(code)
+                .with_base_offset(-1)
+                .with_error_message(Some(str_bytes(errors::name(code))))
+        };
+        let topics = req.topic_data.iter().map(|t| {
+            TopicProduceResponse::default()
+                .with_name(t.name.clone())
+                .with_topic_id(t.topic_id)
+                .with_partition_responses(
+                    t.partition_data.iter().map(|p| e().with_index(p.index)).collect(),
+                )
+        });
+        ProduceResponse::default().with_responses(topics.collect())
+    }
+
+    fn error_code(resp: &ProduceResponse) -> i16 {
+        first_error(partition_codes(resp))
+    }
+
+    fn answered(req: &ProduceRequest) -> bool {
+        req.acks != 0
+    }
+
+    async fn start(
+        inner: Arc<Inner>,
+        version: i16,
+        req: ProduceRequest,
+    ) -> super::Answer<ProduceResponse> {
+        let bytes = super::REQUEST.try_with(|r| r.request_bytes).unwrap_or(0);
+        let throttle = super::quotas::throttle(&inner, Kind::Produce, bytes);
+        let received = Instant::now();
+        let timeout = (req.timeout_ms > 0).then(|| Duration::from_millis(req.timeout_ms as u64));
+        let topics = enqueue(&inner, version, req).await;
+        Box::pin(async move {
+            let resp = settle(&inner, topics, timeout).await.with_throttle_time_ms(throttle);
+            inner.metrics.produce_latency.observe(received.elapsed());
+            resp
+        })
+    }
+}
+
+/// The in-order part of a Produce: each partition's batches checked and enqueued on its
+/// log (the ones refused answered at once).
+async fn enqueue(
     inner: &Arc<Inner>,
-    header: RequestHeader,
-    mut body: Bytes,
-    scope: &crate::budget::RequestScope,
-) -> Result<Pending, String> {
-    let throttle = super::quotas::throttle_request(inner, scope, Kind::Produce, body.len());
-    let (version, correlation) = (header.request_api_version, header.correlation_id);
-    let req = ProduceRequest::decode(&mut body, version)
-        .map_err(|e| format!("Produce v{version}: malformed request: {e}"))?;
-    let (received, acks) = (Instant::now(), req.acks);
+    version: i16,
+    req: ProduceRequest,
+) -> Vec<(TopicProduceResponse, Vec<Part>)> {
+    let acks = req.acks;
     let mut topics: Vec<(TopicProduceResponse, Vec<Part>)> = Vec::new();
-    let unsupported = !supported(ApiKey::Produce, version);
-    let refuse = if unsupported {
-        Some(BrokerError::UnsupportedVersion { api: "Produce", version })
-    } else if !matches!(acks, -1..=1) {
+    let refuse = if !matches!(acks, -1..=1) {
         Some(BrokerError::InvalidRequiredAcks(acks))
     } else if req.transactional_id.is_some() {
         Some(BrokerError::InvalidRequest("transactions are not supported".into()))
@@ -128,8 +180,7 @@ pub(crate) async fn start(
             topics.push((head, parts));
             continue;
         }
-        if !super::allowed_as(inner, &scope.session, Operation::Write, ResourceType::Topic, &t.name)
-        {
+        if !super::allowed(inner, Operation::Write, ResourceType::Topic, &t.name) {
             let e = BrokerError::TopicAuthorization { op: "write", topic: t.name.to_string() };
             parts.extend(t.partition_data.iter().map(|p| failed(p.index, &e)));
             topics.push((head, parts));
@@ -148,148 +199,131 @@ pub(crate) async fn start(
         let config = inner.topic_config(&topic);
         let metrics = inner.metrics.topic(&topic.name);
         for p in t.partition_data {
-            if p.index < 0 || p.index >= topic.record.partitions as i32 {
-                let e = BrokerError::UnknownPartition {
-                    topic: topic.name.clone(),
-                    partition: p.index,
-                    partitions: topic.record.partitions,
-                };
-                parts.push(failed(p.index, &e));
-                continue;
-            }
-            let records = p.records.unwrap_or_default();
-            let batches = match batch::split(&records, inner.config.batches_per_partition_max) {
-                Ok(b) => b,
-                Err(e @ BatchError::Corrupt(_)) => {
-                    parts.push(failed(p.index, &BrokerError::CorruptMessage(e.to_string())));
-                    continue;
-                }
-                Err(e @ BatchError::Invalid(_)) => {
-                    parts.push(failed(p.index, &BrokerError::InvalidRecord(e.to_string())));
-                    continue;
-                }
-            };
-            if let Some(e) = check(&batches, version, &config, inner) {
-                parts.push(failed(p.index, &e));
-                continue;
-            }
-            let partition = match inner.partition(&topic, p.index).await {
-                Ok(l) => l,
-                Err(e) => {
-                    parts.push(failed(p.index, &BrokerError::Log(e)));
-                    continue;
-                }
-            };
-            let log = partition.log.clone();
-            let log_append_time = match config.timestamp_type {
-                TimestampType::LogAppendTime => inner.now_ms(),
-                TimestampType::CreateTime => -1,
-            };
-            let mut appends = Vec::with_capacity(batches.len());
-            let (mut bytes, mut n) = (0u64, 0u64);
-            let mut error = None;
-            for (info, b) in &batches {
-                // Idempotent producers: a retry is answered with the original's outcome,
-                // a gap or an old epoch is refused.
-                let publish = if info.is_idempotent() {
-                    match partition.check_batch(info, inner.now_ms()) {
-                        Check::Append(tx) => Some(tx),
-                        Check::Duplicate(rx) => {
-                            metrics.duplicate_batches.fetch_add(1, Ordering::Relaxed);
-                            appends.push(Queued::Outcome(rx));
-                            continue;
-                        }
-                        Check::Refuse(e) => {
-                            tracing::info!(topic = %topic.name, partition = p.index, error = %e, "idempotent batch refused");
-                            error = Some(e);
-                            break;
-                        }
-                    }
-                } else {
-                    None
-                };
-                let queued = if log_append_time >= 0 {
-                    let mut owned = b.to_vec();
-                    batch::set_log_append_time(&mut owned, log_append_time);
-                    log.append_enqueue(&owned, info.offsets(), log_append_time).await
-                } else {
-                    log.append_enqueue(b, info.offsets(), info.max_timestamp).await
-                };
-                match (queued, publish) {
-                    (Ok(a), None) => appends.push(Queued::Append(a)),
-                    (Ok(a), Some(tx)) => {
-                        // The outcome is published whoever waits for it (the retry too).
-                        let (partition, pid, seq) =
-                            (partition.clone(), info.producer_id, info.base_sequence);
-                        let rx = tx.subscribe();
-                        tokio::spawn(async move {
-                            let outcome = match a.wait().await {
-                                Ok(offset) => Ok(offset as i64),
-                                Err(e) => {
-                                    partition.forget_batch(pid, seq);
-                                    Err(BrokerError::Log(e).code())
-                                }
-                            };
-                            tx.send_replace(Some(outcome));
-                        });
-                        appends.push(Queued::Outcome(rx));
-                    }
-                    (Err(e), publish) => {
-                        if publish.is_some() {
-                            partition.forget_batch(info.producer_id, info.base_sequence);
-                        }
-                        error = Some(BrokerError::Log(e));
-                        break;
-                    }
-                }
-                bytes += info.size as u64;
-                n += info.records_count as u64;
-            }
-            if let Some(e) = error {
-                // Batches queued before the failure may still land; the client retries
-                // the whole partition (as after any Kafka produce error).
-                parts.push(failed(p.index, &e));
-                continue;
-            }
-            parts.push(Part::Queued {
-                index: p.index,
-                appends,
-                log_append_time,
-                log,
-                bytes,
-                records: n,
-                batches: batches.len() as u64,
-                metrics: metrics.clone(),
-                queued: Instant::now(),
-            });
+            parts.push(enqueue_partition(inner, version, &topic, &config, &metrics, p).await);
         }
         topics.push((head, parts));
     }
-    let inner = inner.clone();
-    let timeout = (req.timeout_ms > 0).then(|| Duration::from_millis(req.timeout_ms as u64));
-    if acks == 0 {
-        return Ok(crate::framing::spawn_answer(async move {
-            let resp = settle(&inner, topics, timeout).await;
-            let code = first_error(partition_codes(&resp));
-            inner.metrics.request(ApiKey::Produce, code);
-            inner.metrics.produce_latency.observe(received.elapsed());
-            if code != 0 {
-                return Err(format!("acks=0 produce failed with {}", errors::name(code)));
+    topics
+}
+
+/// One partition's batches checked and enqueued on its log: `Part::Queued`, or the
+/// partition's failure.
+async fn enqueue_partition(
+    inner: &Arc<Inner>,
+    version: i16,
+    topic: &crate::domain::topics::Topic,
+    config: &crate::domain::topics::TopicConfig,
+    metrics: &Arc<TopicMetrics>,
+    p: PartitionProduceData,
+) -> Part {
+    if p.index < 0 || p.index >= topic.record.partitions as i32 {
+        let e = BrokerError::UnknownPartition {
+            topic: topic.name.clone(),
+            partition: p.index,
+            partitions: topic.record.partitions,
+        };
+        return failed(p.index, &e);
+    }
+    let records = p.records.unwrap_or_default();
+    let batches = match batch::split(&records, inner.config.batches_per_partition_max) {
+        Ok(b) => b,
+        Err(e @ BatchError::Corrupt(_)) => {
+            return failed(p.index, &BrokerError::CorruptMessage(e.to_string()));
+        }
+        Err(e @ BatchError::Invalid(_)) => {
+            return failed(p.index, &BrokerError::InvalidRecord(e.to_string()));
+        }
+    };
+    if let Some(e) = check(&batches, version, config, inner) {
+        return failed(p.index, &e);
+    }
+    let partition = match inner.partition(topic, p.index).await {
+        Ok(l) => l,
+        Err(e) => {
+            return failed(p.index, &BrokerError::Log(e));
+        }
+    };
+    let log = partition.log.clone();
+    let log_append_time = match config.timestamp_type {
+        TimestampType::LogAppendTime => inner.now_ms(),
+        TimestampType::CreateTime => -1,
+    };
+    let mut appends = Vec::with_capacity(batches.len());
+    let (mut bytes, mut n) = (0u64, 0u64);
+    let mut error = None;
+    for (info, b) in &batches {
+        // Idempotent producers: a retry is answered with the original's outcome,
+        // a gap or an old epoch is refused.
+        let publish = if info.is_idempotent() {
+            match partition.check_batch(info, inner.now_ms()) {
+                Check::Append(tx) => Some(tx),
+                Check::Duplicate(rx) => {
+                    metrics.duplicate_batches.fetch_add(1, Ordering::Relaxed);
+                    appends.push(Queued::Outcome(rx));
+                    continue;
+                }
+                Check::Refuse(e) => {
+                    tracing::info!(topic = %topic.name, partition = p.index, error = %e, "idempotent batch refused");
+                    error = Some(e);
+                    break;
+                }
             }
-            Ok(None)
-        }));
+        } else {
+            None
+        };
+        let queued = if log_append_time >= 0 {
+            let mut owned = b.to_vec();
+            batch::set_log_append_time(&mut owned, log_append_time);
+            log.append_enqueue(&owned, info.offsets(), log_append_time).await
+        } else {
+            log.append_enqueue(b, info.offsets(), info.max_timestamp).await
+        };
+        match (queued, publish) {
+            (Ok(a), None) => appends.push(Queued::Append(a)),
+            (Ok(a), Some(tx)) => {
+                // The outcome is published whoever waits for it (the retry too).
+                let (partition, pid, seq) =
+                    (partition.clone(), info.producer_id, info.base_sequence);
+                let rx = tx.subscribe();
+                tokio::spawn(async move {
+                    let outcome = match a.wait().await {
+                        Ok(offset) => Ok(offset as i64),
+                        Err(e) => {
+                            partition.forget_batch(pid, seq);
+                            Err(BrokerError::Log(e).code())
+                        }
+                    };
+                    tx.send_replace(Some(outcome));
+                });
+                appends.push(Queued::Outcome(rx));
+            }
+            (Err(e), publish) => {
+                if publish.is_some() {
+                    partition.forget_batch(info.producer_id, info.base_sequence);
+                }
+                error = Some(BrokerError::Log(e));
+                break;
+            }
+        }
+        bytes += info.size as u64;
+        n += info.records_count as u64;
     }
-    if unsupported {
-        let resp = settle(&inner, topics, timeout).await;
-        inner.metrics.request(ApiKey::Produce, errors::UNSUPPORTED_VERSION);
-        return Ok(ready(encode_response(ApiKey::Produce, version, correlation, &resp).map(Some)));
+    if let Some(e) = error {
+        // Batches queued before the failure may still land; the client retries
+        // the whole partition (as after any Kafka produce error).
+        return failed(p.index, &e);
     }
-    Ok(crate::framing::spawn_answer(async move {
-        let resp = settle(&inner, topics, timeout).await.with_throttle_time_ms(throttle);
-        inner.metrics.request(ApiKey::Produce, first_error(partition_codes(&resp)));
-        inner.metrics.produce_latency.observe(received.elapsed());
-        encode_response(ApiKey::Produce, version, correlation, &resp).map(Some)
-    }))
+    Part::Queued {
+        index: p.index,
+        appends,
+        log_append_time,
+        log,
+        bytes,
+        records: n,
+        batches: batches.len() as u64,
+        metrics: metrics.clone(),
+        queued: Instant::now(),
+    }
 }
 
 /// Size, codec and kind checks of one partition's batches, then Kafka's log validator on

@@ -523,6 +523,7 @@ async fn dispatch(
                 held: held.clone(),
                 session: session.clone(),
                 arrival: None,
+                request_bytes: 0,
                 client_id: header.client_id.as_deref().unwrap_or_default().into(),
                 mute: mute.clone(),
             };
