@@ -35,11 +35,11 @@ use crate::trace::Trace;
 /// How long a client waits for an answer before it drops the connection.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 
-fn rand_ms(lo: u64, hi: u64) -> Duration {
+pub(super) fn rand_ms(lo: u64, hi: u64) -> Duration {
     Duration::from_millis(folio_rt::with_rng(|r| r.random_range(lo..=hi)))
 }
 
-fn name(s: &str) -> TopicName {
+pub(super) fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
 }
 
@@ -58,7 +58,7 @@ pub struct Shared {
 }
 
 impl Shared {
-    fn stopped(&self) -> bool {
+    pub(super) fn stopped(&self) -> bool {
         *self.stop.borrow()
     }
 }
@@ -95,8 +95,20 @@ impl Node {
         version: i16,
         req: &Q,
     ) -> Result<R, String> {
+        self.call_within(addr, key, version, req, REQUEST_TIMEOUT).await
+    }
+
+    /// `call` with its own timeout (a JoinGroup waits out a rebalance).
+    pub async fn call_within<Q: Encodable, R: Decodable>(
+        &mut self,
+        addr: SocketAddr,
+        key: ApiKey,
+        version: i16,
+        req: &Q,
+        within: Duration,
+    ) -> Result<R, String> {
         let ip = self.ip;
-        let answer = tokio::time::timeout(REQUEST_TIMEOUT, async {
+        let answer = tokio::time::timeout(within, async {
             let conn = match self.conns.entry(addr) {
                 std::collections::btree_map::Entry::Occupied(c) => c.into_mut(),
                 std::collections::btree_map::Entry::Vacant(v) => {
@@ -106,9 +118,7 @@ impl Node {
             conn.call(key, version, req).await
         })
         .await
-        .unwrap_or_else(|_| {
-            Err(format!("{key:?} to {addr}: no answer within {REQUEST_TIMEOUT:?}"))
-        });
+        .unwrap_or_else(|_| Err(format!("{key:?} to {addr}: no answer within {within:?}")));
         if answer.is_err() {
             self.conns.remove(&addr);
         }
@@ -494,7 +504,7 @@ pub async fn consumer(s: Shared, ip: IpAddr, me: String) {
 }
 
 /// The coordinator of `group`, asked of any broker.
-async fn coordinator(node: &mut Node, group: &str) -> Result<(i32, SocketAddr), String> {
+pub(super) async fn coordinator(node: &mut Node, group: &str) -> Result<(i32, SocketAddr), String> {
     let req = FindCoordinatorRequest::default().with_key(StrBytes::from_string(group.into()));
     let addr = node.any_broker();
     let r: FindCoordinatorResponse = node.call(addr, ApiKey::FindCoordinator, 3, &req).await?;

@@ -44,6 +44,8 @@ pub struct Facts {
     pub commits_acked: BTreeMap<String, i64>,
     /// Group → the highest committed offset an OffsetFetch answered.
     pub commits_seen: BTreeMap<String, (i64, i32)>,
+    /// (Group, generation) → the coordinators that completed a SyncGroup of it.
+    pub generations: BTreeMap<(String, i32), BTreeSet<i32>>,
     /// Topics whose deletion was acknowledged.
     pub deleted_topics: BTreeSet<String>,
     /// Operations in flight: id → (what, since).
@@ -102,6 +104,18 @@ impl History {
             None => {
                 f.read.insert((partition, offset), value.to_string());
             }
+        }
+    }
+
+    /// A member synced `generation` of `group` with coordinator `node`. Generations live
+    /// in the coordinator's memory: one that took the group over numbers them from 1 again,
+    /// so a generation may have had two coordinators (counted: member ids keep their
+    /// commits apart, and a commit outside its claim and tenure is refused).
+    pub fn generation_synced(&self, group: &str, generation: i32, node: i32) {
+        let mut f = self.lock();
+        let coordinators = f.generations.entry((group.to_string(), generation)).or_default();
+        if coordinators.insert(node) && coordinators.len() == 2 {
+            *f.counts.entry("generation with two coordinators".into()).or_default() += 1;
         }
     }
 

@@ -12,6 +12,7 @@
 
 pub mod clients;
 pub mod history;
+pub mod members;
 pub mod node_meta;
 
 use std::collections::BTreeMap;
@@ -20,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use folio_broker::config::ListenerConfig;
+use folio_broker::group::GroupConfig;
 use folio_broker::{Broker, BrokerConfig};
 use folio_log::{LogConfig, LogEnv};
 use folio_rt::sim::{Link, Simulation};
@@ -122,6 +124,12 @@ fn broker_config(id: i32, plan: &KafkaPlan) -> BrokerConfig {
         trash: None,
         audit_interval: None,
         topic_refresh: Duration::from_secs(1),
+        // Members' sessions and rebalances fit the scenario's seconds (`members.rs`).
+        groups: GroupConfig {
+            initial_rebalance_delay: Duration::from_millis(200),
+            min_session_timeout: Duration::from_secs(1),
+            ..GroupConfig::default()
+        },
         ..BrokerConfig::default()
     }
 }
@@ -446,26 +454,7 @@ async fn scenario(seed: u64, sim: Arc<Simulation>, trace: Trace) -> Outcome {
     if !create_topic(&mut admin, TOPIC, plan.partitions, &trace).await {
         violations.push(format!("{TOPIC} could not be created within {LIVENESS_BOUND:?}"));
     }
-    let mut tasks = JoinSet::new();
-    let mut clients = 1;
-    for p in 0..plan.producers {
-        tasks.spawn(clients::producer(shared.clone(), kafka_client_ip(clients), format!("p{p}")));
-        clients += 1;
-    }
-    tasks.spawn(clients::consumer(shared.clone(), kafka_client_ip(clients), "consumer".into()));
-    clients += 1;
-    tasks.spawn(clients::liar(shared.clone(), kafka_client_ip(clients), "liar".into()));
-    clients += 1;
-    let groups: Vec<String> = (0..plan.groups).map(|g| format!("group-{g}")).collect();
-    for g in &groups {
-        tasks.spawn(clients::committer(shared.clone(), kafka_client_ip(clients), g.clone()));
-        tasks.spawn(clients::observer(shared.clone(), kafka_client_ip(clients + 1), g.clone()));
-        clients += 2;
-    }
-    tasks.spawn(clients::admin(shared.clone(), kafka_client_ip(clients), "admin".into()));
-    clients += 1;
-    // Never cut off (not among the nodes the nemesis picks from).
-    tasks.spawn(clients::claims(shared.clone(), kafka_client_ip(clients + 1)));
+    let (mut tasks, groups, clients) = workloads(&shared, &plan);
     let until = Instant::now() + plan.fault_window;
     nemesis(&mut world, &mut brokers, &plan, &history, clients, until).await;
     let _ = stop_tx.send(true);
@@ -506,6 +495,42 @@ async fn scenario(seed: u64, sim: Arc<Simulation>, trace: Trace) -> Outcome {
     }
     counts.extend(std::mem::take(&mut world.counts));
     (plan_text, violations, counts, 0)
+}
+
+/// Starts every workload of `plan`'s clients: the tasks, the groups whose committed
+/// offsets are checked, and how many client nodes the nemesis may cut off.
+fn workloads(s: &Shared, plan: &KafkaPlan) -> (JoinSet<()>, Vec<String>, usize) {
+    let mut tasks = JoinSet::new();
+    let mut clients = 1;
+    for p in 0..plan.producers {
+        tasks.spawn(clients::producer(s.clone(), kafka_client_ip(clients), format!("p{p}")));
+        clients += 1;
+    }
+    tasks.spawn(clients::consumer(s.clone(), kafka_client_ip(clients), "consumer".into()));
+    clients += 1;
+    tasks.spawn(clients::liar(s.clone(), kafka_client_ip(clients), "liar".into()));
+    clients += 1;
+    let groups: Vec<String> = (0..plan.groups).map(|g| format!("group-{g}")).collect();
+    for g in &groups {
+        tasks.spawn(clients::committer(s.clone(), kafka_client_ip(clients), g.clone()));
+        tasks.spawn(clients::observer(s.clone(), kafka_client_ip(clients + 1), g.clone()));
+        clients += 2;
+    }
+    // Consumers in a group (two members) and an observer of its committed offsets.
+    let members = "members-0".to_string();
+    for m in 0..2 {
+        let ip = kafka_client_ip(clients);
+        tasks.spawn(members::member(s.clone(), ip, members.clone(), format!("member-{m}")));
+        clients += 1;
+    }
+    tasks.spawn(clients::observer(s.clone(), kafka_client_ip(clients), members.clone()));
+    clients += 1;
+    let groups: Vec<String> = groups.into_iter().chain([members]).collect();
+    tasks.spawn(clients::admin(s.clone(), kafka_client_ip(clients), "admin".into()));
+    clients += 1;
+    // Never cut off (not among the nodes the nemesis picks from).
+    tasks.spawn(clients::claims(s.clone(), kafka_client_ip(clients + 1)));
+    (tasks, groups, clients)
 }
 
 /// The final read of every partition and the checks of [`history`].
