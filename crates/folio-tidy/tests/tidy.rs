@@ -82,7 +82,8 @@ const ALLOWED_DEPENDENCIES: &[(&str, &[&str])] = &[
 ];
 
 /// Crates that link folio-testkit into what they ship, when the rule came in: may only
-/// shrink. (`folio`'s TLS bench makes its certificates with it; #46 moves that.)
+/// shrink. (`folio bench` drives brokers with testkit's raw Kafka client, `kafka.rs`, and
+/// `bench kafka --tls` makes its certificate with `certs`: the benchmarks ship.)
 const TESTKIT_SHIPPED_IN: &[&str] = &["folio"];
 
 /// Crates only tests run, never shipped: they may link folio-testkit like a dev-dependency.
