@@ -201,8 +201,8 @@ pub(crate) trait Handler: 'static {
         inner: Arc<Inner>,
         version: i16,
         req: Self::Request,
-    ) -> impl Future<Output = Answer<Self::Response>> + Send {
-        std::future::ready(Box::pin(Self::handle(inner, version, req)) as Answer<_>)
+    ) -> impl Future<Output = impl Future<Output = Self::Response> + Send + 'static> + Send {
+        std::future::ready(Self::handle(inner, version, req))
     }
     /// Whether the request gets an answer (Produce with acks=0 does not: an error closes
     /// the connection instead, as in Kafka).
@@ -217,9 +217,6 @@ pub(crate) trait Handler: 'static {
         Arrival::default()
     }
 }
-
-/// The rest of a request's answer, after its in-order part (`Handler::start`).
-pub(crate) type Answer<R> = std::pin::Pin<Box<dyn Future<Output = R> + Send>>;
 
 /// What a request took as it arrived (`Handler::arrive`).
 #[derive(Debug, Default)]

@@ -140,17 +140,17 @@ impl super::Handler for Produce {
         inner: Arc<Inner>,
         version: i16,
         req: ProduceRequest,
-    ) -> super::Answer<ProduceResponse> {
+    ) -> impl Future<Output = ProduceResponse> + Send + 'static {
         let bytes = super::REQUEST.try_with(|r| r.request_bytes).unwrap_or(0);
         let throttle = super::quotas::throttle(&inner, Kind::Produce, bytes);
         let received = Instant::now();
         let timeout = (req.timeout_ms > 0).then(|| Duration::from_millis(req.timeout_ms as u64));
         let topics = enqueue(&inner, version, req).await;
-        Box::pin(async move {
+        async move {
             let resp = settle(&inner, topics, timeout).await.with_throttle_time_ms(throttle);
             inner.metrics.produce_latency.observe(received.elapsed());
             resp
-        })
+        }
     }
 }
 

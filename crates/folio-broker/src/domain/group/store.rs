@@ -37,7 +37,6 @@ impl Coordinator {
         tenure: u64,
         offsets: &[(String, Uuid, Version, i32, OffsetRecord)],
     ) -> Result<Vec<usize>, CommitError> {
-        self.same_tenure(tenure)?;
         let claim = self.claim(group_id, generation, tenure).await?;
         let claim_key = self.claim_key(group_id);
         let mut refused = Vec::new();
