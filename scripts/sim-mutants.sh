@@ -58,6 +58,10 @@
 #
 # and the spins the Kafka scenario found (its simulated time stood still):
 #
+#   kafka-reader-unaware  a broker whose open log another broker took over (and handed
+#                         back) goes on serving its stale view: it never writes, so never
+#                         learns its ledger was fenced (seed 171: an acknowledged record
+#                         out of sight)
 #   kafka-fetch-stop-spin   a long-polling Fetch on a stopping broker waits again at once
 #   kafka-fetch-final-spin  ...and on a log that will not grow again
 #
@@ -113,6 +117,7 @@ mutants=(
     "kafka-blind-registration^crates/folio-broker/src/domain/cluster.rs^let create = Txn::new().compare(folio_meta::Compare::Absent(k.clone())).put_with_lease(^let create = Txn::new().put_with_lease("
     "kafka-producer-state-lost^crates/folio-broker/src/state.rs^    let mut offset = from;\n    while offset < status.end_offset {^    let (mut offset, _) = (status.end_offset, from);\n    producers = Producers::default();\n    while offset < status.end_offset {"
     "kafka-commit-tenure-off^crates/folio-broker/src/domain/group/store.rs^        if self.tenure() == arrived {^        if true || self.tenure() == arrived {"
+    "kafka-reader-unaware^crates/folio-broker/src/state.rs^if !self.leader_epochs.taken_over(part.log.name(), status.epoch) {^if true || !self.leader_epochs.taken_over(part.log.name(), status.epoch) {"
     "kafka-fetch-stop-spin^crates/folio-broker/src/api/fetch.rs^_ = shutdown.wait_for(|s| *s) => stopping = true,^_ = shutdown.wait_for(|s| *s) => stopping = stopping || false,"
     "kafka-fetch-final-spin^crates/folio-broker/src/api/fetch.rs^    if !status.state.is_final() || offset < status.end_offset as i64 {^    if true || offset < status.end_offset as i64 {"
 )

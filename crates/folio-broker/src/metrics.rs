@@ -96,6 +96,9 @@ pub struct Metrics {
     pub partitions_opened: AtomicU64,
     /// Partitions it closed because they moved to another broker.
     pub partitions_released: AtomicU64,
+    /// Open partitions closed and opened again because another broker had taken their log
+    /// over in the meantime (`Inner::partition`).
+    pub partitions_taken_back: AtomicU64,
     /// Idempotent producer snapshots written beside partition logs.
     pub producer_snapshots: AtomicU64,
     /// Partitions closed for being idle (`partition_idle_timeout`) or least recently used
@@ -331,6 +334,12 @@ impl Metrics {
                 "Partitions closed here because they moved to another broker.",
                 counter,
                 &self.partitions_released,
+            ),
+            (
+                "folio_kafka_partitions_taken_back_total",
+                "Open partitions reopened here because another broker took their log over meanwhile.",
+                counter,
+                &self.partitions_taken_back,
             ),
             (
                 "folio_kafka_producer_snapshots_total",

@@ -133,7 +133,43 @@ impl Inner {
 
     /// `topic`'s `partition`, opened on first use: the log is fenced and recovered, then
     /// the idempotent producers' state is rebuilt from its tail.
+    ///
+    /// An open log another broker took over since (its record shows a newer epoch: a
+    /// broker that owned the partition in its own view while this one's registration was
+    /// out of its sight) is closed and opened again here, so it takes the log back and
+    /// serves what the other owner acknowledged in between. Its ledger was fenced, so
+    /// an append would have learned it; a log that only reads learns it only here.
     pub async fn partition(
+        &self,
+        topic: &Topic,
+        partition: i32,
+    ) -> Result<Arc<Partition>, folio_log::LogError> {
+        let part = self.open_partition(topic, partition).await?;
+        let status = part.log.status();
+        if !self.leader_epochs.taken_over(part.log.name(), status.epoch) {
+            return Ok(part);
+        }
+        let key = (topic.record.id, partition);
+        let cell = {
+            let mut logs = self.logs.lock().expect("logs lock");
+            let same = logs.get(&key).and_then(|c| c.get()).is_some_and(|p| Arc::ptr_eq(p, &part));
+            if same { logs.remove(&key) } else { None }
+        };
+        if let Some(cell) = cell {
+            self.metrics.partitions_taken_back.fetch_add(1, Ordering::Relaxed);
+            self.close_cell(
+                key.0,
+                key.1,
+                cell,
+                "another broker took its log over since it was opened",
+            )
+            .await;
+        }
+        self.open_partition(topic, partition).await
+    }
+
+    /// `partition` without the take-over check.
+    async fn open_partition(
         &self,
         topic: &Topic,
         partition: i32,

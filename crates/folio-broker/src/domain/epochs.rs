@@ -35,6 +35,13 @@ impl LeaderEpochs {
         seen.max(open.unwrap_or(0))
     }
 
+    /// Whether `log`'s record shows an epoch past `epoch` (the epoch this broker opened it
+    /// in): another broker took the log over since, and the open log's view is stale (its
+    /// ledger fenced underneath; a log that only reads would never learn).
+    pub fn taken_over(&self, log: &str, epoch: u32) -> bool {
+        self.by_log.read().expect("epochs lock").get(log).is_some_and(|&seen| seen > epoch)
+    }
+
     /// Logs cached (for tests and metrics).
     pub fn len(&self) -> usize {
         self.by_log.read().expect("epochs lock").len()

@@ -17,6 +17,7 @@ pub mod node_meta;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -93,6 +94,8 @@ pub struct BrokerNode {
     pub broker: Arc<Mutex<Option<Broker>>>,
     starting: Option<tokio::task::JoinHandle<()>>,
     pub crashes: u32,
+    /// Partitions its earlier runs reopened after a take-over (their metrics, summed).
+    taken_back: u64,
     /// A second process with this node id, starting (see [`Fault::Impostor`]).
     impostor: Option<tokio::task::JoinHandle<()>>,
     impostor_broker: Arc<Mutex<Option<Broker>>>,
@@ -207,6 +210,7 @@ fn crash_broker(world: &World, node: &mut BrokerNode) {
         h.abort();
     }
     if let Some(b) = node.broker.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+        node.taken_back += b.metrics().partitions_taken_back.load(Ordering::Relaxed);
         b.abort();
     }
     node.crashes += 1;
@@ -431,6 +435,7 @@ async fn scenario(seed: u64, sim: Arc<Simulation>, trace: Trace) -> Outcome {
             broker: Arc::default(),
             starting: None,
             crashes: 0,
+            taken_back: 0,
             impostor: None,
             impostor_broker: Arc::default(),
         })
@@ -486,9 +491,12 @@ async fn scenario(seed: u64, sim: Arc<Simulation>, trace: Trace) -> Outcome {
             h.abort();
         }
         if let Some(broker) = b.running() {
+            b.taken_back += broker.metrics().partitions_taken_back.load(Ordering::Relaxed);
             broker.shutdown().await;
         }
         *counts.entry("broker crashes".into()).or_default() += u64::from(b.crashes);
+        *counts.entry("broker: partitions reopened after a take-over".into()).or_default() +=
+            b.taken_back;
     }
     for i in 0..world.bookies.len() {
         world.stop_bookie(i).await;
