@@ -67,7 +67,8 @@
 #
 # For each: apply it to a copy of the tree, build the simulator, run the seeds
 # (FOLIO_SIM_SEEDS, default 0..200: the first half of CI's seeds; for `kafka-` mutants
-# FOLIO_SIM_KAFKA_SEEDS, default 0..60: all of CI's), print the seeds that failed and what
+# FOLIO_SIM_KAFKA_SEEDS, default 0..60: all of CI's, and the regression seeds of
+# crates/folio-sim/tests/kafka.rs, which CI runs too), print the seeds that failed and what
 # they found.
 # The tree itself is never touched: each mutant is applied to a copy of a commit
 # (MUTANTS_REF, default HEAD) in target/mutants, built there with its own target dir.
@@ -157,7 +158,7 @@ EOF
     if [[ $name == kafka-* ]]; then
         (cd "$work" && CARGO_TARGET_DIR=$root/target/mutants/target FOLIO_SIM_KAFKA_SEEDS=$kafka_seeds \
             FOLIO_SIM_WALL_MAX_S=120 FOLIO_SIM_STALL_S=10 cargo test -q -p folio-sim --test kafka \
-            kafka_seeds_part -- --nocapture --test-threads 1) >"$log" 2>&1
+            -- kafka_seeds_part kafka_regression_seeds --nocapture --test-threads 1) >"$log" 2>&1
     else
         (cd "$work" && CARGO_TARGET_DIR=$root/target/mutants/target FOLIO_SIM_SEEDS=$seeds \
             FOLIO_SIM_WALL_MAX_S=120 cargo test -q -p folio-sim --test sim seeds_part -- \

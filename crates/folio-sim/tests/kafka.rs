@@ -67,19 +67,32 @@ fn a_kafka_seed_replays_to_the_same_trace() {
     assert!(a.checksum.1 > 100, "seed 5 traced only {} lines", a.checksum.1);
 }
 
-/// Seed 171: broker 1 restarts and opens partition 0; broker 2, not yet seeing it, opens
-/// the partition too (recovering broker 1's ledger), acknowledges a record at offset 106,
-/// then hands the partition back. Broker 1's log, fenced underneath but only reading, must
-/// learn it was taken over (its record's epoch moved past the one it opened in) and open
-/// the log again, so the record at 106 is served (`Inner::partition`; mutant
-/// `kafka-reader-unaware`).
+/// Seeds that catch the broker bugs the simulator found, each put back by a `kafka-` mutant
+/// of `scripts/sim-mutants.sh` (which runs this test beside CI's range): they run in every
+/// build, whatever `FOLIO_SIM_KAFKA_SEEDS` says. A change to the scenario draws other runs
+/// from the same seeds: then rerun the mutants and take the seeds they print.
+const REGRESSION_SEEDS: &[(&str, &[u64])] = &[
+    // Broker 1 restarts and opens partition 0; broker 2, not yet seeing it, opens the
+    // partition too (recovering broker 1's ledger), acknowledges a record at offset 106,
+    // then hands the partition back. Broker 1's log, fenced underneath but only reading,
+    // served end 106 and the record stayed out of sight (`Inner::partition` now reopens a
+    // log whose record's epoch moved on). 1 of seeds 0..600 at 6dd216b.
+    ("kafka-reader-unaware", &[171]),
+];
+
 #[test]
-fn a_fenced_owner_that_only_reads_learns_it_was_taken_over() {
-    let r = run_kafka(171, &Options::default());
-    assert!(r.passed(), "seed 171: {:?}", r.violations);
-    assert!(
-        r.counts.get("broker: partitions reopened after a take-over").is_some_and(|&n| n > 0),
-        "seed 171 no longer takes a reading owner's log over; counts {:?}",
-        r.counts
-    );
+fn kafka_regression_seeds() {
+    let opts = Options::default();
+    let mut failed = Vec::new();
+    for (bug, seeds) in REGRESSION_SEEDS {
+        assert!(!seeds.is_empty(), "{bug}: no seed");
+        for seed in *seeds {
+            let r = run_kafka(*seed, &opts);
+            if !r.passed() {
+                eprintln!("{bug} is back:\n{}", r.failure_text());
+                failed.push((*bug, *seed));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "regressions: {failed:?}");
 }
