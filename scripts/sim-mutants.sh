@@ -62,6 +62,9 @@
 #                         back) goes on serving its stale view: it never writes, so never
 #                         learns its ledger was fenced (seed 171: an acknowledged record
 #                         out of sight)
+#   kafka-generation-in-memory  a rebalance numbers its generation from the coordinator's
+#                         memory, not past the claimed one (a group that moves starts at 1
+#                         again: one generation answered by two coordinators)
 #   kafka-fetch-stop-spin   a long-polling Fetch on a stopping broker waits again at once
 #   kafka-fetch-final-spin  ...and on a log that will not grow again
 #
@@ -119,6 +122,7 @@ mutants=(
     "kafka-producer-state-lost^crates/folio-broker/src/state.rs^    let mut offset = from;\n    while offset < status.end_offset {^    let (mut offset, _) = (status.end_offset, from);\n    producers = Producers::default();\n    while offset < status.end_offset {"
     "kafka-commit-tenure-off^crates/folio-broker/src/domain/group/store.rs^        if self.tenure() == arrived {^        if true || self.tenure() == arrived {"
     "kafka-reader-unaware^crates/folio-broker/src/state.rs^if !self.leader_epochs.taken_over(part.log.name(), status.epoch) {^if true || !self.leader_epochs.taken_over(part.log.name(), status.epoch) {"
+    "kafka-generation-in-memory^crates/folio-broker/src/domain/group/claim.rs^let last = was.map_or(-1, |r| r.generation).max(known);^let last = was.map_or(-1, |_| -1).max(known);"
     "kafka-fetch-stop-spin^crates/folio-broker/src/api/fetch.rs^_ = shutdown.wait_for(|s| *s) => stopping = true,^_ = shutdown.wait_for(|s| *s) => stopping = stopping || false,"
     "kafka-fetch-final-spin^crates/folio-broker/src/api/fetch.rs^    if !status.state.is_final() || offset < status.end_offset as i64 {^    if true || offset < status.end_offset as i64 {"
 )

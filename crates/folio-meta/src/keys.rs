@@ -178,13 +178,15 @@ impl Keys {
         format!("{}/groups/", self.root)
     }
 
-    /// The prefix of the group coordinators' claims (one per group with committed offsets).
+    /// The prefix of the group coordinators' claims (one per group that rebalanced or
+    /// committed offsets).
     pub fn group_claims(&self) -> String {
         format!("{}/group-claims/", self.root)
     }
 
     /// The claim on group `escaped` (a group id with `/` and `%` escaped): which broker
-    /// coordinates it, at which coordinator epoch; every offset write compares it.
+    /// coordinates it, at which coordinator epoch and generation; every offset write
+    /// compares it.
     pub fn group_claim(&self, escaped: &str) -> String {
         format!("{}/group-claims/{escaped}", self.root)
     }

@@ -298,7 +298,8 @@ impl Handler for LeaveGroup {
         if version < 3 {
             let code = inner
                 .groups
-                .leave(s(&req.group_id), &[(req.member_id.as_str().to_string(), None)])[0];
+                .leave(s(&req.group_id), &[(req.member_id.as_str().to_string(), None)])
+                .await[0];
             return LeaveGroupResponse::default().with_error_code(code);
         }
         let ids: Vec<(String, Option<String>)> = req
@@ -309,7 +310,7 @@ impl Handler for LeaveGroup {
                 (m.member_id.as_str().to_string(), instance)
             })
             .collect();
-        let codes = inner.groups.leave(s(&req.group_id), &ids);
+        let codes = inner.groups.leave(s(&req.group_id), &ids).await;
         LeaveGroupResponse::default().with_members(
             req.members
                 .iter()

@@ -107,16 +107,19 @@ impl History {
         }
     }
 
-    /// A member synced `generation` of `group` with coordinator `node`. Generations live
-    /// in the coordinator's memory: one that took the group over numbers them from 1 again,
-    /// so a generation may have had two coordinators (counted: member ids keep their
-    /// commits apart, and a commit outside its claim and tenure is refused).
+    /// A member synced `generation` of `group` with coordinator `node`: a generation has
+    /// one coordinator (each is claimed in the store before it is answered, and goes on
+    /// from the last one claimed when the group moves; nothing here deletes a group).
     pub fn generation_synced(&self, group: &str, generation: i32, node: i32) {
         let mut f = self.lock();
         let coordinators = f.generations.entry((group.to_string(), generation)).or_default();
         if coordinators.insert(node) && coordinators.len() == 2 {
-            *f.counts.entry("generation with two coordinators".into()).or_default() += 1;
+            let both: Vec<i32> = coordinators.iter().copied().collect();
+            f.violations.push(format!(
+                "group {group}: generation {generation} synced by two coordinators {both:?}"
+            ));
         }
+        *f.counts.entry("generation synced".into()).or_default() += 1;
     }
 
     /// OffsetFetch answered `offset` for `group` (from broker `node`): never below what was

@@ -1,21 +1,27 @@
-//! The coordinator's claim on a group: the fence on its offset writes.
+//! The coordinator's claim on a group: the fence on its generations and offset writes.
 //!
 //! ```text
-//! group-claims/<group, escaped>   "<node id> <coordinator epoch> <generation>"
+//! group-claims/<group, escaped>   "<node id> <coordinator epoch> <generation> <written ms>"
 //! ```
-//! Before a coordinator writes a group's offsets it holds the group's claim: it reads the
-//! record and writes it back with the next epoch, its node id and the group's generation (a
-//! compare-and-set). Every offset write then compares the claim's version in the same
-//! transaction. So a write of a coordinator that lost the group (to another broker, or to
-//! a newer generation of its own) can never land after the claim moved: an isolated
-//! broker's commits in flight, a stale generation's commit, and a commit whose answer was
-//! an error (the claim is dropped then, and the next commit claims anew, fencing it) never
-//! overwrite a newer offset. Membership itself stays in memory (members rejoin a new
-//! coordinator); the claim is what makes the move safe for the offsets.
+//! (a record of an older Folio has no time: written at 0.) A coordinator writes the claim
+//! (a compare-and-set of the record it read, with the next epoch and its node id) before
+//! it answers a new generation of the group, and before it writes offsets without
+//! holding the claim already. The record's generation only grows: a rebalance claims the
+//! group's next generation as one past both the record's and its own, so a generation
+//! is answered by one coordinator only, and generations go on from where the last
+//! coordinator left them when the group moves (members of the old coordinator are told
+//! ILLEGAL_GENERATION, never confused with a new generation of the same number). Every
+//! offset write compares the claim's version in the same transaction. So a write of a
+//! coordinator that lost the group (to another broker, or to a newer generation of its own)
+//! can never land after the claim moved: an isolated broker's commits in flight, a stale
+//! generation's commit, and a commit whose answer was an error (the claim is dropped then,
+//! and the next commit claims anew, fencing it) never overwrite a newer offset; a commit
+//! never claims for a generation older than the record's. Membership itself stays in memory
+//! (members rejoin a new coordinator); the claim is what makes the move safe.
 //!
-//! A claim is taken lazily, at a group's first commit here or when the generation it was
-//! taken at is no longer the group's; it is dropped when the group moves away, when a
-//! write of it fails, and deleted with the group's offsets.
+//! A claim is dropped when the group moves away, when a write of it fails, and deleted
+//! with the group (DeleteGroups), with its last offsets when they expire, or when it is
+//! older than `offsets_retention` and the group has neither offsets nor members.
 
 use folio_meta::{Compare, MetaError, Txn, Version};
 
@@ -64,14 +70,35 @@ impl std::fmt::Display for CommitError {
     }
 }
 
-/// (node id, epoch, generation) of a claim record; `None` if damaged.
-fn parse(v: &[u8]) -> Option<(i32, u64, i32)> {
-    let s = std::str::from_utf8(v).ok()?;
-    let mut f = s.split(' ');
-    let node = f.next()?.parse().ok()?;
-    let epoch = f.next()?.parse().ok()?;
-    let generation = f.next()?.parse().ok()?;
-    f.next().is_none().then_some((node, epoch, generation))
+/// A claim record's fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct ClaimRecord {
+    pub node: i32,
+    pub epoch: u64,
+    /// The group's newest generation claimed (-1: only commits from outside the protocol).
+    pub generation: i32,
+    /// When it was written (clock ms; 0 in a record of an older Folio).
+    pub written_ms: u64,
+}
+
+impl ClaimRecord {
+    fn encode(&self) -> String {
+        format!("{} {} {} {}", self.node, self.epoch, self.generation, self.written_ms)
+    }
+
+    /// A record's value; `None` if damaged.
+    pub(super) fn parse(v: &[u8]) -> Option<ClaimRecord> {
+        let s = std::str::from_utf8(v).ok()?;
+        let mut f = s.split(' ');
+        let node = f.next()?.parse().ok()?;
+        let epoch = f.next()?.parse().ok()?;
+        let generation = f.next()?.parse().ok()?;
+        let written_ms = match f.next() {
+            Some(t) => t.parse().ok()?,
+            None => 0,
+        };
+        f.next().is_none().then_some(ClaimRecord { node, epoch, generation, written_ms })
+    }
 }
 
 impl Coordinator {
@@ -115,17 +142,22 @@ impl Coordinator {
         // The read may have waited out a move away and back: never claim for a commit
         // from an earlier tenure.
         self.same_tenure(tenure)?;
-        let (epoch, guard) = match &current {
-            Some(v) => {
-                let epoch = parse(&v.value).map_or(0, |(_, e, _)| e);
-                (epoch + 1, Compare::Version(key.clone(), v.version))
-            }
-            None => (1, Compare::Absent(key.clone())),
+        let (was, guard) = self.claim_read(&key, current.as_ref());
+        if generation >= 0 && was.is_some_and(|r| r.generation > generation) {
+            // A newer generation was claimed (here since, or by another coordinator).
+            let holder = was.map_or(-1, |r| r.node);
+            return Err(CommitError::Fenced { code: crate::errors::ILLEGAL_GENERATION, holder });
+        }
+        let epoch = was.map_or(0, |r| r.epoch) + 1;
+        let record = ClaimRecord {
+            node: self.node_id,
+            epoch,
+            generation: was.map_or(generation, |r| r.generation.max(generation)),
+            written_ms: self.clock.now_ms(),
         };
-        let record = format!("{} {epoch} {generation}", self.node_id);
         let out = self
             .meta
-            .txn(Txn::new().compare(guard).put(key, record))
+            .txn(Txn::new().compare(guard).put(key, record.encode()))
             .await
             .map_err(CommitError::Store)?;
         if !out.succeeded {
@@ -138,6 +170,69 @@ impl Coordinator {
         tracing::info!(group, epoch, generation, node_id = self.node_id, "group claimed");
         self.claims.lock().expect("claims lock").insert(group.to_string(), claim);
         Ok(claim)
+    }
+
+    /// The record read at `key` (`None`: absent or damaged, so taken over from nothing) and
+    /// the compare that writes it back only if it did not change.
+    fn claim_read(
+        &self,
+        key: &str,
+        current: Option<&folio_meta::Versioned>,
+    ) -> (Option<ClaimRecord>, Compare) {
+        match current {
+            Some(v) => {
+                let r = ClaimRecord::parse(&v.value);
+                if r.is_none() {
+                    tracing::warn!(key, "a damaged group claim is taken over");
+                }
+                (r, Compare::Version(key.to_string(), v.version))
+            }
+            None => (None, Compare::Absent(key.to_string())),
+        }
+    }
+
+    /// Claims `group`'s next generation for a rebalance ending here: one past both the
+    /// record's and `known` (the group's generation here), written with the next epoch in
+    /// a compare-and-set, only in `tenure` (the one the join phase ended in). The claim is
+    /// not yet held: the caller holds it once the group took the generation.
+    pub(super) async fn claim_generation(
+        &self,
+        group: &str,
+        known: i32,
+        tenure: u64,
+    ) -> Result<Claim, CommitError> {
+        let _turn = self.claiming.lock().await;
+        let key = self.claim_key(group);
+        let current = self.meta.get(&key).await.map_err(CommitError::Store)?;
+        self.same_tenure(tenure)?;
+        let (was, guard) = self.claim_read(&key, current.as_ref());
+        let last = was.map_or(-1, |r| r.generation).max(known);
+        let generation = last.checked_add(1).ok_or_else(|| {
+            CommitError::Store(MetaError::Unavailable(format!(
+                "group {group}: generations exhausted"
+            )))
+        })?;
+        let epoch = was.map_or(0, |r| r.epoch) + 1;
+        let record =
+            ClaimRecord { node: self.node_id, epoch, generation, written_ms: self.clock.now_ms() };
+        let out = self
+            .meta
+            .txn(Txn::new().compare(guard).put(key, record.encode()))
+            .await
+            .map_err(CommitError::Store)?;
+        if !out.succeeded {
+            return Err(CommitError::Store(MetaError::Unavailable(format!(
+                "group {group}: its claim changed while a generation was claimed"
+            ))));
+        }
+        tracing::info!(
+            group,
+            epoch,
+            generation,
+            node_id = self.node_id,
+            "group generation claimed"
+        );
+        Ok(Claim { version: out.revision, epoch, generation })
     }
 
     /// Drops this coordinator's claim on `group` if it is still `claim` (a failed write:
@@ -161,7 +256,7 @@ impl Coordinator {
             return Ok(None);
         }
         self.drop_claim(group, Some(claim));
-        let holder = current.and_then(|v| parse(&v.value)).map_or(-1, |(n, _, _)| n);
+        let holder = current.and_then(|v| ClaimRecord::parse(&v.value)).map_or(-1, |r| r.node);
         let code = if holder == self.node_id {
             crate::errors::ILLEGAL_GENERATION
         } else {
@@ -183,9 +278,15 @@ mod tests {
 
     #[test]
     fn claim_records_parse_and_damage_is_refused() {
-        assert_eq!(parse(b"3 17 -1"), Some((3, 17, -1)));
-        for bad in [&b""[..], b"3 17", b"3 17 1 9", b"x 1 1", b"\xff"] {
-            assert_eq!(parse(bad), None);
+        let r = |node, epoch, generation, written_ms| {
+            Some(ClaimRecord { node, epoch, generation, written_ms })
+        };
+        assert_eq!(ClaimRecord::parse(b"3 17 -1"), r(3, 17, -1, 0), "an older Folio's record");
+        assert_eq!(ClaimRecord::parse(b"3 17 4 99"), r(3, 17, 4, 99));
+        let w = ClaimRecord { node: 2, epoch: 5, generation: 7, written_ms: 1234 };
+        assert_eq!(ClaimRecord::parse(w.encode().as_bytes()), Some(w));
+        for bad in [&b""[..], b"3 17", b"3 17 1 9 9", b"x 1 1", b"3 17 1 -9", b"\xff"] {
+            assert_eq!(ClaimRecord::parse(bad), None);
         }
     }
 
@@ -284,5 +385,76 @@ mod tests {
         }
         three.commit("g", 6, three.tenure(), &w(70)).await.unwrap();
         assert_eq!(committed(&three).await, 70);
+    }
+
+    /// #46 item 4: a generation has one coordinator. Generations are claimed in the store
+    /// before they are answered, so a group that moves goes on from the last generation
+    /// (not from 1 again), a stale coordinator's next rebalance never reuses a number the
+    /// new one answered, and neither coordinator commits for a generation older than the
+    /// newest claimed (ILLEGAL_GENERATION or NOT_COORDINATOR).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn generations_go_on_across_coordinators_and_none_is_answered_twice() {
+        let bound = std::time::Duration::from_secs(60);
+        tokio::time::timeout(bound, generations_story()).await.expect("a join hung");
+    }
+
+    async fn generations_story() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn MetadataStore> =
+            Arc::new(folio_meta::embedded::EmbeddedStore::open(dir.path()).unwrap());
+        let keys = folio_meta::keys::Keys::default();
+        let version =
+            store.put(&keys.topic("t"), "topic".into(), folio_meta::Expect::Any).await.unwrap();
+        let id = uuid::Uuid::from_u128(7);
+        let clock: Arc<dyn folio_meta::Clock> = Arc::new(folio_meta::ManualClock::new());
+        let tenure = tokio::sync::watch::channel(0u64).1;
+        let config = GroupConfig {
+            initial_rebalance_delay: std::time::Duration::ZERO,
+            ..GroupConfig::default()
+        };
+        let coordinator = |node| {
+            let (meta, t) = (store.clone(), tenure.clone());
+            Coordinator::new(config.clone(), meta, keys.clone(), clock.clone(), node, t)
+        };
+        let (one, two) = (coordinator(1), coordinator(2));
+        let session = std::time::Duration::from_secs(10);
+        let join = async |c: &Coordinator, member: &str| {
+            let protocols = vec![("range".to_string(), bytes::Bytes::new())];
+            let r = c.join("g", member, None, "consumer", protocols, session, session).await;
+            assert_eq!(r.error, 0, "join at broker {}", c.node_id);
+            r
+        };
+        let w = |o| vec![("t".to_string(), id, version, 0, record(o))];
+        let a = join(&one, "").await;
+        let a = join(&one, &a.member_id).await;
+        assert_eq!(a.generation, 2, "two rebalances at broker 1");
+        one.commit("g", 2, 0, &w(10)).await.unwrap();
+
+        // The group moves to broker 2: its first generation there follows broker 1's.
+        let b = join(&two, "").await;
+        assert_eq!(b.generation, 3, "broker 2 goes on from the claimed generation");
+        // Broker 1 (isolated, still serving its member) cannot commit under its old claim,
+        // nor claim generation 2 again, and its next rebalance is not 3.
+        match one.commit("g", 2, 0, &w(5)).await {
+            Err(CommitError::Fenced { code, holder: 2 }) => {
+                assert_eq!(code, crate::errors::NOT_COORDINATOR)
+            }
+            other => panic!("a stale coordinator's commit: {other:?}"),
+        }
+        match one.commit("g", 2, 0, &w(6)).await {
+            Err(CommitError::Fenced { code, holder: 2 }) => {
+                assert_eq!(code, crate::errors::ILLEGAL_GENERATION)
+            }
+            other => panic!("a commit for a generation older than the claimed: {other:?}"),
+        }
+        let a = join(&one, &a.member_id).await;
+        assert_eq!(a.generation, 4, "a stale coordinator's rebalance takes the next number");
+        // Now broker 2's generation 3 is behind the claim: its commit is refused.
+        assert!(matches!(two.commit("g", 3, 0, &w(7)).await, Err(CommitError::Fenced { .. })));
+        assert_eq!(one.committed("g").await.unwrap()[&(id, 0)].offset, 10);
+        let claimed =
+            ClaimRecord::parse(&store.get(&one.claim_key("g")).await.unwrap().unwrap().value);
+        assert_eq!(claimed.map(|r| (r.node, r.generation)), Some((1, 4)));
+        drop(b);
     }
 }

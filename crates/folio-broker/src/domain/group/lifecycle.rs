@@ -4,13 +4,16 @@
 //! groups): a group with members keeps its offsets; one without expires each offset at its
 //! own expiry time if the commit named one (OffsetCommit v2-4's retention), else a
 //! retention after its commit or after the group became empty, whichever is later. A group
-//! left with neither members nor offsets is gone, its claim with it.
+//! left with neither members nor offsets is gone, its claim with it; a claim of a group
+//! that never committed goes once it is `offsets.retention.minutes` old and the group has
+//! no members.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use folio_meta::records::Record;
 use folio_meta::{Compare, MetaError, Txn, list_all};
 
+use super::claim::ClaimRecord;
 use super::record::unescape;
 use super::{Coordinator, Group, GroupState, OffsetRecord};
 use crate::limits::Limit;
@@ -87,6 +90,7 @@ impl Coordinator {
                 by_group.entry(unescape(g)).or_default().push(v);
             }
         }
+        let with_offsets: BTreeSet<String> = by_group.keys().cloned().collect();
         let mut removed = 0;
         for (group, offsets) in by_group {
             if !owns(&group) {
@@ -127,7 +131,53 @@ impl Coordinator {
                 self.forget_expired(&group).await?;
             }
         }
+        self.expire_claims(&with_offsets, &owns).await?;
         Ok(removed)
+    }
+
+    /// Deletes the claims of groups this broker coordinates that have no offsets and no
+    /// members here, written longer than `offsets_retention` ago (a group that rebalanced
+    /// and never committed). Each removal compares the record it read.
+    async fn expire_claims(
+        &self,
+        with_offsets: &BTreeSet<String>,
+        owns: impl Fn(&str) -> bool,
+    ) -> Result<(), MetaError> {
+        let now = self.clock.now_ms();
+        let retention = self.config.offsets_retention.as_millis() as u64;
+        let prefix = self.keys.group_claims();
+        for v in list_all(self.meta.as_ref(), &prefix).await? {
+            let group = unescape(&v.key[prefix.len()..]);
+            if with_offsets.contains(&group) || !owns(&group) {
+                continue;
+            }
+            let written = ClaimRecord::parse(&v.value).map_or(0, |r| r.written_ms);
+            if now < written.saturating_add(retention) {
+                continue;
+            }
+            {
+                let groups = self.groups.lock().expect("groups lock");
+                if groups.get(&group).is_some_and(|g| !g.members.is_empty() || g.claiming.is_some())
+                {
+                    continue;
+                }
+            }
+            let txn = Txn::new().compare(Compare::Version(v.key.clone(), v.version)).delete(v.key);
+            if self.meta.txn(txn).await?.succeeded {
+                self.forget_expired_claim(&group);
+                tracing::info!(group = %group, "group expired: a claim with no members and no committed offsets");
+            }
+        }
+        Ok(())
+    }
+
+    /// A group whose claim expired: its held claim and its empty state go.
+    fn forget_expired_claim(&self, group: &str) {
+        self.drop_claim(group, None);
+        let mut groups = self.groups.lock().expect("groups lock");
+        if groups.get(group).is_some_and(|g| g.members.is_empty()) {
+            groups.remove(group);
+        }
     }
 
     /// A group whose every offset expired and that has no members: its claim, its lag

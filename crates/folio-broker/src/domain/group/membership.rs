@@ -105,9 +105,12 @@ impl Coordinator {
                 };
                 prepare_rebalance(g, now, delay);
             }
-            maybe_complete_join(group_id, g, now);
-            rx
+            (rx, join_phase_over(g, now))
         };
+        let (rx, over) = rx;
+        if over {
+            self.complete_join(group_id).await;
+        }
         rx.await.unwrap_or_else(|_| fail(errors::REBALANCE_IN_PROGRESS))
     }
 
@@ -234,13 +237,26 @@ impl Coordinator {
 
     /// Removes members, each named by member id or by instance id (a static member; with
     /// both they must agree); returns an error code per member.
-    pub fn leave(&self, group_id: &str, members: &[(String, Option<String>)]) -> Vec<i16> {
+    pub async fn leave(&self, group_id: &str, members: &[(String, Option<String>)]) -> Vec<i16> {
+        let (codes, over) = self.leave_members(group_id, members);
+        if over {
+            self.complete_join(group_id).await;
+        }
+        codes
+    }
+
+    /// `leave` under the groups lock: the codes, and whether the join phase is over now.
+    fn leave_members(
+        &self,
+        group_id: &str,
+        members: &[(String, Option<String>)],
+    ) -> (Vec<i16>, bool) {
         let mut groups = self.groups.lock().expect("groups lock");
         let now = self.clock.now_ms();
         let Some(g) = groups.get_mut(group_id) else {
-            return vec![errors::UNKNOWN_MEMBER_ID; members.len()];
+            return (vec![errors::UNKNOWN_MEMBER_ID; members.len()], false);
         };
-        members
+        let codes = members
             .iter()
             .map(|(id, instance)| {
                 let id = match instance.as_ref().map(|i| g.statics.get(i)) {
@@ -255,13 +271,50 @@ impl Coordinator {
                 if g.members.contains_key(id) {
                     tracing::info!(group = group_id, member = %id, "member left");
                     remove_member(g, id, now);
-                    maybe_complete_join(group_id, g, now);
                     errors::NONE
                 } else {
                     errors::UNKNOWN_MEMBER_ID
                 }
             })
-            .collect()
+            .collect();
+        (codes, join_phase_over(g, now))
+    }
+
+    /// Ends `name`'s join phase if it is over: the next generation is claimed in the
+    /// metadata store first (`claim_generation`), then the group completes with it. A
+    /// claim that fails leaves the phase open (the members' joins wait); the next tick
+    /// tries again. A group forgotten, deleted or begun again meanwhile is left alone.
+    pub(super) async fn complete_join(&self, name: &str) {
+        let (token, known) = {
+            let mut groups = self.groups.lock().expect("groups lock");
+            let Some(g) = groups.get_mut(name) else { return };
+            if !join_phase_over(g, self.clock.now_ms()) {
+                return;
+            }
+            let token = self.completions.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            g.claiming = Some(token);
+            (token, g.generation)
+        };
+        let tenure = self.tenure();
+        let claimed = self.claim_generation(name, known, tenure).await;
+        let mut groups = self.groups.lock().expect("groups lock");
+        let Some(g) = groups.get_mut(name).filter(|g| g.claiming == Some(token)) else {
+            return;
+        };
+        g.claiming = None;
+        match claimed {
+            Ok(claim) if g.state == GroupState::PreparingRebalance => {
+                assert!(claim.generation > g.generation, "a claimed generation goes forward");
+                finish_join(name, g, self.clock.now_ms(), claim.generation);
+                self.claims.lock().expect("claims lock").insert(name.to_string(), claim);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                group = name,
+                error = %e,
+                "a rebalance could not claim its next generation; trying again"
+            ),
+        }
     }
 
     /// Checks that an offset commit comes from a current member (or from outside the group
@@ -366,16 +419,19 @@ pub(super) fn remove_member(g: &mut Group, id: &str, now: u64) {
     }
 }
 
-/// Ends the join phase when every member has rejoined (after the initial delay) or the
-/// rebalance timeout has passed: a new generation, a leader, a protocol.
-pub(super) fn maybe_complete_join(name: &str, g: &mut Group, now: u64) {
-    if g.state != GroupState::PreparingRebalance {
-        return;
+/// Whether the join phase is over (and its generation not being claimed already): every
+/// member rejoined (after the initial delay) or the rebalance timeout has passed.
+pub(super) fn join_phase_over(g: &Group, now: u64) -> bool {
+    if g.state != GroupState::PreparingRebalance || g.claiming.is_some() {
+        return false;
     }
     let all_joined = g.members.keys().all(|id| g.joins.contains_key(id));
-    if !((all_joined && now >= g.not_before) || now >= g.deadline) {
-        return;
-    }
+    (all_joined && now >= g.not_before) || now >= g.deadline
+}
+
+/// Ends the join phase with `generation` (claimed): a leader and a protocol, or an empty
+/// group.
+fn finish_join(name: &str, g: &mut Group, now: u64, generation: i32) {
     // Who did not rejoin is out.
     let gone: Vec<String> =
         g.members.keys().filter(|id| !g.joins.contains_key(*id)).cloned().collect();
@@ -383,7 +439,7 @@ pub(super) fn maybe_complete_join(name: &str, g: &mut Group, now: u64) {
         g.members.remove(&id);
         g.statics.retain(|_, m| *m != id);
     }
-    g.generation += 1;
+    g.generation = generation;
     if g.members.is_empty() {
         g.empty_since = now;
         g.leader = None;

@@ -58,7 +58,7 @@ mod claim;
 mod commit_order;
 mod lifecycle;
 mod membership;
-use membership::{maybe_complete_join, members_of, remove_member};
+use membership::{join_phase_over, members_of, remove_member};
 mod offsets;
 mod record;
 mod statics;
@@ -187,6 +187,9 @@ struct Group {
     rebalances: u64,
     /// When (clock ms) it last became empty: offsets expire from then at the earliest.
     empty_since: u64,
+    /// While its next generation is being claimed (`Coordinator::complete_join`): the
+    /// completion's token, so a completion finishes only the group it began.
+    claiming: Option<u64>,
 }
 
 impl Group {
@@ -236,6 +239,7 @@ impl Group {
             deadline: now,
             rebalances: 0,
             empty_since: now,
+            claiming: None,
         }
     }
 }
@@ -274,6 +278,8 @@ pub struct Coordinator {
     claims: Mutex<BTreeMap<String, Claim>>,
     /// Held while a claim is taken (one at a time).
     claiming: tokio::sync::Mutex<()>,
+    /// Join phases ended so far (`Group::claiming`'s tokens).
+    completions: std::sync::atomic::AtomicU64,
     /// This coordinator's tenure: the broker's membership change count (live brokers,
     /// fence, controller), which moves the moment ownership may have. A commit writes only
     /// in the tenure it arrived in: one that waited through a move away and back (an
@@ -310,6 +316,7 @@ impl Coordinator {
             claims: Mutex::new(BTreeMap::new()),
             tenure,
             claiming: tokio::sync::Mutex::new(()),
+            completions: std::sync::atomic::AtomicU64::new(0),
             new_groups: Mutex::new((0, HashMap::new())),
         })
     }
@@ -334,14 +341,19 @@ impl Coordinator {
                 _ = interval.tick() => {}
                 _ = shutdown.wait_for(|s| *s) => return,
             }
-            self.expire_sessions();
+            for name in self.expire_sessions() {
+                let c = self.clone();
+                // One group's claim waiting on the store holds up no other group's.
+                tokio::spawn(async move { c.complete_join(&name).await });
+            }
         }
     }
 
-    /// Removes members whose session ended and completes the rebalances whose time came
-    /// (one step of `tick`).
-    pub(crate) fn expire_sessions(&self) {
+    /// Removes members whose session ended; returns the groups whose join phase is over
+    /// (`complete_join` ends them). One step of `tick`.
+    pub(crate) fn expire_sessions(&self) -> Vec<String> {
         let now = self.clock.now_ms();
+        let mut over = Vec::new();
         let mut groups = self.groups.lock().expect("groups lock");
         for (name, g) in groups.iter_mut() {
             let expired: Vec<String> = g
@@ -357,7 +369,18 @@ impl Coordinator {
                 tracing::info!(group = %name, member = %id, "member session expired");
                 remove_member(g, &id, now);
             }
-            maybe_complete_join(name, g, now);
+            if join_phase_over(g, now) {
+                over.push(name.clone());
+            }
+        }
+        over
+    }
+
+    /// `tick`'s step, awaited: expires sessions and ends every join phase that is over.
+    #[cfg(test)]
+    pub(crate) async fn step(&self) {
+        for name in self.expire_sessions() {
+            self.complete_join(&name).await;
         }
     }
 

@@ -148,20 +148,22 @@ mod tests {
 
         // LeaveGroup by instance id (member id unknown to the caller) removes `a`; a wrong
         // member id for an instance is fenced; an unknown instance is unknown.
-        let codes = c.leave(
-            "g",
-            &[
-                (old.to_string(), Some("b".to_string())),
-                (String::new(), Some("a".to_string())),
-                (String::new(), Some("nobody".to_string())),
-            ],
-        );
+        let codes = c
+            .leave(
+                "g",
+                &[
+                    (old.to_string(), Some("b".to_string())),
+                    (String::new(), Some("a".to_string())),
+                    (String::new(), Some("nobody".to_string())),
+                ],
+            )
+            .await;
         assert_eq!(codes, [errors::FENCED_INSTANCE_ID, errors::NONE, errors::UNKNOWN_MEMBER_ID]);
         assert_eq!(c.describe("g").unwrap().members.len(), 1);
 
         // A static member that misses its session is removed like any other.
         clock.advance(SESSION * 2);
-        c.expire_sessions();
+        c.step().await;
         assert!(c.describe("g").unwrap().members.is_empty(), "b's session ended");
         assert_eq!(c.heartbeat("g", g, &b.member_id, Some("b")), errors::UNKNOWN_MEMBER_ID);
     }
