@@ -304,6 +304,27 @@ impl Metrics {
         out
     }
 
+    /// The counters of partitions changing hands: (name, help, value).
+    fn partition_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 3] {
+        [
+            (
+                "folio_kafka_partitions_opened_total",
+                "Partitions this broker took over (opened, fencing any previous owner).",
+                &self.partitions_opened,
+            ),
+            (
+                "folio_kafka_partitions_released_total",
+                "Partitions closed here because they moved to another broker.",
+                &self.partitions_released,
+            ),
+            (
+                "folio_kafka_partitions_taken_back_total",
+                "Open partitions reopened here because another broker took their log over meanwhile.",
+                &self.partitions_taken_back,
+            ),
+        ]
+    }
+
     /// Prometheus text format.
     pub fn render(&self) -> String {
         let mut out =
@@ -322,24 +343,6 @@ impl Metrics {
                 "Client connections accepted.",
                 counter,
                 &self.connections,
-            ),
-            (
-                "folio_kafka_partitions_opened_total",
-                "Partitions this broker took over (opened, fencing any previous owner).",
-                counter,
-                &self.partitions_opened,
-            ),
-            (
-                "folio_kafka_partitions_released_total",
-                "Partitions closed here because they moved to another broker.",
-                counter,
-                &self.partitions_released,
-            ),
-            (
-                "folio_kafka_partitions_taken_back_total",
-                "Open partitions reopened here because another broker took their log over meanwhile.",
-                counter,
-                &self.partitions_taken_back,
             ),
             (
                 "folio_kafka_producer_snapshots_total",
@@ -383,7 +386,10 @@ impl Metrics {
                 gauge,
                 &self.topic_deletions_pending,
             ),
-        ] {
+        ]
+        .into_iter()
+        .chain(self.partition_counters().map(|(n, h, v)| (n, h, counter, v)))
+        {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
             let _ = writeln!(out, "{name} {}", v.load(Ordering::Relaxed));
         }

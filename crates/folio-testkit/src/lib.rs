@@ -6,9 +6,11 @@
 //!
 //! Bookies register the proxy's address, so every client reaches them through it.
 
-pub mod certs;
-pub mod kafka;
 pub mod poll;
+
+/// The raw Kafka client, and the throwaway TLS certificates (folio-kafka-client, which the
+/// benchmarks ship with).
+pub use folio_kafka_client::{self as kafka, certs};
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

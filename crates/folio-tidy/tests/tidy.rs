@@ -50,7 +50,11 @@ const ALLOWED_DEPENDENCIES: &[(&str, &[&str])] = &[
     ("folio-log", &["folio-client", "folio-meta", "folio-proto", "folio-rt"]),
     ("folio-repair", &["folio-bookie", "folio-client", "folio-meta", "folio-proto", "folio-rt"]),
     ("folio-broker", &["folio-client", "folio-log", "folio-meta", "folio-proto", "folio-rt"]),
-    ("folio-testkit", &["folio-bookie", "folio-broker", "folio-meta", "folio-rt"]),
+    ("folio-kafka-client", &["folio-broker", "folio-rt"]),
+    (
+        "folio-testkit",
+        &["folio-bookie", "folio-broker", "folio-kafka-client", "folio-meta", "folio-rt"],
+    ),
     (
         "folio-sim",
         &[
@@ -72,19 +76,18 @@ const ALLOWED_DEPENDENCIES: &[(&str, &[&str])] = &[
             "folio-bookie",
             "folio-broker",
             "folio-client",
+            "folio-kafka-client",
             "folio-log",
             "folio-meta",
             "folio-proto",
             "folio-repair",
-            "folio-testkit",
         ],
     ),
 ];
 
-/// Crates that link folio-testkit into what they ship, when the rule came in: may only
-/// shrink. (`folio bench` drives brokers with testkit's raw Kafka client, `kafka.rs`, and
-/// `bench kafka --tls` makes its certificate with `certs`: the benchmarks ship.)
-const TESTKIT_SHIPPED_IN: &[&str] = &["folio"];
+/// Crates that link folio-testkit into what they ship: none (the benchmarks' raw Kafka
+/// client and certificates live in folio-kafka-client). May only shrink.
+const TESTKIT_SHIPPED_IN: &[&str] = &[];
 
 /// Crates only tests run, never shipped: they may link folio-testkit like a dev-dependency.
 const TEST_HARNESSES: &[&str] = &["folio-sim"];
@@ -156,7 +159,7 @@ const BANNED: &[Banned] = &[
         needles: &["kafka_protocol"],
         allowed: &[
             ("crates/folio-broker/src/api/", "the api layer: the only place that knows them"),
-            ("crates/folio-testkit/src/kafka.rs", "a raw Kafka client for tests and benchmarks"),
+            ("crates/folio-kafka-client/", "a raw Kafka client for tests and benchmarks"),
             ("crates/folio-sim/src/kafka/", "the simulator's model Kafka clients"),
             ("crates/folio/src/bench/", "Kafka clients of the benchmarks"),
             ("crates/folio-broker/src/framing.rs", "request and response headers"),

@@ -112,10 +112,10 @@ impl Node {
             let conn = match self.conns.entry(addr) {
                 std::collections::btree_map::Entry::Occupied(c) => c.into_mut(),
                 std::collections::btree_map::Entry::Vacant(v) => {
-                    v.insert(KafkaConn::connect_from(Some(ip), addr).await?)
+                    v.insert(KafkaConn::connect_from(Some(ip), addr).await.map_err(String::from)?)
                 }
             };
-            conn.call(key, version, req).await
+            conn.call(key, version, req).await.map_err(String::from)
         })
         .await
         .unwrap_or_else(|_| Err(format!("{key:?} to {addr}: no answer within {within:?}")));

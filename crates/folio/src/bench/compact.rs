@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use folio_broker::{Broker, BrokerConfig};
-use folio_testkit::kafka::{KafkaConn, create_topic_request, produce_request};
+use folio_kafka_client::{KafkaConn, create_topic_request, produce_request};
 use kafka_protocol::messages::*;
 
 use super::MIB;

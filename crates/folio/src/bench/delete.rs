@@ -21,11 +21,11 @@ use std::time::{Duration, Instant};
 
 use folio_broker::config::ListenerConfig;
 use folio_broker::{Broker, BrokerConfig};
-use folio_log::TrashConfig;
-use folio_meta::list_all;
-use folio_testkit::kafka::{
+use folio_kafka_client::{
     KafkaConn, create_topics_request, delete_topics_request, produce_request,
 };
+use folio_log::TrashConfig;
+use folio_meta::list_all;
 use kafka_protocol::messages::{
     ApiKey, CreateTopicsResponse, DeleteTopicsResponse, ProduceResponse,
 };

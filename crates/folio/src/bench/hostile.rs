@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use folio_broker::limits::Limit;
 use folio_broker::{Broker, BrokerConfig};
-use folio_testkit::kafka::{KafkaConn, create_topics_request, encode_request, produce_request};
+use folio_kafka_client::{KafkaConn, create_topics_request, encode_request, produce_request};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use rand::rngs::SmallRng;

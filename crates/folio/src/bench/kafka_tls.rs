@@ -21,7 +21,7 @@ pub(crate) async fn run(quick: bool, tmp: &Path, driver: &Path) -> Result<(), St
     let secs = if quick { 10 } else { 30 };
     let record_bytes = 1024usize;
     println!("bench=kafka_tls quick={quick} seconds_per_run={secs} record_bytes={record_bytes}");
-    let certs = folio_testkit::certs::write(tmp, "bench-");
+    let certs = folio_kafka_client::certs::write(tmp, "bench-");
     let (client, bookies, meta) = cluster(&tmp.join("cluster"), 3).await?;
     let keys = folio_meta::keys::Keys::default();
     let cred = Credential::new(Mechanism::ScramSha512, "bench-secret", 4096);

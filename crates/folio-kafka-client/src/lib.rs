@@ -1,9 +1,18 @@
 //! A minimal Kafka client on the raw protocol: one connection, requests
 //! framed with a header, answers read in order. For benchmarks (`folio bench delete`) and
-//! tests, which need exact requests and versions rather than a full client library.
+//! tests, which need exact requests and versions rather than a full client library; and
+//! the throwaway certificates they connect over TLS with ([`certs`]).
+//!
+//! Architecture invariant: it ships in the `folio` binary (its benchmarks), so it holds
+//! nothing only tests need; test clusters and fault injection stay in folio-testkit.
 
 // Kafka's wire format is big-endian.
 #![allow(clippy::big_endian_bytes)]
+
+pub mod certs;
+mod error;
+
+pub use error::ClientError;
 
 use std::net::SocketAddr;
 
@@ -45,30 +54,34 @@ pub struct TlsClient {
 
 impl TlsClient {
     /// The rustls client configuration.
-    pub fn config(&self) -> Result<rustls::ClientConfig, String> {
+    pub fn config(&self) -> Result<rustls::ClientConfig, ClientError> {
         use rustls::pki_types::pem::PemObject;
         use rustls::pki_types::{CertificateDer, PrivateKeyDer};
         let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
-        let certs = |p: &std::path::Path| -> Result<Vec<CertificateDer<'static>>, String> {
+        let tls = |p: &std::path::Path| {
+            let p = p.display().to_string();
+            move |e: &dyn std::fmt::Display| ClientError::Tls(format!("{p}: {e}"))
+        };
+        let certs = |p: &std::path::Path| -> Result<Vec<CertificateDer<'static>>, ClientError> {
             CertificateDer::pem_file_iter(p)
-                .map_err(|e| format!("{}: {e}", p.display()))?
+                .map_err(|e| tls(p)(&e))?
                 .collect::<Result<_, _>>()
-                .map_err(|e| format!("{}: {e}", p.display()))
+                .map_err(|e| tls(p)(&e))
         };
         for c in certs(&self.ca)? {
-            roots.add(c).map_err(|e| format!("{}: {e}", self.ca.display()))?;
+            roots.add(c).map_err(|e| tls(&self.ca)(&e))?;
         }
         let b = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
+            .map_err(|e| ClientError::Tls(e.to_string()))?
             .with_root_certificates(roots);
         match &self.identity {
             None => Ok(b.with_no_client_auth()),
             Some((cert, key)) => {
-                let key = PrivateKeyDer::from_pem_file(key)
-                    .map_err(|e| format!("{}: {e}", key.display()))?;
-                b.with_client_auth_cert(certs(cert)?, key).map_err(|e| e.to_string())
+                let key = PrivateKeyDer::from_pem_file(key).map_err(|e| tls(key)(&e))?;
+                b.with_client_auth_cert(certs(cert)?, key)
+                    .map_err(|e| ClientError::Tls(e.to_string()))
             }
         }
     }
@@ -76,7 +89,7 @@ impl TlsClient {
 
 impl KafkaConn {
     /// Connects to a Kafka listener at `addr`.
-    pub async fn connect(addr: SocketAddr) -> Result<KafkaConn, String> {
+    pub async fn connect(addr: SocketAddr) -> Result<KafkaConn, ClientError> {
         KafkaConn::connect_from(None, addr).await
     }
 
@@ -85,26 +98,24 @@ impl KafkaConn {
     pub async fn connect_from(
         from: Option<std::net::IpAddr>,
         addr: SocketAddr,
-    ) -> Result<KafkaConn, String> {
-        let stream = folio_rt::net::connect_from(from, addr)
-            .await
-            .map_err(|e| format!("connecting to {addr}: {e}"))?;
-        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    ) -> Result<KafkaConn, ClientError> {
+        let stream =
+            folio_rt::net::connect_from(from, addr).await.map_err(ClientError::connecting(addr))?;
+        stream.set_nodelay(true).map_err(ClientError::connecting(addr))?;
         Ok(KafkaConn { stream: Box::new(stream), next_correlation: 1 })
     }
 
     /// Connects to a TLS listener at `addr`.
-    pub async fn connect_tls(addr: SocketAddr, tls: &TlsClient) -> Result<KafkaConn, String> {
-        let stream =
-            folio_rt::net::connect(addr).await.map_err(|e| format!("connecting to {addr}: {e}"))?;
-        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    pub async fn connect_tls(addr: SocketAddr, tls: &TlsClient) -> Result<KafkaConn, ClientError> {
+        let stream = folio_rt::net::connect(addr).await.map_err(ClientError::connecting(addr))?;
+        stream.set_nodelay(true).map_err(ClientError::connecting(addr))?;
         let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls.config()?));
         let name = rustls::pki_types::ServerName::try_from(tls.server_name.clone())
-            .map_err(|e| format!("server name {:?}: {e}", tls.server_name))?;
+            .map_err(|e| ClientError::Tls(format!("server name {:?}: {e}", tls.server_name)))?;
         let stream = connector
             .connect(name, stream)
             .await
-            .map_err(|e| format!("TLS handshake with {addr}: {e}"))?;
+            .map_err(|e| ClientError::Tls(format!("handshake with {addr}: {e}")))?;
         Ok(KafkaConn { stream: Box::new(stream), next_correlation: 1 })
     }
 
@@ -115,7 +126,7 @@ impl KafkaConn {
         mechanism: folio_broker::security::Mechanism,
         user: &str,
         password: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), ClientError> {
         use kafka_protocol::messages::{
             SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
             SaslHandshakeResponse,
@@ -124,7 +135,8 @@ impl KafkaConn {
             .with_mechanism(StrBytes::from_static_str(mechanism.name()));
         let r: SaslHandshakeResponse = self.call(ApiKey::SaslHandshake, 1, &hs).await?;
         if r.error_code != 0 {
-            return Err(format!("SaslHandshake: error {}", r.error_code));
+            let (api, code, message) = ("SaslHandshake", r.error_code, String::new());
+            return Err(ClientError::Refused { api, code, message });
         }
         let mut client = folio_broker::security::scram::Client::new(mechanism, user, password);
         let mut token = client.first();
@@ -132,13 +144,11 @@ impl KafkaConn {
             let req = SaslAuthenticateRequest::default().with_auth_bytes(token.into());
             let r: SaslAuthenticateResponse = self.call(ApiKey::SaslAuthenticate, 2, &req).await?;
             if r.error_code != 0 {
-                return Err(format!(
-                    "SaslAuthenticate: error {}: {}",
-                    r.error_code,
-                    r.error_message.as_deref().unwrap_or("")
-                ));
+                let message = r.error_message.as_deref().unwrap_or("").to_string();
+                let (api, code) = ("SaslAuthenticate", r.error_code);
+                return Err(ClientError::Refused { api, code, message });
             }
-            match client.next(&r.auth_bytes)? {
+            match client.next(&r.auth_bytes).map_err(|e| ClientError::Sasl(e.to_string()))? {
                 Some(t) => token = t,
                 None => return Ok(()),
             }
@@ -156,34 +166,36 @@ impl KafkaConn {
         key: ApiKey,
         version: i16,
         req: &R,
-    ) -> Result<i32, String> {
+    ) -> Result<i32, ClientError> {
         let correlation = self.next_correlation;
         self.next_correlation += 1;
         let framed = encode_request(key, version, correlation, req)?;
-        self.stream.write_all(&framed).await.map_err(|e| format!("sending: {e}"))?;
+        self.stream.write_all(&framed).await.map_err(ClientError::sending)?;
         Ok(correlation)
     }
 
     /// Sends `frame` with its size prefix.
-    pub async fn send_raw(&mut self, frame: &[u8]) -> Result<(), String> {
+    pub async fn send_raw(&mut self, frame: &[u8]) -> Result<(), ClientError> {
         let mut b = BytesMut::with_capacity(frame.len() + 4);
         b.put_u32(frame.len() as u32);
         b.put_slice(frame);
-        self.stream.write_all(&b).await.map_err(|e| format!("sending: {e}"))
+        self.stream.write_all(&b).await.map_err(ClientError::sending)
     }
 
     /// Reads one answer frame; `None` when the broker closed the connection.
-    pub async fn recv_raw(&mut self) -> Result<Option<Bytes>, String> {
+    pub async fn recv_raw(&mut self) -> Result<Option<Bytes>, ClientError> {
         let mut size = [0u8; 4];
         if self.stream.read_exact(&mut size).await.is_err() {
             return Ok(None);
         }
         let size = u32::from_be_bytes(size) as usize;
         if size > ANSWER_BYTES_MAX {
-            return Err(format!("an answer of {size} bytes (at most {ANSWER_BYTES_MAX})"));
+            return Err(ClientError::Protocol(format!(
+                "an answer of {size} bytes (at most {ANSWER_BYTES_MAX})"
+            )));
         }
         let mut b = vec![0u8; size];
-        self.stream.read_exact(&mut b).await.map_err(|e| format!("reading an answer: {e}"))?;
+        self.stream.read_exact(&mut b).await.map_err(ClientError::reading)?;
         Ok(Some(b.into()))
     }
 
@@ -192,19 +204,18 @@ impl KafkaConn {
         &mut self,
         key: ApiKey,
         version: i16,
-    ) -> Result<(i32, R), String> {
+    ) -> Result<(i32, R), ClientError> {
+        let p = ClientError::Protocol;
         let mut b = self.recv_raw().await?.ok_or_else(|| {
-            format!("the broker closed the connection instead of answering {key:?}")
+            p(format!("the broker closed the connection instead of answering {key:?}"))
         })?;
         let header = ResponseHeader::decode(&mut b, key.response_header_version(version))
-            .map_err(|e| format!("decoding a {key:?} answer header: {e}"))?;
-        let body =
-            R::decode(&mut b, version).map_err(|e| format!("decoding {key:?} v{version}: {e}"))?;
+            .map_err(|e| p(format!("decoding a {key:?} answer header: {e}")))?;
+        let body = R::decode(&mut b, version)
+            .map_err(|e| p(format!("decoding {key:?} v{version}: {e}")))?;
         if b.has_remaining() {
-            return Err(format!(
-                "{key:?} v{version}: {} bytes left after the answer",
-                b.remaining()
-            ));
+            let left = b.remaining();
+            return Err(p(format!("{key:?} v{version}: {left} bytes left after the answer")));
         }
         Ok((header.correlation_id, body))
     }
@@ -215,11 +226,13 @@ impl KafkaConn {
         key: ApiKey,
         version: i16,
         req: &Q,
-    ) -> Result<R, String> {
+    ) -> Result<R, ClientError> {
         let c = self.send(key, version, req).await?;
         let (got, r) = self.recv(key, version).await?;
         if got != c {
-            return Err(format!("answer {got} to request {c}: out of order"));
+            return Err(ClientError::Protocol(format!(
+                "answer {got} to request {c}: out of order"
+            )));
         }
         Ok(r)
     }
@@ -232,7 +245,7 @@ pub fn encode_request<R: Encodable>(
     version: i16,
     correlation: i32,
     req: &R,
-) -> Result<Bytes, String> {
+) -> Result<Bytes, ClientError> {
     let header = RequestHeader::default()
         .with_request_api_key(key as i16)
         .with_request_api_version(version)
@@ -242,8 +255,9 @@ pub fn encode_request<R: Encodable>(
     b.put_u32(0);
     header
         .encode(&mut b, key.request_header_version(version))
-        .map_err(|e| format!("encoding a {key:?} header: {e}"))?;
-    req.encode(&mut b, version).map_err(|e| format!("encoding {key:?} v{version}: {e}"))?;
+        .map_err(|e| ClientError::Protocol(format!("encoding a {key:?} header: {e}")))?;
+    req.encode(&mut b, version)
+        .map_err(|e| ClientError::Protocol(format!("encoding {key:?} v{version}: {e}")))?;
     let size = (b.len() - 4) as u32;
     b[..4].copy_from_slice(&size.to_be_bytes());
     Ok(b.freeze())
