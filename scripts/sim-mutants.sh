@@ -65,6 +65,9 @@
 #   kafka-generation-in-memory  a rebalance numbers its generation from the coordinator's
 #                         memory, not past the claimed one (a group that moves starts at 1
 #                         again: one generation answered by two coordinators)
+#   kafka-commits-unordered  a group's commits write as soon as they are decoded, not in
+#                         the order they arrived (two held by the store land the other way
+#                         round: an acknowledged offset replaced by an older one)
 #   kafka-fetch-stop-spin   a long-polling Fetch on a stopping broker waits again at once
 #   kafka-fetch-final-spin  ...and on a log that will not grow again
 #
@@ -123,6 +126,7 @@ mutants=(
     "kafka-commit-tenure-off^crates/folio-broker/src/domain/group/store.rs^        if self.tenure() == arrived {^        if true || self.tenure() == arrived {"
     "kafka-reader-unaware^crates/folio-broker/src/state.rs^if !self.leader_epochs.taken_over(part.log.name(), status.epoch) {^if true || !self.leader_epochs.taken_over(part.log.name(), status.epoch) {"
     "kafka-generation-in-memory^crates/folio-broker/src/domain/group/claim.rs^let last = was.map_or(-1, |r| r.generation).max(known);^let last = was.map_or(-1, |_| -1).max(known);"
+    "kafka-commits-unordered^crates/folio-broker/src/api/group_offsets.rs^    if let Ok(Some(arrival)) = super::REQUEST.try_with(|s| s.arrival) {\n        inner.groups.commits_before(group, arrival).await;\n    }\n    let mut attempt = 0;^    let mut attempt = 0;"
     "kafka-fetch-stop-spin^crates/folio-broker/src/api/fetch.rs^_ = shutdown.wait_for(|s| *s) => stopping = true,^_ = shutdown.wait_for(|s| *s) => stopping = stopping || false,"
     "kafka-fetch-final-spin^crates/folio-broker/src/api/fetch.rs^    if !status.state.is_final() || offset < status.end_offset as i64 {^    if true || offset < status.end_offset as i64 {"
 )

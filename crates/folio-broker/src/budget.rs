@@ -79,7 +79,7 @@ pub(crate) struct RequestScope {
     pub held: Arc<Mutex<Held>>,
     /// Who sent the request, on which listener.
     pub session: crate::domain::acl::Session,
-    /// An OffsetFetch's place among the group commits (`Handler::arrive`).
+    /// An OffsetFetch's or OffsetCommit's place among the group commits (`Handler::arrive`).
     pub arrival: Option<u64>,
     /// The request's size (its body's bytes): what a produce quota counts.
     pub request_bytes: usize,

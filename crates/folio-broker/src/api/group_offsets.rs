@@ -158,6 +158,10 @@ async fn write_offsets(
     // A topic record that changed since the cache read it (a config change, or a
     // deletion) fails the commit's compare: re-read those topics and try again; a topic
     // gone or re-created under a new id gets UNKNOWN_TOPIC_OR_PARTITION, never offsets.
+    // Every commit of the group that arrived before this one is written (or failed) first.
+    if let Ok(Some(arrival)) = super::REQUEST.try_with(|s| s.arrival) {
+        inner.groups.commits_before(group, arrival).await;
+    }
     let mut attempt = 0;
     while !writes.is_empty() {
         attempt += 1;

@@ -223,7 +223,8 @@ pub(crate) trait Handler: 'static {
 pub(crate) struct Arrival {
     /// An OffsetCommit's place, held until the request is answered.
     pub commit: Option<crate::domain::group::CommitTicket>,
-    /// An OffsetFetch's place: `RequestScope::arrival`.
+    /// An OffsetFetch's place: `RequestScope::arrival` (an OffsetCommit's is its ticket's
+    /// number).
     pub fetch: Option<u64>,
 }
 
@@ -329,7 +330,7 @@ async fn run<H: Handler>(
         .map_err(|e| format!("{:?} v{version}: malformed request: {e}", H::KEY))?;
     let inner = inner.clone();
     let arrival = H::arrive(&inner, &req);
-    scope.arrival = arrival.fetch;
+    scope.arrival = arrival.fetch.or(arrival.commit.as_ref().map(|t| t.number()));
     let answered = H::answered(&req);
     if !supported(H::KEY, version) {
         let resp = H::error(version, &req, errors::UNSUPPORTED_VERSION);

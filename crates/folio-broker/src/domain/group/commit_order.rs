@@ -12,7 +12,11 @@ use super::Coordinator;
 /// number when it is decoded, in its connection's order (`begin_commit`), and holds it until
 /// its write ends; an OffsetFetch notes the next number when it is decoded (`arrival`) and
 /// waits only for its group's commits numbered below it (`commits_before`): never behind
-/// other work, never for a commit that came after it. Bounded by the requests in flight.
+/// other work, never for a commit that came after it. An OffsetCommit waits the same way
+/// before it writes, so a group's commits land in the order they arrived: two in flight at
+/// once (the first held up by the store) never land the other way round, the older offset
+/// last (found by the simulator, seed 805: 46 acknowledged, 45 answered after). Bounded by
+/// the requests in flight.
 #[derive(Debug, Default)]
 pub(super) struct Arrivals {
     next: u64,
@@ -25,6 +29,13 @@ pub struct CommitTicket {
     coordinator: Arc<Coordinator>,
     group: String,
     number: u64,
+}
+
+impl CommitTicket {
+    /// Its number among the commits (the order they arrived in).
+    pub fn number(&self) -> u64 {
+        self.number
+    }
 }
 
 impl Drop for CommitTicket {
