@@ -333,15 +333,17 @@ impl Broker {
         &self,
         topic: &str,
         partition: i32,
-    ) -> Result<Option<folio_log::CompactionReport>, String> {
-        let log = self.partition_log(topic, partition).await.map_err(|e| e.to_string())?;
-        let t = self.inner.topics.get(topic).await.map_err(|e| e.to_string())?;
-        let t = t.ok_or_else(|| format!("no topic {topic}"))?;
+    ) -> Result<Option<folio_log::CompactionReport>, BrokerError> {
+        let log = self.partition_log(topic, partition).await?;
+        let t = self.inner.topics.get(topic).await?;
+        let t = t.ok_or_else(|| BrokerError::UnknownTopic(topic.to_string()))?;
         let tc = self.inner.topic_config(&t);
         if !tc.cleanup_compact {
             return Ok(None);
         }
-        crate::compaction::compact_if_due(&self.inner, &log, &tc).await
+        crate::compaction::compact_if_due(&self.inner, &log, &tc).await.map_err(|e| {
+            BrokerError::Storage(format!("compacting {topic} partition {partition}: {e}"))
+        })
     }
 
     /// Closes `topic`'s `partition`'s current ledger and starts the next (its data becomes

@@ -90,7 +90,7 @@ pub fn run(args: Args) -> Result<(), String> {
         match args.command {
             Command::Add(b) => {
                 for binding in bindings(&b)? {
-                    acl::create(meta.as_ref(), &keys, &binding).await?;
+                    acl::create(meta.as_ref(), &keys, &binding).await.map_err(|e| e.to_string())?;
                     println!("added {}", show(&binding));
                 }
             }
@@ -115,7 +115,10 @@ pub fn run(args: Args) -> Result<(), String> {
                         operation: binding.operation.code(),
                         permission: binding.permission.code(),
                     };
-                    for d in acl::delete(meta.as_ref(), &keys, |x| f.matches(x)).await? {
+                    let deleted = acl::delete(meta.as_ref(), &keys, |x| f.matches(x))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    for d in deleted {
                         println!("deleted {}", show(&d));
                         n += 1;
                     }

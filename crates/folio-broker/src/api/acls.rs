@@ -61,7 +61,7 @@ impl Handler for CreateAcls {
                                 tracing::info!(binding = ?b, "ACL created");
                                 (errors::NONE, String::new())
                             }
-                            Err(e) => (errors::INVALID_REQUEST, e),
+                            Err(e) => (e.code(), e.to_string()),
                         }
                     }
                 }
@@ -234,7 +234,7 @@ impl Handler for DeleteAcls {
             } else {
                 acl::delete(inner.env.meta.as_ref(), &inner.env.keys, |b| f.matches(b))
                     .await
-                    .map_err(|e| (errors::KAFKA_STORAGE_ERROR, e))
+                    .map_err(|e| (e.code(), e.to_string()))
             };
             resp.filter_results.push(match result {
                 Err((code, msg)) => DeleteAclsFilterResult::default()

@@ -394,7 +394,12 @@ fn answer_frame<H: Handler>(
 /// Decodes a request frame (without its size prefix) as the broker does: the header, then
 /// the body by API. The fuzz target of the request decoder: it must return, never panic or
 /// allocate by an unchecked length, whatever the bytes.
-pub fn decode_request(frame: Bytes) -> Result<(ApiKey, i16), String> {
+pub fn decode_request(frame: Bytes) -> Result<(ApiKey, i16), crate::errors::BrokerError> {
+    decode_frame(frame).map_err(crate::errors::BrokerError::InvalidRequest)
+}
+
+/// `decode_request`, why in words.
+fn decode_frame(frame: Bytes) -> Result<(ApiKey, i16), String> {
     match crate::framing::parse_header(frame)? {
         crate::framing::Parsed::ApiVersions { version, frame, .. } => {
             if !(0..=api_versions::VERSION_MAX).contains(&version) {

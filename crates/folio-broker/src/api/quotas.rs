@@ -231,7 +231,7 @@ impl Handler for AlterClientQuotas {
                 .await
                 .map(|all| inner.quotas.set(all))
                 .map_err(|e| e.to_string()),
-            Err(e) => Err(e),
+            Err(e) => Err(e.to_string()),
         };
         if let Err(why) = done {
             tracing::warn!(error = %why, "altering client quotas failed");

@@ -347,6 +347,39 @@ fn parse(rest: &str, value: &[u8]) -> Result<Vec<AclBinding>, String> {
     Ok(out)
 }
 
+/// Why an ACL change was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum AclError {
+    /// The binding is not valid (INVALID_REQUEST).
+    #[error(transparent)]
+    Invalid(#[from] InvalidConfig),
+    /// One resource pattern would hold more than `BINDINGS_PER_RESOURCE_MAX` bindings.
+    #[error("above {BINDINGS_PER_RESOURCE_MAX} bindings on one resource")]
+    TooMany,
+    /// The store failed (or holds a record that does not decode).
+    #[error("{key}: {source}")]
+    Store {
+        key: String,
+        #[source]
+        source: MetaError,
+    },
+    /// The resource's record changed under every attempt.
+    #[error("{key} keeps changing; try again")]
+    Contended { key: String },
+}
+
+impl AclError {
+    /// The Kafka code a CreateAcls or DeleteAcls result is answered with.
+    pub fn code(&self) -> i16 {
+        match self {
+            AclError::Invalid(_) | AclError::TooMany => crate::errors::INVALID_REQUEST,
+            AclError::Store { .. } | AclError::Contended { .. } => {
+                crate::errors::KAFKA_STORAGE_ERROR
+            }
+        }
+    }
+}
+
 /// Changes the bindings of one resource pattern by compare-and-set: `change` gets the
 /// current ones and edits them. Retries on a concurrent change.
 async fn update(
@@ -354,19 +387,24 @@ async fn update(
     keys: &Keys,
     (rtype, pattern, name): (ResourceType, PatternType, &str),
     change: impl Fn(&mut Vec<AclBinding>),
-) -> Result<(), String> {
+) -> Result<(), AclError> {
     let k = key(keys, rtype, pattern, name);
+    let store = |source| AclError::Store { key: k.clone(), source };
     for _ in 0..16 {
-        let current = meta.get(&k).await.map_err(|e| format!("reading {k}: {e}"))?;
+        let current = meta.get(&k).await.map_err(store)?;
         let (mut bindings, expect) = match &current {
-            Some(v) => (parse(&k[prefix(keys).len()..], &v.value)?, Expect::Version(v.version)),
+            Some(v) => {
+                let bindings = parse(&k[prefix(keys).len()..], &v.value)
+                    .map_err(|e| store(folio_meta::records::corrupt(&k, e)))?;
+                (bindings, Expect::Version(v.version))
+            }
             None => (Vec::new(), Expect::Absent),
         };
         change(&mut bindings);
         bindings.sort();
         bindings.dedup();
         if bindings.len() > BINDINGS_PER_RESOURCE_MAX {
-            return Err(format!("above {BINDINGS_PER_RESOURCE_MAX} bindings on one resource"));
+            return Err(AclError::TooMany);
         }
         let r = if bindings.is_empty() {
             match current {
@@ -380,14 +418,14 @@ async fn update(
         match r {
             Ok(()) => return Ok(()),
             Err(MetaError::Conflict { .. }) => continue,
-            Err(e) => return Err(format!("writing {k}: {e}")),
+            Err(e) => return Err(store(e)),
         }
     }
-    Err(format!("{k} keeps changing; try again"))
+    Err(AclError::Contended { key: k })
 }
 
 /// Adds `b` (a binding already there is kept once).
-pub async fn create(meta: &dyn MetadataStore, keys: &Keys, b: &AclBinding) -> Result<(), String> {
+pub async fn create(meta: &dyn MetadataStore, keys: &Keys, b: &AclBinding) -> Result<(), AclError> {
     b.validate()?;
     update(meta, keys, (b.resource_type, b.pattern, &b.name), |v| v.push(b.clone())).await
 }
@@ -397,10 +435,10 @@ pub async fn delete(
     meta: &dyn MetadataStore,
     keys: &Keys,
     pick: impl Fn(&AclBinding) -> bool,
-) -> Result<Vec<AclBinding>, String> {
+) -> Result<Vec<AclBinding>, AclError> {
     let doomed: Vec<AclBinding> = list(meta, keys)
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(|source| AclError::Store { key: prefix(keys), source })?
         .into_iter()
         .filter(|b| pick(b))
         .collect();

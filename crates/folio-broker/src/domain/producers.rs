@@ -104,6 +104,12 @@ pub struct Producers {
     changes: u64,
 }
 
+/// A producer snapshot that does not decode (too short, a checksum mismatch, an unknown
+/// version, counts past their limits): what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+#[error("a damaged producer snapshot: {0}")]
+pub struct DamagedSnapshot(pub String);
+
 impl Producers {
     /// Checks an idempotent batch against the producer's state and registers it (at the
     /// broker's time `now_ms`).
@@ -304,7 +310,11 @@ impl Producers {
 
     /// A table from its snapshot, and the offset to replay the log from (`snapshot`'s
     /// `upto`). A damaged snapshot is an error (the caller rebuilds from the log instead).
-    pub fn from_snapshot(b: &[u8]) -> Result<(Producers, u64), String> {
+    pub fn from_snapshot(b: &[u8]) -> Result<(Producers, u64), DamagedSnapshot> {
+        Self::decode_snapshot(b).map_err(DamagedSnapshot)
+    }
+
+    fn decode_snapshot(b: &[u8]) -> Result<(Producers, u64), String> {
         let body_len = b.len().checked_sub(4).ok_or("a snapshot shorter than its checksum")?;
         let (body, crc) = b.split_at(body_len);
         let stored = u32::from_be_bytes(crc.try_into().expect("4 bytes"));

@@ -162,7 +162,7 @@ pub fn encode(all: &BTreeMap<Entity, Values>) -> String {
 }
 
 /// Decodes what [`encode`] wrote; a damaged value is an error naming the line.
-pub fn decode(text: &str) -> Result<BTreeMap<Entity, Values>, String> {
+fn decode(text: &str) -> Result<BTreeMap<Entity, Values>, String> {
     let mut out = BTreeMap::new();
     for line in text.lines().filter(|l| !l.is_empty()) {
         let bad = |why: String| format!("quota line {line:?}: {why}");
@@ -210,13 +210,31 @@ pub async fn list(
     }
 }
 
+/// Why an AlterClientQuotas change was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum QuotaError {
+    /// An entity name or a quota key or value is not valid (INVALID_REQUEST).
+    #[error(transparent)]
+    Invalid(#[from] InvalidConfig),
+    /// The change would leave more than `QUOTA_ENTITIES_MAX` entities with quotas.
+    #[error("above {QUOTA_ENTITIES_MAX} entities with quotas")]
+    TooMany,
+    /// The store failed (or holds a record that does not decode).
+    #[error("{key}: {source}")]
+    Store {
+        key: String,
+        #[source]
+        source: MetaError,
+    },
+}
+
 /// Applies `changes` (each entity's keys set or removed) in one compare-and-set
 /// (`records::update`). Every change is checked first.
 pub async fn alter(
     meta: &dyn MetadataStore,
     keys: &Keys,
     changes: &[Change],
-) -> Result<(), String> {
+) -> Result<(), QuotaError> {
     for (e, ops) in changes {
         check_part(&e.user)?;
         check_part(&e.client_id)?;
@@ -244,9 +262,9 @@ pub async fn alter(
         Ok(if too_many { Update::Nothing } else { Update::Write(QuotaEntities(all)) })
     })
     .await
-    .map_err(|e| format!("writing {k}: {e}"))?;
+    .map_err(|source| QuotaError::Store { key: k.clone(), source })?;
     if too_many {
-        return Err(format!("above {QUOTA_ENTITIES_MAX} entities with quotas"));
+        return Err(QuotaError::TooMany);
     }
     Ok(())
 }

@@ -151,7 +151,11 @@ async fn run_async(args: Args) -> Result<(), String> {
     let producing = tokio::spawn(load(addr, stop.clone()));
     let (read0, written0) = (super::process_io("read_bytes"), super::process_io("write_bytes"));
     let t1 = Instant::now();
-    let report = broker.compact_now("kv", 0).await?.ok_or("no compaction was due")?;
+    let report = broker
+        .compact_now("kv", 0)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("no compaction was due")?;
     let compact_s = t1.elapsed().as_secs_f64();
     stop.store(true, Relaxed);
     let during_bytes = producing.await.map_err(|e| e.to_string())??;

@@ -316,7 +316,7 @@ fn validate_in_memory(quick: bool) -> Result<(), String> {
         let b = if codec == Codec::None {
             plain.clone()
         } else {
-            folio_broker::records::with_codec(&plain, codec)?
+            folio_broker::records::with_codec(&plain, codec).map_err(|e| e.to_string())?
         };
         let rules = folio_broker::records::Rules {
             now_ms: 1_700_000_000_000,

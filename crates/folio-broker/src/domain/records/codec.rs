@@ -76,10 +76,9 @@ pub fn compress(codec: Codec, plain: &[u8]) -> Result<Vec<u8>, RecordsError> {
 
 /// `plain` (an uncompressed batch, as `build` makes) with its records compressed by `codec`
 /// and the codec's bits set. For tests and benchmarks.
-pub fn with_codec(plain: &[u8], codec: Codec) -> Result<Vec<u8>, String> {
-    let info = batch::parse(plain).map_err(|e| e.to_string())?;
-    let body =
-        compress(codec, &plain[batch::HEADER_BYTES..info.size]).map_err(|e| e.to_string())?;
+pub fn with_codec(plain: &[u8], codec: Codec) -> Result<Vec<u8>, RecordsError> {
+    let info = batch::parse(plain).map_err(|e| err(e.to_string()))?;
+    let body = compress(codec, &plain[batch::HEADER_BYTES..info.size])?;
     let attributes = (info.attributes & !7) | codec.bits();
     Ok(batch::encode(0, &batch::BatchInfo { attributes, ..info }, &body))
 }
