@@ -148,28 +148,40 @@ impl Coordinator {
             let holder = was.map_or(-1, |r| r.node);
             return Err(CommitError::Fenced { code: crate::errors::ILLEGAL_GENERATION, holder });
         }
+        let claimed = was.map_or(generation, |r| r.generation.max(generation));
+        let (version, epoch) = self.write_claim(group, key, guard, was, claimed).await?;
+        let claim = Claim { version, epoch, generation };
+        tracing::info!(group, epoch, generation, node_id = self.node_id, "group claimed");
+        self.claims.lock().expect("claims lock").insert(group.to_string(), claim);
+        Ok(claim)
+    }
+
+    /// Writes the claim at `key` for this node with the epoch after `was`'s and `generation`,
+    /// if `guard` (the record as read) still holds; returns (the record's version, epoch).
+    /// A record changed meanwhile (another coordinator claiming at the same moment) is a
+    /// store error the client retries.
+    async fn write_claim(
+        &self,
+        group: &str,
+        key: String,
+        guard: Compare,
+        was: Option<ClaimRecord>,
+        generation: i32,
+    ) -> Result<(Version, u64), CommitError> {
         let epoch = was.map_or(0, |r| r.epoch) + 1;
-        let record = ClaimRecord {
-            node: self.node_id,
-            epoch,
-            generation: was.map_or(generation, |r| r.generation.max(generation)),
-            written_ms: self.clock.now_ms(),
-        };
+        let record =
+            ClaimRecord { node: self.node_id, epoch, generation, written_ms: self.clock.now_ms() };
         let out = self
             .meta
             .txn(Txn::new().compare(guard).put(key, record.encode()))
             .await
             .map_err(CommitError::Store)?;
         if !out.succeeded {
-            // Another coordinator claimed it at the same moment: let the client retry.
             return Err(CommitError::Store(MetaError::Unavailable(format!(
                 "group {group}: its claim changed while it was taken"
             ))));
         }
-        let claim = Claim { version: out.revision, epoch, generation };
-        tracing::info!(group, epoch, generation, node_id = self.node_id, "group claimed");
-        self.claims.lock().expect("claims lock").insert(group.to_string(), claim);
-        Ok(claim)
+        Ok((out.revision, epoch))
     }
 
     /// The record read at `key` (`None`: absent or damaged, so taken over from nothing) and
@@ -212,19 +224,7 @@ impl Coordinator {
                 "group {group}: generations exhausted"
             )))
         })?;
-        let epoch = was.map_or(0, |r| r.epoch) + 1;
-        let record =
-            ClaimRecord { node: self.node_id, epoch, generation, written_ms: self.clock.now_ms() };
-        let out = self
-            .meta
-            .txn(Txn::new().compare(guard).put(key, record.encode()))
-            .await
-            .map_err(CommitError::Store)?;
-        if !out.succeeded {
-            return Err(CommitError::Store(MetaError::Unavailable(format!(
-                "group {group}: its claim changed while a generation was claimed"
-            ))));
-        }
+        let (version, epoch) = self.write_claim(group, key, guard, was, generation).await?;
         tracing::info!(
             group,
             epoch,
@@ -232,7 +232,7 @@ impl Coordinator {
             node_id = self.node_id,
             "group generation claimed"
         );
-        Ok(Claim { version: out.revision, epoch, generation })
+        Ok(Claim { version, epoch, generation })
     }
 
     /// Drops this coordinator's claim on `group` if it is still `claim` (a failed write:
