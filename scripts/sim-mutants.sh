@@ -68,6 +68,9 @@
 #   kafka-commits-unordered  a group's commits write as soon as they are decoded, not in
 #                         the order they arrived (two held by the store land the other way
 #                         round: an acknowledged offset replaced by an older one)
+#   kafka-lease-checked-late  a broker checks its lease only in its membership loop, not
+#                         at every use (paused past its lease, it serves as leader from the
+#                         moment it resumes until the loop runs: #46's pause fault)
 #   kafka-fetch-stop-spin   a long-polling Fetch on a stopping broker waits again at once
 #   kafka-fetch-final-spin  ...and on a log that will not grow again
 #
@@ -127,6 +130,7 @@ mutants=(
     "kafka-reader-unaware^crates/folio-broker/src/state.rs^if !self.leader_epochs.taken_over(part.log.name(), status.epoch) {^if true || !self.leader_epochs.taken_over(part.log.name(), status.epoch) {"
     "kafka-generation-in-memory^crates/folio-broker/src/domain/group/claim.rs^let last = was.map_or(-1, |r| r.generation).max(known);^let last = was.map_or(-1, |_| -1).max(known);"
     "kafka-commits-unordered^crates/folio-broker/src/api/group_offsets.rs^    if let Ok(Some(arrival)) = super::REQUEST.try_with(|s| s.arrival) {\n        inner.groups.commits_before(group, arrival).await;\n    }\n    let mut attempt = 0;^    let mut attempt = 0;"
+    "kafka-lease-checked-late^crates/folio-broker/src/domain/cluster.rs^self.fenced.read().expect(\"fenced lock\").is_some() || self.lease_ran_out()^self.fenced.read().expect(\"fenced lock\").is_some()"
     "kafka-fetch-stop-spin^crates/folio-broker/src/api/fetch.rs^_ = shutdown.wait_for(|s| *s) => stopping = true,^_ = shutdown.wait_for(|s| *s) => stopping = stopping || false,"
     "kafka-fetch-final-spin^crates/folio-broker/src/api/fetch.rs^    if !status.state.is_final() || offset < status.end_offset as i64 {^    if true || offset < status.end_offset as i64 {"
 )

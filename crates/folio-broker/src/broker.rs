@@ -69,9 +69,9 @@ impl Broker {
         let me = BrokerInfo { node_id: config.node_id, endpoints };
         // The lease is valid from before it is granted: the self-fence counts from here.
         forget_earlier_run(&env, &config).await?;
-        let granted_at = tokio::time::Instant::now();
+        let granted_at = config.clock.now();
         let lease = cluster::register(env.meta.as_ref(), &env.keys, &me, config.lease_ttl).await?;
-        let membership = Membership::new(me);
+        let membership = Membership::new(me, config.clock.clone());
         membership.set_lease(lease);
         let trash_deleter =
             folio_log::Trash::new(env.clone(), config.trash.clone().unwrap_or_default());

@@ -68,6 +68,9 @@ pub struct BrokerConfig {
     pub lease_ttl: Duration,
     /// How often the live brokers are listed.
     pub membership_poll: Duration,
+    /// The clock the lease is counted on: the process's (the simulator stops it to pause
+    /// a broker).
+    pub clock: folio_rt::ProcessClock,
     /// `delete.topic.enable`.
     pub delete_topic_enable: bool,
     /// The share of time the controller spends deleting topics' partitions while there is
@@ -118,6 +121,7 @@ impl Default for BrokerConfig {
             groups: GroupConfig::default(),
             lease_ttl: Duration::from_secs(10),
             membership_poll: Duration::from_millis(500),
+            clock: folio_rt::ProcessClock::default(),
             delete_topic_enable: true,
             deletion_busy_fraction: 0.5,
             trash: Some(folio_log::TrashConfig::default()),

@@ -161,6 +161,12 @@ impl Watch {
         Watch { backlog, rx, ended: false, end_reason, _guard: guard }
     }
 
+    /// A watch fed by `rx`, for a store that wraps another (a relay that delays or drops
+    /// what the inner watch reports): the sender's going away ends it with `Closed`.
+    pub fn from_channel(rx: mpsc::Receiver<Result<Vec<WatchEvent>>>) -> Watch {
+        Watch::new(VecDeque::new(), rx, Arc::new(Mutex::new(None)), None)
+    }
+
     /// The next change; `None` once the watch has ended after reporting its error.
     pub async fn next(&mut self) -> Option<Result<WatchEvent>> {
         loop {

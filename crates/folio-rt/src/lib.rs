@@ -1,6 +1,7 @@
-//! What Folio asks of its runtime beyond tokio's tasks and timers: work that blocks a thread
-//! ([`blocking`]), TCP connections and listeners ([`net`]), and randomness ([`with_rng`],
-//! [`random`]). Each is real by default. On a thread the simulator has claimed
+//! What Folio asks of its runtime beyond tokio's tasks and timers: work that blocks a
+//! thread ([`blocking`]), TCP connections and listeners ([`net`]), randomness
+//! ([`with_rng`], [`random`]), and a process clock the simulator can stop
+//! ([`clock::ProcessClock`]). Each is real by default. On a thread the simulator has claimed
 //! ([`sim::enter`]) each is simulated instead: blocking work runs inline, connections go
 //! through the simulated network ([`sim::SimNet`]), and randomness comes from the
 //! simulation's seed; with tokio's paused clock on a current-thread runtime, one seed then
@@ -10,10 +11,12 @@
 //! only through this crate (the storage engine, which has no runtime, has its own stepped
 //! mode); nothing here knows Folio's protocols.
 
+pub mod clock;
 mod error;
 pub mod net;
 pub mod sim;
 
+pub use clock::ProcessClock;
 pub use error::BlockingFailed;
 
 use std::future::Future;

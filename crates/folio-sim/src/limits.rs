@@ -3,6 +3,10 @@
 
 use std::time::Duration;
 
+/// Watch events a cut link holds for one watch (then the store's side waits, as a full
+/// TCP window does).
+pub const WATCH_HELD_MAX: usize = 1024;
+
 /// Lines of trace kept for a failure report.
 pub const TRACE_LINES_MAX: usize = 400;
 

@@ -19,7 +19,11 @@
 //! serving: it takes itself out of its own view of the live brokers, so it owns no partition
 //! and coordinates no group (they are closed and forgotten at once), Metadata and
 //! FindCoordinator point elsewhere, and `/health` answers 503 with the reason. Its lease
-//! can only have expired at etcd after that, so its successor starts after it stopped. It
+//! can only have expired at etcd after that, so its successor starts after it stopped.
+//! The moment to stop is counted on the process's clock ([`folio_rt::ProcessClock`]) and
+//! checked at every use of the membership, not only by the loop that renews: a process
+//! paused past it (SIGSTOP, a long GC pause, a starved VM) owns nothing from the moment it
+//! runs again, before its loop has run once. It
 //! comes back by renewing (or, its lease gone, registering again) and reading its
 //! registration back as its own.
 //!
@@ -111,6 +115,13 @@ pub struct Membership {
     fenced: RwLock<Option<String>>,
     /// The lease its registration is bound to (`NO_LEASE` before the first registration).
     lease: std::sync::atomic::AtomicI64,
+    /// The process's clock, which the lease is counted on.
+    clock: folio_rt::ProcessClock,
+    /// The moment this broker must stop serving unless its lease is renewed before
+    /// (`None`: no lease counted yet). Checked at every use, not only by the membership
+    /// loop: a broker that was paused past it (its loop did not run) serves nothing from
+    /// the moment it runs again.
+    serve_until: RwLock<Option<tokio::time::Instant>>,
 }
 
 /// No lease held (before the first registration).
@@ -147,8 +158,9 @@ pub fn owner_among(key: &[u8], node_ids: &[i32]) -> Option<i32> {
 }
 
 impl Membership {
-    /// The membership of a broker that knows only itself so far.
-    pub fn new(me: BrokerInfo) -> Arc<Membership> {
+    /// The membership of a broker that knows only itself so far, counting its lease on
+    /// `clock`.
+    pub fn new(me: BrokerInfo, clock: folio_rt::ProcessClock) -> Arc<Membership> {
         Arc::new(Membership {
             live: RwLock::new(vec![me.clone()]),
             me,
@@ -158,12 +170,31 @@ impl Membership {
             is_controller: watch::channel(false).0,
             fenced: RwLock::new(None),
             lease: std::sync::atomic::AtomicI64::new(NO_LEASE),
+            clock,
+            serve_until: RwLock::new(None),
         })
     }
 
     /// Why this broker is fenced (serves no partition and no group), if it is.
     pub fn fenced(&self) -> Option<String> {
-        self.fenced.read().expect("fenced lock").clone()
+        let why = self.fenced.read().expect("fenced lock").clone();
+        why.or_else(|| {
+            self.lease_ran_out().then(|| {
+                "its lease ran out before its membership loop could renew it (the process was paused?)".to_string()
+            })
+        })
+    }
+
+    /// Records that the lease was valid at `renewed_at`: the broker may serve until
+    /// `renewed_at + fence_after` (see [`FENCE_AFTER`]).
+    fn lease_renewed(&self, renewed_at: tokio::time::Instant, fence_after: Duration) {
+        *self.serve_until.write().expect("serve_until lock") = Some(renewed_at + fence_after);
+    }
+
+    /// Whether the moment to stop serving has passed on this process's clock.
+    fn lease_ran_out(&self) -> bool {
+        let until = *self.serve_until.read().expect("serve_until lock");
+        until.is_some_and(|t| self.clock.now() >= t)
     }
 
     /// Fences this broker (`Some(why)`) or lifts its fence (`None`); ownership is
@@ -214,7 +245,7 @@ impl Membership {
     }
 
     fn is_fenced(&self) -> bool {
-        self.fenced.read().expect("fenced lock").is_some()
+        self.fenced.read().expect("fenced lock").is_some() || self.lease_ran_out()
     }
 
     /// This broker.
@@ -535,7 +566,9 @@ pub async fn maintain(
         call_max: ttl / CALL_MAX_OF_TTL,
         fence_after: ttl * FENCE_AFTER.0 / FENCE_AFTER.1,
         ttl,
+        clock: membership.clock.clone(),
     };
+    membership.lease_renewed(renewed_at, lease.fence_after);
     let node_id = membership.me.node_id;
     // Why the registration is not this broker's, as last read (`None`: it is).
     let mut not_mine: Option<String> = None;
@@ -551,7 +584,7 @@ pub async fn maintain(
             }
         }
         lease.fence_if_stale(&membership, &not_mine);
-        if lease.renewed_at.elapsed() >= ttl / 3 {
+        if lease.clock.now().saturating_duration_since(lease.renewed_at) >= ttl / 3 {
             lease.renew(meta.as_ref(), &membership, &mut not_mine).await;
             lease.fence_if_stale(&membership, &not_mine);
         }
@@ -618,6 +651,8 @@ struct Lease {
     /// How long the broker may go without a renewal before it fences itself.
     fence_after: Duration,
     ttl: Duration,
+    /// The process's clock (the membership's).
+    clock: folio_rt::ProcessClock,
 }
 
 impl Lease {
@@ -630,13 +665,13 @@ impl Lease {
         not_mine: &mut Option<String>,
     ) {
         let (id, node_id) = (membership.lease(), membership.me.node_id);
-        let sent = tokio::time::Instant::now();
+        let sent = self.clock.now();
         match bounded(self.budget(), "lease keep-alive", meta.keep_alive(id)).await {
-            Ok(()) => self.renewed_at = sent,
+            Ok(()) => self.renewed(sent, membership),
             Err(MetaError::LeaseNotFound(_)) => {
                 *not_mine = Some(format!("its lease {id} expired; registering again"));
                 membership.set_fenced(not_mine.clone());
-                let sent = tokio::time::Instant::now();
+                let sent = self.clock.now();
                 match bounded(self.call_max, "lease grant", meta.grant_lease(self.ttl)).await {
                     Ok(l) => {
                         tracing::warn!(
@@ -646,7 +681,7 @@ impl Lease {
                             "broker lease expired; registering again on a new lease"
                         );
                         membership.set_lease(l);
-                        self.renewed_at = sent;
+                        self.renewed(sent, membership);
                     }
                     Err(e) => {
                         tracing::warn!(node_id, error = %e, "granting a new lease failed; retrying")
@@ -659,9 +694,15 @@ impl Lease {
         }
     }
 
+    /// The lease was valid at `at` (a renewal sent then was answered).
+    fn renewed(&mut self, at: tokio::time::Instant, membership: &Membership) {
+        self.renewed_at = at;
+        membership.lease_renewed(at, self.fence_after);
+    }
+
     /// Time left before the broker must fence itself (zero: past it).
     fn left(&self) -> Duration {
-        (self.renewed_at + self.fence_after).saturating_duration_since(tokio::time::Instant::now())
+        (self.renewed_at + self.fence_after).saturating_duration_since(self.clock.now())
     }
 
     /// The bound on the next call: `call_max`, and no later than the fence while the broker

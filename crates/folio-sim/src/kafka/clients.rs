@@ -55,6 +55,10 @@ pub struct Shared {
     pub partitions: i32,
     /// Record timestamps (a topic's time retention judges them).
     pub clock: std::sync::Arc<crate::clock::SimClock>,
+    /// The store as the simulator sees it (never cut off), and its keys: what the checkers
+    /// compare the brokers' answers with.
+    pub meta: std::sync::Arc<crate::meta::SimMeta>,
+    pub keys: folio_meta::keys::Keys,
 }
 
 impl Shared {
@@ -625,7 +629,11 @@ pub async fn observer(s: Shared, ip: IpAddr, group: String) {
 /// Asks every broker, every ~250 ms, whom it names leader of each partition: two brokers
 /// that each name themselves for one partition longer than [`CLAIM_OVERLAP_MAX`] is a
 /// split brain (a broker cut off from the store must stop claiming its partitions within
-/// its lease, before another takes them; transient overlaps last a membership poll).
+/// its lease, before another takes them; transient overlaps last a membership poll). And a
+/// broker that names itself leader while it has no registration in the store (its lease
+/// expired: absent when the request was sent and when the answer came, within less than a
+/// lease, so it could not have registered in between) serves on a lease it lost: a paused
+/// broker, resumed, must stop at once, not when its membership loop next runs.
 pub async fn claims(s: Shared, ip: IpAddr) {
     use crate::limits::CLAIM_OVERLAP_MAX;
     let mut node = Node::new(ip, s.brokers.clone());
@@ -637,13 +645,21 @@ pub async fn claims(s: Shared, ip: IpAddr) {
             let req = MetadataRequest::default().with_allow_auto_topic_creation(false).with_topics(
                 Some(vec![MetadataRequestTopic::default().with_name(Some(name(&s.topic)))]),
             );
+            let (sent, gone) = (tokio::time::Instant::now(), unregistered(&s, id).await);
             let Ok(r) = node.call::<_, MetadataResponse>(*addr, ApiKey::Metadata, 12, &req).await
             else {
                 continue;
             };
+            let lost = gone && sent.elapsed() < super::LEASE_TTL && unregistered(&s, id).await;
             for t in r.topics.iter().filter(|t| t.error_code == 0) {
                 for p in t.partitions.iter().filter(|p| p.leader_id.0 == id) {
                     claimed.entry(p.partition_index).or_default().push(id);
+                    if lost {
+                        s.history.violation(format!(
+                            "broker {id} named itself leader of partition {} with no registration in the store",
+                            p.partition_index
+                        ));
+                    }
                 }
             }
         }
@@ -668,6 +684,12 @@ pub async fn claims(s: Shared, ip: IpAddr) {
         }
         tokio::time::sleep(rand_ms(200, 300)).await;
     }
+}
+
+/// Whether broker `id` has no registration in the store (`false` when the store fails).
+async fn unregistered(s: &Shared, id: i32) -> bool {
+    use folio_meta::MetadataStore as _;
+    matches!(s.meta.get(&s.keys.broker(id)).await, Ok(None))
 }
 
 /// Creates and deletes topics, one after another (`tmp-<k>`). A topic whose deletion was

@@ -2,9 +2,10 @@
 //! simulated cluster's bookies and store, at `10.0.3.<i>:9092`, each reaching the store
 //! through its own cuttable link ([`node_meta`]) and the bookies from its own address; model
 //! Kafka clients ([`clients`]) from client nodes `10.0.4.<i>`; a nemesis that crashes and
-//! restarts brokers, cuts them off from the store, from the bookies or from both (the
-//! isolated broker of #44), cuts clients off from brokers, crashes bookies and fails store
-//! transactions; and the Kafka-level checkers of [`history`]. One seed fixes it all, as in
+//! restarts brokers, pauses them (their clock stops and nothing they send or are sent
+//! moves until they resume), cuts them off from the store, from the bookies or from both
+//! (the isolated broker of #44), cuts clients off from brokers, crashes bookies and fails
+//! store transactions; and the Kafka-level checkers of [`history`]. One seed fixes it all, as in
 //! the storage scenario (`crate::run`); `run_kafka` is its entry point.
 
 // Kafka's wire format is big-endian.
@@ -41,6 +42,9 @@ use crate::{LIVENESS_BOUND, Options, Outcome, Report};
 
 /// The topic every producer writes.
 pub const TOPIC: &str = "events";
+
+/// The brokers' registration lease (`lease.ttl`).
+pub const LEASE_TTL: Duration = Duration::from_secs(4);
 
 /// The address of broker `id` (1-based, as node ids are).
 pub fn broker_addr(id: i32) -> SocketAddr {
@@ -90,6 +94,8 @@ impl KafkaPlan {
 pub struct BrokerNode {
     pub id: i32,
     pub meta: Arc<NodeMeta>,
+    /// Its process clock, which a pause stops (shared by its runs).
+    pub clock: folio_rt::ProcessClock,
     /// The running broker (`None` while crashed or starting).
     pub broker: Arc<Mutex<Option<Broker>>>,
     starting: Option<tokio::task::JoinHandle<()>>,
@@ -107,7 +113,7 @@ impl BrokerNode {
     }
 }
 
-fn broker_config(id: i32, plan: &KafkaPlan) -> BrokerConfig {
+fn broker_config(id: i32, plan: &KafkaPlan, clock: folio_rt::ProcessClock) -> BrokerConfig {
     BrokerConfig {
         node_id: id,
         listeners: vec![ListenerConfig::plaintext(broker_addr(id))],
@@ -121,8 +127,9 @@ fn broker_config(id: i32, plan: &KafkaPlan) -> BrokerConfig {
             ..LogConfig::default()
         },
         // `limits::CLAIM_OVERLAP_MAX` is derived from these two.
-        lease_ttl: Duration::from_secs(4),
+        lease_ttl: LEASE_TTL,
         membership_poll: Duration::from_millis(500),
+        clock,
         producer_snapshot_interval: Duration::from_secs(1),
         trash: None,
         audit_interval: None,
@@ -149,7 +156,7 @@ fn start_broker(world: &World, node: &mut BrokerNode, plan: &KafkaPlan) {
         clock: world.clock.clone(),
         owner: format!("broker-{id}"),
     };
-    let config = broker_config(id, plan);
+    let config = broker_config(id, plan, node.clock.clone());
     node.starting = Some(tokio::spawn(async move {
         loop {
             match Broker::start(config.clone(), env.clone()).await {
@@ -182,7 +189,7 @@ fn start_impostor(world: &World, node: &mut BrokerNode, plan: &KafkaPlan, histor
         clock: world.clock.clone(),
         owner: format!("impostor-{id}"),
     };
-    let mut config = broker_config(id, plan);
+    let mut config = broker_config(id, plan, folio_rt::ProcessClock::default());
     config.listeners = vec![ListenerConfig::plaintext(SocketAddr::new(ip, 9092))];
     let (original, slot, history, trace) =
         (node.broker.clone(), node.impostor_broker.clone(), history.clone(), world.trace.clone());
@@ -236,6 +243,9 @@ enum Fault {
     ClientCut(usize, i32),
     /// A second process started with a live broker's node id (from another address).
     Impostor(i32),
+    /// Broker paused: its clock stopped, its links to the store, the bookies and every
+    /// client held.
+    Paused(i32),
     /// A bookie crashed.
     BookieDown(usize),
     MetaFailing,
@@ -274,7 +284,29 @@ fn mend(world: &World, brokers: &mut [BrokerNode], plan: &KafkaPlan, f: Fault) {
             }
         }
         Fault::MetaFailing => world.meta.set_failures(0, 0),
+        Fault::Paused(id) => {
+            let node = &brokers[id as usize - 1];
+            node.clock.resume();
+            node.meta.set_cut(false);
+            for peer in paused_peers(world, plan) {
+                net.set_link(broker_addr(id).ip(), peer, Link::Up);
+            }
+        }
     }
+}
+
+/// Client nodes `plan`'s workloads use, the claims watcher and the checker among them
+/// (checked in [`workloads`]).
+fn clients_max(plan: &KafkaPlan) -> usize {
+    plan.producers + 2 * plan.groups + 10
+}
+
+/// Every node a broker talks to besides the store: the bookies and each client node
+/// (those the nemesis may cut off, the claims watcher and the final checker).
+fn paused_peers(world: &World, plan: &KafkaPlan) -> Vec<IpAddr> {
+    let clients = clients_max(plan);
+    let bookies = world.bookies.iter().map(|b| b.addr.ip());
+    bookies.chain((0..clients).map(kafka_client_ip)).collect()
 }
 
 /// Breaks things until `until`, then mends everything.
@@ -328,13 +360,17 @@ async fn inject(
         let broker_faulted = broken.keys().any(|f| {
             matches!(
                 f,
-                Fault::Crashed(_) | Fault::MetaCut(_) | Fault::BookiesCut(_) | Fault::Impostor(_)
+                Fault::Crashed(_)
+                    | Fault::MetaCut(_)
+                    | Fault::BookiesCut(_)
+                    | Fault::Impostor(_)
+                    | Fault::Paused(_)
             )
         });
         let id = folio_rt::with_rng(|r| r.random_range(1..=plan.brokers));
         let heal = Instant::now() + rand_ms(1000, 9000);
         let net = world.sim.net().clone();
-        match folio_rt::with_rng(|r| r.random_range(0..11)) {
+        match folio_rt::with_rng(|r| r.random_range(0..12)) {
             0 | 1 if !broker_faulted => {
                 crash_broker(world, &mut brokers[id as usize - 1]);
                 broken.insert(Fault::Crashed(id), heal);
@@ -387,6 +423,17 @@ async fn inject(
                 broken.insert(Fault::Impostor(id), heal);
                 history.count("fault: impostor started");
             }
+            11 if !broker_faulted && brokers[id as usize - 1].running().is_some() => {
+                world.trace.event(format!("pause broker {id}"));
+                let node = &brokers[id as usize - 1];
+                node.clock.stop();
+                node.meta.set_cut(true);
+                for peer in paused_peers(world, plan) {
+                    net.set_link(broker_addr(id).ip(), peer, Link::Held);
+                }
+                broken.insert(Fault::Paused(id), heal);
+                history.count("fault: broker paused");
+            }
             9 if plan.meta_faults && !broken.contains_key(&Fault::MetaFailing) => {
                 world.trace.event("the store fails transactions");
                 world.meta.set_failures(50, 50);
@@ -432,6 +479,7 @@ async fn scenario(seed: u64, sim: Arc<Simulation>, trace: Trace) -> Outcome {
         .map(|id| BrokerNode {
             id,
             meta: Arc::new(NodeMeta::new(world.meta.clone())),
+            clock: folio_rt::ProcessClock::stoppable(),
             broker: Arc::default(),
             starting: None,
             crashes: 0,
@@ -453,6 +501,8 @@ async fn scenario(seed: u64, sim: Arc<Simulation>, trace: Trace) -> Outcome {
         topic: TOPIC.into(),
         partitions: plan.partitions,
         clock: world.clock.clone(),
+        meta: world.meta.clone(),
+        keys: world.keys.clone(),
     };
     let mut violations = Vec::new();
     let mut admin = Node::new(kafka_client_ip(0), shared.brokers.clone());
@@ -538,6 +588,8 @@ fn workloads(s: &Shared, plan: &KafkaPlan) -> (JoinSet<()>, Vec<String>, usize) 
     clients += 1;
     // Never cut off (not among the nodes the nemesis picks from).
     tasks.spawn(clients::claims(s.clone(), kafka_client_ip(clients + 1)));
+    // The checker is `clients + 2`.
+    assert!(clients + 3 <= clients_max(plan), "a client node a pause would not hold");
     (tasks, groups, clients)
 }
 

@@ -6,9 +6,10 @@
 //! fails although it applied (the answer was lost). A transaction is on the wire once
 //! sent: it lands when the link heals even if its caller gave up on it meanwhile. So a
 //! broker cut off from the store sees its writes hang and fail, and a write that hung may
-//! land after the caller gave up on it: what fencing must make harmless. Watches opened
-//! before the cut keep delivering (a simplification: the broker's caches may be fresher
-//! than a real partition allows).
+//! land after the caller gave up on it: what fencing must make harmless. A watch opened
+//! before the cut delivers nothing while it lasts (its events wait, in order, up to
+//! [`WATCH_HELD_MAX`] batches, and arrive once the link heals), so a cut-off or paused
+//! broker's caches are as stale as a real partition leaves them.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +20,7 @@ use folio_meta::{
 };
 use tokio::sync::watch;
 
-use crate::limits::HELD_MAX;
+use crate::limits::{HELD_MAX, WATCH_HELD_MAX};
 use crate::meta::SimMeta;
 
 /// See the module docs.
@@ -111,7 +112,26 @@ impl MetadataStore for NodeMeta {
     fn watch<'a>(&'a self, prefix: &'a str, from: Revision) -> BoxFuture<'a, Result<Watch>> {
         Box::pin(async move {
             self.pass("watch").await?;
-            self.inner.watch(prefix, from).await
+            let mut inner = self.inner.watch(prefix, from).await?;
+            // The relay: each event passes the link, waiting while it is cut.
+            let (tx, rx) = tokio::sync::mpsc::channel(WATCH_HELD_MAX);
+            let mut cut = self.cut.subscribe();
+            tokio::spawn(async move {
+                loop {
+                    let next = tokio::select! {
+                        () = tx.closed() => return,
+                        next = inner.next() => next,
+                    };
+                    let Some(event) = next else { return };
+                    if cut.wait_for(|cut| !cut).await.is_err() {
+                        return;
+                    }
+                    if tx.send(event.map(|e| vec![e])).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            Ok(Watch::from_channel(rx))
         })
     }
 

@@ -24,7 +24,7 @@ fn registrations_round_trip_and_read_the_old_form() {
 
 #[test]
 fn owners_spread_and_only_the_leavers_share_moves() {
-    let m = Membership::new(b(1));
+    let m = Membership::new(b(1), folio_rt::ProcessClock::default());
     m.set_live(vec![b(1), b(2), b(3)]);
     let keys: Vec<Vec<u8>> = (0..300).map(|p| partition_key(uuid::Uuid::from_u128(9), p)).collect();
     let before: Vec<i32> = keys.iter().map(|k| m.owner(k).node_id).collect();
@@ -53,7 +53,10 @@ async fn the_controller_is_claimed_on_a_lease_by_the_lowest_live_broker() {
     let dir = tempfile::tempdir().unwrap();
     let meta = folio_meta::embedded::EmbeddedStore::open(dir.path()).unwrap();
     let keys = Keys::default();
-    let (m1, m2) = (Membership::new(b(1)), Membership::new(b(2)));
+    let (m1, m2) = (
+        Membership::new(b(1), folio_rt::ProcessClock::default()),
+        Membership::new(b(2), folio_rt::ProcessClock::default()),
+    );
     m1.set_live(vec![b(1), b(2)]);
     m2.set_live(vec![b(1), b(2)]);
     let (l1, l2) = (
@@ -101,7 +104,7 @@ async fn a_node_id_is_registered_once_and_only_its_holder_unregisters_it() {
     let keys = Keys::default();
     let ttl = Duration::from_secs(1);
     let first = register(meta.as_ref(), &keys, &b(1), ttl).await.unwrap();
-    let m1 = Membership::new(b(1));
+    let m1 = Membership::new(b(1), folio_rt::ProcessClock::default());
     assert_eq!(elect(meta.as_ref(), &keys, &m1, first).await.unwrap(), 1);
     let keeper = {
         let meta = meta.clone();
@@ -147,7 +150,7 @@ async fn a_broker_cut_from_the_store_fences_itself_within_its_lease_and_comes_ba
     let ttl = Duration::from_secs(3);
     let granted_at = tokio::time::Instant::now();
     let first = register(faulty.as_ref(), &keys, &b(1), ttl).await.unwrap();
-    let m = Membership::new(b(1));
+    let m = Membership::new(b(1), folio_rt::ProcessClock::default());
     m.set_lease(first);
     let (stop, stopped) = watch::channel(false);
     let poll = Duration::from_millis(50);
@@ -205,4 +208,52 @@ async fn a_broker_cut_from_the_store_fences_itself_within_its_lease_and_comes_ba
     assert!(ours.iter().all(|k| m.owns(k)));
     stop.send_replace(true);
     keeper.abort();
+}
+
+/// #46: a paused broker (its process clock stopped, the store out of reach) does not notice
+/// its lease running out, so its membership loop never fences it during the pause; the
+/// moment it runs again it owns nothing, before its loop has run once (the lease is checked
+/// at every use), and it serves again once it holds its registration on a new lease.
+#[tokio::test]
+async fn a_broker_paused_past_its_lease_owns_nothing_the_moment_it_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn MetadataStore> =
+        Arc::new(folio_meta::embedded::EmbeddedStore::open(dir.path()).unwrap());
+    let faulty = Arc::new(folio_meta::faulty::FaultyStore::new(store.clone()));
+    let keys = Keys::default();
+    let ttl = Duration::from_secs(1);
+    let clock = folio_rt::ProcessClock::stoppable();
+    let granted_at = clock.now();
+    let first = register(faulty.as_ref(), &keys, &b(1), ttl).await.unwrap();
+    let m = Membership::new(b(1), clock.clone());
+    m.set_lease(first);
+    let (stop, stopped) = watch::channel(false);
+    let poll = Duration::from_millis(50);
+    tokio::spawn(maintain(faulty.clone(), keys.clone(), m.clone(), granted_at, ttl, poll, stopped));
+    changed_until(&m, "controller claimed", |m| m.controller() == 1).await;
+    let ours: Vec<Vec<u8>> = (0..8).map(|p| partition_key(uuid::Uuid::from_u128(5), p)).collect();
+    assert!(ours.iter().all(|k| m.owns(k)), "alone, it owns everything");
+
+    // The pause: its clock stops and nothing it sends arrives.
+    assert!(clock.stop());
+    faulty.cut(true);
+    let paused = tokio::time::Instant::now();
+    until(Duration::from_secs(30), "its lease expired at the store", || {
+        let store = store.clone();
+        let k = keys.broker(1);
+        async move { store.get(&k).await.unwrap().is_none() }
+    })
+    .await;
+    assert!(paused.elapsed() > ttl * FENCE_AFTER.0 / FENCE_AFTER.1);
+    assert_eq!(m.fenced(), None, "paused, it saw no time pass: its loop did not fence it");
+    // It runs again: no await between here and the checks, so its loop has not run.
+    clock.resume();
+    assert!(ours.iter().all(|k| !m.owns(k)), "owns a partition on a lease that ran out");
+    assert!(ours.iter().all(|k| m.owner(k).node_id == NO_OWNER));
+    assert!(m.fenced().is_some_and(|f| f.contains("ran out")), "{:?}", m.fenced());
+    faulty.cut(false);
+    changed_until(&m, "serving again", |m| m.fenced().is_none()).await;
+    assert_ne!(m.lease(), first, "on a new lease");
+    assert!(ours.iter().all(|k| m.owns(k)));
+    stop.send_replace(true);
 }
