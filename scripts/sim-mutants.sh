@@ -49,6 +49,7 @@
 #   kafka-blind-commits   offset commits do not compare the group's claim (a stale
 #                         coordinator's late write moves committed offsets back)
 #   kafka-no-self-fence   a broker cut off from the store past its lease keeps serving
+#                         (neither its membership loop nor its uses check the lease)
 #   kafka-blind-registration  a broker registers without create-if-absent (a second
 #                         process with a live broker's node id starts at once)
 #   kafka-producer-state-lost  a partition's next owner starts with no idempotent producer
@@ -123,7 +124,7 @@ mutants=(
     # #44's fixes in the broker, reverted one at a time (the Kafka scenario).
     "kafka-batch-count^crates/folio-broker/src/domain/batch.rs^if i64::from(info.last_offset_delta) + 1 != i64::from(info.records_count) {^if false {^crates/folio-broker/src/domain/records/mod.rs^    if count > records.len() / 7 + 1 {^    if false {^crates/folio-broker/src/domain/records/mod.rs^    for _ in 0..count {^    for _ in 0..count {\n        if records.is_empty() {\n            break;\n        }^crates/folio-broker/src/domain/records/mod.rs^    if count > plain.len() / 7 + 1 {^    if false {^crates/folio-broker/src/domain/records/mod.rs^    for i in 0..count {^    for i in 0..count {\n        if rest.is_empty() {\n            break;\n        }"
     "kafka-blind-commits^crates/folio-broker/src/domain/group/store.rs^let mut txn = Txn::new().compare(Compare::Version(claim_key.clone(), claim.version));^let mut txn = {\n                let _ = (&claim_key, Compare::Absent(String::new()));\n                Txn::new()\n            };"
-    "kafka-no-self-fence^crates/folio-broker/src/domain/cluster.rs^let fence = if self.left().is_zero() {^let fence = if false && self.left().is_zero() {"
+    "kafka-no-self-fence^crates/folio-broker/src/domain/cluster.rs^let fence = if self.left().is_zero() {^let fence = if false && self.left().is_zero() {^crates/folio-broker/src/domain/cluster.rs^until.is_some_and(|t| self.clock.now() >= t)^until.is_some_and(|t| false && self.clock.now() >= t)"
     "kafka-blind-registration^crates/folio-broker/src/domain/cluster.rs^let create = Txn::new().compare(folio_meta::Compare::Absent(k.clone())).put_with_lease(^let create = Txn::new().put_with_lease("
     "kafka-producer-state-lost^crates/folio-broker/src/state.rs^    let mut offset = from;\n    while offset < status.end_offset {^    let (mut offset, _) = (status.end_offset, from);\n    producers = Producers::default();\n    while offset < status.end_offset {"
     "kafka-commit-tenure-off^crates/folio-broker/src/domain/group/store.rs^        if self.tenure() == arrived {^        if true || self.tenure() == arrived {"

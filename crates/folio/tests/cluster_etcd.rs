@@ -221,26 +221,7 @@ async fn d1_d3_partitions_move_when_a_broker_dies_and_nothing_acknowledged_is_lo
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let mut producer = Command::new("python3")
-        .arg(python_script())
-        .args(["produce_spread", &bootstrap, "moving", "4"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("python3 with confluent-kafka");
-    let stdout = producer.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let mut w = line.split_whitespace();
-            if w.next() == Some("acked")
-                && let (Some(p), Some(v)) = (w.next(), w.next())
-                && tx.send((p.parse::<i32>().unwrap(), v.parse::<u64>().unwrap())).is_err()
-            {
-                break;
-            }
-        }
-    });
+    let (mut producer, rx) = spread_producer(&bootstrap, "moving");
     let mut acked = Vec::new();
     while acked.len() < 1000 {
         acked.push(rx.recv_timeout(Duration::from_secs(60)).expect("the producer stalled"));
@@ -317,11 +298,50 @@ async fn d1_d3_partitions_move_when_a_broker_dies_and_nothing_acknowledged_is_lo
     assert_eq!(read.len(), tailed.values().map(Vec::len).sum::<usize>(), "a record was read twice");
     let unread: Vec<_> = acked.iter().filter(|(_, v)| !read.contains(v)).take(5).collect();
     assert!(unread.is_empty(), "acknowledged records the tailing consumer never got: {unread:?}");
-    let out = Command::new("python3")
+    every_acked_stored_once(&a2, "moving", &acked);
+    // The survivor now serves every partition.
+    let md2 = md(&a2);
+    let moved = md2.contains(&format!("leader {victim_id},"));
+    assert!(md2.contains(" 1 brokers:") && !moved, "{md2}");
+    drop(survivor);
+}
+
+/// `clients.py produce_spread` on `topic` (4 partitions): an idempotent acks=all producer
+/// of numbered records until killed, and its acknowledgements `(partition, value)`.
+fn spread_producer(
+    bootstrap: &str,
+    topic: &str,
+) -> (std::process::Child, std::sync::mpsc::Receiver<(i32, u64)>) {
+    let mut producer = Command::new("python3")
         .arg(python_script())
-        .args(["dump_all", &a2, "moving", "4"])
-        .output()
-        .unwrap();
+        .args(["produce_spread", bootstrap, topic, "4"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3 with confluent-kafka");
+    let stdout = producer.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let mut w = line.split_whitespace();
+            if w.next() == Some("acked")
+                && let (Some(p), Some(v)) = (w.next(), w.next())
+                && tx.send((p.parse::<i32>().unwrap(), v.parse::<u64>().unwrap())).is_err()
+            {
+                break;
+            }
+        }
+    });
+    (producer, rx)
+}
+
+/// Reads every partition of `topic` (4, filled by [`spread_producer`]) through `addr`:
+/// each partition in order, no value twice, every acknowledged value there.
+fn every_acked_stored_once(addr: &str, topic: &str, acked: &[(i32, u64)]) {
+    use std::collections::{BTreeMap, HashSet};
+    let out =
+        Command::new("python3").arg(python_script()).args(["dump_all", addr, topic, "4"]).output();
+    let out = out.unwrap();
     assert!(out.status.success(), "dump_all: {}", String::from_utf8_lossy(&out.stderr));
     let mut stored: BTreeMap<i32, Vec<u64>> = BTreeMap::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
@@ -346,11 +366,83 @@ async fn d1_d3_partitions_move_when_a_broker_dies_and_nothing_acknowledged_is_lo
         acked.len(),
         &lost[..lost.len().min(5)]
     );
-    // The survivor now serves every partition.
-    let md2 = md(&a2);
-    let moved = md2.contains(&format!("leader {victim_id},"));
-    assert!(md2.contains(" 1 brokers:") && !moved, "{md2}");
-    drop(survivor);
+}
+
+/// #46: a broker process stopped (SIGSTOP) past its lease while it leads partitions and a
+/// producer writes to them; the other broker takes them over; then it is continued
+/// (SIGCONT), its beliefs stale the moment it runs (the race a partition or a kill cannot
+/// make). It stops serving what it no longer owns, rejoins, the producer carries on through
+/// both brokers, and nothing acknowledged is lost or stored twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d1_a_broker_process_paused_past_its_lease_rejoins_and_nothing_acknowledged_is_lost() {
+    let etcd = std::env::var("FOLIO_ETCD_ENDPOINTS")
+        .expect("FOLIO_ETCD_ENDPOINTS (scripts/test.sh sets it)");
+    let root = format!("pause-test-{:x}", rand::random::<u64>());
+    let tmp = tempfile::tempdir().unwrap();
+    let _bookies: Vec<Proc> = (0..3)
+        .map(|i| start_bookie(tmp.path(), &format!("bookie-{i}"), &etcd, &root, &[]))
+        .collect();
+    let lease = ["--broker-lease-ms", "3000", "--num-partitions", "4"];
+    let (b1, a1) = start_broker_with(&etcd, &root, 1, &lease);
+    let (b2, a2) = start_broker_with(&etcd, &root, 2, &lease);
+    let md = |addr: &str| kcat(&["-L", "-b", addr], None);
+    let both_live = || md(&a1).contains(" 2 brokers:") && md(&a2).contains(" 2 brokers:");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !both_live() {
+        assert!(std::time::Instant::now() < deadline, "the brokers never saw each other");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (mut producer, rx) = spread_producer(&format!("{a1},{a2}"), "paused");
+    let next = |why: &str| {
+        rx.recv_timeout(Duration::from_secs(120)).unwrap_or_else(|e| panic!("{why}: {e}"))
+    };
+    let mut acked = Vec::new();
+    while acked.len() < 2000 {
+        acked.push(next("the producer stalled before the pause"));
+    }
+    let leaders = md(&a1);
+    let (victim, other) = match leaders.contains("partition 0, leader 1,") {
+        true => ((&b1, 1), &a2),
+        false => ((&b2, 2), &a1),
+    };
+    let pid = victim.0.0.id().to_string();
+    let signal = |sig: &str| {
+        let st = Command::new("kill").args([sig, &pid]).status().unwrap();
+        assert!(st.success(), "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    // Its lease expires: the other broker sees it gone and leads every partition.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let m = md(other);
+        if m.contains(" 1 brokers:") && !m.contains(&format!("leader {},", victim.1)) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "broker {} never left: {m}", victim.1);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let paused_at = acked.len();
+    while acked.len() < paused_at + 1000 {
+        acked.push(next("the producer did not carry on while a broker was paused"));
+    }
+    signal("-CONT");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !both_live() {
+        assert!(std::time::Instant::now() < deadline, "the paused broker never rejoined");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let resumed_at = acked.len();
+    while acked.len() < resumed_at + 2000
+        || (0..4).any(|p| !acked[resumed_at..].iter().any(|(q, _)| *q == p))
+    {
+        acked.push(next("the producer did not carry on after the broker rejoined"));
+    }
+    let _ = producer.kill();
+    let _ = producer.wait();
+    while let Ok(a) = rx.try_recv() {
+        acked.push(a);
+    }
+    every_acked_stored_once(other, "paused", &acked);
 }
 
 /// Runs `clients.py compacted <addr> <args>`; its output, or a panic with it.
