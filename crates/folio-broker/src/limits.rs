@@ -280,6 +280,9 @@ pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 /// Partitions per topic (each one is a managed log).
 pub const PARTITIONS_MAX: i32 = 10_000;
 
+/// The smallest `segment.bytes` a topic may set (Kafka 4's).
+pub const SEGMENT_BYTES_MIN: i64 = 1 << 20;
+
 /// Config overrides per topic.
 pub const CONFIGS_MAX: usize = 64;
 

@@ -215,6 +215,7 @@ impl Inner {
                 // segment.ms closes ledgers earlier than the broker's rollover age only.
                 let segment = Duration::from_millis(tc.segment_ms as u64);
                 lc.rollover_max_age = lc.rollover_max_age.min(segment);
+                lc.rollover_bytes = lc.rollover_bytes.min(tc.segment_bytes as u64);
                 let log = self.open_or_create_log(topic, partition, lc).await?;
                 let producers = rebuild_producers(&self.env, &log, self.now_ms()).await?;
                 self.metrics.partitions_opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -1,7 +1,8 @@
 //! #25 items 2 and 3: compacted topics on the wire. A compacted partition keeps the newest
 //! record of every key at its offset, consumers read across the gaps, tombstones go after
 //! `delete.retention.ms`, the replaced ledgers go to the trash (L1), and keyless records
-//! are refused with `record_errors`.
+//! are refused with `record_errors`. Also the storage configs beside `cleanup.policy`:
+//! `compression.type` and `segment.bytes`.
 
 #![allow(clippy::big_endian_bytes)] // Kafka's wire format (the shared test helpers)
 
@@ -13,6 +14,7 @@ use common::{Conn, fetch_req, metadata_req};
 use folio_broker::{batch, errors, records};
 use folio_log::records::TrashRecord;
 use folio_meta::records::Record;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::*;
 
 /// A batch of `(key, value)` records (`None` value: a tombstone).
@@ -171,4 +173,93 @@ async fn a_compacted_topic_refuses_keyless_records_with_record_errors() {
     create(&mut c, "plain", &[]).await;
     let r = produce(&mut c, "plain", batch::build(2, 1_000, 0, |_| b"v".to_vec()), 9).await;
     assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+}
+
+/// #50 (librdkafka 0081, 0129): CreateTopics takes Kafka's `compression.type` and
+/// `segment.bytes`, DescribeConfigs answers them, and a topic's codec is honoured: a batch
+/// sent uncompressed is stored and fetched gzip'd, its records unchanged. A value Kafka
+/// refuses is refused with INVALID_CONFIG; zstd storage needs Produce v7, as in Kafka.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compression_type_and_segment_bytes_are_taken_and_honoured() {
+    let s = common::start(1, |_| {}).await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    create(&mut c, "squeezed", &[("compression.type", "gzip"), ("segment.bytes", "1048576")]).await;
+    for (key, bad, says) in
+        [("compression.type", "brotli", "use producer"), ("segment.bytes", "1000", "outside")]
+    {
+        let req = folio_testkit::kafka::create_topic_request("refused", 1, &[(key, bad)]);
+        let r: CreateTopicsResponse = c.call(ApiKey::CreateTopics, 5, &req).await;
+        assert_eq!(r.topics[0].error_code, errors::INVALID_CONFIG, "{key}={bad}");
+        let message = r.topics[0].error_message.as_deref().unwrap_or_default();
+        assert!(message.contains(says), "{key}={bad}: {message}");
+    }
+    let describe = DescribeConfigsRequest::default().with_resources(vec![
+        DescribeConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(kafka_protocol::protocol::StrBytes::from_static_str("squeezed"))
+            .with_configuration_keys(None),
+    ]);
+    let dc: DescribeConfigsResponse = c.call(ApiKey::DescribeConfigs, 2, &describe).await;
+    let configs: BTreeMap<String, String> = dc.results[0]
+        .configs
+        .iter()
+        .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string()).unwrap_or_default()))
+        .collect();
+    assert_eq!(configs.get("compression.type").map(String::as_str), Some("gzip"));
+    assert_eq!(configs.get("segment.bytes").map(String::as_str), Some("1048576"));
+
+    let sent = keyed(&[("a", Some("one")), ("b", Some("two")), ("c", None)]);
+    assert_eq!(sent[22] & 7, 0, "sent uncompressed");
+    let r = produce(&mut c, "squeezed", sent, 9).await;
+    assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+    let id = topic_id(&mut c, "squeezed").await;
+    let f: FetchResponse = c.call(ApiKey::Fetch, 13, &fetch_req("squeezed", id, 0)).await;
+    let stored = f.responses[0].partitions[0].records.clone().unwrap_or_default();
+    let (h, _) = records::records_bytes(&stored).unwrap();
+    assert_eq!(h.codec(), Ok(batch::Codec::Gzip), "stored as the topic says");
+    assert_eq!(
+        read_all(&mut c, "squeezed", id).await,
+        vec![
+            (0, "a".to_string(), Some("one".to_string())),
+            (1, "b".to_string(), Some("two".to_string())),
+            (2, "c".to_string(), None),
+        ]
+    );
+    // segment.bytes closes the partition's ledger at 1 MiB: 3 MiB (incompressible, so
+    // gzip keeps them 3 MiB) make at least 3 ledgers.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..6 {
+        let noise: Vec<u8> = (0..512 * 1024)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        // Timestamped now: retention (7 days) would trim ledgers of 1970 as they close.
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+        let big = batch::build(1, now.as_millis() as i64, 0, |_| noise.clone());
+        let r = produce(&mut c, "squeezed", big, 9).await;
+        assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+    }
+    let keys = folio_meta::keys::Keys::default();
+    let name = folio_broker::domain::topics::log_name(id, 0);
+    let log = folio_meta::MetadataStore::get(s.cluster.meta.as_ref(), &keys.log(&name))
+        .await
+        .unwrap()
+        .expect("the log's record");
+    let ledgers =
+        folio_log::records::LogRecord::decode(&keys.log(&name), &log.value).unwrap().ledgers;
+    assert!(ledgers.len() >= 3, "segment.bytes=1 MiB, 3 MiB written: {} ledgers", ledgers.len());
+    create(&mut c, "zstd", &[("compression.type", "zstd")]).await;
+    let r = produce(&mut c, "zstd", keyed(&[("a", Some("v"))]), 6).await;
+    let p = &r.responses[0].partition_responses[0];
+    assert_eq!(p.error_code, errors::UNSUPPORTED_COMPRESSION_TYPE);
+    let r = produce(&mut c, "zstd", keyed(&[("a", Some("v"))]), 9).await;
+    assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+    let zstd = topic_id(&mut c, "zstd").await;
+    let f: FetchResponse = c.call(ApiKey::Fetch, 13, &fetch_req("zstd", zstd, 0)).await;
+    let stored = f.responses[0].partitions[0].records.clone().unwrap_or_default();
+    assert_eq!(records::records_bytes(&stored).unwrap().0.codec(), Ok(batch::Codec::Zstd));
 }

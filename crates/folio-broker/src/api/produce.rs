@@ -225,18 +225,10 @@ async fn enqueue_partition(
         return failed(p.index, &e);
     }
     let records = p.records.unwrap_or_default();
-    let batches = match batch::split(&records, inner.config.batches_per_partition_max) {
+    let batches = match to_append(&records, version, config, inner) {
         Ok(b) => b,
-        Err(e @ BatchError::Corrupt(_)) => {
-            return failed(p.index, &BrokerError::CorruptMessage(e.to_string()));
-        }
-        Err(e @ BatchError::Invalid(_)) => {
-            return failed(p.index, &BrokerError::InvalidRecord(e.to_string()));
-        }
+        Err(e) => return failed(p.index, &e),
     };
-    if let Some(e) = check(&batches, version, config, inner) {
-        return failed(p.index, &e);
-    }
     let partition = match inner.partition(topic, p.index).await {
         Ok(l) => l,
         Err(e) => {
@@ -324,6 +316,53 @@ async fn enqueue_partition(
         metrics: metrics.clone(),
         queued: Instant::now(),
     }
+}
+
+/// A partition's records as the batches to append: split, checked (`check`) and
+/// recompressed as the topic says (`recompress`).
+fn to_append(
+    records: &Bytes,
+    version: i16,
+    config: &crate::domain::topics::TopicConfig,
+    inner: &Inner,
+) -> Result<Vec<(batch::BatchInfo, Bytes)>, BrokerError> {
+    let batches =
+        batch::split(records, inner.config.batches_per_partition_max).map_err(|e| match e {
+            BatchError::Corrupt(_) => BrokerError::CorruptMessage(e.to_string()),
+            BatchError::Invalid(_) => BrokerError::InvalidRecord(e.to_string()),
+        })?;
+    if let Some(e) = check(&batches, version, config, inner) {
+        return Err(e);
+    }
+    recompress(batches, config.compression, version)
+}
+
+/// A topic's `compression.type` other than `producer`: each batch sent with another codec
+/// is stored recompressed (its records, sequence and timestamps unchanged). As in Kafka, a
+/// topic that stores zstd takes only Produce v7 or later.
+fn recompress(
+    batches: Vec<(batch::BatchInfo, Bytes)>,
+    target: Option<Codec>,
+    version: i16,
+) -> Result<Vec<(batch::BatchInfo, Bytes)>, BrokerError> {
+    let Some(target) = target else { return Ok(batches) };
+    if target == Codec::Zstd && version < 7 {
+        return Err(BrokerError::UnsupportedCompression(
+            "the topic's compression.type=zstd needs Produce v7 or later".into(),
+        ));
+    }
+    batches
+        .into_iter()
+        .map(|(info, b)| {
+            if info.codec() == Ok(target) {
+                return Ok((info, b));
+            }
+            let stored = crate::domain::records::recompressed(&b, target)
+                .map_err(|e| BrokerError::CorruptMessage(e.to_string()))?;
+            let attributes = (info.attributes & !7) | target.bits();
+            Ok((batch::BatchInfo { attributes, size: stored.len(), ..info }, Bytes::from(stored)))
+        })
+        .collect()
 }
 
 /// Size, codec and kind checks of one partition's batches, then Kafka's log validator on

@@ -91,6 +91,17 @@ impl Codec {
             Codec::Zstd => 4,
         }
     }
+
+    /// The codec's name in Kafka's configs (`compression.type`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::None => "uncompressed",
+            Codec::Gzip => "gzip",
+            Codec::Snappy => "snappy",
+            Codec::Lz4 => "lz4",
+            Codec::Zstd => "zstd",
+        }
+    }
 }
 
 impl BatchInfo {

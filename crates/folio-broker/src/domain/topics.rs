@@ -22,7 +22,7 @@ use folio_proto::InvalidConfig;
 use uuid::Uuid;
 
 use crate::errors::BrokerError;
-use crate::limits::CONFIGS_MAX;
+use crate::limits::{CONFIGS_MAX, SEGMENT_BYTES_MIN};
 pub use crate::limits::{PARTITIONS_MAX, TOPIC_NAME_BYTES_MAX};
 
 const TOPIC_MAGIC: &[u8; 3] = b"FTP";
@@ -187,6 +187,11 @@ pub struct TopicConfig {
     /// `segment.ms`: a ledger is closed (so compaction and retention may take it) at
     /// this age.
     pub segment_ms: i64,
+    /// `segment.bytes`: ... or at this size.
+    pub segment_bytes: i64,
+    /// `compression.type`: the codec batches are stored with (the broker recompresses a
+    /// batch sent with another); `None`: `producer`, as sent.
+    pub compression: Option<crate::domain::batch::Codec>,
 }
 
 /// The config keys topics accept, with their documentation.
@@ -194,6 +199,10 @@ pub const TOPIC_CONFIG_KEYS: &[(&str, &str)] = &[
     (
         "cleanup.policy",
         "delete (retention trims old ledgers), compact (keep the newest record per key), or both.",
+    ),
+    (
+        "compression.type",
+        "producer (store batches as sent), or uncompressed, gzip, snappy, lz4, zstd: the broker recompresses batches sent otherwise.",
     ),
     ("delete.retention.ms", "A tombstone stays this long after its ledger was compacted."),
     ("max.compaction.lag.ms", "Uncompacted records older than this are compacted regardless."),
@@ -214,6 +223,7 @@ pub const TOPIC_CONFIG_KEYS: &[(&str, &str)] = &[
     ("min.compaction.lag.ms", "Records younger than this are never compacted."),
     ("retention.bytes", "Per partition: trim the oldest ledgers beyond this size (-1: no limit)."),
     ("retention.ms", "Trim ledgers whose newest record is older than this (-1: keep forever)."),
+    ("segment.bytes", "Close a partition's ledger at this size (at least 1 MiB, as in Kafka 4)."),
     ("segment.ms", "Close a partition's ledger at this age (its data becomes compactable)."),
 ];
 
@@ -274,6 +284,23 @@ impl TopicConfig {
             "max.compaction.lag.ms" => self.max_compaction_lag_ms = int(1, i64::MAX)?,
             "delete.retention.ms" => self.delete_retention_ms = int(0, i64::MAX)?,
             "segment.ms" => self.segment_ms = int(1, i64::MAX)?,
+            "segment.bytes" => self.segment_bytes = int(SEGMENT_BYTES_MIN, i64::from(i32::MAX))?,
+            "compression.type" => {
+                use crate::domain::batch::Codec;
+                self.compression = match value.trim() {
+                    "producer" => None,
+                    "uncompressed" | "none" => Some(Codec::None),
+                    "gzip" => Some(Codec::Gzip),
+                    "snappy" => Some(Codec::Snappy),
+                    "lz4" => Some(Codec::Lz4),
+                    "zstd" => Some(Codec::Zstd),
+                    _ => {
+                        return Err(InvalidConfig::new(format!(
+                            "compression.type={value:?}: use producer, uncompressed, gzip, snappy, lz4 or zstd"
+                        )));
+                    }
+                }
+            }
             "message.timestamp.before.max.ms" => self.timestamp_before_max_ms = int(0, i64::MAX)?,
             "message.timestamp.after.max.ms" => self.timestamp_after_max_ms = int(0, i64::MAX)?,
             "message.timestamp.type" => {
@@ -316,6 +343,8 @@ impl TopicConfig {
             "max.compaction.lag.ms" => self.max_compaction_lag_ms.to_string(),
             "delete.retention.ms" => self.delete_retention_ms.to_string(),
             "segment.ms" => self.segment_ms.to_string(),
+            "segment.bytes" => self.segment_bytes.to_string(),
+            "compression.type" => self.compression.map_or("producer", |c| c.name()).to_string(),
             "message.timestamp.before.max.ms" => self.timestamp_before_max_ms.to_string(),
             "message.timestamp.after.max.ms" => self.timestamp_after_max_ms.to_string(),
             "message.timestamp.type" => match self.timestamp_type {
@@ -341,8 +370,8 @@ impl TopicConfig {
 impl Default for TopicConfig {
     /// Kafka's defaults: 7 days, no size limit, 1 MiB + 12 bytes per batch, CreateTime
     /// with record timestamps at most an hour ahead (Kafka 4) and any age behind,
-    /// delete; for compaction a dirty ratio of 0.5, no lags, tombstones kept a day, and
-    /// segments (here ledgers) closed after 7 days.
+    /// delete; for compaction a dirty ratio of 0.5, no lags, tombstones kept a day,
+    /// segments (here ledgers) closed after 7 days or 1 GiB, and batches stored as sent.
     fn default() -> Self {
         TopicConfig {
             retention_ms: 7 * 24 * 3600 * 1000,
@@ -358,6 +387,8 @@ impl Default for TopicConfig {
             max_compaction_lag_ms: i64::MAX,
             delete_retention_ms: 24 * 3600 * 1000,
             segment_ms: 7 * 24 * 3600 * 1000,
+            segment_bytes: 1 << 30,
+            compression: None,
         }
     }
 }

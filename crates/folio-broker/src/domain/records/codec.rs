@@ -83,6 +83,20 @@ pub fn with_codec(plain: &[u8], codec: Codec) -> Result<Vec<u8>, RecordsError> {
     Ok(batch::encode(0, &batch::BatchInfo { attributes, ..info }, &body))
 }
 
+/// `batch` (a well-formed v2 batch) with its records compressed by `codec` instead: the
+/// broker's side of a topic's `compression.type`. Every header field but the codec bits
+/// (and so the CRC) stays.
+pub fn recompressed(batch: &[u8], codec: Codec) -> Result<Vec<u8>, RecordsError> {
+    let (info, plain) = super::records_bytes(batch)?;
+    let body = match codec {
+        Codec::None => plain.into_owned(),
+        codec => compress(codec, &plain)?,
+    };
+    let attributes = (info.attributes & !7) | codec.bits();
+    let base_offset = i64::from_be_bytes(batch[..8].try_into().expect("a parsed batch"));
+    Ok(batch::encode(base_offset as u64, &batch::BatchInfo { attributes, ..info }, &body))
+}
+
 /// Java clients frame snappy blocks (xerial): a magic header, then (length, block) pairs.
 pub(super) const XERIAL_MAGIC: &[u8] = b"\x82SNAPPY\x00";
 

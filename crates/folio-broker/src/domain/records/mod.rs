@@ -22,7 +22,7 @@
 
 mod codec;
 
-pub use codec::{compress, decompress, with_codec};
+pub use codec::{compress, decompress, recompressed, with_codec};
 
 use crate::domain::batch::{self, Codec};
 
