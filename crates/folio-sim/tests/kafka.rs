@@ -76,14 +76,21 @@ const REGRESSION_SEEDS: &[(&str, &[u64])] = &[
     // partition too (recovering broker 1's ledger), acknowledges a record at offset 106,
     // then hands the partition back. Broker 1's log, fenced underneath but only reading,
     // served end 106 and the record stayed out of sight (`Inner::partition` now reopens a
-    // log whose record's epoch moved on). Seed 171 at 6dd216b (1 of 0..600); at 21c9164
-    // (generations claimed in the store since) seeds 32, 101, 283, 702, 910, 965 of 0..1000.
-    ("kafka-reader-unaware", &[32, 101]),
+    // log whose record's epoch moved on). Seed 171 at 6dd216b (1 of 0..600); since the
+    // pause fault (ceca65f) seeds 466, 509, 670, 916, 1698 of 0..2000.
+    ("kafka-reader-unaware", &[466, 509]),
     // A committer's commit 45 reached broker 1 while it was cut off from the store (its
     // transaction held); the client gave up and sent 46, held too; on heal both landed,
     // 46 first: 46 acknowledged, 45 kept. A group's commits now write in the order they
-    // arrived. 1 of seeds 300..1300 at 4ad1721.
-    ("kafka-commits-unordered", &[805]),
+    // arrived. Seed 805 of 300..1300 at 4ad1721; since the pause fault, 2512 (1 of 0..3000).
+    ("kafka-commits-unordered", &[2512]),
+    // An offset commit that waited out its coordinator's move away and back is written
+    // with a claim newer than the offsets written meanwhile. Seed 28 before the pause
+    // fault; since, 373, 926, 1402, 1606, 1658, 2152, 2168, 2510 of 0..3000.
+    ("kafka-commit-tenure-off", &[373, 926]),
+    // A long-polling Fetch on a stopping broker waits again at once (its simulated time
+    // stands still). Since the pause fault, 805 only of 0..300.
+    ("kafka-fetch-stop-spin", &[805]),
 ];
 
 #[test]
