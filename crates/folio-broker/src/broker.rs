@@ -67,10 +67,10 @@ impl Broker {
             .await
             .map_err(StartError::meta("reading the cluster id"))?;
         let me = BrokerInfo { node_id: config.node_id, endpoints };
-        // The lease is valid from before it is granted: the self-fence counts from here.
         forget_earlier_run(&env, &config).await?;
-        let granted_at = config.clock.now();
-        let lease = cluster::register(env.meta.as_ref(), &env.keys, &me, config.lease_ttl).await?;
+        let cluster::Registration { lease, valid_at: granted_at } =
+            cluster::register(env.meta.as_ref(), &env.keys, &me, config.lease_ttl, &config.clock)
+                .await?;
         let membership = Membership::new(me, config.clock.clone());
         membership.set_lease(lease);
         let trash_deleter =

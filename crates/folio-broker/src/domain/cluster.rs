@@ -403,9 +403,13 @@ pub async fn register(
     keys: &Keys,
     me: &BrokerInfo,
     ttl: Duration,
-) -> Result<LeaseId, RegisterError> {
+    clock: &folio_rt::ProcessClock,
+) -> Result<Registration, RegisterError> {
     let k = keys.broker(me.node_id);
     let deadline = tokio::time::Instant::now() + 2 * ttl;
+    // The lease is valid from before it is granted, and from before each keep-alive the
+    // wait sends that is answered: the self-fence counts from the last of these.
+    let mut valid_at = clock.now();
     let lease = meta
         .grant_lease(ttl)
         .await
@@ -416,7 +420,7 @@ pub async fn register(
             .await
             .map_err(|source| RegisterError::Meta { what: format!("registering {k}"), source })?
         {
-            Registered::Created(lease) => return Ok(lease),
+            Registered::Created(lease) => return Ok(Registration { lease, valid_at }),
             Registered::Held(holder) => {
                 if tokio::time::Instant::now() >= deadline {
                     let _ = meta.revoke_lease(lease).await;
@@ -427,11 +431,23 @@ pub async fn register(
                     logged = true;
                 }
                 // The lease must outlive the wait.
-                let _ = meta.keep_alive(lease).await;
+                let sent = clock.now();
+                if meta.keep_alive(lease).await.is_ok() {
+                    valid_at = sent;
+                }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
     }
+}
+
+/// A node id registered on a lease ([`register`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Registration {
+    pub lease: LeaseId,
+    /// When the lease was last known valid (on the process clock): where the self-fence
+    /// counts from.
+    pub valid_at: tokio::time::Instant,
 }
 
 /// Reads the live brokers, then the controller claim (claiming it if free and this broker

@@ -103,7 +103,8 @@ async fn a_node_id_is_registered_once_and_only_its_holder_unregisters_it() {
         Arc::new(folio_meta::embedded::EmbeddedStore::open(dir.path()).unwrap());
     let keys = Keys::default();
     let ttl = Duration::from_secs(1);
-    let first = register(meta.as_ref(), &keys, &b(1), ttl).await.unwrap();
+    let first =
+        register(meta.as_ref(), &keys, &b(1), ttl, &Default::default()).await.unwrap().lease;
     let m1 = Membership::new(b(1), folio_rt::ProcessClock::default());
     assert_eq!(elect(meta.as_ref(), &keys, &m1, first).await.unwrap(), 1);
     let keeper = {
@@ -115,7 +116,7 @@ async fn a_node_id_is_registered_once_and_only_its_holder_unregisters_it() {
             }
         })
     };
-    let e = register(meta.as_ref(), &keys, &b(1), ttl).await.unwrap_err();
+    let e = register(meta.as_ref(), &keys, &b(1), ttl, &Default::default()).await.unwrap_err();
     assert!(matches!(e, super::RegisterError::NodeIdTaken { node_id: 1, .. }), "{e}");
     assert!(e.to_string().contains("another broker runs with this id"), "{e}");
     let other = meta.grant_lease(ttl).await.unwrap();
@@ -149,14 +150,15 @@ async fn a_broker_cut_from_the_store_fences_itself_within_its_lease_and_comes_ba
     let keys = Keys::default();
     let ttl = Duration::from_secs(3);
     let granted_at = tokio::time::Instant::now();
-    let first = register(faulty.as_ref(), &keys, &b(1), ttl).await.unwrap();
+    let first =
+        register(faulty.as_ref(), &keys, &b(1), ttl, &Default::default()).await.unwrap().lease;
     let m = Membership::new(b(1), folio_rt::ProcessClock::default());
     m.set_lease(first);
     let (stop, stopped) = watch::channel(false);
     let poll = Duration::from_millis(50);
     tokio::spawn(maintain(faulty.clone(), keys.clone(), m.clone(), granted_at, ttl, poll, stopped));
     // Broker 2, on the store itself, kept alive throughout.
-    let two = register(store.as_ref(), &keys, &b(2), ttl).await.unwrap();
+    let two = register(store.as_ref(), &keys, &b(2), ttl, &Default::default()).await.unwrap().lease;
     let keeper = {
         let store = store.clone();
         tokio::spawn(async move {
@@ -224,7 +226,8 @@ async fn a_broker_paused_past_its_lease_owns_nothing_the_moment_it_resumes() {
     let ttl = Duration::from_secs(1);
     let clock = folio_rt::ProcessClock::stoppable();
     let granted_at = clock.now();
-    let first = register(faulty.as_ref(), &keys, &b(1), ttl).await.unwrap();
+    let first =
+        register(faulty.as_ref(), &keys, &b(1), ttl, &Default::default()).await.unwrap().lease;
     let m = Membership::new(b(1), clock.clone());
     m.set_lease(first);
     let (stop, stopped) = watch::channel(false);
