@@ -322,7 +322,8 @@ async fn list_epoch(c: &mut Conn, topic: &str, timestamp: i64, current: i32) -> 
 /// epoch (also from a broker that has not opened the partition yet), each fetched batch
 /// the epoch it was appended in, ListOffsets the epoch of the offset it finds; Fetch,
 /// ListOffsets and OffsetForLeaderEpoch check a client's current epoch (older:
-/// FENCED_LEADER_EPOCH, newer: UNKNOWN_LEADER_EPOCH); and OffsetForLeaderEpoch ends each
+/// FENCED_LEADER_EPOCH, newer: UNKNOWN_LEADER_EPOCH), taking the epoch announced before the
+/// owner opened the partition as current (librdkafka 0054); and OffsetForLeaderEpoch ends each
 /// epoch where the next began (Kafka's rules), so no consumer is told of a truncation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_epochs_follow_ownership_changes() {
@@ -340,8 +341,10 @@ async fn leader_epochs_follow_ownership_changes() {
     let b2 = common::broker_on(&setup.cluster, |_| {}).await;
     let mut c = Conn::open(b2.addr()).await;
     assert_eq!(metadata_epoch(&mut c, "t1").await.0, 1, "known before it is opened here");
-    // A client still on epoch 1 is fenced once the new owner has the partition.
-    assert_eq!(fetch_epochs(&mut c, "t1", id, 0, 1).await.0, errors::FENCED_LEADER_EPOCH);
+    // A client on the epoch announced before the open is served (opening begins epoch 2,
+    // the leader did not change since it was told); ListOffsets alike.
+    assert_eq!(list_epoch(&mut c, "t1", -1, 1).await, (0, 3, 2));
+    assert_eq!(fetch_epochs(&mut c, "t1", id, 0, 1).await, (0, vec![(0, 1)]));
     assert_eq!(metadata_epoch(&mut c, "t1").await.0, 2);
     let req = folio_testkit::kafka::produce_request("t1", 0, common::batch(2, 1).into(), -1);
     let r: ProduceResponse = c.call(ApiKey::Produce, 9, &req).await;
@@ -351,14 +354,15 @@ async fn leader_epochs_follow_ownership_changes() {
     assert_eq!(fetch_epochs(&mut c, "t1", id, 0, 3).await.0, errors::UNKNOWN_LEADER_EPOCH);
     assert_eq!(list_epoch(&mut c, "t1", -1, 2).await, (0, 5, 2));
     assert_eq!(list_epoch(&mut c, "t1", -2, -1).await, (0, 0, 1));
-    assert_eq!(list_epoch(&mut c, "t1", -1, 1).await.0, errors::FENCED_LEADER_EPOCH);
+    assert_eq!(list_epoch(&mut c, "t1", -1, 0).await.0, errors::FENCED_LEADER_EPOCH);
+    assert_eq!(fetch_epochs(&mut c, "t1", id, 0, 0).await.0, errors::FENCED_LEADER_EPOCH);
     let asks = [
         (0, -1, 1),
         (0, 2, 2),
         (0, -1, 0),
         (0, -1, 3),
         (0, -1, -1),
-        (0, 1, 1),
+        (0, 0, 1),
         (0, 3, 1),
         (9, -1, 1),
     ];

@@ -520,9 +520,14 @@ pub(crate) fn init_producer_denied(inner: &Inner, transactional_id: Option<&str>
 /// The first non-zero code of `codes` (0 if none).
 /// Kafka's check of a request's `current_leader_epoch` against the partition's `current`
 /// epoch: -1 is not checked; older gets FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH.
+/// One exception: the epoch just before `current` is the one Metadata announced for this
+/// owner before it opened the partition (opening begins the next epoch, with no change of
+/// leader, `crate::domain::epochs`), so a client that asks with it is current, not fenced
+/// (librdkafka's offsetsForTimes gave up on FENCED_LEADER_EPOCH there: its test 0054).
 pub(crate) fn leader_epoch_error(requested: i32, current: u32) -> Option<i16> {
     match i64::from(requested).cmp(&i64::from(current)) {
         _ if requested == -1 => None,
+        std::cmp::Ordering::Less if i64::from(requested) + 1 == i64::from(current) => None,
         std::cmp::Ordering::Less => Some(errors::FENCED_LEADER_EPOCH),
         std::cmp::Ordering::Greater => Some(errors::UNKNOWN_LEADER_EPOCH),
         std::cmp::Ordering::Equal => None,
