@@ -134,7 +134,7 @@ impl Broker {
             ));
         }
         tokio::spawn(inner.groups.clone().tick(inner.shutdown.subscribe()));
-        tokio::spawn(cluster::maintain(
+        tokio::spawn(cluster::lease::maintain(
             inner.env.meta.clone(),
             inner.env.keys.clone(),
             inner.membership.clone(),

@@ -1,4 +1,5 @@
 //! Membership, registration, self-fencing and the controller claim.
+use super::lease::maintain;
 use super::*;
 use folio_testkit::poll::until;
 
