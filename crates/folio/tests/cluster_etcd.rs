@@ -202,16 +202,7 @@ async fn reads_from_every_position_on_etcd_after_a_broker_restart_and_a_trim() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d1_d3_partitions_move_when_a_broker_dies_and_nothing_acknowledged_is_lost() {
     use std::collections::{BTreeMap, HashSet};
-    let etcd = std::env::var("FOLIO_ETCD_ENDPOINTS")
-        .expect("FOLIO_ETCD_ENDPOINTS (scripts/test.sh sets it)");
-    let root = format!("move-test-{:x}", rand::random::<u64>());
-    let tmp = tempfile::tempdir().unwrap();
-    let _bookies: Vec<Proc> = (0..3)
-        .map(|i| start_bookie(tmp.path(), &format!("bookie-{i}"), &etcd, &root, &[]))
-        .collect();
-    let lease = ["--broker-lease-ms", "3000", "--num-partitions", "4"];
-    let (b1, a1) = start_broker_with(&etcd, &root, 1, &lease);
-    let (_b2, a2) = start_broker_with(&etcd, &root, 2, &lease);
+    let TwoBrokers { b1, a1, b2: _b2, a2, _bookies, _dir } = two_brokers("move-test");
     let bootstrap = format!("{a1},{a2}");
     // Both brokers see each other before the topic is used.
     let md = |addr: &str| kcat(&["-L", "-b", addr], None);
@@ -306,6 +297,31 @@ async fn d1_d3_partitions_move_when_a_broker_dies_and_nothing_acknowledged_is_lo
     drop(survivor);
 }
 
+/// Three bookie processes and brokers 1 and 2 on etcd under a fresh root named after
+/// `test`: leases of 3 s, topics of 4 partitions. Dropped, every process is killed.
+struct TwoBrokers {
+    b1: Proc,
+    a1: String,
+    b2: Proc,
+    a2: String,
+    _bookies: Vec<Proc>,
+    _dir: tempfile::TempDir,
+}
+
+fn two_brokers(test: &str) -> TwoBrokers {
+    let etcd = std::env::var("FOLIO_ETCD_ENDPOINTS")
+        .expect("FOLIO_ETCD_ENDPOINTS (scripts/test.sh sets it)");
+    let root = format!("{test}-{:x}", rand::random::<u64>());
+    let dir = tempfile::tempdir().unwrap();
+    let bookies: Vec<Proc> = (0..3)
+        .map(|i| start_bookie(dir.path(), &format!("bookie-{i}"), &etcd, &root, &[]))
+        .collect();
+    let lease = ["--broker-lease-ms", "3000", "--num-partitions", "4"];
+    let (b1, a1) = start_broker_with(&etcd, &root, 1, &lease);
+    let (b2, a2) = start_broker_with(&etcd, &root, 2, &lease);
+    TwoBrokers { b1, a1, b2, a2, _bookies: bookies, _dir: dir }
+}
+
 /// `clients.py produce_spread` on `topic` (4 partitions): an idempotent acks=all producer
 /// of numbered records until killed, and its acknowledgements `(partition, value)`.
 fn spread_producer(
@@ -375,16 +391,7 @@ fn every_acked_stored_once(addr: &str, topic: &str, acked: &[(i32, u64)]) {
 /// both brokers, and nothing acknowledged is lost or stored twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d1_a_broker_process_paused_past_its_lease_rejoins_and_nothing_acknowledged_is_lost() {
-    let etcd = std::env::var("FOLIO_ETCD_ENDPOINTS")
-        .expect("FOLIO_ETCD_ENDPOINTS (scripts/test.sh sets it)");
-    let root = format!("pause-test-{:x}", rand::random::<u64>());
-    let tmp = tempfile::tempdir().unwrap();
-    let _bookies: Vec<Proc> = (0..3)
-        .map(|i| start_bookie(tmp.path(), &format!("bookie-{i}"), &etcd, &root, &[]))
-        .collect();
-    let lease = ["--broker-lease-ms", "3000", "--num-partitions", "4"];
-    let (b1, a1) = start_broker_with(&etcd, &root, 1, &lease);
-    let (b2, a2) = start_broker_with(&etcd, &root, 2, &lease);
+    let TwoBrokers { b1, a1, b2, a2, _bookies, _dir } = two_brokers("pause-test");
     let md = |addr: &str| kcat(&["-L", "-b", addr], None);
     let both_live = || md(&a1).contains(" 2 brokers:") && md(&a2).contains(" 2 brokers:");
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
