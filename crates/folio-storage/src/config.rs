@@ -16,6 +16,9 @@ pub struct StorageConfig {
     /// Directory for entry logs and the index.
     pub ledger_dir: PathBuf,
     pub journal: JournalConfig,
+    /// Where entries are written: once, to the journal's files (which are the data files),
+    /// or twice, to the journal and then to entry logs (see [`StorageMode`]).
+    pub mode: StorageMode,
     /// Total memory of the double-buffered write cache; each half gets half of it.
     /// 64 MiB by default: `folio bench bookie --quick` on this machine gave the same
     /// throughput at 32/64/256 MiB, but half-load p99 add latency of 29/57/197 ms, because
@@ -56,6 +59,42 @@ pub struct StorageConfig {
     pub clock: Arc<dyn Clock>,
     /// Who runs the journal and the flusher: their own threads, or the caller (stepped).
     pub background: Background,
+}
+
+/// Where a storage writes an entry's bytes (config `storage.mode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StorageMode {
+    /// The journal takes every entry (group commit, fdatasync before the acknowledgement);
+    /// a flush then writes the write cache sorted into entry logs, and journal files are
+    /// recycled once a checkpoint covers them. Every byte reaches the disk twice.
+    #[default]
+    TwoWrite,
+    /// The journal's files are the data files: an entry is written once, by the journal,
+    /// and a flush only records where it is (the index points into journal files). Files
+    /// a checkpoint covers are sealed and recorded, and GC deletes or compacts them like
+    /// entry logs (compaction copies live entries into entry logs).
+    SingleWrite,
+}
+
+impl StorageMode {
+    /// The name used in config files and bench output.
+    pub fn name(self) -> &'static str {
+        match self {
+            StorageMode::TwoWrite => "two-write",
+            StorageMode::SingleWrite => "single-write",
+        }
+    }
+
+    /// Parses a name `name` gives back.
+    pub fn parse(s: &str) -> Result<StorageMode, InvalidConfig> {
+        match s {
+            "two-write" => Ok(StorageMode::TwoWrite),
+            "single-write" => Ok(StorageMode::SingleWrite),
+            other => Err(InvalidConfig::new(format!(
+                "storage.mode = {other:?}: expected \"single-write\" or \"two-write\""
+            ))),
+        }
+    }
 }
 
 /// How the storage engine's background work (the journal's writer and syncer, the
@@ -141,6 +180,7 @@ impl StorageConfig {
             journal_dir: data_dir.join("journal"),
             ledger_dir: data_dir.join("ledgers"),
             journal: JournalConfig::default(),
+            mode: StorageMode::default(),
             write_cache_bytes: 64 * 1024 * 1024,
             write_cache_throttle_max: Duration::from_secs(10),
             entry_log_bytes_max: 1024 * 1024 * 1024,
@@ -222,6 +262,12 @@ impl StorageConfig {
         if self.entry_log_per_ledger && self.entry_log_per_ledger_open_max == 0 {
             return Err(InvalidConfig::new(
                 "entry_log.open_max must be positive in per-ledger mode",
+            ));
+        }
+        if self.mode == StorageMode::SingleWrite && !j.write_data {
+            return Err(InvalidConfig::new(
+                "storage.mode = single-write keeps entries in the journal: it needs \
+                 journal.write_data (journal-less mode is two-write only)",
             ));
         }
         if self.flush_interval.is_zero() {

@@ -34,7 +34,8 @@ use crate::limits::{FRAME_BODY_BYTES_MAX, WRITE_BUFFER_BYTES};
 pub const HEADER_BYTES: u64 = 64;
 const MAGIC: &[u8; 8] = b"FOLIOELG";
 const VERSION: u32 = 1;
-const KIND_ENTRY: u8 = 1;
+/// The same kind as a journal entry record: single-write mode reads those as entries.
+const KIND_ENTRY: u8 = crate::frame::KIND_ENTRY;
 const KIND_LEDGERS_MAP: u8 = 2;
 const KIND_SEAL: u8 = 3;
 
@@ -258,17 +259,26 @@ impl EntryLogWriter {
 pub struct EntryLogReader {
     fs: Arc<dyn FileSystem>,
     dir: PathBuf,
+    /// Single-write mode: the journal's dir, where the data files are (their log ids have
+    /// `index::DATA_FILE_BIT` set; see `storage::data_files`).
+    journal_dir: Option<PathBuf>,
     handles: Mutex<HashMap<u64, Arc<dyn FileHandle>>>,
     /// Bytes read from entry-log files, for metrics (read amplification).
     bytes_read: std::sync::atomic::AtomicU64,
 }
 
 impl EntryLogReader {
-    /// A reader of the entry logs in `dir`, opening files on first use.
-    pub fn new(fs: Arc<dyn FileSystem>, dir: PathBuf) -> EntryLogReader {
+    /// A reader of the entry logs in `dir` (and in single-write mode of the data files in
+    /// `journal_dir`), opening files on first use.
+    pub fn new(
+        fs: Arc<dyn FileSystem>,
+        dir: PathBuf,
+        journal_dir: Option<PathBuf>,
+    ) -> EntryLogReader {
         EntryLogReader {
             fs,
             dir,
+            journal_dir,
             handles: Mutex::new(HashMap::new()),
             bytes_read: std::sync::atomic::AtomicU64::new(0),
         }
@@ -284,7 +294,16 @@ impl EntryLogReader {
         if let Some(h) = handles.get(&log_id) {
             return Ok(h.clone());
         }
-        let path = self.dir.join(file_name(log_id));
+        let path = match (crate::index::data_file_id(log_id), &self.journal_dir) {
+            (Some(f), Some(dir)) => dir.join(crate::journal::format::file_name(f)),
+            (Some(f), None) => {
+                return Err(StorageError::corruption(
+                    "index",
+                    format!("a location names journal file {f} but this is a two-write storage"),
+                ));
+            }
+            (None, _) => self.dir.join(file_name(log_id)),
+        };
         let h = self
             .fs
             .open(&path, OpenOptions::EXISTING)
@@ -311,7 +330,7 @@ impl EntryLogReader {
         match entry {
             Some(e) if e.ledger_id() == ledger_id && e.entry_id() == entry_id => Ok(e),
             _ => Err(StorageError::corruption(
-                format!("entry log {}", file_name(loc.log_id)),
+                log_name(loc.log_id),
                 format!("offset {} does not hold entry {ledger_id}/{entry_id}", loc.offset),
             )),
         }
@@ -320,7 +339,7 @@ impl EntryLogReader {
     /// Reads `len` bytes of consecutive entry frames at `offset`; every frame must verify.
     /// The entries share the one buffer read (no copy per entry).
     pub fn read_span(&self, log_id: u64, offset: u64, len: usize) -> Result<Vec<Entry>> {
-        let ctx = || format!("entry log {}", file_name(log_id));
+        let ctx = || log_name(log_id);
         let mut buf = vec![0u8; len];
         self.handle(log_id)?
             .read_exact_at(&mut buf, offset)
@@ -330,7 +349,7 @@ impl EntryLogReader {
         let mut entries = Vec::new();
         let mut at = 0;
         while at < buf.len() {
-            match frame::decode(log_id, &buf[at..], true, FRAME_BODY_BYTES_MAX) {
+            match frame::decode(crc_id(log_id), &buf[at..], true, FRAME_BODY_BYTES_MAX) {
                 Frame::Valid { kind: KIND_ENTRY, body, total } => {
                     let body =
                         buf.slice(at + FRAME_HEADER_BYTES..at + FRAME_HEADER_BYTES + body.len());
@@ -348,6 +367,19 @@ impl EntryLogReader {
             }
         }
         Ok(entries)
+    }
+}
+
+/// The id a log's frame checksums are bound to: the entry log's, or the journal file's.
+fn crc_id(log_id: u64) -> u64 {
+    crate::index::data_file_id(log_id).unwrap_or(log_id)
+}
+
+/// A log's name for messages.
+fn log_name(log_id: u64) -> String {
+    match crate::index::data_file_id(log_id) {
+        Some(f) => format!("data file {}", crate::journal::format::file_name(f)),
+        None => format!("entry log {}", file_name(log_id)),
     }
 }
 
@@ -451,7 +483,7 @@ mod tests {
         let state = w.seal().unwrap();
         assert!(state.sealed);
         assert_eq!(state.ledgers.len(), 3);
-        let r = EntryLogReader::new(Arc::new(fs.clone()), dir.to_path_buf());
+        let r = EntryLogReader::new(Arc::new(fs.clone()), dir.to_path_buf(), None);
         for (e, loc) in locs.iter().enumerate() {
             let got = r.read(*loc, 1 + e as u64 % 3, e as i64).unwrap();
             assert_eq!(got, entry(1 + e as u64 % 3, e as i64, 100 + e));
@@ -521,7 +553,7 @@ mod real_fs_tests {
         }
         w.sync().unwrap();
         assert_eq!(file_len(dir, 3), w.size());
-        let reader = EntryLogReader::new(Arc::new(RealFs), dir.to_path_buf());
+        let reader = EntryLogReader::new(Arc::new(RealFs), dir.to_path_buf(), None);
         for (e, loc) in locs.iter().enumerate() {
             assert_eq!(reader.read(*loc, 9, e as i64).unwrap(), entry(e as i64));
         }

@@ -11,6 +11,10 @@
 
 use crate::fs::AlignedBuf;
 
+/// The kind of an entry, in journal files and entry logs alike: in single-write mode the
+/// index points at journal records and the entry-log reader reads them.
+pub const KIND_ENTRY: u8 = 1;
+
 /// Bytes of a frame's header: length, kind, checksum.
 pub const FRAME_HEADER_BYTES: usize = 12;
 

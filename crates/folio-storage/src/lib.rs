@@ -26,6 +26,6 @@ mod read_cache;
 pub mod storage;
 mod write_cache;
 
-pub use config::{Background, JournalConfig, StorageConfig, Wake};
+pub use config::{Background, JournalConfig, StorageConfig, StorageMode, Wake};
 pub use error::{Poison, PoisonReason, Result, StorageError};
 pub use storage::{AddCallback, MasterKey, RecoveryReport, Stepper, Storage};

@@ -145,6 +145,26 @@ impl WriteCache {
         self.space.notify_all();
     }
 
+    /// Drops the flushed half but for `carry`, its entries not readable through the index
+    /// yet (single-write mode: written to the journal after the flush's mark), which move
+    /// into the active half in the same critical section. A newer copy of an entry already
+    /// in the active half wins.
+    pub fn finish_flush_carrying(&self, carry: Vec<Entry>) {
+        let mut state = self.state.lock().expect("write cache lock");
+        assert!(state.flushing.is_some(), "finish_flush without a flush");
+        for e in carry {
+            let size = e.encoded_len();
+            if let std::collections::btree_map::Entry::Vacant(v) =
+                state.active.entries.entry((e.ledger_id(), e.entry_id()))
+            {
+                v.insert(e);
+                state.active.bytes += size;
+            }
+        }
+        state.flushing = None;
+        self.space.notify_all();
+    }
+
     /// The entry ids of a ledger in either half.
     pub fn entry_ids(&self, ledger_id: LedgerId) -> Vec<EntryId> {
         let state = self.state.lock().expect("write cache lock");

@@ -14,7 +14,7 @@ use folio_storage::index::MemKv;
 use folio_storage::{Background, StorageConfig, Wake};
 
 fn stepped(wakes: &Arc<AtomicUsize>, journal: bool) -> StorageConfig {
-    let mut c = config();
+    let mut c = if journal { config() } else { two_write_config() };
     c.journal.write_data = journal;
     let w = wakes.clone();
     c.background = Background::Stepped(Wake(Arc::new(move || {

@@ -140,7 +140,7 @@ fn deleting_a_ledger_drops_its_entries_and_state() {
 #[test]
 fn entry_logs_rotate_and_the_index_records_which_are_sealed() {
     let (fs, kv) = (FaultFs::new(), MemKv::new());
-    let s = open(&fs, &kv, &config()).unwrap();
+    let s = open(&fs, &kv, &two_write_config()).unwrap();
     let payload = vec![3u8; 64 * 1024];
     for e in 0..40 {
         add(&s, &entry(1, e, &payload)).unwrap();
@@ -165,7 +165,7 @@ fn entry_logs_rotate_and_the_index_records_which_are_sealed() {
 #[test]
 fn journal_files_rotate_and_checkpoints_release_them() {
     let (fs, kv) = (FaultFs::new(), MemKv::new());
-    let s = open(&fs, &kv, &config()).unwrap();
+    let s = open(&fs, &kv, &two_write_config()).unwrap();
     let jdir = std::path::Path::new("/data/journal");
     let payload = vec![1u8; 8 * 1024];
     for e in 0..64 {
@@ -178,7 +178,7 @@ fn journal_files_rotate_and_checkpoints_release_them() {
     s.close().unwrap();
     let after = files(&fs);
     assert!(after <= 2 + 2, "old files are removed or kept for reuse only: {after}");
-    let s = open(&fs, &kv, &config()).unwrap();
+    let s = open(&fs, &kv, &two_write_config()).unwrap();
     assert_eq!(s.recovery_report().journal.n_records, 0, "a clean close leaves nothing to replay");
     for e in 0..65 {
         assert_eq!(s.read_entry(1, e).unwrap().payload(), &payload[..]);
@@ -300,7 +300,7 @@ fn concurrent_reads_of_a_sequential_reader_read_each_byte_about_once() {
 fn a_corrupted_entry_log_byte_is_reported_never_returned() {
     // A sealed log (a damaged *unsealed* one refuses to start: see crash.rs).
     let (fs, kv) = (FaultFs::new(), MemKv::new());
-    let mut c = config();
+    let mut c = two_write_config();
     c.entry_log_idle_rotation = std::time::Duration::ZERO;
     let s = open(&fs, &kv, &c).unwrap();
     add(&s, &entry(1, 0, b"precious")).unwrap();
@@ -330,7 +330,7 @@ fn storage_flags_persist() {
 #[test]
 fn journal_less_mode_acks_from_the_cache_and_keeps_meta_records_in_the_journal() {
     let (fs, kv) = (FaultFs::new(), MemKv::new());
-    let mut c = config();
+    let mut c = two_write_config();
     c.journal.write_data = false;
     let s = open(&fs, &kv, &c).unwrap();
     add(&s, &entry(1, 0, b"a")).unwrap();

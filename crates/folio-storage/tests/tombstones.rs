@@ -49,7 +49,7 @@ fn l1_a_deleted_ledger_refuses_every_later_request_and_stays_deleted_after_resta
 fn l1_a_crash_after_deletion_does_not_replay_the_deleted_ledger_from_the_journal() {
     for journal_less in [false, true] {
         let (fs, kv) = (FaultFs::new(), MemKv::new());
-        let mut config = config();
+        let mut config = if journal_less { two_write_config() } else { config() };
         config.journal.write_data = !journal_less;
         let s = open(&fs, &kv, &config).unwrap();
         // In the journal only (no flush): replay would create ledger 1 again.

@@ -70,7 +70,7 @@ fn journal_section(dir: &Path) -> Result<(), String> {
         println!("  file {name}: {len} bytes");
     }
     let (mut entries, mut keys, mut fences, mut lacs) = (0u64, 0u64, 0u64, 0u64);
-    let report = journal::replay(&fs, dir, mark, &mut |r| {
+    let report = journal::replay(&fs, dir, mark, &mut |r, _| {
         match r {
             JournalRecord::Entry(_) => entries += 1,
             JournalRecord::MasterKey { .. } => keys += 1,

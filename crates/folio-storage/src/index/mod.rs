@@ -9,6 +9,7 @@
 //! Meta       "flags"                                  → u64 LE storage flags
 //!            "next_log_id"                            → u64 LE
 //!            "elog/" ‖ log_id u64 BE                  → EntryLogState
+//!            "checkpoint"                             → journal position (see below)
 //!            "tomb/" ‖ first ledger u64 BE            → end ledger u64 LE (see `tombstones`)
 //! ```
 
@@ -84,6 +85,22 @@ pub const META_ELOG_PREFIX: &[u8] = b"elog/";
 /// damaged one in its own journal): the bookie refuses to start, since the journal files
 /// that would replay them are gone.
 pub const META_CHECKPOINT: &[u8] = b"checkpoint";
+
+/// Set in a log id that names a journal file holding entries (single-write mode: the
+/// journal's files are the data files, see `storage::data_files`); the other bits are the
+/// journal file's id. Entry-log ids stay far below it.
+pub const DATA_FILE_BIT: u64 = 1 << 63;
+
+/// The log id (in locations and entry-log states) of journal file `file_id` as a data file.
+pub fn data_file_log_id(file_id: u64) -> u64 {
+    assert!(file_id & DATA_FILE_BIT == 0, "journal file id {file_id} has the data-file bit");
+    file_id | DATA_FILE_BIT
+}
+
+/// The journal file id of a log id that names a data file; `None` for an entry log.
+pub fn data_file_id(log_id: u64) -> Option<u64> {
+    (log_id & DATA_FILE_BIT != 0).then_some(log_id & !DATA_FILE_BIT)
+}
 
 /// The meta key of entry log `log_id`'s state.
 #[allow(clippy::big_endian_bytes)]

@@ -139,7 +139,7 @@ pub fn decode_header(h: &[u8]) -> Result<u64, FormatError> {
 
 fn kind_and_body(record: &JournalRecord) -> (u8, Vec<u8>) {
     match record {
-        JournalRecord::Entry(_) => (1, Vec::new()),
+        JournalRecord::Entry(_) => (frame::KIND_ENTRY, Vec::new()),
         JournalRecord::MasterKey { ledger_id, key } => {
             let mut b = ledger_id.to_le_bytes().to_vec();
             b.extend_from_slice(key);

@@ -14,6 +14,10 @@
 //! [`Journal::step_sync`] (sync what was written, then run the callbacks); the same
 //! writer and syncer code runs, on the caller's thread, and submitters never wait for room.
 //!
+//! Single-write mode (`StorageMode::SingleWrite`): the journal's files are the data files.
+//! A [`LocatedHook`] is told where each entry record of a group starts, and no file is ever
+//! recycled or released: the storage seals, deletes and compacts them like entry logs.
+//!
 //! **Architecture invariant:** the journal knows records, not ledgers: it never looks inside
 //! an entry and keeps no per-ledger state.
 
@@ -37,6 +41,11 @@ use format::{HEADER_BYTES, encode_header, encode_record, file_name, parse_file_n
 
 /// Called on the journal's syncer thread once the record is durable (or failed).
 pub type JournalCallback = Box<dyn FnOnce(Result<JournalPosition>) + Send>;
+
+/// Single-write mode: told, on the writer's thread, where each entry record of a group
+/// starts, once the group is written and before it can be synced. So every entry record
+/// before the durable mark ([`Journal::written_mark`]) has been reported.
+pub type LocatedHook = Arc<dyn Fn(Vec<(JournalPosition, JournalRecord)>) + Send + Sync>;
 
 enum Request {
     Append(JournalRecord, Option<JournalCallback>),
@@ -245,6 +254,7 @@ impl Journal {
     /// valid records (so the torn tail it may have is never read as corruption later) and
     /// opens a new file.
     /// `wake`: stepped (no threads), told whenever a step has work.
+    /// `located`: single-write mode (files are data, never recycled; see [`LocatedHook`]).
     pub fn start(
         fs: Arc<dyn FileSystem>,
         dir: PathBuf,
@@ -252,6 +262,7 @@ impl Journal {
         report: &ReplayReport,
         poison: Poison,
         wake: Option<crate::config::Wake>,
+        located: Option<LocatedHook>,
     ) -> Result<Journal> {
         fs.create_dir_all(&dir).map_err(|e| StorageError::io("creating journal dir", e))?;
         let mut writer = Writer::new(fs, dir, config.clone());
@@ -261,8 +272,11 @@ impl Journal {
                 .map_err(|e| StorageError::io("sealing last journal file", e))?;
         }
         let first_id = report.next_file_id();
-        writer.recycle = report.files_before_mark.iter().map(|id| writer.path(*id)).collect();
-        writer.trim_recycle_pool();
+        if located.is_none() {
+            writer.recycle = report.files_before_mark.iter().map(|id| writer.path(*id)).collect();
+            writer.trim_recycle_pool();
+        }
+        writer.located = located;
         writer.open_new_file(first_id).map_err(|e| StorageError::io("creating journal file", e))?;
         let written = JournalPosition { file_id: first_id, offset: HEADER_BYTES as u64 };
         let shared = Arc::new(Shared {
@@ -432,6 +446,8 @@ struct Writer {
     recycle: VecDeque<PathBuf>,
     /// The offset named by the last SyncMark written to the current file.
     sync_mark: u64,
+    /// Single-write mode: told where each entry record starts; files are never released.
+    located: Option<LocatedHook>,
 }
 
 impl Writer {
@@ -450,6 +466,7 @@ impl Writer {
             zeros,
             recycle: VecDeque::new(),
             sync_mark: 0,
+            located: None,
         }
     }
 
@@ -562,6 +579,9 @@ impl Writer {
     }
 
     fn release_before(&mut self, file_id: u64) {
+        if self.located.is_some() {
+            return; // single-write: the files are data; the storage deletes them
+        }
         let names = match self.fs.list_dir(&self.dir) {
             Ok(n) => n,
             Err(e) => {
@@ -641,6 +661,7 @@ impl Writer {
             return Written::empty(self.file().clone(), self.position());
         }
         let mut callbacks = Vec::with_capacity(group.len());
+        let mut located = Vec::new();
         let mut bytes = 0;
         let n_records = group.len();
         let result = (|| -> std::io::Result<()> {
@@ -650,13 +671,23 @@ impl Writer {
             self.write_sync_mark(shared);
             for (record, cb) in group.drain(..) {
                 bytes += record_len(&record);
+                let start = self.position();
                 encode_record(self.file_id, &record, &mut self.buf);
                 if let Some(cb) = cb {
                     callbacks.push((cb, self.position()));
                 }
+                if self.located.is_some() && matches!(record, JournalRecord::Entry(_)) {
+                    located.push((start, record));
+                }
             }
             self.write_buf()
         })();
+        if result.is_ok()
+            && !located.is_empty()
+            && let Some(hook) = &self.located
+        {
+            hook(located);
+        }
         match result {
             Ok(()) => Written {
                 file: self.file().clone(),

@@ -63,12 +63,16 @@ impl ChunkReader<'_> {
     }
 }
 
-/// Replays the journal in `dir` from `mark`, handing every record to `apply` in order.
+/// What replay hands each record to: the record and where it starts.
+pub type Apply<'a> = dyn FnMut(JournalRecord, JournalPosition) -> Result<()> + 'a;
+
+/// Replays the journal in `dir` from `mark`, handing every record and where it starts to
+/// `apply`, in order.
 pub fn replay(
     fs: &dyn FileSystem,
     dir: &Path,
     mark: Option<JournalPosition>,
-    apply: &mut dyn FnMut(JournalRecord) -> Result<()>,
+    apply: &mut Apply<'_>,
 ) -> Result<ReplayReport> {
     let mut report = ReplayReport { start: mark, ..ReplayReport::default() };
     if !fs.exists(dir) {
@@ -111,7 +115,7 @@ fn replay_file(
     id: u64,
     start: u64,
     is_last: bool,
-    apply: &mut dyn FnMut(JournalRecord) -> Result<()>,
+    apply: &mut Apply<'_>,
     report: &mut ReplayReport,
 ) -> Result<bool> {
     let path = dir.join(file_name(id));
@@ -145,10 +149,11 @@ fn replay_file(
                 return Ok(true);
             }
             Decoded::Record(record, n) => {
+                let at = JournalPosition { file_id: id, offset: pos };
                 pos += n as u64;
                 min = format::RECORD_HEADER_BYTES;
                 report.n_records += 1;
-                apply(record)?;
+                apply(record, at)?;
             }
             Decoded::Stop(reason) => {
                 let at = JournalPosition { file_id: id, offset: pos };

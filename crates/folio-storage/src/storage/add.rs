@@ -137,6 +137,7 @@ impl Inner {
         self.read_cache.lock().expect("read cache lock").remove_ledger(ledger_id);
         // The flush lock keeps a concurrent flush from re-adding this ledger's locations.
         let mut flush = self.flush.lock().expect("flush lock");
+        self.located.forget_ledger(ledger_id);
         self.location_pages(ledger_id, |page, last| {
             let mut b = KvBatch::default();
             for (k, _) in page {

@@ -27,15 +27,7 @@ impl Storage {
         b.delete(Table::Meta, index::elog_key(log_id));
         self.inner.kv.commit(b)?;
         self.inner.reader.forget(log_id);
-        let path = self.inner.log_dir.join(entry_log::file_name(log_id));
-        self.inner
-            .fs
-            .remove_file(&path)
-            .map_err(|e| StorageError::io(format!("removing {}", path.display()), e))?;
-        self.inner
-            .fs
-            .sync_dir(&self.inner.log_dir)
-            .map_err(|e| StorageError::io("syncing entry log dir", e))?;
+        self.inner.remove_log_file(log_id)?;
         tracing::info!(log_id, bytes = state.size_bytes, "entry log deleted");
         Ok(state.size_bytes)
     }
@@ -58,6 +50,16 @@ impl Storage {
 }
 
 impl Inner {
+    /// Removes a log's file (an entry log, or a single-write data file) durably.
+    fn remove_log_file(&self, log_id: u64) -> Result<()> {
+        let path = self.log_path(log_id);
+        self.fs
+            .remove_file(&path)
+            .map_err(|e| StorageError::io(format!("removing {}", path.display()), e))?;
+        let dir = path.parent().unwrap_or(&self.log_dir);
+        self.fs.sync_dir(dir).map_err(|e| StorageError::io("syncing a log dir", e))
+    }
+
     pub(super) fn compact(&self, log_id: u64) -> Result<u64> {
         let mut flush = self.flush.lock().expect("flush lock");
         let Some(state) = self.kv.get(Table::Meta, &index::elog_key(log_id))? else { return Ok(0) };
@@ -94,13 +96,7 @@ impl Inner {
         self.kv.commit(batch)?;
         self.reader.forget(log_id);
         self.read_cache.lock().expect("read cache lock").clear();
-        let path = self.log_dir.join(entry_log::file_name(log_id));
-        self.fs
-            .remove_file(&path)
-            .map_err(|e| StorageError::io(format!("removing {}", path.display()), e))?;
-        self.fs
-            .sync_dir(&self.log_dir)
-            .map_err(|e| StorageError::io("syncing entry log dir", e))?;
+        self.remove_log_file(log_id)?;
         tracing::info!(log_id, copied, bytes = state.size_bytes, "entry log compacted");
         Ok(state.size_bytes)
     }

@@ -46,9 +46,26 @@ impl Inner {
         } else {
             std::time::Duration::ZERO
         };
-        let mut pace = FlushPace::new(half.bytes, budget, started);
-        let result = self.write_flush(&mut flush, &half, &dirty, mark, &mut pace);
-        self.cache.finish_flush();
+        let result = match self.config.mode {
+            StorageMode::TwoWrite => {
+                let mut pace = FlushPace::new(half.bytes, budget, started);
+                let r = self.write_flush(&mut flush, &half, &dirty, mark, &mut pace);
+                self.cache.finish_flush();
+                r
+            }
+            StorageMode::SingleWrite => match self.index_flush(&mut flush, &half, &dirty, mark) {
+                Ok(carry) => {
+                    self.cache.finish_flush_carrying(carry);
+                    Ok(())
+                }
+                Err(e) => {
+                    // Poisoned below: nothing reads these entries again before a reopen,
+                    // which replays them from the journal.
+                    self.cache.finish_flush();
+                    Err(e)
+                }
+            },
+        };
         let took = started.elapsed();
         if took > std::time::Duration::from_secs(1) {
             tracing::warn!(
@@ -136,6 +153,8 @@ impl Inner {
 #[derive(Debug)]
 pub(super) struct FlushState {
     pub(super) logs: EntryLogSet,
+    /// Single-write mode: byte counts of the data files not sealed yet.
+    pub(super) data: DataFiles,
     pub(super) last_mark: Option<JournalPosition>,
     /// When the cache halves were last swapped: the flushed half filled since then.
     pub(super) last_swap: std::time::Instant,

@@ -27,7 +27,7 @@ use folio_proto::limits::MASTER_KEY_BYTES;
 use folio_proto::wire::LedgerUsage;
 use folio_proto::{Entry, EntryId, INVALID_ENTRY_ID, LedgerId};
 
-use crate::config::StorageConfig;
+use crate::config::{StorageConfig, StorageMode};
 use crate::entry_log::{self, EntryLogReader, EntryLogWriter};
 use crate::error::{Poison, PoisonReason, Result, StorageError};
 use crate::fs::{FileSystem, RealFs};
@@ -38,12 +38,14 @@ use crate::journal::{self, Journal, JournalPosition, JournalRecord, ReplayReport
 use crate::limits::INDEX_PAGE;
 use crate::read_cache::ReadCache;
 use crate::write_cache::{CacheHalf, WriteCache};
+use data_files::{DataFiles, Located};
 use entry_logs::EntryLogSet;
 use flush::FlushState;
 use recovery::entry_log_states;
 
 mod add;
 mod compact;
+mod data_files;
 mod entry_logs;
 mod flush;
 mod read;
@@ -118,6 +120,8 @@ struct Inner {
     reads_from_disk: Mutex<Vec<(LedgerId, EntryId, EntryId)>>,
     reads_from_disk_done: Condvar,
     reader: EntryLogReader,
+    /// Single-write mode: entry records the journal wrote that no flush indexed yet.
+    located: Arc<Located>,
     ledgers: Mutex<BTreeMap<LedgerId, Ledger>>,
     /// The ids deleted here (`index::tombstones`). Lock order: `ledgers`, then this.
     tombstones: Mutex<Tombstones>,

@@ -25,16 +25,33 @@ impl Storage {
         recovery.n_ledgers = ledgers.len();
         let tombstones = Tombstones::load(kv.as_ref(), index::tombstones::TOMBSTONE_RANGES_MAX)?;
         let next_log_id = recover_entry_logs(fs.as_ref(), kv.as_ref(), &log_dir, &mut recovery)?;
+        let replay_from = replay_start(fs.as_ref(), kv.as_ref(), &config)?;
+        let data = match config.mode {
+            StorageMode::SingleWrite => data_files::recover_data_files(
+                fs.as_ref(),
+                kv.as_ref(),
+                &config.journal_dir,
+                replay_from,
+            )?,
+            StorageMode::TwoWrite => {
+                refuse_data_files(kv.as_ref())?;
+                DataFiles::default()
+            }
+        };
+        let journal_dir =
+            (config.mode == StorageMode::SingleWrite).then(|| config.journal_dir.clone());
         let inner = Arc::new(Inner {
             cache: WriteCache::new(config.write_cache_bytes),
             read_cache: Mutex::new(ReadCache::new(config.read_cache_bytes)),
             reads_from_disk: Mutex::new(Vec::new()),
             reads_from_disk_done: Condvar::new(),
-            reader: EntryLogReader::new(fs.clone(), log_dir.clone()),
+            reader: EntryLogReader::new(fs.clone(), log_dir.clone(), journal_dir),
+            located: Arc::new(Located::default()),
             ledgers: Mutex::new(ledgers),
             tombstones: Mutex::new(tombstones),
             flush: Mutex::new(FlushState {
                 logs: EntryLogSet::new(fs.clone(), log_dir.clone(), &config, next_log_id),
+                data,
                 last_mark: None,
                 last_swap: std::time::Instant::now(),
             }),
@@ -48,7 +65,8 @@ impl Storage {
             kv,
             log_dir,
         });
-        recovery.journal = inner.replay_journal()?;
+        recovery.journal = inner.replay_journal(replay_from)?;
+        let single_write = inner.config.mode == StorageMode::SingleWrite;
         let journal = Journal::start(
             inner.fs.clone(),
             inner.config.journal_dir.clone(),
@@ -56,20 +74,28 @@ impl Storage {
             &recovery.journal,
             inner.poison.clone(),
             inner.config.stepped().cloned(),
+            single_write.then(|| Located::hook(inner.located.clone())),
         )?;
         let mark = journal.written_mark();
         inner.journal.set(journal).expect("journal set once");
-        // The index learns the checkpoint before the journal's file does (index::META_CHECKPOINT).
-        let mut b = KvBatch::default();
-        b.put(
-            Table::Meta,
-            index::META_CHECKPOINT.to_vec(),
-            journal::format::encode_checkpoint(mark).to_vec(),
-        );
-        inner.kv.commit(b)?;
-        journal::write_checkpoint(inner.fs.as_ref(), &inner.config.journal_dir, mark)?;
-        inner.journal().release_before(mark.file_id);
-        inner.flush.lock().expect("flush lock").last_mark = Some(mark);
+        if single_write {
+            // Everything replayed is indexed; this flush seals the files before the new one
+            // and moves the checkpoint to it.
+            inner.flush_now()?;
+        } else {
+            // The index learns the checkpoint before the journal's file does
+            // (index::META_CHECKPOINT).
+            let mut b = KvBatch::default();
+            b.put(
+                Table::Meta,
+                index::META_CHECKPOINT.to_vec(),
+                journal::format::encode_checkpoint(mark).to_vec(),
+            );
+            inner.kv.commit(b)?;
+            journal::write_checkpoint(inner.fs.as_ref(), &inner.config.journal_dir, mark)?;
+            inner.journal().release_before(mark.file_id);
+            inner.flush.lock().expect("flush lock").last_mark = Some(mark);
+        }
         let flusher = if inner.config.stepped().is_some() {
             None // the opener flushes through its `Stepper`
         } else {
@@ -91,10 +117,10 @@ impl Storage {
 }
 
 impl Inner {
-    pub(super) fn replay_journal(&self) -> Result<ReplayReport> {
+    pub(super) fn replay_journal(&self, mark: Option<JournalPosition>) -> Result<ReplayReport> {
         let dir = self.config.journal_dir.clone();
-        let mark = journal::read_checkpoint(self.fs.as_ref(), &dir)?;
-        let mut apply = |record: JournalRecord| -> Result<()> {
+        let single_write = self.config.mode == StorageMode::SingleWrite;
+        let mut apply = |record: JournalRecord, at: JournalPosition| -> Result<()> {
             // Records of a ledger deleted since are dropped: it is never created again.
             let ledger_id = match &record {
                 JournalRecord::Entry(e) => Some(e.ledger_id()),
@@ -116,6 +142,9 @@ impl Inner {
                     let lac = e.last_add_confirmed();
                     l.piggybacked_lac = Some(l.piggybacked_lac.map_or(lac, |x| x.max(lac)));
                     drop(ledgers);
+                    if single_write {
+                        self.located.push(&e, at);
+                    }
                     self.cache.insert_unbounded(e);
                     if self.cache.is_active_full() {
                         self.flush_with_mark(None, false)?;
@@ -149,6 +178,43 @@ impl Inner {
         self.flush_with_mark(None, false)?;
         Ok(report)
     }
+}
+
+/// Where replay starts: the journal's checkpoint file; in single-write mode the index's
+/// checkpoint record when it is ahead (the file is written after the index commits, and the
+/// files are never recycled, so the index's record is the one that counts).
+fn replay_start(
+    fs: &dyn FileSystem,
+    kv: &dyn KvStore,
+    config: &StorageConfig,
+) -> Result<Option<JournalPosition>> {
+    let file_mark = journal::read_checkpoint(fs, &config.journal_dir)?;
+    if config.mode == StorageMode::TwoWrite {
+        return Ok(file_mark);
+    }
+    let index_mark = match kv.get(Table::Meta, index::META_CHECKPOINT)? {
+        Some(v) => Some(
+            journal::format::decode_checkpoint(&v)
+                .map_err(|d| StorageError::corruption("index: checkpoint record", d.to_string()))?,
+        ),
+        None => None,
+    };
+    Ok(file_mark.max(index_mark))
+}
+
+/// Two-write mode would recycle journal files the index points into: a bookie whose data
+/// is in single-write data files opens in single-write mode only.
+fn refuse_data_files(kv: &dyn KvStore) -> Result<()> {
+    let n =
+        entry_log_states(kv)?.iter().filter(|(id, _)| index::data_file_id(*id).is_some()).count();
+    if n > 0 {
+        return Err(StorageError::BadRequest(format!(
+            "this bookie keeps entries in {n} single-write data files (its journal's files); \
+             open it with storage.mode = single-write. Switching a bookie from two-write to \
+             single-write works; the way back does not"
+        )));
+    }
+    Ok(())
 }
 
 pub(super) fn load_ledgers(kv: &dyn KvStore) -> Result<BTreeMap<LedgerId, Ledger>> {
@@ -201,7 +267,8 @@ pub(super) fn recover_entry_logs(
     dir: &Path,
     report: &mut RecoveryReport,
 ) -> Result<u64> {
-    let states = entry_log_states(kv)?;
+    let mut states = entry_log_states(kv)?;
+    states.retain(|(id, _)| index::data_file_id(*id).is_none()); // data files: data_files.rs
     let on_disk: Vec<u64> = fs
         .list_dir(dir)
         .map_err(|e| StorageError::io("listing entry logs", e))?

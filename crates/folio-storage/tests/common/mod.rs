@@ -11,7 +11,7 @@ use folio_proto::{Entry, EntryHeader};
 use folio_storage::fs::FaultFs;
 use folio_storage::index::MemKv;
 use folio_storage::storage::MasterKey;
-use folio_storage::{Result, Storage, StorageConfig};
+use folio_storage::{Result, Storage, StorageConfig, StorageMode};
 
 pub const KEY: MasterKey = [7u8; 20];
 
@@ -20,11 +20,28 @@ pub fn entry(ledger_id: u64, entry_id: i64, payload: &[u8]) -> Entry {
     Entry::encode(h, payload)
 }
 
-/// Small files so rotations happen; no timed flushes (tests flush explicitly).
+/// Small files so rotations happen; no timed flushes (tests flush explicitly). The storage
+/// mode is `FOLIO_STORAGE_MODE`'s (`two-write` when unset): the test runner runs these
+/// suites once per mode.
 pub fn config() -> StorageConfig {
     let mut c = StorageConfig::small_for_tests(Path::new("/data"));
     c.flush_interval = Duration::from_secs(3600);
+    c.mode = mode_from_env();
     c
+}
+
+/// [`config`] in two-write mode, for what only that mode has (entry logs written by every
+/// flush, journal-less mode, journal files released at checkpoints).
+pub fn two_write_config() -> StorageConfig {
+    StorageConfig { mode: StorageMode::TwoWrite, ..config() }
+}
+
+/// The storage mode the suite runs in (`FOLIO_STORAGE_MODE`, `two-write` when unset).
+pub fn mode_from_env() -> StorageMode {
+    match std::env::var("FOLIO_STORAGE_MODE") {
+        Ok(m) => StorageMode::parse(&m).expect("FOLIO_STORAGE_MODE"),
+        Err(_) => StorageMode::TwoWrite,
+    }
 }
 
 pub fn open(fs: &FaultFs, kv: &MemKv, config: &StorageConfig) -> Result<Storage> {
