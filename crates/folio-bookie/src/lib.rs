@@ -16,5 +16,6 @@ pub mod server;
 
 pub use folio_storage::{
     AddCallback, JournalConfig, Poison, PoisonReason, Result, Storage, StorageConfig, StorageError,
+    StorageMode,
     config, entry_log, fs, index, journal, storage,
 };

@@ -48,6 +48,10 @@ CONFIG KEYS (TOML file via --config; any key also via --override KEY=VALUE):
   gc.major_threshold        float    default 0.8
   gc.major_interval_ms      integer  default 86400000
   gc.compaction_bytes_per_s integer  default 67108864 (0 = unlimited)
+  storage.mode              string   default \"two-write\"; \"single-write\" keeps entries only in
+                                     the journal's files (each byte written once; GC deletes
+                                     and compacts those files). A bookie can move from
+                                     two-write to single-write, not back.
   write_cache_bytes         integer  default 67108864
   write_cache_throttle_ms   integer  default 10000
   entry_log_bytes_max       integer  default 1073741824
@@ -366,6 +370,10 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
             "gc.major_threshold" => c.gc.major_threshold = float()?,
             "gc.major_interval_ms" => c.gc.major_interval = ms(int()?),
             "gc.compaction_bytes_per_s" => c.gc.compaction_bytes_per_s = int()?,
+            "storage.mode" => {
+                let name = v.as_str().ok_or("storage.mode must be a string")?;
+                c.storage.mode = folio_bookie::StorageMode::parse(name).map_err(|e| e.0)?;
+            }
             "write_cache_bytes" => c.storage.write_cache_bytes = int()? as usize,
             "write_cache_throttle_ms" => c.storage.write_cache_throttle_max = ms(int()?),
             "entry_log_bytes_max" => c.storage.entry_log_bytes_max = int()?,

@@ -10,14 +10,19 @@
 //!
 //! It also prints what the process wrote to the disk during the full-load phase (journal,
 //! entry logs and index, from `/proc/self/io`) per entry byte, and that write rate against
-//! the same baseline (`ratio_disk_writes_vs_disk`): every entry is written twice on one
-//! disk, so `ratio_vs_disk` cannot exceed about half of what the disk persists.
+//! the same baseline (`ratio_disk_writes_vs_disk`).
+//!
+//! It runs once per storage mode (`--mode` picks one), each on a fresh bookie, every line
+//! prefixed with `mode=`: in two-write mode every entry is written twice on one disk, so
+//! `ratio_vs_disk` cannot exceed about half of what the disk persists; single-write writes
+//! it once. At the end `ratio_single_write_vs_two_write` compares their MB/s per size.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use folio_bookie::StorageMode;
 use folio_bookie::bookie::{Bookie, BookieConfig};
 use folio_bookie::fs::{AlignedBuf, FileSystem, OpenOptions, RealFs};
 use folio_client::BookieConnection;
@@ -39,6 +44,9 @@ pub struct Args {
     /// Client connections.
     #[arg(long, default_value_t = 4)]
     connections: usize,
+    /// Only this storage mode (`single-write` or `two-write`); both by default.
+    #[arg(long)]
+    mode: Option<String>,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -173,8 +181,30 @@ fn sequential_baseline(path: &std::path::Path, d: Duration) -> Result<f64, Strin
 }
 
 async fn run_async(args: Args) -> Result<(), String> {
-    let tmp = super::temp_dir(&args.run.dir, ".folio-bench-bookie-")?;
+    let modes = super::storage_modes(args.mode.as_deref())?;
     let d = Duration::from_secs(if args.run.quick { 3 } else { 15 });
+    println!(
+        "bench=bookie quick={} seconds_per_phase={} connections={} modes={}",
+        args.run.quick,
+        d.as_secs(),
+        args.connections,
+        modes.iter().map(|m| m.name()).collect::<Vec<_>>().join(",")
+    );
+    let mut results = Vec::new();
+    for mode in modes {
+        results.push((mode, run_mode(&args, mode, d).await?));
+    }
+    super::print_mode_ratios(&results);
+    Ok(())
+}
+
+/// One mode on a fresh bookie: MB/s per entry size.
+async fn run_mode(
+    args: &Args,
+    mode: StorageMode,
+    d: Duration,
+) -> Result<Vec<(usize, f64)>, String> {
+    let tmp = super::temp_dir(&args.run.dir, ".folio-bench-bookie-")?;
     let meta = Arc::new(
         folio_meta::embedded::EmbeddedStore::open(&tmp.path().join("meta"))
             .map_err(|e| e.to_string())?,
@@ -183,38 +213,36 @@ async fn run_async(args: Args) -> Result<(), String> {
         tmp.path().join("bookie"),
         "127.0.0.1:0".parse::<SocketAddr>().expect("addr"),
     );
+    config.storage.mode = mode;
     config.storage.write_cache_bytes = args.write_cache_mb * 1024 * 1024;
     config.storage.entry_log_sync_bytes = args.entry_log_sync_mb * 1024 * 1024;
     let budget_mb =
         (config.storage.write_cache_bytes + config.storage.read_cache_bytes) as f64 / MIB;
     let bookie = Bookie::start(config, meta).await.map_err(|e| e.to_string())?;
-    let result = measure(&bookie, &args, &tmp, d, budget_mb).await;
+    let result = measure(&bookie, args, mode, &tmp, d, budget_mb).await;
     // Shut the bookie down on every path, before its temporary dir goes away.
     let shutdown = bookie.shutdown().await.map_err(|e| e.to_string());
-    result.and(shutdown)
+    result.and_then(|r| shutdown.map(|()| r))
 }
 
 async fn measure(
     bookie: &Bookie,
     args: &Args,
+    mode: StorageMode,
     tmp: &tempfile::TempDir,
     d: Duration,
     budget_mb: f64,
-) -> Result<(), String> {
+) -> Result<Vec<(usize, f64)>, String> {
+    let m = mode.name();
+    let mut out = Vec::new();
     let mut conns = Vec::new();
     for _ in 0..args.connections {
         conns.push(Arc::new(
             BookieConnection::connect(bookie.addr(), 10_000).await.map_err(|e| e.to_string())?,
         ));
     }
-    println!(
-        "bench=bookie quick={} seconds_per_phase={} connections={}",
-        args.run.quick,
-        d.as_secs(),
-        args.connections
-    );
     let seq = sequential_baseline(&tmp.path().join("seq"), d)?;
-    println!("disk_sequential_write_mb_per_s={seq:.1}");
+    println!("mode={m} disk_sequential_write_mb_per_s={seq:.1}");
     let mut next = 0i64;
     for (entry_bytes, inflight) in [(1024usize, 2048usize), (16 * 1024, 512), (256 * 1024, 64)] {
         let stats = bookie.storage().journal_stats();
@@ -238,7 +266,7 @@ async fn measure(
             append_sync_baseline(&tmp.path().join("raw"), batch, d)?;
         let l = &full.latencies_us;
         println!(
-            "entry_bytes={entry_bytes} inflight={inflight} entries_per_s={:.0} mb_per_s={:.1} add_latency_p50_us={} add_latency_p99_us={} add_latency_p999_us={} journal_batch_bytes={batch} journal_commits_per_s={:.0}",
+            "mode={m} entry_bytes={entry_bytes} inflight={inflight} entries_per_s={:.0} mb_per_s={:.1} add_latency_p50_us={} add_latency_p99_us={} add_latency_p999_us={} journal_batch_bytes={batch} journal_commits_per_s={:.0}",
             full.entries_per_s,
             full.mb_per_s,
             pct(l, 0.5),
@@ -248,16 +276,17 @@ async fn measure(
         );
         let half_p99 = pct(&half.latencies_us, 0.99);
         println!(
-            "entry_bytes={entry_bytes} half_load_entries_per_s={:.0} half_load_add_latency_p99_us={half_p99} disk_append_fdatasync_mb_per_s={disk_mb:.1} disk_commits_per_s={disk_commits:.0} disk_fdatasync_p99_us={sync_p99} ratio_vs_disk={:.2} ratio_p99_half_load_vs_fdatasync_p99={:.2}",
+            "mode={m} entry_bytes={entry_bytes} half_load_entries_per_s={:.0} half_load_add_latency_p99_us={half_p99} disk_append_fdatasync_mb_per_s={disk_mb:.1} disk_commits_per_s={disk_commits:.0} disk_fdatasync_p99_us={sync_p99} ratio_vs_disk={:.2} ratio_p99_half_load_vs_fdatasync_p99={:.2}",
             half.entries_per_s,
             full.mb_per_s / disk_mb,
             half_p99 as f64 / sync_p99.max(1) as f64
         );
-        // Every entry is written twice (journal, then entry log) plus its index entry:
-        // how hard the bookie drives the disk, against the same baseline.
+        out.push((entry_bytes, full.mb_per_s));
+        // Each entry is written once or twice (mode), plus its index entry: how hard the
+        // bookie drives the disk, against the same baseline.
         if let Some(w) = disk_write_mb_per_s {
             println!(
-                "entry_bytes={entry_bytes} bookie_disk_writes_mb_per_s={w:.1} disk_bytes_per_entry_byte={:.2} ratio_disk_writes_vs_disk={:.2}",
+                "mode={m} entry_bytes={entry_bytes} bookie_disk_writes_mb_per_s={w:.1} disk_bytes_per_entry_byte={:.2} ratio_disk_writes_vs_disk={:.2}",
                 w / full.mb_per_s,
                 w / disk_mb
             );
@@ -265,8 +294,8 @@ async fn measure(
     }
     let rss = super::rss_peak_mb();
     println!(
-        "rss_peak_mb={rss:.0} configured_caches_mb={budget_mb:.0} rss_within_caches_plus_100mb={}",
+        "mode={m} rss_peak_mb={rss:.0} configured_caches_mb={budget_mb:.0} rss_within_caches_plus_100mb={}",
         rss <= budget_mb + 100.0
     );
-    Ok(())
+    Ok(out)
 }

@@ -189,3 +189,27 @@ pub(crate) fn temp_dir(dir: &std::path::Path, prefix: &str) -> Result<tempfile::
         .tempdir_in(dir)
         .map_err(|e| format!("creating a temp dir in {}: {e}", dir.display()))
 }
+
+/// The storage modes a bench runs: the one named, or both (single-write first).
+pub(crate) fn storage_modes(
+    only: Option<&str>,
+) -> Result<Vec<folio_bookie::StorageMode>, String> {
+    use folio_bookie::StorageMode;
+    match only {
+        Some(name) => Ok(vec![StorageMode::parse(name).map_err(|e| e.0)?]),
+        None => Ok(vec![StorageMode::SingleWrite, StorageMode::TwoWrite]),
+    }
+}
+
+/// Prints `ratio_single_write_vs_two_write` per entry size when both modes ran.
+pub(crate) fn print_mode_ratios(results: &[(folio_bookie::StorageMode, Vec<(usize, f64)>)]) {
+    use folio_bookie::StorageMode;
+    let of = |mode| results.iter().find(|(m, _)| *m == mode).map(|(_, r)| r);
+    let (Some(single), Some(two)) = (of(StorageMode::SingleWrite), of(StorageMode::TwoWrite))
+    else {
+        return;
+    };
+    for ((size, s), (_, t)) in single.iter().zip(two) {
+        println!("entry_bytes={size} ratio_single_write_vs_two_write={:.2}", s / t.max(1e-9));
+    }
+}
