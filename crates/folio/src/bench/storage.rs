@@ -3,15 +3,19 @@
 //! Baseline (`disk`): O_DIRECT appends of `group_bytes_max` (512 KiB, the journal's largest
 //! group) + fdatasync each, into a fresh file in the same directory: the disk's own limit for
 //! durable appends of that size. Engine: `Storage` with default settings, sync on, adds of
-//! 1 KiB and 16 KiB entries with a bounded number in flight, striped over 8 ledgers; an add
-//! counts when its acknowledgement (after the journal fsync) arrives.
+//! 1 KiB, 16 KiB and 256 KiB entries with a bounded number in flight (at most 64 of 256 KiB),
+//! striped over 8 ledgers; an add counts when its acknowledgement (after the journal fsync)
+//! arrives. It runs in both storage modes (`--mode` picks one), each line prefixed with
+//! `mode=`, and prints what the process wrote to the disk per entry byte
+//! (`disk_bytes_per_entry_byte`, from `/proc/self/io`) and, at the end,
+//! `ratio_single_write_vs_two_write` per entry size.
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use folio_bookie::fs::{AlignedBuf, FileSystem, OpenOptions, RealFs};
-use folio_bookie::{Storage, StorageConfig};
+use folio_bookie::{Storage, StorageConfig, StorageMode};
 use folio_proto::{Entry, EntryHeader};
 
 use super::MIB;
@@ -26,6 +30,9 @@ pub struct Args {
     /// Adds in flight at once.
     #[arg(long, default_value_t = 512)]
     inflight: usize,
+    /// Only this storage mode (`single-write` or `two-write`); both by default.
+    #[arg(long)]
+    mode: Option<String>,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -41,18 +48,33 @@ pub fn run(args: Args) -> Result<(), String> {
         "disk_write_bytes=524288 disk_mb_per_s={:.1} disk_commits_per_s={:.0}",
         disk.0, disk.1
     );
-    for entry_bytes in [1024usize, 16 * 1024] {
-        let dir = tmp.path().join(format!("engine-{entry_bytes}"));
-        let r = engine_run(&dir, entry_bytes, &args, duration)?;
-        println!(
-            "entry_bytes={entry_bytes} adds_per_s={:.0} mb_per_s={:.1} ack_latency_p50_us={} ack_latency_p99_us={} ratio_vs_disk={:.2}",
-            r.adds_per_s,
-            r.mb_per_s,
-            r.p50_us,
-            r.p99_us,
-            r.mb_per_s / disk.0
-        );
+    let mut results = Vec::new();
+    for mode in super::storage_modes(args.mode.as_deref())? {
+        let m = mode.name();
+        let mut per_size = Vec::new();
+        for entry_bytes in [1024usize, 16 * 1024, 256 * 1024] {
+            let dir = tmp.path().join(format!("engine-{m}-{entry_bytes}"));
+            let written0 = super::process_disk_write_bytes();
+            let r = engine_run(&dir, mode, entry_bytes, &args, duration)?;
+            let written = super::process_disk_write_bytes()
+                .zip(written0)
+                .map(|(b, a)| b.saturating_sub(a) as f64 / MIB);
+            let per_byte = written
+                .map(|w| format!("{:.2}", w / (r.mb_per_s * r.secs)))
+                .unwrap_or_else(|| "unknown".into());
+            println!(
+                "mode={m} entry_bytes={entry_bytes} adds_per_s={:.0} mb_per_s={:.1} ack_latency_p50_us={} ack_latency_p99_us={} disk_bytes_per_entry_byte={per_byte} ratio_vs_disk={:.2}",
+                r.adds_per_s,
+                r.mb_per_s,
+                r.p50_us,
+                r.p99_us,
+                r.mb_per_s / disk.0
+            );
+            per_size.push((entry_bytes, r.mb_per_s));
+        }
+        results.push((mode, per_size));
     }
+    super::print_mode_ratios(&results);
     Ok(())
 }
 
@@ -84,6 +106,8 @@ fn disk_baseline(
 }
 
 struct EngineResult {
+    /// How long the run took, closing included (what the disk bytes are counted over).
+    secs: f64,
     adds_per_s: f64,
     mb_per_s: f64,
     p50_us: u64,
@@ -92,12 +116,14 @@ struct EngineResult {
 
 fn engine_run(
     dir: &std::path::Path,
+    mode: StorageMode,
     entry_bytes: usize,
     args: &Args,
     duration: Duration,
 ) -> Result<EngineResult, String> {
-    let inflight = args.inflight;
+    let inflight = if entry_bytes > 64 * 1024 { args.inflight.min(64) } else { args.inflight };
     let mut config = StorageConfig::new(dir);
+    config.mode = mode;
     config.journal.prealloc_bytes = args.journal_prealloc_mib * 1024 * 1024;
     let storage = Arc::new(Storage::open_default(config).map_err(|e| e.to_string())?);
     let payload = vec![0xa5u8; entry_bytes - folio_proto::ENTRY_HEADER_BYTES];
@@ -144,7 +170,8 @@ fn engine_run(
     let secs = start.elapsed().as_secs_f64();
     let mut lat = std::mem::take(&mut *latencies.lock().expect("latency lock"));
     lat.sort_unstable();
-    let result = EngineResult {
+    let mut result = EngineResult {
+        secs,
         adds_per_s: submitted as f64 / secs,
         mb_per_s: submitted as f64 * entry_bytes as f64 / MIB / secs,
         p50_us: super::pct(&lat, 0.5),
@@ -154,5 +181,7 @@ fn engine_run(
         Ok(s) => s.close().map_err(|e| e.to_string())?,
         Err(_) => return Err("storage still shared after the run".into()),
     }
+    // The bytes a close still writes (the last flush) belong to the run.
+    result.secs = start.elapsed().as_secs_f64();
     Ok(result)
 }
