@@ -13,6 +13,7 @@ use bytes::Bytes;
 use common::*;
 use folio_bookie::fs::{CrashPlan, FaultFs, FileSystem};
 use folio_bookie::gc::{GcConfig, GcError, gc_once};
+use folio_bookie::StorageMode;
 use folio_bookie::index::MemKv;
 use folio_meta::embedded::EmbeddedStore;
 use folio_meta::keys::Keys;
@@ -102,8 +103,7 @@ async fn l1_l2_deleted_ledgers_are_dropped_and_every_log_they_alone_held_is_dele
     for id in &before {
         let deleted = r.logs_deleted.contains(id);
         assert!(deleted || pinned.contains(id), "sealed log {id} neither deleted nor reported");
-        let file = format!("/data/ledgers/entrylogs/{id:016x}.log");
-        assert_eq!(e.fs.exists(std::path::Path::new(&file)), !deleted, "log {id}");
+        assert_eq!(e.fs.exists(&log_file(*id)), !deleted, "log {id}");
     }
     for k in &r.logs_kept {
         assert_eq!(k.pinned_by, vec![3], "only ledger 3 pins what is kept");
@@ -260,7 +260,11 @@ async fn l1_a_crash_between_index_and_file_deletion_leaves_no_orphan() {
 
 /// Ledgers 1 and 2 interleaved in every flush (so they share every log); 1 is deleted.
 async fn shared_logs(e: &Env) -> Arc<folio_bookie::Storage> {
-    let s = Arc::new(open(&e.fs, &e.kv, &common::config()).unwrap());
+    shared_logs_in(e, &shared_config()).await
+}
+
+async fn shared_logs_in(e: &Env, c: &folio_bookie::StorageConfig) -> Arc<folio_bookie::Storage> {
+    let s = Arc::new(open(&e.fs, &e.kv, c).unwrap());
     create(e, 1, LedgerState::Closed, &["b1"]).await;
     create(e, 2, LedgerState::Closed, &["b1"]).await;
     let payload = vec![5u8; 64 * 1024];
@@ -276,13 +280,20 @@ async fn shared_logs(e: &Env) -> Arc<folio_bookie::Storage> {
     s
 }
 
+/// Storage for `shared_logs`: single-write data files as large as entry logs (1 MiB), so
+/// both ledgers' entries share each of them too.
+fn shared_config() -> folio_bookie::StorageConfig {
+    let mut c = common::config();
+    c.journal.file_bytes_max = c.entry_log_bytes_max;
+    c
+}
+
 fn compacting() -> GcConfig {
     GcConfig { compaction_threshold: 0.6, ..config() }
 }
 
 fn disk_bytes(fs: &FaultFs) -> usize {
-    let dir = std::path::Path::new("/data/ledgers/entrylogs");
-    fs.list_dir(dir).unwrap().iter().map(|n| fs.contents(&dir.join(n)).map_or(0, |c| c.len())).sum()
+    log_bytes_on_disk(fs, mode_from_env())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -309,7 +320,7 @@ async fn l1_compaction_reclaims_logs_shared_with_a_live_ledger() {
         );
     }
     drop(s);
-    let s = open(&e.fs, &e.kv, &common::config()).unwrap();
+    let s = open(&e.fs, &e.kv, &shared_config()).unwrap();
     assert!(s.recovery_report().orphan_entry_logs_removed.is_empty());
     for i in 0..40 {
         assert_eq!(
@@ -339,22 +350,23 @@ async fn d1_l1_a_crash_at_every_step_of_gc_and_compaction_loses_nothing_and_leak
         if !e.fs.has_crashed_since(&e.fs) {
             e.fs.crash(CrashPlan::Random { seed: step });
         }
-        let s = open(&e.fs, &e.kv, &common::config())
+        let s = open(&e.fs, &e.kv, &shared_config())
             .unwrap_or_else(|err| panic!("step {step}: reopen: {err}"));
         for i in 0..40 {
             let got =
                 s.read_entry(2, i).unwrap_or_else(|err| panic!("step {step}: entry 2/{i}: {err}"));
             assert_eq!(got.payload(), format!("two-{i}").repeat(3000).as_bytes(), "step {step}");
         }
-        // L1: every log file on disk is listed in the index, and every listed log exists.
+        // L1: every log file on disk is listed in the index, and every listed log exists;
+        // in single-write mode the journal's newest files (not sealed yet) come on top.
         let listed: Vec<u64> = s.entry_log_states().unwrap().iter().map(|(id, _)| *id).collect();
-        let dir = std::path::Path::new("/data/ledgers/entrylogs");
-        let on_disk: Vec<u64> =
-            e.fs.list_dir(dir)
-                .unwrap()
-                .iter()
-                .filter_map(|n| folio_bookie::entry_log::parse_file_name(n))
-                .collect();
+        let mut on_disk = log_ids_on_disk(&e.fs, mode_from_env());
+        let newest_listed = listed.iter().copied().max().unwrap_or(0);
+        on_disk.retain(|id| {
+            listed.contains(id)
+                || folio_bookie::index::data_file_id(*id).is_none()
+                || *id < newest_listed
+        });
         assert_eq!(on_disk, listed, "step {step}: files and index disagree");
         // A later pass finishes the job: the disk converges to what an uninterrupted pass
         // leaves (within one log's worth of copies left by the crash).
@@ -378,7 +390,7 @@ async fn d1_l1_a_crash_at_every_step_of_gc_and_compaction_loses_nothing_and_leak
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn l2_one_open_log_pins_nothing_in_per_ledger_mode() {
     let e = env();
-    let mut c = common::config();
+    let mut c = common::two_write_config();
     c.entry_log_per_ledger = true;
     c.entry_log_idle_rotation = Duration::from_secs(3600);
     let s = Arc::new(open(&e.fs, &e.kv, &c).unwrap());
@@ -424,6 +436,53 @@ async fn l2_one_open_log_pins_nothing_in_per_ledger_mode() {
     assert!(s.entry_log_states().unwrap().iter().all(|(_, st)| st.sealed), "idle logs are sealed");
 }
 
+/// L1 on an idle single-write bookie: the journal's current file holds a deleted ledger's
+/// entries. It stays active while written to; once no flush has indexed anything for
+/// `entry_log_idle_rotation`, the flush has the journal move to a new file and seals the
+/// idle one, so the next GC pass deletes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l1_an_idle_data_file_is_sealed_so_its_deleted_ledgers_come_back() {
+    let e = env();
+    let mut c = common::config();
+    c.mode = StorageMode::SingleWrite;
+    c.journal.file_bytes_max = 64 * 1024 * 1024; // never full here
+    c.entry_log_idle_rotation = Duration::from_secs(3600);
+    let clock = folio_meta::ManualClock::new();
+    c.clock = Arc::new(clock.clone());
+    let s = Arc::new(open(&e.fs, &e.kv, &c).unwrap());
+    let data_files = |s: &folio_bookie::Storage, sealed: bool| {
+        s.entry_log_states().unwrap().iter().filter(|(_, st)| st.sealed == sealed).count()
+    };
+    create(&e, 1, LedgerState::Closed, &["b1"]).await;
+    fill(&s, &[1], 8);
+    e.meta.delete(&e.keys.ledger(1), Expect::Any).await.unwrap();
+    let r = gc_once(&s, e.meta.as_ref(), &e.keys, "b1", &config()).await.unwrap();
+    assert_eq!(r.ledgers_dropped, vec![1]);
+    assert!(r.logs_deleted.is_empty(), "the active data file is never deleted: {r:?}");
+    create(&e, 2, LedgerState::Closed, &["b1"]).await;
+    fill(&s, &[2], 4);
+    clock.advance(Duration::from_secs(3599));
+    s.flush().unwrap();
+    assert_eq!((data_files(&s, false), data_files(&s, true)), (1, 0), "idle < 1 h: active");
+    clock.advance(Duration::from_secs(1));
+    s.flush().unwrap(); // an hour after the last flush that indexed anything
+    assert_eq!((data_files(&s, false), data_files(&s, true)), (0, 1), "the idle file is sealed");
+    e.meta.delete(&e.keys.ledger(2), Expect::Any).await.unwrap();
+    let r = gc_once(&s, e.meta.as_ref(), &e.keys, "b1", &config()).await.unwrap();
+    assert_eq!(r.ledgers_dropped, vec![2]);
+    assert_eq!(r.logs_deleted.len(), 1, "{r:?}");
+    assert!(s.entry_log_states().unwrap().is_empty(), "every data file came back: {r:?}");
+    assert!(!e.fs.exists(&log_file(r.logs_deleted[0])), "and its file is gone");
+    // A new entry goes to the new file and reads back, also after a reopen.
+    create(&e, 3, LedgerState::Open, &["b1"]).await;
+    add(&s, &entry(3, 0, b"after")).unwrap();
+    s.flush().unwrap();
+    assert_eq!(s.read_entry(3, 0).unwrap().payload(), b"after");
+    drop(s);
+    let s = open(&e.fs, &e.kv, &c).unwrap();
+    assert_eq!(s.read_entry(3, 0).unwrap().payload(), b"after");
+}
+
 /// L1 on an idle bookie (shared mode): the one active entry log holds a deleted ledger's
 /// entries; while something writes to it, it stays active (GC never touches an active
 /// log), and once no flush has written to it for `entry_log_idle_rotation` it is sealed,
@@ -431,7 +490,7 @@ async fn l2_one_open_log_pins_nothing_in_per_ledger_mode() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn l1_an_idle_shared_log_is_sealed_so_its_deleted_ledgers_come_back() {
     let e = env();
-    let mut c = common::config();
+    let mut c = common::two_write_config();
     c.entry_log_bytes_max = 64 * 1024 * 1024; // never full here
     c.entry_log_idle_rotation = Duration::from_secs(3600);
     let clock = folio_meta::ManualClock::new();
@@ -478,8 +537,8 @@ async fn l1_an_idle_shared_log_is_sealed_so_its_deleted_ledgers_come_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn l2_compaction_output_is_sealed_and_collected_in_per_ledger_mode() {
     let e = env();
-    drop(shared_logs(&e).await);
-    let mut c = common::config();
+    drop(shared_logs_in(&e, &common::two_write_config()).await);
+    let mut c = common::two_write_config();
     c.entry_log_per_ledger = true;
     c.entry_log_idle_rotation = Duration::from_secs(3600);
     let s = Arc::new(open(&e.fs, &e.kv, &c).unwrap());
@@ -503,7 +562,7 @@ async fn l2_compaction_output_is_sealed_and_collected_in_per_ledger_mode() {
     let r = gc_once(&s, e.meta.as_ref(), &e.keys, "b1", &config()).await.unwrap();
     assert_eq!(r.ledgers_dropped, vec![2]);
     assert!(s.entry_log_states().unwrap().is_empty(), "every entry log came back: {r:?}");
-    assert_eq!(disk_bytes(&e.fs), 0, "no entry-log bytes left on disk");
+    assert_eq!(log_bytes_on_disk(&e.fs, StorageMode::TwoWrite), 0, "no entry-log bytes left");
 }
 
 /// Waits for the acknowledgement of a recovery add (what autorecovery's copies are).

@@ -53,6 +53,9 @@ enum Request {
     Barrier(JournalCallback),
     /// Files before this id are no longer needed (a checkpoint covers them).
     ReleaseBefore(u64),
+    /// Ends the current file (if it holds anything) and starts the next; the callback runs
+    /// once that is durable and the written mark is in the new file.
+    Rotate(JournalCallback),
     Shutdown,
 }
 
@@ -91,6 +94,7 @@ impl std::fmt::Debug for Request {
             Request::Append(r, _) => write!(f, "Append({:?})", record_len(r)),
             Request::Barrier(_) => f.write_str("Barrier"),
             Request::ReleaseBefore(id) => write!(f, "ReleaseBefore({id})"),
+            Request::Rotate(_) => f.write_str("Rotate"),
             Request::Shutdown => f.write_str("Shutdown"),
         }
     }
@@ -390,6 +394,15 @@ impl Journal {
         *self.shared.written.lock().expect("journal mark lock")
     }
 
+    /// Ends the current file if it holds anything and starts the next one (single-write
+    /// mode: an idle data file is sealed this way). `done` runs once the written mark is in
+    /// the new file.
+    pub fn rotate(&self, done: JournalCallback) {
+        if let Err(Request::Rotate(done)) = self.queue.push(Request::Rotate(done)) {
+            done(Err(StorageError::ShutDown));
+        }
+    }
+
     /// Tells the journal that files before `file_id` are covered by a checkpoint.
     pub fn release_before(&self, file_id: u64) {
         let _ = self.queue.push(Request::ReleaseBefore(file_id));
@@ -412,7 +425,9 @@ impl Journal {
             while self.step_write() || self.step_sync() {}
             self.queue.close();
             for request in self.queue.take_remaining() {
-                if let Request::Append(_, Some(cb)) | Request::Barrier(cb) = request {
+                if let Request::Append(_, Some(cb)) | Request::Barrier(cb) | Request::Rotate(cb) =
+                    request
+                {
                     cb(Err(StorageError::ShutDown))
                 }
             }
@@ -619,7 +634,9 @@ impl Writer {
         }
         queue.close();
         for request in queue.take_remaining() {
-            if let Request::Append(_, Some(cb)) | Request::Barrier(cb) = request {
+            if let Request::Append(_, Some(cb)) | Request::Barrier(cb) | Request::Rotate(cb) =
+                request
+            {
                 cb(Err(StorageError::ShutDown))
             }
         }
@@ -630,11 +647,16 @@ impl Writer {
     fn write_requests(&mut self, requests: Vec<Request>, shared: &Shared) -> (Written, bool) {
         let mut group: Vec<(JournalRecord, Option<JournalCallback>)> = Vec::new();
         let mut stop = false;
+        let mut rotate = false;
         let mut barriers = Vec::new();
         for request in requests {
             match request {
                 Request::Append(r, cb) => group.push((r, cb)),
                 Request::Barrier(cb) => barriers.push(cb),
+                Request::Rotate(cb) => {
+                    rotate = true;
+                    barriers.push(cb);
+                }
                 Request::ReleaseBefore(id) => self.release_before(id),
                 Request::Shutdown => stop = true,
             }
@@ -644,6 +666,24 @@ impl Writer {
         } else {
             self.write_group(&mut group, shared)
         };
+        if rotate
+            && shared.poison.reason().is_none()
+            && self.position().offset > HEADER_BYTES as u64
+        {
+            // The FileEnd record's sync makes everything before it durable, this group too.
+            match self.rotate() {
+                Ok(()) => {
+                    written.end = self.position();
+                    written.moved = true;
+                }
+                Err(e) => {
+                    let reason =
+                        PoisonReason::JournalWrite { file_id: self.file_id, error: e.to_string() };
+                    tracing::error!(%reason, "journal rotation failed; journal poisoned");
+                    shared.poison.set(reason);
+                }
+            }
+        }
         // Everything queued before a barrier is in this batch or an earlier one.
         written.barriers = barriers;
         (written, stop)
@@ -696,6 +736,7 @@ impl Writer {
                 n_records,
                 callbacks,
                 barriers: Vec::new(),
+                moved: false,
             },
             Err(e) => {
                 let reason =
@@ -723,15 +764,25 @@ struct Written {
     callbacks: Vec<(JournalCallback, JournalPosition)>,
     /// Run once everything up to `end` is durable.
     barriers: Vec<JournalCallback>,
+    /// A rotation moved `end` into a new file (everything before it is synced already).
+    moved: bool,
 }
 
 impl Written {
     fn empty(file: Arc<dyn FileHandle>, end: JournalPosition) -> Written {
-        Written { file, end, bytes: 0, n_records: 0, callbacks: Vec::new(), barriers: Vec::new() }
+        Written {
+            file,
+            end,
+            bytes: 0,
+            n_records: 0,
+            callbacks: Vec::new(),
+            barriers: Vec::new(),
+            moved: false,
+        }
     }
 
     fn is_empty(&self) -> bool {
-        self.n_records == 0 && self.barriers.is_empty()
+        self.n_records == 0 && self.barriers.is_empty() && !self.moved
     }
 }
 
@@ -784,10 +835,13 @@ fn sync_written(batch: Vec<Written>, shared: &Shared, sync: bool) {
             synced.push(&w.file);
         }
     }
+    let moved = batch.iter().any(|w| w.moved);
     if result.is_ok() && n_records > 0 {
         shared.stats.n_commits.fetch_add(1, Relaxed);
         shared.stats.bytes_committed.fetch_add(bytes as u64, Relaxed);
         shared.stats.n_records.fetch_add(n_records as u64, Relaxed);
+    }
+    if result.is_ok() && (n_records > 0 || moved) {
         let end = batch.last().expect("non-empty").end;
         let mut written = shared.written.lock().expect("mark lock");
         // D1: the durable mark (what a checkpoint may cover) only moves forward.

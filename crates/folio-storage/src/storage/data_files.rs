@@ -15,6 +15,10 @@
 //!    Files still in use keep their counts so far in an **active** state, committed in the
 //!    same batch as the locations: a crash forgets none of the bytes before the checkpoint.
 //!
+//! An idle bookie must give deleted ledgers' space back too: when no flush has indexed
+//! anything for `entry_log_idle_rotation` and a file not sealed holds indexed bytes, the
+//! flush has the journal rotate first (`Journal::rotate`), so it seals that file.
+//!
 //! A data file's log id (in locations and states) is `index::data_file_log_id(file_id)`.
 //! Compaction copies live entries out into entry logs, sorted by ledger, as in two-write
 //! mode. Files are never recycled: GC deletes them.
@@ -99,6 +103,11 @@ impl Located {
         q.drain(..n).collect()
     }
 
+    /// Whether no record waits to be indexed.
+    fn is_empty(&self) -> bool {
+        self.queue.lock().expect("located lock").is_empty()
+    }
+
     /// Forgets a deleted ledger's records (called under the flush lock).
     pub(super) fn forget_ledger(&self, ledger_id: LedgerId) {
         self.queue.lock().expect("located lock").retain(|e| e.ledger_id != ledger_id);
@@ -112,6 +121,8 @@ pub(super) struct DataFiles {
     usage: BTreeMap<u64, BTreeMap<LedgerId, u64>>,
     /// Every data file below this id is sealed and recorded (or deleted since).
     sealed_below: u64,
+    /// When (storage clock, ms) a flush last indexed something; `None`: not since the open.
+    last_indexed_ms: Option<u64>,
 }
 
 impl DataFiles {
@@ -120,11 +131,42 @@ impl DataFiles {
         usage: BTreeMap<u64, BTreeMap<LedgerId, u64>>,
         sealed_below: u64,
     ) -> DataFiles {
-        DataFiles { usage, sealed_below }
+        DataFiles { usage, sealed_below, last_indexed_ms: None }
+    }
+
+    /// Whether a file not sealed yet holds indexed bytes and nothing was indexed for
+    /// `idle_ms` (counted from the open when nothing was since).
+    fn idle(&mut self, now_ms: u64, idle_ms: u64) -> bool {
+        let last = *self.last_indexed_ms.get_or_insert(now_ms);
+        now_ms.saturating_sub(last) >= idle_ms
+            && self.usage.range(self.sealed_below..).any(|(_, u)| !u.is_empty())
     }
 }
 
 impl Inner {
+    /// Single-write: before a flush swaps, has the journal end an idle data file so this
+    /// flush seals it. A stepped storage cannot wait: a later flush seals it then.
+    pub(super) fn rotate_idle_data_file(&self, flush: &mut FlushState, journal: &Journal) {
+        if self.located.is_empty()
+            && flush.data.idle(
+                self.config.clock.now_ms(),
+                self.config.entry_log_idle_rotation.as_millis() as u64,
+            )
+        {
+            tracing::debug!("rotating an idle data file so it is sealed");
+            if self.config.stepped().is_some() {
+                journal.rotate(Box::new(|_| {}));
+                return;
+            }
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            journal.rotate(Box::new(move |r| {
+                let _ = tx.send(r);
+            }));
+            // A failure poisons the journal; the flush finds out on its own.
+            let _ = rx.recv();
+        }
+    }
+
     /// The path of a log id's file: an entry log, or a journal file in single-write mode.
     pub(super) fn log_path(&self, log_id: u64) -> PathBuf {
         match index::data_file_id(log_id) {
@@ -161,6 +203,9 @@ impl Inner {
             *file.entry(e.ledger_id).or_default() += e.record_bytes();
             touched.insert(e.at.file_id);
             indexed.insert((e.ledger_id, e.entry_id));
+        }
+        if !indexed.is_empty() {
+            flush.data.last_indexed_ms = Some(self.config.clock.now_ms());
         }
         let carry: Vec<Entry> = {
             let ledgers = self.lock_ledgers();
@@ -250,6 +295,7 @@ pub(super) fn recover_data_files(
     kv: &dyn KvStore,
     journal_dir: &Path,
     replay_from: Option<JournalPosition>,
+    report: &mut RecoveryReport,
 ) -> Result<DataFiles> {
     let first_replayed = replay_from.map_or(0, |m| m.file_id);
     let mut usage = BTreeMap::new();
@@ -284,6 +330,7 @@ pub(super) fn recover_data_files(
         if f < first_replayed && !sealed.contains(&f) && !usage.contains_key(&f) {
             fs.remove_file(&path).map_err(|e| StorageError::io("removing orphan data file", e))?;
             tracing::info!(file_id = f, "orphan data file removed");
+            report.orphan_entry_logs_removed.push(index::data_file_log_id(f));
         } else if f >= first_replayed {
             fs.open(&path, crate::fs::OpenOptions::EXISTING)
                 .and_then(|h| h.sync_data())

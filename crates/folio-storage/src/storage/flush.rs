@@ -35,6 +35,11 @@ impl Inner {
     /// `paced`: a background flush, spread over time (see [`FlushPace`]).
     pub(super) fn flush_with_mark(&self, journal: Option<&Journal>, paced: bool) -> Result<()> {
         let mut flush = self.flush.lock().expect("flush lock");
+        if self.config.mode == StorageMode::SingleWrite
+            && let Some(j) = journal
+        {
+            self.rotate_idle_data_file(&mut flush, j);
+        }
         let Some((half, mark)) = self.cache.swap(|| journal.map(Journal::written_mark)) else {
             unreachable!("only the holder of the flush lock swaps the cache");
         };

@@ -95,6 +95,7 @@ impl Ledger {
 pub struct RecoveryReport {
     pub journal: ReplayReport,
     pub entry_logs_sealed_at_open: Vec<u64>,
+    /// Log ids (entry logs, and single-write data files: `index::data_file_log_id`).
     pub orphan_entry_logs_removed: Vec<u64>,
     pub n_ledgers: usize,
 }

@@ -32,6 +32,7 @@ impl Storage {
                 kv.as_ref(),
                 &config.journal_dir,
                 replay_from,
+                &mut recovery,
             )?,
             StorageMode::TwoWrite => {
                 refuse_data_files(kv.as_ref())?;

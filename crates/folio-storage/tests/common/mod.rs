@@ -36,6 +36,40 @@ pub fn two_write_config() -> StorageConfig {
     StorageConfig { mode: StorageMode::TwoWrite, ..config() }
 }
 
+/// The file of a log id as the index names it: an entry log, or (single-write mode) a
+/// journal file holding entries.
+pub fn log_file(log_id: u64) -> std::path::PathBuf {
+    match folio_storage::index::data_file_id(log_id) {
+        Some(f) => Path::new("/data/journal").join(folio_storage::journal::format::file_name(f)),
+        None => Path::new("/data/ledgers/entrylogs").join(folio_storage::entry_log::file_name(log_id)),
+    }
+}
+
+/// The log ids of the files on disk that hold entries: entry logs, and in single-write mode
+/// the journal's files (every one of them, the one being written included).
+pub fn log_ids_on_disk(fs: &FaultFs, mode: StorageMode) -> Vec<u64> {
+    use folio_storage::fs::FileSystem;
+    let logs = fs.list_dir(Path::new("/data/ledgers/entrylogs")).unwrap_or_default();
+    let mut ids: Vec<u64> =
+        logs.iter().filter_map(|n| folio_storage::entry_log::parse_file_name(n)).collect();
+    if mode == StorageMode::SingleWrite {
+        let journal = fs.list_dir(Path::new("/data/journal")).unwrap_or_default();
+        ids.extend(
+            journal
+                .iter()
+                .filter_map(|n| folio_storage::journal::format::parse_file_name(n))
+                .map(folio_storage::index::data_file_log_id),
+        );
+    }
+    ids.sort_unstable();
+    ids
+}
+
+/// Bytes of the files [`log_ids_on_disk`] lists.
+pub fn log_bytes_on_disk(fs: &FaultFs, mode: StorageMode) -> usize {
+    log_ids_on_disk(fs, mode).iter().map(|id| fs.contents(&log_file(*id)).map_or(0, |c| c.len())).sum()
+}
+
 /// The storage mode the suite runs in (`FOLIO_STORAGE_MODE`, `two-write` when unset).
 pub fn mode_from_env() -> StorageMode {
     match std::env::var("FOLIO_STORAGE_MODE") {
