@@ -47,6 +47,10 @@ else
     echo "== no test report at $report (the build failed?)"
     failed+=("test report")
 fi
+# The storage engine and the bookie's GC suites once more in the other storage mode (the
+# main run uses the default, two-write; tests of one mode's own behaviour set it themselves).
+step "storage and GC suites in single-write mode" \
+    env FOLIO_STORAGE_MODE=single-write cargo test -p folio-storage -p folio-bookie --quiet
 echo "== wall time $(($(date +%s) - started)) s"
 if ((${#failed[@]})); then
     printf 'FAILED: %s\n' "${failed[@]}"

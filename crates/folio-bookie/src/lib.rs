@@ -16,6 +16,5 @@ pub mod server;
 
 pub use folio_storage::{
     AddCallback, JournalConfig, Poison, PoisonReason, Result, Storage, StorageConfig, StorageError,
-    StorageMode,
-    config, entry_log, fs, index, journal, storage,
+    StorageMode, config, entry_log, fs, index, journal, storage,
 };

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
+use folio_bookie::StorageMode;
 use folio_bookie::fs::{CrashPlan, FaultFs, FileSystem};
 use folio_bookie::gc::{GcConfig, GcError, gc_once};
-use folio_bookie::StorageMode;
 use folio_bookie::index::MemKv;
 use folio_meta::embedded::EmbeddedStore;
 use folio_meta::keys::Keys;

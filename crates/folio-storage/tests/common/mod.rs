@@ -41,7 +41,9 @@ pub fn two_write_config() -> StorageConfig {
 pub fn log_file(log_id: u64) -> std::path::PathBuf {
     match folio_storage::index::data_file_id(log_id) {
         Some(f) => Path::new("/data/journal").join(folio_storage::journal::format::file_name(f)),
-        None => Path::new("/data/ledgers/entrylogs").join(folio_storage::entry_log::file_name(log_id)),
+        None => {
+            Path::new("/data/ledgers/entrylogs").join(folio_storage::entry_log::file_name(log_id))
+        }
     }
 }
 
@@ -67,7 +69,10 @@ pub fn log_ids_on_disk(fs: &FaultFs, mode: StorageMode) -> Vec<u64> {
 
 /// Bytes of the files [`log_ids_on_disk`] lists.
 pub fn log_bytes_on_disk(fs: &FaultFs, mode: StorageMode) -> usize {
-    log_ids_on_disk(fs, mode).iter().map(|id| fs.contents(&log_file(*id)).map_or(0, |c| c.len())).sum()
+    log_ids_on_disk(fs, mode)
+        .iter()
+        .map(|id| fs.contents(&log_file(*id)).map_or(0, |c| c.len()))
+        .sum()
 }
 
 /// The storage mode the suite runs in (`FOLIO_STORAGE_MODE`, `two-write` when unset).

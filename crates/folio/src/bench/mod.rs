@@ -191,9 +191,7 @@ pub(crate) fn temp_dir(dir: &std::path::Path, prefix: &str) -> Result<tempfile::
 }
 
 /// The storage modes a bench runs: the one named, or both (single-write first).
-pub(crate) fn storage_modes(
-    only: Option<&str>,
-) -> Result<Vec<folio_bookie::StorageMode>, String> {
+pub(crate) fn storage_modes(only: Option<&str>) -> Result<Vec<folio_bookie::StorageMode>, String> {
     use folio_bookie::StorageMode;
     match only {
         Some(name) => Ok(vec![StorageMode::parse(name).map_err(|e| e.0)?]),

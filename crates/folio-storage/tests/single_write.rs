@@ -1,0 +1,145 @@
+//! Single-write mode (`StorageMode::SingleWrite`, `storage::data_files`): the journal's files
+//! are the data files. What only this mode has: entries never reach an entry log, files a
+//! checkpoint passed are sealed with per-ledger byte counts, entries written after a flush's
+//! mark stay readable (carried in the write cache) and are indexed by a later flush, a
+//! bookie moves from two-write to single-write but not back, and damage in a sealed data
+//! file is reported, never answered. The crash suites run this mode too (crash.rs,
+//! `d1_d3_single_write_mode_survives_random_crashes`; the whole suite under
+//! `FOLIO_STORAGE_MODE=single-write`).
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use common::*;
+use folio_storage::fs::{CrashPlan, FaultFs, FileSystem};
+use folio_storage::index::{MemKv, data_file_id};
+use folio_storage::{Background, StorageConfig, StorageError, StorageMode, Wake};
+
+fn single_write() -> StorageConfig {
+    StorageConfig { mode: StorageMode::SingleWrite, ..config() }
+}
+
+fn files_in(fs: &FaultFs, dir: &str) -> Vec<String> {
+    fs.list_dir(Path::new(dir)).unwrap_or_default()
+}
+
+#[test]
+fn entries_are_written_once_and_sealed_data_files_count_each_ledgers_bytes() {
+    let (fs, kv) = (FaultFs::new(), MemKv::new());
+    let s = open(&fs, &kv, &single_write()).unwrap();
+    let payload = vec![4u8; 16 * 1024];
+    for e in 0..40 {
+        add(&s, &entry(1 + (e as u64 % 2), e / 2, &payload)).unwrap();
+        if e % 10 == 9 {
+            s.flush().unwrap();
+        }
+    }
+    s.flush().unwrap();
+    assert!(files_in(&fs, "/data/ledgers/entrylogs").is_empty(), "no entry log is ever written");
+    let states = s.entry_log_states().unwrap();
+    let sealed: Vec<_> = states.iter().filter(|(_, st)| st.sealed).collect();
+    assert!(sealed.len() >= 5, "640 KiB through 64 KiB files seals several: {states:?}");
+    let mut counted = 0;
+    for (id, st) in &sealed {
+        assert!(data_file_id(*id).is_some(), "a sealed data file's id names a journal file");
+        assert!(fs.exists(&log_file(*id)), "its file exists");
+        assert!(
+            st.size_bytes > 0 && st.ledgers.iter().map(|(_, b)| b).sum::<u64>() <= st.size_bytes
+        );
+        counted += st.ledgers.iter().map(|(_, b)| b).sum::<u64>();
+    }
+    let unsealed: u64 = states
+        .iter()
+        .filter(|(_, st)| !st.sealed)
+        .flat_map(|(_, st)| &st.ledgers)
+        .map(|(_, b)| b)
+        .sum();
+    let entry_bytes = entry(1, 0, &payload).encoded_len() as u64 + 12;
+    assert_eq!(counted + unsealed, 40 * entry_bytes, "every indexed record is counted once");
+    drop(s);
+    let s = open(&fs, &kv, &single_write()).unwrap();
+    for e in 0..40 {
+        assert_eq!(s.read_entry(1 + (e as u64 % 2), e / 2).unwrap().payload(), &payload[..]);
+    }
+}
+
+#[test]
+fn d1_an_entry_written_after_the_flushs_mark_stays_readable_and_a_later_flush_indexes_it() {
+    let (fs, kv) = (FaultFs::new(), MemKv::new());
+    let mut c = single_write();
+    c.background = Background::Stepped(Wake(Arc::new(|| {})));
+    let s = open(&fs, &kv, &c).unwrap();
+    let step = s.stepper().unwrap();
+    while step.write_journal() || step.sync_journal() {}
+    let first = add_async(&s, &entry(1, 0, b"synced"), &KEY, false).unwrap();
+    while step.write_journal() || step.sync_journal() {}
+    first.try_recv().unwrap().unwrap();
+    // Entry 1 is written but not synced when the flush reads its mark: not indexed, carried.
+    let second = add_async(&s, &entry(1, 1, b"written"), &KEY, false).unwrap();
+    assert!(step.write_journal());
+    step.flush().unwrap();
+    assert_eq!(s.read_entry(1, 1).unwrap().payload(), b"written", "carried in the write cache");
+    assert_eq!(s.read_entry(1, 0).unwrap().payload(), b"synced", "indexed");
+    assert!(step.sync_journal());
+    second.try_recv().unwrap().unwrap();
+    step.flush().unwrap();
+    // Both are indexed now: a crash that loses every unsynced write keeps both.
+    drop(s);
+    fs.crash(CrashPlan::LoseAllUnsynced);
+    let s = open(&fs, &kv, &c).unwrap();
+    assert_eq!(s.recovery_report().journal.n_records, 0, "nothing after the checkpoint");
+    assert_eq!(s.read_entry(1, 0).unwrap().payload(), b"synced");
+    assert_eq!(s.read_entry(1, 1).unwrap().payload(), b"written");
+}
+
+#[test]
+fn a_bookie_moves_from_two_write_to_single_write_but_not_back() {
+    let (fs, kv) = (FaultFs::new(), MemKv::new());
+    let s = open(&fs, &kv, &two_write_config()).unwrap();
+    for e in 0..10 {
+        add(&s, &entry(1, e, b"two")).unwrap();
+    }
+    s.flush().unwrap();
+    add(&s, &entry(1, 10, b"only in the journal")).unwrap();
+    drop(s); // unflushed: entry 10 replays from the journal
+    let s = open(&fs, &kv, &single_write()).unwrap();
+    for e in 0..10 {
+        assert_eq!(s.read_entry(1, e).unwrap().payload(), b"two");
+    }
+    assert_eq!(s.read_entry(1, 10).unwrap().payload(), b"only in the journal");
+    add(&s, &entry(1, 11, b"single")).unwrap();
+    s.close().unwrap();
+    let err = open(&fs, &kv, &two_write_config()).unwrap_err();
+    assert!(matches!(err, StorageError::BadRequest(_)), "{err}");
+    assert!(err.to_string().contains("storage.mode = single-write"), "{err}");
+    let s = open(&fs, &kv, &single_write()).unwrap();
+    assert_eq!(s.read_entry(1, 11).unwrap().payload(), b"single");
+}
+
+#[test]
+fn d1_a_damaged_byte_in_a_sealed_data_file_is_reported_never_returned() {
+    let (fs, kv) = (FaultFs::new(), MemKv::new());
+    let s = open(&fs, &kv, &single_write()).unwrap();
+    add(&s, &entry(1, 0, b"precious")).unwrap();
+    for e in 1..20 {
+        add(&s, &entry(2, e, &[1u8; 8 * 1024])).unwrap(); // fills files past the first
+    }
+    s.flush().unwrap();
+    let states = s.entry_log_states().unwrap();
+    let (id, _) = states
+        .iter()
+        .find(|(_, st)| st.sealed && st.ledgers.iter().any(|(l, _)| *l == 1))
+        .expect("ledger 1's file is sealed");
+    let file = log_file(*id);
+    s.close().unwrap();
+    let bytes = fs.contents(&file).unwrap();
+    let at = bytes.windows(8).position(|w| w == b"precious").unwrap();
+    fs.corrupt(&file, at, b"X");
+    let s = open(&fs, &kv, &single_write()).expect("sealed files are not replayed at open");
+    let err = s.read_entry(1, 0).unwrap_err();
+    assert!(matches!(err, StorageError::Corruption { .. }), "{err}");
+    assert!(err.to_string().contains("data file"), "the message names the file: {err}");
+    assert_eq!(s.read_entry(2, 5).unwrap().payload(), &[1u8; 8 * 1024][..]);
+}
