@@ -80,6 +80,8 @@ pub struct Options {
     pub fault_window: (Duration, Duration),
     /// Print the trace as it happens.
     pub verbose: bool,
+    /// The journal bookies' storage mode (`FOLIO_SIM_STORAGE_MODE` by default).
+    pub storage_mode: folio_bookie::StorageMode,
 }
 
 impl Default for Options {
@@ -87,6 +89,7 @@ impl Default for Options {
         Options {
             fault_window: (Duration::from_secs(8), Duration::from_secs(20)),
             verbose: std::env::var_os("FOLIO_SIM_VERBOSE").is_some(),
+            storage_mode: world::storage_mode_from_env(),
         }
     }
 }
@@ -492,8 +495,14 @@ async fn scenario(seed: u64, opts: &Options, sim: Arc<Simulation>, trace: Trace)
     let plan = Plan::draw(&mut rng, opts);
     let plan_text = plan.describe();
     trace.event(format!("seed {seed}: {plan_text}"));
-    let mut world =
-        world::World::start(sim, trace.clone(), &plan.journals, plan.meta_delay_max).await;
+    let mut world = world::World::start(
+        sim,
+        trace.clone(),
+        &plan.journals,
+        plan.meta_delay_max,
+        opts.storage_mode,
+    )
+    .await;
     let model = Model::default();
     let (stop_tx, stop) = watch::channel(false);
     let mut w = start_workloads(&world, &plan, &model, stop);

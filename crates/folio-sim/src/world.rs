@@ -19,7 +19,7 @@ use folio_meta::keys::Keys;
 use folio_rt::sim::Simulation;
 use folio_storage::fs::{CrashPlan, FaultFs};
 use folio_storage::index::MemKv;
-use folio_storage::{Background, Stepper, Storage, StorageConfig, Wake};
+use folio_storage::{Background, Stepper, Storage, StorageConfig, StorageMode, Wake};
 use rand::Rng;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
@@ -102,6 +102,24 @@ pub struct World {
     pub wiped: std::collections::BTreeSet<String>,
     /// What happened to the cluster, by kind (faults, D2 probes), for the report.
     pub counts: BTreeMap<String, u64>,
+    /// The storage mode of the bookies that keep a journal (journal-less ones are
+    /// two-write): [`storage_mode_from_env`].
+    pub storage_mode: StorageMode,
+}
+
+/// How often a wipe tries to remove the bookie's cookie, 500 ms apart, while the store
+/// fails (a metadata fault lasts far less).
+const WIPE_COOKIE_ATTEMPTS_MAX: u32 = 120;
+
+/// The storage mode a run's bookies use: `FOLIO_SIM_STORAGE_MODE` (`two-write` when unset).
+/// Not drawn from the seed, so a seed's scenario stays the same; CI runs seeds in both.
+pub fn storage_mode_from_env() -> StorageMode {
+    match std::env::var("FOLIO_SIM_STORAGE_MODE") {
+        Ok(m) => {
+            StorageMode::parse(&m).unwrap_or_else(|e| panic!("FOLIO_SIM_STORAGE_MODE: {}", e.0))
+        }
+        Err(_) => StorageMode::TwoWrite,
+    }
 }
 
 impl World {
@@ -111,6 +129,7 @@ impl World {
         trace: Trace,
         journals: &[bool],
         meta_delay_max: Duration,
+        storage_mode: StorageMode,
     ) -> World {
         let clock = Arc::new(SimClock::new());
         let config = EmbeddedConfig {
@@ -152,6 +171,7 @@ impl World {
             })
             .collect();
         let mut world = World {
+            storage_mode,
             sim,
             trace,
             clock,
@@ -297,6 +317,9 @@ impl World {
         let mut storage = StorageConfig::small_for_tests(&dir);
         storage.journal.direct_io = false;
         storage.journal.write_data = node.journal;
+        if node.journal {
+            storage.mode = self.storage_mode;
+        }
         storage.clock = self.clock.clone();
         storage.flush_interval = Duration::from_secs(1);
         storage.entry_log_idle_rotation = Duration::from_secs(10);
@@ -331,8 +354,19 @@ impl World {
         node.kv = MemKv::new();
         node.held_at_crash.clear();
         let cookie = self.keys.cookie(&node.id);
-        if let Err(e) = self.meta.delete(&cookie, folio_meta::Expect::Any).await {
-            self.trace.event(format!("{}: its cookie could not be removed: {e}", node.id));
+        // The operator's `format` goes on until the store takes the deletion: a cookie left
+        // behind keeps the empty disk from starting (the store's faults end in time).
+        for attempt in 0..WIPE_COOKIE_ATTEMPTS_MAX {
+            match self.meta.delete(&cookie, folio_meta::Expect::Any).await {
+                Ok(_) => break,
+                Err(e) => {
+                    self.trace.event(format!(
+                        "{}: its cookie could not be removed (attempt {attempt}): {e}",
+                        node.id
+                    ));
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
         }
         self.trace.event(format!("{}: disks wiped", self.bookies[i].id));
         self.wiped.insert(self.bookies[i].id.clone());
@@ -442,8 +476,8 @@ async fn d2_unknown_not_missing(
         let named = m.ensembles.values().any(|e| e.iter().any(|b| b == bookie.id()));
         if named && !bookie.storage().ledger_state(*ledger).is_some_and(|s| s.fenced) {
             found.push(format!(
-                "D3 {}: ledger {ledger}, which it held before its crash, is not fenced after the pre-boot check",
-                bookie.id()
+                "D3 {}: ledger {ledger}, which it held before its crash, is not fenced after the pre-boot check (ensembles {:?}, held {entry}, state {:?})",
+                bookie.id(), m.ensembles, m.state
             ));
         }
         let last = m.ensembles.values().next_back();

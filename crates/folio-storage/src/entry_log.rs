@@ -339,34 +339,63 @@ impl EntryLogReader {
     /// Reads `len` bytes of consecutive entry frames at `offset`; every frame must verify.
     /// The entries share the one buffer read (no copy per entry).
     pub fn read_span(&self, log_id: u64, offset: u64, len: usize) -> Result<Vec<Entry>> {
-        let ctx = || log_name(log_id);
-        let mut buf = vec![0u8; len];
-        self.handle(log_id)?
-            .read_exact_at(&mut buf, offset)
-            .map_err(|e| StorageError::io(ctx(), e))?;
-        self.bytes_read.fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
-        let buf = Bytes::from(buf);
+        let buf = self.read_bytes(log_id, offset, len)?;
         let mut entries = Vec::new();
         let mut at = 0;
         while at < buf.len() {
-            match frame::decode(crc_id(log_id), &buf[at..], true, FRAME_BODY_BYTES_MAX) {
-                Frame::Valid { kind: KIND_ENTRY, body, total } => {
-                    let body =
-                        buf.slice(at + FRAME_HEADER_BYTES..at + FRAME_HEADER_BYTES + body.len());
-                    let e = Entry::decode(body)
-                        .map_err(|e| StorageError::corruption(ctx(), e.to_string()))?;
-                    entries.push(e);
-                    at += total;
-                }
-                other => {
-                    return Err(StorageError::corruption(
-                        ctx(),
-                        format!("at offset {}: {other:?}", offset + at as u64),
-                    ));
-                }
-            }
+            let (e, total) = decode_entry_frame(log_id, &buf, at, offset)?;
+            entries.push(e);
+            at += total;
         }
         Ok(entries)
+    }
+
+    /// Reads `len` bytes at `offset` once and the entry frames starting at `frames` (offsets
+    /// into those bytes, ascending): single-write read-ahead, where a ledger's entries have
+    /// other ledgers' between them. Every frame must verify.
+    pub fn read_frames(
+        &self,
+        log_id: u64,
+        offset: u64,
+        len: usize,
+        frames: &[u64],
+    ) -> Result<Vec<Entry>> {
+        let buf = self.read_bytes(log_id, offset, len)?;
+        frames
+            .iter()
+            .map(|at| decode_entry_frame(log_id, &buf, *at as usize, offset).map(|(e, _)| e))
+            .collect()
+    }
+
+    fn read_bytes(&self, log_id: u64, offset: u64, len: usize) -> Result<Bytes> {
+        let mut buf = vec![0u8; len];
+        self.handle(log_id)?
+            .read_exact_at(&mut buf, offset)
+            .map_err(|e| StorageError::io(log_name(log_id), e))?;
+        self.bytes_read.fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(Bytes::from(buf))
+    }
+}
+
+/// The entry of the frame at `at` in `buf` (read from `offset` of the log), and the frame's
+/// length; a frame that is not a valid entry is corruption.
+fn decode_entry_frame(log_id: u64, buf: &Bytes, at: usize, offset: u64) -> Result<(Entry, usize)> {
+    let ctx = || log_name(log_id);
+    let frame = match buf.get(at..) {
+        Some(rest) => frame::decode(crc_id(log_id), rest, true, FRAME_BODY_BYTES_MAX),
+        None => Frame::Stop(StopReason::Truncated),
+    };
+    match frame {
+        Frame::Valid { kind: KIND_ENTRY, body, total } => {
+            let body = buf.slice(at + FRAME_HEADER_BYTES..at + FRAME_HEADER_BYTES + body.len());
+            let e =
+                Entry::decode(body).map_err(|e| StorageError::corruption(ctx(), e.to_string()))?;
+            Ok((e, total))
+        }
+        other => Err(StorageError::corruption(
+            ctx(),
+            format!("at offset {}: {other:?}", offset + at as u64),
+        )),
     }
 }
 

@@ -143,3 +143,36 @@ fn d1_a_damaged_byte_in_a_sealed_data_file_is_reported_never_returned() {
     assert!(err.to_string().contains("data file"), "the message names the file: {err}");
     assert_eq!(s.read_entry(2, 5).unwrap().payload(), &[1u8; 8 * 1024][..]);
 }
+
+#[test]
+fn catch_up_reads_of_one_ledger_between_others_read_ahead_over_the_gaps_at_most_half_again() {
+    let (fs, kv) = (FaultFs::new(), MemKv::new());
+    let mut c = single_write();
+    c.journal.file_bytes_max = 1024 * 1024;
+    c.read_cache_bytes = 1024 * 1024;
+    c.read_ahead_bytes = 256 * 1024;
+    let s = open(&fs, &kv, &c).unwrap();
+    // Ledger 1's entries alternate with ledger 2's smaller ones in the same data file.
+    let (big, small) = (vec![1u8; 4000], vec![2u8; 1000]);
+    for e in 0..100 {
+        add(&s, &entry(1, e, &big)).unwrap();
+        add(&s, &entry(2, e, &small)).unwrap();
+    }
+    s.close().unwrap();
+    let s = open(&fs, &kv, &c).unwrap();
+    let before = s.entry_log_bytes_read();
+    assert_eq!(s.read_entry(1, 0).unwrap().payload(), &big[..]);
+    let first_read = s.entry_log_bytes_read() - before;
+    assert!(first_read > 10 * 4000, "the first read loaded the entries after it: {first_read}");
+    let mut served = 0;
+    for e in 0..100 {
+        served += entry(1, e, &big).encoded_len() as u64;
+        assert_eq!(s.read_entry(1, e).unwrap().payload(), &big[..], "entry {e}");
+    }
+    let read = s.entry_log_bytes_read() - before;
+    assert!(read as f64 <= served as f64 * 1.5, "read {read} bytes for {served} served");
+    // Ledger 2 reads back too.
+    for e in 0..100 {
+        assert_eq!(s.read_entry(2, e).unwrap().payload(), &small[..]);
+    }
+}

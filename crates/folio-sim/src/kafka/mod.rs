@@ -474,7 +474,9 @@ async fn scenario(seed: u64, sim: Arc<Simulation>, trace: Trace) -> Outcome {
     let plan_text = format!("{plan:?}");
     trace.event(format!("seed {seed}: {plan_text}"));
     let journals = vec![true; plan.bookies];
-    let mut world = World::start(sim, trace.clone(), &journals, Duration::from_millis(1)).await;
+    let mode = crate::world::storage_mode_from_env();
+    let mut world =
+        World::start(sim, trace.clone(), &journals, Duration::from_millis(1), mode).await;
     let mut brokers: Vec<BrokerNode> = (1..=plan.brokers)
         .map(|id| BrokerNode {
             id,

@@ -1,5 +1,9 @@
 use super::*;
 
+/// Read-ahead in an interleaved file reads at most this share of other ledgers' bytes on
+/// top of the entries it loads (read amplification <= 1.5).
+const READ_AHEAD_GAP_MAX_OF_USEFUL: f64 = 0.5;
+
 /// A read from disk in progress (see `Inner::reads_from_disk`): registered for its life.
 pub(super) struct ReadingFromDisk<'a> {
     inner: &'a Inner,
@@ -204,6 +208,11 @@ impl Inner {
         let mut span_end =
             first.offset + (crate::frame::FRAME_HEADER_BYTES as u64) + u64::from(first.len);
         let span_start = span_end;
+        // The entries to load, where they start in the span. In single-write mode a ledger's
+        // entries sit between other ledgers' in a data file: the span may step over those,
+        // as long as it reads at most `READ_AHEAD_GAP_MAX_OF_USEFUL` more bytes than it loads.
+        let mut offsets = Vec::new();
+        let mut useful = 0u64;
         // Up to the first entry the cache holds: a read that overtook this one (a reader
         // with reads in flight) read it and its read-ahead already.
         let cache = self.read_cache.lock().expect("read cache lock");
@@ -212,20 +221,26 @@ impl Inner {
             let cached =
                 index::parse_location_key(&k).is_ok_and(|(_, e)| cache.contains(ledger_id, e));
             let len = crate::frame::FRAME_HEADER_BYTES as u64 + u64::from(loc.len);
+            let covering = loc.offset.saturating_add(len).saturating_sub(span_start);
+            let gaps = covering.saturating_sub(useful + len);
             if cached
                 || loc.log_id != first.log_id
-                || loc.offset != span_end
-                || span_end + len - span_start > bytes_max
+                || loc.offset < span_end
+                || covering > bytes_max
+                || gaps as f64 > (useful + len) as f64 * READ_AHEAD_GAP_MAX_OF_USEFUL
             {
                 break;
             }
-            span_end += len;
+            offsets.push(loc.offset - span_start);
+            useful += len;
+            span_end = loc.offset + len;
         }
         drop(cache);
-        if span_end == span_start {
+        if offsets.is_empty() {
             return;
         }
-        match self.reader.read_span(first.log_id, span_start, (span_end - span_start) as usize) {
+        let len = (span_end - span_start) as usize;
+        match self.reader.read_frames(first.log_id, span_start, len, &offsets) {
             Ok(entries) => {
                 let mut rc = self.read_cache.lock().expect("read cache lock");
                 for e in entries {
