@@ -9,8 +9,9 @@
 //! lease expires, broker 2 sees it, opens the partitions: fences and recovers their
 //! ledgers).
 //!
-//! Then the backlog phase (`--phase backlog` alone): for 1 and 3 bookies and for 1 KiB and
-//! 100 B records, produce N records (1 M with `--quick`, 4 M without) to one partition,
+//! Then the backlog phase (`--phase backlog` alone): for each storage mode (`--mode` picks
+//! one; lines say `mode=`), for 1 and 3 bookies and for 1 KiB and 100 B records (1 KiB only
+//! with `--quick`), produce N records (1 M with `--quick`, 4 M without) to one partition,
 //! then a fresh consumer reads them from offset 0: `backlog_consume_mb_per_s`,
 //! `ratio_vs_produce` (against the produce rate of the same run), the time to the first
 //! record from offset 0 (`first_record_ms_from_backlog`), the middle and the newest ledger
@@ -66,6 +67,10 @@ pub struct Args {
     /// same run (`ratio_vs_plaintext`).
     #[arg(long)]
     tls: bool,
+    /// The backlog phase in this storage mode only (`single-write` or `two-write`); both
+    /// by default.
+    #[arg(long)]
+    mode: Option<String>,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -94,11 +99,19 @@ async fn run_async(args: Args) -> Result<(), String> {
     }
     if matches!(args.phase.as_str(), "all" | "backlog") {
         let records = if args.run.quick { 1_000_000 } else { 4_000_000 };
-        for (bookies, record_bytes) in [(1, 1024), (3, 1024), (1, 100), (3, 100)] {
-            let dir = tmp.path().join(format!("backlog-{bookies}-{record_bytes}"));
-            backlog(&driver, &dir, bookies, records, record_bytes).await?;
-            std::fs::remove_dir_all(&dir)
-                .map_err(|e| format!("removing {}: {e}", dir.display()))?;
+        let setups: &[(usize, usize)] = if args.run.quick {
+            &[(1, 1024), (3, 1024)]
+        } else {
+            &[(1, 1024), (3, 1024), (1, 100), (3, 100)]
+        };
+        for mode in super::storage_modes(args.mode.as_deref())? {
+            for (bookies, record_bytes) in setups.iter().copied() {
+                let dir =
+                    tmp.path().join(format!("backlog-{}-{bookies}-{record_bytes}", mode.name()));
+                backlog(&driver, &dir, mode, bookies, records, record_bytes).await?;
+                std::fs::remove_dir_all(&dir)
+                    .map_err(|e| format!("removing {}: {e}", dir.display()))?;
+            }
         }
     }
     Ok(())
@@ -363,12 +376,14 @@ const PARTITIONS: usize = 4;
 async fn backlog(
     driver: &Path,
     dir: &Path,
+    mode: folio_bookie::StorageMode,
     n_bookies: usize,
     records: u64,
     record_bytes: usize,
 ) -> Result<(), String> {
     let topic = "backlog";
-    let (client, bookies, meta) = cluster(dir, n_bookies).await?;
+    let (client, bookies, meta) =
+        super::ledger::cluster_tuned(dir, n_bookies, |c| c.storage.mode = mode).await?;
     let env = super::log_env(meta, client);
     // About eight ledgers of backlog, so reads cross ledger boundaries.
     let backlog_bytes = records * record_bytes as u64;
@@ -424,7 +439,8 @@ async fn backlog(
         _ => "unknown".into(),
     };
     println!(
-        "setup=backlog bookies={n_bookies} replication={n_bookies} record_bytes={record_bytes} records={records} ledgers={} produce_mb_per_s={produce_mb:.1} backlog_consume_mb_per_s={consume_mb:.1} ratio_vs_produce={:.2} first_record_ms_from_backlog={:.1} first_record_ms_from_backlog_middle={:.1} first_record_ms_from_backlog_newest_ledger={:.1} first_record_ms_after_restart_start={:.1} first_record_ms_after_restart_middle={:.1} first_record_ms_after_restart_newest_ledger={:.1} served_mb={:.1} read_amplification={:.2} rchar_per_byte_served={rchar} consumer_cpu_share={client_cpu:.2} batch_bytes_avg={batch_bytes} fetches={n_fetches} fetch_ms_mean={fetch_ms:.1}",
+        "setup=backlog mode={} bookies={n_bookies} replication={n_bookies} record_bytes={record_bytes} records={records} ledgers={} produce_mb_per_s={produce_mb:.1} backlog_consume_mb_per_s={consume_mb:.1} ratio_vs_produce={:.2} first_record_ms_from_backlog={:.1} first_record_ms_from_backlog_middle={:.1} first_record_ms_from_backlog_newest_ledger={:.1} first_record_ms_after_restart_start={:.1} first_record_ms_after_restart_middle={:.1} first_record_ms_after_restart_newest_ledger={:.1} served_mb={:.1} read_amplification={:.2} rchar_per_byte_served={rchar} consumer_cpu_share={client_cpu:.2} batch_bytes_avg={batch_bytes} fetches={n_fetches} fetch_ms_mean={fetch_ms:.1}",
+        mode.name(),
         info.ledgers.len(),
         consume_mb / produce_mb,
         first_at(offsets[0])?,
