@@ -466,7 +466,7 @@ async fn named_in_store(
         let key = keys.ledger(*ledger);
         let Ok(Some(v)) = store.get(&key).await else { continue };
         let Ok(m) = LedgerMetadata::decode(&key, &v.value) else { continue };
-        if m.ensembles.values().any(|e| e.iter().any(|b| *b == node.id)) {
+        if m.ensembles.values().any(|e| e.contains(&node.id)) {
             named.insert(*ledger);
         }
     }
