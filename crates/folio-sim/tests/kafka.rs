@@ -10,15 +10,18 @@ const CI_SEEDS: std::ops::Range<u64> = 0..60;
 const PARTS: u64 = 2;
 
 fn run_part(part: u64) {
-    let all = seeds("FOLIO_SIM_KAFKA_SEEDS", CI_SEEDS);
-    let mine: Vec<u64> = all.iter().copied().filter(|s| s % PARTS == part).collect();
-    let opts = Options::default();
+    run_part_of(seeds("FOLIO_SIM_KAFKA_SEEDS", CI_SEEDS), PARTS, part, &Options::default());
+}
+
+/// Runs the seeds of `all` that are `part` mod `parts`.
+fn run_part_of(all: Vec<u64>, parts: u64, part: u64, opts: &Options) {
+    let mine: Vec<u64> = all.iter().copied().filter(|s| s % parts == part).collect();
     let started = std::time::Instant::now();
     let mut failed: Vec<Report> = Vec::new();
     let mut sim_secs = 0.0;
     let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
     for seed in &mine {
-        let r = run_kafka(*seed, &opts);
+        let r = run_kafka(*seed, opts);
         sim_secs += r.sim_time.as_secs_f64();
         for (k, v) in &r.counts {
             *counts.entry(k.clone()).or_default() += v;
@@ -43,9 +46,20 @@ fn run_part(part: u64) {
     eprintln!("kafka part {part}: {counts:?}");
     assert!(
         failed.is_empty(),
-        "failing seeds: {:?} (replay one with FOLIO_SIM_KAFKA_SEEDS=<seed> FOLIO_SIM_VERBOSE=1)",
-        failed.iter().map(|r| r.seed).collect::<Vec<_>>()
+        "failing seeds: {:?} (replay one with FOLIO_SIM_STORAGE_MODE={} FOLIO_SIM_KAFKA_SEEDS=<seed> FOLIO_SIM_VERBOSE=1)",
+        failed.iter().map(|r| r.seed).collect::<Vec<_>>(),
+        opts.storage_mode.name()
     );
+}
+
+/// Seeds CI runs with single-write bookies (`FOLIO_SIM_KAFKA_SINGLE_WRITE_SEEDS` for others).
+const SINGLE_WRITE_CI_SEEDS: std::ops::Range<u64> = 0..60;
+
+#[test]
+fn kafka_single_write_seeds() {
+    let opts =
+        Options { storage_mode: folio_bookie::StorageMode::SingleWrite, ..Options::default() };
+    run_part_of(seeds("FOLIO_SIM_KAFKA_SINGLE_WRITE_SEEDS", SINGLE_WRITE_CI_SEEDS), 1, 0, &opts);
 }
 
 #[test]

@@ -11,16 +11,19 @@ const PARTS: u64 = 4;
 const LONG_RUN_CI_SEEDS: std::ops::Range<u64> = 1000..1004;
 
 fn run_part(part: u64) {
-    let all = seeds("FOLIO_SIM_SEEDS", CI_SEEDS);
-    let mine: Vec<u64> = all.iter().copied().filter(|s| s % PARTS == part).collect();
-    let opts = Options::default();
+    run_part_of(seeds("FOLIO_SIM_SEEDS", CI_SEEDS), PARTS, part, &Options::default());
+}
+
+/// Runs the seeds of `all` that are `part` mod `parts`.
+fn run_part_of(all: Vec<u64>, parts: u64, part: u64, opts: &Options) {
+    let mine: Vec<u64> = all.iter().copied().filter(|s| s % parts == part).collect();
     let started = std::time::Instant::now();
     let mut failed: Vec<Report> = Vec::new();
     let mut sim_secs = 0.0;
     let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
     let mut combined: u64 = 0;
     for seed in &mine {
-        let r = run(*seed, &opts);
+        let r = run(*seed, opts);
         combined = combined.rotate_left(7) ^ (u64::from(r.checksum.0) << 20 ^ r.checksum.1);
         sim_secs += r.sim_time.as_secs_f64();
         for (k, v) in &r.counts {
@@ -32,8 +35,9 @@ fn run_part(part: u64) {
         }
     }
     let took = started.elapsed().as_secs_f64();
+    let mode = opts.storage_mode.name();
     eprintln!(
-        "part {part}: {} seeds in {took:.1} s ({:.2} seeds/s, {sim_secs:.0} simulated s), {} failed",
+        "part {part} ({mode}): {} seeds in {took:.1} s ({:.2} seeds/s, {sim_secs:.0} simulated s), {} failed",
         mine.len(),
         mine.len() as f64 / took.max(1e-9),
         failed.len()
@@ -42,9 +46,29 @@ fn run_part(part: u64) {
     eprintln!("part {part}: traces' combined checksum {combined:016x}");
     assert!(
         failed.is_empty(),
-        "failing seeds: {:?} (replay one with FOLIO_SIM_SEEDS=<seed> FOLIO_SIM_VERBOSE=1)",
+        "failing seeds: {:?} (replay one with FOLIO_SIM_STORAGE_MODE={mode} FOLIO_SIM_SEEDS=<seed> FOLIO_SIM_VERBOSE=1)",
         failed.iter().map(|r| r.seed).collect::<Vec<_>>()
     );
+}
+
+/// Seeds CI runs with single-write bookies (`FOLIO_SIM_SINGLE_WRITE_SEEDS` for others): the
+/// same scenarios, the journal's files as the data files (#47).
+const SINGLE_WRITE_CI_SEEDS: std::ops::Range<u64> = 0..200;
+
+fn run_single_write_part(part: u64) {
+    let opts =
+        Options { storage_mode: folio_bookie::StorageMode::SingleWrite, ..Options::default() };
+    run_part_of(seeds("FOLIO_SIM_SINGLE_WRITE_SEEDS", SINGLE_WRITE_CI_SEEDS), 2, part, &opts);
+}
+
+#[test]
+fn single_write_seeds_part_0() {
+    run_single_write_part(0);
+}
+
+#[test]
+fn single_write_seeds_part_1() {
+    run_single_write_part(1);
 }
 
 #[test]

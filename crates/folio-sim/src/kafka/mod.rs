@@ -227,7 +227,9 @@ fn crash_broker(world: &World, node: &mut BrokerNode) {
 
 /// Runs one seed of the Kafka scenario.
 pub fn run_kafka(seed: u64, opts: &Options) -> Report {
-    crate::run_scenario(seed, opts, |seed, _opts, sim, trace| Box::pin(scenario(seed, sim, trace)))
+    crate::run_scenario(seed, opts, |seed, opts, sim, trace| {
+        Box::pin(scenario(seed, opts.storage_mode, sim, trace))
+    })
 }
 
 /// Which link a fault cut, and when it heals.
@@ -468,13 +470,17 @@ async fn create_topic(node: &mut Node, topic: &str, partitions: i32, trace: &Tra
     false
 }
 
-async fn scenario(seed: u64, sim: Arc<Simulation>, trace: Trace) -> Outcome {
+async fn scenario(
+    seed: u64,
+    mode: folio_bookie::StorageMode,
+    sim: Arc<Simulation>,
+    trace: Trace,
+) -> Outcome {
     let mut rng = SmallRng::seed_from_u64(seed ^ 0x6b61_666b_6100_0000);
     let plan = KafkaPlan::draw(&mut rng);
     let plan_text = format!("{plan:?}");
     trace.event(format!("seed {seed}: {plan_text}"));
     let journals = vec![true; plan.bookies];
-    let mode = crate::world::storage_mode_from_env();
     let mut world =
         World::start(sim, trace.clone(), &journals, Duration::from_millis(1), mode).await;
     let mut brokers: Vec<BrokerNode> = (1..=plan.brokers)
