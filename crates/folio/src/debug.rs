@@ -17,6 +17,9 @@ pub enum Debug {
         data_dir: PathBuf,
         #[arg(long, default_value_t = 512)]
         entry_bytes: usize,
+        /// The storage mode: `two-write` (the default) or `single-write`.
+        #[arg(long, default_value = "two-write")]
+        mode: String,
     },
     /// Commits transactions to an embedded metadata store until killed: transaction `n`
     /// creates `a/<n>` and `b/<n>` together; prints `committed <n>` after each, and
@@ -34,7 +37,7 @@ pub fn payload(ledger_id: u64, entry_id: i64, bytes: usize) -> Vec<u8> {
 
 pub fn run(what: Debug) -> Result<(), String> {
     match what {
-        Debug::Load { data_dir, entry_bytes } => load(data_dir, entry_bytes),
+        Debug::Load { data_dir, entry_bytes, mode } => load(data_dir, entry_bytes, &mode),
         Debug::MetaLoad { dir } => meta_load(dir),
     }
 }
@@ -68,9 +71,10 @@ fn meta_load(dir: PathBuf) -> Result<(), String> {
     })
 }
 
-fn load(data_dir: PathBuf, entry_bytes: usize) -> Result<(), String> {
-    let storage =
-        Storage::open_default(StorageConfig::new(&data_dir)).map_err(|e| e.to_string())?;
+fn load(data_dir: PathBuf, entry_bytes: usize, mode: &str) -> Result<(), String> {
+    let mut config = StorageConfig::new(&data_dir);
+    config.mode = folio_bookie::StorageMode::parse(mode).map_err(|e| e.0)?;
+    let storage = Storage::open_default(config).map_err(|e| e.to_string())?;
     let key = [3u8; 20];
     let (tx, rx) = mpsc::sync_channel::<String>(1024);
     let printer = std::thread::spawn(move || {

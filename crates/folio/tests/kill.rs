@@ -7,7 +7,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use folio_bookie::{Storage, StorageConfig};
+use folio_bookie::{Storage, StorageConfig, StorageMode};
 use folio_proto::Status;
 
 const ENTRY_BYTES: usize = 512;
@@ -17,9 +17,14 @@ fn payload(ledger_id: u64, entry_id: i64) -> Vec<u8> {
 }
 
 /// Runs the loader until it printed `n_acks` acknowledgements, then SIGKILLs it.
-fn load_and_kill(dir: &std::path::Path, n_acks: usize) -> (Vec<(u64, i64)>, bool) {
+fn load_and_kill(
+    dir: &std::path::Path,
+    n_acks: usize,
+    mode: StorageMode,
+) -> (Vec<(u64, i64)>, bool) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))
         .args(["--log", "warn", "debug", "load", "--entry-bytes", &ENTRY_BYTES.to_string()])
+        .args(["--mode", mode.name()])
         .arg("--data-dir")
         .arg(dir)
         .stdout(Stdio::piped())
@@ -47,16 +52,26 @@ fn load_and_kill(dir: &std::path::Path, n_acks: usize) -> (Vec<(u64, i64)>, bool
 
 #[test]
 fn d1_d3_acked_entries_and_fences_survive_sigkill() {
+    acked_entries_and_fences_survive_sigkill(StorageMode::TwoWrite);
+}
+
+#[test]
+fn d1_d3_acked_entries_and_fences_survive_sigkill_in_single_write_mode() {
+    acked_entries_and_fences_survive_sigkill(StorageMode::SingleWrite);
+}
+
+fn acked_entries_and_fences_survive_sigkill(mode: StorageMode) {
     let tmp = tempfile::tempdir().unwrap();
     let mut all_acked = Vec::new();
     let mut fenced = false;
     for n_acks in [3000, 6000] {
-        let (acked, f) = load_and_kill(tmp.path(), n_acks);
+        let (acked, f) = load_and_kill(tmp.path(), n_acks, mode);
         assert!(acked.len() >= n_acks, "loader exited early");
         all_acked.extend(acked);
         fenced |= f;
     }
-    let storage = Storage::open_default(StorageConfig::new(tmp.path())).unwrap();
+    let storage =
+        Storage::open_default(StorageConfig { mode, ..StorageConfig::new(tmp.path()) }).unwrap();
     for (l, e) in &all_acked {
         let got =
             storage.read_entry(*l, *e).unwrap_or_else(|err| panic!("acked {l}/{e} lost: {err}"));

@@ -12,9 +12,10 @@ use folio_client::BookieConnection;
 use folio_proto::wire::{Request, Response};
 use folio_proto::{Entry, EntryHeader, Status};
 
-fn start(dir: &std::path::Path, port: u16) -> (Child, SocketAddr) {
+fn start(dir: &std::path::Path, port: u16, mode: &str) -> (Child, SocketAddr) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))
         .args(["--log", "warn", "bookie", "--bookie-id", "b1"])
+        .args(["--override", &format!("storage.mode=\"{mode}\"")])
         .arg("--data-dir")
         .arg(dir.join("bookie"))
         .arg("--metadata")
@@ -40,9 +41,18 @@ fn entry(l: u64, e: i64) -> Bytes {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d1_a_sigkilled_bookie_serves_every_acknowledged_entry_after_restart() {
+    sigkilled_bookie_serves_every_acknowledged_entry_after_restart("two-write").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d1_a_sigkilled_single_write_bookie_serves_every_acknowledged_entry_after_restart() {
+    sigkilled_bookie_serves_every_acknowledged_entry_after_restart("single-write").await;
+}
+
+async fn sigkilled_bookie_serves_every_acknowledged_entry_after_restart(mode: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let (mut child, addr) = start(tmp.path(), port);
+    let (mut child, addr) = start(tmp.path(), port, mode);
     let conn = Arc::new(BookieConnection::connect(addr, 512).await.unwrap());
     let acked = Arc::new(Mutex::new(Vec::new()));
     let enough = Arc::new(tokio::sync::Notify::new());
@@ -89,7 +99,7 @@ async fn d1_a_sigkilled_bookie_serves_every_acknowledged_entry_after_restart() {
     let acked = acked.lock().unwrap().clone();
     assert!(acked.len() >= 4000);
 
-    let (mut child, addr) = start(tmp.path(), port);
+    let (mut child, addr) = start(tmp.path(), port, mode);
     let conn = BookieConnection::connect(addr, 512).await.unwrap();
     for (l, e) in &acked {
         let r =
