@@ -502,9 +502,13 @@ async fn d2_unknown_not_missing(
         let Ok(Some(v)) = meta.get(&key).await else { continue };
         let Ok(m) = LedgerMetadata::decode(&key, &v.value) else { continue };
         // D3 after a possible loss: the pre-boot check fenced every ledger this bookie was
-        // in an ensemble of when it started, so no writer adds to what it may have lost. (A
-        // recovery that names it in a new ensemble afterwards writes with recovery adds.)
+        // in an ensemble of when it started and still is, so no writer adds to what it may
+        // have lost. (A recovery that names it in a new ensemble afterwards writes with
+        // recovery adds; an ensemble change that dropped it meanwhile took it out of the
+        // ledger before the check's listing.)
+        let named_now = m.ensembles.values().any(|e| e.contains(&bookie.id().to_string()));
         if named_at_start.contains(ledger)
+            && named_now
             && !bookie.storage().ledger_state(*ledger).is_some_and(|s| s.fenced)
         {
             found.push(format!(

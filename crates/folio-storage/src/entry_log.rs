@@ -367,6 +367,16 @@ impl EntryLogReader {
             .collect()
     }
 
+    /// Asks the kernel to read `len` bytes at `offset` of a log into the page cache in the
+    /// background (the next read-ahead window of a sequential reader). Best effort.
+    pub fn prefetch(&self, log_id: u64, offset: u64, len: u64) {
+        if let Ok(h) = self.handle(log_id)
+            && let Err(e) = h.will_need(offset, len)
+        {
+            tracing::debug!(error = %e, log_id, "prefetch hint failed");
+        }
+    }
+
     fn read_bytes(&self, log_id: u64, offset: u64, len: usize) -> Result<Bytes> {
         let mut buf = vec![0u8; len];
         self.handle(log_id)?

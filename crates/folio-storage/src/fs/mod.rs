@@ -61,6 +61,11 @@ pub trait FileHandle: Send + Sync + Debug {
     fn len(&self) -> io::Result<u64>;
     fn set_len(&self, len: u64) -> io::Result<()>;
     fn is_direct(&self) -> bool;
+    /// Tells the kernel `len` bytes at `offset` will be read soon, so it reads them into the
+    /// page cache in the background. A hint: nothing to do where there is no page cache.
+    fn will_need(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
     /// Starts writing back `len` bytes at `offset` and lets the page cache drop them once
     /// written, without waiting. A hint: durability still needs `sync_data`.
     fn start_writeback(&self, _offset: u64, _len: u64) -> io::Result<()> {

@@ -38,6 +38,11 @@ impl FileHandle for RealFile {
     fn is_direct(&self) -> bool {
         self.direct
     }
+    fn will_need(&self, offset: u64, len: u64) -> io::Result<()> {
+        let len = std::num::NonZeroU64::new(len);
+        rustix::fs::fadvise(&self.file, offset, len, rustix::fs::Advice::WillNeed)
+            .map_err(io::Error::from)
+    }
     fn start_writeback(&self, offset: u64, len: u64) -> io::Result<()> {
         // POSIX_FADV_DONTNEED on Linux starts asynchronous writeback of the range's dirty
         // pages (and drops the clean ones).

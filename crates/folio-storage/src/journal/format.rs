@@ -81,6 +81,19 @@ pub enum JournalRecord {
     },
 }
 
+impl JournalRecord {
+    /// The ledger a record is about (`None` for the journal's own records).
+    pub fn ledger_id(&self) -> Option<LedgerId> {
+        match self {
+            JournalRecord::Entry(e) => Some(e.ledger_id()),
+            JournalRecord::MasterKey { ledger_id, .. }
+            | JournalRecord::Fence { ledger_id }
+            | JournalRecord::ExplicitLac { ledger_id, .. } => Some(*ledger_id),
+            JournalRecord::FileEnd { .. } | JournalRecord::SyncMark { .. } => None,
+        }
+    }
+}
+
 fn u32_at(b: &[u8], at: usize) -> u32 {
     let mut w = [0u8; 4];
     w.copy_from_slice(&b[at..at + 4]);

@@ -700,6 +700,14 @@ impl Writer {
             fail_all(group.drain(..).filter_map(|(_, cb)| cb), &reason);
             return Written::empty(self.file().clone(), self.position());
         }
+        if self.located.is_some() {
+            // Single-write: the group's records are the data. Grouped by ledger (a stable
+            // sort: each ledger's records keep their order; no order between ledgers is
+            // promised), a catch-up read of one ledger finds runs of its entries instead of
+            // every entry between other ledgers'. The group is written and synced as one,
+            // and acknowledged only after that, so nothing else changes.
+            group.sort_by_key(|(record, _)| record.ledger_id());
+        }
         let mut callbacks = Vec::with_capacity(group.len());
         let mut located = Vec::new();
         let mut bytes = 0;

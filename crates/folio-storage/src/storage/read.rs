@@ -242,6 +242,10 @@ impl Inner {
         let len = (span_end - span_start) as usize;
         match self.reader.read_frames(first.log_id, span_start, len, &offsets) {
             Ok(entries) => {
+                // A sequential reader comes back for the window after this one: the kernel
+                // reads it meanwhile. Data files are written with O_DIRECT, so unlike an
+                // entry log just flushed through the page cache, nothing of them is there.
+                self.reader.prefetch(first.log_id, span_end, bytes_max);
                 let mut rc = self.read_cache.lock().expect("read cache lock");
                 for e in entries {
                     rc.insert(e);

@@ -123,13 +123,7 @@ impl Inner {
         let single_write = self.config.mode == StorageMode::SingleWrite;
         let mut apply = |record: JournalRecord, at: JournalPosition| -> Result<()> {
             // Records of a ledger deleted since are dropped: it is never created again.
-            let ledger_id = match &record {
-                JournalRecord::Entry(e) => Some(e.ledger_id()),
-                JournalRecord::MasterKey { ledger_id, .. }
-                | JournalRecord::Fence { ledger_id }
-                | JournalRecord::ExplicitLac { ledger_id, .. } => Some(*ledger_id),
-                JournalRecord::FileEnd { .. } | JournalRecord::SyncMark { .. } => None,
-            };
+            let ledger_id = record.ledger_id();
             if ledger_id
                 .is_some_and(|l| self.tombstones.lock().expect("tombstones lock").contains(l))
             {
