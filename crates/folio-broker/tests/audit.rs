@@ -192,9 +192,13 @@ async fn l1_right_after_a_normal_deletion_the_audit_finds_data_awaiting_gc_not_o
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         trash.run_once().await.unwrap();
-        let left = folio_meta::list_all(s.cluster.meta.as_ref(), &Keys::default().trash()).await;
+        // Logs first: the controller moves a log into the trash in one transaction, so once
+        // the log is gone its ledgers are in the trash. Listed the other way round, that
+        // transaction could land between the two listings (the trash looked empty before it,
+        // the log was gone after it) and the loop ended with the ledger still in the trash.
         let logs = folio_meta::list_all(s.cluster.meta.as_ref(), &Keys::default().logs()).await;
-        if left.unwrap().is_empty() && logs.unwrap().is_empty() {
+        let left = folio_meta::list_all(s.cluster.meta.as_ref(), &Keys::default().trash()).await;
+        if logs.unwrap().is_empty() && left.unwrap().is_empty() {
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "the deletion did not finish");

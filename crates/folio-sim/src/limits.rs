@@ -7,6 +7,10 @@ use std::time::Duration;
 /// TCP window does).
 pub const WATCH_HELD_MAX: usize = 1024;
 
+/// How often a wipe tries to remove the bookie's cookie, 500 ms apart, while the store
+/// fails (a metadata fault lasts far less).
+pub const WIPE_COOKIE_ATTEMPTS_MAX: u32 = 120;
+
 /// Lines of trace kept for a failure report.
 pub const TRACE_LINES_MAX: usize = 400;
 

@@ -107,10 +107,6 @@ pub struct World {
     pub storage_mode: StorageMode,
 }
 
-/// How often a wipe tries to remove the bookie's cookie, 500 ms apart, while the store
-/// fails (a metadata fault lasts far less).
-const WIPE_COOKIE_ATTEMPTS_MAX: u32 = 120;
-
 /// The storage mode a run's bookies use: `FOLIO_SIM_STORAGE_MODE` (`two-write` when unset).
 /// Not drawn from the seed, so a seed's scenario stays the same; CI runs seeds in both.
 pub fn storage_mode_from_env() -> StorageMode {
@@ -366,7 +362,7 @@ impl World {
         let cookie = self.keys.cookie(&node.id);
         // The operator's `format` goes on until the store takes the deletion: a cookie left
         // behind keeps the empty disk from starting (the store's faults end in time).
-        for attempt in 0..WIPE_COOKIE_ATTEMPTS_MAX {
+        for attempt in 0..crate::limits::WIPE_COOKIE_ATTEMPTS_MAX {
             match self.meta.delete(&cookie, folio_meta::Expect::Any).await {
                 Ok(_) => break,
                 Err(e) => {

@@ -370,10 +370,7 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
             "gc.major_threshold" => c.gc.major_threshold = float()?,
             "gc.major_interval_ms" => c.gc.major_interval = ms(int()?),
             "gc.compaction_bytes_per_s" => c.gc.compaction_bytes_per_s = int()?,
-            "storage.mode" => {
-                let name = v.as_str().ok_or("storage.mode must be a string")?;
-                c.storage.mode = folio_bookie::StorageMode::parse(name).map_err(|e| e.0)?;
-            }
+            "storage.mode" => c.storage.mode = storage_mode(v)?,
             "write_cache_bytes" => c.storage.write_cache_bytes = int()? as usize,
             "write_cache_throttle_ms" => c.storage.write_cache_throttle_max = ms(int()?),
             "entry_log_bytes_max" => c.storage.entry_log_bytes_max = int()?,
@@ -405,6 +402,12 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
     }
     c.validate()?;
     Ok(Resolved { bookie: c, metadata, etcd, http_listen, http_access, autorecovery })
+}
+
+/// The value of `storage.mode`.
+fn storage_mode(v: &toml::Value) -> Result<folio_bookie::StorageMode, String> {
+    let name = v.as_str().ok_or("storage.mode must be a string")?;
+    folio_bookie::StorageMode::parse(name).map_err(|e| e.0)
 }
 
 pub fn run(args: Args) -> Result<(), String> {

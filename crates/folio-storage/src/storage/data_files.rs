@@ -19,6 +19,11 @@
 //! anything for `entry_log_idle_rotation` and a file not sealed holds indexed bytes, the
 //! flush has the journal rotate first (`Journal::rotate`), so it seals that file.
 //!
+//! Reads: the journal groups each written group's records by ledger, so one ledger's
+//! entries come in runs (about `group_bytes_max` divided by the ledgers writing); read-ahead
+//! steps over other ledgers' runs while that reads at most half again what it loads, and
+//! asks the kernel for the next window (data files bypass the page cache when written).
+//!
 //! A data file's log id (in locations and states) is `index::data_file_log_id(file_id)`.
 //! Compaction copies live entries out into entry logs, sorted by ledger, as in two-write
 //! mode. Files are never recycled: GC deletes them.

@@ -67,36 +67,7 @@ impl Storage {
             log_dir,
         });
         recovery.journal = inner.replay_journal(replay_from)?;
-        let single_write = inner.config.mode == StorageMode::SingleWrite;
-        let journal = Journal::start(
-            inner.fs.clone(),
-            inner.config.journal_dir.clone(),
-            inner.config.journal.clone(),
-            &recovery.journal,
-            inner.poison.clone(),
-            inner.config.stepped().cloned(),
-            single_write.then(|| Located::hook(inner.located.clone())),
-        )?;
-        let mark = journal.written_mark();
-        inner.journal.set(journal).expect("journal set once");
-        if single_write {
-            // Everything replayed is indexed; this flush seals the files before the new one
-            // and moves the checkpoint to it.
-            inner.flush_now()?;
-        } else {
-            // The index learns the checkpoint before the journal's file does
-            // (index::META_CHECKPOINT).
-            let mut b = KvBatch::default();
-            b.put(
-                Table::Meta,
-                index::META_CHECKPOINT.to_vec(),
-                journal::format::encode_checkpoint(mark).to_vec(),
-            );
-            inner.kv.commit(b)?;
-            journal::write_checkpoint(inner.fs.as_ref(), &inner.config.journal_dir, mark)?;
-            inner.journal().release_before(mark.file_id);
-            inner.flush.lock().expect("flush lock").last_mark = Some(mark);
-        }
+        inner.start_journal(&recovery.journal)?;
         let flusher = if inner.config.stepped().is_some() {
             None // the opener flushes through its `Stepper`
         } else {
@@ -118,6 +89,41 @@ impl Storage {
 }
 
 impl Inner {
+    /// Starts the journal after replay, and moves the checkpoint to the new file it opened.
+    fn start_journal(&self, replayed: &ReplayReport) -> Result<()> {
+        let single_write = self.config.mode == StorageMode::SingleWrite;
+        let journal = Journal::start(
+            self.fs.clone(),
+            self.config.journal_dir.clone(),
+            self.config.journal.clone(),
+            replayed,
+            self.poison.clone(),
+            self.config.stepped().cloned(),
+            single_write.then(|| Located::hook(self.located.clone())),
+        )?;
+        let mark = journal.written_mark();
+        self.journal.set(journal).expect("journal set once");
+        if single_write {
+            // Everything replayed is indexed; this flush seals the files before the new one
+            // and moves the checkpoint to it.
+            self.flush_now()?;
+        } else {
+            // The index learns the checkpoint before the journal's file does
+            // (index::META_CHECKPOINT).
+            let mut b = KvBatch::default();
+            b.put(
+                Table::Meta,
+                index::META_CHECKPOINT.to_vec(),
+                journal::format::encode_checkpoint(mark).to_vec(),
+            );
+            self.kv.commit(b)?;
+            journal::write_checkpoint(self.fs.as_ref(), &self.config.journal_dir, mark)?;
+            self.journal().release_before(mark.file_id);
+            self.flush.lock().expect("flush lock").last_mark = Some(mark);
+        }
+        Ok(())
+    }
+
     pub(super) fn replay_journal(&self, mark: Option<JournalPosition>) -> Result<ReplayReport> {
         let dir = self.config.journal_dir.clone();
         let single_write = self.config.mode == StorageMode::SingleWrite;
