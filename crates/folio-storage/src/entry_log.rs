@@ -324,11 +324,11 @@ impl EntryLogReader {
         ledger_id: LedgerId,
         entry_id: EntryId,
     ) -> Result<Entry> {
-        let mut entries =
-            self.read_span(loc.log_id, loc.offset, FRAME_HEADER_BYTES + loc.len as usize)?;
-        let entry = entries.pop().filter(|_| entries.is_empty());
-        match entry {
-            Some(e) if e.ledger_id() == ledger_id && e.entry_id() == entry_id => Ok(e),
+        let len = FRAME_HEADER_BYTES + loc.len as usize;
+        let buf = self.read_bytes(loc.log_id, loc.offset, len)?;
+        let (e, total) = decode_entry_frame(loc.log_id, &buf, 0, loc.offset)?;
+        match e {
+            e if total == len && e.ledger_id() == ledger_id && e.entry_id() == entry_id => Ok(e),
             _ => Err(StorageError::corruption(
                 log_name(loc.log_id),
                 format!("offset {} does not hold entry {ledger_id}/{entry_id}", loc.offset),
@@ -336,23 +336,10 @@ impl EntryLogReader {
         }
     }
 
-    /// Reads `len` bytes of consecutive entry frames at `offset`; every frame must verify.
-    /// The entries share the one buffer read (no copy per entry).
-    pub fn read_span(&self, log_id: u64, offset: u64, len: usize) -> Result<Vec<Entry>> {
-        let buf = self.read_bytes(log_id, offset, len)?;
-        let mut entries = Vec::new();
-        let mut at = 0;
-        while at < buf.len() {
-            let (e, total) = decode_entry_frame(log_id, &buf, at, offset)?;
-            entries.push(e);
-            at += total;
-        }
-        Ok(entries)
-    }
-
     /// Reads `len` bytes at `offset` once and the entry frames starting at `frames` (offsets
-    /// into those bytes, ascending): single-write read-ahead, where a ledger's entries have
-    /// other ledgers' between them. Every frame must verify.
+    /// into those bytes, ascending; read-ahead: contiguous in an entry log, with other
+    /// ledgers' entries between them in a single-write data file). Every frame must verify;
+    /// the entries share the one buffer read (no copy per entry).
     pub fn read_frames(
         &self,
         log_id: u64,

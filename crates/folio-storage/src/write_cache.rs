@@ -139,10 +139,7 @@ impl WriteCache {
 
     /// Drops the flushed half: its entries are now readable through the index.
     pub fn finish_flush(&self) {
-        let mut state = self.state.lock().expect("write cache lock");
-        assert!(state.flushing.is_some(), "finish_flush without a flush");
-        state.flushing = None;
-        self.space.notify_all();
+        self.finish_flush_carrying(Vec::new());
     }
 
     /// Drops the flushed half but for `carry`, its entries not readable through the index

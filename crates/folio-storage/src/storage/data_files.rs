@@ -60,7 +60,9 @@ impl LocatedEntry {
     }
 }
 
-/// Entry records written to the journal and not indexed yet, in journal order.
+/// Entry records written to the journal and not indexed yet, in journal order. Bounded by
+/// the write cache: each one's entry stays cached (carried over) until a flush indexes it,
+/// and a deleted ledger's records go with its cached entries (`forget_ledger`).
 #[derive(Debug, Default)]
 pub(super) struct Located {
     queue: Mutex<VecDeque<LocatedEntry>>,
@@ -191,9 +193,11 @@ impl Inner {
         mark: Option<JournalPosition>,
     ) -> Result<Vec<Entry>> {
         let taken = self.located.take_before(mark);
+        // The ledgers that still exist, among those indexed and those cached.
         let live: HashSet<LedgerId> = {
             let ledgers = self.lock_ledgers();
-            taken.iter().map(|e| e.ledger_id).filter(|l| ledgers.contains_key(l)).collect()
+            let ids = taken.iter().map(|e| e.ledger_id).chain(half.entries.keys().map(|k| k.0));
+            ids.filter(|l| ledgers.contains_key(l)).collect()
         };
         let mut batch = KvBatch::default();
         let mut indexed = HashSet::with_capacity(taken.len());
@@ -212,14 +216,12 @@ impl Inner {
         if !indexed.is_empty() {
             flush.data.last_indexed_ms = Some(self.config.clock.now_ms());
         }
-        let carry: Vec<Entry> = {
-            let ledgers = self.lock_ledgers();
-            half.entries
-                .iter()
-                .filter(|(k, _)| !indexed.contains(k) && ledgers.contains_key(&k.0))
-                .map(|(_, e)| e.clone())
-                .collect()
-        };
+        let carry: Vec<Entry> = half
+            .entries
+            .iter()
+            .filter(|(k, _)| !indexed.contains(*k) && live.contains(&k.0))
+            .map(|(_, e)| e.clone())
+            .collect();
         for (id, state) in dirty {
             batch.put(Table::Ledgers, index::ledger_key(*id), state.encode());
         }
@@ -239,19 +241,7 @@ impl Inner {
         if batch.is_empty() && !moved {
             return Ok(carry);
         }
-        if let (Some(m), Some(_)) = (mark, self.journal.get()) {
-            batch.put(
-                Table::Meta,
-                index::META_CHECKPOINT.to_vec(),
-                journal::format::encode_checkpoint(m).to_vec(),
-            );
-        }
-        self.kv.commit(batch)?;
-        if let (Some(m), Some(_)) = (mark, self.journal.get()) {
-            // Kept in step with the index for `check_index_checkpoint`; nothing is released.
-            journal::write_checkpoint(self.fs.as_ref(), &self.config.journal_dir, m)?;
-            flush.last_mark = Some(m);
-        }
+        self.commit_checkpointed(flush, batch, mark)?;
         Ok(carry)
     }
 

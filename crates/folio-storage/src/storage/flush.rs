@@ -137,7 +137,21 @@ impl Inner {
             return Ok(());
         }
         flush.logs.record_next_log_id(&mut batch);
-        if let (Some(m), Some(_)) = (mark, self.journal.get()) {
+        self.commit_checkpointed(flush, batch, mark)
+    }
+
+    /// Commits a flush's index batch with the checkpoint at `mark` (when the journal runs):
+    /// the index learns it first (`index::META_CHECKPOINT`), then the journal's checkpoint
+    /// file, then the journal may release the files before it (single-write keeps them: they
+    /// are data, see `data_files`).
+    pub(super) fn commit_checkpointed(
+        &self,
+        flush: &mut FlushState,
+        mut batch: KvBatch,
+        mark: Option<JournalPosition>,
+    ) -> Result<()> {
+        let checkpoint = mark.zip(self.journal.get());
+        if let Some((m, _)) = checkpoint {
             batch.put(
                 Table::Meta,
                 index::META_CHECKPOINT.to_vec(),
@@ -145,7 +159,7 @@ impl Inner {
             );
         }
         self.kv.commit(batch)?;
-        if let (Some(m), Some(journal)) = (mark, self.journal.get()) {
+        if let Some((m, journal)) = checkpoint {
             journal::write_checkpoint(self.fs.as_ref(), &self.config.journal_dir, m)?;
             journal.release_before(m.file_id);
             flush.last_mark = Some(m);

@@ -106,22 +106,11 @@ impl Inner {
         if single_write {
             // Everything replayed is indexed; this flush seals the files before the new one
             // and moves the checkpoint to it.
-            self.flush_now()?;
+            self.flush_now()
         } else {
-            // The index learns the checkpoint before the journal's file does
-            // (index::META_CHECKPOINT).
-            let mut b = KvBatch::default();
-            b.put(
-                Table::Meta,
-                index::META_CHECKPOINT.to_vec(),
-                journal::format::encode_checkpoint(mark).to_vec(),
-            );
-            self.kv.commit(b)?;
-            journal::write_checkpoint(self.fs.as_ref(), &self.config.journal_dir, mark)?;
-            self.journal().release_before(mark.file_id);
-            self.flush.lock().expect("flush lock").last_mark = Some(mark);
+            let mut flush = self.flush.lock().expect("flush lock");
+            self.commit_checkpointed(&mut flush, KvBatch::default(), Some(mark))
         }
-        Ok(())
     }
 
     pub(super) fn replay_journal(&self, mark: Option<JournalPosition>) -> Result<ReplayReport> {

@@ -78,6 +78,7 @@ pub fn run(args: Args) -> Result<(), String> {
         results.push((mode, per_size));
     }
     super::print_mode_ratios(&results);
+    println!("rss_peak_mb={:.0}", super::rss_peak_mb());
     Ok(())
 }
 
@@ -94,16 +95,22 @@ fn catch_up_read(dir: &std::path::Path, mode: StorageMode, submitted: u64) -> Re
     let n = (submitted / 8) as i64;
     let (start, read0) = (Instant::now(), storage.entry_log_bytes_read());
     let mut served = 0u64;
+    let mut latencies = Vec::with_capacity(n.max(0) as usize);
     for entry_id in 0..n {
-        served +=
-            storage.read_entry(1, entry_id).map_err(|e| e.to_string())?.payload().len() as u64;
+        let t0 = Instant::now();
+        let e = storage.read_entry(1, entry_id).map_err(|e| e.to_string())?;
+        latencies.push(t0.elapsed().as_micros() as u64);
+        served += e.payload().len() as u64;
     }
     let secs = start.elapsed().as_secs_f64();
     let read = storage.entry_log_bytes_read() - read0;
+    latencies.sort_unstable();
     println!(
-        "mode={} catch_up_entry_bytes=16384 catch_up_entries={n} cold={cold} catch_up_mb_per_s={:.1} read_amplification={:.2}",
+        "mode={} catch_up_entry_bytes=16384 catch_up_entries={n} cold={cold} catch_up_mb_per_s={:.1} read_latency_p50_us={} read_latency_p99_us={} read_amplification={:.2}",
         mode.name(),
         served as f64 / MIB / secs,
+        super::pct(&latencies, 0.5),
+        super::pct(&latencies, 0.99),
         read as f64 / served.max(1) as f64
     );
     storage.close().map_err(|e| e.to_string())
