@@ -24,12 +24,23 @@ fn payload(i: u64) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d1_three_bookie_processes_on_etcd_one_sigkilled_during_writes() {
+    three_bookies_one_sigkilled_during_writes(&[]).await;
+}
+
+/// The same with single-write bookies (#47): the journal's files are their only copy of
+/// each entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d1_three_single_write_bookie_processes_on_etcd_one_sigkilled_during_writes() {
+    three_bookies_one_sigkilled_during_writes(&["storage.mode=\"single-write\""]).await;
+}
+
+async fn three_bookies_one_sigkilled_during_writes(overrides: &[&str]) {
     let etcd = std::env::var("FOLIO_ETCD_ENDPOINTS")
         .expect("FOLIO_ETCD_ENDPOINTS (scripts/test.sh sets it)");
     let root = format!("cluster-test-{:x}", rand::random::<u64>());
     let tmp = tempfile::tempdir().unwrap();
     let mut procs: Vec<Option<Proc>> = (0..3)
-        .map(|i| Some(start_bookie(tmp.path(), &format!("bookie-{i}"), &etcd, &root, &[])))
+        .map(|i| Some(start_bookie(tmp.path(), &format!("bookie-{i}"), &etcd, &root, overrides)))
         .collect();
     let meta =
         Arc::new(folio_meta::etcd::EtcdStore::connect(std::slice::from_ref(&etcd)).await.unwrap());
@@ -70,7 +81,7 @@ async fn d1_three_bookie_processes_on_etcd_one_sigkilled_during_writes() {
         acked.push(a);
     }
     // The killed bookie comes back on its dirs.
-    procs[1] = Some(start_bookie(tmp.path(), "bookie-1", &etcd, &root, &[]));
+    procs[1] = Some(start_bookie(tmp.path(), "bookie-1", &etcd, &root, overrides));
     let reader = LedgerClient::new(meta, Keys::new(root.clone()))
         .with_request_timeout(Duration::from_secs(2));
     let r = reader.recover(w.id()).await.unwrap();
