@@ -42,6 +42,12 @@
 #   lac-backwards         a writer's published LAC may move back (two acks publishing in
 #                         the other order: the stuck append of #26, its adds wait for ever)
 #
+# and single-write storage (#47; caught by the single-write seeds, `single_write_seeds_part`):
+#
+#   single-write-no-carry       a flush drops the cached entries it did not index (written
+#                               after its mark): acknowledged entries become unreadable
+#   single-write-past-the-mark  a flush indexes records the journal has not synced yet
+#
 # and the broker's (#44's fixes, each reverted; #46's Kafka scenario, `--test kafka`):
 #
 #   kafka-batch-count     a batch whose header claims more records than it holds is taken
@@ -133,6 +139,8 @@ mutants=(
     "kafka-commits-unordered^crates/folio-broker/src/api/group_offsets.rs^    if let Ok(Some(arrival)) = super::REQUEST.try_with(|s| s.arrival) {\n        inner.groups.commits_before(group, arrival).await;\n    }\n    let mut attempt = 0;^    let mut attempt = 0;"
     "kafka-lease-checked-late^crates/folio-broker/src/domain/cluster.rs^self.fenced.read().expect(\"fenced lock\").is_some() || self.lease_ran_out()^self.fenced.read().expect(\"fenced lock\").is_some()"
     "kafka-fetch-stop-spin^crates/folio-broker/src/api/fetch.rs^_ = shutdown.wait_for(|s| *s) => stopping = true,^_ = shutdown.wait_for(|s| *s) => stopping = stopping || false,"
+    "single-write-no-carry^crates/folio-storage/src/storage/flush.rs^self.cache.finish_flush_carrying(carry);^drop(carry);\n                    self.cache.finish_flush();"
+    "single-write-past-the-mark^crates/folio-storage/src/storage/data_files.rs^let taken = self.located.take_before(mark);^let taken = self.located.take_before(None);"
     "kafka-fetch-final-spin^crates/folio-broker/src/api/fetch.rs^    if !status.state.is_final() || offset < status.end_offset as i64 {^    if true || offset < status.end_offset as i64 {"
 )
 
