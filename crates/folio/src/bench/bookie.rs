@@ -142,6 +142,16 @@ pub(crate) fn append_sync_baseline(
     batch: usize,
     d: Duration,
 ) -> Result<(f64, f64, u64), String> {
+    let (mb, commits, _, p99) = append_sync_latency(path, batch, d)?;
+    Ok((mb, commits, p99))
+}
+
+/// O_DIRECT append + fdatasync of `batch` bytes: MB/s, commits/s, fdatasync p50 and p99 (µs).
+pub(crate) fn append_sync_latency(
+    path: &std::path::Path,
+    batch: usize,
+    d: Duration,
+) -> Result<(f64, f64, u64, u64), String> {
     let f = RealFs
         .open(path, OpenOptions { direct: true, ..OpenOptions::CREATE_NEW })
         .map_err(|e| e.to_string())?;
@@ -159,7 +169,7 @@ pub(crate) fn append_sync_baseline(
     let secs = start.elapsed().as_secs_f64();
     let _ = std::fs::remove_file(path);
     syncs.sort_unstable();
-    Ok((off as f64 / MIB / secs, syncs.len() as f64 / secs, pct(&syncs, 0.99)))
+    Ok((off as f64 / MIB / secs, syncs.len() as f64 / secs, pct(&syncs, 0.5), pct(&syncs, 0.99)))
 }
 
 /// O_DIRECT sequential 1 MiB writes, one fdatasync at the end: MB/s.

@@ -78,13 +78,7 @@ pub fn run(args: Args) -> Result<(), String> {
 }
 
 async fn run_async(args: Args) -> Result<(), String> {
-    let ok = Command::new("python3")
-        .args(["-c", "import confluent_kafka"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        return Err("bench kafka drives librdkafka through python3 + confluent-kafka: pip install confluent-kafka".into());
-    }
+    require_confluent_kafka()?;
     let tmp = super::temp_dir(&args.run.dir, ".folio-bench-kafka-")?;
     let driver = tmp.path().join("kafka_driver.py");
     std::fs::write(&driver, DRIVER).map_err(|e| format!("writing {}: {e}", driver.display()))?;
@@ -457,6 +451,18 @@ async fn backlog(
         b.shutdown().await.map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// An error unless python3 can import confluent_kafka (the benches' Kafka client).
+pub(super) fn require_confluent_kafka() -> Result<(), String> {
+    let ok = Command::new("python3")
+        .args(["-c", "import confluent_kafka"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        return Ok(());
+    }
+    Err("the Kafka benches drive librdkafka through python3 + confluent-kafka: pip install confluent-kafka".into())
 }
 
 /// Runs the client driver in `mode` with `args` after bootstrap and topic; returns its

@@ -1,5 +1,5 @@
-//! The Kafka client driver of `bench kafka` (a Python script over confluent-kafka): running
-//! it and reading its `key=value` figures line. Shared by the plaintext and the TLS phases.
+//! The Kafka client drivers of `bench kafka` and `bench latency` (Python scripts over
+//! confluent-kafka): running one and reading its `key=value` figures line.
 
 use std::path::Path;
 use std::process::Command;
@@ -17,14 +17,14 @@ pub(super) async fn drive_with(
     driver: &Path,
     mode: &'static str,
     bootstrap: String,
-    topic: &'static str,
+    topic: impl Into<String>,
     args: Vec<String>,
     conf: Option<String>,
 ) -> Result<String, String> {
-    let driver = driver.to_path_buf();
+    let (driver, topic) = (driver.to_path_buf(), topic.into());
     let out = tokio::task::spawn_blocking(move || {
         let mut c = Command::new("python3");
-        c.arg(&driver).args([mode, bootstrap.as_str(), topic]).args(args);
+        c.arg(&driver).args([mode, bootstrap.as_str(), topic.as_str()]).args(args);
         if let Some(conf) = conf {
             c.env("FOLIO_BENCH_KAFKA_CONF", conf);
         }

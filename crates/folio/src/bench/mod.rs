@@ -10,6 +10,7 @@ mod hostile;
 mod kafka;
 mod kafka_driver;
 mod kafka_tls;
+mod latency;
 mod ledger;
 mod log;
 mod meta;
@@ -36,6 +37,10 @@ pub enum Bench {
     /// A real Kafka client (librdkafka via confluent-kafka) producing 1 KiB records with
     /// acks=all to a broker on 3 bookies, against raw ledger adds on the same bookies.
     Kafka(kafka::Args),
+    /// Tail latency at fixed rates (25, 50, 75 % of the peak measured first): an open-loop
+    /// librdkafka producer (acks=all, 1 KiB) and a tailing consumer, replication 1 and 3,
+    /// linger.ms 0 and 5; p50/p99/p99.9/max against the disk's fdatasync p99.
+    Latency(latency::Args),
     /// Topic deletion: time until a deleted topic's metadata, logs, ledgers and disk are
     /// gone, and CreateTopics latency during a large deletion against idle.
     Delete(delete::Args),
@@ -64,6 +69,7 @@ pub fn run(what: Bench) -> Result<(), String> {
         Bench::Gc(args) => gc::run(args),
         Bench::Log(args) => log::run(args),
         Bench::Kafka(args) => kafka::run(args),
+        Bench::Latency(args) => latency::run(args),
         Bench::Delete(args) => delete::run(args),
         Bench::Hostile(args) => hostile::run(args),
         Bench::Recovery(args) => recovery::run(args),
