@@ -137,7 +137,8 @@ pub struct JournalConfig {
     /// `false` is journal-less mode: only ledger meta records (master key, fence, explicit
     /// LAC) go to the journal; entries are acknowledged once in the write cache.
     pub write_data: bool,
-    /// Longest time the first request of a group waits for others to join it.
+    /// Longest time the first request of a group waits for others to join it while an
+    /// earlier group is being synced (an idle journal writes a group at once).
     pub group_wait_max: Duration,
     /// A group is written as soon as it holds this many bytes.
     pub group_bytes_max: usize,

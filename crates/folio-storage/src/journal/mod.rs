@@ -1,8 +1,9 @@
 //! The journal: a write-ahead log with group commit.
 //!
 //! One thread owns the current file. Submitters queue records (a bounded queue: they block
-//! when it is full); the thread gathers a group (until `group_wait_max` after the first
-//! record, or `group_bytes_max`) and writes it with one aligned write. A second thread,
+//! when it is full); the thread gathers a group and writes it with one aligned write: at
+//! once when no earlier group waits for its sync (light load pays no timer), else until that
+//! sync ends, `group_wait_max` after the first record, or `group_bytes_max`. A second thread,
 //! the syncer, `fdatasync`s and only then runs the callbacks, so the next group is written
 //! while the previous one is being synced (one fdatasync may cover several groups). At
 //! most `SYNC_PIPELINE_GROUPS` written groups wait for the syncer. A failed write or fsync
@@ -176,6 +177,7 @@ impl Journal {
             group_bytes_max: config.group_bytes_max,
             len: std::sync::atomic::AtomicUsize::new(0),
             wake: wake.clone(),
+            unsynced: std::sync::atomic::AtomicUsize::new(0),
         });
         if wake.is_some() {
             let stepped = Stepped { writer, written: VecDeque::new(), stopped: false };
@@ -183,10 +185,10 @@ impl Journal {
             return Ok(Journal { queue, shared, threads: Mutex::new(Vec::new()), stepped });
         }
         let (to_syncer, from_writer) = std::sync::mpsc::sync_channel(SYNC_PIPELINE_GROUPS);
-        let (syncer_shared, sync) = (shared.clone(), config.sync);
+        let (syncer_shared, syncer_queue, sync) = (shared.clone(), queue.clone(), config.sync);
         let syncer = std::thread::Builder::new()
             .name("folio-journal-sync".into())
-            .spawn(move || run_syncer(&from_writer, &syncer_shared, sync))
+            .spawn(move || run_syncer(&from_writer, &syncer_shared, &syncer_queue, sync))
             .map_err(|e| StorageError::io("spawning journal syncer thread", e))?;
         let (thread_shared, thread_queue) = (shared.clone(), queue.clone());
         let thread = std::thread::Builder::new()
@@ -231,7 +233,7 @@ impl Journal {
         if batch.is_empty() {
             return false;
         }
-        sync_written(batch, &self.shared, sync);
+        sync_written(batch, &self.shared, sync, &|_| {});
         if let Some(wake) = &self.queue.wake {
             wake.wake(); // the writer may have waited for the pipeline
         }
@@ -500,13 +502,14 @@ impl Writer {
         loop {
             let (written, stop) =
                 self.write_requests(queue.take_group(self.config.group_wait_max), shared);
-            if !written.is_empty()
-                && let Err(std::sync::mpsc::SendError(w)) = to_syncer.send(written)
-            {
-                // The syncer is gone only if it panicked.
-                let reason = PoisonReason::SyncerStopped;
-                fail_all(w.callbacks.into_iter().map(|(cb, _)| cb), &reason);
-                fail_all(w.barriers.into_iter(), &reason);
+            if !written.is_empty() {
+                queue.handed_to_syncer();
+                if let Err(std::sync::mpsc::SendError(w)) = to_syncer.send(written) {
+                    // The syncer is gone only if it panicked.
+                    let reason = PoisonReason::SyncerStopped;
+                    fail_all(w.callbacks.into_iter().map(|(cb, _)| cb), &reason);
+                    fail_all(w.barriers.into_iter(), &reason);
+                }
             }
             if stop {
                 break;
@@ -682,21 +685,18 @@ fn fail_all(callbacks: impl Iterator<Item = JournalCallback>, reason: &PoisonRea
 
 /// The syncer thread: until the writer hangs up, takes every batch written so far,
 /// fdatasyncs once, and runs their callbacks in order.
-fn run_syncer(from_writer: &Receiver<Written>, shared: &Shared, sync: bool) {
+fn run_syncer(from_writer: &Receiver<Written>, shared: &Shared, queue: &Queue, sync: bool) {
     while let Ok(first) = from_writer.recv() {
-        sync_batch(first, from_writer, shared, sync);
+        let mut batch = vec![first];
+        batch.extend(from_writer.try_iter());
+        sync_written(batch, shared, sync, &|groups| queue.synced(groups));
     }
 }
 
-/// Syncs `first` and whatever else is waiting, then runs their callbacks.
-fn sync_batch(first: Written, from_writer: &Receiver<Written>, shared: &Shared, sync: bool) {
-    let mut batch = vec![first];
-    batch.extend(from_writer.try_iter());
-    sync_written(batch, shared, sync);
-}
-
-/// Syncs the written batches (in file order) once, then runs their callbacks in order.
-fn sync_written(batch: Vec<Written>, shared: &Shared, sync: bool) {
+/// Syncs the written batches (in file order) once, tells `synced` how many it synced (the
+/// writer may write the next group while the callbacks run), then runs their callbacks in
+/// order.
+fn sync_written(batch: Vec<Written>, shared: &Shared, sync: bool, synced: &dyn Fn(usize)) {
     use std::sync::atomic::Ordering::Relaxed;
     let bytes: usize = batch.iter().map(|w| w.bytes).sum();
     let n_records: usize = batch.iter().map(|w| w.n_records).sum();
@@ -737,6 +737,7 @@ fn sync_written(batch: Vec<Written>, shared: &Shared, sync: bool) {
         *written = end;
         drop(written);
     }
+    synced(batch.len());
     for w in batch {
         let end = w.end;
         for (cb, pos) in w.callbacks {

@@ -8,9 +8,15 @@ use super::Request;
 use super::format::record_len;
 
 /// The journal's request queue. Unlike a channel it does not wake the journal thread for
-/// every record: only when the thread is idle, when a group is full, or for requests that
-/// must not wait (barriers, releases, shutdown). The thread otherwise sleeps until the
-/// oldest queued record has waited `group_wait_max`.
+/// every record: only when the thread is idle, when a group is full, for requests that
+/// must not wait (barriers, releases, shutdown), or when the syncer has synced every group
+/// written. The thread otherwise sleeps until the oldest queued record has waited
+/// `group_wait_max`.
+///
+/// Group commit without a timer at light load: a group is written at once when no written
+/// group waits for its fdatasync (`unsynced` is 0), since waiting would only add latency;
+/// while a sync is in flight, records gather into the next group, which is written when
+/// that sync ends (or the group is full, or `group_wait_max` passed).
 #[derive(Debug)]
 pub(super) struct Queue {
     pub(super) state: Mutex<QueueState>,
@@ -24,6 +30,8 @@ pub(super) struct Queue {
     pub(super) group_bytes_max: usize,
     /// Stepped: nothing waits (there is no thread to wait for); `wake` is told of work.
     pub(super) wake: Option<crate::config::Wake>,
+    /// Groups handed to the syncer and not synced yet (threads only).
+    pub(super) unsynced: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Debug, Default)]
@@ -78,7 +86,8 @@ impl Queue {
         loop {
             let deadline = st.items.front().expect("non-empty").1 + wait_max;
             let now = Instant::now();
-            if st.urgent || st.bytes >= self.group_bytes_max || now >= deadline {
+            let syncer_idle = self.unsynced.load(std::sync::atomic::Ordering::Acquire) == 0;
+            if st.urgent || st.bytes >= self.group_bytes_max || now >= deadline || syncer_idle {
                 break;
             }
             st = self.work.wait_timeout(st, deadline - now).expect("journal queue lock").0;
@@ -121,6 +130,23 @@ impl Queue {
         st.items.drain(..).map(|(r, _)| r).collect()
     }
 
+    /// The writer hands a group to the syncer.
+    pub(super) fn handed_to_syncer(&self) {
+        self.unsynced.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// The syncer synced `groups` groups; when none is left, the writer, if it gathers a
+    /// group, writes it now.
+    pub(super) fn synced(&self, groups: usize) {
+        let before = self.unsynced.fetch_sub(groups, std::sync::atomic::Ordering::AcqRel);
+        assert!(before >= groups, "synced {groups} groups of {before} handed over");
+        if before == groups {
+            // Under the lock: the writer checks `unsynced` holding it, then waits.
+            let _st = self.state.lock().expect("journal queue lock");
+            self.work.notify_one();
+        }
+    }
+
     pub(super) fn close(&self) {
         let mut st = self.state.lock().expect("journal queue lock");
         st.closed = true;
@@ -143,12 +169,45 @@ mod tests {
             group_bytes_max,
             len: std::sync::atomic::AtomicUsize::new(0),
             wake: None,
+            unsynced: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
     fn append(e: i64) -> Request {
         let h = EntryHeader { ledger_id: 1, entry_id: e, last_add_confirmed: -1, length: 0 };
         Request::Append(JournalRecord::Entry(Entry::encode(h, &[0u8; 8 * 1024])), None)
+    }
+
+    /// Runs `take_group` with an hour-long wait on a thread; its group, or a failure if it
+    /// has not returned within `deadline` (the hour would be the bug).
+    fn take_group_on_thread(q: &std::sync::Arc<Queue>) -> std::sync::mpsc::Receiver<usize> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let q = q.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(q.take_group(Duration::from_secs(3600)).len());
+        });
+        rx
+    }
+
+    #[test]
+    fn an_idle_syncer_lets_a_group_go_at_once_without_the_group_wait() {
+        let q = std::sync::Arc::new(queue(1 << 20));
+        q.push(append(0)).unwrap();
+        let group = take_group_on_thread(&q).recv_timeout(Duration::from_secs(60));
+        assert_eq!(group, Ok(1), "nothing is being synced, so the record need not wait");
+    }
+
+    #[test]
+    fn a_group_gathered_during_a_sync_goes_when_the_sync_ends() {
+        let q = std::sync::Arc::new(queue(1 << 20));
+        q.handed_to_syncer();
+        q.push(append(0)).unwrap();
+        let taken = take_group_on_thread(&q);
+        q.push(append(1)).unwrap();
+        q.synced(1);
+        let group = taken.recv_timeout(Duration::from_secs(60));
+        assert!(matches!(group, Ok(1 | 2)), "the end of the sync wakes the writer: {group:?}");
+        assert_eq!(q.unsynced.load(std::sync::atomic::Ordering::Relaxed), 0);
     }
 
     #[test]

@@ -51,6 +51,12 @@ pub struct Args {
     /// Partitions of each topic.
     #[arg(long, default_value_t = 1)]
     partitions: u32,
+    /// Only this replication factor (1 or 3); both by default.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=3))]
+    replication: Option<u8>,
+    /// Only this `linger.ms` (0 or 5 are the field's settings); both by default.
+    #[arg(long)]
+    linger_ms: Option<u32>,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -93,8 +99,10 @@ async fn run_async(args: Args) -> Result<(), String> {
         group_wait.as_secs_f64() * 1000.0
     );
     let mut results = Vec::new();
-    for replication in [1usize, 3] {
-        for linger_ms in [0u32, 5] {
+    let replications = args.replication.map_or(vec![1usize, 3], |r| vec![usize::from(r)]);
+    let lingers = args.linger_ms.map_or(vec![0u32, 5], |l| vec![l]);
+    for &replication in &replications {
+        for &linger_ms in &lingers {
             let run = Run { tmp: tmp.path(), driver: &driver, mode, replication, linger_ms };
             let line = run.drive(args.partitions, peak_s, "peak", 0.0).await?;
             let peak = figure(&line, "records_per_s")?;
