@@ -14,6 +14,7 @@ mod latency;
 mod ledger;
 mod log;
 mod meta;
+mod partitions;
 mod recovery;
 mod storage;
 
@@ -41,6 +42,10 @@ pub enum Bench {
     /// librdkafka producer (acks=all, 1 KiB) and a tailing consumer, replication 1 and 3,
     /// linger.ms 0 and 5; p50/p99/p99.9/max against the disk's fdatasync p99.
     Latency(latency::Args),
+    /// Many partitions (10 000; 2 000 with --quick, 100 000 with --full): create time,
+    /// Metadata latency, memory and metadata per partition, fetch-session answer time, and
+    /// the time to reopen them all after a broker restart.
+    Partitions(partitions::Args),
     /// Topic deletion: time until a deleted topic's metadata, logs, ledgers and disk are
     /// gone, and CreateTopics latency during a large deletion against idle.
     Delete(delete::Args),
@@ -70,6 +75,7 @@ pub fn run(what: Bench) -> Result<(), String> {
         Bench::Log(args) => log::run(args),
         Bench::Kafka(args) => kafka::run(args),
         Bench::Latency(args) => latency::run(args),
+        Bench::Partitions(args) => partitions::run(args),
         Bench::Delete(args) => delete::run(args),
         Bench::Hostile(args) => hostile::run(args),
         Bench::Recovery(args) => recovery::run(args),

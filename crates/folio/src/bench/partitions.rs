@@ -1,0 +1,303 @@
+//! Many-partitions benchmark: what a partition costs a broker, at 10 000 of them
+//! (2 000 with `--quick`, 100 000 with `--full`, or `--partitions N`).
+//!
+//! A broker on `--replication` in-process bookies (3) and embedded metadata, with
+//! `partitions_open_max` raised to hold them all. Over the Kafka wire (Folio's own test
+//! client, so the client costs little):
+//! - `create_s`: one CreateTopics of one topic with N partitions;
+//! - `metadata_p50_ms`/`_p99_ms` and `metadata_answer_bytes`: Metadata for that topic;
+//! - `first_produce_s`: one 100-byte record to every partition (acks=all; 100 partitions per
+//!   Produce, `CONNECTIONS` connections): each partition's log and first ledger are created
+//!   here, so `open_ms_per_partition_amortized` is the cost of a new partition;
+//! - `produce_round_s`: the same again, on open partitions (the low steady rate);
+//! - `rss_per_partition_kib`: the process's resident memory (broker and bookies) after the
+//!   first round against before, per partition;
+//! - `fetch_session_full_ms`: a Fetch of every partition at its end, opening a fetch
+//!   session (KIP-227), then `fetch_session_incremental_ms`: the next Fetch of that session,
+//!   nothing changed (a caught-up consumer's poll);
+//! - `meta_store_keys` and `meta_store_bytes` (keys and values), per partition, and the
+//!   embedded store's files (`meta_store_files_bytes`; its logs are preallocated);
+//! - after a clean restart of the broker: `reopen_one_ms` (a Fetch of one partition, which
+//!   opens it: fences and recovers its ledger) and `reopen_all_s` (a Fetch of every
+//!   partition, which opens all the others), with `reopen_ms_per_partition`.
+//!
+//! Every answer's error codes are checked: a partition that failed fails the bench.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use folio_broker::config::ListenerConfig;
+use folio_broker::{Broker, BrokerConfig};
+use folio_kafka_client::{KafkaConn, create_topics_request};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+use super::pct;
+
+const TOPIC: &str = "partitions";
+/// Partitions per Produce request.
+const PARTITIONS_PER_PRODUCE: usize = 100;
+/// Connections producing at once.
+const CONNECTIONS: usize = 4;
+/// Metadata requests timed.
+const METADATA_CALLS: usize = 20;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    run: super::Run,
+    /// 100 000 partitions.
+    #[arg(long)]
+    full: bool,
+    /// Exactly this many partitions (overrides `--quick` and `--full`).
+    #[arg(long)]
+    partitions: Option<usize>,
+    /// Replication factor (that many bookies).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=3))]
+    replication: u16,
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    super::block_on(run_async(args))
+}
+
+async fn run_async(args: Args) -> Result<(), String> {
+    let n = args.partitions.unwrap_or(if args.full {
+        100_000
+    } else if args.run.quick {
+        2_000
+    } else {
+        10_000
+    });
+    let tmp = super::temp_dir(&args.run.dir, ".folio-bench-partitions-")?;
+    let replication = args.replication;
+    let (client, bookies, meta) =
+        super::ledger::cluster_tuned(tmp.path(), usize::from(replication), |_| {}).await?;
+    let mut config = BrokerConfig {
+        listeners: vec![ListenerConfig::plaintext("127.0.0.1:0".parse().expect("address"))],
+        default_replication: replication,
+        replication_max: replication,
+        ..BrokerConfig::default()
+    };
+    config.limits.partitions_open_max = config.limits.partitions_open_max.max(n + 1);
+    let env = super::log_env(meta, client);
+    let broker = Broker::start(config.clone(), env.clone()).await.map_err(|e| e.to_string())?;
+    let rss0 = rss_now_mb();
+    println!("bench=partitions partitions={n} replication={replication} quick={}", args.run.quick);
+
+    let mut conn = connect(&broker).await?;
+    let t = Instant::now();
+    let created: CreateTopicsResponse = conn
+        .call(ApiKey::CreateTopics, 5, &create_topics_request(&[TOPIC.to_string()], n as i32))
+        .await
+        .map_err(|e| e.to_string())?;
+    let create_s = t.elapsed().as_secs_f64();
+    if let Some(t) = created.topics.iter().find(|t| t.error_code != 0) {
+        return Err(format!("CreateTopics answered {} ({:?})", t.error_code, t.error_message));
+    }
+
+    let mut metadata_us = Vec::new();
+    let mut answer_bytes = 0;
+    for _ in 0..METADATA_CALLS {
+        let req = MetadataRequest::default().with_topics(Some(vec![
+            metadata_request::MetadataRequestTopic::default()
+                .with_name(Some(TopicName(StrBytes::from_static_str(TOPIC)))),
+        ]));
+        let t = Instant::now();
+        conn.send(ApiKey::Metadata, 12, &req).await.map_err(|e| e.to_string())?;
+        let frame = conn.recv_raw().await.map_err(|e| e.to_string())?.ok_or("no answer")?;
+        metadata_us.push(t.elapsed().as_micros() as u64);
+        answer_bytes = frame.len();
+    }
+    metadata_us.sort_unstable();
+
+    let first_s = produce_round(&broker, n).await?;
+    let rss1 = rss_now_mb();
+    let round_s = produce_round(&broker, n).await?;
+
+    // At the end of every partition: what a caught-up consumer's session costs.
+    let (session, full_ms) = fetch_all(&mut conn, n, 2, 0, 0).await?;
+    let (_, incremental_ms) = fetch_session_again(&mut conn, session).await?;
+    let meta_files = dir_bytes(&tmp.path().join("meta"));
+    let records = folio_meta::list_all(env.meta.as_ref(), "").await.map_err(|e| e.to_string())?;
+    let meta_bytes: usize = records.iter().map(|v| v.key.len() + v.value.len()).sum();
+    println!(
+        "create_s={create_s:.3} metadata_p50_ms={:.2} metadata_p99_ms={:.2} metadata_answer_bytes={answer_bytes} first_produce_s={first_s:.2} open_ms_per_partition_amortized={:.3} produce_round_s={round_s:.2} rss_before_mb={rss0:.0} rss_after_mb={rss1:.0} rss_per_partition_kib={:.1} fetch_session_full_ms={full_ms:.1} fetch_session_incremental_ms={incremental_ms:.2} meta_store_keys={} meta_store_bytes={meta_bytes} meta_store_bytes_per_partition={:.0} meta_store_files_bytes={meta_files}",
+        pct(&metadata_us, 0.5) as f64 / 1000.0,
+        pct(&metadata_us, 0.99) as f64 / 1000.0,
+        first_s * 1000.0 / n as f64,
+        (rss1 - rss0) * 1024.0 / n as f64,
+        records.len(),
+        meta_bytes as f64 / n as f64,
+    );
+    drop(conn);
+
+    // A clean restart: every partition opens again on first use.
+    broker.shutdown().await;
+    let broker = Broker::start(config, env).await.map_err(|e| e.to_string())?;
+    let mut conn = connect(&broker).await?;
+    let t = Instant::now();
+    fetch_all(&mut conn, 1, 0, -1, 0).await?;
+    let one_ms = t.elapsed().as_secs_f64() * 1000.0;
+    let t = Instant::now();
+    fetch_all(&mut conn, n, 0, -1, 0).await?;
+    let all_s = t.elapsed().as_secs_f64();
+    println!(
+        "reopen_one_ms={one_ms:.1} reopen_all_s={all_s:.2} reopen_ms_per_partition={:.3} partitions_opened={} rss_peak_mb={:.0}",
+        all_s * 1000.0 / (n - 1).max(1) as f64,
+        broker.metrics().partitions_opened.load(std::sync::atomic::Ordering::Relaxed),
+        super::rss_peak_mb()
+    );
+    drop(conn);
+    broker.shutdown().await;
+    for b in bookies {
+        b.shutdown().await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+async fn connect(broker: &Broker) -> Result<KafkaConn, String> {
+    KafkaConn::connect(broker.addr()).await.map_err(|e| e.to_string())
+}
+
+/// One record to every partition, `PARTITIONS_PER_PRODUCE` per request over `CONNECTIONS`
+/// connections; the seconds it took.
+async fn produce_round(broker: &Broker, n: usize) -> Result<f64, String> {
+    let batch = Bytes::from(folio_broker::batch::build(1, now_ms(), 0, |_| vec![0x42; 100]));
+    let t = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in 0..CONNECTIONS {
+        let (addr, batch) = (broker.addr(), batch.clone());
+        tasks.spawn(async move {
+            let mut conn = KafkaConn::connect(addr).await.map_err(|e| e.to_string())?;
+            let chunks = (0..n).collect::<Vec<_>>();
+            for chunk in chunks.chunks(PARTITIONS_PER_PRODUCE).skip(c).step_by(CONNECTIONS) {
+                let parts = chunk.iter().map(|p| {
+                    PartitionProduceData::default()
+                        .with_index(*p as i32)
+                        .with_records(Some(batch.clone()))
+                });
+                let req = ProduceRequest::default()
+                    .with_acks(-1)
+                    .with_timeout_ms(30_000)
+                    .with_topic_data(vec![
+                        TopicProduceData::default()
+                            .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
+                            .with_partition_data(parts.collect()),
+                    ]);
+                let r: ProduceResponse =
+                    conn.call(ApiKey::Produce, 9, &req).await.map_err(|e| e.to_string())?;
+                let bad = r.responses.iter().flat_map(|t| &t.partition_responses);
+                if let Some(p) = bad.clone().find(|p| p.error_code != 0) {
+                    return Err(format!(
+                        "Produce to partition {} answered {}",
+                        p.index, p.error_code
+                    ));
+                }
+            }
+            Ok::<_, String>(())
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.map_err(|e| e.to_string())??;
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// A Fetch (v12, no wait) of partitions `0..n` from `offset`: with `epoch` 0 it opens a
+/// fetch session, with -1 it is sessionless. The session id and the milliseconds taken.
+async fn fetch_all(
+    conn: &mut KafkaConn,
+    n: usize,
+    offset: i64,
+    epoch: i32,
+    session: i32,
+) -> Result<(i32, f64), String> {
+    let parts = (0..n).map(|p| {
+        FetchPartition::default()
+            .with_partition(p as i32)
+            .with_fetch_offset(offset)
+            .with_partition_max_bytes(1024)
+    });
+    let req = FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_max_bytes(64 << 20)
+        .with_session_id(session)
+        .with_session_epoch(epoch)
+        .with_topics(vec![
+            FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_static_str(TOPIC)))
+                .with_partitions(parts.collect()),
+        ]);
+    let t = Instant::now();
+    let r: FetchResponse = conn.call(ApiKey::Fetch, 12, &req).await.map_err(|e| e.to_string())?;
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    check_fetch(&r)?;
+    let answered: usize = r.responses.iter().map(|t| t.partitions.len()).sum();
+    if answered != n {
+        return Err(format!("a Fetch of {n} partitions answered {answered}"));
+    }
+    Ok((r.session_id, ms))
+}
+
+/// The next Fetch of fetch session `session` (epoch 1, nothing added or removed).
+async fn fetch_session_again(conn: &mut KafkaConn, session: i32) -> Result<(i32, f64), String> {
+    if session == 0 {
+        return Err("the broker opened no fetch session".into());
+    }
+    let req = FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_max_bytes(64 << 20)
+        .with_session_id(session)
+        .with_session_epoch(1);
+    let t = Instant::now();
+    let r: FetchResponse = conn.call(ApiKey::Fetch, 12, &req).await.map_err(|e| e.to_string())?;
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    check_fetch(&r)?;
+    Ok((r.session_id, ms))
+}
+
+fn check_fetch(r: &FetchResponse) -> Result<(), String> {
+    if r.error_code != 0 {
+        return Err(format!("Fetch answered {}", r.error_code));
+    }
+    let parts = r.responses.iter().flat_map(|t| &t.partitions);
+    if let Some(p) = parts.clone().find(|p| p.error_code != 0) {
+        return Err(format!("Fetch of partition {} answered {}", p.partition_index, p.error_code));
+    }
+    Ok(())
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_millis() as i64
+}
+
+/// The process's resident memory now (`VmRSS`), in MiB.
+fn rss_now_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Bytes of the files under `dir`, recursively.
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
