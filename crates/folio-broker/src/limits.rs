@@ -280,6 +280,12 @@ pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 /// Partitions per topic (each one is a managed log).
 pub const PARTITIONS_MAX: i32 = 10_000;
 
+/// Partitions one request opens at once (`Inner::open_all`): a Fetch or Produce
+/// naming many closed partitions (its client's partitions just moved here, or the broker
+/// restarted) waits about as long as the slowest opens, not their sum, while the bookies
+/// and the metadata store see a bounded burst.
+pub const PARTITION_OPENS_CONCURRENT_MAX: usize = 64;
+
 /// The smallest `segment.bytes` a topic may set (Kafka 4's).
 pub const SEGMENT_BYTES_MIN: i64 = 1 << 20;
 

@@ -168,6 +168,50 @@ impl Inner {
         self.open_partition(topic, partition).await
     }
 
+    /// Opens those of `wanted` that are not open here yet, at most
+    /// [`PARTITION_OPENS_CONCURRENT_MAX`](crate::limits::PARTITION_OPENS_CONCURRENT_MAX) at
+    /// once, and returns each failure. The request's own sequential pass then finds them
+    /// open (or takes the failure from here instead of opening again). Each open runs on
+    /// its own task: one whose request went away still finishes, and the client's retry
+    /// finds the partition open.
+    pub async fn open_all(
+        self: &Arc<Self>,
+        wanted: Vec<(Arc<Topic>, i32)>,
+    ) -> std::collections::HashMap<(Uuid, i32), folio_log::LogError> {
+        let mut closed: Vec<(Arc<Topic>, i32)> = wanted
+            .into_iter()
+            .filter(|(t, p)| {
+                *p >= 0 && *p < t.record.partitions as i32 && self.open_log(t.record.id, *p).is_none()
+            })
+            .collect();
+        closed.dedup_by_key(|(t, p)| (t.record.id, *p));
+        let mut failures = std::collections::HashMap::new();
+        if closed.len() < 2 {
+            return failures; // the caller's own open is as quick
+        }
+        let permits = Arc::new(tokio::sync::Semaphore::new(
+            crate::limits::PARTITION_OPENS_CONCURRENT_MAX,
+        ));
+        let opens: Vec<_> = closed
+            .into_iter()
+            .map(|(topic, p)| {
+                let (inner, permits) = (self.clone(), permits.clone());
+                let key = (topic.record.id, p);
+                let open = tokio::spawn(async move {
+                    let _permit = permits.acquire().await;
+                    inner.partition(&topic, p).await.err()
+                });
+                (key, open)
+            })
+            .collect();
+        for (key, open) in opens {
+            if let Ok(Some(e)) = open.await {
+                failures.insert(key, e);
+            }
+        }
+        failures
+    }
+
     /// `partition` without the take-over check.
     async fn open_partition(
         &self,

@@ -155,12 +155,13 @@ impl Handler for Fetch {
 /// Resolves each asked partition's topic (once per run of the same topic) and log: the
 /// answer's topic heads and the partitions to read, one per asked partition, in order.
 async fn resolve(
-    inner: &Inner,
+    inner: &Arc<Inner>,
     asked: &[Asked],
     cap: usize,
 ) -> (Vec<FetchableTopicResponse>, Vec<Want>) {
     let mut heads = Vec::new();
-    let mut wants: Vec<Want> = Vec::with_capacity(asked.len());
+    // Each asked partition's topic (or error code) and the index of its head.
+    let mut topics: Vec<(Result<Arc<Topic>, i16>, usize)> = Vec::with_capacity(asked.len());
     let mut current: Option<(&TopicKey, Result<Arc<Topic>, i16>)> = None;
     for a in asked {
         if current.as_ref().is_none_or(|(k, _)| **k != a.topic) {
@@ -187,12 +188,23 @@ async fn resolve(
             current = Some((&a.topic, topic));
         }
         let Some((_, topic)) = &current else { continue };
-        let log = match topic {
+        topics.push((topic.clone(), heads.len() - 1));
+    }
+    // Closed partitions open together, not one after another.
+    let closed = asked.iter().zip(&topics);
+    let closed = closed.filter_map(|(a, (t, _))| Some((t.as_ref().ok()?.clone(), a.partition)));
+    let failed = inner.open_all(closed.collect()).await;
+    let mut wants: Vec<Want> = Vec::with_capacity(asked.len());
+    for (a, (topic, head)) in asked.iter().zip(topics) {
+        let log = match &topic {
             Err(code) => Err(*code),
-            Ok(topic) => open(inner, topic, a.partition).await,
+            Ok(topic) => match failed.get(&(topic.record.id, a.partition)) {
+                Some(e) => Err(open_failed(topic, a.partition, e.clone())),
+                None => open(inner, topic, a.partition).await,
+            },
         };
         wants.push(Want {
-            topic: heads.len() - 1,
+            topic: head,
             partition: a.partition,
             offset: a.fetch_offset,
             max_bytes: (a.max_bytes.max(0) as usize).min(cap),
@@ -259,10 +271,13 @@ async fn open(inner: &Inner, topic: &Topic, partition: i32) -> Result<ManagedLog
     if partition < 0 || partition >= topic.record.partitions as i32 {
         return Err(errors::UNKNOWN_TOPIC_OR_PARTITION);
     }
-    inner.log(topic, partition).await.map_err(|e| {
-        tracing::warn!(topic = %topic.name, partition, error = %e, "opening a partition for fetch failed");
-        BrokerError::from(e).code()
-    })
+    inner.log(topic, partition).await.map_err(|e| open_failed(topic, partition, e))
+}
+
+/// The error code of a partition that failed to open for a fetch (logged).
+fn open_failed(topic: &Topic, partition: i32, e: folio_log::LogError) -> i16 {
+    tracing::warn!(topic = %topic.name, partition, error = %e, "opening a partition for fetch failed");
+    BrokerError::from(e).code()
 }
 
 /// How long a long-polling Fetch that found data but no answer budget waits to try again.

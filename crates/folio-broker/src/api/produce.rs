@@ -198,8 +198,13 @@ async fn enqueue(
         };
         let config = inner.topic_config(&topic);
         let metrics = inner.metrics.topic(&topic.name);
+        // Closed partitions open together, not one after another.
+        let closed = t.partition_data.iter().map(|p| (topic.clone(), p.index)).collect();
+        let mut failed = inner.open_all(closed).await;
         for p in t.partition_data {
-            parts.push(enqueue_partition(inner, version, &topic, &config, &metrics, p).await);
+            let open_failed = failed.remove(&(topic.record.id, p.index));
+            let part = enqueue_partition(inner, version, &topic, &config, &metrics, p, open_failed);
+            parts.push(part.await);
         }
         topics.push((head, parts));
     }
@@ -207,7 +212,7 @@ async fn enqueue(
 }
 
 /// One partition's batches checked and enqueued on its log: `Part::Queued`, or the
-/// partition's failure.
+/// partition's failure (`open_failed`: opening it failed already, in `Inner::open_all`).
 async fn enqueue_partition(
     inner: &Arc<Inner>,
     version: i16,
@@ -215,6 +220,7 @@ async fn enqueue_partition(
     config: &crate::domain::topics::TopicConfig,
     metrics: &Arc<TopicMetrics>,
     p: PartitionProduceData,
+    open_failed: Option<folio_log::LogError>,
 ) -> Part {
     if p.index < 0 || p.index >= topic.record.partitions as i32 {
         let e = BrokerError::UnknownPartition {
@@ -229,7 +235,11 @@ async fn enqueue_partition(
         Ok(b) => b,
         Err(e) => return failed(p.index, &e),
     };
-    let partition = match inner.partition(topic, p.index).await {
+    let opened = match open_failed {
+        Some(e) => Err(e),
+        None => inner.partition(topic, p.index).await,
+    };
+    let partition = match opened {
         Ok(l) => l,
         Err(e) => {
             return failed(p.index, &BrokerError::Log(e));
