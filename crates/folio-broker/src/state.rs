@@ -181,7 +181,9 @@ impl Inner {
         let mut closed: Vec<(Arc<Topic>, i32)> = wanted
             .into_iter()
             .filter(|(t, p)| {
-                *p >= 0 && *p < t.record.partitions as i32 && self.open_log(t.record.id, *p).is_none()
+                *p >= 0
+                    && *p < t.record.partitions as i32
+                    && self.open_log(t.record.id, *p).is_none()
             })
             .collect();
         closed.dedup_by_key(|(t, p)| (t.record.id, *p));
@@ -189,9 +191,8 @@ impl Inner {
         if closed.len() < 2 {
             return failures; // the caller's own open is as quick
         }
-        let permits = Arc::new(tokio::sync::Semaphore::new(
-            crate::limits::PARTITION_OPENS_CONCURRENT_MAX,
-        ));
+        let permits =
+            Arc::new(tokio::sync::Semaphore::new(crate::limits::PARTITION_OPENS_CONCURRENT_MAX));
         let opens: Vec<_> = closed
             .into_iter()
             .map(|(topic, p)| {

@@ -1,10 +1,12 @@
 """The client side of `folio bench latency` (embedded in the folio binary, run with python3).
 
     latency_driver.py run <bootstrap> <topic> <seconds> <record_bytes> <linger_ms>
-                          <partitions> <replication> <records_per_s>
+                          <partitions> <replication> <records_per_s> [no-consumer]
         Creates <topic>, then a producer (acks=all) sends at <records_per_s> on a fixed
         schedule (open loop), or as fast as librdkafka takes records when it is 0 (the peak),
-        while a tailing consumer (a separate process) reads the topic.
+        while a tailing consumer (a separate process) reads the topic (unless `no-consumer`).
+        librdkafka's defaults otherwise (message.timeout.ms 300 000, a client queue of
+        100 000 records): a record it cannot deliver in time fails the run.
 
 Latency without coordinated omission: record i has an intended send time, start + i / rate,
 written into its first 8 bytes (CLOCK_MONOTONIC, the same clock in both processes). The
@@ -97,16 +99,18 @@ def tail(conn, expected_topic, n_partitions):
 
 def run():
     replication, rate = int(sys.argv[8]), float(sys.argv[9])
+    tailing = len(sys.argv) <= 10 or sys.argv[10] != "no-consumer"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for f in admin.create_topics([NewTopic(topic, partitions, replication)]).values():
         f.result(30)
     ours, theirs = multiprocessing.Pipe()
     consumer = multiprocessing.get_context("fork").Process(
         target=tail, args=(theirs, topic, partitions), daemon=True)
-    consumer.start()
-    if not ours.poll(60) or ours.recv() != "ready":
-        print("error=the tailing consumer did not reach the end of the partitions", flush=True)
-        sys.exit(1)
+    if tailing:
+        consumer.start()
+        if not ours.poll(60) or ours.recv() != "ready":
+            print("error=the tailing consumer did not reach the end of the partitions", flush=True)
+            sys.exit(1)
     p, lat, errors = producer(), [], []
 
     def on_delivery(err, msg):
@@ -148,6 +152,11 @@ def run():
     if left or errors:
         print(f"error=paced left={left} errors={len(errors)} first={errors[:1]}", flush=True)
         sys.exit(1)
+    if not tailing:
+        print(f"target_records_per_s={rate:.0f} records={sent} records_per_s={sent / s:.0f} "
+              f"mb_per_s={sent * size / s / MIB:.1f} schedule_behind_max_ms={behind_max * 1000.0:.1f} "
+              f"{figures('produce', lat)}", flush=True)
+        return
     ours.send(sent + partitions)
     reply = ours.recv() if ours.poll(120) else None
     consumer.join(10)

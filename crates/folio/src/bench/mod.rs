@@ -14,6 +14,7 @@ mod latency;
 mod ledger;
 mod log;
 mod meta;
+mod overload;
 mod partitions;
 mod recovery;
 mod storage;
@@ -46,6 +47,10 @@ pub enum Bench {
     /// Metadata latency, memory and metadata per partition, fetch-session answer time, and
     /// the time to reopen them all after a broker restart.
     Partitions(partitions::Args),
+    /// Producers offering more than the broker takes: throughput against one producer's
+    /// peak (`ratio_vs_peak`), produce p99 at twice the peak, and RSS against the memory
+    /// budget; no producer may time out at librdkafka's default settings.
+    Overload(overload::Args),
     /// Topic deletion: time until a deleted topic's metadata, logs, ledgers and disk are
     /// gone, and CreateTopics latency during a large deletion against idle.
     Delete(delete::Args),
@@ -76,6 +81,7 @@ pub fn run(what: Bench) -> Result<(), String> {
         Bench::Kafka(args) => kafka::run(args),
         Bench::Latency(args) => latency::run(args),
         Bench::Partitions(args) => partitions::run(args),
+        Bench::Overload(args) => overload::run(args),
         Bench::Delete(args) => delete::run(args),
         Bench::Hostile(args) => hostile::run(args),
         Bench::Recovery(args) => recovery::run(args),
@@ -125,6 +131,16 @@ pub(crate) fn rss_peak_mb() -> f64 {
     status
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// The process's resident memory now (`VmRSS`), in MiB.
+pub(crate) fn rss_now_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
 }

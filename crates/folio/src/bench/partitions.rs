@@ -84,7 +84,7 @@ async fn run_async(args: Args) -> Result<(), String> {
     config.limits.partitions_open_max = config.limits.partitions_open_max.max(n + 1);
     let env = super::log_env(meta, client);
     let broker = Broker::start(config.clone(), env.clone()).await.map_err(|e| e.to_string())?;
-    let rss0 = rss_now_mb();
+    let rss0 = super::rss_now_mb();
     println!("bench=partitions partitions={n} replication={replication} quick={}", args.run.quick);
 
     let mut conn = connect(&broker).await?;
@@ -114,7 +114,7 @@ async fn run_async(args: Args) -> Result<(), String> {
     metadata_us.sort_unstable();
 
     let first_s = produce_round(&broker, n).await?;
-    let rss1 = rss_now_mb();
+    let rss1 = super::rss_now_mb();
     let round_s = produce_round(&broker, n).await?;
 
     // At the end of every partition: what a caught-up consumer's session costs.
@@ -277,16 +277,6 @@ fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or(Duration::ZERO)
         .as_millis() as i64
-}
-
-/// The process's resident memory now (`VmRSS`), in MiB.
-fn rss_now_mb() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 /// Bytes of the files under `dir`, recursively.
