@@ -354,7 +354,7 @@ fn validate_in_memory(quick: bool) -> Result<(), String> {
 
 /// CPU time this process has used (user and system), in ms (`/proc/self/stat`, at Linux's
 /// USER_HZ of 100).
-fn process_cpu_ms() -> f64 {
+pub(super) fn process_cpu_ms() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     // Fields after the command's closing parenthesis: state is 3rd, utime 14th, stime 15th.
     let after = stat.rsplit_once(')').map_or("", |(_, r)| r);

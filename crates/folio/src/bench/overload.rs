@@ -1,6 +1,7 @@
 //! Overload benchmark: producers offering more than the broker and its bookies take.
 //!
-//! A broker on three in-process bookies (RF 3, the default storage mode, embedded metadata).
+//! A broker on three in-process bookies (RF 3, the default storage mode, embedded metadata),
+//! fresh for each phase.
 //! Producers are librdkafka (python3 + confluent-kafka, `latency_driver.py` without a
 //! consumer) at its default settings (acks=all, `linger.ms` 5, a client queue of 100 000
 //! records, `message.timeout.ms` 300 s): a record not delivered in time fails the run, so
@@ -12,6 +13,10 @@
 //! - `twice`: two open-loop producers each at the peak rate (2x what the broker took):
 //!   their produce p99 (from the intended send time: the backlog a producer builds
 //!   counts).
+//!
+//! `broker_cpu_cores` is this process's CPU per second in the phase (broker and bookies):
+//! on a two-core machine the Python producers have what is left, so a phase whose producers
+//! take more CPU leaves the broker less.
 //!
 //! During each phase the process's resident memory (broker and bookies) is sampled every
 //! `RSS_SAMPLE_MS`; `rss_max_mb` is compared with the memory budget: the listener's
@@ -60,45 +65,58 @@ async fn run_async(args: Args) -> Result<(), String> {
         None => folio_bookie::StorageMode::default(),
     };
     let secs: u32 = if args.run.quick { 10 } else { 30 };
-    let (client, bookies, meta) =
-        super::ledger::cluster_tuned(&tmp.path().join("cluster"), REPLICATION, |c| {
-            c.storage.mode = mode;
-        })
-        .await?;
     let storage = folio_bookie::StorageConfig::new(tmp.path());
     let caches_bytes = REPLICATION * (storage.write_cache_bytes + storage.read_cache_bytes);
-    let config = BrokerConfig {
-        listeners: vec![ListenerConfig::plaintext("127.0.0.1:0".parse().expect("address"))],
-        default_replication: REPLICATION as u16,
-        replication_max: REPLICATION as u16,
-        ..BrokerConfig::default()
-    };
-    let limits = config.limits.clone();
+    let limits = broker_config().limits;
     let budget_mb =
         (limits.process_bytes_max + limits.answer_bytes_max + caches_bytes) as f64 / MIB + BASE_MB;
-    let broker =
-        Broker::start(config, super::log_env(meta, client)).await.map_err(|e| e.to_string())?;
-    let bootstrap = broker.addr().to_string();
     println!(
         "bench=overload quick={} mode={} replication={REPLICATION} record_bytes={RECORD_BYTES} seconds={secs} producers={} budget_mb={budget_mb:.0}",
         args.run.quick,
         mode.name(),
         args.producers
     );
-
-    let peak = phase(&driver, &bootstrap, "peak", &[0.0], secs).await?;
+    let run = |name: &'static str, rates: Vec<f64>| {
+        let dir = tmp.path().join(name);
+        let driver = driver.clone();
+        async move {
+            // Fresh bookies per phase (a phase writes gigabytes), removed after it.
+            let (client, bookies, meta) =
+                super::ledger::cluster_tuned(&dir, REPLICATION, |c| c.storage.mode = mode).await?;
+            let broker = Broker::start(broker_config(), super::log_env(meta, client))
+                .await
+                .map_err(|e| e.to_string())?;
+            let measured = phase(&driver, &broker.addr().to_string(), name, &rates, secs).await;
+            broker.shutdown().await;
+            for b in bookies {
+                b.shutdown().await.map_err(|e| e.to_string())?;
+            }
+            std::fs::remove_dir_all(&dir)
+                .map_err(|e| format!("removing {}: {e}", dir.display()))?;
+            measured
+        }
+    };
+    let peak = run("peak", vec![0.0]).await?;
     let peak_rate = peak.records_per_s;
     peak.print("peak", budget_mb, None);
-    let all_out = vec![0.0; args.producers];
-    let over = phase(&driver, &bootstrap, "overload", &all_out, secs).await?;
+    let over = run("overload", vec![0.0; args.producers]).await?;
     over.print("overload", budget_mb, Some(peak_rate));
-    let twice = phase(&driver, &bootstrap, "twice", &[peak_rate, peak_rate], secs).await?;
+    let twice = run("twice", vec![peak_rate, peak_rate]).await?;
     twice.print("twice", budget_mb, Some(peak_rate));
-    broker.shutdown().await;
-    for b in bookies {
-        b.shutdown().await.map_err(|e| e.to_string())?;
+    let failed = peak.failed + over.failed + twice.failed;
+    if failed > 0 {
+        return Err(format!("{failed} producers failed (see the phase lines)"));
     }
     Ok(())
+}
+
+fn broker_config() -> BrokerConfig {
+    BrokerConfig {
+        listeners: vec![ListenerConfig::plaintext("127.0.0.1:0".parse().expect("address"))],
+        default_replication: REPLICATION as u16,
+        replication_max: REPLICATION as u16,
+        ..BrokerConfig::default()
+    }
 }
 
 /// What one phase measured.
@@ -107,6 +125,9 @@ struct Phase {
     p99_ms_max: f64,
     failed: usize,
     rss_max_mb: f64,
+    /// CPU seconds of this process (broker and bookies) per second: the clients have the
+    /// rest of the machine's two cores.
+    cpu_share: f64,
 }
 
 impl Phase {
@@ -115,11 +136,12 @@ impl Phase {
             format!(" ratio_vs_peak={:.2}", self.records_per_s / p.max(1.0))
         });
         println!(
-            "phase={name} records_per_s={:.0} mb_per_s={:.1}{ratio} produce_p99_ms_max={:.1} producers_failed={} rss_max_mb={:.0} budget_mb={budget_mb:.0} rss_within_budget={}",
+            "phase={name} records_per_s={:.0} mb_per_s={:.1}{ratio} produce_p99_ms_max={:.1} producers_failed={} broker_cpu_cores={:.2} rss_max_mb={:.0} budget_mb={budget_mb:.0} rss_within_budget={}",
             self.records_per_s,
             self.records_per_s * RECORD_BYTES as f64 / MIB,
             self.p99_ms_max,
             self.failed,
+            self.cpu_share,
             self.rss_max_mb,
             self.rss_max_mb <= budget_mb
         );
@@ -154,6 +176,7 @@ async fn phase(
     let mut rss_max_mb: f64 = 0.0;
     let mut lines = Vec::new();
     let mut failed = 0;
+    let (started, cpu0) = (std::time::Instant::now(), super::kafka::process_cpu_ms());
     loop {
         tokio::select! {
             done = producers.join_next() => match done {
@@ -170,6 +193,8 @@ async fn phase(
             }
         }
     }
+    let cpu_share =
+        (super::kafka::process_cpu_ms() - cpu0) / 1000.0 / started.elapsed().as_secs_f64();
     // Each producer's own rate (its `secs` plus its final flush), summed.
     let mut records_per_s = 0.0;
     let mut p99_ms_max: f64 = 0.0;
@@ -177,5 +202,5 @@ async fn phase(
         records_per_s += figure(line, "records_per_s")?;
         p99_ms_max = p99_ms_max.max(figure(line, "produce_p99_ms")?);
     }
-    Ok(Phase { records_per_s, p99_ms_max, failed, rss_max_mb })
+    Ok(Phase { records_per_s, p99_ms_max, failed, rss_max_mb, cpu_share })
 }
