@@ -211,6 +211,20 @@ async fn enqueue(
     topics
 }
 
+/// `topic`'s partition `index`, unless opening it failed already (`open_failed`, from
+/// `Inner::open_all`).
+async fn partition_of(
+    inner: &Inner,
+    topic: &crate::domain::topics::Topic,
+    index: i32,
+    open_failed: Option<folio_log::LogError>,
+) -> Result<Arc<crate::state::Partition>, folio_log::LogError> {
+    match open_failed {
+        Some(e) => Err(e),
+        None => inner.partition(topic, index).await,
+    }
+}
+
 /// One partition's batches checked and enqueued on its log: `Part::Queued`, or the
 /// partition's failure (`open_failed`: opening it failed already, in `Inner::open_all`).
 async fn enqueue_partition(
@@ -235,15 +249,9 @@ async fn enqueue_partition(
         Ok(b) => b,
         Err(e) => return failed(p.index, &e),
     };
-    let opened = match open_failed {
-        Some(e) => Err(e),
-        None => inner.partition(topic, p.index).await,
-    };
-    let partition = match opened {
+    let partition = match partition_of(inner, topic, p.index, open_failed).await {
         Ok(l) => l,
-        Err(e) => {
-            return failed(p.index, &BrokerError::Log(e));
-        }
+        Err(e) => return failed(p.index, &BrokerError::Log(e)),
     };
     let log = partition.log.clone();
     let log_append_time = match config.timestamp_type {
