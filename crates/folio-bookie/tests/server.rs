@@ -113,15 +113,93 @@ async fn many_pipelined_clients_get_every_answer_and_every_entry_reads_back() {
     bookie.shutdown().await.unwrap();
 }
 
+/// The real file system, whose `sync_data` waits while the gate is held: an add cannot be
+/// acknowledged until the test opens it.
+#[derive(Debug, Default)]
+struct SyncGate {
+    held: std::sync::Mutex<bool>,
+    opened: std::sync::Condvar,
+}
+
+impl SyncGate {
+    fn hold(&self, held: bool) {
+        *self.held.lock().unwrap() = held;
+        self.opened.notify_all();
+    }
+}
+
+#[derive(Debug)]
+struct GatedFs(Arc<SyncGate>);
+
+#[derive(Debug)]
+struct GatedFile(Arc<dyn folio_bookie::fs::FileHandle>, Arc<SyncGate>);
+
+impl folio_bookie::fs::FileHandle for GatedFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.0.write_all_at(buf, offset)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        let mut held = self.1.held.lock().unwrap();
+        while *held {
+            held = self.1.opened.wait(held).unwrap();
+        }
+        drop(held);
+        self.0.sync_data()
+    }
+    fn len(&self) -> std::io::Result<u64> {
+        self.0.len()
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn is_direct(&self) -> bool {
+        self.0.is_direct()
+    }
+}
+
+impl folio_bookie::fs::FileSystem for GatedFs {
+    fn create_dir_all(&self, path: &std::path::Path) -> std::io::Result<()> {
+        folio_bookie::fs::RealFs.create_dir_all(path)
+    }
+    fn open(
+        &self,
+        path: &std::path::Path,
+        options: folio_bookie::fs::OpenOptions,
+    ) -> std::io::Result<Arc<dyn folio_bookie::fs::FileHandle>> {
+        let f = folio_bookie::fs::RealFs.open(path, options)?;
+        Ok(Arc::new(GatedFile(f, self.0.clone())))
+    }
+    fn remove_file(&self, path: &std::path::Path) -> std::io::Result<()> {
+        folio_bookie::fs::RealFs.remove_file(path)
+    }
+    fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+        folio_bookie::fs::RealFs.rename(from, to)
+    }
+    fn list_dir(&self, path: &std::path::Path) -> std::io::Result<Vec<String>> {
+        folio_bookie::fs::RealFs.list_dir(path)
+    }
+    fn sync_dir(&self, path: &std::path::Path) -> std::io::Result<()> {
+        folio_bookie::fs::RealFs.sync_dir(path)
+    }
+    fn exists(&self, path: &std::path::Path) -> bool {
+        folio_bookie::fs::RealFs.exists(path)
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn responses_come_back_in_completion_order_not_request_order() {
     let env = new_env();
     let mut c = config(&env.data);
-    // Adds wait for their group for half a second; a LAC read answers at once.
-    c.storage.journal.group_wait_max = Duration::from_millis(500);
+    // Syncs wait while the gate is held, so an add waits; a LAC read answers at once.
+    let gate = Arc::new(SyncGate::default());
+    c.fs = Arc::new(GatedFs(gate.clone()));
     let bookie = Bookie::start(c, env.meta.clone()).await.unwrap();
     let conn = BookieConnection::connect(bookie.addr(), 16).await.unwrap();
     assert_eq!(add(&conn, entry(1, 0, b"x"), false).await, Status::Ok);
+    gate.hold(true);
     let mut raw = TcpStream::connect(bookie.addr()).await.unwrap();
     let mut out = BytesMut::new();
     let add_req = Request::Add { master_key: KEY, recovery: false, entry: entry(1, 1, b"y") };
@@ -134,12 +212,17 @@ async fn responses_come_back_in_completion_order_not_request_order() {
     let mut buf = BytesMut::new();
     let mut ids = Vec::new();
     while ids.len() < 2 {
-        raw.read_buf(&mut buf).await.unwrap();
+        if ids == [2] {
+            gate.hold(false); // the read came back first: let the add finish
+        }
+        // Answers in request order would hold the read behind the gated add: a deadline.
+        let read = tokio::time::timeout(Duration::from_secs(30), raw.read_buf(&mut buf)).await;
+        read.expect("no answer within 30 s: the read waits behind the add").unwrap();
         while let Some(body) = wire::take_frame(&mut buf).unwrap() {
             ids.push(wire::decode_response(body).unwrap().request_id);
         }
     }
-    assert_eq!(ids, vec![2, 1], "the fast read overtook the add waiting for its group commit");
+    assert_eq!(ids, vec![2, 1], "the fast read overtook the add waiting for its fdatasync");
     bookie.shutdown().await.unwrap();
 }
 
