@@ -174,18 +174,23 @@ impl Inner {
     /// open (or takes the failure from here instead of opening again). Each open runs on
     /// its own task: one whose request went away still finishes, and the client's retry
     /// finds the partition open.
-    pub async fn open_all(
+    pub async fn open_all<'t>(
         self: &Arc<Self>,
-        wanted: Vec<(Arc<Topic>, i32)>,
+        wanted: impl IntoIterator<Item = (&'t Arc<Topic>, i32)>,
     ) -> std::collections::HashMap<(Uuid, i32), folio_log::LogError> {
-        let mut closed: Vec<(Arc<Topic>, i32)> = wanted
-            .into_iter()
-            .filter(|(t, p)| {
-                *p >= 0
-                    && *p < t.record.partitions as i32
-                    && self.open_log(t.record.id, *p).is_none()
-            })
-            .collect();
+        // One look at the map for the whole request (it is on every Fetch's path), and
+        // topics cloned only for the partitions that are closed.
+        let mut closed: Vec<(Arc<Topic>, i32)> = {
+            let logs = self.logs.lock().expect("logs lock");
+            wanted
+                .into_iter()
+                .filter(|(t, p)| {
+                    let open = logs.get(&(t.record.id, *p)).is_some_and(|c| c.initialized());
+                    *p >= 0 && *p < t.record.partitions as i32 && !open
+                })
+                .map(|(t, p)| (t.clone(), p))
+                .collect()
+        };
         closed.dedup_by_key(|(t, p)| (t.record.id, *p));
         let mut failures = std::collections::HashMap::new();
         if closed.len() < 2 {

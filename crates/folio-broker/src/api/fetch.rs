@@ -192,8 +192,8 @@ async fn resolve(
     }
     // Closed partitions open together, not one after another.
     let closed = asked.iter().zip(&topics);
-    let closed = closed.filter_map(|(a, (t, _))| Some((t.as_ref().ok()?.clone(), a.partition)));
-    let failed = inner.open_all(closed.collect()).await;
+    let closed = closed.filter_map(|(a, (t, _))| Some((t.as_ref().ok()?, a.partition)));
+    let failed = inner.open_all(closed).await;
     let mut wants: Vec<Want> = Vec::with_capacity(asked.len());
     for (a, (topic, head)) in asked.iter().zip(topics) {
         let log = match &topic {

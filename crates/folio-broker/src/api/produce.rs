@@ -199,7 +199,7 @@ async fn enqueue(
         let config = inner.topic_config(&topic);
         let metrics = inner.metrics.topic(&topic.name);
         // Closed partitions open together, not one after another.
-        let closed = t.partition_data.iter().map(|p| (topic.clone(), p.index)).collect();
+        let closed = t.partition_data.iter().map(|p| (&topic, p.index));
         let mut failed = inner.open_all(closed).await;
         for p in t.partition_data {
             let open_failed = failed.remove(&(topic.record.id, p.index));

@@ -78,10 +78,7 @@ async fn run_async(args: Args) -> Result<(), String> {
     let tmp = super::temp_dir(&args.run.dir, ".folio-bench-latency-")?;
     let driver = tmp.path().join("latency_driver.py");
     std::fs::write(&driver, DRIVER).map_err(|e| format!("writing {}: {e}", driver.display()))?;
-    let mode = match args.mode.as_deref() {
-        Some(name) => StorageMode::parse(name).map_err(|e| e.0)?,
-        None => StorageMode::default(),
-    };
+    let mode = super::storage_mode(args.mode.as_deref())?;
     let (peak_s, paced_s) = if args.run.quick { (3, 5) } else { (10, 20) };
     let group_wait = folio_bookie::JournalConfig::default().group_wait_max;
     let (_, _, sync_p50_us, sync_p99_us) = super::bookie::append_sync_latency(

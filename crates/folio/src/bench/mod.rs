@@ -127,20 +127,20 @@ pub(crate) fn process_disk_write_bytes() -> Option<u64> {
 
 /// The process's peak resident memory (`VmHWM`), in MiB.
 pub(crate) fn rss_peak_mb() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
+    status_mb("VmHWM:")
 }
 
 /// The process's resident memory now (`VmRSS`), in MiB.
 pub(crate) fn rss_now_mb() -> f64 {
+    status_mb("VmRSS:")
+}
+
+/// A `kB` figure of `/proc/self/status` (`field` with its colon), in MiB; 0 if unknown.
+fn status_mb(field: &str) -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
 }
@@ -225,6 +225,13 @@ pub(crate) fn storage_modes(only: Option<&str>) -> Result<Vec<folio_bookie::Stor
         Some(name) => Ok(vec![StorageMode::parse(name).map_err(|e| e.0)?]),
         None => Ok(vec![StorageMode::SingleWrite, StorageMode::TwoWrite]),
     }
+}
+
+/// The storage mode named, or the default mode.
+pub(crate) fn storage_mode(name: Option<&str>) -> Result<folio_bookie::StorageMode, String> {
+    name.map_or(Ok(folio_bookie::StorageMode::default()), |n| {
+        folio_bookie::StorageMode::parse(n).map_err(|e| e.0)
+    })
 }
 
 /// Prints `ratio_single_write_vs_two_write` per entry size when both modes ran.

@@ -60,10 +60,7 @@ async fn run_async(args: Args) -> Result<(), String> {
     let tmp = super::temp_dir(&args.run.dir, ".folio-bench-overload-")?;
     let driver = tmp.path().join("latency_driver.py");
     std::fs::write(&driver, DRIVER).map_err(|e| format!("writing {}: {e}", driver.display()))?;
-    let mode = match args.mode.as_deref() {
-        Some(name) => folio_bookie::StorageMode::parse(name).map_err(|e| e.0)?,
-        None => folio_bookie::StorageMode::default(),
-    };
+    let mode = super::storage_mode(args.mode.as_deref())?;
     let secs: u32 = if args.run.quick { 10 } else { 30 };
     let storage = folio_bookie::StorageConfig::new(tmp.path());
     let caches_bytes = REPLICATION * (storage.write_cache_bytes + storage.read_cache_bytes);
