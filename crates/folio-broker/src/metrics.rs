@@ -56,6 +56,29 @@ impl Histogram {
         Duration::from_micros(self.sum_us.load(Ordering::Relaxed))
     }
 
+    /// The upper bound of the bucket holding quantile `q` (0 to 1) of the observations:
+    /// at least that fraction took no longer. `None` with no observations;
+    /// `Duration::MAX` when it lies beyond the last bucket.
+    pub fn quantile_bound(&self, q: f64) -> Option<Duration> {
+        let total = self.count();
+        if total == 0 {
+            return None;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+        let mut cumulative = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            cumulative += c.load(Ordering::Relaxed);
+            if cumulative >= rank {
+                return Some(
+                    BUCKETS
+                        .get(i)
+                        .map_or(Duration::MAX, |b| Duration::from_micros((b * 1e6).round() as u64)),
+                );
+            }
+        }
+        Some(Duration::MAX)
+    }
+
     fn render(&self, out: &mut String, name: &str, labels: &str) {
         let mut cumulative = 0;
         for (i, c) in self.counts.iter().enumerate() {
@@ -119,6 +142,10 @@ pub struct Metrics {
     pub partitions_being_deleted: AtomicU64,
     pub produce_latency: Histogram,
     pub fetch_latency: Histogram,
+    /// Opening a partition here: reading its log, fencing and recovering the previous
+    /// owner's last ledger, starting a ledger, rebuilding the idempotent producers (the
+    /// wait for a free open slot not included).
+    pub partition_open_latency: Histogram,
     topics: Mutex<HashMap<String, std::sync::Arc<TopicMetrics>>>,
     /// Times each listener limit was hit (by `Limit` order).
     limit_hits: [AtomicU64; Limit::ALL.len()],
@@ -406,6 +433,8 @@ impl Metrics {
         self.produce_latency.render(&mut out, "folio_kafka_produce_latency_seconds", "");
         out.push_str("# HELP folio_kafka_fetch_latency_seconds Fetch requests, received to answered (long polls included).\n# TYPE folio_kafka_fetch_latency_seconds histogram\n");
         self.fetch_latency.render(&mut out, "folio_kafka_fetch_latency_seconds", "");
+        out.push_str("# HELP folio_kafka_partition_open_seconds Partition opens (take-overs): fence, recover, start a ledger, rebuild producers.\n# TYPE folio_kafka_partition_open_seconds histogram\n");
+        self.partition_open_latency.render(&mut out, "folio_kafka_partition_open_seconds", "");
         let topics = self.topics.lock().expect("metrics lock");
         let mut names: Vec<&String> = topics.keys().collect();
         names.sort();
@@ -486,5 +515,21 @@ mod tests {
         assert!(s.contains("x_bucket{le=\"+Inf\"} 3"), "{s}");
         assert!(s.contains("x_count{} 3"), "{s}");
         assert_eq!(h.count(), 3);
+    }
+
+    #[test]
+    fn a_quantile_is_the_bound_of_the_bucket_reaching_its_rank() {
+        let h = Histogram::default();
+        assert_eq!(h.quantile_bound(0.5), None);
+        for _ in 0..98 {
+            h.observe(Duration::from_micros(700)); // the 1 ms bucket
+        }
+        h.observe(Duration::from_millis(30)); // 50 ms
+        h.observe(Duration::from_secs(60)); // beyond the last bucket
+        assert_eq!(h.quantile_bound(0.5), Some(Duration::from_millis(1)));
+        assert_eq!(h.quantile_bound(0.98), Some(Duration::from_millis(1)));
+        assert_eq!(h.quantile_bound(0.99), Some(Duration::from_millis(50)));
+        assert_eq!(h.quantile_bound(1.0), Some(Duration::MAX));
+        assert_eq!(h.quantile_bound(0.0), Some(Duration::from_millis(1)));
     }
 }

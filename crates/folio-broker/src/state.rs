@@ -253,6 +253,7 @@ impl Inner {
         }
         let log = cell
             .get_or_try_init(|| async {
+                let started = std::time::Instant::now();
                 let tc = self.topic_config(topic);
                 let (retention_time, retention_bytes) = tc.retention();
                 let quorums = LogConfig::for_bookies(topic.record.replication as usize);
@@ -269,6 +270,7 @@ impl Inner {
                 let log = self.open_or_create_log(topic, partition, lc).await?;
                 let producers = rebuild_producers(&self.env, &log, self.now_ms()).await?;
                 self.metrics.partitions_opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.metrics.partition_open_latency.observe(started.elapsed());
                 let end = log.status().end_offset;
                 Ok::<_, folio_log::LogError>(Arc::new(Partition {
                     snapshot_upto: AtomicU64::new(end),

@@ -27,3 +27,7 @@ const _: () = assert!(VALUE_BYTES_MAX + KEY_BYTES_MAX < 3 * 1024 * 1024 / 2);
 // Code that batches by `txn_ops_max` on etcd must also fit the embedded store.
 const _: () = assert!(ETCD_TXN_OPS_MAX <= EMBEDDED_TXN_OPS_MAX);
 const _: () = assert!(LIST_LIMIT_MAX >= ETCD_TXN_OPS_MAX);
+
+/// Transactions of the embedded store committed together under one fsync (group commit);
+/// more wait for the next group.
+pub const GROUP_TXNS_MAX: usize = 256;

@@ -23,10 +23,15 @@ pub enum Debug {
     },
     /// Commits transactions to an embedded metadata store until killed: transaction `n`
     /// creates `a/<n>` and `b/<n>` together; prints `committed <n>` after each, and
-    /// `id <id>` for an id taken from the `ids` sequence after each.
+    /// `id <id>` for an id taken from the `ids` sequence after each. With `--writers W`,
+    /// W writers commit at once (so their transactions share group commits): writer `w`
+    /// takes the numbers `start + w`, `start + w + W`, ... where `start` follows the
+    /// highest number already there.
     MetaLoad {
         #[arg(long)]
         dir: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        writers: usize,
     },
 }
 
@@ -38,37 +43,63 @@ pub fn payload(ledger_id: u64, entry_id: i64, bytes: usize) -> Vec<u8> {
 pub fn run(what: Debug) -> Result<(), String> {
     match what {
         Debug::Load { data_dir, entry_bytes, mode } => load(data_dir, entry_bytes, &mode),
-        Debug::MetaLoad { dir } => meta_load(dir),
+        Debug::MetaLoad { dir, writers } => meta_load(dir, writers.max(1)),
     }
 }
 
-fn meta_load(dir: PathBuf) -> Result<(), String> {
-    use folio_meta::{Compare, MetadataStore, Txn, embedded::EmbeddedStore};
-    let store = EmbeddedStore::open(&dir).map_err(|e| e.to_string())?;
+fn meta_load(dir: PathBuf, writers: usize) -> Result<(), String> {
+    use folio_meta::embedded::EmbeddedStore;
+    let store = std::sync::Arc::new(EmbeddedStore::open(&dir).map_err(|e| e.to_string())?);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
     runtime.block_on(async {
-        let start = folio_meta::list_all(&store, "a/").await.map_err(|e| e.to_string())?.len();
-        let mut out = std::io::stdout().lock();
-        for n in start.. {
-            let (a, b) = (format!("a/{n:08}"), format!("b/{n:08}"));
-            let txn = Txn::new()
-                .compare(Compare::Absent(a.clone()))
-                .compare(Compare::Absent(b.clone()))
-                .put(a, bytes::Bytes::from(n.to_string()))
-                .put(b, bytes::Bytes::from(n.to_string()));
-            let outcome = store.txn(txn).await.map_err(|e| e.to_string())?;
-            if !outcome.succeeded {
-                return Err(format!("transaction {n} found its keys already there"));
-            }
-            writeln!(out, "committed {n}").and_then(|()| out.flush()).map_err(|e| e.to_string())?;
-            let id = store.next_id("ids").await.map_err(|e| e.to_string())?;
-            writeln!(out, "id {id}").and_then(|()| out.flush()).map_err(|e| e.to_string())?;
+        let there = folio_meta::list_all(store.as_ref(), "a/").await.map_err(|e| e.to_string())?;
+        let start = there
+            .iter()
+            .filter_map(|v| v.key.strip_prefix("a/")?.parse::<usize>().ok())
+            .max()
+            .map_or(0, |n| n + 1);
+        let mut tasks = tokio::task::JoinSet::new();
+        for w in 0..writers {
+            let store = store.clone();
+            tasks.spawn(meta_writer(store, (start + w..).step_by(writers)));
         }
-        Ok(())
+        match tasks.join_next().await {
+            Some(Ok(r)) => r,
+            Some(Err(e)) => Err(e.to_string()),
+            None => Ok(()),
+        }
     })
+}
+
+/// One writer of `meta_load`: transaction `n` for each `n` of `numbers`.
+async fn meta_writer(
+    store: std::sync::Arc<folio_meta::embedded::EmbeddedStore>,
+    numbers: impl Iterator<Item = usize>,
+) -> Result<(), String> {
+    use folio_meta::{Compare, MetadataStore, Txn};
+    let say = |line: String| {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{line}").and_then(|()| out.flush()).map_err(|e| e.to_string())
+    };
+    for n in numbers {
+        let (a, b) = (format!("a/{n:08}"), format!("b/{n:08}"));
+        let txn = Txn::new()
+            .compare(Compare::Absent(a.clone()))
+            .compare(Compare::Absent(b.clone()))
+            .put(a, bytes::Bytes::from(n.to_string()))
+            .put(b, bytes::Bytes::from(n.to_string()));
+        let outcome = store.txn(txn).await.map_err(|e| e.to_string())?;
+        if !outcome.succeeded {
+            return Err(format!("transaction {n} found its keys already there"));
+        }
+        say(format!("committed {n}"))?;
+        let id = store.next_id("ids").await.map_err(|e| e.to_string())?;
+        say(format!("id {id}"))?;
+    }
+    Ok(())
 }
 
 fn load(data_dir: PathBuf, entry_bytes: usize, mode: &str) -> Result<(), String> {

@@ -1,6 +1,12 @@
-//! The key-value engine under the embedded store: fjall on disk (every batch synced), or
-//! memory (the simulator's, which keeps it across the store's restarts). Three keyspaces
-//! ([`Space`]); a [`Batch`] is applied whole or not at all.
+//! The key-value engine under the embedded store: fjall on disk, or memory (the
+//! simulator's, which keeps it across the store's restarts). Three keyspaces ([`Space`]); a
+//! [`Batch`] is applied whole or not at all.
+//!
+//! A batch committed with `sync` is durable when `commit` returns; one committed without is
+//! visible to [`Engine::get`] and [`Engine::range`] at once (the writer's own reads, under
+//! the store's write lock) but durable only after the next [`Engine::sync`]. Readers outside
+//! that lock use [`Engine::get_durable`], which sees what the last sync (or synced commit)
+//! made durable and nothing after it: no reader acts on a write a crash could still undo.
 //!
 //! **Architecture invariant:** the only module of the store that knows fjall's API (the
 //! store's `mod.rs` knows only `Engine`, `Batch` and `Space`).
@@ -78,6 +84,8 @@ impl MemoryEngine {
 pub(super) struct FjallEngine {
     db: Database,
     spaces: [Keyspace; 3],
+    /// A snapshot of what is durable: taken after every sync (see the module doc).
+    durable: Mutex<fjall::Snapshot>,
 }
 
 /// fjall's engine or memory's.
@@ -102,7 +110,8 @@ impl Engine {
         let db = Database::builder(dir).open().map_err(opening)?;
         let space = |name: &str| db.keyspace(name, KeyspaceCreateOptions::default).map_err(opening);
         let spaces = [space("kv")?, space("events")?, space("sys")?];
-        Ok(Engine::Fjall(Box::new(FjallEngine { db, spaces })))
+        let durable = Mutex::new(db.snapshot());
+        Ok(Engine::Fjall(Box::new(FjallEngine { db, spaces, durable })))
     }
 
     fn keyspace(f: &FjallEngine, space: Space) -> &Keyspace {
@@ -115,6 +124,20 @@ impl Engine {
                 Ok(Engine::keyspace(f, space).get(key).map_err(io)?.map(Value::Fjall))
             }
             Engine::Memory(m) => Ok(m.lock()[space as usize].get(key).cloned().map(Value::Memory)),
+        }
+    }
+
+    /// `key` of `space` as the last sync left it (see the module doc).
+    pub(super) fn get_durable(&self, space: Space, key: &[u8]) -> Result<Option<Value>> {
+        match self {
+            Engine::Fjall(f) => {
+                let snapshot =
+                    f.durable.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+                let value = snapshot.get(Engine::keyspace(f, space), key).map_err(io)?;
+                Ok(value.map(Value::Fjall))
+            }
+            // Every commit of the memory engine is as durable as it gets.
+            Engine::Memory(_) => self.get(space, key),
         }
     }
 
@@ -160,10 +183,12 @@ impl Engine {
         }
     }
 
-    pub(super) fn commit(&self, batch: Batch) -> Result<()> {
+    /// Applies `batch`; with `sync`, durably before returning (see the module doc).
+    pub(super) fn commit(&self, batch: Batch, sync: bool) -> Result<()> {
         match self {
             Engine::Fjall(f) => {
-                let mut b = f.db.batch().durability(Some(PersistMode::SyncData));
+                let mode = if sync { PersistMode::SyncData } else { PersistMode::Buffer };
+                let mut b = f.db.batch().durability(Some(mode));
                 for (space, k, v) in batch.ops {
                     let ks = Engine::keyspace(f, space);
                     match v {
@@ -171,7 +196,11 @@ impl Engine {
                         None => b.remove(ks, k),
                     }
                 }
-                b.commit().map_err(io)
+                b.commit().map_err(io)?;
+                if sync {
+                    f.publish_durable();
+                }
+                Ok(())
             }
             Engine::Memory(m) => {
                 let mut spaces = m.lock();
@@ -187,11 +216,30 @@ impl Engine {
         }
     }
 
+    /// Makes every batch committed so far durable, and visible to `get_durable`. A failed
+    /// sync leaves fjall refusing every later write (it poisons itself: what the failed
+    /// fsync covered cannot be known, so nothing after it may be acknowledged).
+    pub(super) fn sync(&self) -> Result<()> {
+        if let Engine::Fjall(f) = self {
+            f.db.persist(PersistMode::SyncData).map_err(io)?;
+            f.publish_durable();
+        }
+        Ok(())
+    }
+
     /// Makes everything durable (at a clean close).
     pub(super) fn persist(&self) {
         if let Engine::Fjall(f) = self {
             let _ = f.db.persist(PersistMode::SyncAll);
         }
+    }
+}
+
+impl FjallEngine {
+    /// Everything committed so far is durable: readers may see it.
+    fn publish_durable(&self) {
+        let now = self.db.snapshot();
+        *self.durable.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = now;
     }
 }
 
@@ -230,5 +278,32 @@ impl Snapshot<'_> {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unsynced_commit_is_seen_by_the_writer_and_by_durable_readers_only_after_the_sync() {
+        let tmp = tempfile::tempdir().unwrap();
+        let engine = Engine::open_fjall(tmp.path()).unwrap();
+        let mut batch = Batch::default();
+        batch.insert(Space::Kv, "k", "synced");
+        engine.commit(batch, true).unwrap();
+        assert_eq!(&*engine.get_durable(Space::Kv, b"k").unwrap().unwrap(), b"synced");
+
+        let mut batch = Batch::default();
+        batch.insert(Space::Kv, "k", "buffered");
+        engine.commit(batch, false).unwrap();
+        assert_eq!(&*engine.get(Space::Kv, b"k").unwrap().unwrap(), b"buffered");
+        assert_eq!(
+            &*engine.get_durable(Space::Kv, b"k").unwrap().unwrap(),
+            b"synced",
+            "a reader outside the write lock saw a write a crash could undo"
+        );
+        engine.sync().unwrap();
+        assert_eq!(&*engine.get_durable(Space::Kv, b"k").unwrap().unwrap(), b"buffered");
     }
 }

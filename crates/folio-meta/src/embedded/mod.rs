@@ -17,7 +17,9 @@
 //! file saw lost acknowledged writes, and refuses to open (a stale file, after a power
 //! loss, is behind, never ahead: it is written after the commit is durable).
 //! (all values little-endian). A write — put, delete, transaction, lease revoke — is one
-//! fjall batch with `SyncData` durability: it is all there after a crash or not at all.
+//! fjall batch: it is all there after a crash or not at all, and it is durable (fdatasync)
+//! before it is answered or seen by any reader. Transactions commit in groups that share
+//! one fdatasync (`group`); readers outside the write lock read the last durable snapshot.
 //! Watch history is kept for the last `events_retained` revisions; a watch from before
 //! that, or a watcher whose queue overflows, gets `Compacted`.
 //!
@@ -41,6 +43,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 mod engine;
+mod group;
 pub use engine::MemoryEngine;
 use engine::{Batch, Engine, Space};
 
@@ -99,6 +102,10 @@ struct State {
     leases: BTreeMap<LeaseId, Lease>,
     lease_next: LeaseId,
     watchers: Vec<Watcher>,
+    /// Inside a group commit (`group`): the events of its writes, told to the watchers
+    /// once the group's sync has made them durable. `None`: every write syncs and tells
+    /// its own.
+    deferred: Option<Vec<Vec<WatchEvent>>>,
 }
 
 struct Inner {
@@ -108,6 +115,8 @@ struct Inner {
     state: Mutex<State>,
     /// The `commits` file (see the module doc); none on the memory engine.
     commits_file: Option<Mutex<std::fs::File>>,
+    /// Transactions waiting to be committed together (see `group`).
+    queue: group::Queue,
 }
 
 /// The file beside the database that counts commits (see the module doc).
@@ -330,14 +339,22 @@ impl EmbeddedStore {
         let compacted = stored_u64(&engine, "compacted")?;
         let lease_next = (stored_u64(&engine, "lease_next")? as i64).max(1);
         let leases = load_leases(&engine, clock.now_ms())?;
-        let state =
-            State { commits, revision, compacted, leases, lease_next, watchers: Vec::new() };
+        let state = State {
+            commits,
+            revision,
+            compacted,
+            leases,
+            lease_next,
+            watchers: Vec::new(),
+            deferred: None,
+        };
         let inner = Arc::new(Inner {
             engine,
             config,
             clock,
             state: Mutex::new(state),
             commits_file: commits_file.map(Mutex::new),
+            queue: group::Queue::default(),
         });
         let stop = Arc::new(AtomicBool::new(false));
         let expiry = if inner.config.lease_expiry_thread {
@@ -395,14 +412,24 @@ impl Drop for EmbeddedStore {
 }
 
 impl Inner {
-    /// Commits `batch` with the commit count, then records the count in the `commits` file
-    /// (best effort: a failure there only weakens the check at the next open).
+    /// Commits `batch` with the commit count; outside a group commit durably, and then
+    /// records the count in the `commits` file (a group does both at its end).
     fn commit(&self, st: &mut State, mut batch: Batch) -> Result<()> {
         let n = st.commits + 1;
         batch.insert(Space::Sys, "commits", n.to_le_bytes());
-        self.engine.commit(batch)?;
+        let sync = st.deferred.is_none();
+        self.engine.commit(batch, sync)?;
         st.commits = n;
-        let Some(file) = &self.commits_file else { return Ok(()) };
+        if sync {
+            self.record_commits(n);
+        }
+        Ok(())
+    }
+
+    /// Records `n` durable commits in the `commits` file (best effort: a failure there only
+    /// weakens the check at the next open).
+    fn record_commits(&self, n: u64) {
+        let Some(file) = &self.commits_file else { return };
         let mut twice = [0u8; 16];
         twice[..8].copy_from_slice(&n.to_le_bytes());
         twice[8..].copy_from_slice(&n.to_le_bytes());
@@ -410,7 +437,6 @@ impl Inner {
         if let Err(e) = std::os::unix::fs::FileExt::write_all_at(&*file, &twice, 0) {
             tracing::warn!(error = %e, "recording the commit count failed");
         }
-        Ok(())
     }
 
     /// The write state. A panic while it was held (a bug: input is checked before the lock)
@@ -425,8 +451,17 @@ impl Inner {
         })
     }
 
+    /// `key` as writers see it (under the write lock: a group's earlier writes included).
     fn read(&self, key: &str) -> Result<Option<Versioned>> {
         match self.engine.get(Space::Kv, key.as_bytes())? {
+            None => Ok(None),
+            Some(v) => decode_record(key, &v).map(Some),
+        }
+    }
+
+    /// `key` as it is durably: what readers outside the write lock see.
+    fn read_durable(&self, key: &str) -> Result<Option<Versioned>> {
+        match self.engine.get_durable(Space::Kv, key.as_bytes())? {
             None => Ok(None),
             Some(v) => decode_record(key, &v).map(Some),
         }
@@ -519,11 +554,24 @@ impl Inner {
                 l.keys.insert(key);
             }
         }
-        notify(st, &events);
+        match &mut st.deferred {
+            Some(deferred) => deferred.push(events),
+            None => notify(st, &events),
+        }
         Ok(rev)
     }
 
-    fn txn(&self, txn: &Txn) -> Result<TxnOutcome> {
+    /// The next id of sequence `name`, under the write lock `st` holds (a member of a group
+    /// commit).
+    fn next_id_locked(&self, st: &mut State, name: &str) -> Result<u64> {
+        let key = format!("id/{name}");
+        let id = stored_u64(&self.engine, &key)? + 1;
+        self.write(st, &[], &|b| b.insert(Space::Sys, key.as_str(), id.to_le_bytes()))?;
+        Ok(id)
+    }
+
+    /// `txn` under the write lock `st` holds (a member of a group commit).
+    fn txn_locked(&self, st: &mut State, txn: &Txn) -> Result<TxnOutcome> {
         let n = txn.compares.len() + txn.ops.len();
         let max = self.config.txn_ops_max;
         if n > max {
@@ -531,13 +579,12 @@ impl Inner {
                 "a transaction of {n} compares and operations (at most {max})"
             )));
         }
-        let mut st = self.lock()?;
         for c in &txn.compares {
             if !self.holds(c)? {
                 return Ok(TxnOutcome { succeeded: false, revision: st.revision });
             }
         }
-        let revision = self.write(&mut st, &txn.ops, &|_| {})?;
+        let revision = self.write(st, &txn.ops, &|_| {})?;
         Ok(TxnOutcome { succeeded: true, revision })
     }
 
@@ -628,7 +675,7 @@ impl MetadataStore for EmbeddedStore {
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>>> {
         Box::pin(async move {
             check_key(key)?;
-            self.inner.read(key)
+            self.inner.read_durable(key)
         })
     }
 
@@ -672,7 +719,7 @@ impl MetadataStore for EmbeddedStore {
     fn txn(&self, txn: Txn) -> BoxFuture<'_, Result<TxnOutcome>> {
         Box::pin(async move {
             check_txn_keys(&txn)?;
-            blocking(&self.inner, move |i| i.txn(&txn)).await
+            blocking(&self.inner, move |i| i.txn(txn)).await
         })
     }
 
@@ -723,17 +770,7 @@ impl MetadataStore for EmbeddedStore {
 
     fn next_id<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<u64>> {
         let name = name.to_string();
-        Box::pin(async move {
-            blocking(&self.inner, move |i| {
-                let mut st = i.lock()?;
-                let key = format!("id/{name}");
-                let last = stored_u64(&i.engine, &key)?;
-                let id = last + 1;
-                i.write(&mut st, &[], &|b| b.insert(Space::Sys, key.as_str(), id.to_le_bytes()))?;
-                Ok(id)
-            })
-            .await
-        })
+        Box::pin(async move { blocking(&self.inner, move |i| i.next_id(&name)).await })
     }
 
     fn revision(&self) -> BoxFuture<'_, Result<Revision>> {

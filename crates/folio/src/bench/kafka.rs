@@ -26,6 +26,10 @@
 //! librdkafka's defaults. `consumer_cpu_share` near or above 1 says the client was the
 //! bottleneck; `fetches` and `fetch_ms_mean` are the broker's side.
 //!
+//! The move phase (`--phase move`, also in `all`): partition open time on the next owner
+//! with 1 and 1 000 partitions moving at once, after a clean stop and after a crash (see
+//! `kafka_move`).
+//!
 //! The validation phase (`--phase validation`, also in `all`): what Kafka's log validator
 //! (`records::validate`, every record walked on produce) costs. In memory, validating
 //! batches of 64 records of 1 KiB, uncompressed and lz4, against reading their headers only
@@ -60,8 +64,10 @@ pub struct Args {
     run: super::Run,
     /// Which phases: `all`, `produce` (ledger baseline, produce and consume, brokers),
     /// `validation` (produce with record validation on against off), or
-    /// `backlog` (catching up on a backlog, 1 and 3 bookies, 1 KiB and 100 B records).
-    #[arg(long, default_value = "all", value_parser = ["all", "produce", "validation", "backlog"])]
+    /// `backlog` (catching up on a backlog, 1 and 3 bookies, 1 KiB and 100 B records), or
+    /// `move` (partition open time on the next owner, 1 and 1 000 partitions, after a clean
+    /// stop and a crash).
+    #[arg(long, default_value = "all", value_parser = ["all", "produce", "validation", "backlog", "move"])]
     phase: String,
     /// Instead: produce and consume over SASL_SSL (SCRAM-SHA-512) against PLAINTEXT in the
     /// same run (`ratio_vs_plaintext`).
@@ -90,6 +96,9 @@ async fn run_async(args: Args) -> Result<(), String> {
     }
     if matches!(args.phase.as_str(), "all" | "validation") {
         validation_phase(args.run.quick, tmp.path(), &driver).await?;
+    }
+    if matches!(args.phase.as_str(), "all" | "move") {
+        super::kafka_move::run(tmp.path()).await?;
     }
     if matches!(args.phase.as_str(), "all" | "backlog") {
         let records = if args.run.quick { 1_000_000 } else { 4_000_000 };

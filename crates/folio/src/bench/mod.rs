@@ -9,6 +9,7 @@ mod gc;
 mod hostile;
 mod kafka;
 mod kafka_driver;
+mod kafka_move;
 mod kafka_tls;
 mod latency;
 mod ledger;

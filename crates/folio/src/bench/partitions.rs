@@ -121,12 +121,12 @@ async fn run_async(args: Args) -> Result<(), String> {
     }
     metadata_us.sort_unstable();
 
-    let first_s = produce_round(&broker, n).await?;
+    let first_s = produce_round(&broker, TOPIC, n).await?;
     let rss1 = super::rss_now_mb();
-    let round_s = produce_round(&broker, n).await?;
+    let round_s = produce_round(&broker, TOPIC, n).await?;
 
     // At the end of every partition: what a caught-up consumer's session costs.
-    let (session, full_ms) = fetch_all(&mut conn, n, 2, 0, 0).await?;
+    let (session, full_ms) = fetch_all(&mut conn, TOPIC, n, 2, 0, 0).await?;
     let (_, incremental_ms) = fetch_session_again(&mut conn, session).await?;
     let meta_files = dir_bytes(&tmp.path().join("meta"));
     let records = folio_meta::list_all(env.meta.as_ref(), "").await.map_err(|e| e.to_string())?;
@@ -147,10 +147,10 @@ async fn run_async(args: Args) -> Result<(), String> {
     let broker = Broker::start(config, env).await.map_err(|e| e.to_string())?;
     let mut conn = connect(&broker).await?;
     let t = Instant::now();
-    fetch_all(&mut conn, 1, 0, -1, 0).await?;
+    fetch_all(&mut conn, TOPIC, 1, 0, -1, 0).await?;
     let one_ms = t.elapsed().as_secs_f64() * 1000.0;
     let t = Instant::now();
-    fetch_all(&mut conn, n, 0, -1, 0).await?;
+    fetch_all(&mut conn, TOPIC, n, 0, -1, 0).await?;
     let all_s = t.elapsed().as_secs_f64();
     println!(
         "reopen_one_ms={one_ms:.1} reopen_all_s={all_s:.2} reopen_ms_per_partition={:.3} partitions_opened={} rss_peak_mb={:.0}",
@@ -166,18 +166,18 @@ async fn run_async(args: Args) -> Result<(), String> {
     Ok(())
 }
 
-async fn connect(broker: &Broker) -> Result<KafkaConn, String> {
+pub(super) async fn connect(broker: &Broker) -> Result<KafkaConn, String> {
     KafkaConn::connect(broker.addr()).await.map_err(|e| e.to_string())
 }
 
-/// One record to every partition, `PARTITIONS_PER_PRODUCE` per request over `CONNECTIONS`
-/// connections; the seconds it took.
-async fn produce_round(broker: &Broker, n: usize) -> Result<f64, String> {
+/// One record to every partition of `topic`, `PARTITIONS_PER_PRODUCE` per request over
+/// `CONNECTIONS` connections; the seconds it took.
+pub(super) async fn produce_round(broker: &Broker, topic: &str, n: usize) -> Result<f64, String> {
     let batch = Bytes::from(folio_broker::batch::build(1, now_ms(), 0, |_| vec![0x42; 100]));
     let t = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for c in 0..CONNECTIONS {
-        let (addr, batch) = (broker.addr(), batch.clone());
+        let (addr, batch, topic) = (broker.addr(), batch.clone(), topic.to_string());
         tasks.spawn(async move {
             let mut conn = KafkaConn::connect(addr).await.map_err(|e| e.to_string())?;
             let chunks = (0..n).collect::<Vec<_>>();
@@ -192,7 +192,7 @@ async fn produce_round(broker: &Broker, n: usize) -> Result<f64, String> {
                     .with_timeout_ms(30_000)
                     .with_topic_data(vec![
                         TopicProduceData::default()
-                            .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
+                            .with_name(TopicName(StrBytes::from_string(topic.clone())))
                             .with_partition_data(parts.collect()),
                     ]);
                 let r: ProduceResponse =
@@ -214,10 +214,12 @@ async fn produce_round(broker: &Broker, n: usize) -> Result<f64, String> {
     Ok(t.elapsed().as_secs_f64())
 }
 
-/// A Fetch (v12, no wait) of partitions `0..n` from `offset`: with `epoch` 0 it opens a
-/// fetch session, with -1 it is sessionless. The session id and the milliseconds taken.
-async fn fetch_all(
+/// A Fetch (v12, no wait) of `topic`'s partitions `0..n` from `offset`: with `epoch` 0 it
+/// opens a fetch session, with -1 it is sessionless. The session id and the milliseconds
+/// taken.
+pub(super) async fn fetch_all(
     conn: &mut KafkaConn,
+    topic: &str,
     n: usize,
     offset: i64,
     epoch: i32,
@@ -237,7 +239,7 @@ async fn fetch_all(
         .with_session_epoch(epoch)
         .with_topics(vec![
             FetchTopic::default()
-                .with_topic(TopicName(StrBytes::from_static_str(TOPIC)))
+                .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
                 .with_partitions(parts.collect()),
         ]);
     let t = Instant::now();
