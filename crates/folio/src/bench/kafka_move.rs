@@ -21,7 +21,7 @@
 //! confirmed entry on, so its cost does not grow with the ledger.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use folio_broker::config::ListenerConfig;
 use folio_broker::{Broker, BrokerConfig};
@@ -69,7 +69,7 @@ pub(super) async fn run(tmp: &Path) -> Result<(), String> {
             }
             drop(conn);
             for _ in 0..2 {
-                produce_round(&first, &topic, n).await?;
+                produce_round(&first, &[(topic.as_str(), n)]).await?;
             }
             if crashed {
                 first.abort();
@@ -80,14 +80,10 @@ pub(super) async fn run(tmp: &Path) -> Result<(), String> {
                 Broker::start(config.clone(), env.clone()).await.map_err(|e| e.to_string())?;
             let mut conn = connect(&next).await?;
             let t = Instant::now();
-            fetch_all(&mut conn, &topic, n, 0, -1, 0).await?;
+            fetch_all(&mut conn, &[(topic.as_str(), n)], 0, -1, 0).await?;
             let all_ms = t.elapsed().as_secs_f64() * 1000.0;
             let opens = &next.metrics().partition_open_latency;
-            let ms = |q: f64| match opens.quantile_bound(q) {
-                Some(d) if d == Duration::MAX => "inf".to_string(),
-                Some(d) => format!("{:.1}", d.as_secs_f64() * 1000.0),
-                None => "none".to_string(),
-            };
+            let ms = |q: f64| super::partitions::bound_ms(opens, q);
             println!(
                 "move partitions={n} previous_owner={how} open_all_ms={all_ms:.1} open_ms_per_partition={:.2} opened={} open_p50_ms_at_most={} open_p99_ms_at_most={} open_max_ms_at_most={} open_mean_ms={:.2} target_open_p99_ms={TARGET_OPEN_P99_MS}",
                 all_ms / n as f64,

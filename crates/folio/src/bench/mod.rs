@@ -15,6 +15,7 @@ mod latency;
 mod ledger;
 mod log;
 mod meta;
+mod omb;
 mod overload;
 mod partitions;
 mod recovery;
@@ -52,6 +53,10 @@ pub enum Bench {
     /// peak (`ratio_vs_peak`), produce p99 at twice the peak, and RSS against the memory
     /// budget; no producer may time out at librdkafka's default settings.
     Overload(overload::Args),
+    /// OpenMessaging Benchmark's Kafka workloads (1 topic x 16 and x 100 partitions at
+    /// 50 000 msg/s of 1 KiB, and the 4-producer 4-consumer catch-up one) with OMB's Kafka
+    /// driver settings: publish and end-to-end latency as OMB prints them, backlog drain time.
+    Omb(omb::Args),
     /// Topic deletion: time until a deleted topic's metadata, logs, ledgers and disk are
     /// gone, and CreateTopics latency during a large deletion against idle.
     Delete(delete::Args),
@@ -83,6 +88,7 @@ pub fn run(what: Bench) -> Result<(), String> {
         Bench::Latency(args) => latency::run(args),
         Bench::Partitions(args) => partitions::run(args),
         Bench::Overload(args) => overload::run(args),
+        Bench::Omb(args) => omb::run(args),
         Bench::Delete(args) => delete::run(args),
         Bench::Hostile(args) => hostile::run(args),
         Bench::Recovery(args) => recovery::run(args),

@@ -1,13 +1,13 @@
 //! Many-partitions benchmark: what a partition costs a broker, at 10 000 of them
-//! (2 000 with `--quick`, or `--partitions N`). `--full` (100 000) needs several topics
-//! (one topic holds at most `PARTITIONS_MAX`, 10 000) and is refused with that reason: not
-//! built yet.
+//! (2 000 with `--quick`, 100 000 with `--full`, or `--partitions N`). One topic holds at
+//! most `PARTITIONS_MAX` (10 000): more are spread over as many topics as they need
+//! (`partitions-0`, `partitions-1`, ...), each full but the last.
 //!
 //! A broker on `--replication` in-process bookies (3) and embedded metadata, with
 //! `partitions_open_max` raised to hold them all. Over the Kafka wire (Folio's own test
 //! client, so the client costs little):
-//! - `create_s`: one CreateTopics of one topic with N partitions;
-//! - `metadata_p50_ms`/`_p99_ms` and `metadata_answer_bytes`: Metadata for that topic;
+//! - `create_s`: one CreateTopics of the topics, N partitions in all;
+//! - `metadata_p50_ms`/`_p99_ms` and `metadata_answer_bytes`: Metadata for those topics;
 //! - `first_produce_s`: one 100-byte record to every partition (acks=all; 100 partitions per
 //!   Produce, `CONNECTIONS` connections): each partition's log and first ledger are created
 //!   here, so `open_ms_per_partition_amortized` is the cost of a new partition;
@@ -50,7 +50,7 @@ const METADATA_CALLS: usize = 20;
 pub struct Args {
     #[command(flatten)]
     run: super::Run,
-    /// 100 000 partitions: refused for now (more than one topic's limit; see the module doc).
+    /// 100 000 partitions (over ten topics).
     #[arg(long)]
     full: bool,
     /// Exactly this many partitions (overrides `--quick` and `--full`).
@@ -73,12 +73,14 @@ async fn run_async(args: Args) -> Result<(), String> {
     } else {
         10_000
     });
-    let topic_max = folio_broker::limits::PARTITIONS_MAX as usize;
-    if n > topic_max || n == 0 {
-        return Err(format!(
-            "bench partitions runs one topic of 1 to {topic_max} partitions (a topic's limit); {n} would need several topics, which this bench does not do yet"
-        ));
+    if n == 0 {
+        return Err("bench partitions needs at least one partition".into());
     }
+    let topic_max = folio_broker::limits::PARTITIONS_MAX as usize;
+    let topics: Vec<(String, usize)> = (0..n.div_ceil(topic_max))
+        .map(|i| (format!("{TOPIC}-{i}"), topic_max.min(n - i * topic_max)))
+        .collect();
+    let topics: Vec<(&str, usize)> = topics.iter().map(|(t, k)| (t.as_str(), *k)).collect();
     let tmp = super::temp_dir(&args.run.dir, ".folio-bench-partitions-")?;
     let replication = args.replication;
     let (client, bookies, meta) =
@@ -93,26 +95,36 @@ async fn run_async(args: Args) -> Result<(), String> {
     let env = super::log_env(meta, client);
     let broker = Broker::start(config.clone(), env.clone()).await.map_err(|e| e.to_string())?;
     let rss0 = super::rss_now_mb();
-    println!("bench=partitions partitions={n} replication={replication} quick={}", args.run.quick);
+    println!(
+        "bench=partitions partitions={n} topics={} replication={replication} quick={}",
+        topics.len(),
+        args.run.quick
+    );
 
     let mut conn = connect(&broker).await?;
     let t = Instant::now();
-    let created: CreateTopicsResponse = conn
-        .call(ApiKey::CreateTopics, 5, &create_topics_request(&[TOPIC.to_string()], n as i32))
-        .await
-        .map_err(|e| e.to_string())?;
-    let create_s = t.elapsed().as_secs_f64();
-    if let Some(t) = created.topics.iter().find(|t| t.error_code != 0) {
-        return Err(format!("CreateTopics answered {} ({:?})", t.error_code, t.error_message));
+    for (topic, k) in &topics {
+        let req = create_topics_request(&[topic.to_string()], *k as i32);
+        let created: CreateTopicsResponse =
+            conn.call(ApiKey::CreateTopics, 5, &req).await.map_err(|e| e.to_string())?;
+        if let Some(t) = created.topics.iter().find(|t| t.error_code != 0) {
+            return Err(format!("CreateTopics answered {} ({:?})", t.error_code, t.error_message));
+        }
     }
+    let create_s = t.elapsed().as_secs_f64();
 
     let mut metadata_us = Vec::new();
     let mut answer_bytes = 0;
     for _ in 0..METADATA_CALLS {
-        let req = MetadataRequest::default().with_topics(Some(vec![
-            metadata_request::MetadataRequestTopic::default()
-                .with_name(Some(TopicName(StrBytes::from_static_str(TOPIC)))),
-        ]));
+        let req = MetadataRequest::default().with_topics(Some(
+            topics
+                .iter()
+                .map(|(t, _)| {
+                    metadata_request::MetadataRequestTopic::default()
+                        .with_name(Some(TopicName(StrBytes::from_string(t.to_string()))))
+                })
+                .collect(),
+        ));
         let t = Instant::now();
         conn.send(ApiKey::Metadata, 12, &req).await.map_err(|e| e.to_string())?;
         let frame = conn.recv_raw().await.map_err(|e| e.to_string())?.ok_or("no answer")?;
@@ -121,12 +133,12 @@ async fn run_async(args: Args) -> Result<(), String> {
     }
     metadata_us.sort_unstable();
 
-    let first_s = produce_round(&broker, TOPIC, n).await?;
+    let first_s = produce_round(&broker, &topics).await?;
     let rss1 = super::rss_now_mb();
-    let round_s = produce_round(&broker, TOPIC, n).await?;
+    let round_s = produce_round(&broker, &topics).await?;
 
     // At the end of every partition: what a caught-up consumer's session costs.
-    let (session, full_ms) = fetch_all(&mut conn, TOPIC, n, 2, 0, 0).await?;
+    let (session, full_ms) = fetch_all(&mut conn, &topics, 2, 0, 0).await?;
     let (_, incremental_ms) = fetch_session_again(&mut conn, session).await?;
     let meta_files = dir_bytes(&tmp.path().join("meta"));
     let records = folio_meta::list_all(env.meta.as_ref(), "").await.map_err(|e| e.to_string())?;
@@ -147,15 +159,18 @@ async fn run_async(args: Args) -> Result<(), String> {
     let broker = Broker::start(config, env).await.map_err(|e| e.to_string())?;
     let mut conn = connect(&broker).await?;
     let t = Instant::now();
-    fetch_all(&mut conn, TOPIC, 1, 0, -1, 0).await?;
+    fetch_all(&mut conn, &topics[..1].iter().map(|(t, _)| (*t, 1)).collect::<Vec<_>>(), 0, -1, 0)
+        .await?;
     let one_ms = t.elapsed().as_secs_f64() * 1000.0;
     let t = Instant::now();
-    fetch_all(&mut conn, TOPIC, n, 0, -1, 0).await?;
+    fetch_all(&mut conn, &topics, 0, -1, 0).await?;
     let all_s = t.elapsed().as_secs_f64();
     println!(
-        "reopen_one_ms={one_ms:.1} reopen_all_s={all_s:.2} reopen_ms_per_partition={:.3} partitions_opened={} rss_peak_mb={:.0}",
+        "reopen_one_ms={one_ms:.1} reopen_all_s={all_s:.2} reopen_ms_per_partition={:.3} partitions_opened={} open_p50_ms_at_most={} open_p99_ms_at_most={} rss_peak_mb={:.0}",
         all_s * 1000.0 / (n - 1).max(1) as f64,
         broker.metrics().partitions_opened.load(std::sync::atomic::Ordering::Relaxed),
+        bound_ms(&broker.metrics().partition_open_latency, 0.5),
+        bound_ms(&broker.metrics().partition_open_latency, 0.99),
         super::rss_peak_mb()
     );
     drop(conn);
@@ -170,22 +185,32 @@ pub(super) async fn connect(broker: &Broker) -> Result<KafkaConn, String> {
     KafkaConn::connect(broker.addr()).await.map_err(|e| e.to_string())
 }
 
-/// One record to every partition of `topic`, `PARTITIONS_PER_PRODUCE` per request over
-/// `CONNECTIONS` connections; the seconds it took.
-pub(super) async fn produce_round(broker: &Broker, topic: &str, n: usize) -> Result<f64, String> {
+/// One record to every partition of `topics` (name, partitions), `PARTITIONS_PER_PRODUCE`
+/// per request over `CONNECTIONS` connections; the seconds it took.
+pub(super) async fn produce_round(
+    broker: &Broker,
+    topics: &[(&str, usize)],
+) -> Result<f64, String> {
     let batch = Bytes::from(folio_broker::batch::build(1, now_ms(), 0, |_| vec![0x42; 100]));
+    let chunks: Vec<(String, Vec<i32>)> = topics
+        .iter()
+        .flat_map(|(t, k)| {
+            let parts: Vec<i32> = (0..*k as i32).collect();
+            let chunks: Vec<Vec<i32>> =
+                parts.chunks(PARTITIONS_PER_PRODUCE).map(<[i32]>::to_vec).collect();
+            chunks.into_iter().map(|c| (t.to_string(), c))
+        })
+        .collect();
+    let chunks = std::sync::Arc::new(chunks);
     let t = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for c in 0..CONNECTIONS {
-        let (addr, batch, topic) = (broker.addr(), batch.clone(), topic.to_string());
+        let (addr, batch, chunks) = (broker.addr(), batch.clone(), chunks.clone());
         tasks.spawn(async move {
             let mut conn = KafkaConn::connect(addr).await.map_err(|e| e.to_string())?;
-            let chunks = (0..n).collect::<Vec<_>>();
-            for chunk in chunks.chunks(PARTITIONS_PER_PRODUCE).skip(c).step_by(CONNECTIONS) {
+            for (topic, chunk) in chunks.iter().skip(c).step_by(CONNECTIONS) {
                 let parts = chunk.iter().map(|p| {
-                    PartitionProduceData::default()
-                        .with_index(*p as i32)
-                        .with_records(Some(batch.clone()))
+                    PartitionProduceData::default().with_index(*p).with_records(Some(batch.clone()))
                 });
                 let req = ProduceRequest::default()
                     .with_acks(-1)
@@ -200,7 +225,7 @@ pub(super) async fn produce_round(broker: &Broker, topic: &str, n: usize) -> Res
                 let bad = r.responses.iter().flat_map(|t| &t.partition_responses);
                 if let Some(p) = bad.clone().find(|p| p.error_code != 0) {
                     return Err(format!(
-                        "Produce to partition {} answered {}",
+                        "Produce to {topic} partition {} answered {}",
                         p.index, p.error_code
                     ));
                 }
@@ -214,22 +239,26 @@ pub(super) async fn produce_round(broker: &Broker, topic: &str, n: usize) -> Res
     Ok(t.elapsed().as_secs_f64())
 }
 
-/// A Fetch (v12, no wait) of `topic`'s partitions `0..n` from `offset`: with `epoch` 0 it
-/// opens a fetch session, with -1 it is sessionless. The session id and the milliseconds
-/// taken.
+/// A Fetch (v12, no wait) of the partitions `0..k` of each of `topics` (name, k) from
+/// `offset`: with `epoch` 0 it opens a fetch session, with -1 it is sessionless. The
+/// session id and the milliseconds taken.
 pub(super) async fn fetch_all(
     conn: &mut KafkaConn,
-    topic: &str,
-    n: usize,
+    topics: &[(&str, usize)],
     offset: i64,
     epoch: i32,
     session: i32,
 ) -> Result<(i32, f64), String> {
-    let parts = (0..n).map(|p| {
-        FetchPartition::default()
-            .with_partition(p as i32)
-            .with_fetch_offset(offset)
-            .with_partition_max_bytes(1024)
+    let wanted = topics.iter().map(|(t, k)| {
+        let parts = (0..*k).map(|p| {
+            FetchPartition::default()
+                .with_partition(p as i32)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(1024)
+        });
+        FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(t.to_string())))
+            .with_partitions(parts.collect())
     });
     let req = FetchRequest::default()
         .with_max_wait_ms(0)
@@ -237,16 +266,13 @@ pub(super) async fn fetch_all(
         .with_max_bytes(64 << 20)
         .with_session_id(session)
         .with_session_epoch(epoch)
-        .with_topics(vec![
-            FetchTopic::default()
-                .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
-                .with_partitions(parts.collect()),
-        ]);
+        .with_topics(wanted.collect());
     let t = Instant::now();
     let r: FetchResponse = conn.call(ApiKey::Fetch, 12, &req).await.map_err(|e| e.to_string())?;
     let ms = t.elapsed().as_secs_f64() * 1000.0;
     check_fetch(&r)?;
     let answered: usize = r.responses.iter().map(|t| t.partitions.len()).sum();
+    let n: usize = topics.iter().map(|(_, k)| k).sum();
     if answered != n {
         return Err(format!("a Fetch of {n} partitions answered {answered}"));
     }
@@ -280,6 +306,15 @@ fn check_fetch(r: &FetchResponse) -> Result<(), String> {
         return Err(format!("Fetch of partition {} answered {}", p.partition_index, p.error_code));
     }
     Ok(())
+}
+
+/// The bucket bound of quantile `q` of `h`, in ms, for a figure.
+pub(super) fn bound_ms(h: &folio_broker::metrics::Histogram, q: f64) -> String {
+    match h.quantile_bound(q) {
+        None => "none".into(),
+        Some(d) if d == Duration::MAX => "inf".into(),
+        Some(d) => format!("{:.1}", d.as_secs_f64() * 1000.0),
+    }
 }
 
 fn now_ms() -> i64 {
