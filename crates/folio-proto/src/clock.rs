@@ -11,6 +11,15 @@ use std::time::{Duration, Instant};
 pub trait Clock: Send + Sync + Debug {
     /// Milliseconds on a monotonic scale (the origin is arbitrary).
     fn now_ms(&self) -> u64;
+
+    /// How long a task waiting for a time on this clock may sleep before reading it again.
+    /// `None` (the real and the simulated clocks): the clock moves with tokio's timers, so
+    /// one sleep for the difference wakes on time. A clock that jumps when told
+    /// ([`ManualClock`]) needs a bound, or a waiter would miss the jump. Every idle
+    /// partition log waits on its clock, so a bound costs wake-ups per partition.
+    fn recheck_max(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// The real monotonic clock.
@@ -64,5 +73,10 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now_ms(&self) -> u64 {
         self.now_ms.load(Ordering::SeqCst)
+    }
+
+    /// A test's jump is noticed within 50 ms.
+    fn recheck_max(&self) -> Option<Duration> {
+        Some(Duration::from_millis(50))
     }
 }

@@ -236,13 +236,20 @@ impl LedgerWriter {
 }
 
 /// Sends the LAC to the ensemble whenever it moved since the last time, so tailing readers
-/// see the last entries even when no later add piggybacks them. Ends with the writer.
+/// see the last entries even when no later add piggybacks them. Ends with the writer. It
+/// waits for the LAC to move before it waits `interval`: an idle ledger (one per idle
+/// partition) costs no wake-ups.
 pub(super) async fn explicit_lac(
     writer: std::sync::Weak<WriterInner>,
     interval: std::time::Duration,
 ) {
+    let Some(mut moved) = writer.upgrade().map(|w| w.lac_tx.subscribe()) else { return };
     let mut sent = INVALID_ENTRY_ID;
     loop {
+        // Err: the writer is gone (its sender with it).
+        if moved.changed().await.is_err() {
+            return;
+        }
         tokio::time::sleep(interval).await;
         let Some(w) = writer.upgrade() else { return };
         let (lac, done) = {

@@ -780,8 +780,9 @@ async fn lac_changed(rx: &mut Option<watch::Receiver<EntryId>>) -> bool {
     }
 }
 
-/// Sleeps until the clock reads `deadline_ms` (re-checking at least every 50 ms, so a
-/// manual test clock that jumps is noticed).
+/// Sleeps until the clock reads `deadline_ms`, reading it again at least every
+/// `Clock::recheck_max` (a manual test clock that jumps is noticed; the real clock is slept
+/// on once: at 10 000 idle partitions, a 50 ms re-check was 200 000 wake-ups a second).
 async fn sleep_until_ms(clock: &dyn Clock, deadline_ms: u64) {
     loop {
         let now = clock.now_ms();
@@ -790,6 +791,7 @@ async fn sleep_until_ms(clock: &dyn Clock, deadline_ms: u64) {
             tokio::task::yield_now().await;
             return;
         }
-        tokio::time::sleep(Duration::from_millis((deadline_ms - now).min(50))).await;
+        let left = Duration::from_millis(deadline_ms - now);
+        tokio::time::sleep(clock.recheck_max().map_or(left, |m| left.min(m))).await;
     }
 }

@@ -17,6 +17,8 @@
 //! - `fetch_session_full_ms`: a Fetch of every partition at its end, opening a fetch
 //!   session (KIP-227), then `fetch_session_incremental_ms`: the next Fetch of that session,
 //!   nothing changed (a caught-up consumer's poll);
+//! - `idle_cpu_cores`: the process's CPU per second over `IDLE_MEASURED` with every
+//!   partition open and nothing to do (their logs' timers);
 //! - `meta_store_keys` and `meta_store_bytes` (keys and values), per partition, and the
 //!   embedded store's files (`meta_store_files_bytes`; its logs are preallocated);
 //! - after a clean restart of the broker: `reopen_one_ms` (a Fetch of one partition, which
@@ -45,6 +47,8 @@ const PARTITIONS_PER_PRODUCE: usize = 100;
 const CONNECTIONS: usize = 4;
 /// Metadata requests timed.
 const METADATA_CALLS: usize = 20;
+/// How long the process's CPU is measured with every partition open and idle.
+const IDLE_MEASURED: Duration = Duration::from_secs(3);
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -140,11 +144,16 @@ async fn run_async(args: Args) -> Result<(), String> {
     // At the end of every partition: what a caught-up consumer's session costs.
     let (session, full_ms) = fetch_all(&mut conn, &topics, 2, 0, 0).await?;
     let (_, incremental_ms) = fetch_session_again(&mut conn, session).await?;
+    // Every partition open and idle: what they cost the CPU doing nothing.
+    let (idle_from, cpu0) = (Instant::now(), super::kafka::process_cpu_ms());
+    tokio::time::sleep(IDLE_MEASURED).await;
+    let idle_cpu_cores =
+        (super::kafka::process_cpu_ms() - cpu0) / 1000.0 / idle_from.elapsed().as_secs_f64();
     let meta_files = dir_bytes(&tmp.path().join("meta"));
     let records = folio_meta::list_all(env.meta.as_ref(), "").await.map_err(|e| e.to_string())?;
     let meta_bytes: usize = records.iter().map(|v| v.key.len() + v.value.len()).sum();
     println!(
-        "create_s={create_s:.3} metadata_p50_ms={:.2} metadata_p99_ms={:.2} metadata_answer_bytes={answer_bytes} first_produce_s={first_s:.2} open_ms_per_partition_amortized={:.3} produce_round_s={round_s:.2} rss_before_mb={rss0:.0} rss_after_mb={rss1:.0} rss_per_partition_kib={:.1} fetch_session_full_ms={full_ms:.1} fetch_session_incremental_ms={incremental_ms:.2} meta_store_keys={} meta_store_bytes={meta_bytes} meta_store_bytes_per_partition={:.0} meta_store_files_bytes={meta_files}",
+        "create_s={create_s:.3} metadata_p50_ms={:.2} metadata_p99_ms={:.2} metadata_answer_bytes={answer_bytes} first_produce_s={first_s:.2} open_ms_per_partition_amortized={:.3} produce_round_s={round_s:.2} rss_before_mb={rss0:.0} rss_after_mb={rss1:.0} rss_per_partition_kib={:.1} fetch_session_full_ms={full_ms:.1} fetch_session_incremental_ms={incremental_ms:.2} idle_cpu_cores={idle_cpu_cores:.3} meta_store_keys={} meta_store_bytes={meta_bytes} meta_store_bytes_per_partition={:.0} meta_store_files_bytes={meta_files}",
         pct(&metadata_us, 0.5) as f64 / 1000.0,
         pct(&metadata_us, 0.99) as f64 / 1000.0,
         first_s * 1000.0 / n as f64,
