@@ -50,8 +50,10 @@ impl Handler for OffsetCommit {
         version: i16,
         req: OffsetCommitRequest,
     ) -> OffsetCommitResponse {
-        // Read before anything awaits: the commit writes only in this tenure.
+        // Read before anything awaits: the commit writes only in this tenure, and only
+        // under the claim held now, if one is (`group::claim`).
         let tenure = inner.groups.tenure();
+        let known = inner.groups.claim_version(s(&req.group_id));
         if let Some(code) = elsewhere(&inner, s(&req.group_id)) {
             return Self::error(version, &req, code);
         }
@@ -113,7 +115,7 @@ impl Handler for OffsetCommit {
             }
             resp.topics.push(out);
         }
-        let at = (generation, tenure);
+        let at = (generation, tenure, known);
         write_offsets(&inner, &group, at, writes, written, &mut resp).await;
         resp
     }
@@ -150,7 +152,7 @@ type OffsetWrite = (String, uuid::Uuid, folio_meta::Version, i32, OffsetRecord);
 async fn write_offsets(
     inner: &Inner,
     group: &str,
-    (generation, tenure): (i32, u64),
+    (generation, tenure, known): (i32, u64, Option<folio_meta::Version>),
     mut writes: Vec<OffsetWrite>,
     mut written: Vec<(usize, usize)>,
     resp: &mut OffsetCommitResponse,
@@ -165,7 +167,7 @@ async fn write_offsets(
     let mut attempt = 0;
     while !writes.is_empty() {
         attempt += 1;
-        let refused = match inner.groups.commit(group, generation, tenure, &writes).await {
+        let refused = match inner.groups.commit(group, generation, (tenure, known), &writes).await {
             Ok(refused) => refused,
             Err(e) => {
                 tracing::warn!(group = %group, error = %e, "writing committed offsets failed");

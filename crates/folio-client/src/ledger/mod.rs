@@ -323,6 +323,9 @@ struct WriterInner {
     ensemble: Mutex<Vec<(String, Arc<BookieConnection>)>>,
     state: Mutex<WriterState>,
     lac_tx: watch::Sender<EntryId>,
+    /// Told of every add queued: the stall watcher of an idle writer waits on it instead
+    /// of ticking (its receiver ends with the writer, as this sender drops).
+    added: watch::Sender<()>,
     change_lock: tokio::sync::Mutex<()>,
     client: LedgerClient,
 }

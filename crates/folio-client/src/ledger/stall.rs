@@ -70,9 +70,12 @@ fn republish_if_behind(
     Some((published, confirmed))
 }
 
-/// Watches `writer`'s oldest pending add until the writer is gone, failed or closed.
+/// Watches `writer`'s oldest pending add until the writer is gone, failed or closed. With
+/// nothing pending and the published LAC caught up, it waits for the next add instead of
+/// ticking: an idle writer (one per idle partition) costs no wake-ups.
 pub(super) async fn watch_stalls(writer: Weak<WriterInner>, after: Duration) {
     let tick = (after / 4).max(Duration::from_millis(5));
+    let Some(mut added) = writer.upgrade().map(|w| w.added.subscribe()) else { return };
     // The entry reported last, and when: it gets one more bound before the writer fails.
     let mut reported: Option<(EntryId, Instant)> = None;
     // (published, confirmed) when the published LAC was last seen behind.
@@ -81,6 +84,8 @@ pub(super) async fn watch_stalls(writer: Weak<WriterInner>, after: Duration) {
         tokio::time::sleep(tick).await;
         let Some(w) = writer.upgrade() else { return };
         behind = republish_if_behind(&w, behind);
+        // Seen before the look at `pending`: an add queued after it wakes the wait below.
+        added.borrow_and_update();
         let oldest = {
             let st = w.state.lock().expect("writer lock");
             if st.failed.is_some() || (st.closed && st.pending.is_empty()) {
@@ -88,7 +93,20 @@ pub(super) async fn watch_stalls(writer: Weak<WriterInner>, after: Duration) {
             }
             st.pending.first_key_value().map(|(id, p)| (*id, p.since, p.acked.clone()))
         };
-        let Some((entry_id, since, acked)) = oldest else { continue };
+        let Some((entry_id, since, acked)) = oldest else {
+            // Idle only with the published LAC caught up: a lagging publish with nothing
+            // pending is the stuck append above, repaired at a later tick.
+            let confirmed = w.state.lock().expect("writer lock").lac;
+            if behind.is_some() || *w.lac_tx.borrow() < confirmed {
+                continue;
+            }
+            drop(w);
+            // Err: the writer is gone.
+            if added.changed().await.is_err() {
+                return;
+            }
+            continue;
+        };
         let now = Instant::now();
         let waited = now.saturating_duration_since(since);
         if waited < after {

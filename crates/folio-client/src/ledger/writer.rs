@@ -33,6 +33,7 @@ impl LedgerWriter {
             ensemble: Mutex::new(bookies),
             state: Mutex::new(state),
             lac_tx: watch::channel(INVALID_ENTRY_ID).0,
+            added: watch::channel(()).0,
             change_lock: tokio::sync::Mutex::new(()),
             client,
         };
@@ -147,6 +148,7 @@ impl LedgerWriter {
             st.pending.insert(id, PendingAdd { entry, length, since, acked: Default::default() });
             id
         };
+        inner.added.send_replace(());
         let down = inner.state.lock().expect("writer lock").down.clone();
         let positions: Vec<usize> =
             inner.write_set(entry_id).into_iter().filter(|p| !down.contains(p)).collect();

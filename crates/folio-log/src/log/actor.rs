@@ -291,7 +291,12 @@ impl Actor {
     }
 
     fn next_deadline(&self) -> u64 {
-        let mut d = self.next_trim_ms.min(self.next_flush_ms);
+        let mut d = self.next_trim_ms;
+        // Cursor flushes only while the log has cursors (a Kafka partition has none): an
+        // idle log wakes for its trim check alone. `cursor_open` wakes the actor.
+        if !self.sh.cursors.lock().expect("cursor lock").is_empty() {
+            d = d.min(self.next_flush_ms);
+        }
         if self.state == LogState::Failed {
             d = d.min(self.retry_ms);
         }

@@ -29,10 +29,18 @@ impl ManagedLog {
         let key = env.keys.cursor(&self.shared.name, name);
         let rec = CursorRecord { offset, updated_ms: env.now_ms() };
         env.meta.put(&key, rec.encode(), Expect::Any).await?;
-        let mut cursors = self.shared.cursors.lock().expect("cursor lock");
-        let c =
-            cursors.entry(name.into()).or_insert(CursorState { offset, persisted: Some(offset) });
-        Ok(c.offset)
+        let offset = {
+            let mut cursors = self.shared.cursors.lock().expect("cursor lock");
+            let c = cursors
+                .entry(name.into())
+                .or_insert(CursorState { offset, persisted: Some(offset) });
+            c.offset
+        };
+        // The actor flushes cursors only while there are some: a round trip makes it look
+        // again (nothing is dirty yet, so it writes nothing). A closed log has no actor
+        // to wake and flushes nothing either.
+        let _ = self.flush_cursors().await;
+        Ok(offset)
     }
 
     /// Moves the cursor to `offset` (the next offset its consumer reads). Written to the

@@ -277,12 +277,12 @@ async fn validation_phase(quick: bool, tmp: &Path, driver: &Path) -> Result<(), 
                 ["validation-lz4-1", "validation-lz4-2", "validation-lz4-3", "validation-lz4-4"];
             let topic: &'static str = if codec == "none" { none[run] } else { lz4[run] };
             let conf = format!("{{\"compression.codec\": \"{codec}\"}}");
-            let cpu0 = process_cpu_ms();
+            let cpu0 = super::process_cpu_ms();
             let args = vec![secs.to_string(), "1024".to_string(), "1".to_string()];
             let line =
                 drive_with(driver, "run", broker.addr().to_string(), topic, args, Some(conf))
                     .await?;
-            let cpu = process_cpu_ms() - cpu0;
+            let cpu = super::process_cpu_ms() - cpu0;
             let mb = mb_per_s(&line)?;
             let produced_mb = figure(&line, "records")? * 1024.0 / (1 << 20) as f64;
             println!(
@@ -359,17 +359,6 @@ fn validate_in_memory(quick: bool) -> Result<(), String> {
         );
     }
     Ok(())
-}
-
-/// CPU time this process has used (user and system), in ms (`/proc/self/stat`, at Linux's
-/// USER_HZ of 100).
-pub(super) fn process_cpu_ms() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command's closing parenthesis: state is 3rd, utime 14th, stime 15th.
-    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) * 10.0
 }
 
 /// Partitions of the two-broker phase.

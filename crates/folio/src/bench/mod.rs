@@ -99,6 +99,17 @@ pub fn run(what: Bench) -> Result<(), String> {
 
 pub(crate) const MIB: f64 = 1024.0 * 1024.0;
 
+/// CPU time this process has used (user and system), in ms (`/proc/self/stat`, at Linux's
+/// USER_HZ of 100).
+pub(crate) fn process_cpu_ms() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command's closing parenthesis: state is 3rd, utime 14th, stime 15th.
+    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) * 10.0
+}
+
 /// What every benchmark takes: how long to run and where.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Run {

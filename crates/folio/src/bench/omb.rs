@@ -146,12 +146,11 @@ async fn run_async(args: Args) -> Result<(), String> {
             w.consumers.to_string(),
             w.backlog_s.to_string(),
         ];
-        let (started, cpu0) = (std::time::Instant::now(), super::kafka::process_cpu_ms());
+        let (started, cpu0) = (std::time::Instant::now(), super::process_cpu_ms());
         let line =
             drive_with(&driver, "run", broker.addr().to_string(), "omb", driver_args, None).await;
-        let cpu_cores = (super::kafka::process_cpu_ms() - cpu0)
-            / 1000.0
-            / started.elapsed().as_secs_f64().max(0.001);
+        let cpu_cores =
+            (super::process_cpu_ms() - cpu0) / 1000.0 / started.elapsed().as_secs_f64().max(0.001);
         broker.shutdown().await;
         for b in bookies {
             b.shutdown().await.map_err(|e| e.to_string())?;

@@ -173,7 +173,7 @@ async fn phase(
     let mut rss_max_mb: f64 = 0.0;
     let mut lines = Vec::new();
     let mut failed = 0;
-    let (started, cpu0) = (std::time::Instant::now(), super::kafka::process_cpu_ms());
+    let (started, cpu0) = (std::time::Instant::now(), super::process_cpu_ms());
     loop {
         tokio::select! {
             done = producers.join_next() => match done {
@@ -190,8 +190,7 @@ async fn phase(
             }
         }
     }
-    let cpu_share =
-        (super::kafka::process_cpu_ms() - cpu0) / 1000.0 / started.elapsed().as_secs_f64();
+    let cpu_share = (super::process_cpu_ms() - cpu0) / 1000.0 / started.elapsed().as_secs_f64();
     // Each producer's own rate (its `secs` plus its final flush), summed.
     let mut records_per_s = 0.0;
     let mut p99_ms_max: f64 = 0.0;

@@ -106,8 +106,56 @@ async fn run_async(args: Args) -> Result<(), String> {
     );
 
     let mut conn = connect(&broker).await?;
+    let (create_s, metadata_us, answer_bytes) = create_and_describe(&mut conn, &topics).await?;
+
+    let first_s = produce_round(&broker, &topics).await?;
+    let rss1 = super::rss_now_mb();
+    let round_s = produce_round(&broker, &topics).await?;
+
+    // At the end of every partition: what a caught-up consumer's session costs.
+    let (session, full_ms) = fetch_all(&mut conn, &topics, 2, 0, 0).await?;
+    let (_, incremental_ms) = fetch_session_again(&mut conn, session).await?;
+    // Every partition open and idle: what they cost the CPU doing nothing.
+    let (idle_from, cpu0) = (Instant::now(), super::process_cpu_ms());
+    tokio::time::sleep(IDLE_MEASURED).await;
+    let idle_cpu_cores =
+        (super::process_cpu_ms() - cpu0) / 1000.0 / idle_from.elapsed().as_secs_f64();
+    let meta_files = dir_bytes(&tmp.path().join("meta"));
+    let records = folio_meta::list_all(env.meta.as_ref(), "").await.map_err(|e| e.to_string())?;
+    let meta_bytes: usize = records.iter().map(|v| v.key.len() + v.value.len()).sum();
+    println!(
+        "create_s={create_s:.3} metadata_p50_ms={:.2} metadata_p99_ms={:.2} metadata_answer_bytes={answer_bytes} first_produce_s={first_s:.2} open_ms_per_partition_amortized={:.3} produce_round_s={round_s:.2} rss_before_mb={rss0:.0} rss_after_mb={rss1:.0} rss_per_partition_kib={:.1} fetch_session_full_ms={full_ms:.1} fetch_session_incremental_ms={incremental_ms:.2} idle_cpu_cores={idle_cpu_cores:.3} meta_store_keys={} meta_store_bytes={meta_bytes} meta_store_bytes_per_partition={:.0} meta_store_files_bytes={meta_files}",
+        pct(&metadata_us, 0.5) as f64 / 1000.0,
+        pct(&metadata_us, 0.99) as f64 / 1000.0,
+        first_s * 1000.0 / n as f64,
+        (rss1 - rss0) * 1024.0 / n as f64,
+        records.len(),
+        meta_bytes as f64 / n as f64,
+    );
+    drop(conn);
+
+    // A clean restart: every partition opens again on first use.
+    broker.shutdown().await;
+    let broker = Broker::start(config, env).await.map_err(|e| e.to_string())?;
+    let mut conn = connect(&broker).await?;
+    reopen(&broker, &mut conn, &topics, n).await?;
+    drop(conn);
+    broker.shutdown().await;
+    for b in bookies {
+        b.shutdown().await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Creates `topics` (one CreateTopics each) and times `METADATA_CALLS` Metadata requests
+/// for them: the seconds the creation took, the sorted Metadata latencies (us), and the
+/// answer's size.
+async fn create_and_describe(
+    conn: &mut KafkaConn,
+    topics: &[(&str, usize)],
+) -> Result<(f64, Vec<u64>, usize), String> {
     let t = Instant::now();
-    for (topic, k) in &topics {
+    for (topic, k) in topics {
         let req = create_topics_request(&[topic.to_string()], *k as i32);
         let created: CreateTopicsResponse =
             conn.call(ApiKey::CreateTopics, 5, &req).await.map_err(|e| e.to_string())?;
@@ -116,7 +164,6 @@ async fn run_async(args: Args) -> Result<(), String> {
         }
     }
     let create_s = t.elapsed().as_secs_f64();
-
     let mut metadata_us = Vec::new();
     let mut answer_bytes = 0;
     for _ in 0..METADATA_CALLS {
@@ -136,43 +183,23 @@ async fn run_async(args: Args) -> Result<(), String> {
         answer_bytes = frame.len();
     }
     metadata_us.sort_unstable();
+    Ok((create_s, metadata_us, answer_bytes))
+}
 
-    let first_s = produce_round(&broker, &topics).await?;
-    let rss1 = super::rss_now_mb();
-    let round_s = produce_round(&broker, &topics).await?;
-
-    // At the end of every partition: what a caught-up consumer's session costs.
-    let (session, full_ms) = fetch_all(&mut conn, &topics, 2, 0, 0).await?;
-    let (_, incremental_ms) = fetch_session_again(&mut conn, session).await?;
-    // Every partition open and idle: what they cost the CPU doing nothing.
-    let (idle_from, cpu0) = (Instant::now(), super::kafka::process_cpu_ms());
-    tokio::time::sleep(IDLE_MEASURED).await;
-    let idle_cpu_cores =
-        (super::kafka::process_cpu_ms() - cpu0) / 1000.0 / idle_from.elapsed().as_secs_f64();
-    let meta_files = dir_bytes(&tmp.path().join("meta"));
-    let records = folio_meta::list_all(env.meta.as_ref(), "").await.map_err(|e| e.to_string())?;
-    let meta_bytes: usize = records.iter().map(|v| v.key.len() + v.value.len()).sum();
-    println!(
-        "create_s={create_s:.3} metadata_p50_ms={:.2} metadata_p99_ms={:.2} metadata_answer_bytes={answer_bytes} first_produce_s={first_s:.2} open_ms_per_partition_amortized={:.3} produce_round_s={round_s:.2} rss_before_mb={rss0:.0} rss_after_mb={rss1:.0} rss_per_partition_kib={:.1} fetch_session_full_ms={full_ms:.1} fetch_session_incremental_ms={incremental_ms:.2} idle_cpu_cores={idle_cpu_cores:.3} meta_store_keys={} meta_store_bytes={meta_bytes} meta_store_bytes_per_partition={:.0} meta_store_files_bytes={meta_files}",
-        pct(&metadata_us, 0.5) as f64 / 1000.0,
-        pct(&metadata_us, 0.99) as f64 / 1000.0,
-        first_s * 1000.0 / n as f64,
-        (rss1 - rss0) * 1024.0 / n as f64,
-        records.len(),
-        meta_bytes as f64 / n as f64,
-    );
-    drop(conn);
-
-    // A clean restart: every partition opens again on first use.
-    broker.shutdown().await;
-    let broker = Broker::start(config, env).await.map_err(|e| e.to_string())?;
-    let mut conn = connect(&broker).await?;
+/// After a restart: a Fetch of one partition (which opens it), then of all `n` (which opens
+/// the others); prints the times and the open-time histogram's bounds.
+async fn reopen(
+    broker: &Broker,
+    conn: &mut KafkaConn,
+    topics: &[(&str, usize)],
+    n: usize,
+) -> Result<(), String> {
     let t = Instant::now();
-    fetch_all(&mut conn, &topics[..1].iter().map(|(t, _)| (*t, 1)).collect::<Vec<_>>(), 0, -1, 0)
+    fetch_all(conn, &topics[..1].iter().map(|(t, _)| (*t, 1)).collect::<Vec<_>>(), 0, -1, 0)
         .await?;
     let one_ms = t.elapsed().as_secs_f64() * 1000.0;
     let t = Instant::now();
-    fetch_all(&mut conn, &topics, 0, -1, 0).await?;
+    fetch_all(conn, topics, 0, -1, 0).await?;
     let all_s = t.elapsed().as_secs_f64();
     println!(
         "reopen_one_ms={one_ms:.1} reopen_all_s={all_s:.2} reopen_ms_per_partition={:.3} partitions_opened={} open_p50_ms_at_most={} open_p99_ms_at_most={} rss_peak_mb={:.0}",
@@ -182,11 +209,6 @@ async fn run_async(args: Args) -> Result<(), String> {
         bound_ms(&broker.metrics().partition_open_latency, 0.99),
         super::rss_peak_mb()
     );
-    drop(conn);
-    broker.shutdown().await;
-    for b in bookies {
-        b.shutdown().await.map_err(|e| e.to_string())?;
-    }
     Ok(())
 }
 

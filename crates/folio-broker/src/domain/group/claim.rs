@@ -108,12 +108,27 @@ impl Coordinator {
 
     /// The claim to write `group`'s offsets under at `generation`: the one held, or a new
     /// one (the next epoch, compare-and-set), taken only in `tenure` (the commit's).
+    /// `known`: the claim this coordinator held when the commit arrived. A commit that
+    /// arrived under one claim is written under that one only: if it is gone (lost, and
+    /// perhaps taken back since), another coordinator may have acknowledged newer offsets
+    /// meanwhile, and the commit is refused with NOT_COORDINATOR (the client retries).
+    /// This holds even when this coordinator never saw the move (cut off from the store
+    /// the whole time, its tenure never changed).
     pub(super) async fn claim(
         &self,
         group: &str,
         generation: i32,
         tenure: u64,
+        known: Option<Version>,
     ) -> Result<Claim, CommitError> {
+        let lost = |_: &Coordinator, holder: i32| {
+            tracing::info!(
+                group,
+                holder,
+                "an offset commit refused: the claim it arrived under is gone"
+            );
+            CommitError::Fenced { code: crate::errors::NOT_COORDINATOR, holder }
+        };
         let held = |c: &Coordinator| -> Result<Option<Claim>, CommitError> {
             // A member's generation must still be the group's (checked before, but a
             // rebalance may have come since): an older one never claims.
@@ -129,13 +144,14 @@ impl Coordinator {
             let claims = c.claims.lock().expect("claims lock");
             Ok(claims.get(group).filter(|h| h.generation == generation).copied())
         };
+        let arrived_under = |c: Claim| known.is_none_or(|k| k == c.version);
         if let Some(c) = held(self)? {
-            return Ok(c);
+            return if arrived_under(c) { Ok(c) } else { Err(lost(self, self.node_id)) };
         }
         // One claim taken at a time (and checked again once it is this one's turn).
         let _turn = self.claiming.lock().await;
         if let Some(c) = held(self)? {
-            return Ok(c);
+            return if arrived_under(c) { Ok(c) } else { Err(lost(self, self.node_id)) };
         }
         let key = self.claim_key(group);
         let current = self.meta.get(&key).await.map_err(CommitError::Store)?;
@@ -143,6 +159,10 @@ impl Coordinator {
         // from an earlier tenure.
         self.same_tenure(tenure)?;
         let (was, guard) = self.claim_read(&key, current.as_ref());
+        if known.is_some() && current.as_ref().map(|v| v.version) != known {
+            // The claim it arrived under is no longer the record: someone claimed since.
+            return Err(lost(self, was.map_or(-1, |r| r.node)));
+        }
         if generation >= 0 && was.is_some_and(|r| r.generation > generation) {
             // A newer generation was claimed (here since, or by another coordinator).
             let holder = was.map_or(-1, |r| r.node);
@@ -266,7 +286,7 @@ impl Coordinator {
         Ok(Some(CommitError::Fenced { code, holder }))
     }
 
-    /// The claim held on `group`, if any (tests).
+    /// The version of the claim held on `group`, if any: an arriving commit's `known`.
     pub fn claim_version(&self, group: &str) -> Option<Version> {
         self.claims.lock().expect("claims lock").get(group).map(|c| c.version)
     }
@@ -329,10 +349,10 @@ mod tests {
         let (one, two) = (coordinator(store.clone(), 1), coordinator(store.clone(), 2));
         let w = |o| vec![("t".to_string(), id, version, 0, record(o))];
         let committed = async |c: &Coordinator| c.committed("g").await.unwrap()[&(id, 0)].offset;
-        one.commit("g", -1, 0, &w(10)).await.unwrap();
+        one.commit("g", -1, (0, None), &w(10)).await.unwrap();
         // Broker 2 takes the group over; broker 1, isolated, still thinks it has it.
-        two.commit("g", -1, 0, &w(20)).await.unwrap();
-        match one.commit("g", -1, 0, &w(5)).await {
+        two.commit("g", -1, (0, None), &w(20)).await.unwrap();
+        match one.commit("g", -1, (0, None), &w(5)).await {
             Err(CommitError::Fenced { code, holder: 2 }) => {
                 assert_eq!(code, crate::errors::NOT_COORDINATOR)
             }
@@ -343,16 +363,16 @@ mod tests {
         // A stale generation: checked at 5, the group moved on to 6 before it wrote.
         let three = coordinator(faulty.clone(), 3);
         three.groups.lock().unwrap().insert("g".into(), Group { generation: 5, ..Group::new(0) });
-        three.commit("g", 5, 0, &w(30)).await.unwrap();
+        three.commit("g", 5, (0, None), &w(30)).await.unwrap();
         let at_five = three.claim_version("g").unwrap();
         three.groups.lock().unwrap().get_mut("g").unwrap().generation = 6;
-        match three.commit("g", 5, 0, &w(25)).await {
+        match three.commit("g", 5, (0, None), &w(25)).await {
             Err(CommitError::Fenced { code, .. }) => {
                 assert_eq!(code, crate::errors::ILLEGAL_GENERATION)
             }
             other => panic!("{other:?}"),
         }
-        three.commit("g", 6, 0, &w(40)).await.unwrap();
+        three.commit("g", 6, (0, None), &w(40)).await.unwrap();
         // A gen-5 write that was still in flight then arrives: it compares the old claim.
         let late = Txn::new()
             .compare(Compare::Version(three.claim_key("g"), at_five))
@@ -363,9 +383,12 @@ mod tests {
         // answer, and the next commit claims anew, so the late write cannot land after it.
         let held = three.claim_version("g").unwrap();
         faulty.fail_txns(1);
-        assert!(matches!(three.commit("g", 6, 0, &w(50)).await, Err(CommitError::Store(_))));
+        assert!(matches!(
+            three.commit("g", 6, (0, None), &w(50)).await,
+            Err(CommitError::Store(_))
+        ));
         assert_eq!(three.claim_version("g"), None);
-        three.commit("g", 6, 0, &w(60)).await.unwrap();
+        three.commit("g", 6, (0, None), &w(60)).await.unwrap();
         assert_ne!(three.claim_version("g"), Some(held));
         let late = Txn::new()
             .compare(Compare::Version(three.claim_key("g"), held))
@@ -377,14 +400,37 @@ mod tests {
         // client has long given up, and a newer offset may have been written elsewhere.
         let arrived = three.tenure();
         moves.send_modify(|n| *n += 1);
-        match three.commit("g", 6, arrived, &w(55)).await {
+        match three.commit("g", 6, (arrived, None), &w(55)).await {
             Err(CommitError::Fenced { code, .. }) => {
                 assert_eq!(code, crate::errors::NOT_COORDINATOR)
             }
             other => panic!("a commit from an earlier tenure: {other:?}"),
         }
-        three.commit("g", 6, three.tenure(), &w(70)).await.unwrap();
+        three.commit("g", 6, (three.tenure(), None), &w(70)).await.unwrap();
         assert_eq!(committed(&three).await, 70);
+
+        // The same move unseen (seed 373 of the simulator's Kafka runs): broker 1, cut off
+        // from the store, never saw its tenure end; two commits arrived under its claim
+        // while broker 2 took the group and committed 80. The first is refused by the
+        // claim's compare (dropping the claim); the second must not take a new claim and
+        // land: it arrived under the old one. Nor may one arriving so after broker 1 took
+        // the group back with a fresh commit.
+        let (one, two) = (coordinator(store.clone(), 1), coordinator(store.clone(), 2));
+        one.commit("g", -1, (one.tenure(), None), &w(75)).await.unwrap();
+        let known = one.claim_version("g");
+        two.commit("g", -1, (two.tenure(), None), &w(80)).await.unwrap();
+        for late in [76, 77] {
+            match one.commit("g", -1, (one.tenure(), known), &w(late)).await {
+                Err(CommitError::Fenced { code, .. }) => {
+                    assert_eq!(code, crate::errors::NOT_COORDINATOR)
+                }
+                other => panic!("commit {late}, arrived under a lost claim: {other:?}"),
+            }
+        }
+        assert_eq!(committed(&one).await, 80, "offsets moved backwards");
+        one.commit("g", -1, (one.tenure(), None), &w(81)).await.unwrap();
+        assert!(one.commit("g", -1, (one.tenure(), known), &w(78)).await.is_err());
+        assert_eq!(committed(&one).await, 81);
     }
 
     /// #46 item 4: a generation has one coordinator. Generations are claimed in the store
@@ -428,20 +474,20 @@ mod tests {
         let a = join(&one, "").await;
         let a = join(&one, &a.member_id).await;
         assert_eq!(a.generation, 2, "two rebalances at broker 1");
-        one.commit("g", 2, 0, &w(10)).await.unwrap();
+        one.commit("g", 2, (0, None), &w(10)).await.unwrap();
 
         // The group moves to broker 2: its first generation there follows broker 1's.
         let b = join(&two, "").await;
         assert_eq!(b.generation, 3, "broker 2 goes on from the claimed generation");
         // Broker 1 (isolated, still serving its member) cannot commit under its old claim,
         // nor claim generation 2 again, and its next rebalance is not 3.
-        match one.commit("g", 2, 0, &w(5)).await {
+        match one.commit("g", 2, (0, None), &w(5)).await {
             Err(CommitError::Fenced { code, holder: 2 }) => {
                 assert_eq!(code, crate::errors::NOT_COORDINATOR)
             }
             other => panic!("a stale coordinator's commit: {other:?}"),
         }
-        match one.commit("g", 2, 0, &w(6)).await {
+        match one.commit("g", 2, (0, None), &w(6)).await {
             Err(CommitError::Fenced { code, holder: 2 }) => {
                 assert_eq!(code, crate::errors::ILLEGAL_GENERATION)
             }
@@ -450,7 +496,10 @@ mod tests {
         let a = join(&one, &a.member_id).await;
         assert_eq!(a.generation, 4, "a stale coordinator's rebalance takes the next number");
         // Now broker 2's generation 3 is behind the claim: its commit is refused.
-        assert!(matches!(two.commit("g", 3, 0, &w(7)).await, Err(CommitError::Fenced { .. })));
+        assert!(matches!(
+            two.commit("g", 3, (0, None), &w(7)).await,
+            Err(CommitError::Fenced { .. })
+        ));
         assert_eq!(one.committed("g").await.unwrap()[&(id, 0)].offset, 10);
         let claimed =
             ClaimRecord::parse(&store.get(&one.claim_key("g")).await.unwrap().unwrap().value);

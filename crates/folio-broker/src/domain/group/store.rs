@@ -29,15 +29,16 @@ impl Coordinator {
     /// topic's compare left out (none: all written); the caller re-reads those topics and
     /// tries again or answers UNKNOWN_TOPIC_OR_PARTITION. `tenure`: this coordinator's
     /// when the commit arrived (`tenure`); a commit from an earlier tenure is refused with
-    /// NOT_COORDINATOR.
+    /// NOT_COORDINATOR. `known`: the claim held here when the commit arrived
+    /// (`claim_version` then); the commit is written under that claim only (see `claim`).
     pub async fn commit(
         &self,
         group_id: &str,
         generation: i32,
-        tenure: u64,
+        (tenure, known): (u64, Option<Version>),
         offsets: &[(String, Uuid, Version, i32, OffsetRecord)],
     ) -> Result<Vec<usize>, CommitError> {
-        let claim = self.claim(group_id, generation, tenure).await?;
+        let claim = self.claim(group_id, generation, tenure, known).await?;
         let claim_key = self.claim_key(group_id);
         let mut refused = Vec::new();
         // Each offset takes a put and at most one topic-version compare; one for the claim.
