@@ -62,6 +62,9 @@
 #                         state (a retried batch is appended twice)
 #   kafka-commit-tenure-off  an offset commit that waited out a move away and back is still
 #                         written (its claim is newer than the offsets written meanwhile)
+#   kafka-claim-arrival-off  an offset commit that arrived under a claim now gone takes a
+#                         new one and is written (seed 373: a broker cut off from the store
+#                         never saw its tenure end, and moved group-0's offset from 51 to 24)
 #
 # and the spins the Kafka scenario found (its simulated time stood still):
 #
@@ -134,6 +137,7 @@ mutants=(
     "kafka-blind-registration^crates/folio-broker/src/domain/cluster.rs^let create = Txn::new().compare(folio_meta::Compare::Absent(k.clone())).put_with_lease(^let create = Txn::new().put_with_lease("
     "kafka-producer-state-lost^crates/folio-broker/src/state.rs^    let mut offset = from;\n    while offset < status.end_offset {^    let (mut offset, _) = (status.end_offset, from);\n    producers = Producers::default();\n    while offset < status.end_offset {"
     "kafka-commit-tenure-off^crates/folio-broker/src/domain/group/store.rs^        if self.tenure() == arrived {^        if true || self.tenure() == arrived {"
+    "kafka-claim-arrival-off^crates/folio-broker/src/domain/group/claim.rs^        if known.is_some() && current.as_ref().map(|v| v.version) != known {^        if false && known.is_some() && current.as_ref().map(|v| v.version) != known {"
     "kafka-reader-unaware^crates/folio-broker/src/state.rs^if !self.leader_epochs.taken_over(part.log.name(), status.epoch) {^if true || !self.leader_epochs.taken_over(part.log.name(), status.epoch) {"
     "kafka-generation-in-memory^crates/folio-broker/src/domain/group/claim.rs^let last = was.map_or(-1, |r| r.generation).max(known);^let last = was.map_or(-1, |_| -1).max(known);"
     "kafka-commits-unordered^crates/folio-broker/src/api/group_offsets.rs^    if let Ok(Some(arrival)) = super::REQUEST.try_with(|s| s.arrival) {\n        inner.groups.commits_before(group, arrival).await;\n    }\n    let mut attempt = 0;^    let mut attempt = 0;"

@@ -100,7 +100,9 @@ const REGRESSION_SEEDS: &[(&str, &[u64])] = &[
     ("kafka-commits-unordered", &[2512]),
     // An offset commit that waited out its coordinator's move away and back is written
     // with a claim newer than the offsets written meanwhile. Seed 28 before the pause
-    // fault; since, 373, 926, 1402, 1606, 1658, 2152, 2168, 2510 of 0..3000.
+    // fault; since, 373, 926, 1402, 1606, 1658, 2152, 2168, 2510 of 0..3000. Seed 373 also
+    // catches `kafka-claim-arrival-off`: with the log actors' exact sleeps (no 50 ms
+    // re-check) it moved group-0's offset from 51 back to 24 before the claim-arrival check.
     ("kafka-commit-tenure-off", &[373, 926]),
     // A long-polling Fetch on a stopping broker waits again at once (its simulated time
     // stands still). Since the pause fault, 805 only of 0..300.
