@@ -572,13 +572,6 @@ impl Inner {
 
     /// `txn` under the write lock `st` holds (a member of a group commit).
     fn txn_locked(&self, st: &mut State, txn: &Txn) -> Result<TxnOutcome> {
-        let n = txn.compares.len() + txn.ops.len();
-        let max = self.config.txn_ops_max;
-        if n > max {
-            return Err(MetaError::InvalidArgument(format!(
-                "a transaction of {n} compares and operations (at most {max})"
-            )));
-        }
         for c in &txn.compares {
             if !self.holds(c)? {
                 return Ok(TxnOutcome { succeeded: false, revision: st.revision });
@@ -719,6 +712,13 @@ impl MetadataStore for EmbeddedStore {
     fn txn(&self, txn: Txn) -> BoxFuture<'_, Result<TxnOutcome>> {
         Box::pin(async move {
             check_txn_keys(&txn)?;
+            // Checked before it queues for a group (nothing is checked under the lock).
+            let (n, max) = (txn.compares.len() + txn.ops.len(), self.inner.config.txn_ops_max);
+            if n > max {
+                return Err(MetaError::InvalidArgument(format!(
+                    "a transaction of {n} compares and operations (at most {max})"
+                )));
+            }
             blocking(&self.inner, move |i| i.txn(txn)).await
         })
     }

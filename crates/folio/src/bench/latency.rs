@@ -28,8 +28,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use folio_bookie::StorageMode;
-use folio_broker::config::ListenerConfig;
-use folio_broker::{Broker, BrokerConfig};
 
 use super::kafka_driver::{drive_with, figure};
 
@@ -157,16 +155,7 @@ impl Run<'_> {
     ) -> Result<String, String> {
         let (replication, linger_ms) = (self.replication, self.linger_ms);
         let dir = self.tmp.join(format!("rf{replication}-linger{linger_ms}-{name}"));
-        let (client, bookies, meta) =
-            super::ledger::cluster_tuned(&dir, replication, |c| c.storage.mode = self.mode).await?;
-        let config = BrokerConfig {
-            listeners: vec![ListenerConfig::plaintext("127.0.0.1:0".parse().expect("address"))],
-            default_replication: replication as u16,
-            replication_max: replication as u16,
-            ..BrokerConfig::default()
-        };
-        let broker =
-            Broker::start(config, super::log_env(meta, client)).await.map_err(|e| e.to_string())?;
+        let kafka = super::FreshKafka::start(&dir, replication, self.mode).await?;
         let args = vec![
             secs.to_string(),
             RECORD_BYTES.to_string(),
@@ -175,13 +164,9 @@ impl Run<'_> {
             replication.to_string(),
             format!("{rate:.0}"),
         ];
-        let line =
-            drive_with(self.driver, "run", broker.addr().to_string(), "latency", args, None).await;
-        broker.shutdown().await;
-        for b in bookies {
-            b.shutdown().await.map_err(|e| e.to_string())?;
-        }
-        std::fs::remove_dir_all(&dir).map_err(|e| format!("removing {}: {e}", dir.display()))?;
+        let bootstrap = kafka.broker.addr().to_string();
+        let line = drive_with(self.driver, "run", bootstrap, "latency", args, None).await;
+        kafka.stop().await?;
         line
     }
 }

@@ -264,3 +264,48 @@ pub(crate) fn print_mode_ratios(results: &[(folio_bookie::StorageMode, Vec<(usiz
         println!("entry_bytes={size} ratio_single_write_vs_two_write={:.2}", s / t.max(1e-9));
     }
 }
+
+/// A fresh Kafka cluster for one benchmark run: a broker (PLAINTEXT on a free loopback port,
+/// topics of `replication` by default and at most) on `replication` in-process bookies of
+/// storage `mode` in `dir`, embedded metadata. A run writes gigabytes: `stop` removes `dir`.
+pub(crate) struct FreshKafka {
+    pub(crate) broker: folio_broker::Broker,
+    bookies: Vec<folio_bookie::bookie::Bookie>,
+    dir: std::path::PathBuf,
+}
+
+impl FreshKafka {
+    /// The broker's configuration for `replication`.
+    pub(crate) fn config(replication: usize) -> folio_broker::BrokerConfig {
+        let listen = "127.0.0.1:0".parse().expect("address");
+        folio_broker::BrokerConfig {
+            listeners: vec![folio_broker::config::ListenerConfig::plaintext(listen)],
+            default_replication: replication as u16,
+            replication_max: replication as u16,
+            ..folio_broker::BrokerConfig::default()
+        }
+    }
+
+    pub(crate) async fn start(
+        dir: &std::path::Path,
+        replication: usize,
+        mode: folio_bookie::StorageMode,
+    ) -> Result<FreshKafka, String> {
+        let (client, bookies, meta) =
+            ledger::cluster_tuned(dir, replication, |c| c.storage.mode = mode).await?;
+        let broker = folio_broker::Broker::start(Self::config(replication), log_env(meta, client))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(FreshKafka { broker, bookies, dir: dir.to_path_buf() })
+    }
+
+    /// Stops the broker and the bookies, and removes their directory.
+    pub(crate) async fn stop(self) -> Result<(), String> {
+        self.broker.shutdown().await;
+        for b in self.bookies {
+            b.shutdown().await.map_err(|e| e.to_string())?;
+        }
+        std::fs::remove_dir_all(&self.dir)
+            .map_err(|e| format!("removing {}: {e}", self.dir.display()))
+    }
+}

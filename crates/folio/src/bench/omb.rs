@@ -32,9 +32,6 @@
 
 use std::time::Duration;
 
-use folio_broker::config::ListenerConfig;
-use folio_broker::{Broker, BrokerConfig};
-
 use super::kafka_driver::{drive_with, figure};
 
 const DRIVER: &str = include_str!("omb_driver.py");
@@ -126,16 +123,7 @@ async fn run_async(args: Args) -> Result<(), String> {
         // The backlog workload runs its backlog time longer, so it catches up within the run.
         let secs = secs + w.backlog_s;
         let dir = tmp.path().join(w.name);
-        let (client, bookies, meta) =
-            super::ledger::cluster_tuned(&dir, REPLICATION, |c| c.storage.mode = mode).await?;
-        let config = BrokerConfig {
-            listeners: vec![ListenerConfig::plaintext("127.0.0.1:0".parse().expect("address"))],
-            default_replication: REPLICATION as u16,
-            replication_max: REPLICATION as u16,
-            ..BrokerConfig::default()
-        };
-        let broker =
-            Broker::start(config, super::log_env(meta, client)).await.map_err(|e| e.to_string())?;
+        let kafka = super::FreshKafka::start(&dir, REPLICATION, mode).await?;
         let driver_args = vec![
             secs.to_string(),
             MESSAGE_BYTES.to_string(),
@@ -148,14 +136,11 @@ async fn run_async(args: Args) -> Result<(), String> {
         ];
         let (started, cpu0) = (std::time::Instant::now(), super::process_cpu_ms());
         let line =
-            drive_with(&driver, "run", broker.addr().to_string(), "omb", driver_args, None).await;
+            drive_with(&driver, "run", kafka.broker.addr().to_string(), "omb", driver_args, None)
+                .await;
         let cpu_cores =
             (super::process_cpu_ms() - cpu0) / 1000.0 / started.elapsed().as_secs_f64().max(0.001);
-        broker.shutdown().await;
-        for b in bookies {
-            b.shutdown().await.map_err(|e| e.to_string())?;
-        }
-        std::fs::remove_dir_all(&dir).map_err(|e| format!("removing {}: {e}", dir.display()))?;
+        kafka.stop().await?;
         let line = line?;
         let ratio = figure(&line, "pub_latency_p99_ms")? / sync_p99_ms.max(0.001);
         println!(

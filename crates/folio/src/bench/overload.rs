@@ -25,9 +25,6 @@
 
 use std::time::Duration;
 
-use folio_broker::config::ListenerConfig;
-use folio_broker::{Broker, BrokerConfig};
-
 use super::MIB;
 use super::kafka_driver::{drive_with, figure};
 
@@ -64,7 +61,7 @@ async fn run_async(args: Args) -> Result<(), String> {
     let secs: u32 = if args.run.quick { 10 } else { 30 };
     let storage = folio_bookie::StorageConfig::new(tmp.path());
     let caches_bytes = REPLICATION * (storage.write_cache_bytes + storage.read_cache_bytes);
-    let limits = broker_config().limits;
+    let limits = super::FreshKafka::config(REPLICATION).limits;
     let budget_mb =
         (limits.process_bytes_max + limits.answer_bytes_max + caches_bytes) as f64 / MIB + BASE_MB;
     println!(
@@ -78,18 +75,10 @@ async fn run_async(args: Args) -> Result<(), String> {
         let driver = driver.clone();
         async move {
             // Fresh bookies per phase (a phase writes gigabytes), removed after it.
-            let (client, bookies, meta) =
-                super::ledger::cluster_tuned(&dir, REPLICATION, |c| c.storage.mode = mode).await?;
-            let broker = Broker::start(broker_config(), super::log_env(meta, client))
-                .await
-                .map_err(|e| e.to_string())?;
-            let measured = phase(&driver, &broker.addr().to_string(), name, &rates, secs).await;
-            broker.shutdown().await;
-            for b in bookies {
-                b.shutdown().await.map_err(|e| e.to_string())?;
-            }
-            std::fs::remove_dir_all(&dir)
-                .map_err(|e| format!("removing {}: {e}", dir.display()))?;
+            let kafka = super::FreshKafka::start(&dir, REPLICATION, mode).await?;
+            let measured =
+                phase(&driver, &kafka.broker.addr().to_string(), name, &rates, secs).await;
+            kafka.stop().await?;
             measured
         }
     };
@@ -105,15 +94,6 @@ async fn run_async(args: Args) -> Result<(), String> {
         return Err(format!("{failed} producers failed (see the phase lines)"));
     }
     Ok(())
-}
-
-fn broker_config() -> BrokerConfig {
-    BrokerConfig {
-        listeners: vec![ListenerConfig::plaintext("127.0.0.1:0".parse().expect("address"))],
-        default_replication: REPLICATION as u16,
-        replication_max: REPLICATION as u16,
-        ..BrokerConfig::default()
-    }
 }
 
 /// What one phase measured.
