@@ -64,7 +64,8 @@ pub struct BookieConfig {
     pub integrity: crate::integrity::IntegrityConfig,
     /// Who may connect: the cluster secret connections prove (`crate::auth`).
     pub auth: crate::auth::AuthConfig,
-    /// The file layer for the node's own files (cookies, `DIRTY`); tests crash it.
+    /// The file layer for the node's files: its storage's journal and data files (not the
+    /// fjall index), cookies and `DIRTY`; tests gate or crash it.
     pub fs: Arc<dyn FileSystem>,
 }
 
@@ -184,7 +185,8 @@ impl Bookie {
         meta: Arc<dyn MetadataStore>,
         disk: Arc<dyn DiskUsage>,
     ) -> Result<Bookie, BookieError> {
-        Bookie::start_on(config, meta, disk, Storage::open_default).await
+        let fs = config.fs.clone();
+        Bookie::start_on(config, meta, disk, move |c| Storage::open_on(c, fs)).await
     }
 
     /// Starts on storage made by `open` (tests open it on a fault-injecting file system).

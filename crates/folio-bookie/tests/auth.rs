@@ -1,6 +1,10 @@
 //! Who may talk to a bookie: the cluster-secret handshake (`folio_proto::auth`), and the
 //! per-ledger secret password that keeps one writer's ledger from another's adds.
 
+// The storage tests' helpers: the suite runs in `FOLIO_STORAGE_MODE`'s mode.
+#[path = "../../folio-storage/tests/common/mod.rs"]
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -37,6 +41,7 @@ async fn start(secret: Option<ClusterSecret>) -> Env {
     let mut c = BookieConfig::new(tmp.path().join("bookie"), "127.0.0.1:0".parse().unwrap());
     c.bookie_id = Some("bookie-1".into());
     c.storage.write_cache_bytes = 16 * 1024 * 1024;
+    c.storage.mode = common::mode_from_env();
     c.auth.secret = secret;
     let bookie = Bookie::start(c, meta.clone()).await.unwrap();
     Env { _tmp: tmp, meta, bookie }

@@ -1,5 +1,9 @@
 //! The bookie server and lifecycle over real TCP, with the embedded metadata store.
 
+// The storage tests' helpers: the suite runs in `FOLIO_STORAGE_MODE`'s mode.
+#[path = "../../folio-storage/tests/common/mod.rs"]
+mod common;
+
 #[path = "../../folio-testkit/src/poll.rs"]
 mod poll;
 
@@ -45,6 +49,7 @@ fn config(data: &std::path::Path) -> BookieConfig {
     let mut c = BookieConfig::new(data, "127.0.0.1:0".parse().unwrap());
     c.bookie_id = Some("bookie-1".into());
     c.storage.write_cache_bytes = 16 * 1024 * 1024;
+    c.storage.mode = common::mode_from_env();
     c
 }
 
@@ -211,6 +216,7 @@ async fn responses_come_back_in_completion_order_not_request_order() {
     raw.write_all(&out).await.unwrap();
     let mut buf = BytesMut::new();
     let mut ids = Vec::new();
+    let mut answers = Vec::new();
     while ids.len() < 2 {
         if ids == [2] {
             gate.hold(false); // the read came back first: let the add finish
@@ -219,10 +225,16 @@ async fn responses_come_back_in_completion_order_not_request_order() {
         let read = tokio::time::timeout(Duration::from_secs(30), raw.read_buf(&mut buf)).await;
         read.expect("no answer within 30 s: the read waits behind the add").unwrap();
         while let Some(body) = wire::take_frame(&mut buf).unwrap() {
-            ids.push(wire::decode_response(body).unwrap().request_id);
+            let answer = wire::decode_response(body).unwrap();
+            ids.push(answer.request_id);
+            answers.push((answer.request_id, answer.status));
         }
     }
-    assert_eq!(ids, vec![2, 1], "the fast read overtook the add waiting for its fdatasync");
+    assert_eq!(
+        ids,
+        vec![2, 1],
+        "the fast read overtook the add waiting for its fdatasync: {answers:?}"
+    );
     bookie.shutdown().await.unwrap();
 }
 
@@ -587,17 +599,28 @@ async fn clean_shutdown_removes_dirty_and_a_dropped_bookie_leaves_it() {
     b.shutdown().await.unwrap();
 }
 
-/// The disk as the entry logs fill it: their bytes against a small capacity.
+/// The disk as the data files fill it (entry logs in two-write mode, the journal's files in
+/// single-write mode): their bytes against a small capacity.
 #[derive(Debug)]
-struct EntryLogBytes {
+struct DataFileBytes {
     capacity: u64,
+    mode: folio_bookie::StorageMode,
 }
 
-impl DiskUsage for EntryLogBytes {
-    fn usage(&self, dir: &std::path::Path) -> std::io::Result<f64> {
+impl DiskUsage for DataFileBytes {
+    fn usage(&self, ledger_dir: &std::path::Path) -> std::io::Result<f64> {
+        let dirs = match self.mode {
+            folio_bookie::StorageMode::TwoWrite => vec![ledger_dir.join("entrylogs")],
+            // Compaction copies live entries of data files into entry logs.
+            folio_bookie::StorageMode::SingleWrite => {
+                vec![ledger_dir.join("../journal"), ledger_dir.join("entrylogs")]
+            }
+        };
         let mut bytes = 0;
-        for e in std::fs::read_dir(dir.join("entrylogs"))? {
-            bytes += e?.metadata()?.len();
+        for dir in dirs.into_iter().filter(|d| d.exists()) {
+            for e in std::fs::read_dir(dir)? {
+                bytes += e?.metadata()?.len();
+            }
         }
         Ok(bytes as f64 / self.capacity as f64)
     }
@@ -614,10 +637,16 @@ async fn l4_a_full_disk_bookie_still_collects_garbage_and_becomes_writable_again
     c.storage.flush_interval = Duration::from_millis(10);
     c.storage.entry_log_bytes_max = 1024 * 1024;
     c.storage.entry_log_per_ledger = true;
+    // Single-write: the five ledgers share every data file (no per-ledger files), so space
+    // comes back by compacting files as small as the entry logs, on every pass.
+    c.storage.journal.file_bytes_max = 1024 * 1024;
+    c.gc.minor_threshold = 0.5;
+    c.gc.minor_interval = Duration::from_millis(20);
+    let mode = c.storage.mode;
     let keys = Keys::default();
     let ledger_meta = on_bookie_1(LedgerState::Closed);
     let mut watch = env.meta.watch(&format!("{}/bookies/", keys.root()), 0).await.unwrap();
-    let usage = Arc::new(EntryLogBytes { capacity: 8 * 1024 * 1024 });
+    let usage = Arc::new(DataFileBytes { capacity: 8 * 1024 * 1024, mode });
     let bookie = Bookie::start_with(c, env.meta.clone(), usage).await.unwrap();
     // (Created after the bookie's first start: ledgers naming a bookie id that starts
     // empty would be fenced by its pre-boot check.)

@@ -57,9 +57,9 @@ pub enum WriterFailure {
     #[error("ensemble change after bookie {bookie} failed ({why}): {error}")]
     EnsembleChange { bookie: String, why: String, error: String },
     #[error(
-        "bookie {bookie} failed, no replacement, and entry {entry_id} can no longer reach its ack quorum"
+        "bookie {bookie} failed ({why}), no replacement, and entry {entry_id} can no longer reach its ack quorum"
     )]
-    NoReplacement { bookie: String, entry_id: EntryId },
+    NoReplacement { bookie: String, why: String, entry_id: EntryId },
     /// An add stayed unconfirmed for two stall bounds, the second after the bookies that
     /// had not acknowledged it were replaced (`ledger/stall.rs`).
     #[error(

@@ -388,7 +388,7 @@ impl WriterInner {
         tokio::spawn(async move {
             match this.change_ensemble(pos, &bookie).await {
                 Ok(()) => {}
-                Err(LedgerError::NotEnoughBookies { .. }) => this.mark_down(pos, &bookie),
+                Err(LedgerError::NotEnoughBookies { .. }) => this.mark_down(pos, &bookie, why),
                 Err(e) => {
                     this.fail(WriterFailure::EnsembleChange { bookie, why, error: e.to_string() })
                 }
@@ -398,7 +398,7 @@ impl WriterInner {
 
     /// No replacement for `pos`: go on without it while every unconfirmed entry can still
     /// reach its ack quorum from the other bookies of its write set.
-    pub(super) fn mark_down(&self, pos: usize, bookie: &str) {
+    pub(super) fn mark_down(&self, pos: usize, bookie: &str, why: String) {
         let (_, a) = self.quorums();
         let mut st = self.state.lock().expect("writer lock");
         st.down.insert(pos);
@@ -408,12 +408,15 @@ impl WriterInner {
             .find(|id| self.write_set(*id).iter().filter(|p| !st.down.contains(p)).count() < a);
         drop(st);
         match short {
-            Some(entry_id) => {
-                self.fail(WriterFailure::NoReplacement { bookie: bookie.to_string(), entry_id })
-            }
+            Some(entry_id) => self.fail(WriterFailure::NoReplacement {
+                bookie: bookie.to_string(),
+                why,
+                entry_id,
+            }),
             None => tracing::warn!(
                 ledger = self.id,
                 bookie,
+                %why,
                 "no replacement bookie; writing to the rest of the ensemble"
             ),
         }

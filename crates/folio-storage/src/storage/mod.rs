@@ -144,11 +144,17 @@ pub struct Storage {
 impl Storage {
     /// Opens storage on the real file system with the fjall index under `ledger_dir/index`.
     pub fn open_default(config: StorageConfig) -> Result<Storage> {
+        Storage::open_on(config, Arc::new(RealFs))
+    }
+
+    /// Opens storage with its journal and data files on `fs` (tests gate or crash it) and
+    /// the fjall index under `ledger_dir/index` on the real file system.
+    pub fn open_on(config: StorageConfig, fs: Arc<dyn FileSystem>) -> Result<Storage> {
         let index_dir = config.ledger_dir.join("index");
         std::fs::create_dir_all(&index_dir)
             .map_err(|e| StorageError::io("creating index dir", e))?;
         let kv = Arc::new(FjallKv::open(&index_dir)?);
-        Storage::open(config, Arc::new(RealFs), kv)
+        Storage::open(config, fs, kv)
     }
 
     /// Why the storage is poisoned (an earlier write or fsync failed), if it is.
