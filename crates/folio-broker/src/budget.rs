@@ -62,6 +62,17 @@ impl Budgets {
         Held { connection: Some(c), process: Some(p), answers: None }
     }
 
+    /// Waits until the connection holds at most `read_ahead` of its `capacity` bytes (a
+    /// reader's pushback before it reads the next request). Tokio's semaphore is fair:
+    /// while this waits, released bytes go to it first, so an answer's `try_reserve_answer`
+    /// on the same connection finds less room meanwhile (a Fetch then answers smaller).
+    pub(crate) async fn wait_below(&self, read_ahead: usize, capacity: usize) {
+        let n = u32::try_from(capacity.saturating_sub(read_ahead)).expect("limits validated");
+        if n > 0 {
+            drop(self.connection.acquire_many(n).await.expect("never closed"));
+        }
+    }
+
     /// Reserves `n` answer bytes if the connection's budget and the answer budget have
     /// them now.
     pub(crate) fn try_reserve_answer(&self, n: usize) -> Option<Held> {
@@ -87,4 +98,42 @@ pub(crate) struct RequestScope {
     pub client_id: Arc<str>,
     /// Until when the connection reads no further request (a client quota's throttle).
     pub mute: Arc<Mutex<tokio::time::Instant>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll, Waker};
+
+    /// Polls once: whether `f` is done now.
+    fn ready(f: Pin<&mut impl Future<Output = ()>>) -> bool {
+        f.poll(&mut Context::from_waker(Waker::noop())) == Poll::Ready(())
+    }
+
+    fn budgets(capacity: usize) -> Budgets {
+        Budgets {
+            connection: Arc::new(Semaphore::new(capacity)),
+            process: Arc::new(Semaphore::new(capacity)),
+            answers: Arc::new(Semaphore::new(capacity)),
+        }
+    }
+
+    /// The reader's pushback: it goes on only once what the connection holds is down to its
+    /// read-ahead; at or below it, at once.
+    #[tokio::test]
+    async fn a_reader_waits_until_its_connection_holds_no_more_than_its_read_ahead() {
+        let b = budgets(100);
+        let first = b.reserve(30).await;
+        let second = b.reserve(30).await;
+        assert!(ready(std::pin::pin!(b.wait_below(60, 100))), "60 held, read-ahead 60");
+        let mut wait = Box::pin(b.wait_below(30, 100));
+        assert!(!ready(wait.as_mut()), "60 held, read-ahead 30");
+        drop(first);
+        wait.await;
+        drop(second);
+        assert!(ready(std::pin::pin!(b.wait_below(0, 100))), "nothing held");
+        assert_eq!(b.connection.available_permits(), 100, "the wait keeps nothing");
+    }
 }

@@ -24,6 +24,13 @@ pub struct ListenerLimits {
     /// Request and answer bytes held by one connection at once (read, not yet answered and
     /// written). Reading waits for room. 128 MiB; at least `request_bytes_max`.
     pub connection_bytes_max: usize,
+    /// A connection reads its next request only while it holds at most this many bytes
+    /// (a request is still read whole, however large): the pushback under overload. A
+    /// producer faster than its partitions waits in its own client, where its timeouts
+    /// and backpressure apply, instead of parking requests in the broker's memory. 0: one
+    /// request at a time, as Kafka serves a connection. 8 MiB (`connection_bytes_max`
+    /// caps it).
+    pub connection_read_ahead_bytes: usize,
     /// `queued.max.request.bytes`: request bytes held across all connections. 512 MiB; at
     /// least `connection_bytes_max`.
     pub process_bytes_max: usize,
@@ -83,6 +90,7 @@ impl Default for ListenerLimits {
         ListenerLimits {
             request_bytes_max: 100 * 1024 * 1024,
             connection_bytes_max: 128 * 1024 * 1024,
+            connection_read_ahead_bytes: 8 * 1024 * 1024,
             process_bytes_max: 512 * 1024 * 1024,
             answer_bytes_max: 512 * 1024 * 1024,
             inflight_per_connection: 256,
@@ -105,9 +113,10 @@ impl Default for ListenerLimits {
 }
 
 /// The names [`ListenerLimits::set`] takes (durations in milliseconds).
-pub const NAMES: [&str; 19] = [
+pub const NAMES: [&str; 20] = [
     "request_bytes_max",
     "connection_bytes_max",
+    "connection_read_ahead_bytes",
     "process_bytes_max",
     "answer_bytes_max",
     "inflight_per_connection",
@@ -138,6 +147,7 @@ impl ListenerLimits {
         match name {
             "request_bytes_max" => self.request_bytes_max = size,
             "connection_bytes_max" => self.connection_bytes_max = size,
+            "connection_read_ahead_bytes" => self.connection_read_ahead_bytes = size,
             "process_bytes_max" => self.process_bytes_max = size,
             "answer_bytes_max" => self.answer_bytes_max = size,
             "inflight_per_connection" => self.inflight_per_connection = size,

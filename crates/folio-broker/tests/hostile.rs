@@ -482,3 +482,26 @@ async fn groups_are_limited_per_client_and_per_broker_and_their_offsets_expire()
     let r: JoinGroupResponse = c.call(ApiKey::JoinGroup, 5, &join("j2")).await;
     assert_eq!(r.error_code, 0);
 }
+
+/// Overload pushback (`connection_read_ahead_bytes`): a connection's next request is read
+/// only once its earlier ones hold no more than the read-ahead. With 0 (one request at a
+/// time, as Kafka serves a connection) a produce pipelined behind a long-polling fetch of
+/// the same partition is read only after the fetch answered, empty, at its `max_wait`;
+/// with the default read-ahead it is read at once and the fetch answers with its record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_is_read_only_while_it_holds_no_more_than_its_read_ahead() {
+    for (read_ahead, max_wait_ms, fetched) in [(0, 1000, 0), (8 << 20, 20_000, 1)] {
+        let s = start(1, |c| c.limits.connection_read_ahead_bytes = read_ahead).await;
+        let mut c = Conn::open(s.broker.addr()).await;
+        create(&mut c, "ahead").await;
+        let fetch = fetch_req("ahead", uuid::Uuid::nil(), 0).with_max_wait_ms(max_wait_ms);
+        c.send(ApiKey::Fetch, 12, &fetch).await;
+        let produce = folio_testkit::kafka::produce_request("ahead", 0, batch(1, 0).into(), -1);
+        c.send(ApiKey::Produce, 9, &produce).await;
+        let (_, f): (_, FetchResponse) = c.recv(ApiKey::Fetch, 12).await;
+        let records = f.responses[0].partitions[0].records.clone().unwrap_or_default();
+        assert_eq!(base_offsets(&records).len(), fetched, "read-ahead {read_ahead}");
+        let (_, p): (_, ProduceResponse) = c.recv(ApiKey::Produce, 9).await;
+        assert_eq!(produced(&p), (0, 0), "read-ahead {read_ahead}");
+    }
+}

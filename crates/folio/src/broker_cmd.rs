@@ -128,7 +128,9 @@ pub struct KafkaArgs {
     pub compaction_pause_before_swap: bool,
     /// Sets a limit of the Kafka listener, e.g. `--limit connections_per_address_max=64`
     /// (repeatable; durations in ms). The limits and their defaults: request_bytes_max
-    /// 100 MiB [socket.request.max.bytes], connection_bytes_max 128 MiB, process_bytes_max
+    /// 100 MiB [socket.request.max.bytes], connection_bytes_max 128 MiB,
+    /// connection_read_ahead_bytes 8 MiB (the next request waits in the client while
+    /// the earlier ones hold more: overload pushback), process_bytes_max
     /// 512 MiB [queued.max.request.bytes], inflight_per_connection 256, connections_max
     /// 4096, connections_per_address_max 1024 [max.connections.per.ip], idle_timeout_ms
     /// 600000 [connections.max.idle.ms], request_read_timeout_ms 30000,

@@ -325,13 +325,8 @@ where
     let mut shutdown = inner.shutdown.subscribe();
     let mute = Arc::new(Mutex::new(tokio::time::Instant::now()));
     loop {
-        // A client quota's throttle: no further request is read until it ends (KIP-219).
-        let until = *mute.lock().unwrap_or_else(|p| p.into_inner());
-        if until > tokio::time::Instant::now() {
-            tokio::select! {
-                () = tokio::time::sleep_until(until) => {}
-                _ = shutdown.wait_for(|s| *s) => return Err("the broker is shutting down".into()),
-            }
+        if wait_to_read(&mute, &budgets, &limits, &mut shutdown).await.is_err() {
+            return Err("the broker is shutting down".into());
         }
         let mut size = [0u8; 4];
         tokio::select! {
@@ -396,6 +391,31 @@ where
     }
     drop(tx);
     writer.await.map_err(|e| e.to_string())?
+}
+
+/// Waits until the connection may read its next request: a client quota's throttle has
+/// ended (KIP-219), and (the overload pushback) its earlier requests hold no more than
+/// `connection_read_ahead_bytes`, so the next one waits in the client and the socket.
+/// `Err` when the broker shuts down meanwhile.
+async fn wait_to_read(
+    mute: &Mutex<tokio::time::Instant>,
+    budgets: &Budgets,
+    limits: &crate::limits::ListenerLimits,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+) -> Result<(), ()> {
+    let until = *mute.lock().unwrap_or_else(|p| p.into_inner());
+    let capacity = limits.connection_bytes_max;
+    let read_ahead = limits.connection_read_ahead_bytes.min(capacity);
+    let ready = async {
+        if until > tokio::time::Instant::now() {
+            tokio::time::sleep_until(until).await;
+        }
+        budgets.wait_below(read_ahead, capacity).await;
+    };
+    tokio::select! {
+        () = ready => Ok(()),
+        _ = shutdown.wait_for(|s| *s) => Err(()),
+    }
 }
 
 /// After a last answer the broker closes on (a failed authentication): reads and drops
