@@ -604,20 +604,25 @@ async fn clean_shutdown_removes_dirty_and_a_dropped_bookie_leaves_it() {
 #[derive(Debug)]
 struct DataFileBytes {
     capacity: u64,
-    mode: folio_bookie::StorageMode,
+    dirs: Vec<std::path::PathBuf>,
+}
+
+impl DataFileBytes {
+    /// The data files of `c`'s mode; single-write compaction copies live entries of the
+    /// journal's files into entry logs.
+    fn of(c: &BookieConfig, capacity: u64) -> DataFileBytes {
+        let mut dirs = vec![c.storage.ledger_dir.join("entrylogs")];
+        if c.storage.mode == folio_bookie::StorageMode::SingleWrite {
+            dirs.push(c.storage.journal_dir.clone());
+        }
+        DataFileBytes { capacity, dirs }
+    }
 }
 
 impl DiskUsage for DataFileBytes {
-    fn usage(&self, ledger_dir: &std::path::Path) -> std::io::Result<f64> {
-        let dirs = match self.mode {
-            folio_bookie::StorageMode::TwoWrite => vec![ledger_dir.join("entrylogs")],
-            // Compaction copies live entries of data files into entry logs.
-            folio_bookie::StorageMode::SingleWrite => {
-                vec![ledger_dir.join("../journal"), ledger_dir.join("entrylogs")]
-            }
-        };
+    fn usage(&self, _ledger_dir: &std::path::Path) -> std::io::Result<f64> {
         let mut bytes = 0;
-        for dir in dirs.into_iter().filter(|d| d.exists()) {
+        for dir in self.dirs.iter().filter(|d| d.exists()) {
             for e in std::fs::read_dir(dir)? {
                 bytes += e?.metadata()?.len();
             }
@@ -642,11 +647,10 @@ async fn l4_a_full_disk_bookie_still_collects_garbage_and_becomes_writable_again
     c.storage.journal.file_bytes_max = 1024 * 1024;
     c.gc.minor_threshold = 0.5;
     c.gc.minor_interval = Duration::from_millis(20);
-    let mode = c.storage.mode;
     let keys = Keys::default();
     let ledger_meta = on_bookie_1(LedgerState::Closed);
     let mut watch = env.meta.watch(&format!("{}/bookies/", keys.root()), 0).await.unwrap();
-    let usage = Arc::new(DataFileBytes { capacity: 8 * 1024 * 1024, mode });
+    let usage = Arc::new(DataFileBytes::of(&c, 8 * 1024 * 1024));
     let bookie = Bookie::start_with(c, env.meta.clone(), usage).await.unwrap();
     // (Created after the bookie's first start: ledgers naming a bookie id that starts
     // empty would be fenced by its pre-boot check.)

@@ -325,9 +325,7 @@ where
     let mut shutdown = inner.shutdown.subscribe();
     let mute = Arc::new(Mutex::new(tokio::time::Instant::now()));
     loop {
-        if wait_to_read(&mute, &budgets, &limits, &mut shutdown).await.is_err() {
-            return Err("the broker is shutting down".into());
-        }
+        wait_to_read(&mute, &budgets, &limits, &mut shutdown).await?;
         let mut size = [0u8; 4];
         tokio::select! {
             r = tokio::time::timeout(limits.idle_timeout, rd.read_exact(&mut size)) => match r {
@@ -402,7 +400,7 @@ async fn wait_to_read(
     budgets: &Budgets,
     limits: &crate::limits::ListenerLimits,
     shutdown: &mut tokio::sync::watch::Receiver<bool>,
-) -> Result<(), ()> {
+) -> Result<(), String> {
     let until = *mute.lock().unwrap_or_else(|p| p.into_inner());
     let capacity = limits.connection_bytes_max;
     let read_ahead = limits.connection_read_ahead_bytes.min(capacity);
@@ -414,7 +412,7 @@ async fn wait_to_read(
     };
     tokio::select! {
         () = ready => Ok(()),
-        _ = shutdown.wait_for(|s| *s) => Err(()),
+        _ = shutdown.wait_for(|s| *s) => Err("the broker is shutting down".into()),
     }
 }
 

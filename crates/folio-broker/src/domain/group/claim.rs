@@ -121,7 +121,7 @@ impl Coordinator {
         tenure: u64,
         known: Option<Version>,
     ) -> Result<Claim, CommitError> {
-        let lost = |_: &Coordinator, holder: i32| {
+        let lost = |holder: i32| {
             tracing::info!(
                 group,
                 holder,
@@ -144,14 +144,18 @@ impl Coordinator {
             let claims = c.claims.lock().expect("claims lock");
             Ok(claims.get(group).filter(|h| h.generation == generation).copied())
         };
-        let arrived_under = |c: Claim| known.is_none_or(|k| k == c.version);
+        // A held claim serves only a commit that arrived under it.
+        let keep = |c: Claim| match known.is_none_or(|k| k == c.version) {
+            true => Ok(c),
+            false => Err(lost(self.node_id)),
+        };
         if let Some(c) = held(self)? {
-            return if arrived_under(c) { Ok(c) } else { Err(lost(self, self.node_id)) };
+            return keep(c);
         }
         // One claim taken at a time (and checked again once it is this one's turn).
         let _turn = self.claiming.lock().await;
         if let Some(c) = held(self)? {
-            return if arrived_under(c) { Ok(c) } else { Err(lost(self, self.node_id)) };
+            return keep(c);
         }
         let key = self.claim_key(group);
         let current = self.meta.get(&key).await.map_err(CommitError::Store)?;
@@ -161,7 +165,7 @@ impl Coordinator {
         let (was, guard) = self.claim_read(&key, current.as_ref());
         if known.is_some() && current.as_ref().map(|v| v.version) != known {
             // The claim it arrived under is no longer the record: someone claimed since.
-            return Err(lost(self, was.map_or(-1, |r| r.node)));
+            return Err(lost(was.map_or(-1, |r| r.node)));
         }
         if generation >= 0 && was.is_some_and(|r| r.generation > generation) {
             // A newer generation was claimed (here since, or by another coordinator).
