@@ -176,3 +176,43 @@ fn catch_up_reads_of_one_ledger_between_others_read_ahead_over_the_gaps_at_most_
         assert_eq!(s.read_entry(2, e).unwrap().payload(), &small[..]);
     }
 }
+
+#[test]
+fn a_ledger_between_bigger_entries_is_read_a_window_at_a_time_asking_ahead_only_for_its_own() {
+    let (fs, kv) = (FaultFs::new(), MemKv::new());
+    let mut c = single_write();
+    c.journal.file_bytes_max = 4 * 1024 * 1024;
+    c.read_cache_bytes = 1024 * 1024;
+    c.read_ahead_bytes = 256 * 1024;
+    c.read_ahead_entries = 50;
+    let s = open(&fs, &kv, &c).unwrap();
+    // Each of ledger 1's entries sits alone between two of ledger 2's, four times its size:
+    // no read can step over the gaps, so a window is one read per entry.
+    let (small, big) = (vec![1u8; 1000], vec![2u8; 4000]);
+    for e in 0..200 {
+        add(&s, &entry(1, e, &small)).unwrap();
+        add(&s, &entry(2, e, &big)).unwrap();
+    }
+    s.close().unwrap();
+    let s = open(&fs, &kv, &c).unwrap();
+    let (read0, hinted0) = (s.entry_log_bytes_read(), fs.n_bytes_hinted());
+    assert_eq!(s.read_entry(1, 0).unwrap().payload(), &small[..]);
+    let window = s.entry_log_bytes_read() - read0;
+    let one = entry(1, 0, &small).encoded_len() as u64;
+    assert!(window >= 51 * one, "the first read loaded the 50 entries after it: {window}");
+    for e in 1..=50 {
+        assert_eq!(s.read_entry(1, e).unwrap().payload(), &small[..], "entry {e}");
+    }
+    assert_eq!(s.entry_log_bytes_read() - read0, window, "entries 1..=50 came from the cache");
+    for e in 51..200 {
+        assert_eq!(s.read_entry(1, e).unwrap().payload(), &small[..], "entry {e}");
+    }
+    let served = 200 * one;
+    let read = s.entry_log_bytes_read() - read0;
+    assert!(read as f64 <= served as f64 * 1.5, "read {read} bytes for {served} served");
+    let hinted = fs.n_bytes_hinted() - hinted0;
+    assert!(hinted >= served / 2, "the windows were asked for ahead: {hinted} of {served}");
+    // Frame headers on top of the encoded entries; one of ledger 2's would be 4 000 more.
+    let own = served + served / 10;
+    assert!(hinted <= own, "only ledger 1's own entries were asked for: {hinted} of {served}");
+}

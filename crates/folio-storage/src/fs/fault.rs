@@ -62,6 +62,8 @@ struct State {
     n_syncs: u64,
     n_mutations: u64,
     n_bytes_read: u64,
+    /// Ranges asked for with `will_need`: (inode, start, end).
+    hinted: Vec<(u64, u64, u64)>,
     crash_countdown: Option<(u64, CrashPlan)>,
 }
 
@@ -196,6 +198,12 @@ impl FileHandle for FaultFile {
     fn is_direct(&self) -> bool {
         false
     }
+
+    fn will_need(&self, offset: u64, len: u64) -> io::Result<()> {
+        let mut state = self.lock()?;
+        state.hinted.push((self.ino, offset, offset.saturating_add(len)));
+        Ok(())
+    }
 }
 
 impl FaultFs {
@@ -242,6 +250,24 @@ impl FaultFs {
     /// Bytes read through file handles so far.
     pub fn n_bytes_read(&self) -> u64 {
         self.lock().n_bytes_read
+    }
+
+    /// Bytes asked for with `will_need` so far, each byte of a file counted once however
+    /// often it was asked for (what a kernel would read ahead into its page cache).
+    pub fn n_bytes_hinted(&self) -> u64 {
+        let mut ranges = self.lock().hinted.clone();
+        ranges.sort_unstable();
+        let (mut total, mut last) = (0u64, None::<(u64, u64)>);
+        for (ino, start, end) in ranges {
+            let from = match last {
+                Some((i, covered)) if i == ino => start.max(covered),
+                _ => start,
+            };
+            total += end.saturating_sub(from);
+            let covered = last.filter(|(i, _)| *i == ino).map_or(end, |(_, c)| c.max(end));
+            last = Some((ino, covered));
+        }
+        total
     }
 
     /// Mutating calls made so far.

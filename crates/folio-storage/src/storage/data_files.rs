@@ -20,9 +20,11 @@
 //! flush has the journal rotate first (`Journal::rotate`), so it seals that file.
 //!
 //! Reads: the journal groups each written group's records by ledger, so one ledger's
-//! entries come in runs (about `group_bytes_max` divided by the ledgers writing); read-ahead
-//! steps over other ledgers' runs while that reads at most half again what it loads, and
-//! asks the kernel for the next window (data files bypass the page cache when written).
+//! entries come in runs (about `group_bytes_max` divided by the ledgers writing). A
+//! read-ahead window is one read per run (a run steps over other ledgers' bytes while that
+//! reads at most half again what it loads); it first asks the kernel for all of the window's
+//! runs and the next window's, so the disk reads them in parallel and nothing of other
+//! ledgers is fetched (data files bypass the page cache when written).
 //!
 //! A data file's log id (in locations and states) is `index::data_file_log_id(file_id)`.
 //! Compaction copies live entries out into entry logs, sorted by ledger, as in two-write

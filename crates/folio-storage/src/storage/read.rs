@@ -4,6 +4,17 @@ use super::*;
 /// top of the entries it loads (read amplification <= 1.5).
 const READ_AHEAD_GAP_MAX_OF_USEFUL: f64 = 0.5;
 
+/// One read of a read-ahead window: a stretch `start..end` of one log holding the frames
+/// of `entries` (at `frames`), `useful` bytes of it theirs.
+struct Run {
+    log_id: u64,
+    start: u64,
+    end: u64,
+    useful: u64,
+    frames: Vec<u64>,
+    entries: Vec<EntryId>,
+}
+
 /// A read from disk in progress (see `Inner::reads_from_disk`): registered for its life.
 pub(super) struct ReadingFromDisk<'a> {
     inner: &'a Inner,
@@ -139,14 +150,10 @@ impl Inner {
             }
             Err(e) => return Err(e),
         };
-        self.read_ahead(ledger_id, entry_id, loc);
+        self.read_ahead(ledger_id, entry_id);
         Ok(entry)
     }
 
-    /// Loads the entries that follow `entry_id` in the same log into the read cache, with one
-    /// read of at most `read_ahead_entries` entries and `read_ahead_bytes` bytes; nothing when
-    /// the next entry is cached already (the reader is inside a window read before). Best
-    /// effort: a failure here is logged, never returned.
     /// The entry from the read cache, waiting first for a read from disk in progress that
     /// covers it; else (or after `read_wait_max`) the claim to read it and its read-ahead
     /// from disk, registered in the same critical section as the check.
@@ -181,7 +188,19 @@ impl Inner {
         }
     }
 
-    pub(super) fn read_ahead(&self, ledger_id: LedgerId, entry_id: EntryId, first: EntryLocation) {
+    /// Loads the entries that follow `entry_id` into the read cache: at most
+    /// `read_ahead_entries` entries and `read_ahead_bytes` bytes, up to the first one cached
+    /// already or being read by another reader; nothing when the next entry is cached (the
+    /// reader is inside a window read before). Best effort: a failure here is logged, never
+    /// returned.
+    ///
+    /// In single-write mode a ledger's entries come in runs between other ledgers' in the
+    /// data files, so a window is several reads (`Run`s). Before reading them, this asks the
+    /// kernel for all of them and for the next window's runs at once: the disk reads them in
+    /// parallel, the reader's next window comes from the page cache, and no other ledger's
+    /// bytes are fetched beyond the gaps a run steps over (data files are written with
+    /// O_DIRECT, so nothing of them is in the page cache otherwise).
+    pub(super) fn read_ahead(&self, ledger_id: LedgerId, entry_id: EntryId) {
         let n = self.config.read_ahead_entries;
         if n == 0 {
             return;
@@ -202,57 +221,95 @@ impl Inner {
             .min()
             .unwrap_or(i64::MAX)
             .min(entry_id.saturating_add(1 + n as i64));
-        let start = index::location_key(ledger_id, entry_id + 1);
-        let end = index::location_key(ledger_id, stop);
-        let Ok(next) = self.kv.range(Table::Locations, &start, &end, n) else { return };
-        let mut span_end =
-            first.offset + (crate::frame::FRAME_HEADER_BYTES as u64) + u64::from(first.len);
-        let span_start = span_end;
-        // The entries to load, where they start in the span. In single-write mode a ledger's
-        // entries sit between other ledgers' in a data file: the span may step over those,
-        // as long as it reads at most `READ_AHEAD_GAP_MAX_OF_USEFUL` more bytes than it loads.
-        let mut offsets = Vec::new();
-        let mut useful = 0u64;
-        // Up to the first entry the cache holds: a read that overtook this one (a reader
-        // with reads in flight) read it and its read-ahead already.
-        let cache = self.read_cache.lock().expect("read cache lock");
-        for (k, v) in next {
-            let Ok(loc) = EntryLocation::decode(&v) else { break };
-            let cached =
-                index::parse_location_key(&k).is_ok_and(|(_, e)| cache.contains(ledger_id, e));
-            let len = crate::frame::FRAME_HEADER_BYTES as u64 + u64::from(loc.len);
-            let covering = loc.offset.saturating_add(len).saturating_sub(span_start);
-            let gaps = covering.saturating_sub(useful + len);
-            if cached
-                || loc.log_id != first.log_id
-                || loc.offset < span_end
-                || covering > bytes_max
-                || gaps as f64 > (useful + len) as f64 * READ_AHEAD_GAP_MAX_OF_USEFUL
-            {
-                break;
+        let Ok(runs) = self.window(ledger_id, entry_id + 1, stop, bytes_max, true) else { return };
+        let Some(last) = runs.last().and_then(|r| r.entries.last()) else { return };
+        let next_from = last.saturating_add(1);
+        let next = next_from.saturating_add(n as i64);
+        for run in runs.iter().skip(1) {
+            self.reader.prefetch(run.log_id, run.start, run.end - run.start);
+        }
+        if let Ok(next_runs) = self.window(ledger_id, next_from, next, bytes_max, false) {
+            for run in &next_runs {
+                self.reader.prefetch(run.log_id, run.start, run.end - run.start);
             }
-            offsets.push(loc.offset - span_start);
-            useful += len;
-            span_end = loc.offset + len;
         }
-        drop(cache);
-        if offsets.is_empty() {
-            return;
-        }
-        let len = (span_end - span_start) as usize;
-        match self.reader.read_frames(first.log_id, span_start, len, &offsets) {
-            Ok(entries) => {
-                // A sequential reader comes back for the window after this one: the kernel
-                // reads it meanwhile. Data files are written with O_DIRECT, so unlike an
-                // entry log just flushed through the page cache, nothing of them is there.
-                self.reader.prefetch(first.log_id, span_end, bytes_max);
-                let mut rc = self.read_cache.lock().expect("read cache lock");
-                for e in entries {
-                    rc.insert(e);
+        for run in runs {
+            let offsets: Vec<u64> = run.frames.iter().map(|at| at - run.start).collect();
+            let len = (run.end - run.start) as usize;
+            match self.reader.read_frames(run.log_id, run.start, len, &offsets) {
+                Ok(entries) => {
+                    let mut rc = self.read_cache.lock().expect("read cache lock");
+                    for e in entries {
+                        rc.insert(e);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "read-ahead failed");
+                    return;
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "read-ahead failed"),
         }
+    }
+
+    /// The reads that load a ledger's entries `from..stop` (in entry order, at most
+    /// `bytes_max` bytes of file in all), up to the first entry the read cache holds when
+    /// `until_cached` (a read that overtook this one read it and its read-ahead already).
+    /// A run steps over other ledgers' bytes between two of its entries as long as it reads
+    /// at most `READ_AHEAD_GAP_MAX_OF_USEFUL` more bytes than it loads; else the next
+    /// entry starts a new run.
+    fn window(
+        &self,
+        ledger_id: LedgerId,
+        from: EntryId,
+        stop: EntryId,
+        bytes_max: u64,
+        until_cached: bool,
+    ) -> Result<Vec<Run>> {
+        let n = usize::try_from(stop.saturating_sub(from)).unwrap_or(0);
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let start = index::location_key(ledger_id, from);
+        let end = index::location_key(ledger_id, stop);
+        let located = self.kv.range(Table::Locations, &start, &end, n)?;
+        let cache = until_cached.then(|| self.read_cache.lock().expect("read cache lock"));
+        let mut runs: Vec<Run> = Vec::new();
+        let mut covering = 0u64;
+        for (k, v) in located {
+            let (loc, (_, entry_id)) = (EntryLocation::decode(&v)?, index::parse_location_key(&k)?);
+            if cache.as_ref().is_some_and(|c| c.contains(ledger_id, entry_id)) {
+                break;
+            }
+            let len = crate::frame::FRAME_HEADER_BYTES as u64 + u64::from(loc.len);
+            let extends = runs.last().and_then(|r| {
+                let gap = loc.offset.checked_sub(r.end).filter(|_| r.log_id == loc.log_id)?;
+                let gaps = r.end - r.start - r.useful + gap;
+                let fits = gaps as f64 <= (r.useful + len) as f64 * READ_AHEAD_GAP_MAX_OF_USEFUL;
+                fits.then_some(gap)
+            });
+            let added = extends.map_or(len, |gap| gap + len);
+            if covering + added > bytes_max {
+                break;
+            }
+            covering += added;
+            match (extends, runs.last_mut()) {
+                (Some(_), Some(r)) => {
+                    r.frames.push(loc.offset);
+                    r.entries.push(entry_id);
+                    r.useful += len;
+                    r.end = loc.offset + len;
+                }
+                _ => runs.push(Run {
+                    log_id: loc.log_id,
+                    start: loc.offset,
+                    end: loc.offset + len,
+                    useful: len,
+                    frames: vec![loc.offset],
+                    entries: vec![entry_id],
+                }),
+            }
+        }
+        Ok(runs)
     }
 
     pub(super) fn read_lac(&self, ledger_id: LedgerId) -> Result<EntryId> {
