@@ -48,9 +48,9 @@ else
     failed+=("test report")
 fi
 # The storage engine and the bookie's GC suites once more in the other storage mode (the
-# main run uses the default, two-write; tests of one mode's own behaviour set it themselves).
-step "storage and GC suites in single-write mode" \
-    env FOLIO_STORAGE_MODE=single-write cargo test -p folio-storage -p folio-bookie --quiet
+# main run uses the default, single-write; tests of one mode's own behaviour set it themselves).
+step "storage and GC suites in two-write mode" \
+    env FOLIO_STORAGE_MODE=two-write cargo test -p folio-storage -p folio-bookie --quiet
 echo "== wall time $(($(date +%s) - started)) s"
 if ((${#failed[@]})); then
     printf 'FAILED: %s\n' "${failed[@]}"

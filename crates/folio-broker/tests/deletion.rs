@@ -312,6 +312,7 @@ fn dir_bytes(dir: &Path) -> u64 {
 async fn l1_deleting_every_topic_gives_the_bookies_data_dirs_back() {
     let cluster = folio_testkit::Cluster::start_with(3, |c| {
         c.storage.entry_log_bytes_max = 4 * 1024 * 1024;
+        c.storage.journal.file_bytes_max = 4 * 1024 * 1024;
         c.storage.flush_interval = Duration::from_millis(100);
         c.storage.entry_log_idle_rotation = Duration::from_millis(200);
         c.gc.interval = Duration::from_secs(3600);
@@ -336,16 +337,27 @@ async fn l1_deleting_every_topic_gives_the_bookies_data_dirs_back() {
             }
         }
     }
-    // Written and flushed to the entry logs (the flush runs every 100 ms).
+    // The data dirs hold a fixed part (the index's preallocated 64 MiB journal) that
+    // dwarfs 10 %: the data files are checked on their own too (entry logs, and in
+    // single-write mode the journal's files).
+    let journals: Vec<std::path::PathBuf> = cluster
+        .nodes
+        .iter()
+        .filter(|n| n.config.storage.mode.name() == "single-write")
+        .map(|n| n.config.storage.journal_dir.clone())
+        .collect();
+    let entry_logs = || {
+        let logs = dirs.iter().map(|d| dir_bytes(&d.join("entrylogs"))).sum::<u64>();
+        logs + journals.iter().map(|d| dir_bytes(d)).sum::<u64>()
+    };
+    // Written and flushed to the data files (the flush runs every 100 ms).
     let deadline = Instant::now() + Duration::from_secs(30);
-    while size() < before + 3 * 20 * 1024 * 1024 {
-        assert!(Instant::now() < deadline, "data never reached the entry logs: {} bytes", size());
+    while entry_logs() < 3 * 20 * 1024 * 1024 {
+        let at = entry_logs();
+        assert!(Instant::now() < deadline, "data never reached the data files: {at} bytes");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let written = size();
-    // The data dirs hold a fixed part (the index's preallocated 64 MiB journal) that
-    // dwarfs 10 %: the entry logs, where the data is, are checked on their own too.
-    let entry_logs = || dirs.iter().map(|d| dir_bytes(&d.join("entrylogs"))).sum::<u64>();
     let logs_written = entry_logs();
     let r: DeleteTopicsResponse = c.call(ApiKey::DeleteTopics, 6, &delete_req(&names)).await;
     assert!(r.responses.iter().all(|t| t.error_code == 0));
@@ -361,13 +373,13 @@ async fn l1_deleting_every_topic_gives_the_bookies_data_dirs_back() {
         let (now, logs_now) = (size(), entry_logs());
         if now as f64 <= before as f64 * 1.1 && logs_now as f64 <= logs_written as f64 * 0.1 {
             eprintln!(
-                "data dirs: {before} bytes before, {written} written, {now} after deletion; entry logs {logs_written} -> {logs_now}"
+                "data dirs: {before} bytes before, {written} written, {now} after deletion; data files {logs_written} -> {logs_now}"
             );
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "data dirs not back: {before} bytes before, {written} written, {now} now; entry logs {logs_written} -> {logs_now}"
+            "data dirs not back: {before} bytes before, {written} written, {now} now; data files {logs_written} -> {logs_now}"
         );
         // The active entry logs seal once idle (200 ms); GC then deletes them.
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -26,7 +26,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("crates/folio-client/src/ledger/recovery.rs", "recover", 140),
     ("crates/folio/src/bench/delete.rs", "run_async", 218),
     ("crates/folio/src/bench/kafka.rs", "produce_phases", 123),
-    ("crates/folio/src/bench/ledger.rs", "no_journal", 102),
     ("crates/folio/src/topics_cmd.rs", "run", 149),
 ];
 

@@ -48,9 +48,10 @@ CONFIG KEYS (TOML file via --config; any key also via --override KEY=VALUE):
   gc.major_threshold        float    default 0.8
   gc.major_interval_ms      integer  default 86400000
   gc.compaction_bytes_per_s integer  default 67108864 (0 = unlimited)
-  storage.mode              string   default \"two-write\"; \"single-write\" keeps entries only in
-                                     the journal's files (each byte written once; GC deletes
-                                     and compacts those files). A bookie can move from
+  storage.mode              string   default \"single-write\": entries only in the journal's
+                                     files (each byte written once; GC deletes and compacts
+                                     those files); \"two-write\" also writes them, sorted, to
+                                     entry logs (journal-less bookies). A bookie can move from
                                      two-write to single-write, not back.
   write_cache_bytes         integer  default 67108864
   write_cache_throttle_ms   integer  default 10000
@@ -65,7 +66,7 @@ CONFIG KEYS (TOML file via --config; any key also via --override KEY=VALUE):
   read_ahead_entries        integer  default 100
   read_ahead_bytes          integer  default 4194304 (capped at half of read_cache_bytes)
   journal.sync              bool     default true
-  journal.write_data        bool     default true (false = journal-less mode)
+  journal.write_data        bool     default true (false = journal-less mode, with storage.mode = \"two-write\")
   journal.group_wait_us     integer  default 1000
   journal.group_bytes_max   integer  default 524288
   journal.file_bytes_max    integer  default 536870912

@@ -17,7 +17,7 @@ pub enum Debug {
         data_dir: PathBuf,
         #[arg(long, default_value_t = 512)]
         entry_bytes: usize,
-        /// The storage mode: `two-write` (the default) or `single-write`.
+        /// The storage mode: `single-write` (the default) or `two-write`.
         #[arg(long, default_value = "two-write")]
         mode: String,
     },

@@ -31,11 +31,12 @@ fn folio() -> Command {
 }
 
 /// Fast GC, flushes and idle rotation, small entry logs: the test sees the disk come back.
-const BOOKIE_TUNING: [&str; 4] = [
+const BOOKIE_TUNING: [&str; 5] = [
     "gc.interval_ms=2000",
     "flush_interval_ms=200",
     "entry_log.idle_rotation_ms=500",
     "entry_log_bytes_max=4194304",
+    "journal.file_bytes_max=4194304",
 ];
 const _: () = assert!(GC_INTERVAL.as_millis() == 2000);
 
@@ -77,9 +78,12 @@ async fn l1_d1_topics_deleted_in_a_cluster_under_faults_leave_nothing_and_lose_n
     let _bookies: Vec<Proc> = (0..3)
         .map(|i| start_bookie(tmp.path(), &format!("bookie-{i}"), &etcd, &root, &BOOKIE_TUNING))
         .collect();
-    // The ledger dirs: entry logs and index, where the data lives. (The journal dir is a
-    // ring of recycled files, bounded by journal.file_bytes_max and the recycle pool, not
-    // by the data kept: it is reported, not compared.)
+    // The ledger dirs: entry logs and index. The data lives in the entry logs and, in
+    // single-write mode (the default), in the journal's files; in two-write mode the journal
+    // is a ring of recycled files, bounded by journal.file_bytes_max and the recycle pool,
+    // not by the data kept (reported, not compared).
+    let single_write =
+        folio_bookie::StorageMode::default() == folio_bookie::StorageMode::SingleWrite;
     let dirs: Vec<_> =
         (0..3).map(|i| tmp.path().join(format!("bookie-{i}")).join("ledgers")).collect();
     let journals = || {
@@ -88,7 +92,10 @@ async fn l1_d1_topics_deleted_in_a_cluster_under_faults_leave_nothing_and_lose_n
             .sum::<u64>()
     };
     let size = || dirs.iter().map(|d| dir_bytes(d)).sum::<u64>();
-    let entry_logs = || dirs.iter().map(|d| dir_bytes(&d.join("entrylogs"))).sum::<u64>();
+    let entry_logs = || {
+        let logs = dirs.iter().map(|d| dir_bytes(&d.join("entrylogs"))).sum::<u64>();
+        logs + if single_write { journals() } else { 0 }
+    };
     let before = size();
     let (b1, a1) = start_broker(&etcd, &root, 1, &[]);
     // Broker 2 re-reads topics once an hour: its cache outlives every deletion below.
@@ -111,7 +118,7 @@ async fn l1_d1_topics_deleted_in_a_cluster_under_faults_leave_nothing_and_lose_n
     let written_logs = {
         let start = Instant::now();
         while entry_logs() < (3 * TOPICS * RECORDS_PER_TOPIC * 1024) as u64 * 8 / 10 {
-            assert!(start.elapsed() < Duration::from_secs(60), "data never reached the entry logs");
+            assert!(start.elapsed() < Duration::from_secs(60), "data never reached the data files");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         entry_logs()
@@ -159,7 +166,7 @@ async fn l1_d1_topics_deleted_in_a_cluster_under_faults_leave_nothing_and_lose_n
     until(Duration::from_secs(120), "the bookies' ledger dirs came back", back).await;
     let disk_back = deleted_at.elapsed();
     eprintln!(
-        "cluster lifecycle: ledger dirs {before} bytes before, {written} written ({written_logs} in entry logs), {} now \
+        "cluster lifecycle: ledger dirs {before} bytes before, {written} written ({written_logs} in data files), {} now \
          (journals {} bytes); after DeleteTopics answered: logs trashed {:.1} s, ledgers gone {:.1} s, disk back {:.1} s \
          ({:.1} GC intervals after the ledgers were gone)",
         size(),

@@ -75,11 +75,11 @@ pub fn log_bytes_on_disk(fs: &FaultFs, mode: StorageMode) -> usize {
         .sum()
 }
 
-/// The storage mode the suite runs in (`FOLIO_STORAGE_MODE`, `two-write` when unset).
+/// The storage mode the suite runs in (`FOLIO_STORAGE_MODE`, the default mode when unset).
 pub fn mode_from_env() -> StorageMode {
     match std::env::var("FOLIO_STORAGE_MODE") {
         Ok(m) => StorageMode::parse(&m).expect("FOLIO_STORAGE_MODE"),
-        Err(_) => StorageMode::TwoWrite,
+        Err(_) => StorageMode::default(),
     }
 }
 

@@ -52,7 +52,13 @@ pub(crate) async fn cluster_with(
     n: usize,
     journal: bool,
 ) -> Result<(LedgerClient, Vec<Bookie>, Meta), String> {
-    cluster_tuned(dir, n, |c| c.storage.journal.write_data = journal).await
+    cluster_tuned(dir, n, |c| {
+        c.storage.journal.write_data = journal;
+        if !journal {
+            c.storage.mode = folio_bookie::StorageMode::TwoWrite;
+        }
+    })
+    .await
 }
 
 /// An embedded metadata store and `n` bookies, each config adjusted by `tune`.
@@ -209,16 +215,8 @@ async fn no_journal(args: Args) -> Result<(), String> {
         r.entries_missing,
         r.entries_checked as f64 / secs
     );
-    let config = {
-        let mut c = BookieConfig::new(
-            tmp.path().join("no-journal").join("bookie-0"),
-            "127.0.0.1:0".parse::<SocketAddr>().expect("addr"),
-        );
-        c.bookie_id = Some("bookie-0".into());
-        c.storage.journal.write_data = false;
-        c
-    };
     b0.abort().await;
+    let config = journal_less_bookie(&tmp.path().join("no-journal").join("bookie-0"));
     let b0 = Bookie::start(config, meta.clone()).await.map_err(|e| e.to_string())?;
     let t2 = Instant::now();
     let r = check(b0.storage().clone()).run(true, &|_, _| {}).await.map_err(|e| e.to_string())?;
@@ -238,4 +236,14 @@ async fn no_journal(args: Args) -> Result<(), String> {
         b.shutdown().await.map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// The config of a journal-less bookie `bookie-0` in `dir` (two-write: single-write keeps
+/// entries in the journal).
+fn journal_less_bookie(dir: &std::path::Path) -> BookieConfig {
+    let mut c = BookieConfig::new(dir, "127.0.0.1:0".parse::<SocketAddr>().expect("addr"));
+    c.bookie_id = Some("bookie-0".into());
+    c.storage.journal.write_data = false;
+    c.storage.mode = folio_bookie::StorageMode::TwoWrite;
+    c
 }
