@@ -22,8 +22,7 @@ async fn journal_less(n: usize, limbo: bool, fence: bool) -> Cluster {
     let mut c = Cluster::start(n).await;
     let meta = c.meta.clone();
     for node in &mut c.nodes {
-        node.config.storage.journal.write_data = false;
-        node.config.storage.mode = folio_bookie::StorageMode::TwoWrite;
+        node.config.storage.make_journal_less();
         node.config.integrity.pre_boot_limbo = limbo;
         node.config.integrity.pre_boot_fence = fence;
         node.config.integrity.stamp_missing_cookies = true;

@@ -322,9 +322,10 @@ impl World {
         config.auth.secret = Some(secret());
         let mut storage = StorageConfig::small_for_tests(&dir);
         storage.journal.direct_io = false;
-        storage.journal.write_data = node.journal;
-        // Journal-less bookies are two-write (single-write keeps entries in the journal).
-        storage.mode = if node.journal { self.storage_mode } else { StorageMode::TwoWrite };
+        storage.mode = self.storage_mode;
+        if !node.journal {
+            storage.make_journal_less();
+        }
         storage.clock = self.clock.clone();
         storage.flush_interval = Duration::from_secs(1);
         storage.entry_log_idle_rotation = Duration::from_secs(10);

@@ -223,6 +223,14 @@ impl StorageConfig {
         c
     }
 
+    /// Journal-less mode: only ledger meta records go to the journal, and entries are
+    /// acknowledged once in the write cache. Two-write, so a flush puts them in entry logs
+    /// (single-write keeps entries in the journal).
+    pub fn make_journal_less(&mut self) {
+        self.journal.write_data = false;
+        self.mode = StorageMode::TwoWrite;
+    }
+
     /// Rejects inconsistent settings with a message that names the setting.
     pub fn validate(&self) -> Result<(), InvalidConfig> {
         let j = &self.journal;

@@ -144,22 +144,34 @@ fn d1_a_damaged_byte_in_a_sealed_data_file_is_reported_never_returned() {
     assert_eq!(s.read_entry(2, 5).unwrap().payload(), &[1u8; 8 * 1024][..]);
 }
 
+/// A storage on `c`, reopened after entries `0..n` of ledger 1 (payload `one`) were added
+/// alternately with ledger 2's (payload `two`), so they share the data files.
+fn reopened_after_alternate_adds(
+    c: &StorageConfig,
+    n: i64,
+    one: &[u8],
+    two: &[u8],
+) -> (FaultFs, folio_storage::Storage) {
+    let (fs, kv) = (FaultFs::new(), MemKv::new());
+    let s = open(&fs, &kv, c).unwrap();
+    for e in 0..n {
+        add(&s, &entry(1, e, one)).unwrap();
+        add(&s, &entry(2, e, two)).unwrap();
+    }
+    s.close().unwrap();
+    let s = open(&fs, &kv, c).unwrap();
+    (fs, s)
+}
+
 #[test]
 fn catch_up_reads_of_one_ledger_between_others_read_ahead_over_the_gaps_at_most_half_again() {
-    let (fs, kv) = (FaultFs::new(), MemKv::new());
     let mut c = single_write();
     c.journal.file_bytes_max = 1024 * 1024;
     c.read_cache_bytes = 1024 * 1024;
     c.read_ahead_bytes = 256 * 1024;
-    let s = open(&fs, &kv, &c).unwrap();
     // Ledger 1's entries alternate with ledger 2's smaller ones in the same data file.
     let (big, small) = (vec![1u8; 4000], vec![2u8; 1000]);
-    for e in 0..100 {
-        add(&s, &entry(1, e, &big)).unwrap();
-        add(&s, &entry(2, e, &small)).unwrap();
-    }
-    s.close().unwrap();
-    let s = open(&fs, &kv, &c).unwrap();
+    let (_fs, s) = reopened_after_alternate_adds(&c, 100, &big, &small);
     let before = s.entry_log_bytes_read();
     assert_eq!(s.read_entry(1, 0).unwrap().payload(), &big[..]);
     let first_read = s.entry_log_bytes_read() - before;
@@ -179,22 +191,15 @@ fn catch_up_reads_of_one_ledger_between_others_read_ahead_over_the_gaps_at_most_
 
 #[test]
 fn a_ledger_between_bigger_entries_is_read_a_window_at_a_time_asking_ahead_only_for_its_own() {
-    let (fs, kv) = (FaultFs::new(), MemKv::new());
     let mut c = single_write();
     c.journal.file_bytes_max = 4 * 1024 * 1024;
     c.read_cache_bytes = 1024 * 1024;
     c.read_ahead_bytes = 256 * 1024;
     c.read_ahead_entries = 50;
-    let s = open(&fs, &kv, &c).unwrap();
     // Each of ledger 1's entries sits alone between two of ledger 2's, four times its size:
     // no read can step over the gaps, so a window is one read per entry.
     let (small, big) = (vec![1u8; 1000], vec![2u8; 4000]);
-    for e in 0..200 {
-        add(&s, &entry(1, e, &small)).unwrap();
-        add(&s, &entry(2, e, &big)).unwrap();
-    }
-    s.close().unwrap();
-    let s = open(&fs, &kv, &c).unwrap();
+    let (fs, s) = reopened_after_alternate_adds(&c, 200, &small, &big);
     let (read0, hinted0) = (s.entry_log_bytes_read(), fs.n_bytes_hinted());
     assert_eq!(s.read_entry(1, 0).unwrap().payload(), &small[..]);
     let window = s.entry_log_bytes_read() - read0;

@@ -27,8 +27,7 @@ async fn bookie_check_finds_and_repairs_lost_entries() {
         for i in 0..2 {
             let mut c = BookieConfig::new(data(i), "127.0.0.1:0".parse().unwrap());
             c.bookie_id = Some(format!("b{i}"));
-            c.storage.journal.write_data = false;
-            c.storage.mode = folio_bookie::StorageMode::TwoWrite;
+            c.storage.make_journal_less();
             bookies.push(Bookie::start(c, meta.clone()).await.unwrap());
         }
         let client = LedgerClient::new(meta.clone(), Keys::default());

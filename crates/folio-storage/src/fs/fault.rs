@@ -257,15 +257,13 @@ impl FaultFs {
     pub fn n_bytes_hinted(&self) -> u64 {
         let mut ranges = self.lock().hinted.clone();
         ranges.sort_unstable();
-        let (mut total, mut last) = (0u64, None::<(u64, u64)>);
+        // Sorted by inode, then start: what a range adds is what lies past the furthest
+        // end of its file's ranges before it.
+        let (mut total, mut covered) = (0u64, None::<(u64, u64)>);
         for (ino, start, end) in ranges {
-            let from = match last {
-                Some((i, covered)) if i == ino => start.max(covered),
-                _ => start,
-            };
-            total += end.saturating_sub(from);
-            let covered = last.filter(|(i, _)| *i == ino).map_or(end, |(_, c)| c.max(end));
-            last = Some((ino, covered));
+            let before = covered.filter(|(i, _)| *i == ino).map_or(0, |(_, c)| c);
+            total += end.saturating_sub(start.max(before));
+            covered = Some((ino, before.max(end)));
         }
         total
     }

@@ -4,15 +4,15 @@ use super::*;
 /// top of the entries it loads (read amplification <= 1.5).
 const READ_AHEAD_GAP_MAX_OF_USEFUL: f64 = 0.5;
 
-/// One read of a read-ahead window: a stretch `start..end` of one log holding the frames
-/// of `entries` (at `frames`), `useful` bytes of it theirs.
+/// One read of a read-ahead window: a stretch `start..end` of one log holding frames of
+/// the ledger's entries up to `last` (at `frames`, from `start`), `useful` bytes of it theirs.
 struct Run {
     log_id: u64,
     start: u64,
     end: u64,
     useful: u64,
     frames: Vec<u64>,
-    entries: Vec<EntryId>,
+    last: EntryId,
 }
 
 /// A read from disk in progress (see `Inner::reads_from_disk`): registered for its life.
@@ -222,7 +222,7 @@ impl Inner {
             .unwrap_or(i64::MAX)
             .min(entry_id.saturating_add(1 + n as i64));
         let Ok(runs) = self.window(ledger_id, entry_id + 1, stop, bytes_max, true) else { return };
-        let Some(last) = runs.last().and_then(|r| r.entries.last()) else { return };
+        let Some(last) = runs.last().map(|r| r.last) else { return };
         let next_from = last.saturating_add(1);
         let next = next_from.saturating_add(n as i64);
         for run in runs.iter().skip(1) {
@@ -234,9 +234,8 @@ impl Inner {
             }
         }
         for run in runs {
-            let offsets: Vec<u64> = run.frames.iter().map(|at| at - run.start).collect();
             let len = (run.end - run.start) as usize;
-            match self.reader.read_frames(run.log_id, run.start, len, &offsets) {
+            match self.reader.read_frames(run.log_id, run.start, len, &run.frames) {
                 Ok(entries) => {
                     let mut rc = self.read_cache.lock().expect("read cache lock");
                     for e in entries {
@@ -294,8 +293,8 @@ impl Inner {
             covering += added;
             match (extends, runs.last_mut()) {
                 (Some(_), Some(r)) => {
-                    r.frames.push(loc.offset);
-                    r.entries.push(entry_id);
+                    r.frames.push(loc.offset - r.start);
+                    r.last = entry_id;
                     r.useful += len;
                     r.end = loc.offset + len;
                 }
@@ -304,8 +303,8 @@ impl Inner {
                     start: loc.offset,
                     end: loc.offset + len,
                     useful: len,
-                    frames: vec![loc.offset],
-                    entries: vec![entry_id],
+                    frames: vec![0],
+                    last: entry_id,
                 }),
             }
         }

@@ -53,9 +53,8 @@ pub(crate) async fn cluster_with(
     journal: bool,
 ) -> Result<(LedgerClient, Vec<Bookie>, Meta), String> {
     cluster_tuned(dir, n, |c| {
-        c.storage.journal.write_data = journal;
         if !journal {
-            c.storage.mode = folio_bookie::StorageMode::TwoWrite;
+            c.storage.make_journal_less();
         }
     })
     .await
@@ -238,12 +237,10 @@ async fn no_journal(args: Args) -> Result<(), String> {
     Ok(())
 }
 
-/// The config of a journal-less bookie `bookie-0` in `dir` (two-write: single-write keeps
-/// entries in the journal).
+/// The config of a journal-less bookie `bookie-0` in `dir`.
 fn journal_less_bookie(dir: &std::path::Path) -> BookieConfig {
     let mut c = BookieConfig::new(dir, "127.0.0.1:0".parse::<SocketAddr>().expect("addr"));
     c.bookie_id = Some("bookie-0".into());
-    c.storage.journal.write_data = false;
-    c.storage.mode = folio_bookie::StorageMode::TwoWrite;
+    c.storage.make_journal_less();
     c
 }
