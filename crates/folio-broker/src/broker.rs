@@ -88,9 +88,13 @@ impl Broker {
         let tenure = membership.changes.subscribe();
         let groups =
             Coordinator::new(config.groups.clone(), meta, keys, clock, config.node_id, tenure);
+        let txns =
+            Arc::new(crate::domain::txn::TxnCoordinator::new(env.meta.clone(), env.keys.clone()));
         let inner = Arc::new(Inner {
             topics: Topics::new(env.meta.clone(), env.keys.clone()),
             groups,
+            txns,
+            txns_ending: tokio::sync::Notify::new(),
             groups_config: config.groups.clone(),
             membership,
             deletions: tokio::sync::Notify::new(),
@@ -149,6 +153,7 @@ impl Broker {
         tokio::spawn(snapshot_producers(inner.clone()));
         tokio::spawn(expire_offsets(inner.clone()));
         tokio::spawn(crate::deletion::run(inner.clone()));
+        tokio::spawn(crate::transactions::run(inner.clone()));
         tokio::spawn(crate::compaction::run(inner.clone()));
         if let Some(every) = inner.config.audit_interval {
             tokio::spawn(run_audits(inner.clone(), every));

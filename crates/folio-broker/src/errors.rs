@@ -65,6 +65,17 @@ pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
 /// An idempotent batch from an older producer epoch.
 pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+/// A transactional request the transaction's state does not allow (EndTxn with no
+/// transaction, a partition added while one ends).
+pub const INVALID_TXN_STATE: i16 = 48;
+/// A producer id (or epoch) other than the one the transactional id holds.
+pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+/// A transaction timeout above `transaction_max_timeout`.
+pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
+/// The transactional id's previous transaction is still ending: clients retry shortly.
+pub const CONCURRENT_TRANSACTIONS: i16 = 51;
+/// A producer whose epoch a newer one of the same transactional id fenced.
+pub const PRODUCER_FENCED: i16 = 90;
 /// Storage or metadata failed; clients retry.
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
 /// DeleteTopics while `delete.topic.enable=false` (v3+).
@@ -225,6 +236,9 @@ pub enum BrokerError {
     /// An idempotent producer's batch from an epoch older than its newest.
     #[error("{0}")]
     InvalidProducerEpoch(String),
+    /// The principal may not use the request's transactional id (the code it gets).
+    #[error("not authorized to use the transactional id")]
+    TransactionalIdAuthorization(i16),
     /// A storage step that failed for a reason given in words (an append abandoned when its
     /// log closed, a deletion that must be retried).
     #[error("{0}")]
@@ -261,6 +275,7 @@ impl BrokerError {
             BrokerError::UnsupportedCompression(_) => UNSUPPORTED_COMPRESSION_TYPE,
             BrokerError::OutOfOrderSequence(_) => OUT_OF_ORDER_SEQUENCE_NUMBER,
             BrokerError::InvalidProducerEpoch(_) => INVALID_PRODUCER_EPOCH,
+            BrokerError::TransactionalIdAuthorization(code) => *code,
         }
     }
 }
@@ -305,6 +320,12 @@ pub fn name(code: i16) -> &'static str {
         OUT_OF_ORDER_SEQUENCE_NUMBER => "OUT_OF_ORDER_SEQUENCE_NUMBER",
         DUPLICATE_SEQUENCE_NUMBER => "DUPLICATE_SEQUENCE_NUMBER",
         INVALID_PRODUCER_EPOCH => "INVALID_PRODUCER_EPOCH",
+        INVALID_TXN_STATE => "INVALID_TXN_STATE",
+        INVALID_PRODUCER_ID_MAPPING => "INVALID_PRODUCER_ID_MAPPING",
+        INVALID_TRANSACTION_TIMEOUT => "INVALID_TRANSACTION_TIMEOUT",
+        CONCURRENT_TRANSACTIONS => "CONCURRENT_TRANSACTIONS",
+        PRODUCER_FENCED => "PRODUCER_FENCED",
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED => "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
         UNKNOWN_PRODUCER_ID => "UNKNOWN_PRODUCER_ID",
         NON_EMPTY_GROUP => "NON_EMPTY_GROUP",
         GROUP_ID_NOT_FOUND => "GROUP_ID_NOT_FOUND",

@@ -42,6 +42,7 @@ pub mod metrics;
 pub mod security;
 pub mod startup;
 mod state;
+pub mod transactions;
 pub mod wire;
 
 // The crate's public paths stay flat: tools and tests name `folio_broker::topics`, not

@@ -314,6 +314,28 @@ const _: () = assert!(GROUP_ID_BYTES_MAX * 3 + 256 <= folio_meta::limits::KEY_BY
 /// Producers remembered per partition; the least recently seen go first.
 pub const PRODUCERS_MAX: usize = 10_000;
 
+/// Aborted transactions remembered per partition (for read_committed fetches); the oldest
+/// are forgotten first. A snapshot of them, the open transactions and the producers'
+/// marker epochs stays under the metadata store's value limit.
+pub const ABORTED_TXNS_MAX: usize = 10_000;
+const _: () = assert!(
+    25 + ABORTED_TXNS_MAX * 24 + PRODUCERS_MAX * (18 + 10) <= folio_meta::limits::VALUE_BYTES_MAX
+);
+
+/// Partitions one transaction may write to, and groups it may commit offsets for: its
+/// state record (every partition named) stays under the metadata store's value limit.
+pub const TXN_PARTITIONS_MAX: usize = 2_000;
+const _: () = assert!(
+    TXN_PARTITIONS_MAX * (TOPIC_NAME_BYTES_MAX + 8) + 4096 <= folio_meta::limits::VALUE_BYTES_MAX
+);
+
+/// Tries to stage a TxnOffsetCommit's offsets against concurrent stagings of the same
+/// producer and group before COORDINATOR_NOT_AVAILABLE (the client retries).
+pub const TXN_STAGE_ATTEMPTS_MAX: usize = 8;
+
+/// The longest transactional id (bytes), as a group id.
+pub const TRANSACTIONAL_ID_BYTES_MAX: usize = GROUP_ID_BYTES_MAX;
+
 /// Batches read per partition per fetch, at most.
 pub const BATCHES_PER_PARTITION_MAX: usize = 10_000;
 

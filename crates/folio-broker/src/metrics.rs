@@ -124,6 +124,8 @@ pub struct Metrics {
     pub partitions_taken_back: AtomicU64,
     /// Idempotent producer snapshots written beside partition logs.
     pub producer_snapshots: AtomicU64,
+    /// Transaction markers (control batches) written to partitions owned here.
+    pub txn_markers: AtomicU64,
     /// Partitions closed for being idle (`partition_idle_timeout`) or least recently used
     /// (`partitions_open_max`).
     pub partitions_closed_idle: AtomicU64,
@@ -332,7 +334,7 @@ impl Metrics {
     }
 
     /// The counters of partitions changing hands: (name, help, value).
-    fn partition_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 3] {
+    fn partition_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 4] {
         [
             (
                 "folio_kafka_partitions_opened_total",
@@ -348,6 +350,11 @@ impl Metrics {
                 "folio_kafka_partitions_taken_back_total",
                 "Open partitions reopened here because another broker took their log over meanwhile.",
                 &self.partitions_taken_back,
+            ),
+            (
+                "folio_kafka_txn_markers_total",
+                "Transaction markers (commit or abort control batches) written to partitions owned here.",
+                &self.txn_markers,
             ),
         ]
     }

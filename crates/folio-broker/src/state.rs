@@ -19,6 +19,7 @@ use crate::domain::cluster::{self, Membership};
 use crate::domain::group::{Coordinator, GroupConfig};
 use crate::domain::producers::{Producers, REBUILD_OFFSETS};
 use crate::domain::topics::{Topic, TopicConfig, Topics, log_name};
+use crate::domain::txn::partition::PartitionTxns;
 use crate::limits::ListenerLimits;
 use crate::metrics::Metrics;
 
@@ -27,6 +28,10 @@ use crate::metrics::Metrics;
 pub(crate) struct Partition {
     pub log: ManagedLog,
     pub producers: Mutex<Producers>,
+    /// Its open and aborted transactions (`domain::txn::partition`).
+    pub txns: Mutex<crate::domain::txn::partition::PartitionTxns>,
+    /// `PartitionTxns::changes` as of the last snapshot written (or restored).
+    pub(crate) txns_snapshotted: AtomicU64,
     /// `Producers::changes` as of the last snapshot written (or restored).
     pub(crate) snapshotted: AtomicU64,
     /// The offset the last snapshot reaches (the log's end when it was written or, at
@@ -61,6 +66,10 @@ pub(crate) struct Inner {
     pub topics: Topics,
     pub metrics: Metrics,
     pub groups: Arc<Coordinator>,
+    /// The transaction coordinator (`domain::txn`).
+    pub txns: Arc<crate::domain::txn::TxnCoordinator>,
+    /// Wakes the marker writer (`crate::transactions`): a transaction began to end here.
+    pub txns_ending: tokio::sync::Notify,
     pub groups_config: GroupConfig,
     pub membership: Arc<Membership>,
     /// Wakes the topic deleter.
@@ -268,7 +277,7 @@ impl Inner {
                 lc.rollover_max_age = lc.rollover_max_age.min(segment);
                 lc.rollover_bytes = lc.rollover_bytes.min(tc.segment_bytes as u64);
                 let log = self.open_or_create_log(topic, partition, lc).await?;
-                let producers = rebuild_producers(&self.env, &log, self.now_ms()).await?;
+                let (producers, txns) = rebuild_producers(&self.env, &log, self.now_ms()).await?;
                 self.metrics.partitions_opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 self.metrics.partition_open_latency.observe(started.elapsed());
                 let end = log.status().end_offset;
@@ -276,8 +285,9 @@ impl Inner {
                     snapshot_upto: AtomicU64::new(end),
                     log,
                     snapshotted: AtomicU64::new(producers.changes()),
-
+                    txns_snapshotted: AtomicU64::new(txns.changes()),
                     producers: Mutex::new(producers),
+                    txns: Mutex::new(txns),
                     last_used_ms: AtomicU64::new(self.env.now_ms()),
                 }))
             })
@@ -376,20 +386,24 @@ impl Inner {
     pub(crate) async fn snapshot_producers(&self, part: &Partition) {
         let upto = part.log.status().end_offset;
         let expiration = self.config.producer_id_expiration.as_millis() as i64;
-        let (snapshot, changes) = {
+        let (snapshot, changes, txns, txn_changes) = {
             let mut p = part.producers.lock().expect("producers lock");
+            let mut t = part.txns.lock().expect("txns lock");
             p.expire(self.now_ms(), expiration);
+            t.trim(part.log.status().start_offset as i64);
             let moved = upto.saturating_sub(part.snapshot_upto.load(Ordering::Relaxed));
-            let unchanged = p.changes() == part.snapshotted.load(Ordering::Relaxed);
-            if unchanged && (p.is_empty() || moved < REBUILD_OFFSETS / 2) {
+            let unchanged = p.changes() == part.snapshotted.load(Ordering::Relaxed)
+                && t.changes() == part.txns_snapshotted.load(Ordering::Relaxed);
+            if unchanged && ((p.is_empty() && t.is_empty()) || moved < REBUILD_OFFSETS / 2) {
                 return;
             }
-            (p.snapshot(upto), p.changes())
+            (p.snapshot(upto), p.changes(), t.snapshot(upto), t.changes())
         };
         let name = part.log.name();
-        match save_snapshot(&self.env, name, snapshot, upto).await {
+        match save_snapshot(&self.env, name, (snapshot, txns), upto).await {
             Ok(()) => {
                 part.snapshotted.store(changes, Ordering::Relaxed);
+                part.txns_snapshotted.store(txn_changes, Ordering::Relaxed);
                 part.snapshot_upto.store(upto, Ordering::Relaxed);
                 self.metrics.producer_snapshots.fetch_add(1, Ordering::Relaxed);
             }
@@ -492,11 +506,12 @@ impl Inner {
     }
 }
 
-/// Writes a producer snapshot of log `name` reaching `upto` (see `snapshot_producers`).
+/// Writes a producer snapshot and a transaction snapshot of log `name` reaching `upto`,
+/// in one metadata transaction (see `snapshot_producers`).
 async fn save_snapshot(
     env: &LogEnv,
     name: &str,
-    snapshot: Vec<u8>,
+    (snapshot, txns): (Vec<u8>, Vec<u8>),
     upto: u64,
 ) -> Result<(), folio_meta::MetaError> {
     use folio_meta::{Compare, Txn};
@@ -513,20 +528,24 @@ async fn save_snapshot(
         }
         None => Compare::Absent(key.clone()),
     };
-    let txn =
-        Txn::new().compare(Compare::Exists(env.keys.log(name))).compare(guard).put(key, snapshot);
+    let txn = Txn::new()
+        .compare(Compare::Exists(env.keys.log(name)))
+        .compare(guard)
+        .put(key, snapshot)
+        .put(env.keys.log_state(name, "transactions"), txns);
     env.meta.txn(txn).await?;
     Ok(())
 }
 
-/// The idempotent producers' state on open: the snapshot beside the log (if any, and if
-/// the log still holds the offsets after it), then the batch headers appended since;
-/// without one, the batch headers of the log's last `REBUILD_OFFSETS` offsets.
+/// The idempotent producers' and the transactions' state on open: the snapshots beside
+/// the log (if any, and if the log still holds the offsets after them), then the batch
+/// headers appended since; without one, the batch headers of the log's last
+/// `REBUILD_OFFSETS` offsets.
 async fn rebuild_producers(
     env: &LogEnv,
     log: &ManagedLog,
     now_ms: i64,
-) -> Result<Producers, folio_log::LogError> {
+) -> Result<(Producers, PartitionTxns), folio_log::LogError> {
     let status = log.status();
     let key = env.keys.log_state(log.name(), "producers");
     let snapshot = match env.meta.get(&key).await? {
@@ -548,6 +567,7 @@ async fn rebuild_producers(
         },
         None => None,
     };
+    let snapshot_upto = snapshot.as_ref().map(|(_, upto)| *upto);
     let (mut producers, from, restored) = match snapshot {
         Some((p, upto)) => (p, upto.max(status.start_offset), true),
         None => (
@@ -556,6 +576,7 @@ async fn rebuild_producers(
             false,
         ),
     };
+    let mut txns = restore_txns(env, log, snapshot_upto).await?;
     let mut offset = from;
     while offset < status.end_offset {
         let entries = log.read(offset, 8 << 20, 4096).await?;
@@ -563,7 +584,16 @@ async fn rebuild_producers(
         offset = last.next_offset();
         for e in &entries {
             match crate::domain::batch::read_header(&e.payload) {
-                Ok(info) => producers.restore(&info, e.base_offset as i64, now_ms),
+                Ok(info) => {
+                    producers.restore(&info, e.base_offset as i64, now_ms);
+                    if info.is_transactional() {
+                        let control = crate::domain::txn::marker::kind(&e.payload, &info);
+                        if control.is_some() || !info.is_control() {
+                            let (pid, epoch) = (info.producer_id, info.producer_epoch);
+                            txns.restore(pid, epoch, e.base_offset as i64, control);
+                        }
+                    }
+                }
                 Err(err) => {
                     tracing::warn!(log = log.name(), offset = e.base_offset, error = %err, "a stored batch does not parse")
                 }
@@ -579,5 +609,35 @@ async fn rebuild_producers(
             "idempotent producer state rebuilt"
         );
     }
-    Ok(producers)
+    Ok((producers, txns))
+}
+
+/// The transaction snapshot beside `log` when it reaches exactly `from` (the producer
+/// snapshot's `upto`: they are written together; aborted transactions below the log's
+/// start are trimmed at the next snapshot); otherwise none (a log written before
+/// transactions, or no producer snapshot: the replay rebuilds what it covers).
+async fn restore_txns(
+    env: &LogEnv,
+    log: &ManagedLog,
+    from: Option<u64>,
+) -> Result<PartitionTxns, folio_log::LogError> {
+    let Some(from) = from else { return Ok(PartitionTxns::default()) };
+    let key = env.keys.log_state(log.name(), "transactions");
+    let Some(v) = env.meta.get(&key).await? else { return Ok(PartitionTxns::default()) };
+    match PartitionTxns::from_snapshot(&v.value) {
+        Ok((t, upto)) if upto == from => Ok(t),
+        Ok((_, upto)) => {
+            tracing::warn!(
+                log = log.name(),
+                upto,
+                from,
+                "a transaction snapshot that does not match the producer snapshot; replaying without it"
+            );
+            Ok(PartitionTxns::default())
+        }
+        Err(e) => {
+            tracing::warn!(log = log.name(), error = %e, "a transaction snapshot that does not read; replaying without it");
+            Ok(PartitionTxns::default())
+        }
+    }
 }

@@ -191,6 +191,34 @@ impl Keys {
         format!("{}/group-claims/{escaped}", self.root)
     }
 
+    /// The prefix of transactional ids' state records.
+    pub fn transactions(&self) -> String {
+        format!("{}/transactions/", self.root)
+    }
+
+    /// The state record of transactional id `escaped` (`/` and `%` escaped): its producer
+    /// id and epoch, its transaction's state, partitions and groups.
+    pub fn transaction(&self, escaped: &str) -> String {
+        format!("{}/transactions/{escaped}", self.root)
+    }
+
+    /// The prefix of the transactions whose markers are being written (one empty key per
+    /// transactional id in PrepareCommit or PrepareAbort): what every broker scans.
+    pub fn transactions_ending(&self) -> String {
+        format!("{}/transactions-ending/", self.root)
+    }
+
+    /// The ending-transaction key of transactional id `escaped`.
+    pub fn transaction_ending(&self, escaped: &str) -> String {
+        format!("{}/transactions-ending/{escaped}", self.root)
+    }
+
+    /// The offsets producer `producer_id` committed for group `escaped` in its open
+    /// transaction (TxnOffsetCommit): applied to the group when the transaction commits.
+    pub fn transaction_offsets(&self, escaped: &str, producer_id: i64) -> String {
+        format!("{}/transaction-offsets/{escaped}/{producer_id}", self.root)
+    }
+
     /// The prefix of the trash: ledgers waiting to be deleted.
     pub fn trash(&self) -> String {
         format!("{}/trash/", self.root)

@@ -20,9 +20,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use bytes::BytesMut;
-use folio_log::ManagedLog;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
+};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, ProducerId, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use tokio::task::JoinSet;
 
@@ -48,8 +49,8 @@ struct Want {
     max_bytes: usize,
     /// The leader epoch the client knows (-1: not checked).
     current_leader_epoch: i32,
-    /// The log, or the error code the partition gets.
-    log: Result<ManagedLog, i16>,
+    /// The partition (its log and transactions), or the error code it gets.
+    log: Result<Arc<crate::state::Partition>, i16>,
     topic_name: Option<String>,
 }
 
@@ -107,8 +108,13 @@ impl Handler for Fetch {
             // Long poll: wait until any partition has more, or the deadline.
             let mut waits = JoinSet::new();
             for w in &wants {
-                if let Ok(log) = &w.log {
-                    let (log, offset) = (log.clone(), w.offset.max(0) as u64);
+                if let Ok(part) = &w.log {
+                    // read_committed waits for the log past its end when the LSO holds
+                    // it back (a marker is such an append), not for data it may not read.
+                    let end = part.log.status().end_offset;
+                    let offset = w.offset.max(0) as u64;
+                    let offset = if read_committed { offset.max(end) } else { offset };
+                    let log = part.log.clone();
                     let left = deadline - now;
                     waits.spawn(async move { log.wait_for(offset, left).await });
                 }
@@ -267,11 +273,15 @@ fn answer(
         .with_throttle_time_ms(throttle)
 }
 
-async fn open(inner: &Inner, topic: &Topic, partition: i32) -> Result<ManagedLog, i16> {
+async fn open(
+    inner: &Inner,
+    topic: &Topic,
+    partition: i32,
+) -> Result<Arc<crate::state::Partition>, i16> {
     if partition < 0 || partition >= topic.record.partitions as i32 {
         return Err(errors::UNKNOWN_TOPIC_OR_PARTITION);
     }
-    inner.log(topic, partition).await.map_err(|e| open_failed(topic, partition, e))
+    inner.partition(topic, partition).await.map_err(|e| open_failed(topic, partition, e))
 }
 
 /// The error code of a partition that failed to open for a fetch (logged).
@@ -338,13 +348,13 @@ async fn read_all(
     for w in wants {
         let mut p = PartitionData::default().with_partition_index(w.partition);
         p.aborted_transactions = read_committed.then(Vec::new);
-        let log = match &w.log {
+        let (log, txns) = match &w.log {
             Err(code) => {
                 settled = true;
                 out.push((w.topic, p.with_error_code(*code)));
                 continue;
             }
-            Ok(l) => l,
+            Ok(part) => (&part.log, &part.txns),
         };
         let status = log.status();
         if let Some(code) = super::leader_epoch_error(w.current_leader_epoch, status.epoch) {
@@ -358,8 +368,15 @@ async fn read_all(
             continue;
         }
         p.high_watermark = status.end_offset as i64;
-        p.last_stable_offset = status.end_offset as i64;
+        let (lso, aborted) = {
+            let t = txns.lock().expect("txns lock");
+            let lso = t.last_stable_offset(status.end_offset as i64);
+            (lso, read_committed.then(|| t.aborted_between(w.offset, lso)))
+        };
+        p.last_stable_offset = lso;
         p.log_start_offset = status.start_offset as i64;
+        // read_committed reads below the last stable offset only.
+        let readable_end = if read_committed { lso as u64 } else { status.end_offset };
         if w.offset < status.start_offset as i64 || w.offset > status.end_offset as i64 {
             settled = true;
             out.push((w.topic, p.with_error_code(errors::OFFSET_OUT_OF_RANGE)));
@@ -367,7 +384,7 @@ async fn read_all(
         }
         // KIP-74: the first batch of the answer goes out even when it is above the limits.
         let room = w.max_bytes.min(max_bytes.saturating_sub(total));
-        let reserved = if (w.offset as u64) < status.end_offset && (room > 0 || total == 0) {
+        let reserved = if (w.offset as u64) < readable_end && (room > 0 || total == 0) {
             let r = reserve(room.max(1));
             starved |= r.is_none();
             r
@@ -382,6 +399,9 @@ async fn read_all(
                     let epochs = log.epochs();
                     let mut records = BytesMut::new();
                     for e in entries {
+                        if e.base_offset >= readable_end {
+                            break;
+                        }
                         if !records.is_empty() && records.len() + e.payload.len() > room {
                             break;
                         }
@@ -408,6 +428,18 @@ async fn read_all(
                         m.fetch_latency.observe(read_started.elapsed());
                     }
                     p.records = Some(records.freeze());
+                    if let Some(aborted) = &aborted {
+                        p.aborted_transactions = Some(
+                            aborted
+                                .iter()
+                                .map(|a| {
+                                    AbortedTransaction::default()
+                                        .with_producer_id(ProducerId(a.producer_id))
+                                        .with_first_offset(a.first_offset)
+                                })
+                                .collect(),
+                        );
+                    }
                 }
                 Err(e) => {
                     settled = true;

@@ -16,7 +16,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::api::{Handler, Refused, str_bytes};
 use crate::domain::acl::{Operation, ResourceType};
-use crate::domain::cluster::group_key;
+use crate::domain::cluster::{group_key, txn_key};
 use crate::errors;
 use crate::state::Inner;
 
@@ -43,23 +43,31 @@ impl Handler for FindCoordinator {
 
     /// Up to v3 one key: the whole request; from v4 each key of the batch.
     fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
-        if req.key_type != 0 || req.key.is_empty() {
+        if req.key.is_empty() {
             return None;
         }
-        super::group_denied(inner, Operation::Describe, req.key.as_str())
+        match req.key_type {
+            0 => super::group_denied(inner, Operation::Describe, req.key.as_str()),
+            1 => super::all_denied(
+                inner,
+                Operation::Describe,
+                ResourceType::TransactionalId,
+                [req.key.as_str()],
+                errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            ),
+            _ => None,
+        }
     }
 
     fn refuse_parts(inner: &Inner, _version: i16, req: &mut Self::Request) -> Refused<Self> {
-        if req.key_type != 0 {
-            return Vec::new();
-        }
-        let denied = |k: &StrBytes| {
-            !super::allowed(inner, Operation::Describe, ResourceType::Group, k.as_str())
+        let (rtype, code) = match req.key_type {
+            0 => (ResourceType::Group, errors::GROUP_AUTHORIZATION_FAILED),
+            1 => (ResourceType::TransactionalId, errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+            _ => return Vec::new(),
         };
+        let denied = |k: &StrBytes| !super::allowed(inner, Operation::Describe, rtype, k.as_str());
         let build = |keys| FindCoordinatorRequest::default().with_coordinator_keys(keys);
-        super::refuse(&mut req.coordinator_keys, denied, errors::GROUP_AUTHORIZATION_FAILED, build)
-            .into_iter()
-            .collect()
+        super::refuse(&mut req.coordinator_keys, denied, code, build).into_iter().collect()
     }
 
     fn merge(resp: &mut Self::Response, refused: Self::Response) {
@@ -71,9 +79,13 @@ impl Handler for FindCoordinator {
         version: i16,
         req: FindCoordinatorRequest,
     ) -> FindCoordinatorResponse {
-        // Key type 0: a group. Transactions (1) are not coordinated here.
-        let code = if req.key_type == 0 { errors::NONE } else { errors::COORDINATOR_NOT_AVAILABLE };
-        let owner = |key: &str| inner.membership.owner(&group_key(key));
+        // Key type 0: a group, 1: a transactional id. Share groups (2) are not coordinated.
+        let key_type = req.key_type;
+        let code = if matches!(key_type, 0 | 1) { errors::NONE } else { errors::INVALID_REQUEST };
+        let owner = |key: &str| {
+            let k = if key_type == 1 { txn_key(key) } else { group_key(key) };
+            inner.membership.owner(&k)
+        };
         if version >= 4 {
             let coordinators = req
                 .coordinator_keys

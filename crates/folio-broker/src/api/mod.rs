@@ -110,6 +110,7 @@ pub mod metadata;
 pub mod offsets;
 pub mod produce;
 pub mod quotas;
+pub mod transactions;
 pub mod users;
 
 /// What is advertised: API, lowest and highest version. Minimums are Kafka 4.1's (the
@@ -146,6 +147,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterPartitionReassignments, 0, 0),
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 3),
+    (ApiKey::TxnOffsetCommit, 0, 3),
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::SaslHandshake, 0, 1),
@@ -300,6 +305,10 @@ handlers! {
     AlterPartitionReassignments => leaders::AlterPartitionReassignments,
     DescribeLogDirs => log_dirs::DescribeLogDirs,
     InitProducerId => produce::InitProducerId,
+    AddPartitionsToTxn => transactions::AddPartitionsToTxn,
+    AddOffsetsToTxn => transactions::AddOffsetsToTxn,
+    EndTxn => transactions::EndTxn,
+    TxnOffsetCommit => transactions::TxnOffsetCommit,
     OffsetForLeaderEpoch => leader_epochs::OffsetForLeaderEpoch,
     DescribeProducers => describe_producers::DescribeProducers,
     DeleteTopics => admin::DeleteTopics,

@@ -84,20 +84,29 @@ impl Handler for ListOffsets {
             for p in t.partitions {
                 let mut r =
                     ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
-                let log = partition_log(&inner, t.name.as_str(), p.partition_index).await;
-                let checked = log.and_then(|log| {
-                    let epoch = log.status().epoch;
+                let part = owned_partition(&inner, t.name.as_str(), p.partition_index).await;
+                let checked = part.and_then(|part| {
+                    let epoch = part.log.status().epoch;
                     let current = if version >= 4 { p.current_leader_epoch } else { -1 };
-                    super::leader_epoch_error(current, epoch).map_or(Ok(log), Err)
+                    super::leader_epoch_error(current, epoch).map_or(Ok(part), Err)
                 });
                 match checked {
                     Err(code) => r.error_code = code,
-                    Ok(log) => match lookup(&log, p.timestamp).await {
+                    // read_committed's latest offset is the last stable offset (v2+).
+                    Ok(part) if p.timestamp == LATEST && req.isolation_level == 1 => {
+                        let end = part.log.status().end_offset as i64;
+                        r.offset = part.txns.lock().expect("txns lock").last_stable_offset(end);
+                        r.timestamp = -1;
+                        if version >= 4 {
+                            r.leader_epoch = epoch_at(&part.log, r.offset);
+                        }
+                    }
+                    Ok(part) => match lookup(&part.log, p.timestamp).await {
                         Ok((offset, ts)) => {
                             r.offset = offset;
                             r.timestamp = ts;
                             if version >= 4 {
-                                r.leader_epoch = epoch_at(&log, offset);
+                                r.leader_epoch = epoch_at(&part.log, offset);
                             }
                         }
                         Err(code) => r.error_code = code,

@@ -162,11 +162,16 @@ async fn enqueue(
     req: ProduceRequest,
 ) -> Vec<(TopicProduceResponse, Vec<Part>)> {
     let acks = req.acks;
+    let transactional = req.transactional_id.is_some();
     let mut topics: Vec<(TopicProduceResponse, Vec<Part>)> = Vec::new();
     let refuse = if !matches!(acks, -1..=1) {
         Some(BrokerError::InvalidRequiredAcks(acks))
-    } else if req.transactional_id.is_some() {
-        Some(BrokerError::InvalidRequest("transactions are not supported".into()))
+    } else if let Some(code) = req
+        .transactional_id
+        .as_ref()
+        .and_then(|id| super::init_producer_denied(inner, Some(id.as_str())))
+    {
+        Some(BrokerError::TransactionalIdAuthorization(code))
     } else {
         inner.metrics.produce_acks(acks);
         None
@@ -203,7 +208,15 @@ async fn enqueue(
         let mut failed = inner.open_all(closed).await;
         for p in t.partition_data {
             let open_failed = failed.remove(&(topic.record.id, p.index));
-            let part = enqueue_partition(inner, version, &topic, &config, &metrics, p, open_failed);
+            let part = enqueue_partition(
+                inner,
+                (version, transactional),
+                &topic,
+                &config,
+                &metrics,
+                p,
+                open_failed,
+            );
             parts.push(part.await);
         }
         topics.push((head, parts));
@@ -229,7 +242,7 @@ async fn partition_of(
 /// partition's failure (`open_failed`: opening it failed already, in `Inner::open_all`).
 async fn enqueue_partition(
     inner: &Arc<Inner>,
-    version: i16,
+    (version, transactional): (i16, bool),
     topic: &crate::domain::topics::Topic,
     config: &crate::domain::topics::TopicConfig,
     metrics: &Arc<TopicMetrics>,
@@ -245,7 +258,7 @@ async fn enqueue_partition(
         return failed(p.index, &e);
     }
     let records = p.records.unwrap_or_default();
-    let batches = match to_append(&records, version, config, inner) {
+    let batches = match to_append(&records, (version, transactional), config, inner) {
         Ok(b) => b,
         Err(e) => return failed(p.index, &e),
     };
@@ -265,6 +278,19 @@ async fn enqueue_partition(
         // Idempotent producers: a retry is answered with the original's outcome,
         // a gap or an old epoch is refused.
         let publish = if info.is_idempotent() {
+            if info.is_transactional()
+                && !partition
+                    .txns
+                    .lock()
+                    .expect("txns lock")
+                    .admits(info.producer_id, info.producer_epoch)
+            {
+                error = Some(BrokerError::InvalidProducerEpoch(format!(
+                    "producer {} epoch {}: its transaction was ended by a newer epoch (fenced)",
+                    info.producer_id, info.producer_epoch
+                )));
+                break;
+            }
             match partition.check_batch(info, inner.now_ms()) {
                 Check::Append(tx) => Some(tx),
                 Check::Duplicate(rx) => {
@@ -281,6 +307,11 @@ async fn enqueue_partition(
         } else {
             None
         };
+        if info.is_transactional() {
+            let end = log.status().end_offset as i64;
+            let mut txns = partition.txns.lock().expect("txns lock");
+            txns.batch_queued(info.producer_id, info.producer_epoch, end);
+        }
         let queued = if log_append_time >= 0 {
             let mut owned = b.to_vec();
             batch::set_log_append_time(&mut owned, log_append_time);
@@ -294,10 +325,17 @@ async fn enqueue_partition(
                 // The outcome is published whoever waits for it (the retry too).
                 let (partition, pid, seq) =
                     (partition.clone(), info.producer_id, info.base_sequence);
+                let transactional = info.is_transactional();
                 let rx = tx.subscribe();
                 tokio::spawn(async move {
                     let outcome = match a.wait().await {
-                        Ok(offset) => Ok(offset as i64),
+                        Ok(offset) => {
+                            if transactional {
+                                let mut txns = partition.txns.lock().expect("txns lock");
+                                txns.batch_landed(pid, offset as i64);
+                            }
+                            Ok(offset as i64)
+                        }
                         Err(e) => {
                             partition.forget_batch(pid, seq);
                             Err(BrokerError::Log(e).code())
@@ -340,7 +378,7 @@ async fn enqueue_partition(
 /// recompressed as the topic says (`recompress`).
 fn to_append(
     records: &Bytes,
-    version: i16,
+    (version, transactional): (i16, bool),
     config: &crate::domain::topics::TopicConfig,
     inner: &Inner,
 ) -> Result<Vec<(batch::BatchInfo, Bytes)>, BrokerError> {
@@ -349,7 +387,7 @@ fn to_append(
             BatchError::Corrupt(_) => BrokerError::CorruptMessage(e.to_string()),
             BatchError::Invalid(_) => BrokerError::InvalidRecord(e.to_string()),
         })?;
-    if let Some(e) = check(&batches, version, config, inner) {
+    if let Some(e) = check(&batches, (version, transactional), config, inner) {
         return Err(e);
     }
     recompress(batches, config.compression, version)
@@ -389,7 +427,7 @@ fn recompress(
 /// checks and, on a compacted topic, the keys.
 fn check(
     batches: &[(batch::BatchInfo, Bytes)],
-    version: i16,
+    (version, transactional): (i16, bool),
     config: &crate::domain::topics::TopicConfig,
     inner: &Inner,
 ) -> Option<BrokerError> {
@@ -418,9 +456,21 @@ fn check(
             Ok(_) => {}
             Err(e) => return Some(BrokerError::CorruptMessage(e.to_string())),
         }
-        if info.is_transactional() || info.is_control() {
+        if info.is_control() {
             return Some(BrokerError::InvalidRecord(
-                "transactional and control batches are not supported".into(),
+                "a control batch is written by the transaction coordinator, not produced".into(),
+            ));
+        }
+        if info.is_transactional() != transactional {
+            return Some(BrokerError::InvalidRecord(if transactional {
+                "a produce with a transactional id carries transactional batches only".into()
+            } else {
+                "a transactional batch needs the producer's transactional id in the request".into()
+            }));
+        }
+        if info.is_transactional() && !info.is_idempotent() {
+            return Some(BrokerError::InvalidRecord(
+                "a transactional batch carries its producer id".into(),
             ));
         }
         // The log assigns offsets: a client's batch starts at 0 (Kafka's rule).
@@ -566,10 +616,59 @@ fn partition_codes(resp: &ProduceResponse) -> impl Iterator<Item = i16> + '_ {
     resp.responses.iter().flat_map(|t| t.partition_responses.iter().map(|p| p.error_code))
 }
 
-/// InitProducerId for idempotent producers: a producer id unique in the cluster (from the
-/// metadata store's id sequence `producer`), epoch 0, as Kafka issues them without a
-/// transactional id (an id and epoch in the request, v3+, are not taken over).
-/// Transactional ids are not supported yet.
+/// A producer id unique in the cluster, from the metadata store's id sequence `producer`.
+async fn new_producer_id(inner: &Inner) -> Result<i64, crate::domain::txn::Refusal> {
+    use crate::domain::txn::Refusal;
+    let key = inner.env.keys.id_sequence("producer");
+    match inner.env.meta.next_id(&key).await {
+        Ok(id) if id <= i64::MAX as u64 => Ok(id as i64),
+        Ok(_) => {
+            Err(Refusal { code: errors::KAFKA_STORAGE_ERROR, why: "producer ids spent".into() })
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "allocating a producer id failed");
+            Err(Refusal { code: errors::COORDINATOR_NOT_AVAILABLE, why: e.to_string() })
+        }
+    }
+}
+
+/// InitProducerId with a transactional id, at its coordinator (`domain::txn`): the id's
+/// producer id and its next epoch, an open transaction aborted first.
+async fn init_transactional(
+    inner: &Arc<Inner>,
+    version: i16,
+    id: &str,
+    req: &kafka_protocol::messages::InitProducerIdRequest,
+) -> kafka_protocol::messages::InitProducerIdResponse {
+    use kafka_protocol::messages::{InitProducerIdResponse, ProducerId};
+    if let Some(code) = super::transactions::txn_elsewhere(inner, id) {
+        return InitProducerIdResponse::default().with_error_code(code);
+    }
+    let expected = if version >= 3 { (req.producer_id.0, req.producer_epoch) } else { (-1, -1) };
+    let now = inner.env.now_ms();
+    let new_id = async || new_producer_id(inner).await;
+    match inner.txns.init_producer(id, req.transaction_timeout_ms, expected, now, new_id).await {
+        Ok((pid, epoch)) => InitProducerIdResponse::default()
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch),
+        Err(r) => {
+            if r.code == errors::CONCURRENT_TRANSACTIONS {
+                inner.txns_ending.notify_one();
+            }
+            tracing::info!(transactional_id = %id, code = errors::name(r.code), why = %r.why, "InitProducerId refused");
+            let code = if r.code == errors::PRODUCER_FENCED && version < 4 {
+                errors::INVALID_PRODUCER_EPOCH
+            } else {
+                r.code
+            };
+            InitProducerIdResponse::default().with_error_code(code)
+        }
+    }
+}
+
+/// InitProducerId: for idempotent producers a producer id unique in the cluster, epoch 0,
+/// as Kafka issues them without a transactional id (an id and epoch in the request, v3+,
+/// are not taken over); with a transactional id, the coordinator's (`init_transactional`).
 pub(crate) struct InitProducerId;
 
 impl crate::api::Handler for InitProducerId {
@@ -581,14 +680,11 @@ impl crate::api::Handler for InitProducerId {
         super::init_producer_denied(inner, req.transactional_id.as_ref().map(|t| t.as_str()))
     }
 
-    async fn handle(inner: Arc<Inner>, _version: i16, req: Self::Request) -> Self::Response {
+    async fn handle(inner: Arc<Inner>, version: i16, req: Self::Request) -> Self::Response {
         use kafka_protocol::messages::ProducerId;
         let resp = Self::Response::default();
-        if req.transactional_id.is_some() {
-            tracing::info!(
-                "InitProducerId with a transactional id refused: transactions are not supported"
-            );
-            return resp.with_error_code(errors::INVALID_REQUEST);
+        if let Some(id) = &req.transactional_id {
+            return init_transactional(&inner, version, id.as_str(), &req).await;
         }
         // Kafka's rule without a transactional id: a new producer id, epoch 0, whatever id
         // and epoch the request names (v3+ lets a client ask to bump its own; honouring
@@ -600,16 +696,9 @@ impl crate::api::Handler for InitProducerId {
                 "InitProducerId names an id: a new one is issued (no transactional id)"
             );
         }
-        let key = inner.env.keys.id_sequence("producer");
-        match inner.env.meta.next_id(&key).await {
-            Ok(id) if id <= i64::MAX as u64 => {
-                resp.with_producer_id(ProducerId(id as i64)).with_producer_epoch(0)
-            }
-            Ok(_) => resp.with_error_code(errors::KAFKA_STORAGE_ERROR),
-            Err(e) => {
-                tracing::warn!(error = %e, "allocating a producer id failed");
-                resp.with_error_code(errors::COORDINATOR_NOT_AVAILABLE)
-            }
+        match new_producer_id(&inner).await {
+            Ok(id) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(0),
+            Err(r) => resp.with_error_code(r.code),
         }
     }
 

@@ -345,6 +345,13 @@ pub fn group_key(group: &str) -> Vec<u8> {
     k
 }
 
+/// The ownership key of a transactional id (its coordinator is the owner).
+pub fn txn_key(transactional_id: &str) -> Vec<u8> {
+    let mut k = b"txn:".to_vec();
+    k.extend_from_slice(transactional_id.as_bytes());
+    k
+}
+
 /// How one registration attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Registered {

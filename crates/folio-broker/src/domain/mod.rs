@@ -1,7 +1,7 @@
 //! The broker's domain: what a Kafka cluster is made of, in Folio's terms. Topics and
 //! their configs (`topics`), who owns which partition and group (`cluster`: membership,
 //! fencing, the controller), consumer groups and their committed offsets (`group`),
-//! idempotent producers (`producers`), leader epochs (`epochs`), fetch sessions
+//! idempotent producers (`producers`), transactions (`txn`), leader epochs (`epochs`), fetch sessions
 //! (`fetch_sessions`), quotas (`quotas`), principals and ACLs (`acl`: who may do what,
 //! checked by `api/`), record batches and the records in them (`batch`, `records`), the
 //! ledger audit (`audit`), and settings that follow a store key (`watched`).
@@ -25,4 +25,5 @@ pub mod producers;
 pub mod quotas;
 pub mod records;
 pub mod topics;
+pub mod txn;
 pub(crate) mod watched;

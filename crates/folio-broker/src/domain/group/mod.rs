@@ -49,7 +49,8 @@ pub use claim::CommitError;
 use commit_order::Arrivals;
 pub use commit_order::CommitTicket;
 pub use record::OffsetRecord;
-use record::escape;
+pub(crate) use record::escape;
+pub(crate) use record::unescape;
 use statics::fenced;
 
 pub use offsets::{OffsetToDelete, subscription_topics};

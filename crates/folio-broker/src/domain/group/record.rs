@@ -53,11 +53,11 @@ impl Record for OffsetRecord {
 }
 
 /// `/` and `%` escaped, so a group id is one key segment.
-pub(super) fn escape(group: &str) -> String {
+pub(crate) fn escape(group: &str) -> String {
     group.replace('%', "%25").replace('/', "%2F")
 }
 
-pub(super) fn unescape(s: &str) -> String {
+pub(crate) fn unescape(s: &str) -> String {
     s.replace("%2F", "/").replace("%25", "%")
 }
 

@@ -1,0 +1,309 @@
+//! The transaction coordinator on the wire: AddPartitionsToTxn (v0-3, the client's own),
+//! AddOffsetsToTxn, EndTxn and, at the group coordinator, TxnOffsetCommit. InitProducerId
+//! with a transactional id is in `produce.rs`. The state machine is `domain::txn`'s; the
+//! markers `crate::transactions`'.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+};
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::*;
+
+use crate::api::Handler;
+use crate::domain::acl::{Operation, ResourceType};
+use crate::domain::cluster::txn_key;
+use crate::errors;
+use crate::state::Inner;
+
+/// The code every request naming transactional id `id` gets before anything else:
+/// INVALID_REQUEST for an id above `TRANSACTIONAL_ID_BYTES_MAX` (or empty),
+/// NOT_COORDINATOR when another broker coordinates it.
+pub(crate) fn txn_elsewhere(inner: &Inner, id: &str) -> Option<i16> {
+    if id.is_empty() || id.len() > crate::limits::TRANSACTIONAL_ID_BYTES_MAX {
+        inner.metrics.limit_hit(crate::limits::Limit::Names);
+        return Some(errors::INVALID_REQUEST);
+    }
+    (!inner.membership.owns(&txn_key(id))).then_some(errors::NOT_COORDINATOR)
+}
+
+/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED unless the principal may write `id`.
+fn txn_denied(inner: &Inner, id: &str) -> Option<i16> {
+    super::all_denied(
+        inner,
+        Operation::Write,
+        ResourceType::TransactionalId,
+        [id],
+        errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    )
+}
+
+fn log_refusal(api: &str, id: &str, r: &crate::domain::txn::Refusal) {
+    tracing::info!(transactional_id = %id, code = errors::name(r.code), why = %r.why, "{api} refused");
+}
+
+pub(crate) struct AddPartitionsToTxn;
+
+impl Handler for AddPartitionsToTxn {
+    type Request = AddPartitionsToTxnRequest;
+    type Response = AddPartitionsToTxnResponse;
+    const KEY: ApiKey = ApiKey::AddPartitionsToTxn;
+
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        txn_denied(inner, req.v3_and_below_transactional_id.as_str())
+    }
+
+    async fn handle(inner: Arc<Inner>, version: i16, req: Self::Request) -> Self::Response {
+        let id = req.v3_and_below_transactional_id.as_str().to_string();
+        let code = if let Some(code) = txn_elsewhere(&inner, &id) {
+            code
+        } else if req
+            .v3_and_below_topics
+            .iter()
+            .any(|t| !super::allowed(&inner, Operation::Write, ResourceType::Topic, &t.name))
+        {
+            errors::TOPIC_AUTHORIZATION_FAILED
+        } else {
+            let mut partitions = Vec::new();
+            let mut unknown = false;
+            for t in &req.v3_and_below_topics {
+                match inner.topics.get(t.name.as_str()).await {
+                    Ok(Some(topic)) => {
+                        for p in &t.partitions {
+                            unknown |= *p < 0 || *p >= topic.record.partitions as i32;
+                            partitions.push((topic.name.clone(), *p));
+                        }
+                    }
+                    _ => unknown = true,
+                }
+            }
+            if unknown {
+                errors::UNKNOWN_TOPIC_OR_PARTITION
+            } else {
+                let who = (req.v3_and_below_producer_id.0, req.v3_and_below_producer_epoch);
+                match inner.txns.add(&id, who, &partitions, &[], inner.env.now_ms()).await {
+                    Ok(()) => errors::NONE,
+                    Err(r) => {
+                        log_refusal("AddPartitionsToTxn", &id, &r);
+                        r.code
+                    }
+                }
+            }
+        };
+        Self::error(version, &req, code)
+    }
+
+    fn error(_version: i16, req: &Self::Request, code: i16) -> Self::Response {
+        AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(
+            req.v3_and_below_topics
+                .iter()
+                .map(|t| {
+                    AddPartitionsToTxnTopicResult::default()
+                        .with_name(t.name.clone())
+                        .with_results_by_partition(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    AddPartitionsToTxnPartitionResult::default()
+                                        .with_partition_index(*p)
+                                        .with_partition_error_code(code)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        )
+    }
+
+    fn error_code(resp: &Self::Response) -> i16 {
+        super::first_error(
+            resp.results_by_topic_v3_and_below
+                .iter()
+                .flat_map(|t| t.results_by_partition.iter().map(|p| p.partition_error_code)),
+        )
+    }
+}
+
+pub(crate) struct AddOffsetsToTxn;
+
+impl Handler for AddOffsetsToTxn {
+    type Request = AddOffsetsToTxnRequest;
+    type Response = AddOffsetsToTxnResponse;
+    const KEY: ApiKey = ApiKey::AddOffsetsToTxn;
+
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        txn_denied(inner, req.transactional_id.as_str())
+            .or_else(|| super::group_denied(inner, Operation::Read, req.group_id.as_str()))
+    }
+
+    async fn handle(inner: Arc<Inner>, _version: i16, req: Self::Request) -> Self::Response {
+        let id = req.transactional_id.as_str();
+        if let Some(code) = txn_elsewhere(&inner, id) {
+            return AddOffsetsToTxnResponse::default().with_error_code(code);
+        }
+        let group = req.group_id.as_str().to_string();
+        if group.is_empty() || group.len() > crate::limits::GROUP_ID_BYTES_MAX {
+            return AddOffsetsToTxnResponse::default().with_error_code(errors::INVALID_GROUP_ID);
+        }
+        let who = (req.producer_id.0, req.producer_epoch);
+        let code = match inner.txns.add(id, who, &[], &[group], inner.env.now_ms()).await {
+            Ok(()) => errors::NONE,
+            Err(r) => {
+                log_refusal("AddOffsetsToTxn", id, &r);
+                r.code
+            }
+        };
+        AddOffsetsToTxnResponse::default().with_error_code(code)
+    }
+
+    error_answer_of!(top);
+
+    error_code_of!(top);
+}
+
+pub(crate) struct EndTxn;
+
+impl Handler for EndTxn {
+    type Request = EndTxnRequest;
+    type Response = EndTxnResponse;
+    const KEY: ApiKey = ApiKey::EndTxn;
+
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        txn_denied(inner, req.transactional_id.as_str())
+    }
+
+    async fn handle(inner: Arc<Inner>, version: i16, req: Self::Request) -> Self::Response {
+        let id = req.transactional_id.as_str();
+        if let Some(code) = txn_elsewhere(&inner, id) {
+            return EndTxnResponse::default().with_error_code(code);
+        }
+        let who = (req.producer_id.0, req.producer_epoch);
+        let code = match inner.txns.end(id, who, req.committed, inner.env.now_ms()).await {
+            Ok(()) => {
+                inner.txns_ending.notify_one();
+                errors::NONE
+            }
+            // Kafka answers clients before EndTxn v2 (no PRODUCER_FENCED yet) with
+            // INVALID_PRODUCER_EPOCH.
+            Err(r) if r.code == errors::PRODUCER_FENCED && version < 2 => {
+                log_refusal("EndTxn", id, &r);
+                errors::INVALID_PRODUCER_EPOCH
+            }
+            Err(r) => {
+                log_refusal("EndTxn", id, &r);
+                r.code
+            }
+        };
+        EndTxnResponse::default().with_error_code(code)
+    }
+
+    error_answer_of!(top);
+
+    error_code_of!(top);
+}
+
+pub(crate) struct TxnOffsetCommit;
+
+impl Handler for TxnOffsetCommit {
+    type Request = TxnOffsetCommitRequest;
+    type Response = TxnOffsetCommitResponse;
+    const KEY: ApiKey = ApiKey::TxnOffsetCommit;
+
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        txn_denied(inner, req.transactional_id.as_str())
+            .or_else(|| super::group_denied(inner, Operation::Read, req.group_id.as_str()))
+    }
+
+    async fn handle(inner: Arc<Inner>, version: i16, req: Self::Request) -> Self::Response {
+        let group = req.group_id.as_str();
+        if let Some(code) = super::groups::elsewhere(&inner, group) {
+            return Self::error(version, &req, code);
+        }
+        if req
+            .topics
+            .iter()
+            .any(|t| !super::allowed(&inner, Operation::Read, ResourceType::Topic, &t.name))
+        {
+            return Self::error(version, &req, errors::TOPIC_AUTHORIZATION_FAILED);
+        }
+        // The transaction must hold the group (AddOffsetsToTxn came first) at this epoch.
+        let id = req.transactional_id.as_str();
+        let code = match inner.txns.load(id).await {
+            Ok(Some((r, _))) if r.producer_id != req.producer_id.0 => {
+                errors::INVALID_PRODUCER_ID_MAPPING
+            }
+            Ok(Some((r, _))) if r.epoch != req.producer_epoch => errors::PRODUCER_FENCED,
+            Ok(Some((r, _)))
+                if r.state != crate::domain::txn::TxnState::Ongoing
+                    || !r.groups.iter().any(|g| g == group) =>
+            {
+                errors::INVALID_TXN_STATE
+            }
+            Ok(Some(_)) => errors::NONE,
+            Ok(None) => errors::INVALID_PRODUCER_ID_MAPPING,
+            Err(_) => errors::COORDINATOR_NOT_AVAILABLE,
+        };
+        if code != errors::NONE {
+            return Self::error(version, &req, code);
+        }
+        let offsets = req
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(|p| {
+                    let metadata =
+                        p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default();
+                    (
+                        t.name.as_str().to_string(),
+                        p.partition_index,
+                        p.committed_offset,
+                        p.committed_leader_epoch,
+                        metadata,
+                    )
+                })
+            })
+            .collect();
+        let code = match crate::transactions::stage_offsets(
+            &inner,
+            group,
+            req.producer_id.0,
+            offsets,
+        )
+        .await
+        {
+            Ok(()) => errors::NONE,
+            Err(e) => {
+                tracing::warn!(group = %group, transactional_id = %id, error = %e, "staging transactional offsets failed");
+                errors::COORDINATOR_NOT_AVAILABLE
+            }
+        };
+        Self::error(version, &req, code)
+    }
+
+    fn error(_version: i16, req: &Self::Request, code: i16) -> Self::Response {
+        TxnOffsetCommitResponse::default().with_topics(
+            req.topics
+                .iter()
+                .map(|t| {
+                    TxnOffsetCommitResponseTopic::default()
+                        .with_name(t.name.clone())
+                        .with_partitions(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    TxnOffsetCommitResponsePartition::default()
+                                        .with_partition_index(p.partition_index)
+                                        .with_error_code(code)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        )
+    }
+
+    error_code_of!([topics => partitions]);
+}
