@@ -146,7 +146,157 @@ def scenario_zombie_fenced(bootstrap):
     print("OK zombie_fenced")
 
 
+def produce_plain(bootstrap, topic, values):
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for v in values:
+        p.produce(topic, value=v)
+    check(p.flush(30) == 0, "plain produce did not finish")
+
+
+def committed_offset(bootstrap, group, topic, partition):
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    tp = c.committed([TopicPartition(topic, partition)], timeout=10)[0]
+    c.close()
+    return tp.offset
+
+
+def transform(bootstrap, src, dst, group, txn_id, batch, stop_after=None, abort_every=None):
+    """Consume-transform-produce: reads `src` in group `group`, writes each value upper-cased
+    to `dst`, and commits its input offsets in the same transaction, `batch` records at a
+    time, until `src` has nothing more (or `stop_after` transactions). Every
+    `abort_every`-th transaction is aborted instead (and its input read again)."""
+    c = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+        "auto.offset.reset": "earliest",
+    })
+    c.subscribe([src])
+    p = txn_producer(bootstrap, txn_id)
+    n_txn, idle_since = 0, time.time()
+    while stop_after is None or n_txn < stop_after:
+        msgs = c.consume(batch, 1.0)
+        msgs = [m for m in msgs if not m.error()]
+        if not msgs:
+            if time.time() - idle_since > 5:
+                break
+            continue
+        idle_since = time.time()
+        p.begin_transaction()
+        for m in msgs:
+            p.produce(dst, value=m.value().decode().upper())
+        p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 30)
+        n_txn += 1
+        if abort_every and n_txn % abort_every == 0:
+            p.flush(30)
+            p.abort_transaction(30)
+            # Read the aborted input again: back to the committed offsets.
+            for tp in c.committed(c.assignment(), timeout=10):
+                c.seek(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
+        else:
+            p.commit_transaction(30)
+    c.close()
+    return n_txn
+
+
+def scenario_consume_transform_produce(bootstrap):
+    """#49 item 3 and 5: offsets committed in a transaction become visible only on commit;
+    the output holds each input record once, aborted attempts invisible to read_committed."""
+    src = "ctp-in-" + uuid.uuid4().hex[:8]
+    dst = "ctp-out-" + uuid.uuid4().hex[:8]
+    group = "ctp-" + uuid.uuid4().hex[:8]
+    create_topic(bootstrap, src)
+    create_topic(bootstrap, dst)
+    values = ["v%03d" % i for i in range(100)]
+    produce_plain(bootstrap, src, values)
+    transform(bootstrap, src, dst, group, "tx-" + group, batch=7, abort_every=3)
+    got = [v for _, _, v in read_all(bootstrap, dst, 1, "read_committed")]
+    check(sorted(got) == sorted(v.upper() for v in values),
+          "output has %d records (%d distinct), expected each of %d once"
+          % (len(got), len(set(got)), len(values)))
+    off = committed_offset(bootstrap, group, src, 0)
+    check(off == 100, "the group's committed offset is %s, expected 100" % off)
+    everything = read_all(bootstrap, dst, 1, "read_uncommitted")
+    check(len(everything) > len(got), "no aborted attempt reached the output log")
+    print("OK consume_transform_produce output=%d with_aborted=%d" % (len(got), len(everything)))
+
+
+def scenario_ctp_begin(bootstrap, src, dst, group):
+    """Phase 1 of a consume-transform-produce across a broker kill: 100 input records, 5
+    transactions of 7 committed, then a 6th left open (produced, offsets sent, never ended:
+    the process exits)."""
+    create_topic(bootstrap, src)
+    create_topic(bootstrap, dst)
+    produce_plain(bootstrap, src, ["v%03d" % i for i in range(100)])
+    n = transform(bootstrap, src, dst, group, "tx-" + group, batch=7, stop_after=5)
+    check(n == 5, "only %d transactions ran" % n)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                  "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    c.subscribe([src])
+    p = txn_producer(bootstrap, "tx-" + group)
+    msgs = []
+    while len(msgs) < 7:
+        msgs += [m for m in c.consume(7 - len(msgs), 1.0) if not m.error()]
+    p.begin_transaction()
+    for m in msgs:
+        p.produce(dst, value=m.value().decode().upper())
+    p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 30)
+    check(p.flush(30) == 0, "the open transaction's records were not sent")
+    print("OK ctp_begin open transaction left with %d records" % len(msgs), flush=True)
+    # Exit without ending it: the broker is killed next.
+    import os
+    os._exit(0)
+
+
+def scenario_ctp_finish(bootstrap, src, dst, group):
+    """Phase 2: the same transactional id again (fencing and aborting the open transaction)
+    finishes the input; each input record is in the output exactly once for
+    read_committed, the open transaction's records only for read_uncommitted."""
+    transform(bootstrap, src, dst, group, "tx-" + group, batch=7)
+    got = [v for _, _, v in read_all(bootstrap, dst, 1, "read_committed")]
+    want = ["V%03d" % i for i in range(100)]
+    dups = len(got) - len(set(got))
+    check(sorted(got) == want, "output has %d records, %d duplicates, %d missing"
+          % (len(got), dups, len(set(want) - set(got))))
+    off = committed_offset(bootstrap, group, src, 0)
+    check(off == 100, "the group's committed offset is %s, expected 100" % off)
+    everything = read_all(bootstrap, dst, 1, "read_uncommitted")
+    check(len(everything) == 107, "read_uncommitted saw %d, expected 100 and the 7 aborted"
+          % len(everything))
+    print("OK ctp_finish output=%d" % len(got))
+
+
+def scenario_hanging_timeout(bootstrap):
+    """#49 item 5: a transaction whose producer went away holds the last stable offset back
+    until its timeout; then it is aborted by the coordinator and read_committed consumers
+    read what others committed after it."""
+    topic = "txn-hang-" + uuid.uuid4().hex[:8]
+    create_topic(bootstrap, topic)
+    hanging = txn_producer(bootstrap, "tx-hang-" + topic, **{"transaction.timeout.ms": 2000})
+    hanging.begin_transaction()
+    hanging.produce(topic, value="hanging")
+    check(hanging.flush(30) == 0, "the hanging record was not sent")
+    started = time.time()
+    other = txn_producer(bootstrap, "tx-other-" + topic)
+    other.begin_transaction()
+    other.produce(topic, value="after")
+    other.commit_transaction(30)
+    got = [v for _, _, v in read_all(bootstrap, topic, 1, "read_committed", idle=1)]
+    check(got == [], "read_committed read past an open transaction: %s" % got)
+    got = []
+    while not got:
+        check(time.time() - started < 60, "the hanging transaction was not aborted in 60 s")
+        got = [v for _, _, v in read_all(bootstrap, topic, 1, "read_committed", idle=1)]
+    check(got == ["after"], "read_committed saw %s, expected only the committed record" % got)
+    print("OK hanging_timeout aborted after %.1f s" % (time.time() - started))
+
+
 SCENARIOS = {
+    "ctp_begin": scenario_ctp_begin,
+    "ctp_finish": scenario_ctp_finish,
+    "hanging_timeout": scenario_hanging_timeout,
+    "consume_transform_produce": scenario_consume_transform_produce,
     "commit_and_abort": scenario_commit_and_abort,
     "open_transaction_holds_back": scenario_open_transaction_holds_back,
     "zombie_fenced": scenario_zombie_fenced,
