@@ -75,16 +75,19 @@ async fn idempotent_retries_are_stored_once_even_across_a_new_broker() {
     let r: ProduceResponse = c.call(ApiKey::Produce, 9, &send(1, 1, 1)).await;
     assert_eq!(produced(&r), (0, 6));
     assert_eq!(end(&mut c).await, 7);
-    // Transactional producers are refused clearly.
-    let r: InitProducerIdResponse = c
-        .call(
-            ApiKey::InitProducerId,
-            4,
-            &init(-1, -1)
-                .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("tx")))),
-        )
-        .await;
-    assert_eq!(r.error_code, errors::INVALID_REQUEST);
+    // #49: a transactional id gets a producer id of its own, and each InitProducerId for it
+    // the next epoch (fencing the last); a timeout above the maximum is refused.
+    let tx = |timeout_ms| {
+        init(-1, -1)
+            .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("tx"))))
+            .with_transaction_timeout_ms(timeout_ms)
+    };
+    let first: InitProducerIdResponse = c.call(ApiKey::InitProducerId, 4, &tx(60_000)).await;
+    assert_eq!((first.error_code, first.producer_epoch), (errors::NONE, 0));
+    let again: InitProducerIdResponse = c.call(ApiKey::InitProducerId, 4, &tx(60_000)).await;
+    assert_eq!((again.producer_id, again.producer_epoch), (first.producer_id, 1));
+    let r: InitProducerIdResponse = c.call(ApiKey::InitProducerId, 4, &tx(900_001)).await;
+    assert_eq!(r.error_code, errors::INVALID_TRANSACTION_TIMEOUT);
 }
 
 /// #44 item 4: a producer whose last batch lies more than `REBUILD_OFFSETS` offsets back
