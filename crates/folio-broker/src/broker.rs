@@ -16,6 +16,7 @@ use crate::config::BrokerConfig;
 use crate::domain::cluster::{self, BrokerInfo, Membership};
 use crate::domain::group::Coordinator;
 use crate::domain::topics::Topics;
+use crate::domain::txn::TxnCoordinator;
 use crate::errors::BrokerError;
 use crate::limits::ListenerLimits;
 use crate::metrics::{Metrics, label_value};
@@ -88,12 +89,10 @@ impl Broker {
         let tenure = membership.changes.subscribe();
         let groups =
             Coordinator::new(config.groups.clone(), meta, keys, clock, config.node_id, tenure);
-        let txns =
-            Arc::new(crate::domain::txn::TxnCoordinator::new(env.meta.clone(), env.keys.clone()));
         let inner = Arc::new(Inner {
             topics: Topics::new(env.meta.clone(), env.keys.clone()),
             groups,
-            txns,
+            txns: Arc::new(TxnCoordinator::new(env.meta.clone(), env.keys.clone())),
             txns_ending: tokio::sync::Notify::new(),
             groups_config: config.groups.clone(),
             membership,
@@ -147,17 +146,7 @@ impl Broker {
             inner.config.membership_poll,
             inner.shutdown.subscribe(),
         ));
-        tokio::spawn(release_moved(inner.clone()));
-        tokio::spawn(refresh_topics(inner.clone()));
-        tokio::spawn(close_idle_partitions(inner.clone()));
-        tokio::spawn(snapshot_producers(inner.clone()));
-        tokio::spawn(expire_offsets(inner.clone()));
-        tokio::spawn(crate::deletion::run(inner.clone()));
-        tokio::spawn(crate::transactions::run(inner.clone()));
-        tokio::spawn(crate::compaction::run(inner.clone()));
-        if let Some(every) = inner.config.audit_interval {
-            tokio::spawn(run_audits(inner.clone(), every));
-        }
+        spawn_background(&inner);
         Ok(Broker { inner, addr, addrs: Arc::new(addrs), tls })
     }
 
@@ -541,6 +530,21 @@ async fn run_audits(inner: Arc<Inner>, every: Duration) {
 
 /// Loads the client quotas, the leader epochs and the ACLs (before any connection is
 /// served) and starts the watches that keep them and the TLS certificate current.
+/// The broker's background tasks over its shared state, each until the broker stops.
+fn spawn_background(inner: &Arc<Inner>) {
+    tokio::spawn(release_moved(inner.clone()));
+    tokio::spawn(refresh_topics(inner.clone()));
+    tokio::spawn(close_idle_partitions(inner.clone()));
+    tokio::spawn(snapshot_producers(inner.clone()));
+    tokio::spawn(expire_offsets(inner.clone()));
+    tokio::spawn(crate::deletion::run(inner.clone()));
+    tokio::spawn(crate::transactions::run(inner.clone()));
+    tokio::spawn(crate::compaction::run(inner.clone()));
+    if let Some(every) = inner.config.audit_interval {
+        tokio::spawn(run_audits(inner.clone(), every));
+    }
+}
+
 async fn start_security(
     inner: &Arc<Inner>,
     tls: Option<&Arc<TlsAcceptor>>,

@@ -20,6 +20,7 @@ use crate::domain::group::{Coordinator, GroupConfig};
 use crate::domain::producers::{Producers, REBUILD_OFFSETS};
 use crate::domain::topics::{Topic, TopicConfig, Topics, log_name};
 use crate::domain::txn::partition::PartitionTxns;
+use crate::errors::BrokerError;
 use crate::limits::ListenerLimits;
 use crate::metrics::Metrics;
 
@@ -52,6 +53,28 @@ impl Partition {
         self.producers.lock().expect("producers lock").check(b, now_ms)
     }
 
+    /// INVALID_PRODUCER_EPOCH for a transactional batch whose transaction a newer epoch's
+    /// marker ended (a fenced zombie's late batch); `None` for any other batch.
+    pub fn fenced(&self, b: &crate::domain::batch::BatchInfo) -> Option<BrokerError> {
+        let txns = self.txns.lock().expect("txns lock");
+        (b.is_transactional() && !txns.admits(b.producer_id, b.producer_epoch)).then(|| {
+            BrokerError::InvalidProducerEpoch(format!(
+                "producer {} epoch {}: its transaction was ended by a newer epoch (fenced)",
+                b.producer_id, b.producer_epoch
+            ))
+        })
+    }
+
+    /// A batch is being queued: a transactional one opens its producer's transaction here
+    /// (at the log's end as it is now, until it lands).
+    pub fn transactional_queued(&self, b: &crate::domain::batch::BatchInfo) {
+        if b.is_transactional() {
+            let end = self.log.status().end_offset as i64;
+            let mut txns = self.txns.lock().expect("txns lock");
+            txns.batch_queued(b.producer_id, b.producer_epoch, end);
+        }
+    }
+
     /// Forgets an idempotent batch whose append failed, so its retry is appended.
     pub fn forget_batch(&self, producer_id: i64, base_sequence: i32) {
         self.producers.lock().expect("producers lock").forget(producer_id, base_sequence);
@@ -68,7 +91,7 @@ pub(crate) struct Inner {
     pub groups: Arc<Coordinator>,
     /// The transaction coordinator (`domain::txn`).
     pub txns: Arc<crate::domain::txn::TxnCoordinator>,
-    /// Wakes the marker writer (`crate::transactions`): a transaction began to end here.
+    /// Wakes the marker writer (`transactions.rs`): a transaction began to end here.
     pub txns_ending: tokio::sync::Notify,
     pub groups_config: GroupConfig,
     pub membership: Arc<Membership>,

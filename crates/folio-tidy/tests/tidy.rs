@@ -21,7 +21,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("crates/folio-bookie/src/server.rs", "connection", 117),
     ("crates/folio-broker/src/api/admin.rs", "handle", 112),
     ("crates/folio-broker/src/api/configs.rs", "handle", 108),
-    ("crates/folio-broker/src/api/produce.rs", "enqueue_partition", 109),
     ("crates/folio-broker/src/metrics.rs", "render", 140),
     ("crates/folio-client/src/ledger/recovery.rs", "recover", 140),
     ("crates/folio/src/bench/delete.rs", "run_async", 218),

@@ -396,28 +396,7 @@ async fn read_all(
             let read_started = Instant::now();
             match log.read(w.offset as u64, room.max(1), BATCHES_PER_PARTITION_MAX).await {
                 Ok(entries) => {
-                    let epochs = log.epochs();
-                    let mut records = BytesMut::new();
-                    for e in entries {
-                        if e.base_offset >= readable_end {
-                            break;
-                        }
-                        if !records.is_empty() && records.len() + e.payload.len() > room {
-                            break;
-                        }
-                        if records.is_empty() && total > 0 && e.payload.len() > room {
-                            break;
-                        }
-                        if e.payload.len() < batch::HEADER_BYTES {
-                            tracing::warn!(
-                                log = log.name(),
-                                offset = e.base_offset,
-                                "skipping a stored batch shorter than a batch header"
-                            );
-                            continue;
-                        }
-                        batch::put_for_fetch(&mut records, &e.payload, e.base_offset, &epochs);
-                    }
+                    let records = answer_records(log, entries, room, total > 0, readable_end);
                     total += records.len();
                     // Keep what the records take (the first batch may exceed the room:
                     // KIP-74; it is then over the budget by at most that batch).
@@ -429,16 +408,12 @@ async fn read_all(
                     }
                     p.records = Some(records.freeze());
                     if let Some(aborted) = &aborted {
-                        p.aborted_transactions = Some(
-                            aborted
-                                .iter()
-                                .map(|a| {
-                                    AbortedTransaction::default()
-                                        .with_producer_id(ProducerId(a.producer_id))
-                                        .with_first_offset(a.first_offset)
-                                })
-                                .collect(),
-                        );
+                        let answer = |a: &crate::domain::txn::partition::AbortedTxn| {
+                            AbortedTransaction::default()
+                                .with_producer_id(ProducerId(a.producer_id))
+                                .with_first_offset(a.first_offset)
+                        };
+                        p.aborted_transactions = Some(aborted.iter().map(answer).collect());
                     }
                 }
                 Err(e) => {
@@ -452,6 +427,42 @@ async fn read_all(
         out.push((w.topic, p));
     }
     (out, total, settled, held, starved)
+}
+
+/// The batches of `entries` a partition's answer carries: within `room` (the first may
+/// exceed it when nothing else is in the answer, `others` false: KIP-74), below
+/// `readable_end` (read_committed's last stable offset), each with its offset and leader
+/// epoch patched in.
+fn answer_records(
+    log: &folio_log::ManagedLog,
+    entries: Vec<folio_log::LogEntry>,
+    room: usize,
+    others: bool,
+    readable_end: u64,
+) -> BytesMut {
+    let epochs = log.epochs();
+    let mut records = BytesMut::new();
+    for e in entries {
+        if e.base_offset >= readable_end {
+            break;
+        }
+        if !records.is_empty() && records.len() + e.payload.len() > room {
+            break;
+        }
+        if records.is_empty() && others && e.payload.len() > room {
+            break;
+        }
+        if e.payload.len() < batch::HEADER_BYTES {
+            tracing::warn!(
+                log = log.name(),
+                offset = e.base_offset,
+                "skipping a stored batch shorter than a batch header"
+            );
+            continue;
+        }
+        batch::put_for_fetch(&mut records, &e.payload, e.base_offset, &epochs);
+    }
+    records
 }
 
 /// The session part of a Fetch, in the domain's terms: the partitions it lists (in its

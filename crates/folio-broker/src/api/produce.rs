@@ -278,17 +278,8 @@ async fn enqueue_partition(
         // Idempotent producers: a retry is answered with the original's outcome,
         // a gap or an old epoch is refused.
         let publish = if info.is_idempotent() {
-            if info.is_transactional()
-                && !partition
-                    .txns
-                    .lock()
-                    .expect("txns lock")
-                    .admits(info.producer_id, info.producer_epoch)
-            {
-                error = Some(BrokerError::InvalidProducerEpoch(format!(
-                    "producer {} epoch {}: its transaction was ended by a newer epoch (fenced)",
-                    info.producer_id, info.producer_epoch
-                )));
+            if let Some(e) = partition.fenced(info) {
+                error = Some(e);
                 break;
             }
             match partition.check_batch(info, inner.now_ms()) {
@@ -307,11 +298,7 @@ async fn enqueue_partition(
         } else {
             None
         };
-        if info.is_transactional() {
-            let end = log.status().end_offset as i64;
-            let mut txns = partition.txns.lock().expect("txns lock");
-            txns.batch_queued(info.producer_id, info.producer_epoch, end);
-        }
+        partition.transactional_queued(info);
         let queued = if log_append_time >= 0 {
             let mut owned = b.to_vec();
             batch::set_log_append_time(&mut owned, log_append_time);
@@ -322,28 +309,7 @@ async fn enqueue_partition(
         match (queued, publish) {
             (Ok(a), None) => appends.push(Queued::Append(a)),
             (Ok(a), Some(tx)) => {
-                // The outcome is published whoever waits for it (the retry too).
-                let (partition, pid, seq) =
-                    (partition.clone(), info.producer_id, info.base_sequence);
-                let transactional = info.is_transactional();
-                let rx = tx.subscribe();
-                tokio::spawn(async move {
-                    let outcome = match a.wait().await {
-                        Ok(offset) => {
-                            if transactional {
-                                let mut txns = partition.txns.lock().expect("txns lock");
-                                txns.batch_landed(pid, offset as i64);
-                            }
-                            Ok(offset as i64)
-                        }
-                        Err(e) => {
-                            partition.forget_batch(pid, seq);
-                            Err(BrokerError::Log(e).code())
-                        }
-                    };
-                    tx.send_replace(Some(outcome));
-                });
-                appends.push(Queued::Outcome(rx));
+                appends.push(Queued::Outcome(publish_outcome(&partition, info, a, tx)))
             }
             (Err(e), publish) => {
                 if publish.is_some() {
@@ -372,6 +338,37 @@ async fn enqueue_partition(
         metrics: metrics.clone(),
         queued: Instant::now(),
     }
+}
+
+/// Publishes an idempotent batch's outcome when its append `a` settles, whoever waits for
+/// it (a retry too): its offset (a transactional batch's also moves its transaction's
+/// start there), or the failure, after which the batch is forgotten so its retry is
+/// appended.
+fn publish_outcome(
+    partition: &Arc<crate::state::Partition>,
+    info: &batch::BatchInfo,
+    a: PendingAppend,
+    tx: watch::Sender<Outcome>,
+) -> watch::Receiver<Outcome> {
+    let (partition, pid, seq) = (partition.clone(), info.producer_id, info.base_sequence);
+    let transactional = info.is_transactional();
+    let rx = tx.subscribe();
+    tokio::spawn(async move {
+        let outcome = match a.wait().await {
+            Ok(offset) => {
+                if transactional {
+                    partition.txns.lock().expect("txns lock").batch_landed(pid, offset as i64);
+                }
+                Ok(offset as i64)
+            }
+            Err(e) => {
+                partition.forget_batch(pid, seq);
+                Err(BrokerError::Log(e).code())
+            }
+        };
+        tx.send_replace(Some(outcome));
+    });
+    rx
 }
 
 /// A partition's records as the batches to append: split, checked (`check`) and

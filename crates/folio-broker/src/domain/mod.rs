@@ -1,10 +1,11 @@
 //! The broker's domain: what a Kafka cluster is made of, in Folio's terms. Topics and
 //! their configs (`topics`), who owns which partition and group (`cluster`: membership,
 //! fencing, the controller), consumer groups and their committed offsets (`group`),
-//! idempotent producers (`producers`), transactions (`txn`), leader epochs (`epochs`), fetch sessions
-//! (`fetch_sessions`), quotas (`quotas`), principals and ACLs (`acl`: who may do what,
-//! checked by `api/`), record batches and the records in them (`batch`, `records`), the
-//! ledger audit (`audit`), and settings that follow a store key (`watched`).
+//! idempotent producers (`producers`), transactions (`txn`), leader epochs (`epochs`),
+//! fetch sessions (`fetch_sessions`), quotas (`quotas`), principals and ACLs (`acl`: who
+//! may do what, checked by `api/`), record batches and the records in them (`batch`,
+//! `records`), the ledger audit (`audit`), and settings that follow a store key
+//! (`watched`).
 //!
 //! **Architecture invariant:** the domain knows no Kafka message, no socket and no
 //! broker: it never names a `kafka_protocol` type (requests and answers are translated

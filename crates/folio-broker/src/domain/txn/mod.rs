@@ -17,7 +17,7 @@
 //! EndTxn writes Prepare* and the ending key in one transaction and answers. Every broker
 //! then writes the markers of the partitions it owns (and applies or drops the offsets of
 //! the groups it coordinates), removing each from the record as it lands; the one that
-//! removes the last writes Complete* and deletes the ending key (`crate::transactions`).
+//! removes the last writes Complete* and deletes the ending key (the broker's `transactions.rs`).
 //! Until then the id's next transaction waits (CONCURRENT_TRANSACTIONS, which clients
 //! retry).
 //!
@@ -96,6 +96,7 @@ fn check_producer(r: &TxnRecord, producer_id: i64, epoch: i16) -> Result<(), Ref
 }
 
 impl TxnCoordinator {
+    /// A coordinator over the records in `meta` under `keys`.
     pub fn new(meta: Arc<dyn MetadataStore>, keys: Keys) -> TxnCoordinator {
         TxnCoordinator { meta, keys, locks: Mutex::new(HashMap::new()) }
     }
@@ -285,7 +286,7 @@ impl TxnCoordinator {
     }
 
     /// EndTxn: `id`'s transaction commits or aborts. Answered once Prepare* is durable; its
-    /// markers follow (`crate::transactions`). A retry of an end already done is answered
+    /// markers follow (the broker's `transactions.rs`). A retry of an end already done is answered
     /// as it was; one still being written gets CONCURRENT_TRANSACTIONS.
     pub async fn end(
         &self,

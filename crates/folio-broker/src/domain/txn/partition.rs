@@ -20,6 +20,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use crate::domain::producers::DamagedSnapshot;
+
 pub use crate::limits::ABORTED_TXNS_MAX;
 
 /// An aborted transaction on one partition, as Fetch answers it.
@@ -251,7 +253,11 @@ impl PartitionTxns {
 
     /// The state from its snapshot, and the offset to replay from. A damaged one is an
     /// error (the caller then has no transaction state before the replay).
-    pub fn from_snapshot(b: &[u8]) -> Result<(PartitionTxns, u64), String> {
+    pub fn from_snapshot(b: &[u8]) -> Result<(PartitionTxns, u64), DamagedSnapshot> {
+        Self::decode_snapshot(b).map_err(DamagedSnapshot)
+    }
+
+    fn decode_snapshot(b: &[u8]) -> Result<(PartitionTxns, u64), String> {
         let body_len = b.len().checked_sub(4).ok_or("a snapshot shorter than its checksum")?;
         let (body, crc) = b.split_at(body_len);
         if crc32c::crc32c(body) != u32::from_be_bytes(crc.try_into().expect("4 bytes")) {
