@@ -74,6 +74,12 @@ pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
 pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
 /// The transactional id's previous transaction is still ending: clients retry shortly.
 pub const CONCURRENT_TRANSACTIONS: i16 = 51;
+/// OffsetFetch with `require_stable` of an offset an open transaction has staged (KIP-447):
+/// clients retry.
+pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+/// A transactional request that failed in a way the producer recovers from by aborting
+/// its transaction (KIP-890; Produce v11+ for a partition outside the transaction).
+pub const TRANSACTION_ABORTABLE: i16 = 120;
 /// A producer whose epoch a newer one of the same transactional id fenced.
 pub const PRODUCER_FENCED: i16 = 90;
 /// Storage or metadata failed; clients retry.
@@ -236,6 +242,11 @@ pub enum BrokerError {
     /// An idempotent producer's batch from an epoch older than its newest.
     #[error("{0}")]
     InvalidProducerEpoch(String),
+    /// A transactional batch its transaction does not allow (the partition is not in the
+    /// producer's ongoing transaction): INVALID_TXN_STATE, or TRANSACTION_ABORTABLE for
+    /// Produce v11+.
+    #[error("{1}")]
+    Transaction(i16, String),
     /// The principal may not use the request's transactional id (the code it gets).
     #[error("not authorized to use the transactional id")]
     TransactionalIdAuthorization(i16),
@@ -275,7 +286,9 @@ impl BrokerError {
             BrokerError::UnsupportedCompression(_) => UNSUPPORTED_COMPRESSION_TYPE,
             BrokerError::OutOfOrderSequence(_) => OUT_OF_ORDER_SEQUENCE_NUMBER,
             BrokerError::InvalidProducerEpoch(_) => INVALID_PRODUCER_EPOCH,
-            BrokerError::TransactionalIdAuthorization(code) => *code,
+            BrokerError::TransactionalIdAuthorization(code) | BrokerError::Transaction(code, _) => {
+                *code
+            }
         }
     }
 }
@@ -325,6 +338,8 @@ pub fn name(code: i16) -> &'static str {
         INVALID_TRANSACTION_TIMEOUT => "INVALID_TRANSACTION_TIMEOUT",
         CONCURRENT_TRANSACTIONS => "CONCURRENT_TRANSACTIONS",
         PRODUCER_FENCED => "PRODUCER_FENCED",
+        UNSTABLE_OFFSET_COMMIT => "UNSTABLE_OFFSET_COMMIT",
+        TRANSACTION_ABORTABLE => "TRANSACTION_ABORTABLE",
         TRANSACTIONAL_ID_AUTHORIZATION_FAILED => "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
         UNKNOWN_PRODUCER_ID => "UNKNOWN_PRODUCER_ID",
         NON_EMPTY_GROUP => "NON_EMPTY_GROUP",

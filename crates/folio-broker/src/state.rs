@@ -31,6 +31,9 @@ pub(crate) struct Partition {
     pub producers: Mutex<Producers>,
     /// Its open and aborted transactions (`domain::txn::partition`).
     pub txns: Mutex<crate::domain::txn::partition::PartitionTxns>,
+    /// Held while a transactional batch or a marker is checked and queued, so no batch of
+    /// an epoch a marker fences is queued behind that marker.
+    pub txn_order: tokio::sync::Mutex<()>,
     /// `PartitionTxns::changes` as of the last snapshot written (or restored).
     pub(crate) txns_snapshotted: AtomicU64,
     /// `Producers::changes` as of the last snapshot written (or restored).
@@ -311,6 +314,7 @@ impl Inner {
                     txns_snapshotted: AtomicU64::new(txns.changes()),
                     producers: Mutex::new(producers),
                     txns: Mutex::new(txns),
+                    txn_order: tokio::sync::Mutex::new(()),
                     last_used_ms: AtomicU64::new(self.env.now_ms()),
                 }))
             })

@@ -121,12 +121,21 @@ async fn write_marker(
     (producer_id, epoch, commit, coordinator_epoch): (i64, i16, bool, i32),
 ) -> Result<(), String> {
     let part = inner.partition(topic, p).await.map_err(|e| e.to_string())?;
-    if !part.txns.lock().expect("txns lock").admits(producer_id, epoch) {
-        return Ok(()); // a newer epoch's marker is there already
-    }
     let now = inner.now_ms();
     let b = marker::encode(producer_id, epoch, commit, coordinator_epoch, now);
-    let offset = part.log.append(&b, 1, now).await.map_err(|e| e.to_string())?;
+    let queued = {
+        // No batch of an epoch this marker fences is queued behind it.
+        let _order = part.txn_order.lock().await;
+        {
+            let mut txns = part.txns.lock().expect("txns lock");
+            if !txns.admits(producer_id, epoch) {
+                return Ok(()); // a newer epoch's marker is there already
+            }
+            txns.fence(producer_id, epoch);
+        }
+        part.log.append_enqueue(&b, 1, now).await.map_err(|e| e.to_string())?
+    };
+    let offset = queued.wait().await.map_err(|e| e.to_string())?;
     let stale =
         part.txns.lock().expect("txns lock").marker(producer_id, epoch, commit, offset as i64);
     if let Err(e) = stale {
@@ -217,6 +226,23 @@ pub(crate) async fn stage_offsets(
         }
     }
     Err("the staged offsets kept changing".into())
+}
+
+/// The partitions (topic, partition) whose offsets an open transaction has staged for
+/// `group`.
+pub(crate) async fn staged_partitions(
+    inner: &Inner,
+    group: &str,
+) -> Result<std::collections::HashSet<(String, i32)>, String> {
+    let prefix = inner.env.keys.transaction_offsets_of(&crate::domain::group::escape(group));
+    let all =
+        folio_meta::list_all(inner.env.meta.as_ref(), &prefix).await.map_err(|e| e.to_string())?;
+    let mut out = std::collections::HashSet::new();
+    for v in all {
+        let staged = TxnOffsets::decode(&v.key, &v.value).map_err(|e| e.to_string())?;
+        out.extend(staged.offsets.into_iter().map(|(t, p, ..)| (t, p)));
+    }
+    Ok(out)
 }
 
 /// Applies (commit) or drops (abort) what producer `producer_id` staged for `group`.

@@ -219,6 +219,11 @@ impl Keys {
         format!("{}/transaction-offsets/{escaped}/{producer_id}", self.root)
     }
 
+    /// The prefix of every producer's staged offsets for group `escaped`.
+    pub fn transaction_offsets_of(&self, escaped: &str) -> String {
+        format!("{}/transaction-offsets/{escaped}/", self.root)
+    }
+
     /// The prefix of the trash: ledgers waiting to be deleted.
     pub fn trash(&self) -> String {
         format!("{}/trash/", self.root)

@@ -240,6 +240,7 @@ async fn fetch_group(
     inner: &Inner,
     group: &str,
     topics: Option<Vec<(String, Vec<i32>)>>,
+    require_stable: bool,
 ) -> Result<Fetched, i16> {
     // Every commit of the group that arrived before this fetch is written first.
     if let Ok(Some(arrival)) = super::REQUEST.try_with(|s| s.arrival) {
@@ -292,6 +293,21 @@ async fn fetch_group(
             out.extend(by_topic);
         }
     }
+    if require_stable {
+        // KIP-447: an offset a transaction has staged is about to change; the client
+        // retries until that transaction ends.
+        let staged = crate::transactions::staged_partitions(inner, group).await.map_err(|e| {
+            tracing::warn!(group, error = %e, "reading staged transactional offsets failed");
+            errors::COORDINATOR_LOAD_IN_PROGRESS
+        })?;
+        for (name, parts) in &mut out {
+            for part in parts.iter_mut() {
+                if staged.contains(&(name.clone(), part.0)) {
+                    part.4 = errors::UNSTABLE_OFFSET_COMMIT;
+                }
+            }
+        }
+    }
     Ok(out)
 }
 
@@ -299,13 +315,14 @@ async fn fetch_group(
 async fn fetch_group_v8(
     inner: &Inner,
     g: kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup,
+    require_stable: bool,
 ) -> OffsetFetchResponseGroup {
     let topics = g.topics.map(|ts| {
         ts.into_iter().map(|t| (t.name.as_str().to_string(), t.partition_indexes)).collect()
     });
     let mut out = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
     let asked = topics.clone();
-    match fetch_group(inner, s(&g.group_id), topics).await {
+    match fetch_group(inner, s(&g.group_id), topics, require_stable).await {
         Ok(fetched) => {
             out.topics = fetched
                 .into_iter()
@@ -396,7 +413,7 @@ impl Handler for OffsetFetch {
         if version >= 8 {
             let mut resp = OffsetFetchResponse::default();
             for g in req.groups {
-                resp.groups.push(fetch_group_v8(&inner, g).await);
+                resp.groups.push(fetch_group_v8(&inner, g, req.require_stable).await);
             }
             return resp;
         }
@@ -405,7 +422,7 @@ impl Handler for OffsetFetch {
         });
         let mut resp = OffsetFetchResponse::default();
         let asked = topics.clone();
-        match fetch_group(&inner, s(&req.group_id), topics).await {
+        match fetch_group(&inner, s(&req.group_id), topics, req.require_stable).await {
             Ok(fetched) => {
                 resp.topics = fetched
                     .into_iter()

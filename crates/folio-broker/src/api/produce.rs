@@ -162,7 +162,7 @@ async fn enqueue(
     req: ProduceRequest,
 ) -> Vec<(TopicProduceResponse, Vec<Part>)> {
     let acks = req.acks;
-    let transactional = req.transactional_id.is_some();
+    let transactional = req.transactional_id.clone();
     let mut topics: Vec<(TopicProduceResponse, Vec<Part>)> = Vec::new();
     let refuse = if !matches!(acks, -1..=1) {
         Some(BrokerError::InvalidRequiredAcks(acks))
@@ -210,7 +210,7 @@ async fn enqueue(
             let open_failed = failed.remove(&(topic.record.id, p.index));
             let part = enqueue_partition(
                 inner,
-                (version, transactional),
+                (version, transactional.as_ref().map(|t| t.as_str())),
                 &topic,
                 &config,
                 &metrics,
@@ -242,7 +242,7 @@ async fn partition_of(
 /// partition's failure (`open_failed`: opening it failed already, in `Inner::open_all`).
 async fn enqueue_partition(
     inner: &Arc<Inner>,
-    (version, transactional): (i16, bool),
+    (version, transactional_id): (i16, Option<&str>),
     topic: &crate::domain::topics::Topic,
     config: &crate::domain::topics::TopicConfig,
     metrics: &Arc<TopicMetrics>,
@@ -258,6 +258,7 @@ async fn enqueue_partition(
         return failed(p.index, &e);
     }
     let records = p.records.unwrap_or_default();
+    let transactional = transactional_id.is_some();
     let batches = match to_append(&records, (version, transactional), config, inner) {
         Ok(b) => b,
         Err(e) => return failed(p.index, &e),
@@ -266,6 +267,12 @@ async fn enqueue_partition(
         Ok(l) => l,
         Err(e) => return failed(p.index, &BrokerError::Log(e)),
     };
+    if let Some(id) = transactional_id
+        && let Err(e) =
+            verify(inner, (id, version), &partition, &batches, (&topic.name, p.index)).await
+    {
+        return failed(p.index, &e);
+    }
     let log = partition.log.clone();
     let log_append_time = match config.timestamp_type {
         TimestampType::LogAppendTime => inner.now_ms(),
@@ -275,6 +282,10 @@ async fn enqueue_partition(
     let (mut bytes, mut n) = (0u64, 0u64);
     let mut error = None;
     for (info, b) in &batches {
+        // A transactional batch is checked and queued under the partition's order with
+        // markers (`Partition::txn_order`).
+        let _order =
+            if info.is_transactional() { Some(partition.txn_order.lock().await) } else { None };
         // Idempotent producers: a retry is answered with the original's outcome,
         // a gap or an old epoch is refused.
         let publish = if info.is_idempotent() {
@@ -338,6 +349,45 @@ async fn enqueue_partition(
         metrics: metrics.clone(),
         queued: Instant::now(),
     }
+}
+
+/// Kafka's transaction verification (3.6+): the first transactional batch of each of a
+/// producer's transactions on a partition is appended only if the coordinator's record
+/// has that transaction ongoing, at that producer id and epoch, with the partition in it.
+/// So a client that skipped AddPartitionsToTxn (or a late batch of a transaction that
+/// ended) cannot open a transaction no marker will ever end, holding the last stable
+/// offset back for good. Later batches of the same transaction find it open here.
+async fn verify(
+    inner: &Inner,
+    (id, version): (&str, i16),
+    partition: &crate::state::Partition,
+    batches: &[(batch::BatchInfo, Bytes)],
+    (topic, index): (&str, i32),
+) -> Result<(), BrokerError> {
+    let code =
+        if version >= 11 { errors::TRANSACTION_ABORTABLE } else { errors::INVALID_TXN_STATE };
+    for (info, _) in batches {
+        if partition.txns.lock().expect("txns lock").is_open(info.producer_id, info.producer_epoch)
+        {
+            continue;
+        }
+        let record = inner.txns.load(id).await.map_err(BrokerError::Meta)?;
+        let ok = record.is_some_and(|(r, _)| {
+            r.state == crate::domain::txn::TxnState::Ongoing
+                && (r.producer_id, r.epoch) == (info.producer_id, info.producer_epoch)
+                && r.partitions.iter().any(|(t, p)| t == topic && *p == index)
+        });
+        if !ok {
+            return Err(BrokerError::Transaction(
+                code,
+                format!(
+                    "{topic} partition {index} is not in an ongoing transaction of {id} at producer {} epoch {} (AddPartitionsToTxn first)",
+                    info.producer_id, info.producer_epoch
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Publishes an idempotent batch's outcome when its append `a` settles, whoever waits for

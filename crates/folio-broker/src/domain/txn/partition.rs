@@ -71,6 +71,11 @@ impl PartitionTxns {
         self.fenced_below.get(&producer_id).is_none_or(|&e| epoch >= e)
     }
 
+    /// Whether `producer_id` has a transaction open here at `epoch`.
+    pub fn is_open(&self, producer_id: i64, epoch: i16) -> bool {
+        self.open.get(&producer_id).is_some_and(|o| o.epoch == epoch)
+    }
+
     /// A transactional batch of `producer_id` was queued while the log ended at `end`:
     /// its transaction is open from there on (if it was not open already).
     pub fn batch_queued(&mut self, producer_id: i64, epoch: i16, end: i64) {
@@ -92,6 +97,14 @@ impl PartitionTxns {
             o.provisional = false;
             self.changes += 1;
         }
+    }
+
+    /// A marker of `producer_id` at `epoch` is being queued: from now on its older epochs'
+    /// batches are refused (`admits`), before the marker lands.
+    pub fn fence(&mut self, producer_id: i64, epoch: i16) {
+        let e = self.fenced_below.entry(producer_id).or_insert(epoch);
+        *e = (*e).max(epoch);
+        self.changes += 1;
     }
 
     /// The marker ending `producer_id`'s transaction landed at `offset`: the transaction is

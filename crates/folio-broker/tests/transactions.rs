@@ -1,0 +1,176 @@
+//! Transactions on the wire, with a raw client: what the coordinator and the partitions
+//! refuse (a batch outside its transaction, a late EndTxn of a fenced epoch), and that the
+//! state and the aborted transactions survive a new broker (#49).
+
+// Kafka's wire format is big-endian.
+#![allow(clippy::big_endian_bytes)]
+
+mod common;
+
+use common::*;
+use folio_broker::errors;
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+const TXN_ID: &str = "wire-tx";
+
+fn txn_id() -> TransactionalId {
+    TransactionalId(StrBytes::from_static_str(TXN_ID))
+}
+
+/// `b` as a transactional batch (attributes bit 4) of producer `pid` at `epoch`.
+fn transactional(b: Vec<u8>, pid: i64, epoch: i16, seq: i32) -> Vec<u8> {
+    let mut b = b;
+    b[21..23].copy_from_slice(&(1i16 << 4).to_be_bytes());
+    idempotent(b, pid, epoch, seq)
+}
+
+async fn init(c: &mut Conn) -> InitProducerIdResponse {
+    let req = InitProducerIdRequest::default()
+        .with_transactional_id(Some(txn_id()))
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    c.call(ApiKey::InitProducerId, 4, &req).await
+}
+
+/// InitProducerId until the previous transaction's markers are written.
+async fn init_settled(c: &mut Conn) -> (i64, i16) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let r = init(c).await;
+        if r.error_code != errors::CONCURRENT_TRANSACTIONS {
+            assert_eq!(r.error_code, errors::NONE, "{r:?}");
+            return (r.producer_id.0, r.producer_epoch);
+        }
+        assert!(std::time::Instant::now() < deadline, "the last transaction never ended");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+async fn add_partition(c: &mut Conn, topic: &str, (pid, epoch): (i64, i16)) -> i16 {
+    let req = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(txn_id())
+        .with_v3_and_below_producer_id(ProducerId(pid))
+        .with_v3_and_below_producer_epoch(epoch)
+        .with_v3_and_below_topics(vec![
+            AddPartitionsToTxnTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.into())))
+                .with_partitions(vec![0]),
+        ]);
+    let r: AddPartitionsToTxnResponse = c.call(ApiKey::AddPartitionsToTxn, 3, &req).await;
+    r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+}
+
+async fn end_txn(c: &mut Conn, version: i16, (pid, epoch): (i64, i16), commit: bool) -> i16 {
+    let req = EndTxnRequest::default()
+        .with_transactional_id(txn_id())
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_committed(commit);
+    let r: EndTxnResponse = c.call(ApiKey::EndTxn, version, &req).await;
+    r.error_code
+}
+
+fn txn_produce(topic: &str, records: Vec<u8>) -> ProduceRequest {
+    produce_req(topic, 0, records, -1).with_transactional_id(Some(txn_id()))
+}
+
+/// The read_committed last stable offset of partition 0 of `topic`.
+async fn lso(c: &mut Conn, topic: &str) -> i64 {
+    let req = list_offsets_req(topic, -1).with_isolation_level(1);
+    let r: ListOffsetsResponse = c.call(ApiKey::ListOffsets, 5, &req).await;
+    r.topics[0].partitions[0].offset
+}
+
+/// A read_committed fetch of partition 0 of `topic` from 0: (base offsets of the records,
+/// aborted transactions as (producer id, first offset), last stable offset).
+async fn fetch_committed(
+    c: &mut Conn,
+    topic: &str,
+    id: uuid::Uuid,
+) -> (Vec<i64>, Vec<(i64, i64)>, i64) {
+    let req = fetch_req(topic, id, 0).with_isolation_level(1);
+    let r: FetchResponse = c.call(ApiKey::Fetch, 12, &req).await;
+    let p = &r.responses[0].partitions[0];
+    let aborted = p
+        .aborted_transactions
+        .iter()
+        .flatten()
+        .map(|a| (a.producer_id.0, a.first_offset))
+        .collect();
+    (base_offsets(p.records.as_deref().unwrap_or_default()), aborted, p.last_stable_offset)
+}
+
+/// #49 items 1, 2 and 5: a transactional batch for a partition its transaction does not
+/// hold is refused (Kafka's transaction verification: INVALID_TXN_STATE, and
+/// TRANSACTION_ABORTABLE at Produce v11) and holds nothing back; one after
+/// AddPartitionsToTxn holds the last stable offset until EndTxn's marker; a second
+/// InitProducerId fences the producer, aborting its open transaction at the next epoch,
+/// and the fenced producer's late EndTxn is refused (PRODUCER_FENCED; INVALID_PRODUCER_EPOCH
+/// before EndTxn v2) and its late batch too; read_committed then reads around the aborted
+/// transaction, which it is told of. A new broker finds the same state: the retried commit
+/// of a finished transaction is answered as done, and the aborted transaction is still
+/// reported.
+#[tokio::test]
+async fn the_coordinator_fences_late_requests_and_partitions_keep_the_aborted_index() {
+    let s = start(1, |_| {}).await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    let topic = "wire-txn";
+    let meta: MetadataResponse = c.call(ApiKey::Metadata, 12, &metadata_req(&[topic])).await;
+    let topic_id = meta.topics[0].topic_id;
+    let (pid, epoch) = init_settled(&mut c).await;
+    assert_eq!(epoch, 0);
+
+    let b = |seq| transactional(batch(2, 1), pid, epoch, seq);
+    let r: ProduceResponse = c.call(ApiKey::Produce, 9, &txn_produce(topic, b(0))).await;
+    assert_eq!(produced(&r).0, errors::INVALID_TXN_STATE, "no AddPartitionsToTxn yet");
+    let r: ProduceResponse = c.call(ApiKey::Produce, 11, &txn_produce(topic, b(0))).await;
+    assert_eq!(produced(&r).0, errors::TRANSACTION_ABORTABLE);
+    let plain = produce_req(topic, 0, batch(1, 1), -1);
+    let r: ProduceResponse = c.call(ApiKey::Produce, 9, &plain).await;
+    assert_eq!(produced(&r), (errors::NONE, 0));
+    assert_eq!(lso(&mut c, topic).await, 1, "the refused batches hold nothing back");
+
+    // A committed transaction: offsets 1-2, its marker at 3.
+    assert_eq!(add_partition(&mut c, topic, (pid, epoch)).await, errors::NONE);
+    let r: ProduceResponse = c.call(ApiKey::Produce, 9, &txn_produce(topic, b(0))).await;
+    assert_eq!(produced(&r), (errors::NONE, 1));
+    assert_eq!(lso(&mut c, topic).await, 1, "an open transaction holds the LSO");
+    assert_eq!(end_txn(&mut c, 3, (pid, epoch), true).await, errors::NONE);
+    let (pid, epoch2) = init_settled(&mut c).await;
+    assert_eq!(epoch2, 1, "the commit's markers are written before the next epoch");
+    assert_eq!(lso(&mut c, topic).await, 4);
+
+    // An open transaction (offsets 4-5) fenced by the next InitProducerId: aborted at
+    // epoch 2 (marker at 6), and the fenced producer's late requests are refused.
+    assert_eq!(add_partition(&mut c, topic, (pid, epoch2)).await, errors::NONE);
+    let b1 = |seq| transactional(batch(2, 1), pid, epoch2, seq);
+    let r: ProduceResponse = c.call(ApiKey::Produce, 9, &txn_produce(topic, b1(0))).await;
+    assert_eq!(produced(&r), (errors::NONE, 4));
+    let (_, epoch3) = init_settled(&mut c).await;
+    assert_eq!(epoch3, 3, "fencing bumps the epoch for its abort, then for the new producer");
+    assert_eq!(end_txn(&mut c, 3, (pid, epoch2), true).await, errors::PRODUCER_FENCED);
+    assert_eq!(end_txn(&mut c, 1, (pid, epoch2), true).await, errors::INVALID_PRODUCER_EPOCH);
+    let r: ProduceResponse = c.call(ApiKey::Produce, 9, &txn_produce(topic, b1(2))).await;
+    assert_ne!(produced(&r).0, errors::NONE, "a fenced producer's late batch is refused");
+    let (batches, aborted, last_stable) = fetch_committed(&mut c, topic, topic_id).await;
+    assert_eq!(last_stable, 7);
+    assert_eq!(aborted, vec![(pid, 4)]);
+    assert_eq!(
+        batches,
+        vec![0, 1, 3, 4, 6],
+        "records, the commit marker, the aborted ones, the abort marker"
+    );
+
+    // A new broker: the same answers from the stored state and the log.
+    s.broker.shutdown().await;
+    let b2 = broker_on(&s.cluster, |_| {}).await;
+    let mut c = Conn::open(b2.addr()).await;
+    assert_eq!(end_txn(&mut c, 3, (pid, epoch3), false).await, errors::INVALID_TXN_STATE);
+    let (batches, aborted, last_stable) = fetch_committed(&mut c, topic, topic_id).await;
+    assert_eq!((batches.len(), aborted, last_stable), (5, vec![(pid, 4)], 7));
+    let (_, epoch4) = init_settled(&mut c).await;
+    assert_eq!(epoch4, 4);
+}
