@@ -77,6 +77,8 @@ pub const CONCURRENT_TRANSACTIONS: i16 = 51;
 /// OffsetFetch with `require_stable` of an offset an open transaction has staged (KIP-447):
 /// clients retry.
 pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+/// DescribeTransactions of an id with no state.
+pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
 /// A transactional request that failed in a way the producer recovers from by aborting
 /// its transaction (KIP-890; Produce v11+ for a partition outside the transaction).
 pub const TRANSACTION_ABORTABLE: i16 = 120;
@@ -340,6 +342,7 @@ pub fn name(code: i16) -> &'static str {
         PRODUCER_FENCED => "PRODUCER_FENCED",
         UNSTABLE_OFFSET_COMMIT => "UNSTABLE_OFFSET_COMMIT",
         TRANSACTION_ABORTABLE => "TRANSACTION_ABORTABLE",
+        TRANSACTIONAL_ID_NOT_FOUND => "TRANSACTIONAL_ID_NOT_FOUND",
         TRANSACTIONAL_ID_AUTHORIZATION_FAILED => "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
         UNKNOWN_PRODUCER_ID => "UNKNOWN_PRODUCER_ID",
         NON_EMPTY_GROUP => "NON_EMPTY_GROUP",

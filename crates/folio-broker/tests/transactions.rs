@@ -173,4 +173,30 @@ async fn the_coordinator_fences_late_requests_and_partitions_keep_the_aborted_in
     assert_eq!((batches.len(), aborted, last_stable), (5, vec![(pid, 4)], 7));
     let (_, epoch4) = init_settled(&mut c).await;
     assert_eq!(epoch4, 4);
+
+    // DescribeTransactions and ListTransactions show the id's state.
+    let req = DescribeTransactionsRequest::default().with_transactional_ids(vec![
+        txn_id(),
+        TransactionalId(StrBytes::from_static_str("nobody")),
+    ]);
+    let r: DescribeTransactionsResponse = c.call(ApiKey::DescribeTransactions, 0, &req).await;
+    let d = &r.transaction_states[0];
+    assert_eq!((d.error_code, d.transaction_state.as_str()), (errors::NONE, "Empty"));
+    assert_eq!((d.producer_id.0, d.producer_epoch, d.transaction_timeout_ms), (pid, 4, 60_000));
+    assert_eq!(r.transaction_states[1].error_code, errors::TRANSACTIONAL_ID_NOT_FOUND);
+    let req = ListTransactionsRequest::default()
+        .with_state_filters(vec![
+            StrBytes::from_static_str("Empty"),
+            StrBytes::from_static_str("Bogus"),
+        ])
+        .with_duration_filter(-1);
+    let r: ListTransactionsResponse = c.call(ApiKey::ListTransactions, 1, &req).await;
+    let listed: Vec<_> = r.transaction_states.iter().map(|t| t.transactional_id.as_str()).collect();
+    assert_eq!(listed, vec![TXN_ID]);
+    assert_eq!(r.unknown_state_filters, vec![StrBytes::from_static_str("Bogus")]);
+    let req = ListTransactionsRequest::default()
+        .with_state_filters(vec![StrBytes::from_static_str("Ongoing")])
+        .with_duration_filter(-1);
+    let r: ListTransactionsResponse = c.call(ApiKey::ListTransactions, 1, &req).await;
+    assert!(r.transaction_states.is_empty());
 }

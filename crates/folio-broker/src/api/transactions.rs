@@ -307,3 +307,147 @@ impl Handler for TxnOffsetCommit {
 
     error_code_of!([topics => partitions]);
 }
+
+pub(crate) struct DescribeTransactions;
+
+impl Handler for DescribeTransactions {
+    type Request = DescribeTransactionsRequest;
+    type Response = DescribeTransactionsResponse;
+    const KEY: ApiKey = ApiKey::DescribeTransactions;
+
+    /// Each id the principal may not describe is answered with
+    /// TRANSACTIONAL_ID_AUTHORIZATION_FAILED; each other coordinator's with NOT_COORDINATOR.
+    async fn handle(inner: Arc<Inner>, _version: i16, req: Self::Request) -> Self::Response {
+        use kafka_protocol::messages::describe_transactions_response::{
+            TopicData, TransactionState,
+        };
+        let mut out = Vec::with_capacity(req.transactional_ids.len());
+        for id in req.transactional_ids {
+            let state = TransactionState::default().with_transactional_id(id.clone());
+            let name = id.as_str();
+            if !super::allowed(&inner, Operation::Describe, ResourceType::TransactionalId, name) {
+                out.push(state.with_error_code(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED));
+                continue;
+            }
+            if let Some(code) = txn_elsewhere(&inner, name) {
+                out.push(state.with_error_code(code));
+                continue;
+            }
+            let r = match inner.txns.load(name).await {
+                Ok(Some((r, _))) => r,
+                Ok(None) => {
+                    out.push(state.with_error_code(errors::TRANSACTIONAL_ID_NOT_FOUND));
+                    continue;
+                }
+                Err(_) => {
+                    out.push(state.with_error_code(errors::COORDINATOR_LOAD_IN_PROGRESS));
+                    continue;
+                }
+            };
+            let mut topics: Vec<TopicData> = Vec::new();
+            for (t, p) in &r.partitions {
+                match topics.iter_mut().find(|x| x.topic.as_str() == t) {
+                    Some(x) => x.partitions.push(*p),
+                    None => topics.push(
+                        TopicData::default()
+                            .with_topic(TopicName(super::str_bytes(t.clone())))
+                            .with_partitions(vec![*p]),
+                    ),
+                }
+            }
+            let started = if r.state == crate::domain::txn::TxnState::Ongoing {
+                r.started_ms as i64
+            } else {
+                -1
+            };
+            out.push(
+                state
+                    .with_transaction_state(super::str_bytes(r.state.name()))
+                    .with_transaction_timeout_ms(r.timeout_ms as i32)
+                    .with_transaction_start_time_ms(started)
+                    .with_producer_id(ProducerId(r.producer_id))
+                    .with_producer_epoch(r.epoch)
+                    .with_topics(topics),
+            );
+        }
+        DescribeTransactionsResponse::default().with_transaction_states(out)
+    }
+
+    fn error(_version: i16, req: &Self::Request, code: i16) -> Self::Response {
+        use kafka_protocol::messages::describe_transactions_response::TransactionState;
+        DescribeTransactionsResponse::default().with_transaction_states(
+            req.transactional_ids
+                .iter()
+                .map(|id| {
+                    TransactionState::default()
+                        .with_transactional_id(id.clone())
+                        .with_error_code(code)
+                })
+                .collect(),
+        )
+    }
+
+    error_code_of!([transaction_states]);
+}
+
+pub(crate) struct ListTransactions;
+
+impl Handler for ListTransactions {
+    type Request = ListTransactionsRequest;
+    type Response = ListTransactionsResponse;
+    const KEY: ApiKey = ApiKey::ListTransactions;
+
+    /// The transactional ids this broker coordinates that the principal may describe,
+    /// filtered by state, producer id and (v1) how long their transaction has been open.
+    async fn handle(inner: Arc<Inner>, _version: i16, req: Self::Request) -> Self::Response {
+        use kafka_protocol::messages::list_transactions_response::TransactionState;
+        const STATES: [&str; 6] = [
+            "Empty",
+            "Ongoing",
+            "PrepareCommit",
+            "PrepareAbort",
+            "CompleteCommit",
+            "CompleteAbort",
+        ];
+        let mut resp = ListTransactionsResponse::default();
+        let unknown: Vec<_> =
+            req.state_filters.iter().filter(|s| !STATES.contains(&s.as_str())).cloned().collect();
+        let all = match inner.txns.all().await {
+            Ok(all) => all,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing transactions failed");
+                return resp.with_error_code(errors::COORDINATOR_LOAD_IN_PROGRESS);
+            }
+        };
+        let now = inner.env.now_ms();
+        for (id, r) in all {
+            let wanted_state = req.state_filters.is_empty()
+                || req.state_filters.iter().any(|s| s.as_str() == r.state.name());
+            let wanted_pid = req.producer_id_filters.is_empty()
+                || req.producer_id_filters.iter().any(|p| p.0 == r.producer_id);
+            let open_ms = if r.state == crate::domain::txn::TxnState::Ongoing {
+                now.saturating_sub(r.started_ms) as i64
+            } else {
+                -1
+            };
+            let wanted_age = req.duration_filter < 0 || open_ms >= req.duration_filter;
+            if !(wanted_state && wanted_pid && wanted_age)
+                || !inner.membership.owns(&txn_key(&id))
+                || !super::allowed(&inner, Operation::Describe, ResourceType::TransactionalId, &id)
+            {
+                continue;
+            }
+            resp.transaction_states.push(
+                TransactionState::default()
+                    .with_transactional_id(TransactionalId(super::str_bytes(id)))
+                    .with_producer_id(ProducerId(r.producer_id))
+                    .with_transaction_state(super::str_bytes(r.state.name())),
+            );
+        }
+        resp.with_unknown_state_filters(unknown)
+    }
+
+    error_answer_of!(top);
+
+    error_code_of!(top);
+}
