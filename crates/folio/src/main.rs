@@ -15,6 +15,7 @@ mod ledger_cmd;
 mod log_cmd;
 mod standalone;
 mod topics_cmd;
+mod transactions_cmd;
 mod users_cmd;
 
 use std::process::ExitCode;
@@ -49,6 +50,8 @@ enum Command {
     Broker(Box<broker_cmd::Args>),
     /// Kafka topics and the deletions in progress (list, describe, create, delete).
     Topics(topics_cmd::Args),
+    /// Transactional ids and their transactions (list, abort a hanging one).
+    Transactions(transactions_cmd::Args),
     /// SCRAM users of the SASL listeners (add, list, delete); PLAIN checks against the same
     /// salted credential.
     Users(users_cmd::Args),
@@ -109,6 +112,7 @@ fn main() -> ExitCode {
         Command::Standalone(args) => standalone::run(*args),
         Command::Broker(args) => broker_cmd::run(*args),
         Command::Topics(args) => topics_cmd::run(args),
+        Command::Transactions(args) => transactions_cmd::run(args),
         Command::Users(args) => users_cmd::run(args),
         Command::Acls(args) => acls_cmd::run(args),
         Command::Audit(args) => audit_cmd::run(args),

@@ -213,7 +213,7 @@ async fn reads_from_every_position_on_etcd_after_a_broker_restart_and_a_trim() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d1_d3_partitions_move_when_a_broker_dies_and_nothing_acknowledged_is_lost() {
     use std::collections::{BTreeMap, HashSet};
-    let TwoBrokers { b1, a1, b2: _b2, a2, _bookies, _dir } = two_brokers("move-test");
+    let TwoBrokers { b1, a1, b2: _b2, a2, _bookies, _dir, .. } = two_brokers("move-test");
     let bootstrap = format!("{a1},{a2}");
     // Both brokers see each other before the topic is used.
     let md = |addr: &str| kcat(&["-L", "-b", addr], None);
@@ -311,6 +311,7 @@ async fn d1_d3_partitions_move_when_a_broker_dies_and_nothing_acknowledged_is_lo
 /// Three bookie processes and brokers 1 and 2 on etcd under a fresh root named after
 /// `test`: leases of 3 s, topics of 4 partitions. Dropped, every process is killed.
 struct TwoBrokers {
+    root: String,
     b1: Proc,
     a1: String,
     b2: Proc,
@@ -330,7 +331,7 @@ fn two_brokers(test: &str) -> TwoBrokers {
     let lease = ["--broker-lease-ms", "3000", "--num-partitions", "4"];
     let (b1, a1) = start_broker_with(&etcd, &root, 1, &lease);
     let (b2, a2) = start_broker_with(&etcd, &root, 2, &lease);
-    TwoBrokers { b1, a1, b2, a2, _bookies: bookies, _dir: dir }
+    TwoBrokers { root, b1, a1, b2, a2, _bookies: bookies, _dir: dir }
 }
 
 /// `clients.py produce_spread` on `topic` (4 partitions): an idempotent acks=all producer
@@ -402,7 +403,7 @@ fn every_acked_stored_once(addr: &str, topic: &str, acked: &[(i32, u64)]) {
 /// both brokers, and nothing acknowledged is lost or stored twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d1_a_broker_process_paused_past_its_lease_rejoins_and_nothing_acknowledged_is_lost() {
-    let TwoBrokers { b1, a1, b2, a2, _bookies, _dir } = two_brokers("pause-test");
+    let TwoBrokers { b1, a1, b2, a2, _bookies, _dir, .. } = two_brokers("pause-test");
     let md = |addr: &str| kcat(&["-L", "-b", addr], None);
     let both_live = || md(&a1).contains(" 2 brokers:") && md(&a2).contains(" 2 brokers:");
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -575,4 +576,72 @@ async fn a_client_quota_set_on_one_broker_process_throttles_on_another() {
         assert!(std::time::Instant::now() < deadline, "broker 2 never applied the quota");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Runs one scenario of `tests/kafka/transactions.py` against `bootstrap`; panics with its
+/// output on failure.
+fn txn_py(bootstrap: &str, args: &[&str]) -> String {
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka/transactions.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(args[0])
+        .arg(bootstrap)
+        .args(&args[1..])
+        .output()
+        .expect("python3 (with confluent-kafka: scripts/test.sh installs it)");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// `folio transactions …` on the cluster under `root`: its output, or a panic with it.
+fn folio_txns(root: &str, args: &[&str]) -> String {
+    let etcd = std::env::var("FOLIO_ETCD_ENDPOINTS").expect("FOLIO_ETCD_ENDPOINTS");
+    let out = Command::new(env!("CARGO_BIN_EXE_folio"))
+        .args(["--log", "error", "transactions", "--metadata", &format!("etcd://{etcd}")])
+        .args(["--root", root])
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{args:?}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
+/// #49 item 5: consume-transform-produce with a transaction open when its coordinator (and
+/// the owner of its partitions) is SIGKILLed: the surviving broker takes the transactional
+/// id over from the metadata store, fences and aborts the open transaction when the
+/// producer comes back, and the output holds every input record exactly once for
+/// read_committed, with the group's offset at the input's end. Then a transaction left
+/// hanging (a 10-minute timeout) is listed by `folio transactions list --open-for-s` and
+/// aborted by `folio transactions abort`, after which read_committed consumers read what
+/// was committed behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_survive_their_coordinator_sigkilled_and_the_cli_aborts_a_hanging_one() {
+    use folio_broker::cluster::{owner_among, txn_key};
+    let TwoBrokers { root, b1, b2: _b2, a2, _bookies, _dir, .. } = two_brokers("txn-move");
+    // A group whose transactional id broker 1 coordinates while both brokers live.
+    let group = (0..)
+        .map(|i| format!("move-{i}"))
+        .find(|g| owner_among(&txn_key(&format!("tx-{g}")), &[1, 2]) == Some(1))
+        .unwrap();
+    print!("{}", txn_py(&a2, &["ctp_begin", "move-in", "move-out", &group]));
+    let listed = folio_txns(&root, &["list", "--open-for-s", "0"]);
+    assert!(listed.contains(&format!("tx-{group}")) && listed.contains("Ongoing"), "{listed}");
+    drop(b1); // SIGKILL the coordinator
+    print!("{}", txn_py(&a2, &["ctp_finish", "move-in", "move-out", &group]));
+
+    print!("{}", txn_py(&a2, &["hang", "hang-topic"]));
+    let listed = folio_txns(&root, &["list", "--open-for-s", "0"]);
+    assert!(listed.contains("tx-hang-topic"), "{listed}");
+    assert!(!listed.contains(&format!("tx-{group}")), "ended transactions are not open: {listed}");
+    print!("{}", folio_txns(&root, &["abort", "tx-hang-topic"]));
+    print!("{}", txn_py(&a2, &["committed_after", "hang-topic"]));
+    let listed = folio_txns(&root, &["list"]);
+    assert!(listed.contains("CompleteAbort"), "{listed}");
 }

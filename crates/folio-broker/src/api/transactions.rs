@@ -431,10 +431,12 @@ impl Handler for ListTransactions {
                 -1
             };
             let wanted_age = req.duration_filter < 0 || open_ms >= req.duration_filter;
-            if !(wanted_state && wanted_pid && wanted_age)
-                || !inner.membership.owns(&txn_key(&id))
-                || !super::allowed(&inner, Operation::Describe, ResourceType::TransactionalId, &id)
-            {
+            let shown = wanted_state
+                && wanted_pid
+                && wanted_age
+                && inner.membership.owns(&txn_key(&id))
+                && super::allowed(&inner, Operation::Describe, ResourceType::TransactionalId, &id);
+            if !shown {
                 continue;
             }
             resp.transaction_states.push(

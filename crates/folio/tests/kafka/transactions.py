@@ -160,10 +160,12 @@ def committed_offset(bootstrap, group, topic, partition):
     return tp.offset
 
 
-def transform(bootstrap, src, dst, group, txn_id, batch, stop_after=None, abort_every=None):
+def transform(bootstrap, src, dst, group, txn_id, batch, stop_after=None, abort_every=None,
+              until=None):
     """Consume-transform-produce: reads `src` in group `group`, writes each value upper-cased
     to `dst`, and commits its input offsets in the same transaction, `batch` records at a
-    time, until `src` has nothing more (or `stop_after` transactions). Every
+    time, until `src` has nothing more for 5 s (or `stop_after` transactions, or its input
+    position reached `until`: then waiting up to 90 s, across broker moves). Every
     `abort_every`-th transaction is aborted instead (and its input read again)."""
     c = Consumer({
         "bootstrap.servers": bootstrap,
@@ -179,8 +181,9 @@ def transform(bootstrap, src, dst, group, txn_id, batch, stop_after=None, abort_
         msgs = c.consume(batch, 1.0)
         msgs = [m for m in msgs if not m.error()]
         if not msgs:
-            if time.time() - idle_since > 5:
+            if until is None and time.time() - idle_since > 5:
                 break
+            check(time.time() - idle_since < 90, "no input for 90 s before offset %s" % until)
             continue
         idle_since = time.time()
         p.begin_transaction()
@@ -196,6 +199,8 @@ def transform(bootstrap, src, dst, group, txn_id, batch, stop_after=None, abort_
                 c.seek(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
         else:
             p.commit_transaction(30)
+            if until is not None and sum(tp.offset for tp in c.position(c.assignment())) >= until:
+                break
     c.close()
     return n_txn
 
@@ -253,7 +258,7 @@ def scenario_ctp_finish(bootstrap, src, dst, group):
     """Phase 2: the same transactional id again (fencing and aborting the open transaction)
     finishes the input; each input record is in the output exactly once for
     read_committed, the open transaction's records only for read_uncommitted."""
-    transform(bootstrap, src, dst, group, "tx-" + group, batch=7)
+    transform(bootstrap, src, dst, group, "tx-" + group, batch=7, until=100)
     got = [v for _, _, v in read_all(bootstrap, dst, 1, "read_committed")]
     want = ["V%03d" % i for i in range(100)]
     dups = len(got) - len(set(got))
@@ -292,7 +297,37 @@ def scenario_hanging_timeout(bootstrap):
     print("OK hanging_timeout aborted after %.1f s" % (time.time() - started))
 
 
+def scenario_hang(bootstrap, topic):
+    """A transaction left open (a 10-minute timeout) by a producer that exits: it holds the
+    last stable offset of `topic` back until someone aborts it."""
+    create_topic(bootstrap, topic)
+    p = txn_producer(bootstrap, "tx-" + topic, **{"transaction.timeout.ms": 600000})
+    p.begin_transaction()
+    p.produce(topic, value="hanging")
+    check(p.flush(30) == 0, "the hanging record was not sent")
+    print("OK hang", flush=True)
+    import os
+    os._exit(0)
+
+
+def scenario_committed_after(bootstrap, topic):
+    """Another producer commits a record after the hanging transaction's; read_committed
+    reads it (and not the hanging record) within 60 s."""
+    other = txn_producer(bootstrap, "tx-after-" + topic)
+    other.begin_transaction()
+    other.produce(topic, value="after")
+    other.commit_transaction(30)
+    started, got = time.time(), []
+    while not got:
+        check(time.time() - started < 60, "read_committed is still held back after 60 s")
+        got = [v for _, _, v in read_all(bootstrap, topic, 1, "read_committed", idle=1)]
+    check(got == ["after"], "read_committed saw %s" % got)
+    print("OK committed_after")
+
+
 SCENARIOS = {
+    "hang": scenario_hang,
+    "committed_after": scenario_committed_after,
     "ctp_begin": scenario_ctp_begin,
     "ctp_finish": scenario_ctp_finish,
     "hanging_timeout": scenario_hanging_timeout,

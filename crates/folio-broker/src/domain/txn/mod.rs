@@ -352,16 +352,31 @@ impl TxnCoordinator {
     /// Aborts `id`'s transaction if it is open past its timeout (at the next epoch, so the
     /// producer is fenced); whether it did.
     pub async fn abort_if_expired(&self, id: &str, now_ms: u64) -> Result<bool, Refusal> {
+        self.abort_open(id, now_ms, true).await
+    }
+
+    /// Aborts `id`'s open transaction at the next epoch, fencing its producer (`folio
+    /// transactions abort`; `expired_only`: only one open past its timeout); whether it
+    /// did. The markers follow as after any EndTxn.
+    pub async fn abort_open(
+        &self,
+        id: &str,
+        now_ms: u64,
+        expired_only: bool,
+    ) -> Result<bool, Refusal> {
         let _one = self.lock(id).await;
         let Some((mut r, version)) = self.load(id).await? else { return Ok(false) };
-        if r.state != TxnState::Ongoing || r.started_ms + u64::from(r.timeout_ms) > now_ms {
+        let expired = r.started_ms + u64::from(r.timeout_ms) <= now_ms;
+        if r.state != TxnState::Ongoing || (expired_only && !expired) {
             return Ok(false);
         }
+        let (pid, epoch) = (r.producer_id, r.epoch);
         tracing::info!(
             transactional_id = id,
-            producer_id = r.producer_id,
-            epoch = r.epoch,
-            "aborting a transaction open past its timeout"
+            producer_id = pid,
+            epoch,
+            expired,
+            "aborting an open transaction"
         );
         self.begin_end(id, &mut r, version, false, true, now_ms).await?;
         Ok(true)
