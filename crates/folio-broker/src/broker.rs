@@ -197,6 +197,37 @@ impl Broker {
             - self.inner.answer_budget.available_permits()
     }
 
+    /// The transactions open on the partitions served here: how many, how long the oldest
+    /// has been open (seconds, since this owner saw it), and each partition's LSO lag (its
+    /// end less its last stable offset: what read_committed consumers wait for) where
+    /// one is open.
+    fn render_txn_gauges(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let now = self.inner.env.now_ms();
+        let (mut open, mut oldest, mut lags) = (0, None::<u64>, Vec::new());
+        for part in self.inner.open_partition_states() {
+            let t = part.txns.lock().expect("txns lock");
+            if t.open_count() == 0 {
+                continue;
+            }
+            open += t.open_count();
+            if let Some(o) = t.oldest_open_ms() {
+                oldest = Some(oldest.map_or(o, |x| x.min(o)));
+            }
+            let end = part.log.status().end_offset as i64;
+            lags.push((part.log.name().to_string(), end - t.last_stable_offset(end)));
+        }
+        let age = oldest.map_or(0, |o| now.saturating_sub(o) / 1000);
+        let _ = writeln!(
+            out,
+            "# HELP folio_kafka_txn_open Transactions open on the partitions served here.\n# TYPE folio_kafka_txn_open gauge\nfolio_kafka_txn_open {open}\n# HELP folio_kafka_txn_oldest_open_seconds How long the oldest transaction open on a partition served here has been open (since this owner saw it).\n# TYPE folio_kafka_txn_oldest_open_seconds gauge\nfolio_kafka_txn_oldest_open_seconds {age}"
+        );
+        out.push_str("# HELP folio_kafka_lso_lag Offsets between a partition's end and its last stable offset, where a transaction is open.\n# TYPE folio_kafka_lso_lag gauge\n");
+        for (log, lag) in lags {
+            let _ = writeln!(out, "folio_kafka_lso_lag{{log=\"{}\"}} {lag}", label_value(&log));
+        }
+    }
+
     /// Every metric in Prometheus text: requests, bytes, latencies, topics, and the groups
     /// this broker coordinates (state, members, rebalances, lag per partition).
     pub fn render_metrics(&self) -> String {
@@ -235,6 +266,7 @@ impl Broker {
             "# HELP folio_ledger_adds_stalled_total Ledger adds of this process reported as stalled: not confirmed within add_stall_after (each logged with its bookies).\n# TYPE folio_ledger_adds_stalled_total counter\nfolio_ledger_adds_stalled_total {}",
             folio_client::adds_stalled_total()
         );
+        self.render_txn_gauges(&mut out);
         out.push_str("# HELP folio_kafka_group_members Members of a group this broker coordinates.\n# TYPE folio_kafka_group_members gauge\n");
         let groups = self.inner.groups.snapshot();
         // Group ids are any string a client sends: escaped, they cannot forge samples.

@@ -70,11 +70,11 @@ impl Partition {
 
     /// A batch is being queued: a transactional one opens its producer's transaction here
     /// (at the log's end as it is now, until it lands).
-    pub fn transactional_queued(&self, b: &crate::domain::batch::BatchInfo) {
+    pub fn transactional_queued(&self, b: &crate::domain::batch::BatchInfo, now_ms: u64) {
         if b.is_transactional() {
             let end = self.log.status().end_offset as i64;
             let mut txns = self.txns.lock().expect("txns lock");
-            txns.batch_queued(b.producer_id, b.producer_epoch, end);
+            txns.batch_queued(b.producer_id, b.producer_epoch, end, now_ms);
         }
     }
 
@@ -603,7 +603,7 @@ async fn rebuild_producers(
             false,
         ),
     };
-    let mut txns = restore_txns(env, log, snapshot_upto).await?;
+    let mut txns = restore_txns(env, log, snapshot_upto, now_ms as u64).await?;
     let mut offset = from;
     while offset < status.end_offset {
         let entries = log.read(offset, 8 << 20, 4096).await?;
@@ -617,7 +617,8 @@ async fn rebuild_producers(
                         let control = crate::domain::txn::marker::kind(&e.payload, &info);
                         if control.is_some() || !info.is_control() {
                             let (pid, epoch) = (info.producer_id, info.producer_epoch);
-                            txns.restore(pid, epoch, e.base_offset as i64, control);
+                            let now = now_ms as u64;
+                            txns.restore((pid, epoch), e.base_offset as i64, control, now);
                         }
                     }
                 }
@@ -647,11 +648,12 @@ async fn restore_txns(
     env: &LogEnv,
     log: &ManagedLog,
     from: Option<u64>,
+    now_ms: u64,
 ) -> Result<PartitionTxns, folio_log::LogError> {
     let Some(from) = from else { return Ok(PartitionTxns::default()) };
     let key = env.keys.log_state(log.name(), "transactions");
     let Some(v) = env.meta.get(&key).await? else { return Ok(PartitionTxns::default()) };
-    match PartitionTxns::from_snapshot(&v.value) {
+    match PartitionTxns::from_snapshot(&v.value, now_ms) {
         Ok((t, upto)) if upto == from => Ok(t),
         Ok((_, upto)) => {
             tracing::warn!(

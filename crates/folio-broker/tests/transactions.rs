@@ -138,10 +138,14 @@ async fn the_coordinator_fences_late_requests_and_partitions_keep_the_aborted_in
     let r: ProduceResponse = c.call(ApiKey::Produce, 9, &txn_produce(topic, b(0))).await;
     assert_eq!(produced(&r), (errors::NONE, 1));
     assert_eq!(lso(&mut c, topic).await, 1, "an open transaction holds the LSO");
+    let m = s.broker.render_metrics();
+    assert!(m.contains("folio_kafka_txn_open 1\n"), "{m}");
+    assert!(m.lines().any(|l| l.starts_with("folio_kafka_lso_lag{") && l.ends_with(" 2")), "{m}");
     assert_eq!(end_txn(&mut c, 3, (pid, epoch), true).await, errors::NONE);
     let (pid, epoch2) = init_settled(&mut c).await;
     assert_eq!(epoch2, 1, "the commit's markers are written before the next epoch");
     assert_eq!(lso(&mut c, topic).await, 4);
+    assert!(s.broker.render_metrics().contains("folio_kafka_txn_open 0\n"));
 
     // An open transaction (offsets 4-5) fenced by the next InitProducerId: aborted at
     // epoch 2 (marker at 6), and the fenced producer's late requests are refused.

@@ -309,7 +309,7 @@ async fn enqueue_partition(
         } else {
             None
         };
-        partition.transactional_queued(info);
+        partition.transactional_queued(info, inner.env.now_ms());
         let queued = if log_append_time >= 0 {
             let mut owned = b.to_vec();
             batch::set_log_append_time(&mut owned, log_append_time);

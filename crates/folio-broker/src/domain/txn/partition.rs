@@ -37,6 +37,8 @@ pub struct AbortedTxn {
 struct Open {
     first_offset: i64,
     epoch: i16,
+    /// When this owner saw it open (clock ms): its first batch, or the rebuild.
+    opened_ms: u64,
     /// `first_offset` is the log's end when the first batch was queued, not its own offset.
     provisional: bool,
 }
@@ -78,13 +80,10 @@ impl PartitionTxns {
 
     /// A transactional batch of `producer_id` was queued while the log ended at `end`:
     /// its transaction is open from there on (if it was not open already).
-    pub fn batch_queued(&mut self, producer_id: i64, epoch: i16, end: i64) {
+    pub fn batch_queued(&mut self, producer_id: i64, epoch: i16, end: i64, now_ms: u64) {
         self.changes += 1;
-        self.open.entry(producer_id).or_insert(Open {
-            first_offset: end,
-            epoch,
-            provisional: true,
-        });
+        let open = Open { first_offset: end, epoch, opened_ms: now_ms, provisional: true };
+        self.open.entry(producer_id).or_insert(open);
     }
 
     /// The batch `batch_queued` saw landed at `offset`: a provisional start moves up to it.
@@ -151,10 +150,10 @@ impl PartitionTxns {
     /// `control` is the marker's kind when it is a control batch.
     pub fn restore(
         &mut self,
-        producer_id: i64,
-        epoch: i16,
+        (producer_id, epoch): (i64, i16),
         base_offset: i64,
         control: Option<bool>,
+        now_ms: u64,
     ) {
         match control {
             Some(commit) => {
@@ -167,6 +166,7 @@ impl PartitionTxns {
                 self.open.entry(producer_id).or_insert(Open {
                     first_offset: base_offset,
                     epoch,
+                    opened_ms: now_ms,
                     provisional: false,
                 });
             }
@@ -201,6 +201,11 @@ impl PartitionTxns {
     /// Transactions open on the partition.
     pub fn open_count(&self) -> usize {
         self.open.len()
+    }
+
+    /// When the oldest open transaction was seen open here (clock ms), if one is.
+    pub fn oldest_open_ms(&self) -> Option<u64> {
+        self.open.values().map(|o| o.opened_ms).min()
     }
 
     /// How many changes the state has seen.
@@ -266,11 +271,12 @@ impl PartitionTxns {
 
     /// The state from its snapshot, and the offset to replay from. A damaged one is an
     /// error (the caller then has no transaction state before the replay).
-    pub fn from_snapshot(b: &[u8]) -> Result<(PartitionTxns, u64), DamagedSnapshot> {
-        Self::decode_snapshot(b).map_err(DamagedSnapshot)
+    /// `now_ms`: when the open transactions count as seen open.
+    pub fn from_snapshot(b: &[u8], now_ms: u64) -> Result<(PartitionTxns, u64), DamagedSnapshot> {
+        Self::decode_snapshot(b, now_ms).map_err(DamagedSnapshot)
     }
 
-    fn decode_snapshot(b: &[u8]) -> Result<(PartitionTxns, u64), String> {
+    fn decode_snapshot(b: &[u8], now_ms: u64) -> Result<(PartitionTxns, u64), String> {
         let body_len = b.len().checked_sub(4).ok_or("a snapshot shorter than its checksum")?;
         let (body, crc) = b.split_at(body_len);
         if crc32c::crc32c(body) != u32::from_be_bytes(crc.try_into().expect("4 bytes")) {
@@ -299,7 +305,7 @@ impl PartitionTxns {
             let id = i64::from_be_bytes(take(8)?.try_into().expect("8"));
             let epoch = i16::from_be_bytes(take(2)?.try_into().expect("2"));
             let first_offset = i64::from_be_bytes(take(8)?.try_into().expect("8"));
-            t.open.insert(id, Open { first_offset, epoch, provisional: false });
+            t.open.insert(id, Open { first_offset, epoch, opened_ms: now_ms, provisional: false });
         }
         let n = u32::from_be_bytes(take(4)?.try_into().expect("4")) as usize;
         if n > ABORTED_TXNS_MAX {
@@ -339,11 +345,12 @@ mod tests {
     fn the_last_stable_offset_waits_for_markers_and_aborts_are_kept() {
         let mut t = PartitionTxns::default();
         assert_eq!(t.last_stable_offset(10), 10);
-        t.batch_queued(7, 0, 10);
+        t.batch_queued(7, 0, 10, 5);
         assert_eq!(t.last_stable_offset(12), 10);
         t.batch_landed(7, 11);
         assert_eq!(t.last_stable_offset(12), 11);
-        t.batch_queued(8, 3, 12);
+        t.batch_queued(8, 3, 12, 6);
+        assert_eq!(t.oldest_open_ms(), Some(5));
         t.batch_landed(8, 12);
         t.marker(7, 0, false, 14).unwrap();
         assert_eq!(t.last_stable_offset(15), 12);
@@ -365,23 +372,23 @@ mod tests {
     #[test]
     fn snapshots_and_replay_rebuild_the_same_state() {
         let mut t = PartitionTxns::default();
-        t.restore(1, 0, 0, None);
-        t.restore(1, 0, 2, Some(false));
-        t.restore(2, 5, 3, None);
+        t.restore((1, 0), 0, None, 0);
+        t.restore((1, 0), 2, Some(false), 0);
+        t.restore((2, 5), 3, None, 0);
         let snap = t.snapshot(4);
-        let (mut back, upto) = PartitionTxns::from_snapshot(&snap).unwrap();
+        let (mut back, upto) = PartitionTxns::from_snapshot(&snap, 0).unwrap();
         assert_eq!(upto, 4);
-        back.restore(2, 5, 4, None);
-        back.restore(2, 5, 6, Some(true));
-        t.restore(2, 5, 6, Some(true));
+        back.restore((2, 5), 4, None, 0);
+        back.restore((2, 5), 6, Some(true), 0);
+        t.restore((2, 5), 6, Some(true), 0);
         assert_eq!(back.last_stable_offset(7), t.last_stable_offset(7));
         assert_eq!(back.aborted_between(0, 7), t.aborted_between(0, 7));
         assert!(!back.admits(2, 4));
         for cut in 0..snap.len() {
-            assert!(PartitionTxns::from_snapshot(&snap[..cut]).is_err(), "cut at {cut}");
+            assert!(PartitionTxns::from_snapshot(&snap[..cut], 0).is_err(), "cut at {cut}");
         }
         let mut flipped = snap.clone();
         flipped[9] ^= 1;
-        assert!(PartitionTxns::from_snapshot(&flipped).is_err());
+        assert!(PartitionTxns::from_snapshot(&flipped, 0).is_err());
     }
 }
