@@ -47,12 +47,16 @@ pub(crate) struct Partition {
 }
 
 impl Partition {
-    /// Checks an idempotent batch against its producer's state and registers it.
+    /// Checks an idempotent batch against its producer's state and registers it; a
+    /// transactional batch of an epoch a marker fenced is refused (`fenced`).
     pub fn check_batch(
         &self,
         b: &crate::domain::batch::BatchInfo,
         now_ms: i64,
     ) -> crate::domain::producers::Check {
+        if let Some(e) = self.fenced(b) {
+            return crate::domain::producers::Check::Refuse(e);
+        }
         self.producers.lock().expect("producers lock").check(b, now_ms)
     }
 

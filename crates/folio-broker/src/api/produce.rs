@@ -249,30 +249,19 @@ async fn enqueue_partition(
     p: PartitionProduceData,
     open_failed: Option<folio_log::LogError>,
 ) -> Part {
-    if p.index < 0 || p.index >= topic.record.partitions as i32 {
-        let e = BrokerError::UnknownPartition {
-            topic: topic.name.clone(),
-            partition: p.index,
-            partitions: topic.record.partitions,
-        };
-        return failed(p.index, &e);
-    }
     let records = p.records.unwrap_or_default();
-    let transactional = transactional_id.is_some();
-    let batches = match to_append(&records, (version, transactional), config, inner) {
+    let opened = prepare(
+        inner,
+        (version, transactional_id),
+        topic,
+        config,
+        (&records, p.index),
+        open_failed,
+    );
+    let (batches, partition) = match opened.await {
         Ok(b) => b,
         Err(e) => return failed(p.index, &e),
     };
-    let partition = match partition_of(inner, topic, p.index, open_failed).await {
-        Ok(l) => l,
-        Err(e) => return failed(p.index, &BrokerError::Log(e)),
-    };
-    if let Some(id) = transactional_id
-        && let Err(e) =
-            verify(inner, (id, version), &partition, &batches, (&topic.name, p.index)).await
-    {
-        return failed(p.index, &e);
-    }
     let log = partition.log.clone();
     let log_append_time = match config.timestamp_type {
         TimestampType::LogAppendTime => inner.now_ms(),
@@ -289,10 +278,6 @@ async fn enqueue_partition(
         // Idempotent producers: a retry is answered with the original's outcome,
         // a gap or an old epoch is refused.
         let publish = if info.is_idempotent() {
-            if let Some(e) = partition.fenced(info) {
-                error = Some(e);
-                break;
-            }
             match partition.check_batch(info, inner.now_ms()) {
                 Check::Append(tx) => Some(tx),
                 Check::Duplicate(rx) => {
@@ -349,6 +334,33 @@ async fn enqueue_partition(
         metrics: metrics.clone(),
         queued: Instant::now(),
     }
+}
+
+/// A partition that exists, its batches checked (`to_append`), the partition opened here
+/// (unless that failed already: `open_failed`), and a transaction's first batch verified
+/// (`verify`).
+async fn prepare(
+    inner: &Inner,
+    (version, transactional_id): (i16, Option<&str>),
+    topic: &crate::domain::topics::Topic,
+    config: &crate::domain::topics::TopicConfig,
+    (records, index): (&Bytes, i32),
+    open_failed: Option<folio_log::LogError>,
+) -> Result<(Vec<(batch::BatchInfo, Bytes)>, Arc<crate::state::Partition>), BrokerError> {
+    if index < 0 || index >= topic.record.partitions as i32 {
+        return Err(BrokerError::UnknownPartition {
+            topic: topic.name.clone(),
+            partition: index,
+            partitions: topic.record.partitions,
+        });
+    }
+    let batches = to_append(records, (version, transactional_id.is_some()), config, inner)?;
+    let partition =
+        partition_of(inner, topic, index, open_failed).await.map_err(BrokerError::Log)?;
+    if let Some(id) = transactional_id {
+        verify(inner, (id, version), &partition, &batches, (&topic.name, index)).await?;
+    }
+    Ok((batches, partition))
 }
 
 /// Kafka's transaction verification (3.6+): the first transactional batch of each of a
