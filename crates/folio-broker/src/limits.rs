@@ -333,6 +333,10 @@ const _: () = assert!(
 /// producer and group before COORDINATOR_NOT_AVAILABLE (the client retries).
 pub const TXN_STAGE_ATTEMPTS_MAX: usize = 8;
 
+/// How long a Produce v12 waits for its transaction's previous end before the partition
+/// gets CONCURRENT_TRANSACTIONS (Kafka's `add.partitions.to.txn.max.timeout.ms`).
+pub const TXN_IMPLICIT_ADD_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The longest transactional id (bytes), as a group id.
 pub const TRANSACTIONAL_ID_BYTES_MAX: usize = GROUP_ID_BYTES_MAX;
 

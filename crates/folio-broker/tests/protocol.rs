@@ -52,9 +52,9 @@ async fn versions_not_advertised_get_unsupported_version_on_an_open_connection()
     let s = start(1, |_| {}).await;
     let mut c = Conn::open(s.broker.addr()).await;
     let _: MetadataResponse = c.call(ApiKey::Metadata, 12, &metadata_req(&["t"])).await;
-    // Produce v12 decodes but is above what is advertised (11).
+    // Produce v13 (topic ids) decodes but is above what is advertised (12).
     let r: ProduceResponse =
-        c.call(ApiKey::Produce, 12, &produce_req("t", 0, batch(1, 1), -1)).await;
+        c.call(ApiKey::Produce, 13, &produce_req("t", 0, batch(1, 1), -1)).await;
     assert_eq!(produced(&r).0, errors::UNSUPPORTED_VERSION);
     let r: MetadataResponse = c.call(ApiKey::Metadata, 13, &metadata_req(&["t"])).await;
     assert_eq!(r.topics[0].error_code, errors::UNSUPPORTED_VERSION);

@@ -204,3 +204,113 @@ async fn the_coordinator_fences_late_requests_and_partitions_keep_the_aborted_in
     let r: ListTransactionsResponse = c.call(ApiKey::ListTransactions, 1, &req).await;
     assert!(r.transaction_states.is_empty());
 }
+
+async fn end_txn_v5(c: &mut Conn, (pid, epoch): (i64, i16), commit: bool) -> (i16, i64, i16) {
+    let req = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(StrBytes::from_static_str("tv2")))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_committed(commit);
+    let r: EndTxnResponse = c.call(ApiKey::EndTxn, 5, &req).await;
+    (r.error_code, r.producer_id.0, r.producer_epoch)
+}
+
+/// Until `f` answers `Some`, within 30 s.
+async fn until<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if let Some(t) = f().await {
+            return t;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what} within 30 s");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// #49 item 1: transaction version 2 (KIP-890), as Kafka 4 clients speak it. ApiVersions
+/// finalizes `transaction.version` 2; Produce v12 adds its partition and TxnOffsetCommit v5
+/// its group without AddPartitionsToTxn or AddOffsetsToTxn; every EndTxn v5 bumps the epoch
+/// and answers the next one, so a late batch of the ended transaction is refused
+/// (INVALID_PRODUCER_EPOCH) instead of joining the next, a retried EndTxn is answered as
+/// done, a mismatched late one gets INVALID_TXN_STATE and an older one PRODUCER_FENCED;
+/// the transactional offsets land with the commit.
+#[tokio::test]
+async fn transaction_version_2_bumps_the_epoch_per_transaction_and_fences_late_requests() {
+    let s = start(1, |_| {}).await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    let topic = "wire-tv2";
+    let meta: MetadataResponse = c.call(ApiKey::Metadata, 12, &metadata_req(&[topic])).await;
+    let topic_id = meta.topics[0].topic_id;
+    let v: ApiVersionsResponse =
+        c.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()).await;
+    let tv = v.finalized_features.iter().find(|f| f.name.as_str() == "transaction.version");
+    assert_eq!(tv.map(|f| f.max_version_level), Some(2), "{v:?}");
+
+    let tid = TransactionalId(StrBytes::from_static_str("tv2"));
+    let req = InitProducerIdRequest::default()
+        .with_transactional_id(Some(tid.clone()))
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    let r: InitProducerIdResponse = c.call(ApiKey::InitProducerId, 5, &req).await;
+    let (pid, e0) = (r.producer_id.0, r.producer_epoch);
+    assert_eq!((r.error_code, e0), (errors::NONE, 0));
+    let produce = |epoch, seq| {
+        produce_req(topic, 0, transactional(batch(2, 1), pid, epoch, seq), -1)
+            .with_transactional_id(Some(tid.clone()))
+    };
+
+    // Transaction 1 (epoch 0): the partition joins implicitly; the commit bumps to 1.
+    let r: ProduceResponse = c.call(ApiKey::Produce, 12, &produce(e0, 0)).await;
+    assert_eq!(produced(&r), (errors::NONE, 0));
+    assert_eq!(lso(&mut c, topic).await, 0);
+    assert_eq!(end_txn_v5(&mut c, (pid, e0), true).await, (errors::NONE, pid, 1));
+    until("the commit's marker", async || (lso(&mut c, topic).await == 3).then_some(())).await;
+    // A late batch of transaction 1 does not join transaction 2: its epoch is fenced.
+    let r: ProduceResponse = c.call(ApiKey::Produce, 12, &produce(e0, 2)).await;
+    assert_eq!(produced(&r).0, errors::INVALID_PRODUCER_EPOCH);
+    // A retried EndTxn of transaction 1 is answered as done, with the current epoch.
+    assert_eq!(end_txn_v5(&mut c, (pid, e0), true).await, (errors::NONE, pid, 1));
+
+    // Transaction 2 (epoch 1) with offsets for a group it never named in AddOffsetsToTxn,
+    // aborted: bumps to 2; transaction 3 (epoch 2) commits offsets: bumps to 3.
+    let r: ProduceResponse = c.call(ApiKey::Produce, 12, &produce(1, 0)).await;
+    assert_eq!(produced(&r), (errors::NONE, 3));
+    assert_eq!(end_txn_v5(&mut c, (pid, 1), false).await, (errors::NONE, pid, 2));
+    assert_eq!(end_txn_v5(&mut c, (pid, 1), true).await.0, errors::INVALID_TXN_STATE);
+    assert_eq!(end_txn_v5(&mut c, (pid, e0), false).await.0, errors::PRODUCER_FENCED);
+    let commit = TxnOffsetCommitRequest::default()
+        .with_transactional_id(tid.clone())
+        .with_group_id(GroupId(StrBytes::from_static_str("tv2-group")))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(2)
+        .with_generation_id(-1)
+        .with_topics(vec![
+            txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str(topic)))
+                .with_partitions(vec![
+                    txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(5),
+                ]),
+        ]);
+    let answer = until("the abort's markers", async || {
+        let r: TxnOffsetCommitResponse = c.call(ApiKey::TxnOffsetCommit, 5, &commit).await;
+        let code = r.topics[0].partitions[0].error_code;
+        (code != errors::CONCURRENT_TRANSACTIONS).then_some(code)
+    })
+    .await;
+    assert_eq!(answer, errors::NONE);
+    assert_eq!(end_txn_v5(&mut c, (pid, 2), true).await, (errors::NONE, pid, 3));
+    let fetch = OffsetFetchRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("tv2-group")))
+        .with_topics(None);
+    let offset = until("the transactional offset", async || {
+        let r: OffsetFetchResponse = c.call(ApiKey::OffsetFetch, 6, &fetch).await;
+        r.topics.first().map(|t| t.partitions[0].committed_offset).filter(|o| *o == 5)
+    })
+    .await;
+    assert_eq!(offset, 5);
+    let (_, aborted, last_stable) = fetch_committed(&mut c, topic, topic_id).await;
+    assert_eq!((aborted, last_stable), (vec![(pid, 3)], 6));
+}

@@ -34,6 +34,9 @@ pub(crate) fn answer(
             })
             .collect(),
     );
+    if version >= 3 {
+        resp = with_features(resp);
+    }
     let answer_version = if !(0..=VERSION_MAX).contains(&version) {
         resp.error_code = errors::UNSUPPORTED_VERSION;
         0
@@ -51,3 +54,31 @@ pub(crate) fn answer(
     inner.metrics.request(ApiKey::ApiVersions, resp.error_code);
     encode_response(ApiKey::ApiVersions, answer_version, correlation, &resp).map(Some)
 }
+
+/// The features a v3+ answer names (KIP-584): `transaction.version` 2 finalized, so Kafka 4
+/// clients use transactions version 2 (KIP-890: an epoch bump per transaction, partitions
+/// and groups added implicitly by Produce v12 and TxnOffsetCommit v5).
+fn with_features(resp: ApiVersionsResponse) -> ApiVersionsResponse {
+    use kafka_protocol::messages::api_versions_response::{
+        FinalizedFeatureKey, SupportedFeatureKey,
+    };
+    let name = crate::api::str_bytes(TRANSACTION_VERSION_FEATURE);
+    resp.with_supported_features(vec![
+        SupportedFeatureKey::default()
+            .with_name(name.clone())
+            .with_min_version(0)
+            .with_max_version(TRANSACTION_VERSION),
+    ])
+    .with_finalized_features_epoch(1)
+    .with_finalized_features(vec![
+        FinalizedFeatureKey::default()
+            .with_name(name)
+            .with_min_version_level(TRANSACTION_VERSION)
+            .with_max_version_level(TRANSACTION_VERSION),
+    ])
+}
+
+/// The feature clients read to choose their transaction protocol.
+pub const TRANSACTION_VERSION_FEATURE: &str = "transaction.version";
+/// The transaction version this broker runs (2: KIP-890); version-1 clients are served too.
+pub const TRANSACTION_VERSION: i16 = 2;

@@ -383,6 +383,12 @@ async fn verify(
         {
             continue;
         }
+        if version >= 12 {
+            // Transaction version 2: the partition joins the transaction here.
+            let who = (info.producer_id, info.producer_epoch);
+            implicit_add(inner, id, who, (topic, index)).await?;
+            continue;
+        }
         let record = inner.txns.load(id).await.map_err(BrokerError::Meta)?;
         let ok = record.is_some_and(|(r, _)| {
             r.state == crate::domain::txn::TxnState::Ongoing
@@ -400,6 +406,35 @@ async fn verify(
         }
     }
     Ok(())
+}
+
+/// Produce v12 (transaction version 2): adds the partition to `id`'s transaction at the
+/// producer's id and epoch (opening it), retrying a transaction still ending for up to
+/// `TXN_IMPLICIT_ADD_WAIT` as Kafka's `add.partitions.to.txn.max.timeout.ms`.
+async fn implicit_add(
+    inner: &Inner,
+    id: &str,
+    who: (i64, i16),
+    (topic, index): (&str, i32),
+) -> Result<(), BrokerError> {
+    let deadline = tokio::time::Instant::now() + crate::limits::TXN_IMPLICIT_ADD_WAIT;
+    let added = [(topic.to_string(), index)];
+    loop {
+        let r = match inner.txns.add(id, who, (&added, &[]), inner.env.now_ms(), true).await {
+            Ok(()) => return Ok(()),
+            Err(r) => r,
+        };
+        if r.code != errors::CONCURRENT_TRANSACTIONS || tokio::time::Instant::now() >= deadline {
+            // A fenced epoch is a late batch of an ended transaction: Kafka's answer.
+            let code = if r.code == errors::PRODUCER_FENCED {
+                errors::INVALID_PRODUCER_EPOCH
+            } else {
+                r.code
+            };
+            return Err(BrokerError::Transaction(code, r.why));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 /// Publishes an idempotent batch's outcome when its append `a` settles, whoever waits for
@@ -675,22 +710,6 @@ fn partition_codes(resp: &ProduceResponse) -> impl Iterator<Item = i16> + '_ {
     resp.responses.iter().flat_map(|t| t.partition_responses.iter().map(|p| p.error_code))
 }
 
-/// A producer id unique in the cluster, from the metadata store's id sequence `producer`.
-async fn new_producer_id(inner: &Inner) -> Result<i64, crate::domain::txn::Refusal> {
-    use crate::domain::txn::Refusal;
-    let key = inner.env.keys.id_sequence("producer");
-    match inner.env.meta.next_id(&key).await {
-        Ok(id) if id <= i64::MAX as u64 => Ok(id as i64),
-        Ok(_) => {
-            Err(Refusal { code: errors::KAFKA_STORAGE_ERROR, why: "producer ids spent".into() })
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "allocating a producer id failed");
-            Err(Refusal { code: errors::COORDINATOR_NOT_AVAILABLE, why: e.to_string() })
-        }
-    }
-}
-
 /// InitProducerId with a transactional id, at its coordinator (`domain::txn`): the id's
 /// producer id and its next epoch, an open transaction aborted first.
 async fn init_transactional(
@@ -705,7 +724,7 @@ async fn init_transactional(
     }
     let expected = if version >= 3 { (req.producer_id.0, req.producer_epoch) } else { (-1, -1) };
     let now = inner.env.now_ms();
-    let new_id = async || new_producer_id(inner).await;
+    let new_id = async || super::transactions::new_producer_id(inner).await;
     match inner.txns.init_producer(id, req.transaction_timeout_ms, expected, now, new_id).await {
         Ok((pid, epoch)) => InitProducerIdResponse::default()
             .with_producer_id(ProducerId(pid))
@@ -755,7 +774,7 @@ impl crate::api::Handler for InitProducerId {
                 "InitProducerId names an id: a new one is issued (no transactional id)"
             );
         }
-        match new_producer_id(&inner).await {
+        match super::transactions::new_producer_id(&inner).await {
             Ok(id) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(0),
             Err(r) => resp.with_error_code(r.code),
         }

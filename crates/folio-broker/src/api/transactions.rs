@@ -30,6 +30,22 @@ pub(crate) fn txn_elsewhere(inner: &Inner, id: &str) -> Option<i16> {
     (!inner.membership.owns(&txn_key(id))).then_some(errors::NOT_COORDINATOR)
 }
 
+/// A producer id unique in the cluster, from the metadata store's id sequence `producer`.
+pub(super) async fn new_producer_id(inner: &Inner) -> Result<i64, crate::domain::txn::Refusal> {
+    use crate::domain::txn::Refusal;
+    let key = inner.env.keys.id_sequence("producer");
+    match inner.env.meta.next_id(&key).await {
+        Ok(id) if id <= i64::MAX as u64 => Ok(id as i64),
+        Ok(_) => {
+            Err(Refusal { code: errors::KAFKA_STORAGE_ERROR, why: "producer ids spent".into() })
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "allocating a producer id failed");
+            Err(Refusal { code: errors::COORDINATOR_NOT_AVAILABLE, why: e.to_string() })
+        }
+    }
+}
+
 /// TRANSACTIONAL_ID_AUTHORIZATION_FAILED unless the principal may write `id`.
 fn txn_denied(inner: &Inner, id: &str) -> Option<i16> {
     super::all_denied(
@@ -84,7 +100,8 @@ impl Handler for AddPartitionsToTxn {
                 errors::UNKNOWN_TOPIC_OR_PARTITION
             } else {
                 let who = (req.v3_and_below_producer_id.0, req.v3_and_below_producer_epoch);
-                match inner.txns.add(&id, who, &partitions, &[], inner.env.now_ms()).await {
+                let added = (&partitions[..], &[][..]);
+                match inner.txns.add(&id, who, added, inner.env.now_ms(), false).await {
                     Ok(()) => errors::NONE,
                     Err(r) => {
                         log_refusal("AddPartitionsToTxn", &id, &r);
@@ -149,7 +166,8 @@ impl Handler for AddOffsetsToTxn {
             return AddOffsetsToTxnResponse::default().with_error_code(errors::INVALID_GROUP_ID);
         }
         let who = (req.producer_id.0, req.producer_epoch);
-        let code = match inner.txns.add(id, who, &[], &[group], inner.env.now_ms()).await {
+        let added = (&[][..], &[group][..]);
+        let code = match inner.txns.add(id, who, added, inner.env.now_ms(), false).await {
             Ok(()) => errors::NONE,
             Err(r) => {
                 log_refusal("AddOffsetsToTxn", id, &r);
@@ -181,23 +199,29 @@ impl Handler for EndTxn {
             return EndTxnResponse::default().with_error_code(code);
         }
         let who = (req.producer_id.0, req.producer_epoch);
-        let code = match inner.txns.end(id, who, req.committed, inner.env.now_ms()).await {
-            Ok(()) => {
+        let kind = (req.committed, version >= 5);
+        let new_id = async || new_producer_id(&inner).await;
+        match inner.txns.end(id, who, kind, inner.env.now_ms(), new_id).await {
+            Ok((pid, epoch)) => {
                 inner.txns_ending.notify_one();
-                errors::NONE
-            }
-            // Kafka answers clients before EndTxn v2 (no PRODUCER_FENCED yet) with
-            // INVALID_PRODUCER_EPOCH.
-            Err(r) if r.code == errors::PRODUCER_FENCED && version < 2 => {
-                log_refusal("EndTxn", id, &r);
-                errors::INVALID_PRODUCER_EPOCH
+                let resp = EndTxnResponse::default();
+                if version >= 5 {
+                    return resp.with_producer_id(ProducerId(pid)).with_producer_epoch(epoch);
+                }
+                resp
             }
             Err(r) => {
                 log_refusal("EndTxn", id, &r);
-                r.code
+                // Kafka answers clients before EndTxn v2 (no PRODUCER_FENCED yet) with
+                // INVALID_PRODUCER_EPOCH.
+                let code = if r.code == errors::PRODUCER_FENCED && version < 2 {
+                    errors::INVALID_PRODUCER_EPOCH
+                } else {
+                    r.code
+                };
+                EndTxnResponse::default().with_error_code(code)
             }
-        };
-        EndTxnResponse::default().with_error_code(code)
+        }
     }
 
     error_answer_of!(top);
@@ -229,8 +253,17 @@ impl Handler for TxnOffsetCommit {
         {
             return Self::error(version, &req, errors::TOPIC_AUTHORIZATION_FAILED);
         }
-        // The transaction must hold the group (AddOffsetsToTxn came first) at this epoch.
+        // The transaction must hold the group (AddOffsetsToTxn came first) at this epoch;
+        // from v5 (transaction version 2) the commit adds it itself.
         let id = req.transactional_id.as_str();
+        if version >= 5 {
+            let (who, added) =
+                ((req.producer_id.0, req.producer_epoch), (&[][..], &[group.to_string()][..]));
+            if let Err(r) = inner.txns.add(id, who, added, inner.env.now_ms(), true).await {
+                log_refusal("TxnOffsetCommit", id, &r);
+                return Self::error(version, &req, r.code);
+            }
+        }
         let code = match inner.txns.load(id).await {
             Ok(Some((r, _))) if r.producer_id != req.producer_id.0 => {
                 errors::INVALID_PRODUCER_ID_MAPPING

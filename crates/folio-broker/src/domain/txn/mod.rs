@@ -95,6 +95,20 @@ fn check_producer(r: &TxnRecord, producer_id: i64, epoch: i16) -> Result<(), Ref
     Ok(())
 }
 
+/// Prepare* → Complete*; under TV2 with the epoch spent, the next producer id takes over
+/// at epoch 0.
+fn complete(r: &mut TxnRecord) {
+    debug_assert!(r.state.is_prepare(), "completing a transaction in {}", r.state.name());
+    r.state = if r.state == TxnState::PrepareCommit {
+        TxnState::CompleteCommit
+    } else {
+        TxnState::CompleteAbort
+    };
+    if r.next_producer_id >= 0 {
+        (r.producer_id, r.epoch, r.next_producer_id) = (r.next_producer_id, 0, -1);
+    }
+}
+
 impl TxnCoordinator {
     /// A coordinator over the records in `meta` under `keys`.
     pub fn new(meta: Arc<dyn MetadataStore>, keys: Keys) -> TxnCoordinator {
@@ -192,6 +206,8 @@ impl TxnCoordinator {
                 coordinator_epoch: 0,
                 partitions: Vec::new(),
                 groups: Vec::new(),
+                tv2: false,
+                next_producer_id: -1,
             };
             self.save(id, &r, None, None).await?;
             return Ok((pid, 0));
@@ -234,14 +250,15 @@ impl TxnCoordinator {
     }
 
     /// AddPartitionsToTxn and AddOffsetsToTxn: `partitions` and `groups` join `id`'s
-    /// transaction (opened by the first).
+    /// transaction (opened by the first). `tv2`: an implicit add of transaction version 2
+    /// (Produce v12, TxnOffsetCommit v5): a transaction it opens ends with an epoch bump.
     pub async fn add(
         &self,
         id: &str,
         (producer_id, epoch): (i64, i16),
-        partitions: &[(String, i32)],
-        groups: &[String],
+        (partitions, groups): (&[(String, i32)], &[String]),
         now_ms: u64,
+        tv2: bool,
     ) -> Result<(), Refusal> {
         let _one = self.lock(id).await;
         let Some((mut r, version)) = self.load(id).await? else {
@@ -257,6 +274,7 @@ impl TxnCoordinator {
             r.started_ms = now_ms;
             r.partitions.clear();
             r.groups.clear();
+            r.tv2 = tv2;
         }
         let before = (r.partitions.len(), r.groups.len());
         for p in partitions {
@@ -286,27 +304,60 @@ impl TxnCoordinator {
     }
 
     /// EndTxn: `id`'s transaction commits or aborts. Answered once Prepare* is durable; its
-    /// markers follow (the broker's `transactions.rs`). A retry of an end already done is answered
-    /// as it was; one still being written gets CONCURRENT_TRANSACTIONS.
+    /// markers follow (the broker's `transactions.rs`). A retry of an end already done is
+    /// answered as it was; one still being written gets CONCURRENT_TRANSACTIONS. `tv2`
+    /// (EndTxn v5, KIP-890): the end bumps the epoch (its markers carry the new one, so
+    /// the ended transaction's late batches are fenced), a retry is told by its epoch
+    /// being one behind, and an abort with nothing open is a bump too; `new_id` issues the
+    /// next producer id when the epoch is spent. Returns the producer id and epoch of the
+    /// next transaction.
     pub async fn end(
         &self,
         id: &str,
         (producer_id, epoch): (i64, i16),
-        commit: bool,
+        (commit, tv2): (bool, bool),
         now_ms: u64,
-    ) -> Result<(), Refusal> {
+        new_id: impl AsyncFnOnce() -> Result<i64, Refusal>,
+    ) -> Result<(i64, i16), Refusal> {
         let _one = self.lock(id).await;
         let Some((mut r, version)) = self.load(id).await? else {
             return Err(refuse(errors::INVALID_PRODUCER_ID_MAPPING, "no such transactional id"));
         };
-        check_producer(&r, producer_id, epoch)?;
+        let retry = tv2 && producer_id == r.producer_id && epoch.checked_add(1) == Some(r.epoch);
+        if !retry {
+            check_producer(&r, producer_id, epoch)?;
+        }
         let done = if commit { TxnState::CompleteCommit } else { TxnState::CompleteAbort };
         let prepare = if commit { TxnState::PrepareCommit } else { TxnState::PrepareAbort };
+        let next = |r: &TxnRecord| match r.next_producer_id {
+            -1 => (r.producer_id, r.epoch),
+            next => (next, 0),
+        };
         match r.state {
-            TxnState::Ongoing => self.begin_end(id, &mut r, version, commit, false, now_ms).await,
-            s if s == done => Ok(()),
-            s if s == prepare => {
+            TxnState::Ongoing if !retry => {
+                let bump = tv2 || r.tv2;
+                if bump && r.epoch >= i16::MAX - 2 {
+                    r.next_producer_id = new_id().await?;
+                }
+                self.begin_end(id, &mut r, version, commit, bump, now_ms).await?;
+                Ok(next(&r))
+            }
+            s if s == done && (retry || !tv2) => Ok(next(&r)),
+            s if s == prepare && (retry || !tv2) => {
                 Err(refuse(errors::CONCURRENT_TRANSACTIONS, "the transaction is still ending"))
+            }
+            s if tv2 && !commit && !retry && s.is_idle() => {
+                // TV2: an abort with nothing open bumps the epoch (fencing what is late).
+                if r.epoch >= i16::MAX - 2 {
+                    r.producer_id = new_id().await?;
+                    r.epoch = 0;
+                } else {
+                    r.epoch += 1;
+                }
+                r.state = TxnState::CompleteAbort;
+                r.updated_ms = now_ms;
+                self.save(id, &r, Some(version), None).await?;
+                Ok((r.producer_id, r.epoch))
             }
             s => Err(refuse(
                 errors::INVALID_TXN_STATE,
@@ -336,7 +387,8 @@ impl TxnCoordinator {
         }
         r.updated_ms = now_ms;
         if r.partitions.is_empty() && r.groups.is_empty() {
-            r.state = if commit { TxnState::CompleteCommit } else { TxnState::CompleteAbort };
+            r.state = if commit { TxnState::PrepareCommit } else { TxnState::PrepareAbort };
+            complete(r);
             return self.save(id, r, Some(version), None).await;
         }
         r.state = if commit { TxnState::PrepareCommit } else { TxnState::PrepareAbort };
@@ -401,11 +453,7 @@ impl TxnCoordinator {
         r.groups.retain(|g| !groups.contains(g));
         r.updated_ms = now_ms;
         if r.partitions.is_empty() && r.groups.is_empty() {
-            r.state = if r.state == TxnState::PrepareCommit {
-                TxnState::CompleteCommit
-            } else {
-                TxnState::CompleteAbort
-            };
+            complete(&mut r);
             tracing::debug!(transactional_id = id, state = r.state.name(), "transaction ended");
             return self.save(id, &r, Some(version), Some(false)).await;
         }

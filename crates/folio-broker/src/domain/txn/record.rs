@@ -70,10 +70,17 @@ pub struct TxnRecord {
     /// Ongoing: the groups it commits offsets for. Prepare*: those whose offsets are still
     /// pending.
     pub groups: Vec<String>,
+    /// Whether the current transaction runs under transaction version 2 (KIP-890: its end
+    /// bumps the epoch; its partitions and groups join implicitly).
+    pub tv2: bool,
+    /// Prepare* under TV2 when the epoch is spent: the producer id the next transaction
+    /// takes (at epoch 0) once this one completes; -1 otherwise.
+    pub next_producer_id: i64,
 }
 
 const MAGIC: &[u8; 3] = b"FTX";
-const VERSION: u8 = 1;
+/// Version 2 adds `tv2` and `next_producer_id` (a version-1 record reads as TV1, none).
+const VERSION: u8 = 2;
 
 impl Record for TxnRecord {
     fn encode(&self) -> Bytes {
@@ -96,6 +103,8 @@ impl Record for TxnRecord {
         for g in &self.groups {
             put_string(&mut v, g);
         }
+        v.push(u8::from(self.tv2));
+        v.extend_from_slice(&self.next_producer_id.to_le_bytes());
         v.into()
     }
 
@@ -104,7 +113,8 @@ impl Record for TxnRecord {
         if r.take(3)? != MAGIC {
             return Err(corrupt(key, "not a transaction record"));
         }
-        if r.u8()? != VERSION {
+        let version = r.u8()?;
+        if !matches!(version, 1 | VERSION) {
             return Err(corrupt(key, "a transaction record of an unknown version"));
         }
         let producer_id = r.u64()? as i64;
@@ -132,6 +142,8 @@ impl Record for TxnRecord {
         for _ in 0..n {
             groups.push(r.string()?);
         }
+        let (tv2, next_producer_id) =
+            if version >= 2 { (r.u8()? == 1, r.u64()? as i64) } else { (false, -1) };
         r.done()?;
         Ok(TxnRecord {
             producer_id,
@@ -143,6 +155,8 @@ impl Record for TxnRecord {
             coordinator_epoch,
             partitions,
             groups,
+            tv2,
+            next_producer_id,
         })
     }
 }
@@ -163,6 +177,8 @@ mod tests {
             coordinator_epoch: 2,
             partitions: vec![("t".into(), 0), ("u/v".into(), 7)],
             groups: vec!["g".into()],
+            tv2: true,
+            next_producer_id: 12,
         };
         let b = r.encode();
         assert_eq!(TxnRecord::decode("k", &b).unwrap(), r);
