@@ -58,6 +58,9 @@ pub struct BrokerConfig {
     /// `producer.id.expiration.ms`: an idempotent producer that appended nothing to a
     /// partition for this long is forgotten there (its next batch starts it anew).
     pub producer_id_expiration: Duration,
+    /// A transactional id whose transaction ended (or never began) this long ago is
+    /// forgotten: its record is deleted (Kafka's `transactional.id.expiration.ms`, 7 days).
+    pub transactional_id_expiration: Duration,
     /// How often an open partition's idempotent producer state is snapshotted beside its
     /// log while it changes (also at every close): the next owner replays the log from
     /// the snapshot, so a longer interval means a longer replay after a crash.
@@ -117,6 +120,7 @@ impl Default for BrokerConfig {
             validate_records: true,
             store_exclusive: false,
             producer_id_expiration: Duration::from_secs(24 * 3600),
+            transactional_id_expiration: Duration::from_secs(7 * 24 * 3600),
             producer_snapshot_interval: Duration::from_secs(30),
             groups: GroupConfig::default(),
             lease_ttl: Duration::from_secs(10),

@@ -1,7 +1,7 @@
 //! Ending transactions: every broker writes the markers of the ending transactions'
 //! partitions it owns, and applies (commit) or drops (abort) the transactional offsets of
 //! the groups it coordinates; the coordinator's transactions open past their timeout are
-//! aborted. The state machine and the records are `domain::txn`'s.
+//! aborted, and its ids idle past `transactional_id_expiration` forgotten. The state machine and the records are `domain::txn`'s.
 //!
 //! The work is found in the metadata store (`transactions-ending/`), so a broker that
 //! takes over a partition or a group (or restarts) finishes what its last owner left. It
@@ -280,11 +280,22 @@ async fn finish_offsets(
     Ok(())
 }
 
-/// Aborts the transactions coordinated here that are open past their timeout.
+/// Aborts the transactions coordinated here that are open past their timeout, and forgets
+/// the ids idle past `transactional_id_expiration`.
 async fn abort_expired(inner: &Arc<Inner>) -> Result<(), String> {
     let now = inner.env.now_ms();
+    let expiration = inner.config.transactional_id_expiration.as_millis() as u64;
     let mut aborted = false;
     for (id, r) in inner.txns.all().await.map_err(|e| e.to_string())? {
+        if r.state.is_idle()
+            && r.updated_ms.saturating_add(expiration) < now
+            && inner.membership.owns(&txn_key(&id))
+        {
+            if let Err(e) = inner.txns.expire(&id, now.saturating_sub(expiration)).await {
+                tracing::info!(transactional_id = %id, error = %e.why, "expiring a transactional id failed; retrying");
+            }
+            continue;
+        }
         if r.state != TxnState::Ongoing
             || r.started_ms + u64::from(r.timeout_ms) > now
             || !inner.membership.owns(&txn_key(&id))

@@ -314,3 +314,27 @@ async fn transaction_version_2_bumps_the_epoch_per_transaction_and_fences_late_r
     let (_, aborted, last_stable) = fetch_committed(&mut c, topic, topic_id).await;
     assert_eq!((aborted, last_stable), (vec![(pid, 3)], 6));
 }
+
+/// #49, L1 for transaction state: a transactional id idle past
+/// `transactional_id_expiration` is forgotten (its record deleted, DescribeTransactions
+/// answers TRANSACTIONAL_ID_NOT_FOUND), and its next InitProducerId starts over with a new
+/// producer id.
+#[tokio::test]
+async fn an_idle_transactional_id_is_forgotten() {
+    let expiring = |c: &mut folio_broker::BrokerConfig| {
+        c.transactional_id_expiration = std::time::Duration::from_millis(500);
+    };
+    let s = start(1, expiring).await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    let (pid, _) = init_settled(&mut c).await;
+    let describe = DescribeTransactionsRequest::default().with_transactional_ids(vec![txn_id()]);
+    until("the id's expiry", async || {
+        let r: DescribeTransactionsResponse =
+            c.call(ApiKey::DescribeTransactions, 0, &describe).await;
+        let code = r.transaction_states[0].error_code;
+        (code == errors::TRANSACTIONAL_ID_NOT_FOUND).then_some(())
+    })
+    .await;
+    let (again, epoch) = init_settled(&mut c).await;
+    assert!(again != pid && epoch == 0, "{pid} -> {again}/{epoch}");
+}

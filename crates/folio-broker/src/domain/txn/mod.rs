@@ -434,6 +434,28 @@ impl TxnCoordinator {
         Ok(true)
     }
 
+    /// Deletes `id`'s record if its transaction ended (or never began) before
+    /// `idle_before_ms` and nothing changed it since (Kafka's Dead state: the next
+    /// InitProducerId for the id starts over with a new producer id); whether it did.
+    pub async fn expire(&self, id: &str, idle_before_ms: u64) -> Result<bool, Refusal> {
+        let _one = self.lock(id).await;
+        let Some((r, version)) = self.load(id).await? else { return Ok(false) };
+        if !r.state.is_idle() || r.updated_ms >= idle_before_ms {
+            return Ok(false);
+        }
+        let key = self.key(id);
+        let txn = Txn::new().compare(Compare::Version(key.clone(), version)).delete(key);
+        let gone = self.meta.txn(txn).await?.succeeded;
+        if gone {
+            tracing::info!(
+                transactional_id = id,
+                producer_id = r.producer_id,
+                "transactional id expired"
+            );
+        }
+        Ok(gone)
+    }
+
     /// The marker work left on `id`'s ending transaction is done for `partitions` and
     /// `groups`: they leave the record, and the last one's removal completes it.
     pub async fn marked(
