@@ -1,7 +1,8 @@
 //! Ending transactions: every broker writes the markers of the ending transactions'
 //! partitions it owns, and applies (commit) or drops (abort) the transactional offsets of
 //! the groups it coordinates; the coordinator's transactions open past their timeout are
-//! aborted, and its ids idle past `transactional_id_expiration` forgotten. The state machine and the records are `domain::txn`'s.
+//! aborted, and its ids idle past `transactional_id_expiration` forgotten. The state
+//! machine and the records are `domain::txn`'s.
 //!
 //! The work is found in the metadata store (`transactions-ending/`), so a broker that
 //! takes over a partition or a group (or restarts) finishes what its last owner left. It
