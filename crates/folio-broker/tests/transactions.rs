@@ -84,6 +84,23 @@ async fn lso(c: &mut Conn, topic: &str) -> i64 {
     r.topics[0].partitions[0].offset
 }
 
+/// DescribeProducers' `current_txn_start_offset` of producer `pid` on partition 0 of `topic`.
+async fn txn_start(c: &mut Conn, topic: &str, pid: i64) -> i64 {
+    use kafka_protocol::messages::describe_producers_request::TopicRequest;
+    let req = DescribeProducersRequest::default().with_topics(vec![
+        TopicRequest::default()
+            .with_name(TopicName(StrBytes::from_string(topic.into())))
+            .with_partition_indexes(vec![0]),
+    ]);
+    let r: DescribeProducersResponse = c.call(ApiKey::DescribeProducers, 0, &req).await;
+    let p = &r.topics[0].partitions[0];
+    p.active_producers
+        .iter()
+        .find(|s| s.producer_id.0 == pid)
+        .expect("tracked")
+        .current_txn_start_offset
+}
+
 /// A read_committed fetch of partition 0 of `topic` from 0: (base offsets of the records,
 /// aborted transactions as (producer id, first offset), last stable offset).
 async fn fetch_committed(
@@ -140,12 +157,14 @@ async fn the_coordinator_fences_late_requests_and_partitions_keep_the_aborted_in
     assert_eq!(lso(&mut c, topic).await, 1, "an open transaction holds the LSO");
     let m = s.broker.render_metrics();
     assert!(m.contains("folio_kafka_txn_open 1\n"), "{m}");
+    assert_eq!(txn_start(&mut c, topic, pid).await, 1, "DescribeProducers finds it open");
     assert!(m.lines().any(|l| l.starts_with("folio_kafka_lso_lag{") && l.ends_with(" 2")), "{m}");
     assert_eq!(end_txn(&mut c, 3, (pid, epoch), true).await, errors::NONE);
     let (pid, epoch2) = init_settled(&mut c).await;
     assert_eq!(epoch2, 1, "the commit's markers are written before the next epoch");
     assert_eq!(lso(&mut c, topic).await, 4);
     assert!(s.broker.render_metrics().contains("folio_kafka_txn_open 0\n"));
+    assert_eq!(txn_start(&mut c, topic, pid).await, -1);
 
     // An open transaction (offsets 4-5) fenced by the next InitProducerId: aborted at
     // epoch 2 (marker at 6), and the fenced producer's late requests are refused.

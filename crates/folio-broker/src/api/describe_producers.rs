@@ -44,16 +44,18 @@ impl Handler for DescribeProducers {
                     Err(code) => p.error_code = code,
                     Ok(partition) => {
                         let states = partition.producers.lock().expect("producers lock").describe();
+                        let txns = partition.txns.lock().expect("txns lock");
                         p.active_producers = states
                             .into_iter()
                             .map(|s| {
+                                let start = txns.open_first_offset(s.producer_id).unwrap_or(-1);
                                 ProducerState::default()
                                     .with_producer_id(ProducerId(s.producer_id))
                                     .with_producer_epoch(s.epoch.into())
                                     .with_last_sequence(s.last_sequence)
                                     .with_last_timestamp(s.last_timestamp)
                                     .with_coordinator_epoch(-1)
-                                    .with_current_txn_start_offset(-1)
+                                    .with_current_txn_start_offset(start)
                             })
                             .collect();
                     }

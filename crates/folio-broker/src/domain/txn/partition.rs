@@ -203,6 +203,12 @@ impl PartitionTxns {
         self.open.len()
     }
 
+    /// The first offset of `producer_id`'s open transaction here, if one is open
+    /// (DescribeProducers' `current_txn_start_offset`: how hanging ones are found).
+    pub fn open_first_offset(&self, producer_id: i64) -> Option<i64> {
+        self.open.get(&producer_id).map(|o| o.first_offset)
+    }
+
     /// When the oldest open transaction was seen open here (clock ms), if one is.
     pub fn oldest_open_ms(&self) -> Option<u64> {
         self.open.values().map(|o| o.opened_ms).min()
