@@ -337,6 +337,10 @@ pub const TXN_STAGE_ATTEMPTS_MAX: usize = 8;
 /// gets CONCURRENT_TRANSACTIONS (Kafka's `add.partitions.to.txn.max.timeout.ms`).
 pub const TXN_IMPLICIT_ADD_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// How long EndTxn waits for its transaction's markers before it answers (they follow
+/// anyway): long enough for the markers of partitions this broker owns.
+pub const TXN_END_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// The longest transactional id (bytes), as a group id.
 pub const TRANSACTIONAL_ID_BYTES_MAX: usize = GROUP_ID_BYTES_MAX;
 

@@ -204,6 +204,7 @@ impl Handler for EndTxn {
         match inner.txns.end(id, who, kind, inner.env.now_ms(), new_id).await {
             Ok((pid, epoch)) => {
                 inner.txns_ending.notify_one();
+                inner.txns.wait_complete(id, crate::limits::TXN_END_WAIT).await;
                 let resp = EndTxnResponse::default();
                 if version >= 5 {
                     return resp.with_producer_id(ProducerId(pid)).with_producer_epoch(epoch);

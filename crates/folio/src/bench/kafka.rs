@@ -73,6 +73,11 @@ pub struct Args {
     /// same run (`ratio_vs_plaintext`).
     #[arg(long)]
     tls: bool,
+    /// Instead: transactional produce (a commit every 1 000 and every 100 records) against
+    /// idempotent produce, and read_committed consume against read_uncommitted, in the same
+    /// run (`ratio_vs_idempotent`, `ratio_vs_read_uncommitted`).
+    #[arg(long, conflicts_with = "tls")]
+    transactions: bool,
     /// The backlog phase in this storage mode only (`single-write` or `two-write`); both
     /// by default.
     #[arg(long)]
@@ -90,6 +95,9 @@ async fn run_async(args: Args) -> Result<(), String> {
     std::fs::write(&driver, DRIVER).map_err(|e| format!("writing {}: {e}", driver.display()))?;
     if args.tls {
         return super::kafka_tls::run(args.run.quick, tmp.path(), &driver).await;
+    }
+    if args.transactions {
+        return super::kafka_txn::run(args.run.quick, tmp.path(), &driver).await;
     }
     if matches!(args.phase.as_str(), "all" | "produce") {
         produce_phases(&args, tmp.path(), &driver).await?;

@@ -7,7 +7,12 @@
     kafka_driver.py produce <bootstrap> <topic> <records> <record_bytes>
         Produces <records> records to partition 0 as fast as the client goes.
     kafka_driver.py consume <bootstrap> <topic> <records>
-        A fresh consumer reads <records> records of partition 0 from offset 0.
+        A fresh consumer reads <records> records of partition 0 from offset 0 (librdkafka's
+        default isolation, read_committed, unless FOLIO_BENCH_KAFKA_CONF says otherwise).
+    kafka_driver.py txn_produce <bootstrap> <topic> <records> <record_bytes> <commit_every>
+        A transactional producer writes <records> records to partition 0, committing a
+        transaction every <commit_every> records (0: an idempotent producer, no
+        transactions, for the baseline).
     kafka_driver.py first <bootstrap> <topic> <offset>...
         For each offset, the time from assigning partition 0 at it to its first record, with
         librdkafka's default consumer settings.
@@ -38,7 +43,11 @@ def on_delivery(err, msg):
 
 
 def producer():
-    return Producer({
+    return Producer(p_conf())
+
+
+def p_conf():
+    return {
         "bootstrap.servers": bootstrap,
         "acks": "all",
         "linger.ms": 5,
@@ -48,7 +57,7 @@ def producer():
         # pipeline's depth rather than librdkafka's default of 100 000 records.
         "queue.buffering.max.messages": 20_000,
         **EXTRA,
-    })
+    }
 
 
 def consumer(defaults=False):
@@ -126,6 +135,43 @@ def produce_only():
           f"produce_latency_p99_ms={pct(0.99):.2f}", flush=True)
 
 
+def txn_produce():
+    count, size, every = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+    conf = {"enable.idempotence": True}
+    if every > 0:
+        conf["transactional.id"] = f"bench-{topic}-{every}"
+    p = Producer({**p_conf(), **conf})
+    if every > 0:
+        p.init_transactions(30)
+    payload = b"\x42" * size
+    start = time.perf_counter()
+    sent, txns = 0, 0
+    while sent < count:
+        n = min(every if every > 0 else 10_000, count - sent)
+        if every > 0:
+            p.begin_transaction()
+        i = 0
+        while i < n:
+            try:
+                p.produce(topic, payload, partition=0, on_delivery=on_delivery)
+                i += 1
+            except BufferError:
+                p.poll(0.001)
+        sent += n
+        if every > 0:
+            p.commit_transaction(60)
+            txns += 1
+        else:
+            p.poll(0)
+    left = p.flush(120)
+    s = time.perf_counter() - start
+    if left or errors:
+        print(f"error=produce left={left} errors={len(errors)} first={errors[:1]}", flush=True)
+        sys.exit(1)
+    print(f"records={sent} transactions={txns} produce_s={s:.2f} records_per_s={sent / s:.0f} "
+          f"mb_per_s={sent * size / s / MIB:.1f}", flush=True)
+
+
 def consume_only():
     count = int(sys.argv[4])
     c = consumer()
@@ -175,4 +221,5 @@ def first():
     print(" ".join(out), flush=True)
 
 
-{"run": run, "produce": produce_only, "consume": consume_only, "first": first}[mode]()
+{"run": run, "produce": produce_only, "consume": consume_only, "first": first,
+ "txn_produce": txn_produce}[mode]()

@@ -11,6 +11,7 @@ mod kafka;
 mod kafka_driver;
 mod kafka_move;
 mod kafka_tls;
+mod kafka_txn;
 mod latency;
 mod ledger;
 mod log;

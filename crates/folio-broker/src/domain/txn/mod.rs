@@ -70,6 +70,8 @@ pub struct TxnCoordinator {
     meta: Arc<dyn MetadataStore>,
     keys: Keys,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Bumped whenever a transaction completes here (`marked`): what `wait_complete` wakes on.
+    completed: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for TxnCoordinator {
@@ -112,7 +114,8 @@ fn complete(r: &mut TxnRecord) {
 impl TxnCoordinator {
     /// A coordinator over the records in `meta` under `keys`.
     pub fn new(meta: Arc<dyn MetadataStore>, keys: Keys) -> TxnCoordinator {
-        TxnCoordinator { meta, keys, locks: Mutex::new(HashMap::new()) }
+        let completed = tokio::sync::watch::channel(0).0;
+        TxnCoordinator { meta, keys, locks: Mutex::new(HashMap::new()), completed }
     }
 
     /// The record key of `id`.
@@ -434,6 +437,25 @@ impl TxnCoordinator {
         Ok(true)
     }
 
+    /// Waits until `id`'s transaction is no longer ending (its markers written), for at
+    /// most `within`: EndTxn answers after it, so the producer's next transaction does not
+    /// meet CONCURRENT_TRANSACTIONS and its client's backoff. Markers of partitions other
+    /// brokers own may take longer; then the answer goes out without them.
+    pub async fn wait_complete(&self, id: &str, within: std::time::Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut completed = self.completed.subscribe();
+        loop {
+            completed.borrow_and_update();
+            match self.load(id).await {
+                Ok(Some((r, _))) if r.state.is_prepare() => {}
+                _ => return,
+            }
+            if tokio::time::timeout_at(deadline, completed.changed()).await.is_err() {
+                return;
+            }
+        }
+    }
+
     /// Deletes `id`'s record if its transaction ended (or never began) before
     /// `idle_before_ms` and nothing changed it since (Kafka's Dead state: the next
     /// InitProducerId for the id starts over with a new producer id); whether it did.
@@ -477,7 +499,9 @@ impl TxnCoordinator {
         if r.partitions.is_empty() && r.groups.is_empty() {
             complete(&mut r);
             tracing::debug!(transactional_id = id, state = r.state.name(), "transaction ended");
-            return self.save(id, &r, Some(version), Some(false)).await;
+            self.save(id, &r, Some(version), Some(false)).await?;
+            self.completed.send_modify(|n| *n += 1);
+            return Ok(());
         }
         self.save(id, &r, Some(version), None).await
     }
