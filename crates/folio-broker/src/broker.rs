@@ -360,14 +360,14 @@ impl Broker {
         topic: &str,
         partition: i32,
     ) -> Result<Option<folio_log::CompactionReport>, BrokerError> {
-        let log = self.partition_log(topic, partition).await?;
         let t = self.inner.topics.get(topic).await?;
         let t = t.ok_or_else(|| BrokerError::UnknownTopic(topic.to_string()))?;
         let tc = self.inner.topic_config(&t);
         if !tc.cleanup_compact {
             return Ok(None);
         }
-        crate::compaction::compact_if_due(&self.inner, &log, &tc).await.map_err(|e| {
+        let part = self.inner.partition(&t, partition).await?;
+        crate::compaction::compact_if_due(&self.inner, &part, &tc).await.map_err(|e| {
             BrokerError::Storage(format!("compacting {topic} partition {partition}: {e}"))
         })
     }

@@ -23,6 +23,9 @@
 //!
 //! Rewritten batches lose their producer id (a compacted batch belongs to no producer's
 //! sequence any more, as Kafka drops the state of producers whose batches are all gone).
+//! Transactions: a pass stops at the last stable offset; below it, the batches of aborted
+//! transactions and the markers are dropped, and committed transactions' records become
+//! plain records (their markers are no longer needed to read them).
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -95,31 +98,43 @@ pub(crate) async fn run(inner: Arc<Inner>) {
             if !tc.cleanup_compact {
                 continue;
             }
-            if let Some(log) = inner.open_log(id, partition)
-                && let Err(e) = compact_if_due(&inner, &log, &tc).await
-            {
+            let Ok(part) = inner.partition(&topic, partition).await else { continue };
+            if let Err(e) = compact_if_due(&inner, &part, &tc).await {
                 inner.metrics.compaction.failures.fetch_add(1, Relaxed);
-                tracing::warn!(log = log.name(), topic = %topic.name, partition, error = %e, "compaction failed; retried at the next check");
+                tracing::warn!(log = part.log.name(), topic = %topic.name, partition, error = %e, "compaction failed; retried at the next check");
             }
         }
     }
 }
 
-/// Runs a pass over `log` if one is due under `tc`; returns its report.
+/// Runs a pass over `part`'s log if one is due under `tc`; returns its report. A pass
+/// never reaches past the last stable offset (an open transaction's records keep their
+/// producer until its marker says what they are).
 pub(crate) async fn compact_if_due(
     inner: &Inner,
-    log: &ManagedLog,
+    part: &crate::state::Partition,
     tc: &TopicConfig,
 ) -> Result<Option<CompactionReport>, String> {
+    let log = &part.log;
     let ledgers = log.info().ledgers;
     let max = inner.config.log.trash_batch_max.saturating_sub(1).max(1);
     let Some(n) = plan(&ledgers, log.clean_end_offset(), tc, inner.now_ms(), max) else {
         return Ok(None);
     };
+    let (stable, aborted) = {
+        let t = part.txns.lock().expect("txns lock");
+        let lso = t.last_stable_offset(log.status().end_offset as i64);
+        (lso, t.aborted_between(0, lso))
+    };
+    let n = ledgers[..n].iter().take_while(|l| l.end_offset() as i64 <= stable).count();
+    if n == 0 {
+        return Ok(None);
+    }
     let c = &inner.config.compaction;
     let pass = Pass {
         log,
         tc,
+        aborted,
         now_ms: inner.now_ms(),
         busy_fraction: c.busy_fraction,
         pause_before_swap: c.pause_before_swap,
@@ -142,6 +157,8 @@ fn key_hash(key: &[u8]) -> u128 {
 struct Pass<'a> {
     log: &'a ManagedLog,
     tc: &'a TopicConfig,
+    /// The partition's aborted transactions: their records are dropped.
+    aborted: Vec<crate::domain::txn::partition::AbortedTxn>,
     now_ms: i64,
     busy_fraction: f64,
     pause_before_swap: bool,
@@ -168,6 +185,18 @@ struct Pending {
 }
 
 impl Pass<'_> {
+    /// Whether a batch is left out of the output whole: a transaction marker (the records
+    /// of its transaction become plain, or go), or a batch of an aborted transaction (as
+    /// Kafka's cleaner drops them).
+    fn dropped(&self, h: &BatchInfo, base_offset: u64) -> bool {
+        let at = base_offset as i64;
+        h.is_control()
+            || (h.is_transactional()
+                && self.aborted.iter().any(|a| {
+                    a.producer_id == h.producer_id && a.first_offset <= at && at <= a.last_offset
+                }))
+    }
+
     async fn run(
         &self,
         ledgers: &[LedgerInfo],
@@ -242,6 +271,9 @@ impl Pass<'_> {
                 }
                 reading = at;
                 let (h, plain) = records::records_bytes(&e.payload).map_err(|x| x.to_string())?;
+                if self.dropped(&h, e.base_offset) {
+                    continue;
+                }
                 for r in records::decode_records(&h, &plain).map_err(|x| x.to_string())? {
                     if let Some(k) = r.key {
                         newest.insert(key_hash(k), e.base_offset + r.offset_delta as u64);
@@ -274,6 +306,10 @@ impl Pass<'_> {
                             <= self.now_ms
                 });
                 let (h, plain) = records::records_bytes(&e.payload).map_err(|x| x.to_string())?;
+                if self.dropped(&h, e.base_offset) {
+                    removed += h.records_count.max(0) as u64;
+                    continue;
+                }
                 let mut kept = Vec::new();
                 for r in records::decode_records(&h, &plain).map_err(|x| x.to_string())? {
                     let offset = e.base_offset + r.offset_delta as u64;

@@ -421,7 +421,9 @@ impl Inner {
             let mut p = part.producers.lock().expect("producers lock");
             let mut t = part.txns.lock().expect("txns lock");
             p.expire(self.now_ms(), expiration);
-            t.trim(part.log.status().start_offset as i64);
+            // Below the clean end, compaction dropped aborted transactions whole.
+            let start = part.log.status().start_offset.max(part.log.clean_end_offset());
+            t.trim(start as i64);
             let moved = upto.saturating_sub(part.snapshot_upto.load(Ordering::Relaxed));
             let unchanged = p.changes() == part.snapshotted.load(Ordering::Relaxed)
                 && t.changes() == part.txns_snapshotted.load(Ordering::Relaxed);

@@ -357,3 +357,82 @@ async fn an_idle_transactional_id_is_forgotten() {
     let (again, epoch) = init_settled(&mut c).await;
     assert!(again != pid && epoch == 0, "{pid} -> {again}/{epoch}");
 }
+
+/// Every record of partition 0 of `topic` from offset 0 as `(key, value)`, read as a
+/// read_uncommitted consumer would (markers are control batches: skipped, as clients do).
+async fn records_of(c: &mut Conn, topic: &str, id: uuid::Uuid) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let r: FetchResponse = c.call(ApiKey::Fetch, 12, &fetch_req(topic, id, 0)).await;
+    let mut data: &[u8] = r.responses[0].partitions[0].records.as_deref().unwrap_or_default();
+    let mut out = Vec::new();
+    while data.len() >= 12 {
+        let size = 12 + i32::from_be_bytes(data[8..12].try_into().unwrap()) as usize;
+        let (b, rest) = data.split_at(size);
+        data = rest;
+        let (h, plain) = folio_broker::records::records_bytes(b).unwrap();
+        if h.is_control() {
+            continue;
+        }
+        for r in folio_broker::records::decode_records(&h, &plain).unwrap() {
+            out.push((r.key.unwrap_or_default().to_vec(), r.value.unwrap_or_default().to_vec()));
+        }
+    }
+    out
+}
+
+/// #49 with compacted topics (Kafka Streams' changelogs are both): compaction drops the
+/// records of aborted transactions and the markers (never turning a marker into a record,
+/// nor an aborted record into a plain one), keeps committed ones as plain records, and
+/// stops at the last stable offset, so an open transaction's records keep their producer
+/// and are still dropped for read_committed when it aborts.
+#[tokio::test]
+async fn compaction_drops_aborted_records_and_markers_and_stops_at_the_last_stable_offset() {
+    let s = start(1, |c| {
+        c.log.rollover_entries = 2;
+        c.compaction.check_interval = std::time::Duration::from_secs(3600);
+    })
+    .await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    let topic = "txn-kv";
+    let configs = [("cleanup.policy", "compact"), ("min.cleanable.dirty.ratio", "0")];
+    let req = folio_testkit::kafka::create_topic_request(topic, 1, &configs);
+    let r: CreateTopicsResponse = c.call(ApiKey::CreateTopics, 5, &req).await;
+    assert_eq!(r.topics[0].error_code, 0);
+    let meta: MetadataResponse = c.call(ApiKey::Metadata, 12, &metadata_req(&[topic])).await;
+    let topic_id = meta.topics[0].topic_id;
+    let kv = |k: &str, v: &str| (k.as_bytes().to_vec(), v.as_bytes().to_vec());
+    let keyed = |records: &[(&str, &str)], pid, epoch, seq| {
+        let b = folio_broker::batch::build_keyed(records.len() as i32, 1_000, 0, |i| {
+            let (k, v) = records[i as usize];
+            (Some(k.as_bytes().to_vec()), Some(v.as_bytes().to_vec()))
+        });
+        txn_produce(topic, transactional(b, pid, epoch, seq))
+    };
+    let (pid, epoch) = init_settled(&mut c).await;
+    // Committed: a=1 b=1 (0-1), marker 2. Aborted: a=2 (3), marker 4.
+    let mut seq = 0;
+    for (records, commit) in [(&[("a", "1"), ("b", "1")][..], true), (&[("a", "2")][..], false)] {
+        assert_eq!(add_partition(&mut c, topic, (pid, epoch)).await, errors::NONE);
+        let r: ProduceResponse = c.call(ApiKey::Produce, 9, &keyed(records, pid, epoch, seq)).await;
+        assert_eq!(produced(&r).0, errors::NONE);
+        seq += records.len() as i32;
+        assert_eq!(end_txn(&mut c, 3, (pid, epoch), commit).await, errors::NONE);
+        s.broker.roll_partition(topic, 0).await.unwrap();
+    }
+    let (pid, epoch) = init_settled(&mut c).await;
+    // Open: c=1 (5), in a ledger of its own.
+    assert_eq!(add_partition(&mut c, topic, (pid, epoch)).await, errors::NONE);
+    let r: ProduceResponse = c.call(ApiKey::Produce, 9, &keyed(&[("c", "1")], pid, epoch, 0)).await;
+    assert_eq!(produced(&r), (errors::NONE, 5));
+    s.broker.roll_partition(topic, 0).await.unwrap();
+    s.broker.compact_now(topic, 0).await.unwrap().expect("a pass is due");
+    assert_eq!(
+        records_of(&mut c, topic, topic_id).await,
+        vec![kv("a", "1"), kv("b", "1"), kv("c", "1")],
+        "no marker became a record and the aborted a=2 is gone; the open c=1 is untouched"
+    );
+    assert_eq!(end_txn(&mut c, 3, (pid, epoch), false).await, errors::NONE);
+    until("the abort's marker", async || (lso(&mut c, topic).await == 7).then_some(())).await;
+    let (batches, aborted, _) = fetch_committed(&mut c, topic, topic_id).await;
+    assert_eq!(aborted, vec![(pid, 5)], "c=1 is still its producer's, and aborted");
+    assert!(batches.contains(&5), "{batches:?}");
+}

@@ -371,7 +371,10 @@ async fn read_all(
         let (lso, aborted) = {
             let t = txns.lock().expect("txns lock");
             let lso = t.last_stable_offset(status.end_offset as i64);
-            (lso, read_committed.then(|| t.aborted_between(w.offset, lso)))
+            // Compaction dropped the aborted transactions below the clean end whole, markers
+            // included: telling of one would leave its producer's later batches skipped.
+            let from = w.offset.max(log.clean_end_offset() as i64);
+            (lso, read_committed.then(|| t.aborted_between(from, lso)))
         };
         p.last_stable_offset = lso;
         p.log_start_offset = status.start_offset as i64;

@@ -179,7 +179,8 @@ impl PartitionTxns {
         self.open.values().map(|o| o.first_offset).min().map_or(end, |first| first.min(end))
     }
 
-    /// The aborted transactions a read of `[from, to)` overlaps, oldest first.
+    /// The aborted transactions a read of `[from, to)` overlaps (their marker at or after
+    /// `from`), oldest first.
     pub fn aborted_between(&self, from: i64, to: i64) -> Vec<AbortedTxn> {
         self.aborted
             .iter()
