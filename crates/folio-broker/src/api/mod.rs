@@ -262,8 +262,11 @@ macro_rules! handlers {
             body: Bytes,
             scope: RequestScope,
         ) -> Result<Pending, String> {
+            // Each API's future is boxed: one type per API nested in the connection's
+            // future would pass the compiler's query depth limit (the layout of
+            // `wire::server::accept`'s future, with the simulator's features unified in).
             match key {
-                $(ApiKey::$key => run::<$handler>(inner, header, body, scope).await,)*
+                $(ApiKey::$key => Box::pin(run::<$handler>(inner, header, body, scope)).await,)*
                 other => Err(format!("{other:?} is not supported by this broker (not advertised)")),
             }
         }
