@@ -63,8 +63,11 @@ impl Partition {
     /// INVALID_PRODUCER_EPOCH for a transactional batch whose transaction a newer epoch's
     /// marker ended (a fenced zombie's late batch); `None` for any other batch.
     pub fn fenced(&self, b: &crate::domain::batch::BatchInfo) -> Option<BrokerError> {
+        if !b.is_transactional() {
+            return None; // every idempotent batch passes here: no lock for the others
+        }
         let txns = self.txns.lock().expect("txns lock");
-        (b.is_transactional() && !txns.admits(b.producer_id, b.producer_epoch)).then(|| {
+        (!txns.admits(b.producer_id, b.producer_epoch)).then(|| {
             BrokerError::InvalidProducerEpoch(format!(
                 "producer {} epoch {}: its transaction was ended by a newer epoch (fenced)",
                 b.producer_id, b.producer_epoch
