@@ -315,12 +315,15 @@ fn reserve(want: usize) -> Option<(Held, usize)> {
         ask = (ask / 2).max(ANSWER_RESERVE_MIN);
     }
 }
+
 /// The error a fetch at `offset` gets from a log that will not grow here again (closed as
-/// the partition moved, fenced by its next owner, deleted) with nothing left to read: the
-/// client must look elsewhere, not wait on it (waiting would return at once and spin until
-/// the deadline; found by the simulator).
-fn will_not_grow(status: &folio_log::LogStatus, offset: i64) -> Option<i16> {
-    if !status.state.is_final() || offset < status.end_offset as i64 {
+/// the partition moved, fenced by its next owner, deleted) with nothing left to read below
+/// `readable_end` (its end, or read_committed's last stable offset, which no marker moves
+/// on a log that takes no appends): the client must look elsewhere, not wait on it
+/// (waiting would return at once and spin until the deadline; found by the simulator, at
+/// the end first, then, with transactions, below an open transaction's first offset).
+fn will_not_grow(status: &folio_log::LogStatus, offset: i64, readable_end: i64) -> Option<i16> {
+    if !status.state.is_final() || offset < readable_end {
         return None;
     }
     Some(if status.state == folio_log::LogState::Deleted {
@@ -362,11 +365,6 @@ async fn read_all(
             out.push((w.topic, p.with_error_code(code)));
             continue;
         }
-        if let Some(code) = will_not_grow(&status, w.offset) {
-            settled = true;
-            out.push((w.topic, p.with_error_code(code)));
-            continue;
-        }
         p.high_watermark = status.end_offset as i64;
         let (lso, aborted) = {
             let t = txns.lock().expect("txns lock");
@@ -376,10 +374,16 @@ async fn read_all(
             let from = w.offset.max(log.clean_end_offset() as i64);
             (lso, read_committed.then(|| t.aborted_between(from, lso)))
         };
+        // read_committed reads below the last stable offset only.
+        let readable = if read_committed { lso } else { status.end_offset as i64 };
+        if let Some(code) = will_not_grow(&status, w.offset, readable) {
+            settled = true;
+            out.push((w.topic, p.with_error_code(code)));
+            continue;
+        }
         p.last_stable_offset = lso;
         p.log_start_offset = status.start_offset as i64;
-        // read_committed reads below the last stable offset only.
-        let readable_end = if read_committed { lso as u64 } else { status.end_offset };
+        let readable_end = readable as u64;
         if w.offset < status.start_offset as i64 || w.offset > status.end_offset as i64 {
             settled = true;
             out.push((w.topic, p.with_error_code(errors::OFFSET_OUT_OF_RANGE)));
