@@ -576,15 +576,17 @@ async fn save_snapshot(
 /// The idempotent producers' and the transactions' state on open: the snapshots beside
 /// the log (if any, and if the log still holds the offsets after them), then the batch
 /// headers appended since; without one, the batch headers of the log's last
-/// `REBUILD_OFFSETS` offsets.
+/// `REBUILD_OFFSETS` offsets. The transactions' aborted index must cover the whole log: a
+/// transaction snapshot that is damaged or does not match the producer snapshot has it
+/// rebuilt from the log's start.
 async fn rebuild_producers(
     env: &LogEnv,
     log: &ManagedLog,
     now_ms: i64,
 ) -> Result<(Producers, PartitionTxns), folio_log::LogError> {
     let status = log.status();
-    let key = env.keys.log_state(log.name(), "producers");
-    let snapshot = match env.meta.get(&key).await? {
+    let (stored, stored_txns) = read_snapshots(env, log.name()).await?;
+    let snapshot = match stored {
         Some(v) => match Producers::from_snapshot(&v.value) {
             Ok((p, upto)) if upto <= status.end_offset => Some((p, upto)),
             Ok((_, upto)) => {
@@ -612,8 +614,12 @@ async fn rebuild_producers(
             false,
         ),
     };
-    let mut txns = restore_txns(env, log, snapshot_upto, now_ms as u64).await?;
-    let mut offset = from;
+    let (mut txns, txns_from) =
+        match restore_txns(log.name(), stored_txns, snapshot_upto, now_ms as u64) {
+            Some(t) => (t, from),
+            None => (PartitionTxns::default(), status.start_offset),
+        };
+    let mut offset = txns_from.min(from);
     while offset < status.end_offset {
         let entries = log.read(offset, 8 << 20, 4096).await?;
         let Some(last) = entries.last() else { break };
@@ -621,8 +627,10 @@ async fn rebuild_producers(
         for e in &entries {
             match crate::domain::batch::read_header(&e.payload) {
                 Ok(info) => {
-                    producers.restore(&info, e.base_offset as i64, now_ms);
-                    if info.is_transactional() {
+                    if e.base_offset >= from {
+                        producers.restore(&info, e.base_offset as i64, now_ms);
+                    }
+                    if info.is_transactional() && e.base_offset >= txns_from {
                         let control = crate::domain::txn::marker::kind(&e.payload, &info);
                         if control.is_some() || !info.is_control() {
                             let (pid, epoch) = (info.producer_id, info.producer_epoch);
@@ -649,33 +657,60 @@ async fn rebuild_producers(
     Ok((producers, txns))
 }
 
-/// The transaction snapshot beside `log` when it reaches exactly `from` (the producer
-/// snapshot's `upto`: they are written together; aborted transactions below the log's
-/// start are trimmed at the next snapshot); otherwise none (a log written before
-/// transactions, or no producer snapshot: the replay rebuilds what it covers).
-async fn restore_txns(
+/// How often the two snapshots are read again when a save landed between the reads.
+const SNAPSHOT_READS: usize = 4;
+
+/// The producer and the transaction snapshots of log `name` from one save: they are
+/// written together, so a save between the two reads shows as a new version of the
+/// producer snapshot, and both are read again. (Read apart, a new owner took an old
+/// producer snapshot with a newer transaction snapshot, found them not to match, and lost
+/// the aborted index below the producer snapshot; found by the simulator.)
+async fn read_snapshots(
     env: &LogEnv,
-    log: &ManagedLog,
+    name: &str,
+) -> Result<(Option<folio_meta::Versioned>, Option<folio_meta::Versioned>), folio_log::LogError> {
+    let key = env.keys.log_state(name, "producers");
+    let txns_key = env.keys.log_state(name, "transactions");
+    let mut pair = (None, None);
+    for _ in 0..SNAPSHOT_READS {
+        let producers = env.meta.get(&key).await?;
+        let txns = env.meta.get(&txns_key).await?;
+        let again = env.meta.get(&key).await?;
+        let same = producers.as_ref().map(|v| v.version) == again.as_ref().map(|v| v.version);
+        pair = (producers, txns);
+        if same {
+            break;
+        }
+    }
+    Ok(pair)
+}
+
+/// The transaction snapshot when it reaches exactly `from` (the producer snapshot's
+/// `upto`: they are written together; aborted transactions below the log's start are
+/// trimmed at the next snapshot); an empty state when there is neither (a log written
+/// before transactions, or never snapshotted: the replay rebuilds what it covers); `None`
+/// when it is damaged or does not match: the caller replays the log from its start.
+fn restore_txns(
+    log: &str,
+    stored: Option<folio_meta::Versioned>,
     from: Option<u64>,
     now_ms: u64,
-) -> Result<PartitionTxns, folio_log::LogError> {
-    let Some(from) = from else { return Ok(PartitionTxns::default()) };
-    let key = env.keys.log_state(log.name(), "transactions");
-    let Some(v) = env.meta.get(&key).await? else { return Ok(PartitionTxns::default()) };
+) -> Option<PartitionTxns> {
+    let Some(v) = stored else { return Some(PartitionTxns::default()) };
     match PartitionTxns::from_snapshot(&v.value, now_ms) {
-        Ok((t, upto)) if upto == from => Ok(t),
+        Ok((t, upto)) if Some(upto) == from => Some(t),
         Ok((_, upto)) => {
             tracing::warn!(
-                log = log.name(),
+                log,
                 upto,
                 from,
-                "a transaction snapshot that does not match the producer snapshot; replaying without it"
+                "a transaction snapshot that does not match the producer snapshot; replaying the log's transactions from its start"
             );
-            Ok(PartitionTxns::default())
+            None
         }
         Err(e) => {
-            tracing::warn!(log = log.name(), error = %e, "a transaction snapshot that does not read; replaying without it");
-            Ok(PartitionTxns::default())
+            tracing::warn!(log, error = %e, "a transaction snapshot that does not read; replaying the log's transactions from its start");
+            None
         }
     }
 }
