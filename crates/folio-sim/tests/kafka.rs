@@ -2,7 +2,7 @@
 //! `a,b,c`), else CI's range, split over two tests so nextest runs them on both cores. A
 //! failing seed prints its violations, the command that replays it and its trace's tail.
 
-use folio_sim::kafka::run_kafka;
+use folio_sim::kafka::{run_kafka, run_kafka_txns};
 use folio_sim::{Options, Report, seeds};
 
 /// Seeds CI runs when `FOLIO_SIM_KAFKA_SEEDS` is not set.
@@ -10,18 +10,25 @@ const CI_SEEDS: std::ops::Range<u64> = 0..60;
 const PARTS: u64 = 2;
 
 fn run_part(part: u64) {
-    run_part_of(seeds("FOLIO_SIM_KAFKA_SEEDS", CI_SEEDS), PARTS, part, &Options::default());
+    let all = seeds("FOLIO_SIM_KAFKA_SEEDS", CI_SEEDS);
+    run_part_of(all, PARTS, part, &Options::default(), ("FOLIO_SIM_KAFKA_SEEDS", run_kafka));
 }
 
 /// Runs the seeds of `all` that are `part` mod `parts`.
-fn run_part_of(all: Vec<u64>, parts: u64, part: u64, opts: &Options) {
+fn run_part_of(
+    all: Vec<u64>,
+    parts: u64,
+    part: u64,
+    opts: &Options,
+    (var, run): (&str, fn(u64, &Options) -> Report),
+) {
     let mine: Vec<u64> = all.iter().copied().filter(|s| s % parts == part).collect();
     let started = std::time::Instant::now();
     let mut failed: Vec<Report> = Vec::new();
     let mut sim_secs = 0.0;
     let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
     for seed in &mine {
-        let r = run_kafka(*seed, opts);
+        let r = run(*seed, opts);
         sim_secs += r.sim_time.as_secs_f64();
         for (k, v) in &r.counts {
             *counts.entry(k.clone()).or_default() += v;
@@ -30,7 +37,7 @@ fn run_part_of(all: Vec<u64>, parts: u64, part: u64, opts: &Options) {
             eprintln!(
                 "{}",
                 r.failure_text()
-                    .replace("FOLIO_SIM_SEEDS=", "FOLIO_SIM_KAFKA_SEEDS=")
+                    .replace("FOLIO_SIM_SEEDS=", &format!("{var}="))
                     .replace("--test sim", "--test kafka")
             );
             failed.push(r);
@@ -46,7 +53,7 @@ fn run_part_of(all: Vec<u64>, parts: u64, part: u64, opts: &Options) {
     eprintln!("kafka part {part}: {counts:?}");
     assert!(
         failed.is_empty(),
-        "failing seeds: {:?} (replay one with FOLIO_SIM_STORAGE_MODE={} FOLIO_SIM_KAFKA_SEEDS=<seed> FOLIO_SIM_VERBOSE=1)",
+        "failing seeds: {:?} (replay one with FOLIO_SIM_STORAGE_MODE={} {var}=<seed> FOLIO_SIM_VERBOSE=1)",
         failed.iter().map(|r| r.seed).collect::<Vec<_>>(),
         opts.storage_mode.name()
     );
@@ -59,7 +66,20 @@ const SINGLE_WRITE_CI_SEEDS: std::ops::Range<u64> = 0..60;
 fn kafka_single_write_seeds() {
     let opts =
         Options { storage_mode: folio_bookie::StorageMode::SingleWrite, ..Options::default() };
-    run_part_of(seeds("FOLIO_SIM_KAFKA_SINGLE_WRITE_SEEDS", SINGLE_WRITE_CI_SEEDS), 1, 0, &opts);
+    let all = seeds("FOLIO_SIM_KAFKA_SINGLE_WRITE_SEEDS", SINGLE_WRITE_CI_SEEDS);
+    run_part_of(all, 1, 0, &opts, ("FOLIO_SIM_KAFKA_SINGLE_WRITE_SEEDS", run_kafka));
+}
+
+/// Seeds of the transactional workload CI runs (`FOLIO_SIM_KAFKA_TXN_SEEDS` for others).
+const TXN_CI_SEEDS: std::ops::Range<u64> = 0..40;
+
+/// #49: transactors and a read_committed consumer under the nemesis, judged by
+/// `txn_check` (lost writes, aborted reads, torn transactions, G1c, offsets torn from
+/// writes).
+#[test]
+fn kafka_transaction_seeds() {
+    let all = seeds("FOLIO_SIM_KAFKA_TXN_SEEDS", TXN_CI_SEEDS);
+    run_part_of(all, 1, 0, &Options::default(), ("FOLIO_SIM_KAFKA_TXN_SEEDS", run_kafka_txns));
 }
 
 #[test]

@@ -174,7 +174,7 @@ impl Node {
     }
 
     /// The leader of `partition` of `topic` and its address, asking Metadata when unknown.
-    async fn leader(
+    pub(super) async fn leader(
         &mut self,
         topic: &str,
         partition: i32,
@@ -384,7 +384,7 @@ pub fn records_of(records: &Bytes, from: i64) -> Result<(Vec<(i64, String)>, i64
         let mut body = &one[61..];
         let mut last = -1;
         while !body.is_empty() {
-            let (offset_delta, value) =
+            let (offset_delta, _, value) =
                 walk_record(&mut body).map_err(|e| format!("batch at {base}: {e}"))?;
             let offset = base + offset_delta;
             if offset <= last {
@@ -399,8 +399,8 @@ pub fn records_of(records: &Bytes, from: i64) -> Result<(Vec<(i64, String)>, i64
     Ok((out, next))
 }
 
-/// One record of a v2 batch: (offset delta, value as text); moves `b` past it.
-fn walk_record(b: &mut &[u8]) -> Result<(i64, String), String> {
+/// One record of a v2 batch: (offset delta, key, value as text); moves `b` past it.
+pub(super) fn walk_record(b: &mut &[u8]) -> Result<(i64, Vec<u8>, String), String> {
     let len = usize::try_from(varint(b)?).map_err(|_| "a negative record length")?;
     if len > b.len() {
         return Err(format!("a record of {len} bytes with {} left", b.len()));
@@ -410,13 +410,12 @@ fn walk_record(b: &mut &[u8]) -> Result<(i64, String), String> {
     r = r.get(1..).ok_or("an empty record")?; // attributes
     varint(&mut r)?; // timestamp delta
     let offset_delta = varint(&mut r)?;
-    let key = varint(&mut r)?;
-    r = r
-        .get(usize::try_from(key.max(0)).unwrap_or(usize::MAX)..)
-        .ok_or("a key past the record")?;
+    let k = usize::try_from(varint(&mut r)?.max(0)).unwrap_or(usize::MAX);
+    let key = r.get(..k).ok_or("a key past the record")?.to_vec();
+    r = &r[k..];
     let n = usize::try_from(varint(&mut r)?.max(0)).unwrap_or(usize::MAX);
     let value = r.get(..n).ok_or("a value past the record")?;
-    Ok((offset_delta, String::from_utf8_lossy(value).into_owned()))
+    Ok((offset_delta, key, String::from_utf8_lossy(value).into_owned()))
 }
 
 /// A zigzag varint (at most 10 bytes).

@@ -53,6 +53,8 @@ pub struct Facts {
     next_op: u64,
     pub counts: BTreeMap<String, u64>,
     pub violations: Vec<String>,
+    /// The transactional workload's own facts.
+    pub txns: super::txn_check::TxnFacts,
 }
 
 /// The facts, shared by the workloads. Cloning shares them.

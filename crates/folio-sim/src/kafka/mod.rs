@@ -15,6 +15,8 @@ pub mod clients;
 pub mod history;
 pub mod members;
 pub mod node_meta;
+pub mod txn_check;
+pub mod txns;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -225,10 +227,26 @@ fn crash_broker(world: &World, node: &mut BrokerNode) {
     world.trace.event(format!("crash broker {} ({resets} connections reset)", node.id));
 }
 
+/// What the clients of a run do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// Idempotent producers, consumers, groups, an admin and a liar ([`clients`]).
+    Queue,
+    /// Transactors and a read_committed consumer ([`txns`]).
+    Transactions,
+}
+
 /// Runs one seed of the Kafka scenario.
 pub fn run_kafka(seed: u64, opts: &Options) -> Report {
     crate::run_scenario(seed, opts, |seed, opts, sim, trace| {
-        Box::pin(scenario(seed, opts.storage_mode, sim, trace))
+        Box::pin(scenario(seed, opts.storage_mode, sim, trace, Workload::Queue))
+    })
+}
+
+/// Runs one seed of the Kafka scenario with the transactional workload (#49).
+pub fn run_kafka_txns(seed: u64, opts: &Options) -> Report {
+    crate::run_scenario(seed, opts, |seed, opts, sim, trace| {
+        Box::pin(scenario(seed, opts.storage_mode, sim, trace, Workload::Transactions))
     })
 }
 
@@ -475,6 +493,7 @@ async fn scenario(
     mode: folio_bookie::StorageMode,
     sim: Arc<Simulation>,
     trace: Trace,
+    workload: Workload,
 ) -> Outcome {
     let mut rng = SmallRng::seed_from_u64(seed ^ 0x6b61_666b_6100_0000);
     let plan = KafkaPlan::draw(&mut rng);
@@ -517,7 +536,13 @@ async fn scenario(
     if !create_topic(&mut admin, TOPIC, plan.partitions, &trace).await {
         violations.push(format!("{TOPIC} could not be created within {LIVENESS_BOUND:?}"));
     }
-    let (mut tasks, groups, clients) = workloads(&shared, &plan);
+    let (mut tasks, groups, clients) = match workload {
+        Workload::Queue => workloads(&shared, &plan),
+        Workload::Transactions => {
+            let (tasks, clients) = txns::workloads(&shared, &plan);
+            (tasks, Vec::new(), clients)
+        }
+    };
     let until = Instant::now() + plan.fault_window;
     nemesis(&mut world, &mut brokers, &plan, &history, clients, until).await;
     let _ = stop_tx.send(true);
@@ -536,12 +561,22 @@ async fn scenario(
     }
     trace.event("checks: workloads stopped");
     let checker = kafka_client_ip(clients + 2);
-    check(&shared, checker, &groups, &mut violations).await;
+    let txn_counts = match workload {
+        Workload::Queue => {
+            check(&shared, checker, &groups, &mut violations).await;
+            BTreeMap::new()
+        }
+        Workload::Transactions => {
+            let transactors = txns::transactors(&plan);
+            txns::check(&shared, checker, transactors, &mut violations).await
+        }
+    };
     let mut counts = {
         let mut f = history.lock();
         violations.append(&mut f.violations);
         std::mem::take(&mut f.counts)
     };
+    counts.extend(txn_counts);
     violations.extend(trace.invariants().into_iter().map(|l| format!("invariant: {l}")));
     trace.event(format!("checks: {} violations", violations.len()));
     for b in &mut brokers {
