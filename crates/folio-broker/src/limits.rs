@@ -329,8 +329,9 @@ const _: () = assert!(
     TXN_PARTITIONS_MAX * (TOPIC_NAME_BYTES_MAX + 8) + 4096 <= folio_meta::limits::VALUE_BYTES_MAX
 );
 
-/// Tries to stage a TxnOffsetCommit's offsets against concurrent stagings of the same
-/// producer and group before COORDINATOR_NOT_AVAILABLE (the client retries).
+/// Tries to stage a TxnOffsetCommit's offsets against concurrent changes of its
+/// transaction's record or of the same producer's staged offsets for the group before
+/// CONCURRENT_TRANSACTIONS (the client retries).
 pub const TXN_STAGE_ATTEMPTS_MAX: usize = 8;
 
 /// How long a Produce v12 waits for its transaction's previous end before the partition

@@ -194,39 +194,36 @@ impl Record for TxnOffsets {
 }
 
 /// Adds `offsets` to what producer `producer_id` committed for `group` in its open
-/// transaction (a later offset of a partition replaces an earlier one).
+/// transaction (a later offset of a partition replaces an earlier one), in one write that
+/// also compares `record` (the transaction's record as checked): `false` when either moved.
 pub(crate) async fn stage_offsets(
     inner: &Inner,
     group: &str,
     producer_id: i64,
-    offsets: Vec<(String, i32, i64, i32, String)>,
-) -> Result<(), String> {
+    offsets: &[(String, i32, i64, i32, String)],
+    record: Compare,
+) -> Result<bool, String> {
     let key = inner.env.keys.transaction_offsets(&crate::domain::group::escape(group), producer_id);
-    for _ in 0..crate::limits::TXN_STAGE_ATTEMPTS_MAX {
-        let read = inner.env.meta.get(&key).await.map_err(|e| e.to_string())?;
-        let (mut staged, guard) = match &read {
-            Some(v) => (
-                TxnOffsets::decode(&key, &v.value).map_err(|e| e.to_string())?,
-                Compare::Version(key.clone(), v.version),
-            ),
-            None => (TxnOffsets::default(), Compare::Absent(key.clone())),
-        };
-        for o in &offsets {
-            staged.offsets.retain(|x| (&x.0, x.1) != (&o.0, o.1));
-            staged.offsets.push(o.clone());
-        }
-        if staged.offsets.len() > crate::limits::TXN_PARTITIONS_MAX {
-            return Err(format!(
-                "a transaction commits offsets of at most {} partitions per group",
-                crate::limits::TXN_PARTITIONS_MAX
-            ));
-        }
-        let txn = Txn::new().compare(guard).put(key.clone(), staged.encode());
-        if inner.env.meta.txn(txn).await.map_err(|e| e.to_string())?.succeeded {
-            return Ok(());
-        }
+    let read = inner.env.meta.get(&key).await.map_err(|e| e.to_string())?;
+    let (mut staged, guard) = match &read {
+        Some(v) => (
+            TxnOffsets::decode(&key, &v.value).map_err(|e| e.to_string())?,
+            Compare::Version(key.clone(), v.version),
+        ),
+        None => (TxnOffsets::default(), Compare::Absent(key.clone())),
+    };
+    for o in offsets {
+        staged.offsets.retain(|x| (&x.0, x.1) != (&o.0, o.1));
+        staged.offsets.push(o.clone());
     }
-    Err("the staged offsets kept changing".into())
+    if staged.offsets.len() > crate::limits::TXN_PARTITIONS_MAX {
+        return Err(format!(
+            "a transaction commits offsets of at most {} partitions per group",
+            crate::limits::TXN_PARTITIONS_MAX
+        ));
+    }
+    let txn = Txn::new().compare(record).compare(guard).put(key.clone(), staged.encode());
+    Ok(inner.env.meta.txn(txn).await.map_err(|e| e.to_string())?.succeeded)
 }
 
 /// The partitions (topic, partition) whose offsets an open transaction has staged for

@@ -13,6 +13,8 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 };
 use kafka_protocol::messages::*;
 
+use folio_meta::Compare;
+
 use crate::api::Handler;
 use crate::domain::acl::{Operation, ResourceType};
 use crate::domain::cluster::txn_key;
@@ -265,25 +267,7 @@ impl Handler for TxnOffsetCommit {
                 return Self::error(version, &req, r.code);
             }
         }
-        let code = match inner.txns.load(id).await {
-            Ok(Some((r, _))) if r.producer_id != req.producer_id.0 => {
-                errors::INVALID_PRODUCER_ID_MAPPING
-            }
-            Ok(Some((r, _))) if r.epoch != req.producer_epoch => errors::PRODUCER_FENCED,
-            Ok(Some((r, _)))
-                if r.state != crate::domain::txn::TxnState::Ongoing
-                    || !r.groups.iter().any(|g| g == group) =>
-            {
-                errors::INVALID_TXN_STATE
-            }
-            Ok(Some(_)) => errors::NONE,
-            Ok(None) => errors::INVALID_PRODUCER_ID_MAPPING,
-            Err(_) => errors::COORDINATOR_NOT_AVAILABLE,
-        };
-        if code != errors::NONE {
-            return Self::error(version, &req, code);
-        }
-        let offsets = req
+        let offsets: Vec<_> = req
             .topics
             .iter()
             .flat_map(|t| {
@@ -300,20 +284,8 @@ impl Handler for TxnOffsetCommit {
                 })
             })
             .collect();
-        let code = match crate::transactions::stage_offsets(
-            &inner,
-            group,
-            req.producer_id.0,
-            offsets,
-        )
-        .await
-        {
-            Ok(()) => errors::NONE,
-            Err(e) => {
-                tracing::warn!(group = %group, transactional_id = %id, error = %e, "staging transactional offsets failed");
-                errors::COORDINATOR_NOT_AVAILABLE
-            }
-        };
+        let who = (req.producer_id.0, req.producer_epoch);
+        let code = stage_in_transaction(&inner, (id, who), group, offsets).await;
         Self::error(version, &req, code)
     }
 
@@ -486,4 +458,45 @@ impl Handler for ListTransactions {
     error_answer_of!(top);
 
     error_code_of!(top);
+}
+
+/// Stages `offsets` for `group` in producer `who`'s open transaction of `id`: only while
+/// the transaction record is the one checked (Ongoing at this epoch, holding the group),
+/// compared in the staging write. Checked apart, a TxnOffsetCommit delayed past its
+/// transaction's end (a coordinator cut off from the store) staged its offsets into the
+/// next transaction's, which then committed them: the group's offset went back (found by
+/// the simulator).
+async fn stage_in_transaction(
+    inner: &Inner,
+    (id, who): (&str, (i64, i16)),
+    group: &str,
+    offsets: Vec<(String, i32, i64, i32, String)>,
+) -> i16 {
+    for _ in 0..crate::limits::TXN_STAGE_ATTEMPTS_MAX {
+        let version = match inner.txns.load(id).await {
+            Ok(Some((r, _))) if r.producer_id != who.0 => {
+                return errors::INVALID_PRODUCER_ID_MAPPING;
+            }
+            Ok(Some((r, _))) if r.epoch != who.1 => return errors::PRODUCER_FENCED,
+            Ok(Some((r, _)))
+                if r.state != crate::domain::txn::TxnState::Ongoing
+                    || !r.groups.iter().any(|g| g == group) =>
+            {
+                return errors::INVALID_TXN_STATE;
+            }
+            Ok(Some((_, version))) => version,
+            Ok(None) => return errors::INVALID_PRODUCER_ID_MAPPING,
+            Err(_) => return errors::COORDINATOR_NOT_AVAILABLE,
+        };
+        let record = Compare::Version(inner.txns.key(id), version);
+        match crate::transactions::stage_offsets(inner, group, who.0, &offsets, record).await {
+            Ok(true) => return errors::NONE,
+            Ok(false) => continue, // the record or the staged offsets moved: check again
+            Err(e) => {
+                tracing::warn!(group = %group, transactional_id = %id, error = %e, "staging transactional offsets failed");
+                return errors::COORDINATOR_NOT_AVAILABLE;
+            }
+        }
+    }
+    errors::CONCURRENT_TRANSACTIONS
 }
