@@ -298,7 +298,11 @@ impl Transactor {
         };
         let version = if self.tv2 { 5 } else { 3 };
         match self.coordinated(true, (ApiKey::TxnOffsetCommit, version), &req, code).await {
-            Answer::Done(_) => Answer::Done(()),
+            Answer::Done(_) => {
+                let at = self.group_coord;
+                self.s.trace.event(format!("t{}: offset {n} staged at {at:?}", self.k));
+                Answer::Done(())
+            }
             Answer::Refused(c) => Answer::Refused(c),
             Answer::Lost => Answer::Lost,
         }
@@ -691,11 +695,12 @@ async fn stable_offset(node: &mut Node, s: &Shared, group: &str) -> Result<Optio
                 .with_partition_indexes(vec![0]),
         ]));
     while Instant::now() < deadline {
-        let answer = match find(node, group, 0).await {
+        let (answer, at) = match find(node, group, 0).await {
             Ok(addr) => {
-                node.call::<_, OffsetFetchResponse>(addr, ApiKey::OffsetFetch, 7, &req).await
+                let r = node.call::<_, OffsetFetchResponse>(addr, ApiKey::OffsetFetch, 7, &req);
+                (r.await, Some(addr))
             }
-            Err(e) => Err(e),
+            Err(e) => (Err(e), None),
         };
         let p = answer
             .as_ref()
@@ -704,7 +709,9 @@ async fn stable_offset(node: &mut Node, s: &Shared, group: &str) -> Result<Optio
             .and_then(|r| r.topics.first().and_then(|t| t.partitions.first()).cloned());
         match p {
             Some(p) if p.error_code == 0 => {
-                return Ok((p.committed_offset >= 0).then_some(p.committed_offset));
+                let o = p.committed_offset;
+                s.trace.event(format!("txn checker: {group}'s offset is {o} at {at:?}"));
+                return Ok((o >= 0).then_some(o));
             }
             other => s.trace.event(format!(
                 "txn checker: {group}'s offset: {:?}",
