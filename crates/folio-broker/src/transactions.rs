@@ -82,7 +82,7 @@ pub(crate) async fn end_once(inner: &Arc<Inner>) -> Result<(), String> {
                 continue;
             }
             let m = (r.producer_id, r.epoch, commit, r.coordinator_epoch);
-            match write_marker(inner, &topic, *p, m).await {
+            match write_marker(inner, &id, &topic, *p, m).await {
                 Ok(()) => partitions.push((name.clone(), *p)),
                 Err(e) => {
                     tracing::warn!(transactional_id = %id, topic = %name, partition = p, error = %e, "writing a transaction marker failed; retrying")
@@ -113,10 +113,12 @@ pub(crate) async fn end_once(inner: &Arc<Inner>) -> Result<(), String> {
     Ok(())
 }
 
-/// Writes the marker `(producer id, epoch, commit, coordinator epoch)` to `topic`'s
-/// partition `p` (owned here) and closes the transaction there.
+/// Writes the marker `(producer id, epoch, commit, coordinator epoch)` of transaction `id`
+/// to `topic`'s partition `p` (owned here) and closes the transaction there, unless the
+/// transaction's record, read again in the partition's order, no longer waits for it.
 async fn write_marker(
     inner: &Inner,
+    id: &str,
     topic: &crate::domain::topics::Topic,
     p: i32,
     (producer_id, epoch, commit, coordinator_epoch): (i64, i16, bool, i32),
@@ -127,6 +129,20 @@ async fn write_marker(
     let queued = {
         // No batch of an epoch this marker fences is queued behind it.
         let _order = part.txn_order.lock().await;
+        // A pass that read the record long ago (a slow partition open) must not write a
+        // marker the transaction already has: by now the producer's next transaction may
+        // be open here (at this very epoch under version 2), and the marker would close
+        // it, its records visible before it commits, or kept when it aborts (found by
+        // the simulator). Its first batch was verified against a record that had ended
+        // this transaction, so reading the record again here tells.
+        let waits = inner.txns.load(id).await.map_err(|e| e.to_string())?.is_some_and(|(r, _)| {
+            let prepare = if commit { TxnState::PrepareCommit } else { TxnState::PrepareAbort };
+            (r.state, r.producer_id, r.epoch) == (prepare, producer_id, epoch)
+                && r.partitions.iter().any(|(n, q)| *n == topic.name && *q == p)
+        });
+        if !waits {
+            return Ok(());
+        }
         {
             let mut txns = part.txns.lock().expect("txns lock");
             if !txns.admits(producer_id, epoch) {
