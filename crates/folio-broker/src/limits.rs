@@ -329,6 +329,11 @@ const _: () = assert!(
     TXN_PARTITIONS_MAX * (TOPIC_NAME_BYTES_MAX + 8) + 4096 <= folio_meta::limits::VALUE_BYTES_MAX
 );
 
+/// How much earlier than its open transaction's start a version 1 EndTxn may have reached
+/// the coordinator and still end it (brokers' clocks differ when the coordinator moved);
+/// one that reached it earlier still is a late request of an earlier transaction.
+pub const TXN_END_BEFORE_START_MARGIN: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Tries to stage a TxnOffsetCommit's offsets against concurrent changes of its
 /// transaction's record or of the same producer's staged offsets for the group before
 /// CONCURRENT_TRANSACTIONS (the client retries).

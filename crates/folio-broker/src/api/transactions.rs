@@ -196,6 +196,7 @@ impl Handler for EndTxn {
     }
 
     async fn handle(inner: Arc<Inner>, version: i16, req: Self::Request) -> Self::Response {
+        let arrived_ms = inner.env.now_ms();
         let id = req.transactional_id.as_str();
         if let Some(code) = txn_elsewhere(&inner, id) {
             return EndTxnResponse::default().with_error_code(code);
@@ -203,7 +204,8 @@ impl Handler for EndTxn {
         let who = (req.producer_id.0, req.producer_epoch);
         let kind = (req.committed, version >= 5);
         let new_id = async || new_producer_id(&inner).await;
-        match inner.txns.end(id, who, kind, inner.env.now_ms(), new_id).await {
+        let at = (arrived_ms, inner.env.now_ms());
+        match inner.txns.end(id, who, kind, at, new_id).await {
             Ok((pid, epoch)) => {
                 inner.txns_ending.notify_one();
                 inner.txns.wait_complete(id, crate::limits::TXN_END_WAIT).await;

@@ -313,13 +313,18 @@ impl TxnCoordinator {
     /// the ended transaction's late batches are fenced), a retry is told by its epoch
     /// being one behind, and an abort with nothing open is a bump too; `new_id` issues the
     /// next producer id when the epoch is spent. Returns the producer id and epoch of the
-    /// next transaction.
+    /// next transaction. `arrived_ms`: when the request reached this broker; under version
+    /// 1, where epochs do not tell transactions apart, one that reached it well before the
+    /// open transaction began (`TXN_END_BEFORE_START_MARGIN`) belongs to an earlier one,
+    /// held here meanwhile (a coordinator cut off from the store), and is refused: it would
+    /// end the open one (Kafka's KAFKA-17754; found by the simulator). A request delayed in
+    /// the network instead is the version 1 hole only version 2 closes.
     pub async fn end(
         &self,
         id: &str,
         (producer_id, epoch): (i64, i16),
         (commit, tv2): (bool, bool),
-        now_ms: u64,
+        (arrived_ms, now_ms): (u64, u64),
         new_id: impl AsyncFnOnce() -> Result<i64, Refusal>,
     ) -> Result<(i64, i16), Refusal> {
         let _one = self.lock(id).await;
@@ -336,7 +341,16 @@ impl TxnCoordinator {
             -1 => (r.producer_id, r.epoch),
             next => (next, 0),
         };
+        let margin = crate::limits::TXN_END_BEFORE_START_MARGIN.as_millis() as u64;
         match r.state {
+            TxnState::Ongoing
+                if !tv2 && !r.tv2 && arrived_ms.saturating_add(margin) < r.started_ms =>
+            {
+                Err(refuse(
+                    errors::INVALID_TXN_STATE,
+                    "an EndTxn that arrived before this transaction began (a late one of an earlier transaction)",
+                ))
+            }
             TxnState::Ongoing if !retry => {
                 let bump = tv2 || r.tv2;
                 if bump && r.epoch >= i16::MAX - 2 {
