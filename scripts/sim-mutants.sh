@@ -84,11 +84,25 @@
 #   kafka-fetch-stop-spin   a long-polling Fetch on a stopping broker waits again at once
 #   kafka-fetch-final-spin  ...and on a log that will not grow again
 #
+# and the transactional workload's (#49, `kafka_transaction_seeds`, FOLIO_SIM_KAFKA_TXN_SEEDS):
+#
+#   kafka-txn-lso-spin      a read_committed Fetch below an open transaction on a fenced
+#                           log waits on it (returns at once) until its deadline
+#   kafka-txn-index-partial a new owner reads the two snapshots apart and replays the
+#                           transactions only from the producer snapshot (aborted reads)
+#   kafka-txn-stage-unchecked  TxnOffsetCommit stages without comparing its transaction's
+#                           record (a late one moves the group's offset back)
+#   kafka-txn-stale-marker  a marker is written without reading the record again (a late
+#                           duplicate closes the next transaction: precommitted reads)
+#   kafka-txn-end-before-start  a version 1 EndTxn held at its coordinator ends the next
+#                           transaction (KAFKA-17754 at the broker)
+#
 # For each: apply it to a copy of the tree, build the simulator, run the seeds
 # (FOLIO_SIM_SEEDS, default 0..200: the first half of CI's seeds; for `kafka-` mutants
 # FOLIO_SIM_KAFKA_SEEDS, default 0..60: all of CI's, and the regression seeds of
-# crates/folio-sim/tests/kafka.rs, which CI runs too), print the seeds that failed and what
-# they found.
+# crates/folio-sim/tests/kafka.rs, which CI runs too; for `kafka-txn-` mutants
+# FOLIO_SIM_KAFKA_TXN_SEEDS, default CI's 0..200, and the transactional regression seeds),
+# print the seeds that failed and what they found.
 # The tree itself is never touched: each mutant is applied to a copy of a commit
 # (MUTANTS_REF, default HEAD) in target/mutants, built there with its own target dir.
 #
@@ -99,6 +113,7 @@ root=$PWD
 work=$root/target/mutants/tree
 seeds=${FOLIO_SIM_SEEDS:-0..200}
 kafka_seeds=${FOLIO_SIM_KAFKA_SEEDS:-0..60}
+txn_seeds=${FOLIO_SIM_KAFKA_TXN_SEEDS:-0..200}
 ref=${MUTANTS_REF:-HEAD}
 
 # name^file^find^replacement[^file^find^replacement...] (each found exactly once)
@@ -145,7 +160,12 @@ mutants=(
     "kafka-fetch-stop-spin^crates/folio-broker/src/api/fetch.rs^_ = shutdown.wait_for(|s| *s) => stopping = true,^_ = shutdown.wait_for(|s| *s) => stopping = stopping || false,"
     "single-write-no-carry^crates/folio-storage/src/storage/flush.rs^self.cache.finish_flush_carrying(carry);^drop(carry);\n                    self.cache.finish_flush();"
     "single-write-past-the-mark^crates/folio-storage/src/storage/data_files.rs^let taken = self.located.take_before(mark);^let taken = self.located.take_before(None);"
-    "kafka-fetch-final-spin^crates/folio-broker/src/api/fetch.rs^    if !status.state.is_final() || offset < status.end_offset as i64 {^    if true || offset < status.end_offset as i64 {"
+    "kafka-fetch-final-spin^crates/folio-broker/src/api/fetch.rs^    if !status.state.is_final() || offset < readable_end {^    if true || offset < readable_end {"
+    "kafka-txn-lso-spin^crates/folio-broker/src/api/fetch.rs^will_not_grow(&status, w.offset, readable)^will_not_grow(&status, w.offset, status.end_offset as i64)"
+    "kafka-txn-index-partial^crates/folio-broker/src/state.rs^        if same {\n            break;^        if true || same {\n            break;^crates/folio-broker/src/state.rs^            None => (PartitionTxns::default(), status.start_offset),^            None => (PartitionTxns::default(), from),"
+    "kafka-txn-stage-unchecked^crates/folio-broker/src/transactions.rs^Txn::new().compare(record).compare(guard)^{ drop(record); Txn::new() }.compare(guard)"
+    "kafka-txn-stale-marker^crates/folio-broker/src/transactions.rs^        if !waits {^        if false && !waits {"
+    "kafka-txn-end-before-start^crates/folio-broker/src/domain/txn/mod.rs^                if !tv2 && !r.tv2 && arrived_ms.saturating_add(margin) < r.started_ms =>^                if false && !tv2 && !r.tv2 && arrived_ms.saturating_add(margin) < r.started_ms =>"
 )
 
 want=("$@")
@@ -180,7 +200,11 @@ EOF
         continue
     fi
     log=$root/target/mutants/$name.log
-    if [[ $name == kafka-* ]]; then
+    if [[ $name == kafka-txn-* ]]; then
+        (cd "$work" && CARGO_TARGET_DIR=$root/target/mutants/target FOLIO_SIM_KAFKA_TXN_SEEDS=$txn_seeds \
+            FOLIO_SIM_WALL_MAX_S=120 FOLIO_SIM_STALL_S=10 cargo test -q -p folio-sim --test kafka \
+            -- kafka_transaction --nocapture --test-threads 1) >"$log" 2>&1
+    elif [[ $name == kafka-* ]]; then
         (cd "$work" && CARGO_TARGET_DIR=$root/target/mutants/target FOLIO_SIM_KAFKA_SEEDS=$kafka_seeds \
             FOLIO_SIM_WALL_MAX_S=120 FOLIO_SIM_STALL_S=10 cargo test -q -p folio-sim --test kafka \
             -- kafka_seeds_part kafka_regression_seeds --nocapture --test-threads 1) >"$log" 2>&1

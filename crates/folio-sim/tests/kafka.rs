@@ -71,7 +71,7 @@ fn kafka_single_write_seeds() {
 }
 
 /// Seeds of the transactional workload CI runs (`FOLIO_SIM_KAFKA_TXN_SEEDS` for others).
-const TXN_CI_SEEDS: std::ops::Range<u64> = 0..40;
+const TXN_CI_SEEDS: std::ops::Range<u64> = 0..200;
 
 /// #49: transactors and a read_committed consumer under the nemesis, judged by
 /// `txn_check` (lost writes, aborted reads, torn transactions, G1c, offsets torn from
@@ -137,6 +137,28 @@ fn kafka_regression_seeds() {
         assert!(!seeds.is_empty(), "{bug}: no seed");
         for seed in *seeds {
             let r = run_kafka(*seed, &opts);
+            if !r.passed() {
+                eprintln!("{bug} is back:\n{}", r.failure_text());
+                failed.push((*bug, *seed));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "regressions: {failed:?}");
+}
+
+/// Seeds that catch the transaction bugs the simulator found, each put back by a
+/// `kafka-txn-` mutant of `scripts/sim-mutants.sh` (as `REGRESSION_SEEDS`, with the
+/// transactional workload).
+const TXN_REGRESSION_SEEDS: &[(&str, &[u64])] = &[];
+
+#[test]
+fn kafka_transaction_regression_seeds() {
+    let opts = Options::default();
+    let mut failed = Vec::new();
+    for (bug, seeds) in TXN_REGRESSION_SEEDS {
+        assert!(!seeds.is_empty(), "{bug}: no seed");
+        for seed in *seeds {
+            let r = run_kafka_txns(*seed, &opts);
             if !r.passed() {
                 eprintln!("{bug} is back:\n{}", r.failure_text());
                 failed.push((*bug, *seed));
