@@ -538,10 +538,7 @@ async fn scenario(
     }
     let (mut tasks, groups, clients) = match workload {
         Workload::Queue => workloads(&shared, &plan),
-        Workload::Transactions => {
-            let (tasks, clients) = txns::workloads(&shared, &plan);
-            (tasks, Vec::new(), clients)
-        }
+        Workload::Transactions => txns::workloads(&shared, &plan),
     };
     let until = Instant::now() + plan.fault_window;
     nemesis(&mut world, &mut brokers, &plan, &history, clients, until).await;
@@ -562,13 +559,9 @@ async fn scenario(
     trace.event("checks: workloads stopped");
     let checker = kafka_client_ip(clients + 2);
     let txn_counts = match workload {
-        Workload::Queue => {
-            check(&shared, checker, &groups, &mut violations).await;
-            BTreeMap::new()
-        }
+        Workload::Queue => check(&shared, checker, &groups, &mut violations).await,
         Workload::Transactions => {
-            let transactors = txns::transactors(&plan);
-            txns::check(&shared, checker, transactors, &mut violations).await
+            txns::check(&shared, checker, txns::transactors(&plan), &mut violations).await
         }
     };
     let mut counts = {
@@ -579,7 +572,17 @@ async fn scenario(
     counts.extend(txn_counts);
     violations.extend(trace.invariants().into_iter().map(|l| format!("invariant: {l}")));
     trace.event(format!("checks: {} violations", violations.len()));
-    for b in &mut brokers {
+    stop_all(&mut world, &mut brokers, &mut counts).await;
+    (plan_text, violations, counts, 0)
+}
+
+/// Stops every broker and bookie; adds what they counted to `counts`.
+async fn stop_all(
+    world: &mut World,
+    brokers: &mut [BrokerNode],
+    counts: &mut BTreeMap<String, u64>,
+) {
+    for b in brokers {
         if let Some(h) = b.starting.take() {
             h.abort();
         }
@@ -595,7 +598,6 @@ async fn scenario(
         world.stop_bookie(i).await;
     }
     counts.extend(std::mem::take(&mut world.counts));
-    (plan_text, violations, counts, 0)
 }
 
 /// Starts every workload of `plan`'s clients: the tasks, the groups whose committed
@@ -636,8 +638,14 @@ fn workloads(s: &Shared, plan: &KafkaPlan) -> (JoinSet<()>, Vec<String>, usize) 
     (tasks, groups, clients)
 }
 
-/// The final read of every partition and the checks of [`history`].
-async fn check(s: &Shared, ip: IpAddr, groups: &[String], violations: &mut Vec<String>) {
+/// The final read of every partition and the checks of [`history`] (they count nothing
+/// beyond the history's counts).
+async fn check(
+    s: &Shared,
+    ip: IpAddr,
+    groups: &[String],
+    violations: &mut Vec<String>,
+) -> BTreeMap<String, u64> {
     let mut node = Node::new(ip, s.brokers.clone());
     for p in 0..s.partitions {
         let deadline = Instant::now() + LIVENESS_BOUND;
@@ -725,4 +733,5 @@ async fn check(s: &Shared, ip: IpAddr, groups: &[String], violations: &mut Vec<S
             (_, Some((o, coord))) => s.history.commit_seen(g, o, coord),
         }
     }
+    BTreeMap::new()
 }

@@ -346,7 +346,7 @@ mod tests {
     fn read_committed_reads_are_judged_as_they_happen() {
         let mut f = TxnFacts::default();
         txn(&mut f, (0, 1), &[0], Outcome::Open);
-        f.txns.get_mut(&(0, 1)).map(|t| t.commit_sent = false);
+        assert!(!f.txns[&(0, 1)].commit_sent);
         f.read(None, (0, 0), &value_of((0, 1), 0, 0));
         assert!(f.violations[0].contains("precommitted"), "{:?}", f.violations);
         txn(&mut f, (0, 2), &[0], Outcome::Aborted);
@@ -367,8 +367,8 @@ mod tests {
         assert!(bad.is_empty(), "{bad:?}");
         assert_eq!(counts.get("G0 write cycle (Kafka allows one)"), Some(&1));
         // Each read the other: impossible under read_committed.
-        f.txns.get_mut(&(0, 1)).map(|t| t.read_from.insert((1, 1)));
-        f.txns.get_mut(&(1, 1)).map(|t| t.read_from.insert((0, 1)));
+        f.txns.entry((0, 1)).or_default().read_from.insert((1, 1));
+        f.txns.entry((1, 1)).or_default().read_from.insert((0, 1));
         let (bad, _) = check(&f, &committed, &committed, &offsets);
         assert!(bad.iter().any(|b| b.contains("G1c")), "{bad:?}");
     }

@@ -638,8 +638,12 @@ pub fn transactors(plan: &super::KafkaPlan) -> u32 {
 }
 
 /// Starts the transactors (even ones speak version 2) and the read_committed consumer;
-/// returns them and how many client nodes they use.
-pub fn workloads(s: &Shared, plan: &super::KafkaPlan) -> (tokio::task::JoinSet<()>, usize) {
+/// returns them, the groups the queue's final check reads (none), and how many client
+/// nodes they use.
+pub fn workloads(
+    s: &Shared,
+    plan: &super::KafkaPlan,
+) -> (tokio::task::JoinSet<()>, Vec<String>, usize) {
     let mut tasks = tokio::task::JoinSet::new();
     let mut clients = 1;
     for k in 0..transactors(plan) {
@@ -648,7 +652,7 @@ pub fn workloads(s: &Shared, plan: &super::KafkaPlan) -> (tokio::task::JoinSet<(
         clients += 1;
     }
     tasks.spawn(consumer(s.clone(), super::kafka_client_ip(clients)));
-    (tasks, clients + 1)
+    (tasks, Vec::new(), clients + 1)
 }
 
 /// Partition `p` read to its end at `isolation` (read_committed: once no transaction is
