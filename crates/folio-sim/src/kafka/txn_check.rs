@@ -91,11 +91,11 @@ impl TxnFacts {
         };
         match self.txns.get(&writer) {
             None => self.violations.push(format!("{who} read {value}, never sent")),
-            Some(t) if !t.commit_sent => self.violations.push(format!(
-                "precommitted read: {who} read {value} at {at:?} before {writer:?} asked to commit"
-            )),
             Some(t) if t.outcome == Outcome::Aborted => self.violations.push(format!(
                 "aborted read (G1a): {who} read {value} at {at:?}; {writer:?} was aborted"
+            )),
+            Some(t) if !t.commit_sent => self.violations.push(format!(
+                "precommitted read: {who} read {value} at {at:?} before {writer:?} asked to commit"
             )),
             Some(_) => {}
         }
