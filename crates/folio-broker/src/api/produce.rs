@@ -390,6 +390,20 @@ async fn verify(
             continue;
         }
         let record = inner.txns.load(id).await.map_err(BrokerError::Meta)?;
+        if let Some((r, _)) = &record
+            && r.producer_id == info.producer_id
+            && r.epoch > info.producer_epoch
+        {
+            // A newer epoch fenced this producer (a zombie): Kafka's answer, fatal to the
+            // client, not an abortable one (librdkafka's 0103 "produce after fence").
+            return Err(BrokerError::Transaction(
+                errors::INVALID_PRODUCER_EPOCH,
+                format!(
+                    "producer {} epoch {} of {id} is fenced by epoch {}",
+                    info.producer_id, info.producer_epoch, r.epoch
+                ),
+            ));
+        }
         let ok = record.is_some_and(|(r, _)| {
             r.state == crate::domain::txn::TxnState::Ongoing
                 && (r.producer_id, r.epoch) == (info.producer_id, info.producer_epoch)
