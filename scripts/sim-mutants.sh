@@ -225,5 +225,5 @@ EOF
     summary+=("$name: $n failing seeds [$failed] ($kinds)")
     echo "   $n seeds failed; log $log"
 done
-echo "== summary (seeds $seeds, $(git -C "$root" rev-parse --short "$ref"))"
+echo "== summary (seeds $seeds; kafka $kafka_seeds; transactions $txn_seeds; $(git -C "$root" rev-parse --short "$ref"))"
 printf '%s\n' "${summary[@]}"

@@ -149,7 +149,22 @@ fn kafka_regression_seeds() {
 /// Seeds that catch the transaction bugs the simulator found, each put back by a
 /// `kafka-txn-` mutant of `scripts/sim-mutants.sh` (as `REGRESSION_SEEDS`, with the
 /// transactional workload).
-const TXN_REGRESSION_SEEDS: &[(&str, &[u64])] = &[];
+const TXN_REGRESSION_SEEDS: &[(&str, &[u64])] = &[
+    // A read_committed Fetch below an open transaction on a fenced log waited on the log,
+    // which returns at once, and spun until its deadline (simulated time stood still).
+    ("kafka-txn-lso-spin", &[3]),
+    // A new owner read the producer and transaction snapshots apart, found them unmatched,
+    // and replayed transactions only from the producer snapshot: aborted reads.
+    ("kafka-txn-index-partial", &[73, 147]),
+    // A TxnOffsetCommit held at a coordinator cut off from the store staged its offsets into
+    // the next transaction's: the group's offset went back.
+    ("kafka-txn-stage-unchecked", &[674, 1239]),
+    // A marker pass that read the record before a slow partition open wrote a marker the
+    // transaction had already, closing the producer's next transaction there.
+    ("kafka-txn-stale-marker", &[940, 961]),
+    // A version 1 EndTxn held at its coordinator ended the next transaction (KAFKA-17754).
+    ("kafka-txn-end-before-start", &[357, 623]),
+];
 
 #[test]
 fn kafka_transaction_regression_seeds() {
