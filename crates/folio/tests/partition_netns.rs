@@ -11,6 +11,8 @@
 //! lease expires at etcd, so it stops acknowledging within one lease TTL, then serves again
 //! after the heal.
 //!
+//! A second test runs transactions (#49) across the same cut.
+//!
 //! Needs root (CI runs as root), `ip` (iproute2) and `etcd`. The namespace, its veth pair
 //! and routes are made and removed by the test itself.
 #![cfg(feature = "etcd")]
@@ -205,11 +207,18 @@ fn leaders(bootstrap: &str, topic: &str) -> BTreeMap<usize, i32> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d1_an_isolated_broker_fences_itself_and_nothing_acknowledged_or_committed_goes_back() {
-    let ns = Netns::new();
-    let tmp = tempfile::tempdir().unwrap();
-    let (_etcd, etcd) = start_etcd(&ns.outer, tmp.path());
+/// etcd and three bookies outside the namespace, broker 1 inside it and broker 2 outside.
+struct Cluster {
+    meta: Arc<folio_meta::etcd::EtcdStore>,
+    keys: folio_meta::keys::Keys,
+    a1: String,
+    http1: String,
+    a2: String,
+    _procs: Vec<Proc>,
+}
+
+async fn start_cluster(ns: &Netns, dir: &std::path::Path) -> Cluster {
+    let (etcd_proc, etcd) = start_etcd(&ns.outer, dir);
     let connected = tokio::sync::Mutex::new(None);
     folio_testkit::poll::until(
         Duration::from_secs(60),
@@ -226,12 +235,50 @@ async fn d1_an_isolated_broker_fences_itself_and_nothing_acknowledged_or_committ
     .await;
     let meta = Arc::new(connected.into_inner().expect("connected"));
     let root = "partition-test";
-    let keys = folio_meta::keys::Keys::new(root);
-    let _bookies: Vec<Proc> = (0..3)
-        .map(|i| start_bookie(tmp.path(), &format!("bookie-{i}"), &ns.outer, &etcd, root))
-        .collect();
-    let (_b1, a1, http1) = start_broker(Some(&ns.name), &ns.inner, &etcd, root, 1);
-    let (_b2, a2, _) = start_broker(None, &ns.outer, &etcd, root, 2);
+    let mut procs: Vec<Proc> =
+        (0..3).map(|i| start_bookie(dir, &format!("bookie-{i}"), &ns.outer, &etcd, root)).collect();
+    let (b1, a1, http1) = start_broker(Some(&ns.name), &ns.inner, &etcd, root, 1);
+    let (b2, a2, _) = start_broker(None, &ns.outer, &etcd, root, 2);
+    procs.extend([etcd_proc, b1, b2]);
+    Cluster { meta, keys: folio_meta::keys::Keys::new(root), a1, http1, a2, _procs: procs }
+}
+
+/// Cuts broker 1 off from etcd and the bookies (not from the clients) for [`CUT`], then
+/// heals the cut: asserts it fences itself before its lease could expire at etcd and
+/// serves again after the heal. Returns (fenced after, serving again after the heal).
+async fn cut_broker_1(ns: &Netns, c: &Cluster) -> (Duration, Duration) {
+    ns.cut(true);
+    let cut_at = Instant::now();
+    let fenced_at = loop {
+        if http_get(&c.http1, "/health").starts_with("fenced") {
+            break cut_at.elapsed();
+        }
+        assert!(cut_at.elapsed() < CUT, "broker 1 did not fence itself while cut off");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // Fenced before its lease could expire at etcd: its registration is still there.
+    let registration = c.meta.get(&c.keys.broker(1)).await.unwrap();
+    assert!(
+        registration.is_some(),
+        "broker 1 fenced itself only after its lease expired ({fenced_at:?})"
+    );
+    tokio::time::sleep(CUT.saturating_sub(cut_at.elapsed())).await;
+    ns.cut(false);
+    let healed_at = Instant::now();
+    let deadline = healed_at + Duration::from_secs(60);
+    while !http_get(&c.http1, "/health").starts_with("ok") {
+        assert!(Instant::now() < deadline, "broker 1 did not serve again after the heal");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (fenced_at, healed_at.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d1_an_isolated_broker_fences_itself_and_nothing_acknowledged_or_committed_goes_back() {
+    let ns = Netns::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let cluster = start_cluster(&ns, tmp.path()).await;
+    let (meta, keys, a1, a2) = (&cluster.meta, &cluster.keys, &cluster.a1, &cluster.a2);
     let bootstrap = format!("{a1},{a2}");
     // A group broker 1 coordinates.
     let group = (0..)
@@ -249,9 +296,9 @@ async fn d1_an_isolated_broker_fences_itself_and_nothing_acknowledged_or_committ
         for t in 0..8 {
             let topic = format!("partitioned-{t}");
             let l = loop {
-                let l = leaders(&a1, &topic);
-                let both = common::kcat(&["-L", "-b", &a2], None).contains(" 2 brokers:");
-                if l.len() == PARTITIONS && both && l == leaders(&a2, &topic) {
+                let l = leaders(a1, &topic);
+                let both = common::kcat(&["-L", "-b", a2], None).contains(" 2 brokers:");
+                if l.len() == PARTITIONS && both && l == leaders(a2, &topic) {
                     break l;
                 }
                 assert!(
@@ -353,31 +400,7 @@ async fn d1_an_isolated_broker_fences_itself_and_nothing_acknowledged_or_committ
     }
 
     // The cut: broker 1 loses etcd and the bookies, the clients still reach it.
-    ns.cut(true);
-    let cut_at = Instant::now();
-    let fenced_at = loop {
-        if http_get(&http1, "/health").starts_with("fenced") {
-            break cut_at.elapsed();
-        }
-        assert!(cut_at.elapsed() < CUT, "broker 1 did not fence itself while cut off");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    // Fenced before its lease could expire at etcd: its registration is still there.
-    let registration = meta.get(&keys.broker(1)).await.unwrap();
-    assert!(
-        registration.is_some(),
-        "broker 1 fenced itself only after its lease expired ({fenced_at:?})"
-    );
-    let remaining = CUT.saturating_sub(cut_at.elapsed());
-    tokio::time::sleep(remaining).await;
-    ns.cut(false);
-    let healed_at = Instant::now();
-    let deadline = healed_at + Duration::from_secs(60);
-    while !http_get(&http1, "/health").starts_with("ok") {
-        assert!(Instant::now() < deadline, "broker 1 did not serve again after the heal");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let back_after = healed_at.elapsed();
+    let (fenced_at, back_after) = cut_broker_1(&ns, &cluster).await;
     take(3000, &mut acked);
     drop(producer);
     // Give the last deliveries no chance to be counted: only what was printed is acked.
@@ -428,4 +451,70 @@ async fn d1_an_isolated_broker_fences_itself_and_nothing_acknowledged_or_committ
     assert_eq!(reordered, 0, "records out of order within a partition");
     assert!(went_back.is_empty(), "committed offsets went backwards: {went_back:?}");
     assert!(offsets_watched > 0, "no committed offset was seen");
+}
+
+/// #49 under a partition: a consume-transform-produce (confluent-kafka, in
+/// `tests/kafka/transactions.py` `ctp_partitioned`) whose transaction coordinator and
+/// group coordinator are broker 1 goes on while broker 1 is cut off from etcd and the
+/// bookies for three lease TTLs: each input record ends in the output exactly once for
+/// read_committed, the group's committed offset at the input's end (no lost write, no
+/// duplicate, no aborted record visible, offsets never torn from their transaction).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d1_transactions_stay_exactly_once_while_their_coordinator_is_cut_off() {
+    let ns = Netns::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let cluster = start_cluster(&ns, tmp.path()).await;
+    let bootstrap = format!("{},{}", cluster.a1, cluster.a2);
+    let owned_by_1 = |key: Vec<u8>| folio_broker::cluster::owner_among(&key, &[1, 2]) == Some(1);
+    let group = (0..)
+        .map(|i| format!("cut-{i}"))
+        .find(|g| {
+            owned_by_1(folio_broker::cluster::group_key(g))
+                && owned_by_1(folio_broker::cluster::txn_key(&format!("tx-{g}")))
+        })
+        .unwrap();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka/transactions.py");
+    let mut ctp = Command::new("python3")
+        .arg(script)
+        .args(["ctp_partitioned", &bootstrap, "cut-in", "cut-out", &group, "600"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("python3 with confluent-kafka");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = ctp.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if line.starts_with("progress ") {
+                let _ = tx.send(());
+            }
+            lines.push(line);
+        }
+        lines
+    });
+    // Twenty transactions committed through broker 1, then the cut.
+    for _ in 0..20 {
+        rx.recv_timeout(Duration::from_secs(120)).expect("the transformer stalled before the cut");
+    }
+    let (fenced_at, back_after) = cut_broker_1(&ns, &cluster).await;
+    let status = tokio::task::spawn_blocking(move || ctp.wait()).await.unwrap().unwrap();
+    let lines = reader.join().unwrap();
+    let errors = lines.iter().filter(|l| l.starts_with("error ")).count();
+    eprintln!(
+        "transactions under a partition: fenced_after_ms={} back_after_heal_ms={} client_errors={errors} {}",
+        fenced_at.as_millis(),
+        back_after.as_millis(),
+        lines.last().map_or("", String::as_str)
+    );
+    if !status.success() {
+        // What the store holds of transactions: the records, those ending, staged offsets.
+        let all = folio_meta::list_all(cluster.meta.as_ref(), cluster.keys.root()).await.unwrap();
+        for v in all.iter().filter(|v| v.key.contains("transaction")) {
+            eprintln!("{} (version {}): {:?}", v.key, v.version, String::from_utf8_lossy(&v.value));
+        }
+    }
+    assert!(status.success(), "ctp_partitioned failed:\n{}", lines.join("\n"));
+    assert!(lines.last().is_some_and(|l| l.starts_with("OK ")), "{}", lines.join("\n"));
 }

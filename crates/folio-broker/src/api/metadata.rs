@@ -89,11 +89,11 @@ impl Handler for Metadata {
     error_code_of!(top, [topics]);
 }
 
-/// The live brokers.
+/// The registered brokers (`Membership::registered`).
 fn brokers(inner: &Inner) -> Vec<MetadataResponseBroker> {
     inner
         .membership
-        .live()
+        .registered()
         .into_iter()
         .filter_map(|b| {
             let e = super::endpoint_of(inner, &b)?;

@@ -253,6 +253,15 @@ impl Membership {
         &self.me
     }
 
+    /// Every broker registered as this one last saw them, itself included even while
+    /// fenced: Metadata's broker list. Another broker may still name a fenced one as a
+    /// coordinator until its lease expires, and a client that then finds no such broker
+    /// in Metadata drops it and asks again at once (librdkafka looped so until its
+    /// consumer hung; found by the partition test of #49). Leadership is `owner`'s.
+    pub fn registered(&self) -> Vec<BrokerInfo> {
+        self.live.read().expect("live lock").clone()
+    }
+
     /// The live brokers (this one among them while it runs, unless it is fenced).
     pub fn live(&self) -> Vec<BrokerInfo> {
         let fenced = self.is_fenced();

@@ -182,6 +182,9 @@ async fn a_broker_cut_from_the_store_fences_itself_within_its_lease_and_comes_ba
     assert_eq!(registered, Some(Some(first)), "fenced only after its lease expired");
     assert!(ours.iter().all(|k| !m.owns(k) && m.owner(k).node_id == 2));
     assert_eq!(m.live().iter().map(|b| b.node_id).collect::<Vec<_>>(), vec![2]);
+    // Metadata still lists it: broker 2 may name it coordinator until its lease expires.
+    let listed: Vec<i32> = m.registered().iter().map(|b| b.node_id).collect();
+    assert_eq!(listed, vec![1, 2]);
     assert_eq!(m.controller(), -1);
     assert!(!*m.controller_gate().borrow());
     assert!(m.fenced().unwrap().contains("not renewed"), "{:?}", m.fenced());
