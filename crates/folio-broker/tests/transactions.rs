@@ -437,3 +437,59 @@ async fn compaction_drops_aborted_records_and_markers_and_stops_at_the_last_stab
     assert_eq!(aborted, vec![(pid, 5)], "c=1 is still its producer's, and aborted");
     assert!(batches.contains(&5), "{batches:?}");
 }
+
+/// #49 item 3, KIP-447: a transaction's offsets for a consumer group come from a current
+/// member at its generation (a zombie whose partitions moved on cannot commit them:
+/// UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION); a commit naming no member and no generation (a
+/// producer sending offsets for the group alone) is not checked, as in Kafka.
+#[tokio::test]
+async fn transactional_offsets_come_from_a_current_member_of_the_group() {
+    use kafka_protocol::messages::txn_offset_commit_request::{
+        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    };
+    let s = start(1, |c| c.groups.initial_rebalance_delay = std::time::Duration::ZERO).await;
+    let mut c = Conn::open(s.broker.addr()).await;
+    let meta: MetadataResponse = c.call(ApiKey::Metadata, 12, &metadata_req(&["kip447"])).await;
+    assert_eq!(meta.topics[0].error_code, 0);
+    let joined: JoinGroupResponse = c.call(ApiKey::JoinGroup, 5, &join_req("g447")).await;
+    assert_eq!(joined.error_code, errors::NONE);
+    let (member, generation) = (joined.member_id.to_string(), joined.generation_id);
+    let sync = SyncGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("g447")))
+        .with_generation_id(generation)
+        .with_member_id(joined.member_id.clone());
+    let synced: SyncGroupResponse = c.call(ApiKey::SyncGroup, 3, &sync).await;
+    assert_eq!(synced.error_code, errors::NONE, "the group is stable");
+    let (pid, epoch) = init_settled(&mut c).await;
+    let add = AddOffsetsToTxnRequest::default()
+        .with_transactional_id(txn_id())
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_group_id(GroupId(StrBytes::from_static_str("g447")));
+    let r: AddOffsetsToTxnResponse = c.call(ApiKey::AddOffsetsToTxn, 3, &add).await;
+    assert_eq!(r.error_code, errors::NONE);
+    let mut commit = async |member: &str, generation: i32| -> i16 {
+        let req = TxnOffsetCommitRequest::default()
+            .with_transactional_id(txn_id())
+            .with_group_id(GroupId(StrBytes::from_static_str("g447")))
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch)
+            .with_generation_id(generation)
+            .with_member_id(StrBytes::from_string(member.into()))
+            .with_topics(vec![
+                TxnOffsetCommitRequestTopic::default()
+                    .with_name(TopicName(StrBytes::from_static_str("kip447")))
+                    .with_partitions(vec![
+                        TxnOffsetCommitRequestPartition::default()
+                            .with_partition_index(0)
+                            .with_committed_offset(7),
+                    ]),
+            ]);
+        let r: TxnOffsetCommitResponse = c.call(ApiKey::TxnOffsetCommit, 3, &req).await;
+        r.topics[0].partitions[0].error_code
+    };
+    assert_eq!(commit("a-zombie", generation).await, errors::UNKNOWN_MEMBER_ID);
+    assert_eq!(commit(&member, generation + 1).await, errors::ILLEGAL_GENERATION);
+    assert_eq!(commit(&member, generation).await, errors::NONE);
+    assert_eq!(commit("", -1).await, errors::NONE, "no member named: not checked");
+}

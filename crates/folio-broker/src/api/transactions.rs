@@ -258,6 +258,18 @@ impl Handler for TxnOffsetCommit {
         {
             return Self::error(version, &req, errors::TOPIC_AUTHORIZATION_FAILED);
         }
+        // KIP-447 (v3+): a consumer's offsets come from a current member of the group, so a
+        // zombie whose partitions were reassigned cannot commit them; without a member id
+        // and generation (a producer naming only the group) nothing is checked, as in Kafka.
+        let generation = req.generation_id;
+        let member = req.member_id.as_str();
+        if generation >= 0 || !member.is_empty() {
+            let instance = req.group_instance_id.as_ref().map(|i| i.as_str());
+            let code = inner.groups.check_commit(group, generation, member, instance);
+            if code != errors::NONE {
+                return Self::error(version, &req, code);
+            }
+        }
         // The transaction must hold the group (AddOffsetsToTxn came first) at this epoch;
         // from v5 (transaction version 2) the commit adds it itself.
         let id = req.transactional_id.as_str();
