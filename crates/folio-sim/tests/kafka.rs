@@ -131,12 +131,17 @@ const REGRESSION_SEEDS: &[(&str, &[u64])] = &[
 
 #[test]
 fn kafka_regression_seeds() {
+    run_regressions(REGRESSION_SEEDS, run_kafka);
+}
+
+/// Runs each bug's seeds with `run`; fails naming the bugs that are back.
+fn run_regressions(bugs: &[(&str, &[u64])], run: fn(u64, &Options) -> Report) {
     let opts = Options::default();
     let mut failed = Vec::new();
-    for (bug, seeds) in REGRESSION_SEEDS {
+    for (bug, seeds) in bugs {
         assert!(!seeds.is_empty(), "{bug}: no seed");
         for seed in *seeds {
-            let r = run_kafka(*seed, &opts);
+            let r = run(*seed, &opts);
             if !r.passed() {
                 eprintln!("{bug} is back:\n{}", r.failure_text());
                 failed.push((*bug, *seed));
@@ -168,17 +173,5 @@ const TXN_REGRESSION_SEEDS: &[(&str, &[u64])] = &[
 
 #[test]
 fn kafka_transaction_regression_seeds() {
-    let opts = Options::default();
-    let mut failed = Vec::new();
-    for (bug, seeds) in TXN_REGRESSION_SEEDS {
-        assert!(!seeds.is_empty(), "{bug}: no seed");
-        for seed in *seeds {
-            let r = run_kafka_txns(*seed, &opts);
-            if !r.passed() {
-                eprintln!("{bug} is back:\n{}", r.failure_text());
-                failed.push((*bug, *seed));
-            }
-        }
-    }
-    assert!(failed.is_empty(), "regressions: {failed:?}");
+    run_regressions(TXN_REGRESSION_SEEDS, run_kafka_txns);
 }

@@ -441,11 +441,27 @@ pub async fn fetch_once(
     offset: i64,
     refresh: bool,
 ) -> Result<(Vec<(i64, String)>, i64, i64), String> {
+    let p = fetch_partition(node, topic, partition, (offset, 0), refresh).await?;
+    let records = p.records.clone().unwrap_or_default();
+    let (records, next) = records_of(&records, offset)?;
+    Ok((records, next, p.high_watermark))
+}
+
+/// One Fetch of `partition` from `offset` at its leader, at `isolation` (0:
+/// read_uncommitted, 1: read_committed): the partition's answer, its error code an `Err`.
+pub(super) async fn fetch_partition(
+    node: &mut Node,
+    topic: &str,
+    partition: i32,
+    (offset, isolation): (i64, i8),
+    refresh: bool,
+) -> Result<kafka_protocol::messages::fetch_response::PartitionData, String> {
     let (leader, addr) = node.leader(topic, partition, refresh).await?;
     let req = FetchRequest::default()
         .with_max_wait_ms(200)
         .with_min_bytes(1)
         .with_max_bytes(1 << 20)
+        .with_isolation_level(isolation)
         .with_session_id(0)
         .with_session_epoch(-1)
         .with_topics(vec![FetchTopic::default().with_topic(name(topic)).with_partitions(vec![
@@ -457,15 +473,14 @@ pub async fn fetch_once(
     let r: FetchResponse = node.call(addr, ApiKey::Fetch, 12, &req).await?;
     let p = r
         .responses
-        .first()
-        .and_then(|t| t.partitions.first())
+        .into_iter()
+        .next()
+        .and_then(|t| t.partitions.into_iter().next())
         .ok_or("a Fetch answer without the partition")?;
     if p.error_code != 0 {
         return Err(format!("Fetch answered {} by {leader}", p.error_code));
     }
-    let records = p.records.clone().unwrap_or_default();
-    let (records, next) = records_of(&records, offset)?;
-    Ok((records, next, p.high_watermark))
+    Ok(p)
 }
 
 /// A tailing consumer of every partition: its offsets only rise, and what it reads at an
@@ -508,7 +523,19 @@ pub async fn consumer(s: Shared, ip: IpAddr, me: String) {
 
 /// The coordinator of `group`, asked of any broker.
 pub(super) async fn coordinator(node: &mut Node, group: &str) -> Result<(i32, SocketAddr), String> {
-    let req = FindCoordinatorRequest::default().with_key(StrBytes::from_string(group.into()));
+    coordinator_of(node, group, 0).await
+}
+
+/// The coordinator of `key` (`key_type` 0: a group, 1: a transactional id), asked of any
+/// broker.
+pub(super) async fn coordinator_of(
+    node: &mut Node,
+    key: &str,
+    key_type: i8,
+) -> Result<(i32, SocketAddr), String> {
+    let req = FindCoordinatorRequest::default()
+        .with_key(StrBytes::from_string(key.into()))
+        .with_key_type(key_type);
     let addr = node.any_broker();
     let r: FindCoordinatorResponse = node.call(addr, ApiKey::FindCoordinator, 3, &req).await?;
     if r.error_code != 0 {

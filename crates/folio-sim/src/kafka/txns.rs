@@ -16,7 +16,6 @@ use bytes::Bytes;
 use folio_broker::errors as codes;
 use folio_testkit::kafka::produce_request;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::txn_offset_commit_request::{
@@ -97,16 +96,7 @@ struct Transactor {
 
 /// The coordinator of `key` (`key_type` 0: a group, 1: a transactional id).
 async fn find(node: &mut Node, key: &str, key_type: i8) -> Result<SocketAddr, String> {
-    let req = FindCoordinatorRequest::default()
-        .with_key(StrBytes::from_string(key.into()))
-        .with_key_type(key_type);
-    let addr = node.any_broker();
-    let r: FindCoordinatorResponse = node.call(addr, ApiKey::FindCoordinator, 3, &req).await?;
-    if r.error_code != 0 {
-        return Err(format!("FindCoordinator({key}) answered {}", r.error_code));
-    }
-    let ip: IpAddr = r.host.parse().map_err(|e| format!("coordinator host {}: {e}", r.host))?;
-    Ok(SocketAddr::new(ip, r.port as u16))
+    Ok(super::clients::coordinator_of(node, key, key_type).await?.1)
 }
 
 impl Transactor {
@@ -520,29 +510,8 @@ pub async fn fetch(
     (offset, isolation): (i64, i8),
     refresh: bool,
 ) -> Result<Fetched, String> {
-    let (leader, addr) = node.leader(topic, partition, refresh).await?;
-    let req = FetchRequest::default()
-        .with_max_wait_ms(200)
-        .with_min_bytes(1)
-        .with_max_bytes(1 << 20)
-        .with_isolation_level(isolation)
-        .with_session_id(0)
-        .with_session_epoch(-1)
-        .with_topics(vec![FetchTopic::default().with_topic(name(topic)).with_partitions(vec![
-            FetchPartition::default()
-                .with_partition(partition)
-                .with_fetch_offset(offset)
-                .with_partition_max_bytes(1 << 20),
-        ])]);
-    let r: FetchResponse = node.call(addr, ApiKey::Fetch, 12, &req).await?;
-    let p = r
-        .responses
-        .first()
-        .and_then(|t| t.partitions.first())
-        .ok_or("a Fetch answer without the partition")?;
-    if p.error_code != 0 {
-        return Err(format!("Fetch answered {} by {leader}", p.error_code));
-    }
+    let p = super::clients::fetch_partition(node, topic, partition, (offset, isolation), refresh)
+        .await?;
     let mut aborted: Vec<(i64, i64)> = (p.aborted_transactions.iter().flatten())
         .map(|a| (a.first_offset, a.producer_id.0))
         .collect();
