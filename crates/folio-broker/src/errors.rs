@@ -100,6 +100,16 @@ pub const UNSUPPORTED_COMPRESSION_TYPE: i16 = 76;
 pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
 /// The group has its maximum number of members.
 pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
+/// A consumer-protocol heartbeat at an epoch the member is not at: it rejoins at epoch 0.
+pub const FENCED_MEMBER_EPOCH: i16 = 110;
+/// A static member joined under an instance id another live member still holds.
+pub const UNRELEASED_INSTANCE_ID: i16 = 111;
+/// A consumer-protocol member named an assignor this broker does not run.
+pub const UNSUPPORTED_ASSIGNOR: i16 = 112;
+/// An offset commit at a member epoch other than the member's (it retries at its new one).
+pub const STALE_MEMBER_EPOCH: i16 = 113;
+/// A subscription regex that does not compile (or is above its limits).
+pub const INVALID_REGULAR_EXPRESSION: i16 = 128;
 /// A static member's instance id now belongs to another member id (KIP-345).
 pub const FENCED_INSTANCE_ID: i16 = 82;
 /// ElectLeaders of a partition whose leader is already the right one.
@@ -349,6 +359,11 @@ pub fn name(code: i16) -> &'static str {
         GROUP_ID_NOT_FOUND => "GROUP_ID_NOT_FOUND",
         GROUP_MAX_SIZE_REACHED => "GROUP_MAX_SIZE_REACHED",
         FENCED_INSTANCE_ID => "FENCED_INSTANCE_ID",
+        FENCED_MEMBER_EPOCH => "FENCED_MEMBER_EPOCH",
+        UNRELEASED_INSTANCE_ID => "UNRELEASED_INSTANCE_ID",
+        UNSUPPORTED_ASSIGNOR => "UNSUPPORTED_ASSIGNOR",
+        STALE_MEMBER_EPOCH => "STALE_MEMBER_EPOCH",
+        INVALID_REGULAR_EXPRESSION => "INVALID_REGULAR_EXPRESSION",
         GROUP_SUBSCRIBED_TO_TOPIC => "GROUP_SUBSCRIBED_TO_TOPIC",
         ELECTION_NOT_NEEDED => "ELECTION_NOT_NEEDED",
         NO_REASSIGNMENT_IN_PROGRESS => "NO_REASSIGNMENT_IN_PROGRESS",

@@ -311,6 +311,23 @@ pub const GROUP_ID_BYTES_MAX: usize = 1024;
 pub const GROUP_INSTANCE_ID_BYTES_MAX: usize = 249;
 const _: () = assert!(GROUP_ID_BYTES_MAX * 3 + 256 <= folio_meta::limits::KEY_BYTES_MAX);
 
+/// The longest member id, rack id and subscription regex a ConsumerGroupHeartbeat may
+/// carry (bytes; clients send a UUID as the member id): longer gets INVALID_REQUEST.
+pub const CONSUMER_MEMBER_ID_BYTES_MAX: usize = 256;
+/// The longest rack id of a consumer-protocol member (bytes).
+pub const CONSUMER_RACK_ID_BYTES_MAX: usize = 256;
+/// The longest subscription regex (bytes); its compiled program is bounded too
+/// (`CONSUMER_REGEX_PROGRAM_BYTES_MAX`): a regex past either gets INVALID_REGULAR_EXPRESSION.
+pub const CONSUMER_REGEX_BYTES_MAX: usize = 4096;
+/// The largest compiled subscription regex (bytes of the regex crate's program).
+pub const CONSUMER_REGEX_PROGRAM_BYTES_MAX: usize = 1 << 20;
+/// Topic names one consumer-protocol member may subscribe to by name.
+pub const CONSUMER_SUBSCRIBED_TOPICS_MAX: usize = 10_000;
+/// How often a group's subscription regexes are matched against the topics again, at
+/// least (Kafka resolves at most once per 10 s per group, too); a new or changed regex is
+/// resolved at once.
+pub const CONSUMER_REGEX_REFRESH: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Producers remembered per partition; the least recently seen go first.
 pub const PRODUCERS_MAX: usize = 10_000;
 

@@ -57,27 +57,45 @@ pub(crate) fn answer(
 
 /// The features a v3+ answer names (KIP-584): `transaction.version` 2 finalized, so Kafka 4
 /// clients use transactions version 2 (KIP-890: an epoch bump per transaction, partitions
-/// and groups added implicitly by Produce v12 and TxnOffsetCommit v5).
+/// and groups added implicitly by Produce v12 and TxnOffsetCommit v5); `group.version` 1,
+/// the consumer group protocol (KIP-848).
 fn with_features(resp: ApiVersionsResponse) -> ApiVersionsResponse {
     use kafka_protocol::messages::api_versions_response::{
         FinalizedFeatureKey, SupportedFeatureKey,
     };
-    let name = crate::api::str_bytes(TRANSACTION_VERSION_FEATURE);
-    resp.with_supported_features(vec![
-        SupportedFeatureKey::default()
-            .with_name(name.clone())
-            .with_min_version(0)
-            .with_max_version(TRANSACTION_VERSION),
-    ])
+    let features = [
+        (TRANSACTION_VERSION_FEATURE, TRANSACTION_VERSION),
+        (GROUP_VERSION_FEATURE, GROUP_VERSION),
+    ];
+    resp.with_supported_features(
+        features
+            .iter()
+            .map(|(name, v)| {
+                SupportedFeatureKey::default()
+                    .with_name(crate::api::str_bytes(*name))
+                    .with_min_version(0)
+                    .with_max_version(*v)
+            })
+            .collect(),
+    )
     .with_finalized_features_epoch(1)
-    .with_finalized_features(vec![
-        FinalizedFeatureKey::default()
-            .with_name(name)
-            .with_min_version_level(TRANSACTION_VERSION)
-            .with_max_version_level(TRANSACTION_VERSION),
-    ])
+    .with_finalized_features(
+        features
+            .iter()
+            .map(|(name, v)| {
+                FinalizedFeatureKey::default()
+                    .with_name(crate::api::str_bytes(*name))
+                    .with_min_version_level(*v)
+                    .with_max_version_level(*v)
+            })
+            .collect(),
+    )
 }
 
+/// The feature that enables the consumer group protocol (KIP-848).
+pub const GROUP_VERSION_FEATURE: &str = "group.version";
+/// The group version this broker runs (1: the consumer protocol).
+pub const GROUP_VERSION: i16 = 1;
 /// The feature clients read to choose their transaction protocol.
 pub const TRANSACTION_VERSION_FEATURE: &str = "transaction.version";
 /// The transaction version this broker runs (2: KIP-890); version-1 clients are served too.

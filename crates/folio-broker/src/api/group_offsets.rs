@@ -61,7 +61,8 @@ impl Handler for OffsetCommit {
         let check = commit_check(&inner, &req);
         // The generation the commit was checked at (-1: from outside the group protocol):
         // the group's claim is taken at it (`group::claim`).
-        let generation = req.generation_id_or_member_epoch.max(-1);
+        let generation =
+            inner.groups.commit_generation(s(&req.group_id), req.generation_id_or_member_epoch);
         // OffsetCommit v2-4's retention: these offsets expire then, not by the broker's.
         let expire_ms = (version <= 4 && req.retention_time_ms >= 0)
             .then(|| (inner.now_ms() as u64).saturating_add(req.retention_time_ms as u64));

@@ -360,25 +360,32 @@ impl Handler for ListGroups {
             Ok(groups) => ListGroupsResponse::default().with_groups(
                 groups
                     .into_iter()
-                    .filter(|(name, _, _)| visible(name))
-                    .filter(|(_, state, _)| {
+                    .filter(|g| visible(&g.name))
+                    .filter(|g| {
                         req.states_filter.is_empty()
                             || req
                                 .states_filter
                                 .iter()
-                                .any(|f| f.as_str().eq_ignore_ascii_case(state.name()))
+                                .any(|f| f.as_str().eq_ignore_ascii_case(g.state))
                     })
-                    .map(|(name, state, ptype)| {
-                        let mut g = ListedGroup::default()
-                            .with_group_id(GroupId(str_bytes(name)))
-                            .with_protocol_type(str_bytes(ptype));
+                    .filter(|g| {
+                        req.types_filter.is_empty()
+                            || req
+                                .types_filter
+                                .iter()
+                                .any(|f| f.as_str().eq_ignore_ascii_case(g.kind))
+                    })
+                    .map(|g| {
+                        let mut out = ListedGroup::default()
+                            .with_group_id(GroupId(str_bytes(g.name)))
+                            .with_protocol_type(str_bytes(g.protocol_type));
                         if version >= 4 {
-                            g.group_state = str_bytes(state.name());
+                            out.group_state = str_bytes(g.state);
                         }
                         if version >= 5 {
-                            g.group_type = str_bytes("classic");
+                            out.group_type = str_bytes(g.kind);
                         }
-                        g
+                        out
                     })
                     .collect(),
             ),
@@ -417,6 +424,12 @@ impl Handler for DescribeGroups {
             let mut out = DescribedGroup::default().with_group_id(g.clone());
             if let Some(code) = elsewhere(&inner, g.as_str()) {
                 resp.groups.push(out.with_error_code(code));
+                continue;
+            }
+            if inner.groups.is_consumer_group(g.as_str()) {
+                // Kafka's answer: a consumer-protocol group is described by
+                // ConsumerGroupDescribe.
+                resp.groups.push(out.with_error_code(errors::GROUP_ID_NOT_FOUND));
                 continue;
             }
             match inner.groups.describe(g.as_str()) {

@@ -99,6 +99,7 @@ pub mod acls;
 pub mod admin;
 pub mod api_versions;
 pub mod configs;
+pub mod consumer_groups;
 pub mod describe_producers;
 pub mod fetch;
 pub mod group_offsets;
@@ -141,6 +142,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::ListPartitionReassignments, 0, 0),
@@ -303,6 +306,8 @@ handlers! {
     OffsetFetch => group_offsets::OffsetFetch,
     ListGroups => groups::ListGroups,
     DescribeGroups => groups::DescribeGroups,
+    ConsumerGroupHeartbeat => consumer_groups::ConsumerGroupHeartbeat,
+    ConsumerGroupDescribe => consumer_groups::ConsumerGroupDescribe,
     DeleteGroups => groups::DeleteGroups,
     OffsetDelete => offsets::OffsetDelete,
     ElectLeaders => leaders::ElectLeaders,

@@ -225,6 +225,16 @@ impl Topics {
         Ok(out)
     }
 
+    /// The topic `name` as the cache has it (no store read: callers under a lock).
+    pub fn cached(&self, name: &str) -> Option<Arc<Topic>> {
+        self.cache.read().expect("topic cache").get(name).cloned()
+    }
+
+    /// Every topic the cache has (re-read every `topic_refresh`), sorted by name.
+    pub fn cached_all(&self) -> Vec<Arc<Topic>> {
+        self.cache.read().expect("topic cache").values().cloned().collect()
+    }
+
     /// Drops `name` from the cache (it was deleted here).
     pub fn forget(&self, name: &str) {
         self.cache.write().expect("topic cache").remove(name);

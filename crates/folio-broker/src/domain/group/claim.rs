@@ -133,7 +133,7 @@ impl Coordinator {
             // A member's generation must still be the group's (checked before, but a
             // rebalance may have come since): an older one never claims.
             if generation >= 0 {
-                let now = c.groups.lock().expect("groups lock").get(group).map(|g| g.generation);
+                let now = c.generation_of(group);
                 if now != Some(generation) {
                     return Err(CommitError::Fenced {
                         code: crate::errors::ILLEGAL_GENERATION,

@@ -25,8 +25,14 @@ impl Coordinator {
     /// Whether one more group fits under `groups_max` (counted: the groups with members
     /// here and those whose offsets this coordinator claimed). Counts the refusal.
     pub(super) fn room_for_group(&self, groups: &BTreeMap<String, Group>, group: &str) -> bool {
+        let consumers = self.consumers.lock().expect("consumers lock");
         let claims = self.claims.lock().expect("claims lock");
-        let held = groups.len() + claims.keys().filter(|g| !groups.contains_key(*g)).count();
+        let held = groups.len()
+            + consumers.len()
+            + claims
+                .keys()
+                .filter(|g| !groups.contains_key(*g) && !consumers.contains_key(*g))
+                .count();
         if held < self.config.groups_max {
             return true;
         }
@@ -46,6 +52,7 @@ impl Coordinator {
     pub fn admit_commit(&self, group: &str, client_id: &str) -> Result<(), Limit> {
         let groups = self.groups.lock().expect("groups lock");
         if groups.contains_key(group)
+            || self.consumers.lock().expect("consumers lock").contains_key(group)
             || self.claims.lock().expect("claims lock").contains_key(group)
         {
             return Ok(());
@@ -98,9 +105,12 @@ impl Coordinator {
             }
             let empty_since = {
                 let groups = self.groups.lock().expect("groups lock");
-                match groups.get(&group) {
-                    Some(g) if !g.members.is_empty() => continue,
-                    Some(g) if g.state != GroupState::Dead => g.empty_since,
+                let consumers = self.consumers.lock().expect("consumers lock");
+                match (groups.get(&group), consumers.get(&group)) {
+                    (Some(g), _) if !g.members.is_empty() => continue,
+                    (_, Some(c)) if !c.is_empty() => continue,
+                    (Some(g), _) if g.state != GroupState::Dead => g.empty_since,
+                    (_, Some(c)) => c.empty_since,
                     _ => 0,
                 }
             };
@@ -158,6 +168,7 @@ impl Coordinator {
             {
                 let groups = self.groups.lock().expect("groups lock");
                 if groups.get(&group).is_some_and(|g| !g.members.is_empty() || g.claiming.is_some())
+                    || self.consumers.lock().expect("consumers lock").contains_key(&group)
                 {
                     continue;
                 }
@@ -194,6 +205,10 @@ impl Coordinator {
         let mut groups = self.groups.lock().expect("groups lock");
         if groups.get(group).is_some_and(|g| g.members.is_empty()) {
             groups.remove(group);
+        }
+        let mut consumers = self.consumers.lock().expect("consumers lock");
+        if consumers.get(group).is_some_and(|c| c.is_empty()) {
+            consumers.remove(group);
         }
         tracing::info!(group, "group expired: no members and no committed offsets");
         Ok(())

@@ -35,6 +35,19 @@ impl Coordinator {
         let now = self.clock.now_ms();
         let rx = {
             let mut groups = self.groups.lock().expect("groups lock");
+            {
+                // A consumer-protocol group: an empty one becomes classic (Kafka's offline
+                // conversion); one with members refuses classic members.
+                let mut consumers = self.consumers.lock().expect("consumers lock");
+                match consumers.get(group_id) {
+                    Some(c) if !c.is_empty() => return fail(errors::INCONSISTENT_GROUP_PROTOCOL),
+                    Some(_) => {
+                        consumers.remove(group_id);
+                        tracing::info!(group = group_id, "empty consumer group becomes classic");
+                    }
+                    None => {}
+                }
+            }
             if !groups.contains_key(group_id) && !self.room_for_group(&groups, group_id) {
                 return fail(errors::POLICY_VIOLATION);
             }
@@ -329,6 +342,9 @@ impl Coordinator {
         instance_id: Option<&str>,
     ) -> i16 {
         let mut groups = self.groups.lock().expect("groups lock");
+        if let Some(c) = self.consumers.lock().expect("consumers lock").get(group_id) {
+            return c.check_commit(generation, member_id);
+        }
         let Some(g) = groups.get_mut(group_id) else {
             return if generation < 0 { errors::NONE } else { errors::ILLEGAL_GENERATION };
         };

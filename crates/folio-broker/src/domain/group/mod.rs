@@ -54,9 +54,12 @@ pub(crate) use record::unescape;
 use statics::fenced;
 
 pub use offsets::{OffsetToDelete, subscription_topics};
+pub use store::ListedGroup;
 
 mod claim;
 mod commit_order;
+pub mod consumer;
+use consumer::ConsumerGroup;
 mod lifecycle;
 mod membership;
 use membership::{join_phase_over, members_of, remove_member};
@@ -91,6 +94,15 @@ pub struct GroupConfig {
     /// more are refused with POLICY_VIOLATION (a client committing under fresh group ids
     /// cannot fill the store). 100.
     pub new_groups_per_client_per_minute_max: usize,
+    /// `group.consumer.session.timeout.ms`: a consumer-protocol member not heard from for
+    /// this long is fenced. 45 s.
+    pub consumer_session_timeout: Duration,
+    /// `group.consumer.heartbeat.interval.ms`: how often consumer-protocol members
+    /// heartbeat. 5 s.
+    pub consumer_heartbeat_interval: Duration,
+    /// `group.consumer.assignors`: the assignors members may name, the first the default.
+    /// uniform, range.
+    pub consumer_assignors: Vec<consumer::Assignor>,
 }
 
 impl Default for GroupConfig {
@@ -105,6 +117,9 @@ impl Default for GroupConfig {
             offsets_retention_check_interval: Duration::from_secs(600),
             groups_max: 10_000,
             new_groups_per_client_per_minute_max: 100,
+            consumer_session_timeout: Duration::from_secs(45),
+            consumer_heartbeat_interval: Duration::from_secs(5),
+            consumer_assignors: vec![consumer::Assignor::Uniform, consumer::Assignor::Range],
         }
     }
 }
@@ -266,6 +281,11 @@ pub struct Coordinator {
     meta: Arc<dyn MetadataStore>,
     keys: Keys,
     groups: Mutex<BTreeMap<String, Group>>,
+    /// The consumer-protocol groups (KIP-848). A group id is in `groups` or here, never
+    /// both. Lock order: `groups`, then `consumers`, then `claims`.
+    consumers: Mutex<BTreeMap<String, ConsumerGroup>>,
+    /// Held while a consumer group is created (claimed), one at a time.
+    creating: tokio::sync::Mutex<()>,
     /// The last offset committed through this coordinator: (group, topic, topic id,
     /// partition) → offset, for lag metrics.
     last_commits: Mutex<BTreeMap<(String, String, Uuid, i32), i64>>,
@@ -310,6 +330,8 @@ impl Coordinator {
             meta,
             keys,
             groups: Mutex::new(BTreeMap::new()),
+            consumers: Mutex::new(BTreeMap::new()),
+            creating: tokio::sync::Mutex::new(()),
             last_commits: Mutex::new(BTreeMap::new()),
             arrivals: Mutex::new(Arrivals::default()),
             commit_ended: tokio::sync::Notify::new(),
@@ -353,6 +375,7 @@ impl Coordinator {
     /// Removes members whose session ended; returns the groups whose join phase is over
     /// (`complete_join` ends them). One step of `tick`.
     pub(crate) fn expire_sessions(&self) -> Vec<String> {
+        self.expire_consumer_members();
         let now = self.clock.now_ms();
         let mut over = Vec::new();
         let mut groups = self.groups.lock().expect("groups lock");
@@ -402,6 +425,26 @@ impl Coordinator {
         })
     }
 
+    /// The generation `group`'s offsets are written at here: a classic group's generation,
+    /// or the generation a consumer group was claimed at.
+    pub(super) fn generation_of(&self, group: &str) -> Option<i32> {
+        let classic = self.groups.lock().expect("groups lock").get(group).map(|g| g.generation);
+        classic.or_else(|| {
+            self.consumers.lock().expect("consumers lock").get(group).map(|c| c.claimed)
+        })
+    }
+
+    /// The generation a commit of `group` at `asked` (its generation or member epoch) is
+    /// written under (`commit`): a consumer group member's commit, checked against its
+    /// member epoch, is written under the group's claim.
+    pub fn commit_generation(&self, group: &str, asked: i32) -> i32 {
+        let consumers = self.consumers.lock().expect("consumers lock");
+        match consumers.get(group) {
+            Some(c) if asked >= 0 => c.claimed,
+            _ => asked.max(-1),
+        }
+    }
+
     /// This coordinator's tenure now: read when a commit arrives, passed to `commit`.
     pub fn tenure(&self) -> u64 {
         *self.tenure.borrow()
@@ -412,6 +455,13 @@ impl Coordinator {
     pub fn forget_unless(&self, keep: impl Fn(&str) -> bool) {
         let mut groups = self.groups.lock().expect("groups lock");
         let gone: Vec<String> = groups.keys().filter(|g| !keep(g)).cloned().collect();
+        self.consumers.lock().expect("consumers lock").retain(|g, _| {
+            let kept = keep(g);
+            if !kept {
+                tracing::info!(group = %g, "consumer group moved to another coordinator");
+            }
+            kept
+        });
         self.claims.lock().expect("claims lock").retain(|g, _| keep(g));
         for name in gone {
             if let Some(mut g) = groups.remove(&name) {
@@ -440,6 +490,14 @@ impl Coordinator {
 
     /// Deletes an empty group and its committed offsets.
     pub async fn delete(&self, group_id: &str) -> i16 {
+        let consumer = {
+            let mut consumers = self.consumers.lock().expect("consumers lock");
+            match consumers.get(group_id) {
+                Some(g) if !g.is_empty() => return errors::NON_EMPTY_GROUP,
+                Some(_) => consumers.remove(group_id).is_some(),
+                None => false,
+            }
+        };
         {
             let mut groups = self.groups.lock().expect("groups lock");
             if let Some(g) = groups.get_mut(group_id) {
@@ -454,7 +512,7 @@ impl Coordinator {
             Ok(v) => v,
             Err(_) => return errors::COORDINATOR_NOT_AVAILABLE,
         };
-        let known = self.groups.lock().expect("groups lock").remove(group_id).is_some();
+        let known = self.groups.lock().expect("groups lock").remove(group_id).is_some() || consumer;
         if keys.is_empty() && !known {
             return errors::GROUP_ID_NOT_FOUND;
         }

@@ -38,7 +38,10 @@ impl Coordinator {
                     (true, topics)
                 }
                 Some(_) => (true, BTreeSet::new()),
-                None => (false, BTreeSet::new()),
+                None => match self.consumers.lock().expect("consumers lock").get(group_id) {
+                    Some(c) => (true, c.subscribed_names()),
+                    None => (false, BTreeSet::new()),
+                },
             }
         };
         let prefix = self.group_prefix(group_id);

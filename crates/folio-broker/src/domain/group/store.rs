@@ -130,21 +130,56 @@ impl Coordinator {
         Ok(out)
     }
 
-    /// Groups known here (with members) or with committed offsets.
-    pub async fn list(&self) -> Result<Vec<(String, GroupState, String)>, MetaError> {
-        let mut out: BTreeMap<String, (GroupState, String)> = BTreeMap::new();
+    /// Groups known here (with members) or with committed offsets: (name, state name,
+    /// protocol type, group type: "classic" or "consumer").
+    pub async fn list(&self) -> Result<Vec<ListedGroup>, MetaError> {
+        let mut out: BTreeMap<String, ListedGroup> = BTreeMap::new();
         let prefix = self.prefix();
         for v in list_all(self.meta.as_ref(), &prefix).await? {
             if let Some((g, _)) = v.key[prefix.len()..].split_once('/') {
-                out.insert(unescape(g), (GroupState::Empty, "consumer".to_string()));
+                let name = unescape(g);
+                let listed = ListedGroup {
+                    name: name.clone(),
+                    state: GroupState::Empty.name(),
+                    protocol_type: "consumer".to_string(),
+                    kind: "classic",
+                };
+                out.insert(name, listed);
             }
         }
         for (name, g) in self.groups.lock().expect("groups lock").iter() {
             if g.state == GroupState::Dead {
                 continue;
             }
-            out.insert(name.clone(), (g.state, g.protocol_type.clone().unwrap_or_default()));
+            let listed = ListedGroup {
+                name: name.clone(),
+                state: g.state.name(),
+                protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                kind: "classic",
+            };
+            out.insert(name.clone(), listed);
         }
-        Ok(out.into_iter().map(|(n, (s, t))| (n, s, t)).collect())
+        for (name, g) in self.consumers.lock().expect("consumers lock").iter() {
+            let listed = ListedGroup {
+                name: name.clone(),
+                state: g.state_name(),
+                protocol_type: "consumer".to_string(),
+                kind: "consumer",
+            };
+            out.insert(name.clone(), listed);
+        }
+        Ok(out.into_values().collect())
     }
+}
+
+/// A group as ListGroups answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedGroup {
+    pub name: String,
+    /// Its state's name (classic: Empty, PreparingRebalance, ...; consumer: Empty,
+    /// Assigning, Reconciling, Stable).
+    pub state: &'static str,
+    pub protocol_type: String,
+    /// "classic" or "consumer".
+    pub kind: &'static str,
 }

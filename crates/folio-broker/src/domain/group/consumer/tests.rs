@@ -1,0 +1,265 @@
+//! The consumer protocol on one coordinator with a manual clock: joins, revoke-before-assign,
+//! epochs fencing heartbeats and commits, sessions, static members, regexes, conversions.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use folio_meta::MetadataStore;
+use folio_meta::embedded::EmbeddedStore;
+use folio_proto::clock::ManualClock;
+use uuid::Uuid;
+
+use super::{HeartbeatAnswer, HeartbeatArgs, MemberState, Partitions, TopicLookup};
+use crate::domain::group::{Coordinator, GroupConfig};
+use crate::errors;
+
+#[derive(Default)]
+struct Topics(Mutex<BTreeMap<String, (Uuid, u32)>>);
+
+impl TopicLookup for Topics {
+    fn topic(&self, name: &str) -> Option<(Uuid, u32)> {
+        self.0.lock().unwrap().get(name).copied()
+    }
+    fn names(&self) -> Vec<String> {
+        self.0.lock().unwrap().keys().cloned().collect()
+    }
+}
+
+const SESSION: Duration = Duration::from_secs(45);
+
+fn t() -> Uuid {
+    Uuid::from_u128(1)
+}
+
+fn parts(p: &[i32]) -> Partitions {
+    [(t(), p.iter().copied().collect())].into()
+}
+
+fn count(p: &Option<Partitions>) -> usize {
+    p.as_ref().map_or(0, |p| p.values().map(|s| s.len()).sum())
+}
+
+struct World {
+    c: Arc<Coordinator>,
+    clock: ManualClock,
+    topics: Topics,
+    _dir: tempfile::TempDir,
+}
+
+fn world() -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let meta: Arc<dyn MetadataStore> = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+    let clock = ManualClock::new();
+    let config = GroupConfig { initial_rebalance_delay: Duration::ZERO, ..Default::default() };
+    let c = Coordinator::new(
+        config,
+        meta,
+        Default::default(),
+        Arc::new(clock.clone()),
+        1,
+        tokio::sync::watch::channel(0).1,
+    );
+    let topics = Topics::default();
+    topics.0.lock().unwrap().insert("t".into(), (t(), 4));
+    World { c, clock, topics, _dir: dir }
+}
+
+fn join_args(member: &str) -> HeartbeatArgs {
+    HeartbeatArgs {
+        group: "g".into(),
+        member_id: member.into(),
+        epoch: 0,
+        rebalance_timeout_ms: 30_000,
+        names: Some(vec!["t".into()]),
+        owned: Some(Partitions::new()),
+        version: 1,
+        ..Default::default()
+    }
+}
+
+/// A plain heartbeat: the member's epoch and what it says it owns.
+fn beat(member: &str, epoch: i32, owned: Option<Partitions>) -> HeartbeatArgs {
+    HeartbeatArgs {
+        group: "g".into(),
+        member_id: member.into(),
+        epoch,
+        rebalance_timeout_ms: -1,
+        owned,
+        version: 1,
+        ..Default::default()
+    }
+}
+
+async fn hb(w: &World, a: HeartbeatArgs) -> HeartbeatAnswer {
+    w.c.consumer_heartbeat(&a, &w.topics).await
+}
+
+/// Two members share a topic's 4 partitions: the second gets the first's partitions only
+/// after the first's heartbeat no longer lists them, and each epoch fences what is stale.
+#[tokio::test]
+async fn partitions_move_only_after_their_owner_gave_them_up() {
+    let w = world();
+    let a = hb(&w, join_args("a")).await;
+    assert_eq!((a.error, count(&a.assignment)), (0, 4), "{a:?}");
+    let e1 = a.epoch;
+    let b = hb(&w, join_args("b")).await;
+    assert_eq!(b.error, 0);
+    assert_eq!(count(&b.assignment), 0, "b waits: a still holds every partition");
+    let e2 = b.epoch;
+    assert!(e2 > e1, "b's join moved the group epoch");
+    let info = w.c.describe_consumer("g").unwrap();
+    assert_eq!(info.state, "Reconciling");
+    // a is told to keep 2 (it stays at its epoch until it let the other 2 go).
+    let a2 = hb(&w, beat("a", e1, None)).await;
+    assert_eq!((a2.error, a2.epoch, count(&a2.assignment)), (0, e1, 2));
+    let kept = a2.assignment.clone().unwrap();
+    let member = |id: &str| {
+        w.c.describe_consumer("g").unwrap().members.into_iter().find(|m| m.member.id == id)
+    };
+    assert_eq!(member("a").unwrap().member.state, MemberState::UnrevokedPartitions);
+    // b still gets nothing while a's heartbeats list every partition.
+    let b2 = hb(&w, beat("b", e2, Some(Partitions::new()))).await;
+    assert_eq!(count(&b2.assignment), 0);
+    let a3 = hb(&w, beat("a", e1, Some(parts(&[0, 1, 2, 3])))).await;
+    assert_eq!(
+        (a3.epoch, member("a").unwrap().member.state),
+        (e1, MemberState::UnrevokedPartitions)
+    );
+    // Commits at a's epoch still go through; at the group's newer epoch they are stale.
+    assert_eq!(w.c.check_commit("g", e1, "a", None), errors::NONE);
+    assert_eq!(w.c.check_commit("g", e2, "a", None), errors::STALE_MEMBER_EPOCH);
+    assert_eq!(w.c.check_commit("g", e2, "x", None), errors::UNKNOWN_MEMBER_ID);
+    // a lets them go: it reaches e2, and b gets the other two.
+    let a4 = hb(&w, beat("a", e1, Some(kept.clone()))).await;
+    assert_eq!(a4.epoch, e2);
+    let b3 = hb(&w, beat("b", e2, Some(Partitions::new()))).await;
+    assert_eq!((b3.epoch, count(&b3.assignment)), (e2, 2));
+    let b_parts = b3.assignment.unwrap();
+    for (tp, ps) in &b_parts {
+        assert!(kept.get(tp).is_none_or(|k| k.is_disjoint(ps)), "no partition twice");
+    }
+    let b4 = hb(&w, beat("b", e2, Some(b_parts))).await;
+    assert_eq!((b4.error, b4.assignment), (0, None), "an unchanged assignment is not sent");
+    assert_eq!(w.c.describe_consumer("g").unwrap().state, "Stable");
+    // A heartbeat at an epoch the member is not at is fenced.
+    let stale = hb(&w, beat("a", e1 - 1, None)).await;
+    assert_eq!(stale.error, errors::FENCED_MEMBER_EPOCH);
+    let unknown = hb(&w, beat("zz", e2, None)).await;
+    assert_eq!(unknown.error, errors::UNKNOWN_MEMBER_ID);
+}
+
+/// A member not heard from for the session timeout is fenced and its partitions go to
+/// the others; one that leaves (epoch -1) frees them at once.
+#[tokio::test]
+async fn a_silent_member_is_fenced_and_a_leaving_one_frees_its_partitions() {
+    let w = world();
+    let a = hb(&w, join_args("a")).await;
+    let b = hb(&w, join_args("b")).await;
+    let a = hb(&w, beat("a", a.epoch, None)).await;
+    let _a = hb(&w, beat("a", a.epoch, a.assignment.clone())).await;
+    let b = hb(&w, beat("b", b.epoch, Some(Partitions::new()))).await;
+    assert_eq!(count(&b.assignment), 2);
+    // b heartbeats halfway through, twice; a stays silent.
+    for _ in 0..2 {
+        w.clock.advance(SESSION / 2 + Duration::from_millis(10));
+        let _ = hb(&w, beat("b", b.epoch, b.assignment.clone())).await;
+        w.c.expire_sessions();
+    }
+    let info = w.c.describe_consumer("g").unwrap();
+    assert_eq!(info.members.len(), 1, "a was fenced");
+    let b2 = hb(&w, beat("b", b.epoch, b.assignment.clone())).await;
+    assert_eq!((b2.error, count(&b2.assignment)), (0, 4), "{b2:?}");
+    // b leaves: the group is empty and a commit from outside the protocol is taken.
+    let left = hb(&w, beat("b", b2.epoch, None).with_epoch(-1)).await;
+    assert_eq!((left.error, left.epoch), (0, -1));
+    assert_eq!(w.c.describe_consumer("g").unwrap().state, "Empty");
+    assert_eq!(w.c.check_commit("g", -1, "", None), errors::NONE);
+}
+
+impl HeartbeatArgs {
+    fn with_epoch(mut self, epoch: i32) -> Self {
+        self.epoch = epoch;
+        self
+    }
+}
+
+/// A static member that leaves with epoch -2 keeps its partitions; a new member id under
+/// the same instance takes them (at the old epoch, no rebalance); a second live claimant
+/// of the instance is refused.
+#[tokio::test]
+async fn a_static_member_comes_back_to_its_partitions() {
+    let w = world();
+    let mut args = join_args("s1");
+    args.instance_id = Some("i".into());
+    let s1 = hb(&w, args.clone()).await;
+    assert_eq!(count(&s1.assignment), 4);
+    let mut leave = beat("s1", s1.epoch, None).with_epoch(-2);
+    leave.instance_id = Some("i".into());
+    assert_eq!(hb(&w, leave).await.epoch, -2);
+    let epoch = w.c.describe_consumer("g").unwrap().epoch;
+    args.member_id = "s2".into();
+    let s2 = hb(&w, args.clone()).await;
+    assert_eq!((s2.error, s2.epoch, count(&s2.assignment)), (0, s1.epoch, 4), "{s2:?}");
+    assert_eq!(w.c.describe_consumer("g").unwrap().epoch, epoch, "no rebalance");
+    args.member_id = "s3".into();
+    assert_eq!(hb(&w, args).await.error, errors::UNRELEASED_INSTANCE_ID);
+    let mut old = beat("s1", s1.epoch, None);
+    old.instance_id = Some("i".into());
+    assert_eq!(hb(&w, old).await.error, errors::UNKNOWN_MEMBER_ID);
+}
+
+/// A regex subscription follows the topics: a new matching topic moves the group epoch and
+/// is assigned; a bad regex and an unknown assignor are refused before anything changes.
+#[tokio::test]
+async fn regex_subscriptions_follow_new_topics_and_bad_input_is_refused() {
+    let w = world();
+    let mut args = join_args("a");
+    args.names = None;
+    args.regex = Some("t.*".into());
+    let a = hb(&w, args.clone()).await;
+    assert_eq!((a.error, count(&a.assignment)), (0, 4));
+    w.topics.0.lock().unwrap().insert("t2".into(), (Uuid::from_u128(2), 3));
+    w.topics.0.lock().unwrap().insert("other".into(), (Uuid::from_u128(3), 3));
+    w.clock.advance(crate::limits::CONSUMER_REGEX_REFRESH);
+    let a2 = hb(&w, beat("a", a.epoch, a.assignment.clone())).await;
+    assert!(a2.epoch > a.epoch, "a new matching topic moves the epoch");
+    assert_eq!(count(&a2.assignment), 7, "t's 4 and t2's 3, not other's");
+    let mut bad = join_args("b");
+    bad.regex = Some("(".into());
+    assert_eq!(hb(&w, bad).await.error, errors::INVALID_REGULAR_EXPRESSION);
+    let mut bad = join_args("b");
+    bad.assignor = Some("sticky".into());
+    assert_eq!(hb(&w, bad).await.error, errors::UNSUPPORTED_ASSIGNOR);
+    assert_eq!(w.c.describe_consumer("g").unwrap().members.len(), 1);
+    // A partition count that grows is assigned too.
+    w.topics.0.lock().unwrap().insert("t".into(), (t(), 6));
+    let a3 = hb(&w, beat("a", a2.epoch, a2.assignment.clone())).await;
+    assert_eq!(count(&a3.assignment), 9);
+}
+
+/// A group's protocol follows its members: an empty classic group becomes a consumer
+/// group, a consumer group with members refuses classic joins, an empty one turns classic.
+#[tokio::test]
+async fn groups_convert_between_protocols_only_when_empty() {
+    let w = world();
+    let session = Duration::from_secs(10);
+    let protocols = vec![("range".to_string(), bytes::Bytes::from_static(b"m"))];
+    let j = w.c.join("g", "", None, "consumer", protocols.clone(), session, session).await;
+    assert_eq!(j.error, 0);
+    assert_eq!(hb(&w, join_args("a")).await.error, errors::GROUP_ID_NOT_FOUND);
+    assert_eq!(w.c.leave("g", &[(j.member_id.clone(), None)]).await, vec![0]);
+    let a = hb(&w, join_args("a")).await;
+    assert_eq!((a.error, count(&a.assignment)), (0, 4));
+    let refused = w.c.join("g", "", None, "consumer", protocols.clone(), session, session).await;
+    assert_eq!(refused.error, errors::INCONSISTENT_GROUP_PROTOCOL);
+    assert_eq!(w.c.delete("g").await, errors::NON_EMPTY_GROUP);
+    hb(&w, beat("a", a.epoch, None).with_epoch(-1)).await;
+    let back = w.c.join("g", "", None, "consumer", protocols, session, session).await;
+    assert_eq!(back.error, 0);
+    assert!(w.c.describe_consumer("g").is_none());
+    // A heartbeat for a group this coordinator does not know: the member joins again.
+    let mut lost = beat("a", 7, None);
+    lost.group = "elsewhere".into();
+    assert_eq!(hb(&w, lost).await.error, errors::UNKNOWN_MEMBER_ID);
+}
