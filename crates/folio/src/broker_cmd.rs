@@ -91,6 +91,18 @@ pub struct KafkaArgs {
     /// Default largest record batch in bytes [message.max.bytes].
     #[arg(long, default_value_t = 1_048_588)]
     pub message_max_bytes: i32,
+    /// Consumer-protocol (KIP-848) members not heard from for this long are fenced and
+    /// their partitions reassigned, in ms [group.consumer.session.timeout.ms].
+    #[arg(long, default_value_t = 45_000)]
+    pub group_consumer_session_timeout_ms: u64,
+    /// How often consumer-protocol members heartbeat, in ms
+    /// [group.consumer.heartbeat.interval.ms]; below the session timeout.
+    #[arg(long, default_value_t = 5_000)]
+    pub group_consumer_heartbeat_interval_ms: u64,
+    /// The assignors consumer-protocol members may choose (`group.remote.assignor`), the
+    /// first the default [group.consumer.assignors]: uniform, range.
+    #[arg(long, default_value = "uniform,range")]
+    pub group_consumer_assignors: String,
     /// Refuse DeleteTopics [delete.topic.enable=false].
     #[arg(long)]
     pub no_delete_topics: bool,
@@ -171,6 +183,7 @@ impl KafkaArgs {
         if self.ledger_rollover_bytes == 0 || self.ledger_rollover_entries == 0 {
             return Err("--ledger-rollover-bytes and --ledger-rollover-entries must be > 0".into());
         }
+        let groups = self.group_config()?;
         if self.broker_lease_ms < 1000 {
             return Err("--broker-lease-ms must be at least 1000".into());
         }
@@ -208,7 +221,34 @@ impl KafkaArgs {
                 pause_before_swap: self.compaction_pause_before_swap,
                 ..Default::default()
             },
+            groups,
             ..BrokerConfig::default()
+        })
+    }
+
+    /// The group coordinator's settings the flags set.
+    fn group_config(&self) -> Result<folio_broker::domain::group::GroupConfig, String> {
+        use folio_broker::domain::group::{GroupConfig, consumer::Assignor};
+        let session = self.group_consumer_session_timeout_ms;
+        let interval = self.group_consumer_heartbeat_interval_ms;
+        if interval == 0 || interval >= session {
+            return Err(format!(
+                "--group-consumer-heartbeat-interval-ms {interval} must be above 0 and below \
+                 --group-consumer-session-timeout-ms {session}"
+            ));
+        }
+        let mut assignors = Vec::new();
+        for name in self.group_consumer_assignors.split(',').map(str::trim) {
+            let a = Assignor::parse(name).ok_or_else(|| {
+                format!("--group-consumer-assignors: {name:?} is not uniform or range")
+            })?;
+            assignors.push(a);
+        }
+        Ok(GroupConfig {
+            consumer_session_timeout: Duration::from_millis(session),
+            consumer_heartbeat_interval: Duration::from_millis(interval),
+            consumer_assignors: assignors,
+            ..GroupConfig::default()
         })
     }
 }

@@ -255,6 +255,41 @@ fn cooperative_sticky_rebalances_move_only_the_partitions_that_change_hands() {
     run_scenario("cooperative_sticky");
 }
 
+/// Runs one scenario of groups.py against `kafka` (as `scenario`).
+fn groups_scenario(kafka: &str, name: &str, args: &[&str]) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka/groups.py");
+    scenario_of(&script, kafka, name, args)
+}
+
+/// #50, KIP-848: four confluent-kafka consumers with `group.protocol=consumer` share 8
+/// partitions; one leaves, one is SIGKILLed and fenced after its session; their partitions
+/// move to the other two without a partition of theirs ever revoked; every record is read
+/// once (each batch committed before it is counted).
+#[test]
+fn consumer_protocol_members_leave_and_die_and_every_record_is_read_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = "6000";
+    let extra = [
+        "--group-consumer-session-timeout-ms",
+        session,
+        "--group-consumer-heartbeat-interval-ms",
+        "1000",
+    ];
+    let s = Standalone::start_with(dir.path(), 1, &extra);
+    print!("{}", groups_scenario(&s.kafka, "consumer_protocol", &[session]));
+}
+
+/// #50: a classic group's members read half a topic and leave; the same group id goes on
+/// with `group.protocol=consumer` from the offsets they committed (an empty classic group
+/// becomes a consumer group): every record read once.
+#[test]
+fn a_classic_group_goes_on_under_the_consumer_protocol() {
+    let dir = tempfile::tempdir().unwrap();
+    let s =
+        Standalone::start_with(dir.path(), 1, &["--group-consumer-heartbeat-interval-ms", "1000"]);
+    print!("{}", groups_scenario(&s.kafka, "upgrade_from_classic", &[]));
+}
+
 /// Idempotent producers (kafka-python's default; librdkafka with enable.idempotence)
 /// through a proxy that drops every 7th Produce answer after the broker carried it out:
 /// the retries are recognised, every record is stored once, in order.
