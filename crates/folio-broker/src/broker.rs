@@ -92,6 +92,12 @@ impl Broker {
         let inner = Arc::new(Inner {
             topics: Topics::new(env.meta.clone(), env.keys.clone()),
             groups,
+            shares: crate::domain::share::Shares::new(
+                config.groups.shares.clone(),
+                env.meta.clone(),
+                env.keys.clone(),
+                env.clock.clone(),
+            ),
             txns: Arc::new(TxnCoordinator::new(env.meta.clone(), env.keys.clone())),
             txns_ending: tokio::sync::Notify::new(),
             groups_config: config.groups.clone(),

@@ -110,6 +110,14 @@ pub const UNSUPPORTED_ASSIGNOR: i16 = 112;
 pub const STALE_MEMBER_EPOCH: i16 = 113;
 /// A subscription regex that does not compile (or is above its limits).
 pub const INVALID_REGULAR_EXPRESSION: i16 = 128;
+/// An acknowledgement of a record the member does not hold (KIP-932).
+pub const INVALID_RECORD_STATE: i16 = 121;
+/// A share fetch names a share session this broker does not have.
+pub const SHARE_SESSION_NOT_FOUND: i16 = 122;
+/// A share fetch's session epoch is not the next one.
+pub const INVALID_SHARE_SESSION_EPOCH: i16 = 123;
+/// This broker has its maximum of share sessions.
+pub const SHARE_SESSION_LIMIT_REACHED: i16 = 133;
 /// A static member's instance id now belongs to another member id (KIP-345).
 pub const FENCED_INSTANCE_ID: i16 = 82;
 /// ElectLeaders of a partition whose leader is already the right one.
@@ -360,6 +368,10 @@ pub fn name(code: i16) -> &'static str {
         GROUP_MAX_SIZE_REACHED => "GROUP_MAX_SIZE_REACHED",
         FENCED_INSTANCE_ID => "FENCED_INSTANCE_ID",
         FENCED_MEMBER_EPOCH => "FENCED_MEMBER_EPOCH",
+        INVALID_RECORD_STATE => "INVALID_RECORD_STATE",
+        SHARE_SESSION_NOT_FOUND => "SHARE_SESSION_NOT_FOUND",
+        INVALID_SHARE_SESSION_EPOCH => "INVALID_SHARE_SESSION_EPOCH",
+        SHARE_SESSION_LIMIT_REACHED => "SHARE_SESSION_LIMIT_REACHED",
         UNRELEASED_INSTANCE_ID => "UNRELEASED_INSTANCE_ID",
         UNSUPPORTED_ASSIGNOR => "UNSUPPORTED_ASSIGNOR",
         STALE_MEMBER_EPOCH => "STALE_MEMBER_EPOCH",

@@ -99,6 +99,8 @@ pub(crate) struct Inner {
     pub topics: Topics,
     pub metrics: Metrics,
     pub groups: Arc<Coordinator>,
+    /// Share groups' share-partitions and sessions on this broker (`domain::share`).
+    pub shares: crate::domain::share::Shares,
     /// The transaction coordinator (`domain::txn`).
     pub txns: Arc<crate::domain::txn::TxnCoordinator>,
     /// Wakes the marker writer (`transactions.rs`): a transaction began to end here.

@@ -103,6 +103,25 @@ pub struct KafkaArgs {
     /// first the default [group.consumer.assignors]: uniform, range.
     #[arg(long, default_value = "uniform,range")]
     pub group_consumer_assignors: String,
+    /// How long a share-group member holds a record it fetched before it is delivered
+    /// again, in ms [group.share.record.lock.duration.ms].
+    #[arg(long, default_value_t = 30_000)]
+    pub group_share_record_lock_duration_ms: u64,
+    /// Deliveries of a record to share-group members before it is archived
+    /// [group.share.delivery.count.limit] (2 to 10).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(2..=10))]
+    pub group_share_delivery_count_limit: u16,
+    /// Share-group members not heard from for this long are removed, in ms
+    /// [group.share.session.timeout.ms].
+    #[arg(long, default_value_t = 45_000)]
+    pub group_share_session_timeout_ms: u64,
+    /// How often share-group members heartbeat, in ms [group.share.heartbeat.interval.ms].
+    #[arg(long, default_value_t = 5_000)]
+    pub group_share_heartbeat_interval_ms: u64,
+    /// Where a new share group starts reading a partition: `earliest` or `latest`
+    /// [share.auto.offset.reset].
+    #[arg(long, default_value = "latest")]
+    pub share_auto_offset_reset: String,
     /// Refuse DeleteTopics [delete.topic.enable=false].
     #[arg(long)]
     pub no_delete_topics: bool,
@@ -244,7 +263,35 @@ impl KafkaArgs {
             })?;
             assignors.push(a);
         }
+        let share_session = self.group_share_session_timeout_ms;
+        let share_interval = self.group_share_heartbeat_interval_ms;
+        if share_interval == 0 || share_interval >= share_session {
+            return Err(format!(
+                "--group-share-heartbeat-interval-ms {share_interval} must be above 0 and below \
+                 --group-share-session-timeout-ms {share_session}"
+            ));
+        }
+        if self.group_share_record_lock_duration_ms < 1000 {
+            return Err("--group-share-record-lock-duration-ms must be at least 1000".into());
+        }
+        use folio_broker::domain::share::{Reset, ShareConfig};
+        let reset = match self.share_auto_offset_reset.as_str() {
+            "earliest" => Reset::Earliest,
+            "latest" => Reset::Latest,
+            other => {
+                return Err(format!("--share-auto-offset-reset {other:?}: earliest or latest"));
+            }
+        };
+        let shares = ShareConfig {
+            lock_duration: Duration::from_millis(self.group_share_record_lock_duration_ms),
+            delivery_count_limit: self.group_share_delivery_count_limit,
+            session_timeout: Duration::from_millis(share_session),
+            heartbeat_interval: Duration::from_millis(share_interval),
+            auto_offset_reset: reset,
+            ..ShareConfig::default()
+        };
         Ok(GroupConfig {
+            shares,
             consumer_session_timeout: Duration::from_millis(session),
             consumer_heartbeat_interval: Duration::from_millis(interval),
             consumer_assignors: assignors,

@@ -290,6 +290,27 @@ fn a_classic_group_goes_on_under_the_consumer_protocol() {
     print!("{}", groups_scenario(&s.kafka, "upgrade_from_classic", &[]));
 }
 
+/// #50, KIP-932: three confluent-kafka share consumers acknowledging explicitly; one is
+/// SIGKILLed holding a batch: its records come back to the others with delivery count 2
+/// once their lock times out (and its session ends); every record acknowledged once.
+#[test]
+fn share_group_members_ack_and_a_killed_members_records_come_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let lock = "5000";
+    let extra = [
+        "--group-share-record-lock-duration-ms",
+        lock,
+        "--group-share-session-timeout-ms",
+        "6000",
+        "--group-share-heartbeat-interval-ms",
+        "1000",
+        "--share-auto-offset-reset",
+        "earliest",
+    ];
+    let s = Standalone::start_with(dir.path(), 1, &extra);
+    print!("{}", groups_scenario(&s.kafka, "share_group", &[lock]));
+}
+
 /// Idempotent producers (kafka-python's default; librdkafka with enable.idempotence)
 /// through a proxy that drops every 7th Produce answer after the broker carried it out:
 /// the retries are recognised, every record is stored once, in order.

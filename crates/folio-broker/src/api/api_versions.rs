@@ -66,6 +66,7 @@ fn with_features(resp: ApiVersionsResponse) -> ApiVersionsResponse {
     let features = [
         (TRANSACTION_VERSION_FEATURE, TRANSACTION_VERSION),
         (GROUP_VERSION_FEATURE, GROUP_VERSION),
+        (SHARE_VERSION_FEATURE, SHARE_VERSION),
     ];
     resp.with_supported_features(
         features
@@ -92,6 +93,10 @@ fn with_features(resp: ApiVersionsResponse) -> ApiVersionsResponse {
     )
 }
 
+/// The feature that enables share groups (KIP-932).
+pub const SHARE_VERSION_FEATURE: &str = "share.version";
+/// The share version this broker runs (1: share groups, the 4.1 RPCs).
+pub const SHARE_VERSION: i16 = 1;
 /// The feature that enables the consumer group protocol (KIP-848).
 pub const GROUP_VERSION_FEATURE: &str = "group.version";
 /// The group version this broker runs (1: the consumer protocol).

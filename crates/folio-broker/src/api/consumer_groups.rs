@@ -17,8 +17,8 @@ use crate::state::Inner;
 
 /// The broker's topic cache as the coordinator sees it: subscription regexes match only
 /// topics the member's principal may describe (Kafka filters them the same way).
-struct CachedTopics<'a> {
-    inner: &'a Inner,
+pub(super) struct CachedTopics<'a> {
+    pub(super) inner: &'a Inner,
 }
 
 impl TopicLookup for CachedTopics<'_> {

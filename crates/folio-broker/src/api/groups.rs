@@ -495,10 +495,18 @@ impl Handler for DeleteGroups {
     ) -> DeleteGroupsResponse {
         let mut resp = DeleteGroupsResponse::default();
         for g in req.groups_names {
-            let code = match elsewhere(&inner, g.as_str()) {
+            let mut code = match elsewhere(&inner, g.as_str()) {
                 Some(code) => code,
                 None => inner.groups.delete(g.as_str()).await,
             };
+            if matches!(code, errors::NONE | errors::GROUP_ID_NOT_FOUND) {
+                // A share group's stored share-partitions go with it.
+                match inner.shares.delete_group(g.as_str()).await {
+                    Ok(n) if n > 0 => code = errors::NONE,
+                    Ok(_) => {}
+                    Err(_) => code = errors::COORDINATOR_NOT_AVAILABLE,
+                }
+            }
             resp.results
                 .push(DeletableGroupResult::default().with_group_id(g).with_error_code(code));
         }

@@ -111,6 +111,7 @@ pub mod metadata;
 pub mod offsets;
 pub mod produce;
 pub mod quotas;
+pub mod share;
 pub mod transactions;
 pub mod users;
 
@@ -144,6 +145,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    (ApiKey::ShareGroupHeartbeat, 1, 1),
+    (ApiKey::ShareGroupDescribe, 1, 1),
+    (ApiKey::ShareFetch, 1, 1),
+    (ApiKey::ShareAcknowledge, 1, 1),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::ListPartitionReassignments, 0, 0),
@@ -308,6 +313,10 @@ handlers! {
     DescribeGroups => groups::DescribeGroups,
     ConsumerGroupHeartbeat => consumer_groups::ConsumerGroupHeartbeat,
     ConsumerGroupDescribe => consumer_groups::ConsumerGroupDescribe,
+    ShareGroupHeartbeat => share::ShareGroupHeartbeat,
+    ShareGroupDescribe => share::ShareGroupDescribe,
+    ShareFetch => share::ShareFetch,
+    ShareAcknowledge => share::ShareAcknowledge,
     DeleteGroups => groups::DeleteGroups,
     OffsetDelete => offsets::OffsetDelete,
     ElectLeaders => leaders::ElectLeaders,

@@ -26,9 +26,11 @@ impl Coordinator {
     /// here and those whose offsets this coordinator claimed). Counts the refusal.
     pub(super) fn room_for_group(&self, groups: &BTreeMap<String, Group>, group: &str) -> bool {
         let consumers = self.consumers.lock().expect("consumers lock");
+        let shares = self.shares.lock().expect("shares lock").len();
         let claims = self.claims.lock().expect("claims lock");
         let held = groups.len()
             + consumers.len()
+            + shares
             + claims
                 .keys()
                 .filter(|g| !groups.contains_key(*g) && !consumers.contains_key(*g))

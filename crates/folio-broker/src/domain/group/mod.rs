@@ -60,6 +60,8 @@ mod claim;
 mod commit_order;
 pub mod consumer;
 use consumer::ConsumerGroup;
+pub mod share;
+use share::ShareGroup;
 mod lifecycle;
 mod membership;
 use membership::{join_phase_over, members_of, remove_member};
@@ -103,6 +105,8 @@ pub struct GroupConfig {
     /// `group.consumer.assignors`: the assignors members may name, the first the default.
     /// uniform, range.
     pub consumer_assignors: Vec<consumer::Assignor>,
+    /// Share groups' settings (`group.share.*`).
+    pub shares: crate::domain::share::ShareConfig,
 }
 
 impl Default for GroupConfig {
@@ -120,6 +124,7 @@ impl Default for GroupConfig {
             consumer_session_timeout: Duration::from_secs(45),
             consumer_heartbeat_interval: Duration::from_secs(5),
             consumer_assignors: vec![consumer::Assignor::Uniform, consumer::Assignor::Range],
+            shares: crate::domain::share::ShareConfig::default(),
         }
     }
 }
@@ -284,6 +289,8 @@ pub struct Coordinator {
     /// The consumer-protocol groups (KIP-848). A group id is in `groups` or here, never
     /// both. Lock order: `groups`, then `consumers`, then `claims`.
     consumers: Mutex<BTreeMap<String, ConsumerGroup>>,
+    /// Share groups (KIP-932): their members. Lock order: after `consumers`.
+    shares: Mutex<BTreeMap<String, ShareGroup>>,
     /// Held while a consumer group is created (claimed), one at a time.
     creating: tokio::sync::Mutex<()>,
     /// The last offset committed through this coordinator: (group, topic, topic id,
@@ -331,6 +338,7 @@ impl Coordinator {
             keys,
             groups: Mutex::new(BTreeMap::new()),
             consumers: Mutex::new(BTreeMap::new()),
+            shares: Mutex::new(BTreeMap::new()),
             creating: tokio::sync::Mutex::new(()),
             last_commits: Mutex::new(BTreeMap::new()),
             arrivals: Mutex::new(Arrivals::default()),
@@ -376,6 +384,7 @@ impl Coordinator {
     /// (`complete_join` ends them). One step of `tick`.
     pub(crate) fn expire_sessions(&self) -> Vec<String> {
         self.expire_consumer_members();
+        self.expire_share_members();
         let now = self.clock.now_ms();
         let mut over = Vec::new();
         let mut groups = self.groups.lock().expect("groups lock");
@@ -455,6 +464,7 @@ impl Coordinator {
     pub fn forget_unless(&self, keep: impl Fn(&str) -> bool) {
         let mut groups = self.groups.lock().expect("groups lock");
         let gone: Vec<String> = groups.keys().filter(|g| !keep(g)).cloned().collect();
+        self.shares.lock().expect("shares lock").retain(|g, _| keep(g));
         self.consumers.lock().expect("consumers lock").retain(|g, _| {
             let kept = keep(g);
             if !kept {
@@ -490,7 +500,15 @@ impl Coordinator {
 
     /// Deletes an empty group and its committed offsets.
     pub async fn delete(&self, group_id: &str) -> i16 {
-        let consumer = {
+        let share = {
+            let mut shares = self.shares.lock().expect("shares lock");
+            match shares.get(group_id) {
+                Some(g) if !g.is_empty() => return errors::NON_EMPTY_GROUP,
+                Some(_) => shares.remove(group_id).is_some(),
+                None => false,
+            }
+        };
+        let consumer = share || {
             let mut consumers = self.consumers.lock().expect("consumers lock");
             match consumers.get(group_id) {
                 Some(g) if !g.is_empty() => return errors::NON_EMPTY_GROUP,

@@ -168,6 +168,15 @@ impl Coordinator {
             };
             out.insert(name.clone(), listed);
         }
+        for (name, g) in self.shares.lock().expect("shares lock").iter() {
+            let listed = ListedGroup {
+                name: name.clone(),
+                state: g.state_name(),
+                protocol_type: "share".to_string(),
+                kind: "share",
+            };
+            out.insert(name.clone(), listed);
+        }
         Ok(out.into_values().collect())
     }
 }
