@@ -92,6 +92,10 @@ impl Broker {
         let inner = Arc::new(Inner {
             topics: Topics::new(env.meta.clone(), env.keys.clone()),
             groups,
+            group_configs: crate::domain::group::configs::GroupConfigs::new(
+                env.meta.clone(),
+                env.keys.clone(),
+            ),
             shares: crate::domain::share::Shares::new(
                 config.groups.shares.clone(),
                 env.meta.clone(),

@@ -202,6 +202,7 @@ pub(crate) async fn pass(inner: &Arc<Inner>) -> Result<usize, String> {
             tokio::task::yield_now().await;
         }
         inner.groups.forget_topic(id).await.map_err(|e| e.to_string())?;
+        inner.shares.forget_topic(id).await.map_err(|e| e.to_string())?;
         inner.env.meta.delete(&key, folio_meta::Expect::Any).await.map_err(|e| e.to_string())?;
         m.topics_deleted.fetch_add(1, Ordering::Relaxed);
         m.topic_deletions_pending.fetch_sub(1, Ordering::Relaxed);

@@ -99,6 +99,8 @@ pub(crate) struct Inner {
     pub topics: Topics,
     pub metrics: Metrics,
     pub groups: Arc<Coordinator>,
+    /// Groups' dynamic configs (`domain::group::configs`).
+    pub group_configs: crate::domain::group::configs::GroupConfigs,
     /// Share groups' share-partitions and sessions on this broker (`domain::share`).
     pub shares: crate::domain::share::Shares,
     /// The transaction coordinator (`domain::txn`).

@@ -24,6 +24,10 @@ use crate::state::Inner;
 /// Kafka's config resource types.
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
+/// A group's dynamic configs (KIP-848, KIP-932).
+const RESOURCE_GROUP: i8 = 32;
+/// ConfigSource GROUP_CONFIG: set on the group.
+const SOURCE_GROUP: i8 = 8;
 /// Kafka's config sources.
 const SOURCE_TOPIC: i8 = 1;
 const SOURCE_STATIC_BROKER: i8 = 4;
@@ -165,6 +169,17 @@ impl Handler for DescribeConfigs {
                         r.configs.push(entry(k, v, true, SOURCE_STATIC_BROKER, doc));
                     }
                 }
+                RESOURCE_GROUP => match describe_group(&inner, res.resource_name.as_str()).await {
+                    Ok(configs) => {
+                        for (k, v, src, doc) in configs.into_iter().filter(|(k, ..)| wanted(k)) {
+                            r.configs.push(entry(k, v, false, src, doc));
+                        }
+                    }
+                    Err(e) => {
+                        r.error_code = e.code();
+                        r.error_message = Some(str_bytes(e.to_string()));
+                    }
+                },
                 RESOURCE_BROKER => {
                     r.error_code = errors::INVALID_REQUEST;
                     r.error_message =
@@ -173,7 +188,7 @@ impl Handler for DescribeConfigs {
                 other => {
                     r.error_code = errors::INVALID_REQUEST;
                     r.error_message = Some(str_bytes(format!(
-                        "config resource type {other} is not supported (topic: 2, broker: 4)"
+                        "config resource type {other} is not supported (topic: 2, broker: 4, group: 32)"
                     )));
                 }
             }
@@ -212,8 +227,18 @@ const OP_DELETE: i8 = 1;
 const OP_APPEND: i8 = 2;
 const OP_SUBTRACT: i8 = 3;
 
-/// The overrides after `change`, validated.
+/// A topic's overrides after `change`, validated.
 fn apply_change(
+    current: &BTreeMap<String, String>,
+    change: &Change,
+) -> Result<BTreeMap<String, String>, BrokerError> {
+    let next = apply_ops(current, change)?;
+    validate_configs(next.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .map_err(|e| BrokerError::InvalidConfig(e.into()))
+}
+
+/// The overrides after `change`'s operations, not yet validated.
+fn apply_ops(
     current: &BTreeMap<String, String>,
     change: &Change,
 ) -> Result<BTreeMap<String, String>, BrokerError> {
@@ -291,8 +316,53 @@ fn apply_change(
             }
         }
     }
-    validate_configs(next.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .map_err(|e| invalid(e.into()))
+    Ok(next)
+}
+
+/// Applies `change` to group `name`'s dynamic configs (`domain::group::configs`).
+async fn alter_group(
+    inner: &Inner,
+    name: &str,
+    change: &Change,
+    validate_only: bool,
+) -> Result<(), BrokerError> {
+    let apply = |now: &BTreeMap<String, String>| apply_ops(now, change).map_err(|e| e.to_string());
+    match inner.group_configs.alter(name, apply, validate_only).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(BrokerError::InvalidConfig(e)),
+        Err(e) => Err(BrokerError::Meta(e)),
+    }
+}
+
+/// A group's configs as DescribeConfigs answers them: (name, value, source, doc).
+async fn describe_group(
+    inner: &Inner,
+    name: &str,
+) -> Result<Vec<(&'static str, String, i8, &'static str)>, BrokerError> {
+    let set = inner.group_configs.get(name).await.map_err(BrokerError::Meta)?;
+    let g = &inner.groups_config;
+    let ms = |d: std::time::Duration| d.as_millis().to_string();
+    let reset = match g.shares.auto_offset_reset {
+        crate::domain::share::Reset::Earliest => "earliest",
+        crate::domain::share::Reset::Latest => "latest",
+    };
+    let default = |k: &str| match k {
+        "consumer.session.timeout.ms" => ms(g.consumer_session_timeout),
+        "consumer.heartbeat.interval.ms" => ms(g.consumer_heartbeat_interval),
+        "share.session.timeout.ms" => ms(g.shares.session_timeout),
+        "share.heartbeat.interval.ms" => ms(g.shares.heartbeat_interval),
+        "share.record.lock.duration.ms" => ms(g.shares.lock_duration),
+        "share.auto.offset.reset" => reset.to_string(),
+        "share.delivery.count.limit" => g.shares.delivery_count_limit.to_string(),
+        _ => "read_uncommitted".to_string(),
+    };
+    Ok(crate::domain::group::configs::GROUP_CONFIG_KEYS
+        .iter()
+        .map(|(k, doc)| match set.get(*k) {
+            Some(v) => (*k, v.clone(), SOURCE_GROUP, *doc),
+            None => (*k, default(k), SOURCE_DEFAULT, *doc),
+        })
+        .collect())
 }
 
 /// Applies `change` to topic `name` (compare-and-set), or only checks it.
@@ -337,7 +407,8 @@ async fn alter(
         RESOURCE_BROKER => Err(BrokerError::InvalidRequest(
             "broker configs are static here: set them on the command line (see `folio broker --help`)".into(),
         )),
-        other => Err(BrokerError::InvalidRequest(format!("config resource type {other} is not supported (topic: 2)"))),
+        RESOURCE_GROUP => alter_group(inner, name.as_str(), &change, validate_only).await,
+        other => Err(BrokerError::InvalidRequest(format!("config resource type {other} is not supported (topic: 2, group: 32)"))),
     }
 }
 

@@ -149,6 +149,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ShareGroupDescribe, 1, 1),
     (ApiKey::ShareFetch, 1, 1),
     (ApiKey::ShareAcknowledge, 1, 1),
+    (ApiKey::DescribeShareGroupOffsets, 0, 0),
+    (ApiKey::AlterShareGroupOffsets, 0, 0),
+    (ApiKey::DeleteShareGroupOffsets, 0, 0),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::ListPartitionReassignments, 0, 0),
@@ -317,6 +320,9 @@ handlers! {
     ShareGroupDescribe => share::ShareGroupDescribe,
     ShareFetch => share::ShareFetch,
     ShareAcknowledge => share::ShareAcknowledge,
+    DescribeShareGroupOffsets => share::DescribeShareGroupOffsets,
+    AlterShareGroupOffsets => share::AlterShareGroupOffsets,
+    DeleteShareGroupOffsets => share::DeleteShareGroupOffsets,
     DeleteGroups => groups::DeleteGroups,
     OffsetDelete => offsets::OffsetDelete,
     ElectLeaders => leaders::ElectLeaders,
@@ -507,7 +513,8 @@ pub(crate) fn group_denied(inner: &Inner, op: Operation, group: &str) -> Option<
 }
 
 /// The configs authorization of DescribeConfigs and the AlterConfigs, per resource: a topic
-/// (resource type 2) needs `op` on it (TOPIC_AUTHORIZATION_FAILED), a broker (4) or logger
+/// (resource type 2) needs `op` on it (TOPIC_AUTHORIZATION_FAILED), a group (32) `op` on the
+/// group (GROUP_AUTHORIZATION_FAILED), a broker (4) or logger
 /// (8) `op` on the cluster (CLUSTER_AUTHORIZATION_FAILED). The resources refused, by code.
 pub(crate) fn refuse_configs<T, R>(
     inner: &Inner,
@@ -523,13 +530,19 @@ pub(crate) fn refuse_configs<T, R>(
         errors::TOPIC_AUTHORIZATION_FAILED,
         &build,
     );
+    let group = refuse(
+        resources,
+        |r| matches!(of(r), (32, name) if !allowed(inner, op, ResourceType::Group, name)),
+        errors::GROUP_AUTHORIZATION_FAILED,
+        &build,
+    );
     let cluster = refuse(
         resources,
-        |r| of(r).0 != 2 && !cluster_ok,
+        |r| !matches!(of(r).0, 2 | 32) && !cluster_ok,
         errors::CLUSTER_AUTHORIZATION_FAILED,
         &build,
     );
-    topic.into_iter().chain(cluster).collect()
+    topic.into_iter().chain(group).chain(cluster).collect()
 }
 
 /// InitProducerId: an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on

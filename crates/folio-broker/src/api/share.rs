@@ -19,7 +19,7 @@ use crate::api::{Handler, Refused, str_bytes};
 use crate::domain::acl::{Operation, ResourceType};
 use crate::domain::batch;
 use crate::domain::group::share::ShareHeartbeat;
-use crate::domain::share::{Ack, SessionStep};
+use crate::domain::share::{Ack, Limits, Reset, SessionStep};
 use crate::errors;
 use crate::limits::BATCHES_PER_PARTITION_MAX;
 use crate::state::Inner;
@@ -173,6 +173,27 @@ impl Handler for ShareGroupDescribe {
     error_code_of!([groups]);
 }
 
+/// A share group's limits and reset: the broker's, with the group's overrides
+/// (`share.record.lock.duration.ms`, `share.delivery.count.limit`, `share.auto.offset.reset`).
+async fn settings(inner: &Inner, group: &str) -> (Limits, Reset) {
+    let mut limits = inner.shares.config.limits();
+    let mut reset = inner.shares.config.auto_offset_reset;
+    // A store that fails to answer leaves the broker's settings (logged by the store).
+    let set = inner.group_configs.get(group).await.unwrap_or_default();
+    if let Some(ms) = set.get("share.record.lock.duration.ms").and_then(|v| v.parse().ok()) {
+        limits.lock_ms = ms;
+    }
+    if let Some(n) = set.get("share.delivery.count.limit").and_then(|v| v.parse().ok()) {
+        limits.delivery_count_limit = n;
+    }
+    match set.get("share.auto.offset.reset").map(String::as_str) {
+        Some("earliest") => reset = Reset::Earliest,
+        Some("latest") => reset = Reset::Latest,
+        _ => {}
+    }
+    (limits, reset)
+}
+
 /// One share-partition as a request reaches it: its partition open here, its state loaded.
 struct Reached {
     part: Arc<crate::state::Partition>,
@@ -181,7 +202,12 @@ struct Reached {
 
 /// Opens (`id`, `partition`) here and loads `group`'s share-partition of it; `Err`: the
 /// partition's code.
-async fn reach(inner: &Inner, group: &str, id: Uuid, partition: i32) -> Result<Reached, i16> {
+async fn reach(
+    inner: &Inner,
+    group: &str,
+    (id, partition): (Uuid, i32),
+    reset: Reset,
+) -> Result<Reached, i16> {
     let topic = match inner.topics.by_id(id).await {
         Ok(Some(t)) => t,
         Ok(None) => return Err(errors::UNKNOWN_TOPIC_ID),
@@ -199,7 +225,6 @@ async fn reach(inner: &Inner, group: &str, id: Uuid, partition: i32) -> Result<R
         .map_err(|e| crate::errors::BrokerError::from(e).code())?;
     let status = part.log.status();
     let ends = (status.start_offset as i64, status.end_offset as i64);
-    let reset = inner.shares.config.auto_offset_reset;
     let slot = inner.shares.load(group, (id, partition), status.epoch, ends, reset).await.map_err(
         |e| {
             tracing::warn!(group, %id, partition, error = %e, "loading a share-partition failed");
@@ -212,17 +237,15 @@ async fn reach(inner: &Inner, group: &str, id: Uuid, partition: i32) -> Result<R
 /// Applies `member`'s acknowledgement batches to one share-partition and stores the result.
 async fn acknowledge(
     inner: &Inner,
-    group: &str,
-    member: &str,
-    id: Uuid,
-    partition: i32,
+    (group, member): (&str, &str),
+    (id, partition): (Uuid, i32),
     batches: &[(i64, i64, Vec<i8>)],
+    (limits, reset): (Limits, Reset),
 ) -> i16 {
-    let r = match reach(inner, group, id, partition).await {
+    let r = match reach(inner, group, (id, partition), reset).await {
         Ok(r) => r,
         Err(code) => return code,
     };
-    let limits = inner.shares.config.limits();
     let mut held = r.slot.lock().await;
     let Some(loaded) = held.as_mut() else { return errors::KAFKA_STORAGE_ERROR };
     let mut next = loaded.state.clone();
@@ -247,9 +270,9 @@ async fn acknowledge(
 
 /// Releases what `member` holds of its closed session's partitions.
 async fn release_session(inner: &Inner, group: &str, member: &str, parts: &[(Uuid, i32)]) {
-    let limits = inner.shares.config.limits();
+    let (limits, reset) = settings(inner, group).await;
     for (id, p) in parts {
-        if let Ok(r) = reach(inner, group, *id, *p).await
+        if let Ok(r) = reach(inner, group, (*id, *p), reset).await
             && let Some(loaded) = r.slot.lock().await.as_mut()
         {
             loaded.state.release_member(member, &limits);
@@ -270,11 +293,11 @@ struct Acquired {
 async fn acquire(
     inner: &Inner,
     r: &Reached,
-    member: &str,
+    (member, limits): (&str, &Limits),
     max: usize,
     room: usize,
 ) -> Result<Acquired, i16> {
-    let limits = inner.shares.config.limits();
+    let limits = *limits;
     let mut held = r.slot.lock().await;
     let Some(loaded) = held.as_mut() else { return Err(errors::KAFKA_STORAGE_ERROR) };
     let sp = &mut loaded.state;
@@ -361,8 +384,9 @@ impl Handler for ShareFetch {
                 Err(code) => return ShareFetchResponse::default().with_error_code(code),
             };
         let mut parts: BTreeMap<(Uuid, i32), fetch_resp::PartitionData> = BTreeMap::new();
+        let set = settings(&inner, &group).await;
         for ((id, p), batches) in &acks {
-            let code = acknowledge(&inner, &group, &member, *id, *p, batches).await;
+            let code = acknowledge(&inner, (&group, &member), (*id, *p), batches, set).await;
             parts
                 .entry((*id, *p))
                 .or_insert_with(|| partition_data(&inner, *p))
@@ -371,14 +395,14 @@ impl Handler for ShareFetch {
         let session = match step {
             SessionStep::Closed(ps) => {
                 release_session(&inner, &group, &member, &ps.into_iter().collect::<Vec<_>>()).await;
-                return fetch_answer(&inner, parts);
+                return fetch_answer(parts, set.0.lock_ms);
             }
             SessionStep::Go(ps) => ps,
         };
         if req.max_records > 0 {
-            fetch_records(&inner, &req, &group, &member, &session, &mut parts).await;
+            fetch_records(&inner, &req, (&group, &member), &session, set, &mut parts).await;
         }
-        fetch_answer(&inner, parts)
+        fetch_answer(parts, set.0.lock_ms)
     }
 
     fn error(_version: i16, _req: &Self::Request, code: i16) -> Self::Response {
@@ -397,15 +421,15 @@ fn partition_data(inner: &Inner, partition: i32) -> fetch_resp::PartitionData {
 }
 
 fn fetch_answer(
-    inner: &Inner,
     parts: BTreeMap<(Uuid, i32), fetch_resp::PartitionData>,
+    lock_ms: u64,
 ) -> ShareFetchResponse {
     let mut by_topic: BTreeMap<Uuid, Vec<fetch_resp::PartitionData>> = BTreeMap::new();
     for ((id, _), p) in parts {
         by_topic.entry(id).or_default().push(p);
     }
     ShareFetchResponse::default()
-        .with_acquisition_lock_timeout_ms(inner.shares.config.lock_duration.as_millis() as i32)
+        .with_acquisition_lock_timeout_ms(lock_ms.min(i32::MAX as u64) as i32)
         .with_responses(
             by_topic
                 .into_iter()
@@ -423,9 +447,9 @@ fn fetch_answer(
 async fn fetch_records(
     inner: &Arc<Inner>,
     req: &ShareFetchRequest,
-    group: &str,
-    member: &str,
+    (group, member): (&str, &str),
     session: &std::collections::BTreeSet<(Uuid, i32)>,
+    (limits, reset): (Limits, Reset),
     parts: &mut BTreeMap<(Uuid, i32), fetch_resp::PartitionData>,
 ) {
     let started = tokio::time::Instant::now();
@@ -435,7 +459,7 @@ async fn fetch_records(
     let max_bytes = if req.max_bytes <= 0 { cap } else { (req.max_bytes as usize).min(cap) };
     let mut reached = Vec::new();
     for (id, p) in session {
-        match reach(inner, group, *id, *p).await {
+        match reach(inner, group, (*id, *p), reset).await {
             Ok(r) => reached.push((*id, *p, r)),
             Err(code) => {
                 parts.entry((*id, *p)).or_insert_with(|| partition_data(inner, *p)).error_code =
@@ -449,7 +473,7 @@ async fn fetch_records(
             if left == 0 || bytes >= max_bytes {
                 break;
             }
-            match acquire(inner, r, member, left, max_bytes - bytes).await {
+            match acquire(inner, r, (member, &limits), left, max_bytes - bytes).await {
                 Ok(got) if got.count > 0 => {
                     left -= got.count.min(left);
                     bytes += got.records.len();
@@ -522,6 +546,7 @@ impl Handler for ShareAcknowledge {
             Err(code) => return ShareAcknowledgeResponse::default().with_error_code(code),
         };
         let mut by_topic: BTreeMap<Uuid, Vec<ack_resp::PartitionData>> = BTreeMap::new();
+        let set = settings(&inner, &group).await;
         for t in &req.topics {
             for p in &t.partitions {
                 let batches: Vec<(i64, i64, Vec<i8>)> = p
@@ -529,9 +554,14 @@ impl Handler for ShareAcknowledge {
                     .iter()
                     .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types.clone()))
                     .collect();
-                let code =
-                    acknowledge(&inner, &group, &member, t.topic_id, p.partition_index, &batches)
-                        .await;
+                let code = acknowledge(
+                    &inner,
+                    (&group, &member),
+                    (t.topic_id, p.partition_index),
+                    &batches,
+                    set,
+                )
+                .await;
                 by_topic.entry(t.topic_id).or_default().push(
                     ack_resp::PartitionData::default()
                         .with_partition_index(p.partition_index)
@@ -564,4 +594,216 @@ impl Handler for ShareAcknowledge {
     }
 
     error_code_of!(top);
+}
+
+/// The start offsets of a share group's share-partitions (DescribeShareGroupOffsets), the
+/// stored state read from the metadata store (any broker may answer for the coordinator).
+pub(crate) struct DescribeShareGroupOffsets;
+
+impl Handler for DescribeShareGroupOffsets {
+    type Request = DescribeShareGroupOffsetsRequest;
+    type Response = DescribeShareGroupOffsetsResponse;
+    const KEY: ApiKey = ApiKey::DescribeShareGroupOffsets;
+
+    refuse_each!(
+        groups => groups,
+        Describe on Group,
+        GROUP_AUTHORIZATION_FAILED,
+        |g| g.group_id.as_str()
+    );
+
+    async fn handle(inner: Arc<Inner>, _version: i16, req: Self::Request) -> Self::Response {
+        use kafka_protocol::messages::describe_share_group_offsets_response::*;
+        let names: HashMap<Uuid, String> =
+            inner.topics.cached_all().iter().map(|t| (t.record.id, t.name.clone())).collect();
+        let mut resp = DescribeShareGroupOffsetsResponse::default();
+        for g in req.groups {
+            let mut out =
+                DescribeShareGroupOffsetsResponseGroup::default().with_group_id(g.group_id.clone());
+            if let Some(code) = elsewhere(&inner, g.group_id.as_str()) {
+                resp.groups.push(out.with_error_code(code));
+                continue;
+            }
+            let stored = match inner.shares.stored_of(g.group_id.as_str()).await {
+                Ok(s) => s,
+                Err(e) => {
+                    resp.groups.push(
+                        out.with_error_code(errors::COORDINATOR_NOT_AVAILABLE)
+                            .with_error_message(Some(str_bytes(e.to_string()))),
+                    );
+                    continue;
+                }
+            };
+            let mut by_topic: BTreeMap<
+                String,
+                (Uuid, Vec<DescribeShareGroupOffsetsResponsePartition>),
+            > = BTreeMap::new();
+            for (id, p, state, _, _) in stored {
+                let Some(name) = names.get(&id) else { continue };
+                // No topics (null, or none listed): every topic.
+                let asked = g.topics.as_ref().filter(|ts| !ts.is_empty()).is_none_or(|ts| {
+                    ts.iter().any(|t| t.topic_name.as_str() == name && t.partitions.contains(&p))
+                });
+                if !asked || !super::allowed(&inner, Operation::Describe, ResourceType::Topic, name)
+                {
+                    continue;
+                }
+                let part = DescribeShareGroupOffsetsResponsePartition::default()
+                    .with_partition_index(p)
+                    .with_start_offset(state.start)
+                    .with_leader_epoch(-1);
+                by_topic.entry(name.clone()).or_insert((id, Vec::new())).1.push(part);
+            }
+            out.topics = by_topic
+                .into_iter()
+                .map(|(name, (id, parts))| {
+                    DescribeShareGroupOffsetsResponseTopic::default()
+                        .with_topic_name(TopicName(str_bytes(name)))
+                        .with_topic_id(id)
+                        .with_partitions(parts)
+                })
+                .collect();
+            resp.groups.push(out);
+        }
+        resp
+    }
+
+    fn error(_version: i16, req: &Self::Request, code: i16) -> Self::Response {
+        use kafka_protocol::messages::describe_share_group_offsets_response::*;
+        DescribeShareGroupOffsetsResponse::default().with_groups(
+            req.groups
+                .iter()
+                .map(|g| {
+                    DescribeShareGroupOffsetsResponseGroup::default()
+                        .with_group_id(g.group_id.clone())
+                        .with_error_code(code)
+                })
+                .collect(),
+        )
+    }
+
+    error_code_of!([groups]);
+}
+
+/// The group's code for the offset-changing admin APIs: its coordinator must be here and
+/// it must have no members (NON_EMPTY_GROUP).
+fn offsets_changeable(inner: &Inner, group: &str) -> Option<i16> {
+    if let Some(code) = elsewhere(inner, group) {
+        return Some(code);
+    }
+    let live = inner.groups.describe_share(group).is_some_and(|g| !g.members.is_empty());
+    live.then_some(errors::NON_EMPTY_GROUP)
+}
+
+/// Sets share-partitions' start offsets of an empty share group (AlterShareGroupOffsets).
+pub(crate) struct AlterShareGroupOffsets;
+
+impl Handler for AlterShareGroupOffsets {
+    type Request = AlterShareGroupOffsetsRequest;
+    type Response = AlterShareGroupOffsetsResponse;
+    const KEY: ApiKey = ApiKey::AlterShareGroupOffsets;
+
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        super::group_denied(inner, Operation::Read, &req.group_id)
+    }
+
+    async fn handle(inner: Arc<Inner>, _version: i16, req: Self::Request) -> Self::Response {
+        use kafka_protocol::messages::alter_share_group_offsets_response::*;
+        let group = req.group_id.as_str();
+        if let Some(code) = offsets_changeable(&inner, group) {
+            return Self::error(0, &req, code);
+        }
+        let mut resp = AlterShareGroupOffsetsResponse::default();
+        for t in &req.topics {
+            let topic = inner.topics.get(t.topic_name.as_str()).await.ok().flatten();
+            let mut out = AlterShareGroupOffsetsResponseTopic::default()
+                .with_topic_name(t.topic_name.clone());
+            for p in &t.partitions {
+                let code = match &topic {
+                    None => errors::UNKNOWN_TOPIC_OR_PARTITION,
+                    Some(_)
+                        if !super::allowed(
+                            &inner,
+                            Operation::Read,
+                            ResourceType::Topic,
+                            t.topic_name.as_str(),
+                        ) =>
+                    {
+                        errors::TOPIC_AUTHORIZATION_FAILED
+                    }
+                    Some(tp)
+                        if p.partition_index < 0
+                            || p.partition_index >= tp.record.partitions as i32 =>
+                    {
+                        errors::UNKNOWN_TOPIC_OR_PARTITION
+                    }
+                    Some(tp) => {
+                        out.topic_id = tp.record.id;
+                        let at = (tp.record.id, p.partition_index);
+                        match inner.shares.set_start(group, at, p.start_offset.max(0)).await {
+                            Ok(()) => errors::NONE,
+                            Err(_) => errors::COORDINATOR_NOT_AVAILABLE,
+                        }
+                    }
+                };
+                out.partitions.push(
+                    AlterShareGroupOffsetsResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(code),
+                );
+            }
+            resp.responses.push(out);
+        }
+        resp
+    }
+
+    fn error(_version: i16, _req: &Self::Request, code: i16) -> Self::Response {
+        AlterShareGroupOffsetsResponse::default().with_error_code(code)
+    }
+
+    error_code_of!(top, [responses => partitions]);
+}
+
+/// Deletes an empty share group's share-partitions of the topics named
+/// (DeleteShareGroupOffsets): the group starts those partitions again per its reset.
+pub(crate) struct DeleteShareGroupOffsets;
+
+impl Handler for DeleteShareGroupOffsets {
+    type Request = DeleteShareGroupOffsetsRequest;
+    type Response = DeleteShareGroupOffsetsResponse;
+    const KEY: ApiKey = ApiKey::DeleteShareGroupOffsets;
+
+    fn authorize(inner: &Inner, req: &Self::Request) -> Option<i16> {
+        super::group_denied(inner, Operation::Delete, &req.group_id)
+    }
+
+    async fn handle(inner: Arc<Inner>, _version: i16, req: Self::Request) -> Self::Response {
+        use kafka_protocol::messages::delete_share_group_offsets_response::*;
+        let group = req.group_id.as_str();
+        if let Some(code) = offsets_changeable(&inner, group) {
+            return Self::error(0, &req, code);
+        }
+        let mut resp = DeleteShareGroupOffsetsResponse::default();
+        for t in &req.topics {
+            let mut out = DeleteShareGroupOffsetsResponseTopic::default()
+                .with_topic_name(t.topic_name.clone());
+            match inner.topics.get(t.topic_name.as_str()).await.ok().flatten() {
+                None => out.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
+                Some(tp) => {
+                    out.topic_id = tp.record.id;
+                    if inner.shares.delete_of_topic(group, tp.record.id).await.is_err() {
+                        out.error_code = errors::COORDINATOR_NOT_AVAILABLE;
+                    }
+                }
+            }
+            resp.responses.push(out);
+        }
+        resp
+    }
+
+    fn error(_version: i16, _req: &Self::Request, code: i16) -> Self::Response {
+        DeleteShareGroupOffsetsResponse::default().with_error_code(code)
+    }
+
+    error_code_of!(top, [responses]);
 }

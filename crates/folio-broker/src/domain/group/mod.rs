@@ -58,6 +58,7 @@ pub use store::ListedGroup;
 
 mod claim;
 mod commit_order;
+pub mod configs;
 pub mod consumer;
 use consumer::ConsumerGroup;
 pub mod share;

@@ -181,6 +181,11 @@ impl Shares {
                     None => return Err(errors::SHARE_SESSION_LIMIT_REACHED),
                 }
             }
+            if !sessions.keys().any(|(g, _)| g == group) {
+                // The group's first session here: its share-partitions are read again (an
+                // empty group's start offsets may have been altered through another broker).
+                self.forget_group(group);
+            }
             let s = Session { epoch: 0, partitions: BTreeSet::new(), last_used: now };
             sessions.insert(key.clone(), s);
         }
@@ -306,6 +311,20 @@ impl Shares {
         Ok(out)
     }
 
+    /// Deletes every share-partition of a deleted topic (every group's), stored and loaded.
+    pub async fn forget_topic(&self, id: Uuid) -> Result<usize, MetaError> {
+        let keys: Vec<String> = list_all(self.meta.as_ref(), &self.topic_prefix(id))
+            .await?
+            .into_iter()
+            .map(|v| v.key)
+            .collect();
+        for chunk in keys.chunks(self.meta.txn_ops_max()) {
+            self.meta.txn(chunk.iter().fold(Txn::new(), |t, k| t.delete(k.clone()))).await?;
+        }
+        self.parts.lock().expect("share parts lock").retain(|(_, t, _), _| *t != id);
+        Ok(keys.len())
+    }
+
     /// Deletes every stored share-partition of `group` (its group was deleted); returns
     /// how many. Each removal compares the record it read.
     pub async fn delete_group(&self, group: &str) -> Result<usize, MetaError> {
@@ -317,6 +336,37 @@ impl Shares {
         }
         self.forget_group(group);
         Ok(stored.len())
+    }
+
+    /// Sets `group`'s share-partition of (`id`, `partition`) to start at `start`, nothing
+    /// in flight (AlterShareGroupOffsets; the group has no members).
+    pub async fn set_start(
+        &self,
+        group: &str,
+        (id, partition): (Uuid, i32),
+        start: i64,
+    ) -> Result<(), MetaError> {
+        let key = self.key(group, id, partition);
+        self.meta
+            .put(&key, SharePartition::new(start).encode().into(), folio_meta::Expect::Any)
+            .await?;
+        self.parts.lock().expect("share parts lock").remove(&(group.to_string(), id, partition));
+        tracing::info!(group, %id, partition, start, "share-partition start offset altered");
+        Ok(())
+    }
+
+    /// Deletes `group`'s share-partitions of topic `id` (DeleteShareGroupOffsets).
+    pub async fn delete_of_topic(&self, group: &str, id: Uuid) -> Result<usize, MetaError> {
+        let mut n = 0;
+        for (t, p, _, key, version) in self.stored_of(group).await? {
+            if t == id {
+                let txn = Txn::new().compare(Compare::Version(key.clone(), version)).delete(key);
+                self.meta.txn(txn).await?;
+                self.parts.lock().expect("share parts lock").remove(&(group.to_string(), id, p));
+                n += 1;
+            }
+        }
+        Ok(n)
     }
 
     /// Forgets what is loaded of `group` here (its stored state was altered or deleted).
