@@ -307,6 +307,10 @@ impl Inner {
                 lc.ensemble_size = quorums.ensemble_size;
                 lc.write_quorum = quorums.write_quorum;
                 lc.ack_quorum = quorums.ack_quorum;
+                if let Some(m) = tc.min_insync_replicas {
+                    // min.insync.replicas: the ack quorum, within the write quorum.
+                    lc.ack_quorum = (m.clamp(1, 255) as u16).min(lc.write_quorum);
+                }
                 lc.retention_time = retention_time;
                 lc.retention_bytes = retention_bytes;
                 // segment.ms closes ledgers earlier than the broker's rollover age only.

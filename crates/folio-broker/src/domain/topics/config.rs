@@ -52,7 +52,112 @@ pub struct TopicConfig {
     /// `compression.type`: the codec batches are stored with (the broker recompresses a
     /// batch sent with another); `None`: `producer`, as sent.
     pub compression: Option<crate::domain::batch::Codec>,
+    /// `min.insync.replicas`: when set, the ack quorum of the partition's next ledgers
+    /// (at most their write quorum): acks=all answers once this many bookies have a batch.
+    pub min_insync_replicas: Option<i32>,
+    /// Kafka's configs that mean nothing here (`INERT_TOPIC_CONFIGS`): stored, described.
+    pub inert: BTreeMap<&'static str, String>,
 }
+
+/// What an inert config's value must be.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Long(i64, i64),
+    Bool,
+    List,
+}
+
+/// Kafka 4 topic configs accepted, stored and described, with no effect in Folio (with
+/// Kafka's default and why): (name, default, kind, doc).
+const INERT_TOPIC_CONFIGS: [(&str, &str, Kind, &str); 17] = [
+    (
+        "compression.gzip.level",
+        "-1",
+        Kind::Long(-1, 9),
+        "No effect: recompression uses the codec's default level.",
+    ),
+    (
+        "compression.lz4.level",
+        "9",
+        Kind::Long(1, 17),
+        "No effect: recompression uses the codec's default level.",
+    ),
+    (
+        "compression.zstd.level",
+        "3",
+        Kind::Long(-131_072, 22),
+        "No effect: recompression uses the codec's default level.",
+    ),
+    (
+        "file.delete.delay.ms",
+        "60000",
+        Kind::Long(0, i64::MAX),
+        "No effect: deleted ledgers go through the trash (its own delay).",
+    ),
+    (
+        "flush.messages",
+        "9223372036854775807",
+        Kind::Long(1, i64::MAX),
+        "No effect: every acknowledged batch is already on disk (bookie journal).",
+    ),
+    (
+        "flush.ms",
+        "9223372036854775807",
+        Kind::Long(0, i64::MAX),
+        "No effect: every acknowledged batch is already on disk (bookie journal).",
+    ),
+    (
+        "follower.replication.throttled.replicas",
+        "",
+        Kind::List,
+        "No effect: bookies replicate, not followers.",
+    ),
+    (
+        "index.interval.bytes",
+        "4096",
+        Kind::Long(0, i32::MAX as i64),
+        "No effect: the offset index is per ledger.",
+    ),
+    (
+        "leader.replication.throttled.replicas",
+        "",
+        Kind::List,
+        "No effect: bookies replicate, not followers.",
+    ),
+    (
+        "local.retention.bytes",
+        "-2",
+        Kind::Long(-2, i64::MAX),
+        "No effect: no tiered storage (retention.bytes applies).",
+    ),
+    (
+        "local.retention.ms",
+        "-2",
+        Kind::Long(-2, i64::MAX),
+        "No effect: no tiered storage (retention.ms applies).",
+    ),
+    ("preallocate", "false", Kind::Bool, "No effect: bookies manage their files."),
+    ("remote.log.copy.disable", "false", Kind::Bool, "No effect: no tiered storage."),
+    ("remote.log.delete.on.disable", "false", Kind::Bool, "No effect: no tiered storage."),
+    (
+        "segment.index.bytes",
+        "10485760",
+        Kind::Long(4, i32::MAX as i64),
+        "No effect: the offset index is per ledger.",
+    ),
+    (
+        "segment.jitter.ms",
+        "0",
+        Kind::Long(0, i64::MAX),
+        "No effect: ledgers close at segment.ms exactly.",
+    ),
+    (
+        "unclean.leader.election.enable",
+        "false",
+        Kind::Bool,
+        "No effect: a partition's log is fenced, never elected unclean.",
+    ),
+];
 
 /// The config keys topics accept, with their documentation.
 pub const TOPIC_CONFIG_KEYS: &[(&str, &str)] = &[
@@ -85,6 +190,31 @@ pub const TOPIC_CONFIG_KEYS: &[(&str, &str)] = &[
     ("retention.ms", "Trim ledgers whose newest record is older than this (-1: keep forever)."),
     ("segment.bytes", "Close a partition's ledger at this size (at least 1 MiB, as in Kafka 4)."),
     ("segment.ms", "Close a partition's ledger at this age (its data becomes compactable)."),
+    (
+        "min.insync.replicas",
+        "When set: the ack quorum of the partition's next ledgers (at most their write quorum); acks=all answers once this many bookies have a batch.",
+    ),
+    ("compression.gzip.level", INERT_TOPIC_CONFIGS[0].3),
+    ("compression.lz4.level", INERT_TOPIC_CONFIGS[1].3),
+    ("compression.zstd.level", INERT_TOPIC_CONFIGS[2].3),
+    ("file.delete.delay.ms", INERT_TOPIC_CONFIGS[3].3),
+    ("flush.messages", INERT_TOPIC_CONFIGS[4].3),
+    ("flush.ms", INERT_TOPIC_CONFIGS[5].3),
+    ("follower.replication.throttled.replicas", INERT_TOPIC_CONFIGS[6].3),
+    ("index.interval.bytes", INERT_TOPIC_CONFIGS[7].3),
+    ("leader.replication.throttled.replicas", INERT_TOPIC_CONFIGS[8].3),
+    ("local.retention.bytes", INERT_TOPIC_CONFIGS[9].3),
+    ("local.retention.ms", INERT_TOPIC_CONFIGS[10].3),
+    ("preallocate", INERT_TOPIC_CONFIGS[11].3),
+    ("remote.log.copy.disable", INERT_TOPIC_CONFIGS[12].3),
+    ("remote.log.delete.on.disable", INERT_TOPIC_CONFIGS[13].3),
+    ("segment.index.bytes", INERT_TOPIC_CONFIGS[14].3),
+    ("segment.jitter.ms", INERT_TOPIC_CONFIGS[15].3),
+    ("unclean.leader.election.enable", INERT_TOPIC_CONFIGS[16].3),
+    (
+        "remote.storage.enable",
+        "Only false: Folio has no tiered storage (its bookies keep every ledger).",
+    ),
 ];
 
 impl TopicConfig {
@@ -174,6 +304,31 @@ impl TopicConfig {
                     }
                 }
             }
+            "min.insync.replicas" => self.min_insync_replicas = Some(int(1, 255)? as i32),
+            "remote.storage.enable" => match value.trim() {
+                "false" => {}
+                _ => {
+                    return Err(InvalidConfig::new(format!(
+                        "remote.storage.enable={value:?}: Folio has no tiered storage (only false)"
+                    )));
+                }
+            },
+            inert
+                if let Some((name, _, kind, _)) =
+                    INERT_TOPIC_CONFIGS.iter().find(|(n, ..)| *n == inert) =>
+            {
+                let v = value.trim();
+                match kind {
+                    Kind::Long(lo, hi) => {
+                        int(*lo, *hi)?;
+                    }
+                    Kind::Bool if !matches!(v, "true" | "false") => {
+                        return Err(InvalidConfig::new(format!("{key}={value:?}: true or false")));
+                    }
+                    Kind::Bool | Kind::List => {}
+                }
+                self.inert.insert(name, v.to_string());
+            }
             _ => {
                 let known: Vec<&str> = TOPIC_CONFIG_KEYS.iter().map(|(k, _)| *k).collect();
                 return Err(InvalidConfig::new(format!(
@@ -211,7 +366,12 @@ impl TopicConfig {
                 TimestampType::CreateTime => "CreateTime".to_string(),
                 TimestampType::LogAppendTime => "LogAppendTime".to_string(),
             },
-            _ => return None,
+            "min.insync.replicas" => self.min_insync_replicas.unwrap_or(1).to_string(),
+            "remote.storage.enable" => "false".to_string(),
+            inert => {
+                let (name, default, ..) = INERT_TOPIC_CONFIGS.iter().find(|(n, ..)| *n == inert)?;
+                self.inert.get(name).cloned().unwrap_or_else(|| default.to_string())
+            }
         })
     }
 
@@ -249,6 +409,8 @@ impl Default for TopicConfig {
             segment_ms: 7 * 24 * 3600 * 1000,
             segment_bytes: 1 << 30,
             compression: None,
+            min_insync_replicas: None,
+            inert: BTreeMap::new(),
         }
     }
 }
@@ -267,4 +429,42 @@ pub fn validate_configs<'a>(
         return Err(InvalidConfig::new(format!("more than {CONFIGS_MAX} configs")));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// #50 item 3: every config Kafka 4 accepts on a topic is taken: min.insync.replicas
+    /// sets the ack quorum, the inert ones are stored and described with Kafka's defaults,
+    /// bad values and unknown names are refused.
+    #[test]
+    fn kafka_4_topic_configs_are_taken_and_checked() {
+        let ok = validate_configs([
+            ("min.insync.replicas", "2"),
+            ("flush.messages", "1"),
+            ("preallocate", "true"),
+            ("leader.replication.throttled.replicas", "*"),
+            ("compression.zstd.level", "19"),
+        ])
+        .unwrap();
+        let c = TopicConfig::resolve(&TopicConfig::default(), &ok);
+        assert_eq!(c.min_insync_replicas, Some(2));
+        assert_eq!(c.get("flush.messages").as_deref(), Some("1"));
+        assert_eq!(c.get("flush.ms").as_deref(), Some("9223372036854775807"), "Kafka's default");
+        assert_eq!(c.get("preallocate").as_deref(), Some("true"));
+        for (k, _) in TOPIC_CONFIG_KEYS {
+            assert!(TopicConfig::default().get(k).is_some(), "{k} is described");
+        }
+        for bad in [
+            ("min.insync.replicas", "0"),
+            ("preallocate", "yes"),
+            ("segment.index.bytes", "2"),
+            ("remote.storage.enable", "true"),
+            ("message.downconversion.enable", "true"),
+            ("no.such.config", "1"),
+        ] {
+            assert!(validate_configs([bad]).is_err(), "{bad:?} was taken");
+        }
+    }
 }
