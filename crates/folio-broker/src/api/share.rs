@@ -456,7 +456,11 @@ async fn fetch_records(
     let deadline =
         started + Duration::from_millis(req.max_wait_ms.max(0) as u64).min(SHARE_FETCH_WAIT_MAX);
     let cap = inner.config.limits.fetch_bytes_max;
-    let max_bytes = if req.max_bytes <= 0 { cap } else { (req.max_bytes as usize).min(cap) };
+    // A ShareFetch of 0 bytes takes no records (it may still acknowledge).
+    let max_bytes = (req.max_bytes.max(0) as usize).min(cap);
+    if max_bytes == 0 {
+        return;
+    }
     let mut reached = Vec::new();
     for (id, p) in session {
         match reach(inner, group, (*id, *p), reset).await {

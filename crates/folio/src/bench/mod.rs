@@ -6,6 +6,7 @@ mod codecs;
 mod compact;
 mod delete;
 mod gc;
+mod groups;
 mod hostile;
 mod kafka;
 mod kafka_driver;
@@ -72,6 +73,10 @@ pub enum Bench {
     /// The record codecs (gzip, snappy, lz4, zstd; pure Rust): compress and decode MB/s of
     /// 1 KiB records in 64-record batches, each against decoding them uncompressed.
     Codecs(codecs::Args),
+    /// Consumer groups: settle time after a member joins and after one dies, classic against
+    /// the consumer protocol (KIP-848) in the same run; share-group records/s with 1 and 4
+    /// members (KIP-932).
+    Groups(groups::Args),
     /// Autorecovery: time until a killed bookie's copies are restored on four in-process
     /// bookies (MB/s against the disk), and a writer's rate meanwhile against without.
     Recovery(recovery::Args),
@@ -95,6 +100,7 @@ pub fn run(what: Bench) -> Result<(), String> {
         Bench::Recovery(args) => recovery::run(args),
         Bench::Compact(args) => compact::run(args),
         Bench::Codecs(args) => codecs::run(args),
+        Bench::Groups(args) => groups::run(args),
     }
 }
 
