@@ -89,19 +89,12 @@ impl Broker {
         let tenure = membership.changes.subscribe();
         let groups =
             Coordinator::new(config.groups.clone(), meta, keys, clock, config.node_id, tenure);
+        let (group_configs, shares) = group_parts(&config, &env);
         let inner = Arc::new(Inner {
             topics: Topics::new(env.meta.clone(), env.keys.clone()),
             groups,
-            group_configs: crate::domain::group::configs::GroupConfigs::new(
-                env.meta.clone(),
-                env.keys.clone(),
-            ),
-            shares: crate::domain::share::Shares::new(
-                config.groups.shares.clone(),
-                env.meta.clone(),
-                env.keys.clone(),
-                env.clock.clone(),
-            ),
+            group_configs,
+            shares,
             txns: Arc::new(TxnCoordinator::new(env.meta.clone(), env.keys.clone())),
             txns_ending: tokio::sync::Notify::new(),
             groups_config: config.groups.clone(),
@@ -466,6 +459,22 @@ async fn release_moved(inner: Arc<Inner>) {
         inner.metrics.partitions_released.fetch_add(moved, std::sync::atomic::Ordering::Relaxed);
         inner.groups.forget_unless(|g| membership.owns(&cluster::group_key(g)));
     }
+}
+
+/// The groups' dynamic configs and the share groups' data plane of a broker.
+fn group_parts(
+    config: &BrokerConfig,
+    env: &LogEnv,
+) -> (crate::domain::group::configs::GroupConfigs, crate::domain::share::Shares) {
+    let (meta, keys) = (env.meta.clone(), env.keys.clone());
+    let configs = crate::domain::group::configs::GroupConfigs::new(meta.clone(), keys.clone());
+    let shares = crate::domain::share::Shares::new(
+        config.groups.shares.clone(),
+        meta,
+        keys,
+        env.clock.clone(),
+    );
+    (configs, shares)
 }
 
 /// Re-reads the topics every second: partition counts and configs changed through another

@@ -321,6 +321,10 @@ pub const CONSUMER_RACK_ID_BYTES_MAX: usize = 256;
 pub const CONSUMER_REGEX_BYTES_MAX: usize = 4096;
 /// The largest compiled subscription regex (bytes of the regex crate's program).
 pub const CONSUMER_REGEX_PROGRAM_BYTES_MAX: usize = 1 << 20;
+/// Groups whose dynamic configs one broker caches; past it the cache starts over.
+pub const GROUP_CONFIGS_CACHED_MAX: usize = 10_000;
+/// The longest a ShareFetch waits for records (as a Fetch's wait is bounded).
+pub const SHARE_FETCH_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(30);
 /// Topic names one consumer-protocol member may subscribe to by name.
 pub const CONSUMER_SUBSCRIBED_TOPICS_MAX: usize = 10_000;
 /// How often a group's subscription regexes are matched against the topics again, at

@@ -66,15 +66,12 @@ async fn fetch(
     epoch: i32,
     id: Uuid,
 ) -> (i16, Vec<(i64, i64, i16)>) {
-    let topics = (epoch == 0)
-        .then(|| {
-            vec![
-                FetchTopic::default()
-                    .with_topic_id(id)
-                    .with_partitions(vec![FetchPartition::default()]),
-            ]
-        })
-        .unwrap_or_default();
+    let topics = if epoch == 0 {
+        let part = vec![FetchPartition::default()];
+        vec![FetchTopic::default().with_topic_id(id).with_partitions(part)]
+    } else {
+        Vec::new()
+    };
     let req = ShareFetchRequest::default()
         .with_group_id(Some(GroupId(s(group))))
         .with_member_id(Some(s(member)))

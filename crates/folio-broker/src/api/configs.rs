@@ -108,24 +108,14 @@ impl Handler for DescribeConfigs {
                 e
             };
             match res.resource_type {
-                RESOURCE_TOPIC => match inner.topics.get(res.resource_name.as_str()).await {
-                    Ok(Some(topic)) => {
-                        let c = inner.topic_config(&topic);
-                        for (k, doc) in TOPIC_CONFIG_KEYS.iter().filter(|(k, _)| wanted(k)) {
-                            let v = c.get(k).unwrap_or_default();
-                            r.configs.push(entry(k, v, false, source(&topic, k), doc));
-                        }
-                    }
-                    Ok(None) => {
-                        let e = BrokerError::UnknownTopic(res.resource_name.to_string());
-                        r.error_code = e.code();
-                        r.error_message = Some(str_bytes(e.to_string()));
-                    }
-                    Err(e) => {
-                        let e = BrokerError::Meta(e);
-                        r.error_code = e.code();
-                        r.error_message = Some(str_bytes(e.to_string()));
-                    }
+                RESOURCE_TOPIC => match describe_topic(&inner, res.resource_name.as_str()).await {
+                    Ok(configs) => r.configs.extend(
+                        configs
+                            .into_iter()
+                            .filter(|(k, ..)| wanted(k))
+                            .map(|(k, v, src, doc)| entry(k, v, false, src, doc)),
+                    ),
+                    Err(e) => failed(&mut r, e),
                 },
                 RESOURCE_BROKER
                     if res.resource_name.is_empty()
@@ -170,27 +160,24 @@ impl Handler for DescribeConfigs {
                     }
                 }
                 RESOURCE_GROUP => match describe_group(&inner, res.resource_name.as_str()).await {
-                    Ok(configs) => {
-                        for (k, v, src, doc) in configs.into_iter().filter(|(k, ..)| wanted(k)) {
-                            r.configs.push(entry(k, v, false, src, doc));
-                        }
-                    }
-                    Err(e) => {
-                        r.error_code = e.code();
-                        r.error_message = Some(str_bytes(e.to_string()));
-                    }
+                    Ok(configs) => r.configs.extend(
+                        configs
+                            .into_iter()
+                            .filter(|(k, ..)| wanted(k))
+                            .map(|(k, v, src, doc)| entry(k, v, false, src, doc)),
+                    ),
+                    Err(e) => failed(&mut r, e),
                 },
                 RESOURCE_BROKER => {
-                    r.error_code = errors::INVALID_REQUEST;
-                    r.error_message =
-                        Some(str_bytes(format!("this is broker {}", inner.config.node_id)));
+                    let me = format!("this is broker {}", inner.config.node_id);
+                    failed(&mut r, BrokerError::InvalidRequest(me));
                 }
-                other => {
-                    r.error_code = errors::INVALID_REQUEST;
-                    r.error_message = Some(str_bytes(format!(
+                other => failed(
+                    &mut r,
+                    BrokerError::InvalidRequest(format!(
                         "config resource type {other} is not supported (topic: 2, broker: 4, group: 32)"
-                    )));
-                }
+                    )),
+                ),
             }
             resp.results.push(r);
         }
@@ -332,6 +319,30 @@ async fn alter_group(
         Ok(Err(e)) => Err(BrokerError::InvalidConfig(e)),
         Err(e) => Err(BrokerError::Meta(e)),
     }
+}
+
+/// Fails one resource of a DescribeConfigs with `e`.
+fn failed(r: &mut DescribeConfigsResult, e: BrokerError) {
+    r.error_code = e.code();
+    r.error_message = Some(str_bytes(e.to_string()));
+}
+
+/// A topic's configs as DescribeConfigs answers them: (name, value, source, doc).
+async fn describe_topic(
+    inner: &Inner,
+    name: &str,
+) -> Result<Vec<(&'static str, String, i8, &'static str)>, BrokerError> {
+    let topic = inner
+        .topics
+        .get(name)
+        .await
+        .map_err(BrokerError::Meta)?
+        .ok_or_else(|| BrokerError::UnknownTopic(name.to_string()))?;
+    let c = inner.topic_config(&topic);
+    Ok(TOPIC_CONFIG_KEYS
+        .iter()
+        .map(|(k, doc)| (*k, c.get(k).unwrap_or_default(), source(&topic, k), *doc))
+        .collect())
 }
 
 /// A group's configs as DescribeConfigs answers them: (name, value, source, doc).

@@ -21,11 +21,8 @@ use crate::domain::batch;
 use crate::domain::group::share::ShareHeartbeat;
 use crate::domain::share::{Ack, Limits, Reset, SessionStep};
 use crate::errors;
-use crate::limits::BATCHES_PER_PARTITION_MAX;
+use crate::limits::{BATCHES_PER_PARTITION_MAX, SHARE_FETCH_WAIT_MAX};
 use crate::state::Inner;
-
-/// The longest a ShareFetch waits for records (as Fetch).
-const SHARE_FETCH_WAIT_MAX: Duration = Duration::from_secs(30);
 
 pub(crate) struct ShareGroupHeartbeat;
 
@@ -176,7 +173,7 @@ impl Handler for ShareGroupDescribe {
 /// A share group's limits and reset: the broker's, with the group's overrides
 /// (`share.record.lock.duration.ms`, `share.delivery.count.limit`, `share.auto.offset.reset`).
 async fn settings(inner: &Inner, group: &str) -> (Limits, Reset) {
-    let mut limits = inner.shares.config.limits();
+    let mut limits = inner.shares.limits();
     let mut reset = inner.shares.config.auto_offset_reset;
     // A store that fails to answer leaves the broker's settings (logged by the store).
     let set = inner.group_configs.get(group).await.unwrap_or_default();

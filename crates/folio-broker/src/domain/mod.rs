@@ -2,7 +2,8 @@
 //! their configs (`topics`), who owns which partition and group (`cluster`: membership,
 //! fencing, the controller), consumer groups and their committed offsets (`group`),
 //! idempotent producers (`producers`), transactions (`txn`), leader epochs (`epochs`),
-//! fetch sessions (`fetch_sessions`), share groups' share-partitions and sessions (`share`), quotas (`quotas`), principals and ACLs (`acl`: who
+//! fetch sessions (`fetch_sessions`), share groups' share-partitions and sessions
+//! (`share`), quotas (`quotas`), principals and ACLs (`acl`: who
 //! may do what, checked by `api/`), record batches and the records in them (`batch`,
 //! `records`), the ledger audit (`audit`), and settings that follow a store key
 //! (`watched`).

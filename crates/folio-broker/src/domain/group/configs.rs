@@ -13,13 +13,13 @@ use std::time::Duration;
 use folio_meta::keys::Keys;
 use folio_meta::{Compare, MetaError, MetadataStore, Txn};
 
+use folio_proto::InvalidConfig;
+
 use super::record::escape;
+pub use crate::limits::GROUP_CONFIGS_CACHED_MAX;
 
 /// How long a group's configs are used as read before they are read again.
 pub const GROUP_CONFIGS_CACHE: Duration = Duration::from_secs(1);
-
-/// Groups whose configs one broker caches; past it the cache starts over.
-pub const GROUP_CONFIGS_CACHED_MAX: usize = 10_000;
 
 /// The group configs Kafka 4 accepts, with what each means here.
 pub const GROUP_CONFIG_KEYS: [(&str, &str); 8] = [
@@ -52,10 +52,10 @@ pub const GROUP_CONFIG_KEYS: [(&str, &str); 8] = [
 ];
 
 /// Checks one group config.
-pub fn validate(name: &str, value: &str) -> Result<(), String> {
+pub fn validate(name: &str, value: &str) -> Result<(), InvalidConfig> {
     let int = |lo: i64, hi: i64| match value.parse::<i64>() {
         Ok(v) if (lo..=hi).contains(&v) => Ok(()),
-        _ => Err(format!("{name}={value:?}: an integer from {lo} to {hi}")),
+        _ => Err(InvalidConfig::new(format!("{name}={value:?}: an integer from {lo} to {hi}"))),
     };
     match name {
         "consumer.session.timeout.ms" | "share.session.timeout.ms" => int(1000, 3_600_000),
@@ -65,18 +65,21 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
         "share.auto.offset.reset" if matches!(value, "earliest" | "latest") => Ok(()),
         "share.isolation.level" if value == "read_uncommitted" => Ok(()),
         n if GROUP_CONFIG_KEYS.iter().any(|(k, _)| *k == n) => {
-            Err(format!("{name}={value:?} is not a value this broker serves"))
+            Err(InvalidConfig::new(format!("{name}={value:?} is not a value this broker serves")))
         }
-        _ => Err(format!("{name} is not a group config")),
+        _ => Err(InvalidConfig::new(format!("{name} is not a group config"))),
     }
 }
+
+/// A group's overrides as read, and when.
+type Cached = (BTreeMap<String, String>, tokio::time::Instant);
 
 /// The groups' dynamic configs, read through a short cache.
 #[derive(Debug)]
 pub struct GroupConfigs {
     meta: Arc<dyn MetadataStore>,
     keys: Keys,
-    cache: Mutex<HashMap<String, (BTreeMap<String, String>, tokio::time::Instant)>>,
+    cache: Mutex<HashMap<String, Cached>>,
 }
 
 fn encode(configs: &BTreeMap<String, String>) -> String {
@@ -93,6 +96,7 @@ fn decode(b: &[u8]) -> BTreeMap<String, String> {
 }
 
 impl GroupConfigs {
+    /// The configs stored in `meta` under `keys`, nothing cached yet.
     pub fn new(meta: Arc<dyn MetadataStore>, keys: Keys) -> GroupConfigs {
         GroupConfigs { meta, keys, cache: Mutex::new(HashMap::new()) }
     }
@@ -139,7 +143,7 @@ impl GroupConfigs {
                 Err(e) => return Ok(Err(e)),
             };
             if let Some(e) = next.iter().find_map(|(k, v)| validate(k, v).err()) {
-                return Ok(Err(e));
+                return Ok(Err(e.to_string()));
             }
             if validate_only {
                 return Ok(Ok(()));

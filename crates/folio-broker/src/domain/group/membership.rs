@@ -35,18 +35,8 @@ impl Coordinator {
         let now = self.clock.now_ms();
         let rx = {
             let mut groups = self.groups.lock().expect("groups lock");
-            {
-                // A consumer-protocol group: an empty one becomes classic (Kafka's offline
-                // conversion); one with members refuses classic members.
-                let mut consumers = self.consumers.lock().expect("consumers lock");
-                match consumers.get(group_id) {
-                    Some(c) if !c.is_empty() => return fail(errors::INCONSISTENT_GROUP_PROTOCOL),
-                    Some(_) => {
-                        consumers.remove(group_id);
-                        tracing::info!(group = group_id, "empty consumer group becomes classic");
-                    }
-                    None => {}
-                }
+            if let Some(code) = self.classic_takes_over(group_id) {
+                return fail(code);
             }
             if !groups.contains_key(group_id) && !self.room_for_group(&groups, group_id) {
                 return fail(errors::POLICY_VIOLATION);
@@ -327,6 +317,22 @@ impl Coordinator {
                 error = %e,
                 "a rebalance could not claim its next generation; trying again"
             ),
+        }
+    }
+
+    /// A JoinGroup of a consumer-protocol group (under the groups lock): an empty one becomes
+    /// classic (Kafka's offline conversion); one with members refuses classic members
+    /// (`Some(INCONSISTENT_GROUP_PROTOCOL)`).
+    fn classic_takes_over(&self, group_id: &str) -> Option<i16> {
+        let mut consumers = self.consumers.lock().expect("consumers lock");
+        match consumers.get(group_id) {
+            Some(c) if !c.is_empty() => Some(errors::INCONSISTENT_GROUP_PROTOCOL),
+            Some(_) => {
+                consumers.remove(group_id);
+                tracing::info!(group = group_id, "empty consumer group becomes classic");
+                None
+            }
+            None => None,
         }
     }
 

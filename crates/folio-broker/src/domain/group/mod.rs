@@ -107,7 +107,7 @@ pub struct GroupConfig {
     /// uniform, range.
     pub consumer_assignors: Vec<consumer::Assignor>,
     /// Share groups' settings (`group.share.*`).
-    pub shares: crate::domain::share::ShareConfig,
+    pub shares: share::ShareConfig,
 }
 
 impl Default for GroupConfig {
@@ -125,7 +125,7 @@ impl Default for GroupConfig {
             consumer_session_timeout: Duration::from_secs(45),
             consumer_heartbeat_interval: Duration::from_secs(5),
             consumer_assignors: vec![consumer::Assignor::Uniform, consumer::Assignor::Range],
-            shares: crate::domain::share::ShareConfig::default(),
+            shares: share::ShareConfig::default(),
         }
     }
 }

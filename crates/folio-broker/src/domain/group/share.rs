@@ -11,6 +11,7 @@
 //! partition at least one subscriber.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use uuid::Uuid;
 
@@ -106,14 +107,9 @@ impl ShareGroup {
         self.epoch = self.epoch.checked_add(1).expect("a share group epoch below i32::MAX");
     }
 
-    fn heartbeat(
-        &mut self,
-        h: &ShareHeartbeat,
-        topics: &dyn TopicLookup,
-        now: u64,
-        max: usize,
-        interval_ms: i32,
-    ) -> HeartbeatAnswer {
+    /// The membership step of a heartbeat: join (epoch 0), leave (-1: answered at once),
+    /// or check the member's epoch. `Err`: the answer, now.
+    fn admit(&mut self, h: &ShareHeartbeat, now: u64, max: usize) -> Result<(), HeartbeatAnswer> {
         let refused = |code, m: String| HeartbeatAnswer {
             error: code,
             message: Some(m),
@@ -122,26 +118,26 @@ impl ShareGroup {
         match h.epoch {
             -1 => {
                 if self.members.remove(&h.member_id).is_none() {
-                    return refused(
+                    return Err(refused(
                         errors::UNKNOWN_MEMBER_ID,
                         format!("member {} is not in the group", h.member_id),
-                    );
+                    ));
                 }
                 tracing::info!(group = %h.group, member = %h.member_id, "share group member left");
                 self.bump();
-                return HeartbeatAnswer {
+                return Err(HeartbeatAnswer {
                     member_id: h.member_id.clone(),
                     epoch: -1,
                     ..Default::default()
-                };
+                });
             }
             0 => {
                 if !self.members.contains_key(&h.member_id) {
                     if self.members.len() >= max {
-                        return refused(
+                        return Err(refused(
                             errors::GROUP_MAX_SIZE_REACHED,
                             format!("the group has {max} members"),
-                        );
+                        ));
                     }
                     let m = ShareMember {
                         id: h.member_id.clone(),
@@ -160,19 +156,33 @@ impl ShareGroup {
             }
             e => match self.members.get(&h.member_id) {
                 None => {
-                    return refused(
+                    return Err(refused(
                         errors::UNKNOWN_MEMBER_ID,
                         format!("member {} is not in the group here", h.member_id),
-                    );
+                    ));
                 }
                 Some(m) if m.epoch != e => {
-                    return refused(
+                    return Err(refused(
                         errors::FENCED_MEMBER_EPOCH,
                         format!("epoch {e} is not the member's ({})", m.epoch),
-                    );
+                    ));
                 }
                 Some(_) => {}
             },
+        }
+        Ok(())
+    }
+
+    fn heartbeat(
+        &mut self,
+        h: &ShareHeartbeat,
+        topics: &dyn TopicLookup,
+        now: u64,
+        max: usize,
+        interval_ms: i32,
+    ) -> HeartbeatAnswer {
+        if let Err(answer) = self.admit(h, now, max) {
+            return answer;
         }
         let m = self.members.get_mut(&h.member_id).expect("joined or checked");
         m.last_seen = now;
@@ -298,6 +308,50 @@ impl Coordinator {
     /// A snapshot of the share group, if this coordinator has it.
     pub fn describe_share(&self, group: &str) -> Option<ShareGroupInfo> {
         self.shares.lock().expect("shares lock").get(group).map(ShareGroup::info)
+    }
+}
+
+/// Where a new share group starts reading a partition (`share.auto.offset.reset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reset {
+    Earliest,
+    Latest,
+}
+
+/// Share groups' settings (Kafka's names).
+#[derive(Debug, Clone)]
+pub struct ShareConfig {
+    /// `group.share.record.lock.duration.ms`: how long an acquired record stays locked
+    /// to its member. 30 s.
+    pub lock_duration: Duration,
+    /// `group.share.delivery.count.limit`: deliveries before a record is archived. 5.
+    pub delivery_count_limit: u16,
+    /// `group.share.partition.max.record.locks`: offsets in flight per share-partition. 2000.
+    pub record_locks_max: usize,
+    /// `share.auto.offset.reset` of groups that set none. latest.
+    pub auto_offset_reset: Reset,
+    /// `group.share.max.share.sessions`: share sessions per broker. 2000.
+    pub share_sessions_max: usize,
+    /// A session idle this long may be dropped to make room for another. 2 minutes.
+    pub share_session_idle: Duration,
+    /// `group.share.session.timeout.ms`: a member not heard from is removed. 45 s.
+    pub session_timeout: Duration,
+    /// `group.share.heartbeat.interval.ms`. 5 s.
+    pub heartbeat_interval: Duration,
+}
+
+impl Default for ShareConfig {
+    fn default() -> Self {
+        ShareConfig {
+            lock_duration: Duration::from_secs(30),
+            delivery_count_limit: 5,
+            record_locks_max: 2000,
+            auto_offset_reset: Reset::Latest,
+            share_sessions_max: 2000,
+            share_session_idle: Duration::from_secs(120),
+            session_timeout: Duration::from_secs(45),
+            heartbeat_interval: Duration::from_secs(5),
+        }
     }
 }
 

@@ -18,72 +18,18 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use folio_meta::keys::Keys;
 use folio_meta::{Clock, Compare, MetaError, MetadataStore, Txn, Version, list_all};
 use uuid::Uuid;
 
+pub use crate::domain::group::share::{Reset, ShareConfig};
 pub use partition::{Ack, Limits, NotAcquired, RecordState, SharePartition};
 
 use crate::domain::group::escape;
 use crate::errors;
 
 pub mod partition;
-
-/// Where a new share group starts reading a partition (`share.auto.offset.reset`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reset {
-    Earliest,
-    Latest,
-}
-
-/// Share groups' settings (Kafka's names).
-#[derive(Debug, Clone)]
-pub struct ShareConfig {
-    /// `group.share.record.lock.duration.ms`: how long an acquired record stays locked
-    /// to its member. 30 s.
-    pub lock_duration: Duration,
-    /// `group.share.delivery.count.limit`: deliveries before a record is archived. 5.
-    pub delivery_count_limit: u16,
-    /// `group.share.partition.max.record.locks`: offsets in flight per share-partition. 2000.
-    pub record_locks_max: usize,
-    /// `share.auto.offset.reset` of groups that set none. latest.
-    pub auto_offset_reset: Reset,
-    /// `group.share.max.share.sessions`: share sessions per broker. 2000.
-    pub share_sessions_max: usize,
-    /// A session idle this long may be dropped to make room for another. 2 minutes.
-    pub share_session_idle: Duration,
-    /// `group.share.session.timeout.ms`: a member not heard from is removed. 45 s.
-    pub session_timeout: Duration,
-    /// `group.share.heartbeat.interval.ms`. 5 s.
-    pub heartbeat_interval: Duration,
-}
-
-impl Default for ShareConfig {
-    fn default() -> Self {
-        ShareConfig {
-            lock_duration: Duration::from_secs(30),
-            delivery_count_limit: 5,
-            record_locks_max: 2000,
-            auto_offset_reset: Reset::Latest,
-            share_sessions_max: 2000,
-            share_session_idle: Duration::from_secs(120),
-            session_timeout: Duration::from_secs(45),
-            heartbeat_interval: Duration::from_secs(5),
-        }
-    }
-}
-
-impl ShareConfig {
-    pub fn limits(&self) -> Limits {
-        Limits {
-            lock_ms: self.lock_duration.as_millis() as u64,
-            delivery_count_limit: self.delivery_count_limit,
-            record_locks_max: self.record_locks_max,
-        }
-    }
-}
 
 /// A share-partition as loaded: its state, the stored record's version, and the leader
 /// epoch of the partition it was loaded under.
@@ -124,6 +70,8 @@ pub struct Shares {
 }
 
 impl Shares {
+    /// No share-partition loaded and no session yet; states stored in `meta` under `keys`,
+    /// locks timed on `clock`.
     pub fn new(
         config: ShareConfig,
         meta: Arc<dyn MetadataStore>,
@@ -137,6 +85,16 @@ impl Shares {
             clock,
             parts: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The share-partitions' limits the broker's settings make (a group's configs may
+    /// override some: `api::share`).
+    pub fn limits(&self) -> Limits {
+        Limits {
+            lock_ms: self.config.lock_duration.as_millis() as u64,
+            delivery_count_limit: self.config.delivery_count_limit,
+            record_locks_max: self.config.record_locks_max,
         }
     }
 

@@ -218,7 +218,8 @@ impl SharePartition {
             });
             // A Gap may name an offset that holds no record (never acquired).
             let gap = acks[if acks.len() == 1 { 0 } else { (o - first) as usize }] == Ack::Gap;
-            if !held && !(gap && o >= self.start && o < self.next) {
+            let in_flight = o >= self.start && o < self.next;
+            if !(held || gap && in_flight) {
                 return Err(NotAcquired { offset: o });
             }
         }

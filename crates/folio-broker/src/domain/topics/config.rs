@@ -313,22 +313,7 @@ impl TopicConfig {
                     )));
                 }
             },
-            inert
-                if let Some((name, _, kind, _)) =
-                    INERT_TOPIC_CONFIGS.iter().find(|(n, ..)| *n == inert) =>
-            {
-                let v = value.trim();
-                match kind {
-                    Kind::Long(lo, hi) => {
-                        int(*lo, *hi)?;
-                    }
-                    Kind::Bool if !matches!(v, "true" | "false") => {
-                        return Err(InvalidConfig::new(format!("{key}={value:?}: true or false")));
-                    }
-                    Kind::Bool | Kind::List => {}
-                }
-                self.inert.insert(name, v.to_string());
-            }
+            inert if self.set_inert(inert, value)? => {}
             _ => {
                 let known: Vec<&str> = TOPIC_CONFIG_KEYS.iter().map(|(k, _)| *k).collect();
                 return Err(InvalidConfig::new(format!(
@@ -338,6 +323,28 @@ impl TopicConfig {
             }
         }
         Ok(())
+    }
+
+    /// Sets one of `INERT_TOPIC_CONFIGS` (checked by its kind); false: `key` is not one.
+    fn set_inert(&mut self, key: &str, value: &str) -> Result<bool, InvalidConfig> {
+        let Some((name, _, kind, _)) = INERT_TOPIC_CONFIGS.iter().find(|(n, ..)| *n == key) else {
+            return Ok(false);
+        };
+        let v = value.trim();
+        let ok = match kind {
+            Kind::Long(lo, hi) => v.parse::<i64>().is_ok_and(|n| (*lo..=*hi).contains(&n)),
+            Kind::Bool => matches!(v, "true" | "false"),
+            Kind::List => true,
+        };
+        if !ok {
+            let want = match kind {
+                Kind::Long(lo, hi) => format!("an integer in [{lo}, {hi}]"),
+                _ => "true or false".to_string(),
+            };
+            return Err(InvalidConfig::new(format!("{key}={value:?}: {want}")));
+        }
+        self.inert.insert(name, v.to_string());
+        Ok(true)
     }
 
     /// The value of a known key as Kafka prints it.
