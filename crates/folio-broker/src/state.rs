@@ -416,6 +416,9 @@ impl Inner {
         }
         // Every append has settled: the snapshot covers the whole log.
         self.snapshot_producers(part).await;
+        // Its share-partitions go too: the next owner (or this broker, reopening it) reads
+        // them from the store.
+        self.shares.forget_partition(id, p);
         true
     }
 

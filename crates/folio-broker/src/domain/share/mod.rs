@@ -327,6 +327,15 @@ impl Shares {
         Ok(n)
     }
 
+    /// Forgets what is loaded of (`id`, `partition`) here (it closed here): the loaded
+    /// share-partitions are bounded by the partitions open here times their share groups.
+    pub fn forget_partition(&self, id: Uuid, partition: i32) {
+        self.parts
+            .lock()
+            .expect("share parts lock")
+            .retain(|(_, t, p), _| (*t, *p) != (id, partition));
+    }
+
     /// Forgets what is loaded of `group` here (its stored state was altered or deleted).
     pub fn forget_group(&self, group: &str) {
         self.parts.lock().expect("share parts lock").retain(|(g, _, _), _| g != group);
