@@ -47,6 +47,13 @@ fn partitions_of(
     out
 }
 
+/// A group config in ms (`domain::group::configs`), if the group sets it (a store that
+/// fails to answer leaves the broker's setting).
+pub(super) async fn group_ms(inner: &Inner, group: &str, key: &str) -> Option<std::time::Duration> {
+    let set = inner.group_configs.get(group).await.ok()?;
+    set.get(key).and_then(|v| v.parse().ok()).map(std::time::Duration::from_millis)
+}
+
 pub(crate) struct ConsumerGroupHeartbeat;
 
 impl Handler for ConsumerGroupHeartbeat {
@@ -86,6 +93,14 @@ impl Handler for ConsumerGroupHeartbeat {
             client_id,
             client_host,
             version,
+            session_timeout: group_ms(&inner, s(&req.group_id), "consumer.session.timeout.ms")
+                .await,
+            heartbeat_interval: group_ms(
+                &inner,
+                s(&req.group_id),
+                "consumer.heartbeat.interval.ms",
+            )
+            .await,
         };
         let a = inner.groups.consumer_heartbeat(&args, &CachedTopics { inner: &inner }).await;
         if a.error == errors::POLICY_VIOLATION {

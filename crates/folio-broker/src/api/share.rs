@@ -14,6 +14,7 @@ use kafka_protocol::messages::share_group_heartbeat_response as beat;
 use kafka_protocol::messages::*;
 use uuid::Uuid;
 
+use super::consumer_groups::group_ms;
 use super::groups::{elsewhere, s};
 use crate::api::{Handler, Refused, str_bytes};
 use crate::domain::acl::{Operation, ResourceType};
@@ -53,6 +54,9 @@ impl Handler for ShareGroupHeartbeat {
                 .map(|ns| ns.iter().map(|n| n.as_str().to_string()).collect()),
             client_id,
             client_host,
+            session_timeout: group_ms(&inner, s(&req.group_id), "share.session.timeout.ms").await,
+            heartbeat_interval: group_ms(&inner, s(&req.group_id), "share.heartbeat.interval.ms")
+                .await,
         };
         let lookup = super::consumer_groups::CachedTopics { inner: &inner };
         let a = inner.groups.share_heartbeat(&h, &lookup);

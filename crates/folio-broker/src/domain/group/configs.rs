@@ -25,20 +25,11 @@ pub const GROUP_CONFIGS_CACHE: Duration = Duration::from_secs(1);
 pub const GROUP_CONFIG_KEYS: [(&str, &str); 8] = [
     (
         "consumer.session.timeout.ms",
-        "stored and described; consumer-protocol members use the broker's group.consumer.session.timeout.ms",
+        "A consumer-protocol member not heard from for this long is fenced.",
     ),
-    (
-        "consumer.heartbeat.interval.ms",
-        "stored and described; consumer-protocol members use the broker's group.consumer.heartbeat.interval.ms",
-    ),
-    (
-        "share.session.timeout.ms",
-        "stored and described; share-group members use the broker's group.share.session.timeout.ms",
-    ),
-    (
-        "share.heartbeat.interval.ms",
-        "stored and described; share-group members use the broker's group.share.heartbeat.interval.ms",
-    ),
+    ("consumer.heartbeat.interval.ms", "How often consumer-protocol members heartbeat."),
+    ("share.session.timeout.ms", "A share-group member not heard from for this long is removed."),
+    ("share.heartbeat.interval.ms", "How often share-group members heartbeat."),
     (
         "share.record.lock.duration.ms",
         "How long a share-group member holds a record it fetched (15000 to 60000, as Kafka; 1000 up here)",

@@ -41,6 +41,8 @@ pub(crate) struct ShareGroup {
     /// Subscribed topics as last seen: name → (id, partitions).
     topics: BTreeMap<String, (Uuid, u32)>,
     target_epoch: i32,
+    /// The group's own session timeout, as its last heartbeat read it.
+    session_timeout: Option<Duration>,
 }
 
 /// A snapshot of a share group (ShareGroupDescribe, ListGroups).
@@ -61,6 +63,10 @@ pub struct ShareHeartbeat {
     pub names: Option<Vec<String>>,
     pub client_id: String,
     pub client_host: String,
+    /// The group's `share.session.timeout.ms` and `share.heartbeat.interval.ms` (group
+    /// configs), if set.
+    pub session_timeout: Option<Duration>,
+    pub heartbeat_interval: Option<Duration>,
 }
 
 fn simple(
@@ -281,16 +287,19 @@ impl Coordinator {
             tracing::info!(group = %h.group, "share group created");
         }
         let g = shares.get_mut(&h.group).expect("created above");
-        let interval = self.config.shares.heartbeat_interval.as_millis() as i32;
+        g.session_timeout = h.session_timeout;
+        let interval = h.heartbeat_interval.unwrap_or(self.config.shares.heartbeat_interval);
+        let interval = interval.as_millis() as i32;
         g.heartbeat(h, topics, now, self.config.max_members, interval)
     }
 
     /// Removes share-group members whose session ended.
     pub(super) fn expire_share_members(&self) {
         let now = self.clock.now_ms();
-        let timeout = self.config.shares.session_timeout.as_millis() as u64;
+        let default = self.config.shares.session_timeout;
         let mut shares = self.shares.lock().expect("shares lock");
         for (name, g) in shares.iter_mut() {
+            let timeout = g.session_timeout.unwrap_or(default).as_millis() as u64;
             let gone: Vec<String> = g
                 .members
                 .values()

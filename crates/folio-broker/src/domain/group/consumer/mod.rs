@@ -80,6 +80,10 @@ pub struct HeartbeatArgs {
     pub client_host: String,
     /// The request's version: v0 lets the coordinator choose a member id.
     pub version: i16,
+    /// The group's `consumer.session.timeout.ms` and `consumer.heartbeat.interval.ms`
+    /// (group configs), if set: they replace the broker's for this group.
+    pub session_timeout: Option<Duration>,
+    pub heartbeat_interval: Option<Duration>,
 }
 
 /// A ConsumerGroupHeartbeat's answer.
@@ -154,6 +158,9 @@ pub(crate) struct ConsumerGroup {
     pub(super) claimed: i32,
     /// When (clock ms) it last became empty.
     pub(super) empty_since: u64,
+    /// The group's own session timeout (`consumer.session.timeout.ms`), as its last
+    /// heartbeat read it.
+    session_timeout: Option<Duration>,
 }
 
 /// What the coordinator's consumer-protocol settings are (`GroupConfig`'s).
@@ -195,6 +202,7 @@ impl ConsumerGroup {
             assignor,
             claimed,
             empty_since: now,
+            session_timeout: None,
         }
     }
 
@@ -293,7 +301,7 @@ impl ConsumerGroup {
     /// Members whose session ended, or that held revoked partitions past their rebalance
     /// timeout: (member id, why).
     pub(super) fn expired(&self, now: u64, session: Duration) -> Vec<(String, &'static str)> {
-        let session = session.as_millis() as u64;
+        let session = self.session_timeout.unwrap_or(session).as_millis() as u64;
         self.members
             .values()
             .filter_map(|m| {
@@ -390,6 +398,7 @@ impl ConsumerGroup {
                 a.member_id.clone()
             }
         };
+        self.session_timeout = a.session_timeout;
         self.update_member(&id, a, regex, now);
         if self.refresh_topics(topics, now) {
             self.bump("subscribed topics changed", &a.group);
@@ -412,7 +421,7 @@ impl ConsumerGroup {
             message: None,
             member_id: id,
             epoch: m.epoch,
-            interval_ms: s.heartbeat_interval.as_millis() as i32,
+            interval_ms: a.heartbeat_interval.unwrap_or(s.heartbeat_interval).as_millis() as i32,
             assignment,
         }
     }

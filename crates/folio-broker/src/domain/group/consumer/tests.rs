@@ -263,3 +263,18 @@ async fn groups_convert_between_protocols_only_when_empty() {
     lost.group = "elsewhere".into();
     assert_eq!(hb(&w, lost).await.error, errors::UNKNOWN_MEMBER_ID);
 }
+
+/// A group's own `consumer.session.timeout.ms` replaces the broker's for its members, and
+/// its heartbeat interval is what members are told.
+#[tokio::test]
+async fn a_groups_own_session_timeout_and_interval_apply() {
+    let w = world();
+    let mut args = join_args("a");
+    args.session_timeout = Some(Duration::from_secs(2));
+    args.heartbeat_interval = Some(Duration::from_millis(700));
+    let a = hb(&w, args).await;
+    assert_eq!((a.error, a.interval_ms), (0, 700));
+    w.clock.advance(Duration::from_millis(2100));
+    w.c.expire_sessions();
+    assert_eq!(w.c.describe_consumer("g").unwrap().members.len(), 0, "fenced after 2 s, not 45");
+}
