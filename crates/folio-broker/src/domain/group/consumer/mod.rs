@@ -134,8 +134,11 @@ pub struct ConsumerMember {
 struct Resolved {
     regex: regex::Regex,
     names: BTreeSet<String>,
-    /// When (clock ms) it was last matched against the topics.
-    at: u64,
+    /// When (clock ms) it was last matched against the topics; `None`: not yet.
+    at: Option<u64>,
+    /// Added by the heartbeat being answered: matched at the next one (as Kafka resolves
+    /// regexes in the background, a member's named topics are assigned first).
+    fresh: bool,
 }
 
 /// A consumer-protocol group.
@@ -565,7 +568,8 @@ impl ConsumerGroup {
         if let (Some(src), Some(compiled)) = (m.regex.clone(), regex)
             && !self.regexes.contains_key(&src)
         {
-            self.regexes.insert(src, Resolved { regex: compiled, names: BTreeSet::new(), at: 0 });
+            let r = Resolved { regex: compiled, names: BTreeSet::new(), at: None, fresh: true };
+            self.regexes.insert(src, r);
         }
         if changed {
             self.bump("a subscription changed", &a.group);
@@ -579,13 +583,15 @@ impl ConsumerGroup {
             self.members.values().filter_map(|m| m.regex.clone()).collect();
         self.regexes.retain(|r, _| used.contains(r));
         let refresh = CONSUMER_REGEX_REFRESH.as_millis() as u64;
-        if self.regexes.values().any(|r| r.at == 0 || r.at + refresh <= now) {
+        let due = |r: &Resolved| !r.fresh && r.at.is_none_or(|at| at + refresh <= now);
+        if self.regexes.values().any(due) {
             let all = topics.names();
-            for r in self.regexes.values_mut().filter(|r| r.at == 0 || r.at + refresh <= now) {
+            for r in self.regexes.values_mut().filter(|r| due(r)) {
                 r.names = all.iter().filter(|n| r.regex.is_match(n)).cloned().collect();
-                r.at = now;
+                r.at = Some(now);
             }
         }
+        self.regexes.values_mut().for_each(|r| r.fresh = false);
         let mut names: BTreeSet<&str> = BTreeSet::new();
         for m in self.members.values() {
             names.extend(m.names.iter().map(String::as_str));
