@@ -66,8 +66,10 @@ for proto in "${protocols[@]}"; do
       why="$(grep -m1 -E "FAIL|Test .* failed|TIMEOUT|timed out" "$log" | cut -c1-200)"
       echo "FAIL $t $proto: ${why:-see $log}"
       cp "$log" "/tmp/librdkafka-$t-$proto.log"
+      cp "$work/folio.log" "/tmp/librdkafka-$t-$proto.folio.log"
     fi
   done
 done
+echo "(failed tests' logs: /tmp/librdkafka-TEST-PROTOCOL.log and .folio.log)"
 echo "librdkafka_suite passed=$pass failed=$fail protocols=${protocols[*]}"
 [[ $fail -eq 0 ]]
