@@ -176,10 +176,11 @@ impl Handler for JoinGroup {
             .iter()
             .map(|p| (p.name.as_str().to_string(), p.metadata.clone()))
             .collect();
+        let client = super::REQUEST.try_with(|r| r.client_id.clone()).unwrap_or_default();
         let r = inner
             .groups
             .join(
-                s(&req.group_id),
+                (s(&req.group_id), &client),
                 s(&req.member_id),
                 req.group_instance_id.as_ref().map(|i| i.as_str()),
                 s(&req.protocol_type),

@@ -13,12 +13,12 @@ use super::{Coordinator, Group, GroupState, JoinResult, Member, SyncResult, fenc
 use crate::errors;
 
 impl Coordinator {
-    /// JoinGroup: adds or refreshes the member, starts a rebalance if needed and answers when the
-    /// join phase ends.
+    /// JoinGroup of `client_id`'s member: adds or refreshes the member, starts a rebalance if
+    /// needed and answers when the join phase ends.
     #[allow(clippy::too_many_arguments)] // JoinGroup's fields
     pub async fn join(
         &self,
-        group_id: &str,
+        (group_id, client_id): (&str, &str),
         member_id: &str,
         instance_id: Option<&str>,
         protocol_type: &str,
@@ -59,7 +59,10 @@ impl Coordinator {
                 if known.is_none() && g.members.len() >= self.config.max_members {
                     return fail(errors::GROUP_MAX_SIZE_REACHED);
                 }
-                format!("member-{}", Uuid::from_bytes(folio_rt::random()).simple())
+                // Kafka's form, `<client.id>-<uuid>`: client-side assignors order members by
+                // id, so members order by their client ids (librdkafka 0132).
+                let prefix = if client_id.is_empty() { "member" } else { client_id };
+                format!("{prefix}-{}", Uuid::from_bytes(folio_rt::random()).hyphenated())
             } else if !g.members.contains_key(member_id) {
                 return fail(errors::UNKNOWN_MEMBER_ID);
             } else {

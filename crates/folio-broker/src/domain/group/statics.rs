@@ -79,7 +79,7 @@ mod tests {
 
     async fn join(c: &Coordinator, member: &str, instance: &str) -> super::JoinResult {
         let i = Some(instance);
-        c.join("g", member, i, "consumer", protocols(), SESSION, SESSION).await
+        c.join(("g", "c"), member, i, "consumer", protocols(), SESSION, SESSION).await
     }
 
     /// Two static members reach a stable generation; one comes back under a new member id:

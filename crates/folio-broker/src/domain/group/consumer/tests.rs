@@ -249,17 +249,18 @@ async fn groups_convert_between_protocols_only_when_empty() {
     let w = world();
     let session = Duration::from_secs(10);
     let protocols = vec![("range".to_string(), bytes::Bytes::from_static(b"m"))];
-    let j = w.c.join("g", "", None, "consumer", protocols.clone(), session, session).await;
+    let j = w.c.join(("g", "c"), "", None, "consumer", protocols.clone(), session, session).await;
     assert_eq!(j.error, 0);
     assert_eq!(hb(&w, join_args("a")).await.error, errors::GROUP_ID_NOT_FOUND);
     assert_eq!(w.c.leave("g", &[(j.member_id.clone(), None)]).await, vec![0]);
     let a = hb(&w, join_args("a")).await;
     assert_eq!((a.error, count(&a.assignment)), (0, 4));
-    let refused = w.c.join("g", "", None, "consumer", protocols.clone(), session, session).await;
+    let refused =
+        w.c.join(("g", "c"), "", None, "consumer", protocols.clone(), session, session).await;
     assert_eq!(refused.error, errors::INCONSISTENT_GROUP_PROTOCOL);
     assert_eq!(w.c.delete("g").await, errors::NON_EMPTY_GROUP);
     hb(&w, beat("a", a.epoch, None).with_epoch(-1)).await;
-    let back = w.c.join("g", "", None, "consumer", protocols, session, session).await;
+    let back = w.c.join(("g", "c"), "", None, "consumer", protocols, session, session).await;
     assert_eq!(back.error, 0);
     assert!(w.c.describe_consumer("g").is_none());
     // A heartbeat for a group this coordinator does not know: the member joins again.
