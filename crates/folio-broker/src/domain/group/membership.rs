@@ -59,10 +59,7 @@ impl Coordinator {
                 if known.is_none() && g.members.len() >= self.config.max_members {
                     return fail(errors::GROUP_MAX_SIZE_REACHED);
                 }
-                // Kafka's form, `<client.id>-<uuid>`: client-side assignors order members by
-                // id, so members order by their client ids (librdkafka 0132).
-                let prefix = if client_id.is_empty() { "member" } else { client_id };
-                format!("{prefix}-{}", Uuid::from_bytes(folio_rt::random()).hyphenated())
+                new_member_id(client_id)
             } else if !g.members.contains_key(member_id) {
                 return fail(errors::UNKNOWN_MEMBER_ID);
             } else {
@@ -375,6 +372,13 @@ impl Coordinator {
         }
         errors::NONE
     }
+}
+
+/// A new member's id in Kafka's form, `<client.id>-<uuid>`: client-side assignors order
+/// members by id, so members order by their client ids (librdkafka 0132).
+fn new_member_id(client_id: &str) -> String {
+    let prefix = if client_id.is_empty() { "member" } else { client_id };
+    format!("{prefix}-{}", Uuid::from_bytes(folio_rt::random()).hyphenated())
 }
 
 pub(super) fn prepare_rebalance(g: &mut Group, now: u64, delay: Duration) {
