@@ -107,16 +107,23 @@ impl Handler for DescribeConfigs {
                 }
                 e
             };
-            match res.resource_type {
-                RESOURCE_TOPIC => match describe_topic(&inner, res.resource_name.as_str()).await {
+            // A topic's or group's configs, or why there are none.
+            let take =
+                |r: &mut DescribeConfigsResult, got: Result<Vec<Described>, BrokerError>| match got
+                {
                     Ok(configs) => r.configs.extend(
                         configs
                             .into_iter()
                             .filter(|(k, ..)| wanted(k))
                             .map(|(k, v, src, doc)| entry(k, v, false, src, doc)),
                     ),
-                    Err(e) => failed(&mut r, e),
-                },
+                    Err(e) => failed(r, e),
+                };
+            match res.resource_type {
+                RESOURCE_TOPIC => {
+                    let got = describe_topic(&inner, res.resource_name.as_str()).await;
+                    take(&mut r, got);
+                }
                 RESOURCE_BROKER
                     if res.resource_name.is_empty()
                         || res.resource_name.as_str() == inner.config.node_id.to_string() =>
@@ -159,15 +166,10 @@ impl Handler for DescribeConfigs {
                         r.configs.push(entry(k, v, true, SOURCE_STATIC_BROKER, doc));
                     }
                 }
-                RESOURCE_GROUP => match describe_group(&inner, res.resource_name.as_str()).await {
-                    Ok(configs) => r.configs.extend(
-                        configs
-                            .into_iter()
-                            .filter(|(k, ..)| wanted(k))
-                            .map(|(k, v, src, doc)| entry(k, v, false, src, doc)),
-                    ),
-                    Err(e) => failed(&mut r, e),
-                },
+                RESOURCE_GROUP => {
+                    let got = describe_group(&inner, res.resource_name.as_str()).await;
+                    take(&mut r, got);
+                }
                 RESOURCE_BROKER => {
                     let me = format!("this is broker {}", inner.config.node_id);
                     failed(&mut r, BrokerError::InvalidRequest(me));
@@ -321,6 +323,9 @@ async fn alter_group(
     }
 }
 
+/// A config as DescribeConfigs answers it: (name, value, source, doc).
+type Described = (&'static str, String, i8, &'static str);
+
 /// Fails one resource of a DescribeConfigs with `e`.
 fn failed(r: &mut DescribeConfigsResult, e: BrokerError) {
     r.error_code = e.code();
@@ -328,10 +333,7 @@ fn failed(r: &mut DescribeConfigsResult, e: BrokerError) {
 }
 
 /// A topic's configs as DescribeConfigs answers them: (name, value, source, doc).
-async fn describe_topic(
-    inner: &Inner,
-    name: &str,
-) -> Result<Vec<(&'static str, String, i8, &'static str)>, BrokerError> {
+async fn describe_topic(inner: &Inner, name: &str) -> Result<Vec<Described>, BrokerError> {
     let topic = inner
         .topics
         .get(name)
@@ -346,10 +348,7 @@ async fn describe_topic(
 }
 
 /// A group's configs as DescribeConfigs answers them: (name, value, source, doc).
-async fn describe_group(
-    inner: &Inner,
-    name: &str,
-) -> Result<Vec<(&'static str, String, i8, &'static str)>, BrokerError> {
+async fn describe_group(inner: &Inner, name: &str) -> Result<Vec<Described>, BrokerError> {
     let set = inner.group_configs.get(name).await.map_err(BrokerError::Meta)?;
     let g = &inner.groups_config;
     let ms = |d: std::time::Duration| d.as_millis().to_string();

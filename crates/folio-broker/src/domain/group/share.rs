@@ -116,15 +116,10 @@ impl ShareGroup {
     /// The membership step of a heartbeat: join (epoch 0), leave (-1: answered at once),
     /// or check the member's epoch. `Err`: the answer, now.
     fn admit(&mut self, h: &ShareHeartbeat, now: u64, max: usize) -> Result<(), HeartbeatAnswer> {
-        let refused = |code, m: String| HeartbeatAnswer {
-            error: code,
-            message: Some(m),
-            ..Default::default()
-        };
         match h.epoch {
             -1 => {
                 if self.members.remove(&h.member_id).is_none() {
-                    return Err(refused(
+                    return Err(HeartbeatAnswer::refused(
                         errors::UNKNOWN_MEMBER_ID,
                         format!("member {} is not in the group", h.member_id),
                     ));
@@ -140,7 +135,7 @@ impl ShareGroup {
             0 => {
                 if !self.members.contains_key(&h.member_id) {
                     if self.members.len() >= max {
-                        return Err(refused(
+                        return Err(HeartbeatAnswer::refused(
                             errors::GROUP_MAX_SIZE_REACHED,
                             format!("the group has {max} members"),
                         ));
@@ -162,13 +157,13 @@ impl ShareGroup {
             }
             e => match self.members.get(&h.member_id) {
                 None => {
-                    return Err(refused(
+                    return Err(HeartbeatAnswer::refused(
                         errors::UNKNOWN_MEMBER_ID,
                         format!("member {} is not in the group here", h.member_id),
                     ));
                 }
                 Some(m) if m.epoch != e => {
-                    return Err(refused(
+                    return Err(HeartbeatAnswer::refused(
                         errors::FENCED_MEMBER_EPOCH,
                         format!("epoch {e} is not the member's ({})", m.epoch),
                     ));
@@ -236,25 +231,32 @@ impl ShareGroup {
 impl Coordinator {
     /// A ShareGroupHeartbeat: join (epoch 0), heartbeat, or leave (-1).
     pub fn share_heartbeat(&self, h: &ShareHeartbeat, topics: &dyn TopicLookup) -> HeartbeatAnswer {
-        let refused = |code, m: &str| HeartbeatAnswer {
-            error: code,
-            message: Some(m.to_string()),
-            ..Default::default()
-        };
         if h.group.is_empty() {
-            return refused(errors::INVALID_GROUP_ID, "the group id is empty");
+            return HeartbeatAnswer::refused(errors::INVALID_GROUP_ID, "the group id is empty");
         }
         if h.member_id.is_empty() || h.member_id.len() > CONSUMER_MEMBER_ID_BYTES_MAX {
-            return refused(errors::INVALID_REQUEST, "a member id is empty or above its limit");
+            return HeartbeatAnswer::refused(
+                errors::INVALID_REQUEST,
+                "a member id is empty or above its limit",
+            );
         }
         if h.names.as_ref().is_some_and(|n| n.len() > CONSUMER_SUBSCRIBED_TOPICS_MAX) {
-            return refused(errors::INVALID_REQUEST, "a subscription above its limit");
+            return HeartbeatAnswer::refused(
+                errors::INVALID_REQUEST,
+                "a subscription above its limit",
+            );
         }
         if h.epoch == 0 && h.names.as_ref().is_none_or(|n| n.is_empty()) {
-            return refused(errors::INVALID_REQUEST, "a join subscribes to no topic");
+            return HeartbeatAnswer::refused(
+                errors::INVALID_REQUEST,
+                "a join subscribes to no topic",
+            );
         }
         if h.epoch < -1 {
-            return refused(errors::INVALID_REQUEST, "a share member epoch below -1");
+            return HeartbeatAnswer::refused(
+                errors::INVALID_REQUEST,
+                "a share member epoch below -1",
+            );
         }
         let now = self.clock.now_ms();
         let groups = self.groups.lock().expect("groups lock");
@@ -263,19 +265,19 @@ impl Coordinator {
         let known = self.shares.lock().expect("shares lock").contains_key(&h.group);
         if !known {
             if h.epoch != 0 {
-                return refused(
+                return HeartbeatAnswer::refused(
                     errors::UNKNOWN_MEMBER_ID,
                     "the share group has no such member here",
                 );
             }
             if other {
-                return refused(
+                return HeartbeatAnswer::refused(
                     errors::INCONSISTENT_GROUP_PROTOCOL,
                     "the group id is a consumer group's",
                 );
             }
             if !self.room_for_group(&groups, &h.group) {
-                return refused(
+                return HeartbeatAnswer::refused(
                     errors::POLICY_VIOLATION,
                     "this coordinator holds groups_max groups",
                 );

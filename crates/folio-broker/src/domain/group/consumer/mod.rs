@@ -99,7 +99,10 @@ pub struct HeartbeatAnswer {
 }
 
 impl HeartbeatAnswer {
-    fn refused(error: i16, message: impl Into<String>) -> HeartbeatAnswer {
+    pub(in crate::domain::group) fn refused(
+        error: i16,
+        message: impl Into<String>,
+    ) -> HeartbeatAnswer {
         HeartbeatAnswer { error, message: Some(message.into()), ..HeartbeatAnswer::default() }
     }
 }
