@@ -10,33 +10,13 @@ use kafka_protocol::messages::*;
 
 use super::groups::{elsewhere, s};
 use crate::api::{Handler, Refused, str_bytes};
-use crate::domain::acl::{Operation, ResourceType};
-use crate::domain::group::consumer::{HeartbeatArgs, Partitions, TopicLookup};
+use crate::domain::acl::Operation;
+use crate::domain::group::consumer::{HeartbeatArgs, Partitions};
 use crate::errors;
 use crate::state::Inner;
 
 /// The broker's topic cache as the coordinator sees it: subscription regexes match only
 /// topics the member's principal may describe (Kafka filters them the same way).
-pub(super) struct CachedTopics<'a> {
-    pub(super) inner: &'a Inner,
-}
-
-impl TopicLookup for CachedTopics<'_> {
-    fn topic(&self, name: &str) -> Option<(uuid::Uuid, u32)> {
-        self.inner.topics.cached(name).map(|t| (t.record.id, t.record.partitions))
-    }
-
-    fn names(&self) -> Vec<String> {
-        self.inner
-            .topics
-            .cached_all()
-            .into_iter()
-            .map(|t| t.name.clone())
-            .filter(|n| super::allowed(self.inner, Operation::Describe, ResourceType::Topic, n))
-            .collect()
-    }
-}
-
 fn partitions_of(
     tps: &[kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions],
 ) -> Partitions {
@@ -102,7 +82,8 @@ impl Handler for ConsumerGroupHeartbeat {
             )
             .await,
         };
-        let a = inner.groups.consumer_heartbeat(&args, &CachedTopics { inner: &inner }).await;
+        let a =
+            inner.groups.consumer_heartbeat(&args, &super::CachedTopics { inner: &inner }).await;
         if a.error == errors::POLICY_VIOLATION {
             inner.metrics.limit_hit(crate::limits::Limit::Groups);
         }
@@ -204,7 +185,7 @@ impl Handler for ConsumerGroupDescribe {
                         .with_subscribed_topic_regex(mm.regex.clone().map(str_bytes))
                         .with_assignment(described(&names, &mm.assigned))
                         .with_target_assignment(described(&names, &m.target))
-                        .with_member_type(1)
+                        .with_member_type(if mm.classic.is_some() { 0 } else { 1 })
                 })
                 .collect();
             resp.groups.push(

@@ -17,6 +17,7 @@ use kafka_protocol::protocol::StrBytes;
 use crate::api::{Handler, Refused, str_bytes};
 use crate::domain::acl::{Operation, ResourceType};
 use crate::domain::cluster::{group_key, txn_key};
+use crate::domain::group::JoinRequest;
 use crate::errors;
 use crate::state::Inner;
 
@@ -177,18 +178,18 @@ impl Handler for JoinGroup {
             .map(|p| (p.name.as_str().to_string(), p.metadata.clone()))
             .collect();
         let client = super::REQUEST.try_with(|r| r.client_id.clone()).unwrap_or_default();
-        let r = inner
-            .groups
-            .join(
-                (s(&req.group_id), &client),
-                s(&req.member_id),
-                req.group_instance_id.as_ref().map(|i| i.as_str()),
-                s(&req.protocol_type),
-                protocols,
-                session,
-                rebalance,
-            )
-            .await;
+        let j = JoinRequest {
+            group: s(&req.group_id),
+            client_id: &client,
+            member_id: s(&req.member_id),
+            instance_id: req.group_instance_id.as_ref().map(|i| i.as_str()),
+            protocol_type: s(&req.protocol_type),
+            protocols,
+            session_timeout: session,
+            rebalance_timeout: rebalance,
+        };
+        let topics = super::CachedTopics { inner: &inner };
+        let r = inner.groups.join(j, &topics).await;
         if r.error == errors::POLICY_VIOLATION {
             inner.metrics.limit_hit(crate::limits::Limit::Groups);
         }

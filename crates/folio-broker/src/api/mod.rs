@@ -584,3 +584,25 @@ pub(crate) fn first_error(codes: impl IntoIterator<Item = i16>) -> i16 {
 pub(crate) fn str_bytes(s: impl Into<String>) -> StrBytes {
     StrBytes::from_string(s.into())
 }
+
+/// The broker's topic cache as the group coordinator sees it: subscription regexes match
+/// only topics the member's principal may describe (Kafka filters them the same way).
+pub(super) struct CachedTopics<'a> {
+    pub(super) inner: &'a Inner,
+}
+
+impl crate::domain::group::TopicLookup for CachedTopics<'_> {
+    fn topic(&self, name: &str) -> Option<(uuid::Uuid, u32)> {
+        self.inner.topics.cached(name).map(|t| (t.record.id, t.record.partitions))
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.inner
+            .topics
+            .cached_all()
+            .into_iter()
+            .map(|t| t.name.clone())
+            .filter(|n| allowed(self.inner, Operation::Describe, ResourceType::Topic, n))
+            .collect()
+    }
+}

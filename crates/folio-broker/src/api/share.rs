@@ -58,7 +58,7 @@ impl Handler for ShareGroupHeartbeat {
             heartbeat_interval: group_ms(&inner, s(&req.group_id), "share.heartbeat.interval.ms")
                 .await,
         };
-        let lookup = super::consumer_groups::CachedTopics { inner: &inner };
+        let lookup = super::CachedTopics { inner: &inner };
         let a = inner.groups.share_heartbeat(&h, &lookup);
         let mut resp = ShareGroupHeartbeatResponse::default()
             .with_error_code(a.error)

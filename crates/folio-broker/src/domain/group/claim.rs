@@ -319,7 +319,7 @@ mod tests {
     use folio_meta::MetadataStore;
     use folio_meta::records::Record;
 
-    use super::super::{Group, GroupConfig, OffsetRecord};
+    use super::super::{Group, GroupConfig, JoinRequest, NoTopics, OffsetRecord};
 
     fn record(offset: i64) -> OffsetRecord {
         OffsetRecord {
@@ -470,7 +470,7 @@ mod tests {
         let session = std::time::Duration::from_secs(10);
         let join = async |c: &Coordinator, member: &str| {
             let protocols = vec![("range".to_string(), bytes::Bytes::new())];
-            let r = c.join(("g", "c"), member, None, "consumer", protocols, session, session).await;
+            let r = c.join(JoinRequest::of(member, None, protocols, session), &NoTopics).await;
             assert_eq!(r.error, 0, "join at broker {}", c.node_id);
             r
         };

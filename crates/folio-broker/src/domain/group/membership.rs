@@ -9,35 +9,35 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use super::{Coordinator, Group, GroupState, JoinResult, Member, SyncResult, fenced};
+use super::{
+    Coordinator, Group, GroupState, JoinRequest, JoinResult, Member, SyncResult, TopicLookup,
+    fenced,
+};
 use crate::errors;
 
 impl Coordinator {
-    /// JoinGroup of `client_id`'s member: adds or refreshes the member, starts a rebalance if
-    /// needed and answers when the join phase ends.
-    #[allow(clippy::too_many_arguments)] // JoinGroup's fields
-    pub async fn join(
-        &self,
-        (group_id, client_id): (&str, &str),
-        member_id: &str,
-        instance_id: Option<&str>,
-        protocol_type: &str,
-        protocols: Vec<(String, Bytes)>,
-        session_timeout: Duration,
-        rebalance_timeout: Duration,
-    ) -> JoinResult {
+    /// JoinGroup: adds or refreshes the member, starts a rebalance if needed and answers
+    /// when the join phase ends. A consumer group with members answers a classic member
+    /// at once (`consumer::classic`); `topics` maps its subscription to topic ids.
+    pub async fn join(&self, j: JoinRequest<'_>, topics: &dyn TopicLookup) -> JoinResult {
+        let JoinRequest { group: group_id, client_id, member_id, instance_id, .. } = j;
         let fail =
             |error| JoinResult { error, member_id: member_id.to_string(), ..JoinResult::default() };
-        if let Some(code) = self.join_invalid(group_id, protocol_type, &protocols, session_timeout)
+        if let Some(code) =
+            self.join_invalid(group_id, j.protocol_type, &j.protocols, j.session_timeout)
         {
             return fail(code);
         }
         let now = self.clock.now_ms();
         let rx = {
             let mut groups = self.groups.lock().expect("groups lock");
-            if let Some(code) = self.classic_takes_over(group_id) {
-                return fail(code);
+            if let Some(answer) = self.join_consumer_group(&j, topics) {
+                drop(groups);
+                // A classic static member may have replaced the last consumer-protocol one.
+                self.downgrade_if_classic(group_id);
+                return answer;
             }
+            self.classic_takes_over(group_id);
             if !groups.contains_key(group_id) && !self.room_for_group(&groups, group_id) {
                 return fail(errors::POLICY_VIOLATION);
             }
@@ -45,7 +45,7 @@ impl Coordinator {
             if g.state == GroupState::Dead {
                 *g = Group::new(now);
             }
-            if let Some(code) = protocols_refused(g, member_id, protocol_type, &protocols) {
+            if let Some(code) = protocols_refused(g, member_id, j.protocol_type, &j.protocols) {
                 return fail(code);
             }
             // A static member is known by its instance id; a known member id must match it.
@@ -65,7 +65,7 @@ impl Coordinator {
             } else {
                 member_id.to_string()
             };
-            g.protocol_type = Some(protocol_type.to_string());
+            g.protocol_type = Some(j.protocol_type.to_string());
             let replaced = known
                 .filter(|_| member_id.is_empty())
                 .and_then(|old| g.take_static_place(group_id, &old, &id));
@@ -78,9 +78,9 @@ impl Coordinator {
             let instance_id = instance_id.map(str::to_string);
             let member = Member {
                 id: id.clone(),
-                session_timeout,
-                rebalance_timeout,
-                protocols,
+                session_timeout: j.session_timeout,
+                rebalance_timeout: j.rebalance_timeout,
+                protocols: j.protocols,
                 assignment,
                 instance_id,
                 last_seen: now,
@@ -152,6 +152,11 @@ impl Coordinator {
         let fail = |error| SyncResult { error, ..SyncResult::default() };
         let rx = {
             let mut groups = self.groups.lock().expect("groups lock");
+            if let Some(answer) =
+                self.sync_consumer_group(group_id, generation, member_id, instance_id)
+            {
+                return answer;
+            }
             let Some(g) = groups.get_mut(group_id) else {
                 return fail(errors::UNKNOWN_MEMBER_ID);
             };
@@ -219,6 +224,11 @@ impl Coordinator {
         instance_id: Option<&str>,
     ) -> i16 {
         let mut groups = self.groups.lock().expect("groups lock");
+        if let Some(code) =
+            self.heartbeat_consumer_group(group_id, generation, member_id, instance_id)
+        {
+            return code;
+        }
         let Some(g) = groups.get_mut(group_id) else {
             return errors::UNKNOWN_MEMBER_ID;
         };
@@ -241,6 +251,14 @@ impl Coordinator {
     /// Removes members, each named by member id or by instance id (a static member; with
     /// both they must agree); returns an error code per member.
     pub async fn leave(&self, group_id: &str, members: &[(String, Option<String>)]) -> Vec<i16> {
+        let consumer = {
+            let _groups = self.groups.lock().expect("groups lock");
+            self.leave_consumer_group(group_id, members)
+        };
+        if let Some(codes) = consumer {
+            self.downgrade_if_classic(group_id);
+            return codes;
+        }
         let (codes, over) = self.leave_members(group_id, members);
         if over {
             self.complete_join(group_id).await;
@@ -320,19 +338,13 @@ impl Coordinator {
         }
     }
 
-    /// A JoinGroup of a consumer-protocol group (under the groups lock): an empty one becomes
-    /// classic (Kafka's offline conversion); one with members refuses classic members
-    /// (`Some(INCONSISTENT_GROUP_PROTOCOL)`).
-    fn classic_takes_over(&self, group_id: &str) -> Option<i16> {
+    /// A JoinGroup of an empty consumer-protocol group (under the groups lock): it becomes
+    /// classic (Kafka's offline conversion).
+    fn classic_takes_over(&self, group_id: &str) {
         let mut consumers = self.consumers.lock().expect("consumers lock");
-        match consumers.get(group_id) {
-            Some(c) if !c.is_empty() => Some(errors::INCONSISTENT_GROUP_PROTOCOL),
-            Some(_) => {
-                consumers.remove(group_id);
-                tracing::info!(group = group_id, "empty consumer group becomes classic");
-                None
-            }
-            None => None,
+        if consumers.get(group_id).is_some_and(|c| c.is_empty()) {
+            consumers.remove(group_id);
+            tracing::info!(group = group_id, "empty consumer group becomes classic");
         }
     }
 
@@ -376,7 +388,7 @@ impl Coordinator {
 
 /// A new member's id in Kafka's form, `<client.id>-<uuid>`: client-side assignors order
 /// members by id, so members order by their client ids (librdkafka 0132).
-fn new_member_id(client_id: &str) -> String {
+pub(super) fn new_member_id(client_id: &str) -> String {
     let prefix = if client_id.is_empty() { "member" } else { client_id };
     format!("{prefix}-{}", Uuid::from_bytes(folio_rt::random()).hyphenated())
 }

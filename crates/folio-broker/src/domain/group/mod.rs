@@ -71,6 +71,15 @@ mod record;
 mod statics;
 mod store;
 
+/// How the coordinator sees the cluster's topics (the broker's topic cache; a map in
+/// tests). Called under the coordinator's lock: it must not call back into it.
+pub trait TopicLookup: Sync {
+    /// The topic's id and partition count, if it exists.
+    fn topic(&self, name: &str) -> Option<(Uuid, u32)>;
+    /// Every topic name a subscription regex may match (the caller may see).
+    fn names(&self) -> Vec<String>;
+}
+
 /// Settings of the coordinator (Kafka's names).
 #[derive(Debug, Clone)]
 pub struct GroupConfig {
@@ -168,6 +177,58 @@ pub struct Member {
     last_seen: u64,
 }
 
+/// A JoinGroup, decoded.
+#[derive(Debug, Clone)]
+pub struct JoinRequest<'a> {
+    pub group: &'a str,
+    /// The client's `client.id`: a new member's id begins with it.
+    pub client_id: &'a str,
+    /// Empty: a new member.
+    pub member_id: &'a str,
+    pub instance_id: Option<&'a str>,
+    pub protocol_type: &'a str,
+    /// (protocol name, metadata), in the member's order of preference.
+    pub protocols: Vec<(String, Bytes)>,
+    pub session_timeout: Duration,
+    pub rebalance_timeout: Duration,
+}
+
+#[cfg(test)]
+impl<'a> JoinRequest<'a> {
+    /// A JoinGroup of group "g" from client "c", protocol type `consumer` (tests).
+    pub(crate) fn of(
+        member_id: &'a str,
+        instance_id: Option<&'a str>,
+        protocols: Vec<(String, Bytes)>,
+        session: Duration,
+    ) -> JoinRequest<'a> {
+        JoinRequest {
+            group: "g",
+            client_id: "c",
+            member_id,
+            instance_id,
+            protocol_type: "consumer",
+            protocols,
+            session_timeout: session,
+            rebalance_timeout: session,
+        }
+    }
+}
+
+/// A cluster with no topics (tests of classic groups).
+#[cfg(test)]
+pub(crate) struct NoTopics;
+
+#[cfg(test)]
+impl TopicLookup for NoTopics {
+    fn topic(&self, _: &str) -> Option<(Uuid, u32)> {
+        None
+    }
+    fn names(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
 /// What a JoinGroup gets.
 #[derive(Debug, Clone, Default)]
 pub struct JoinResult {
@@ -244,6 +305,17 @@ impl Group {
             self.statics.values().all(|id| self.members.contains_key(id)),
             "a static instance names a member the group does not have"
         );
+    }
+
+    /// Ends every waiting JoinGroup and SyncGroup with `code` (the group moved or changed
+    /// protocol).
+    fn end_waits(&mut self, code: i16) {
+        for (_, tx) in std::mem::take(&mut self.joins) {
+            let _ = tx.send(JoinResult { error: code, ..JoinResult::default() });
+        }
+        for (_, tx) in std::mem::take(&mut self.syncs) {
+            let _ = tx.send(SyncResult { error: code, ..SyncResult::default() });
+        }
     }
 
     fn new(now: u64) -> Group {
@@ -477,18 +549,7 @@ impl Coordinator {
         for name in gone {
             if let Some(mut g) = groups.remove(&name) {
                 tracing::info!(group = %name, "group moved to another coordinator");
-                for (_, tx) in std::mem::take(&mut g.joins) {
-                    let _ = tx.send(JoinResult {
-                        error: errors::NOT_COORDINATOR,
-                        ..JoinResult::default()
-                    });
-                }
-                for (_, tx) in std::mem::take(&mut g.syncs) {
-                    let _ = tx.send(SyncResult {
-                        error: errors::NOT_COORDINATOR,
-                        ..SyncResult::default()
-                    });
-                }
+                g.end_waits(errors::NOT_COORDINATOR);
             }
         }
     }

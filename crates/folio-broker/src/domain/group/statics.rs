@@ -68,7 +68,7 @@ mod tests {
     use folio_meta::embedded::EmbeddedStore;
     use folio_proto::clock::ManualClock;
 
-    use super::super::{Coordinator, GroupConfig, GroupState};
+    use super::super::{Coordinator, GroupConfig, GroupState, JoinRequest, NoTopics};
     use crate::errors;
 
     const SESSION: Duration = Duration::from_secs(10);
@@ -79,7 +79,7 @@ mod tests {
 
     async fn join(c: &Coordinator, member: &str, instance: &str) -> super::JoinResult {
         let i = Some(instance);
-        c.join(("g", "c"), member, i, "consumer", protocols(), SESSION, SESSION).await
+        c.join(JoinRequest::of(member, i, protocols(), SESSION), &NoTopics).await
     }
 
     /// Two static members reach a stable generation; one comes back under a new member id:

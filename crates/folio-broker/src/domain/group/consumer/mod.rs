@@ -26,9 +26,8 @@
 //! when the group is created here, so commits of members of an old coordinator can never
 //! be written after the move. A classic group with no members becomes a consumer group at
 //! the first consumer-protocol join, and an empty consumer group a classic one at the first
-//! JoinGroup (Kafka's offline conversion); a group with members of the other protocol
-//! refuses the join (GROUP_ID_NOT_FOUND for a heartbeat, INCONSISTENT_GROUP_PROTOCOL for a
-//! JoinGroup).
+//! JoinGroup (Kafka's offline conversion). A classic group with members is upgraded
+//! online, and a consumer group left with classic members only downgraded (`classic.rs`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -37,9 +36,11 @@ use uuid::Uuid;
 
 pub use assign::{Assignor, Partitions};
 use assign::{Subscriber, assign};
+pub use classic::ClassicMeta;
 pub use reconcile::MemberState;
 
 use super::Coordinator;
+pub use super::TopicLookup;
 use crate::errors;
 use crate::limits::{
     CONSUMER_MEMBER_ID_BYTES_MAX, CONSUMER_RACK_ID_BYTES_MAX, CONSUMER_REGEX_BYTES_MAX,
@@ -48,18 +49,11 @@ use crate::limits::{
 };
 
 mod assign;
+mod classic;
+pub mod embedded;
 mod reconcile;
 #[cfg(test)]
 mod tests;
-
-/// How the coordinator sees the cluster's topics (the broker's topic cache; a map in
-/// tests). Called under the coordinator's lock: it must not call back into it.
-pub trait TopicLookup: Sync {
-    /// The topic's id and partition count, if it exists.
-    fn topic(&self, name: &str) -> Option<(Uuid, u32)>;
-    /// Every topic name a subscription regex may match (the caller may see).
-    fn names(&self) -> Vec<String>;
-}
 
 /// A ConsumerGroupHeartbeat, decoded (`None`: unchanged since the last one).
 #[derive(Debug, Clone, Default)]
@@ -130,6 +124,9 @@ pub struct ConsumerMember {
     last_seen: u64,
     /// While it must revoke: fenced if it still has not at this time (clock ms).
     revoke_deadline: Option<u64>,
+    /// A member speaking the classic protocol (JoinGroup, SyncGroup, Heartbeat): its
+    /// protocols and session timeout.
+    pub classic: Option<ClassicMeta>,
 }
 
 /// A subscription regex of a group: compiled, and the topic names it matched.
@@ -304,6 +301,29 @@ impl ConsumerGroup {
         }
     }
 
+    /// Member `id` takes the place of static member `held` of `instance`: its partitions,
+    /// target and epoch (the one before it left, if it left).
+    fn take_static_place(&mut self, group: &str, instance: &str, held: &str, id: &str) {
+        let mut m = self.members.remove(held).expect("a static member exists");
+        let target = self.target.remove(held);
+        for (t, ps) in m.assigned.iter().chain(m.revoking.iter()) {
+            for p in ps {
+                self.owners.insert((*t, *p), id.to_string());
+            }
+        }
+        m.id = id.to_string();
+        if m.epoch == -2 {
+            m.epoch = m.previous_epoch;
+        }
+        m.sent = None;
+        self.statics.insert(instance.to_string(), id.to_string());
+        if let Some(t) = target {
+            self.target.insert(id.to_string(), t);
+        }
+        self.members.insert(id.to_string(), m);
+        tracing::info!(group, member = id, instance, old = held, "static member came back");
+    }
+
     /// Members whose session ended, or that held revoked partitions past their rebalance
     /// timeout: (member id, why).
     pub(super) fn expired(&self, now: u64, session: Duration) -> Vec<(String, &'static str)> {
@@ -311,6 +331,8 @@ impl ConsumerGroup {
         self.members
             .values()
             .filter_map(|m| {
+                let session =
+                    m.classic.as_ref().map_or(session, |c| c.session_timeout.as_millis() as u64);
                 if m.last_seen.saturating_add(session) < now {
                     Some((m.id.clone(), "session timeout"))
                 } else if m.revoke_deadline.is_some_and(|d| d < now) {
@@ -455,25 +477,14 @@ impl ConsumerGroup {
                 return Err(HeartbeatAnswer::refused(errors::UNRELEASED_INSTANCE_ID, m));
             }
             // The new member takes the static member's place and partitions.
-            let mut m = self.members.remove(&held).expect("a static member exists");
-            let target = self.target.remove(&held);
-            for (t, ps) in m.assigned.iter().chain(m.revoking.iter()) {
-                for p in ps {
-                    self.owners.insert((*t, *p), id.clone());
-                }
-            }
-            m.id = id.clone();
-            m.epoch = m.previous_epoch;
-            m.sent = None;
-            self.statics.insert(instance.clone(), id.clone());
-            if let Some(t) = target {
-                self.target.insert(id.clone(), t);
-            }
-            self.members.insert(id.clone(), m);
-            tracing::info!(group = %a.group, member = %id, instance = %instance, old = %held, "static member came back");
+            self.take_static_place(&a.group, instance, &held, &id);
             return Ok(id);
         }
-        if self.members.contains_key(&id) {
+        if let Some(m) = self.members.get(&id) {
+            if m.classic.is_some() {
+                let msg = format!("member {id} speaks the classic protocol");
+                return Err(HeartbeatAnswer::refused(errors::UNKNOWN_MEMBER_ID, msg));
+            }
             return Ok(id);
         }
         if self.members.len() >= s.max_members {
@@ -498,6 +509,7 @@ impl ConsumerGroup {
             sent: None,
             last_seen: now,
             revoke_deadline: None,
+            classic: None,
         };
         if let Some(instance) = &a.instance_id {
             self.statics.insert(instance.clone(), id.clone());
@@ -511,7 +523,7 @@ impl ConsumerGroup {
     /// A heartbeat at epoch > 0 must come from a known member at its epoch (or the one
     /// before, if it owns no more than it is assigned: the answer that moved it was lost).
     fn check_epoch(&self, a: &HeartbeatArgs) -> Result<(), HeartbeatAnswer> {
-        let Some(m) = self.members.get(&a.member_id) else {
+        let Some(m) = self.members.get(&a.member_id).filter(|m| m.classic.is_none()) else {
             let msg = format!("member {} is not in the group (here)", a.member_id);
             return Err(HeartbeatAnswer::refused(errors::UNKNOWN_MEMBER_ID, msg));
         };
@@ -711,6 +723,7 @@ impl ConsumerGroup {
         }
         match self.members.get(member) {
             None => errors::UNKNOWN_MEMBER_ID,
+            Some(m) if m.epoch != epoch && m.classic.is_some() => errors::ILLEGAL_GENERATION,
             Some(m) if m.epoch != epoch => errors::STALE_MEMBER_EPOCH,
             Some(_) => errors::NONE,
         }
@@ -745,33 +758,49 @@ impl Coordinator {
                 let msg = format!("group {} has no member {} here", a.group, a.member_id);
                 return HeartbeatAnswer::refused(errors::UNKNOWN_MEMBER_ID, msg);
             }
-            if let Err(answer) = self.create_consumer_group(&a.group).await {
+            if let Err(answer) = self.create_consumer_group(&a.group, topics).await {
                 return answer;
             }
         }
         let s = self.consumer_settings();
         let now = self.clock.now_ms();
-        let mut consumers = self.consumers.lock().expect("consumers lock");
-        let Some(g) = consumers.get_mut(&a.group) else {
-            // Forgotten meanwhile (it moved, or was deleted): the client looks it up again.
-            return HeartbeatAnswer::refused(errors::NOT_COORDINATOR, "the group moved");
+        let (answer, only_classic) = {
+            let mut consumers = self.consumers.lock().expect("consumers lock");
+            let Some(g) = consumers.get_mut(&a.group) else {
+                // Forgotten meanwhile (it moved, or was deleted): the client looks it up again.
+                return HeartbeatAnswer::refused(errors::NOT_COORDINATOR, "the group moved");
+            };
+            let answer = g.heartbeat(a, regex, topics, now, &s);
+            (answer, g.only_classic_members())
         };
-        g.heartbeat(a, regex, topics, now, &s)
+        if only_classic {
+            self.downgrade_if_classic(&a.group);
+        }
+        answer
     }
 
-    /// Creates a consumer group here: from nothing, or from a classic group with no
-    /// members, after claiming its next generation in the store.
-    async fn create_consumer_group(&self, name: &str) -> Result<(), HeartbeatAnswer> {
+    /// Creates a consumer group here: from nothing, or from a classic group (with its
+    /// members: an online upgrade, `classic.rs`), after claiming its next generation in
+    /// the store.
+    async fn create_consumer_group(
+        &self,
+        name: &str,
+        topics: &dyn TopicLookup,
+    ) -> Result<(), HeartbeatAnswer> {
         let _one = self.creating.lock().await;
         if self.consumers.lock().expect("consumers lock").contains_key(name) {
             return Ok(());
         }
+        let refused = |m: String| HeartbeatAnswer::refused(errors::GROUP_ID_NOT_FOUND, m);
         let known = {
             let groups = self.groups.lock().expect("groups lock");
             match groups.get(name) {
                 Some(g) if !g.members.is_empty() => {
-                    let m = format!("group {name} is a classic group with members");
-                    return Err(HeartbeatAnswer::refused(errors::GROUP_ID_NOT_FOUND, m));
+                    if let Some(why) = self.upgrade_refused(name, g) {
+                        tracing::info!(group = name, why, "classic group not upgraded");
+                        return Err(refused(why));
+                    }
+                    g.generation
                 }
                 Some(g) => g.generation,
                 None if !self.room_for_group(&groups, name) => {
@@ -786,13 +815,28 @@ impl Coordinator {
             HeartbeatAnswer::refused(errors::COORDINATOR_NOT_AVAILABLE, e.to_string())
         })?;
         let mut groups = self.groups.lock().expect("groups lock");
-        if groups.get(name).is_some_and(|g| !g.members.is_empty()) {
-            let m = format!("group {name} became a classic group with members");
-            return Err(HeartbeatAnswer::refused(errors::GROUP_ID_NOT_FOUND, m));
-        }
-        groups.remove(name);
         let now = self.clock.now_ms();
-        let g = ConsumerGroup::new(claim.generation, now, self.config.consumer_assignors[0]);
+        let g = match groups.get(name).filter(|g| !g.members.is_empty()) {
+            None => ConsumerGroup::new(claim.generation, now, self.config.consumer_assignors[0]),
+            Some(classic) => {
+                if let Some(why) = self.upgrade_refused(name, classic) {
+                    return Err(refused(why));
+                }
+                let s = self.consumer_settings();
+                let g = ConsumerGroup::upgrade(classic, claim.generation, now, &s, topics)
+                    .map_err(|e| refused(e.to_string()))?;
+                tracing::info!(
+                    group = name,
+                    members = classic.members.len(),
+                    generation = classic.generation,
+                    "classic group upgraded to a consumer group"
+                );
+                g
+            }
+        };
+        if let Some(mut classic) = groups.remove(name) {
+            classic.end_waits(errors::REBALANCE_IN_PROGRESS);
+        }
         self.consumers.lock().expect("consumers lock").insert(name.to_string(), g);
         self.claims.lock().expect("claims lock").insert(name.to_string(), claim);
         tracing::info!(group = name, generation = claim.generation, "consumer group created");
@@ -803,11 +847,21 @@ impl Coordinator {
     pub(super) fn expire_consumer_members(&self) {
         let now = self.clock.now_ms();
         let session = self.config.consumer_session_timeout;
-        let mut consumers = self.consumers.lock().expect("consumers lock");
-        for (name, g) in consumers.iter_mut() {
-            for (id, why) in g.expired(now, session) {
-                g.remove(&id, now, why, name);
+        let mut downgrade = Vec::new();
+        {
+            let mut consumers = self.consumers.lock().expect("consumers lock");
+            for (name, g) in consumers.iter_mut() {
+                let expired = g.expired(now, session);
+                for (id, why) in &expired {
+                    g.remove(id, now, why, name);
+                }
+                if !expired.is_empty() && g.only_classic_members() {
+                    downgrade.push(name.clone());
+                }
             }
+        }
+        for name in downgrade {
+            self.downgrade_if_classic(&name);
         }
     }
 

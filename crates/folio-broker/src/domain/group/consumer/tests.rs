@@ -11,7 +11,7 @@ use folio_proto::clock::ManualClock;
 use uuid::Uuid;
 
 use super::{HeartbeatAnswer, HeartbeatArgs, MemberState, Partitions, TopicLookup};
-use crate::domain::group::{Coordinator, GroupConfig};
+use crate::domain::group::{Coordinator, GroupConfig, JoinRequest};
 use crate::errors;
 
 #[derive(Default)]
@@ -243,24 +243,24 @@ async fn regex_subscriptions_follow_new_topics_and_bad_input_is_refused() {
 }
 
 /// A group's protocol follows its members: an empty classic group becomes a consumer
-/// group, a consumer group with members refuses classic joins, an empty one turns classic.
+/// group and an empty consumer group a classic one; members whose embedded protocol does
+/// not read are refused across protocols (no upgrade, no classic join).
 #[tokio::test]
 async fn groups_convert_between_protocols_only_when_empty() {
     let w = world();
     let session = Duration::from_secs(10);
     let protocols = vec![("range".to_string(), bytes::Bytes::from_static(b"m"))];
-    let j = w.c.join(("g", "c"), "", None, "consumer", protocols.clone(), session, session).await;
+    let j = w.c.join(JoinRequest::of("", None, protocols.clone(), session), &w.topics).await;
     assert_eq!(j.error, 0);
     assert_eq!(hb(&w, join_args("a")).await.error, errors::GROUP_ID_NOT_FOUND);
     assert_eq!(w.c.leave("g", &[(j.member_id.clone(), None)]).await, vec![0]);
     let a = hb(&w, join_args("a")).await;
     assert_eq!((a.error, count(&a.assignment)), (0, 4));
-    let refused =
-        w.c.join(("g", "c"), "", None, "consumer", protocols.clone(), session, session).await;
+    let refused = w.c.join(JoinRequest::of("", None, protocols.clone(), session), &w.topics).await;
     assert_eq!(refused.error, errors::INCONSISTENT_GROUP_PROTOCOL);
     assert_eq!(w.c.delete("g").await, errors::NON_EMPTY_GROUP);
     hb(&w, beat("a", a.epoch, None).with_epoch(-1)).await;
-    let back = w.c.join(("g", "c"), "", None, "consumer", protocols, session, session).await;
+    let back = w.c.join(JoinRequest::of("", None, protocols, session), &w.topics).await;
     assert_eq!(back.error, 0);
     assert!(w.c.describe_consumer("g").is_none());
     // A heartbeat for a group this coordinator does not know: the member joins again.
@@ -282,4 +282,124 @@ async fn a_groups_own_session_timeout_and_interval_apply() {
     w.clock.advance(Duration::from_millis(2100));
     w.c.expire_sessions();
     assert_eq!(w.c.describe_consumer("g").unwrap().members.len(), 0, "fenced after 2 s, not 45");
+}
+
+/// A classic member's subscription to topic t (embedded protocol v1), listing what it owns.
+fn subscription(owned: &[i32]) -> bytes::Bytes {
+    let mut b = vec![0, 1, 0, 0, 0, 1, 0, 1, b't', 0xff, 0xff, 0xff, 0xff];
+    if owned.is_empty() {
+        b.extend_from_slice(&[0, 0, 0, 0]);
+    } else {
+        b.extend_from_slice(&[0, 0, 0, 1, 0, 1, b't']);
+        b.extend_from_slice(&(owned.len() as i32).to_be_bytes());
+        owned.iter().for_each(|p| b.extend_from_slice(&p.to_be_bytes()));
+    }
+    b.into()
+}
+
+fn classic_protocols(owned: &[i32]) -> Vec<(String, bytes::Bytes)> {
+    vec![("cooperative-sticky".to_string(), subscription(owned))]
+}
+
+/// The partitions of topic t a SyncGroup answer assigns.
+fn synced(assignment: &[u8]) -> Vec<i32> {
+    let named = super::embedded::assignment(assignment).expect("an assignment that reads");
+    named.get("t").map(|ps| ps.iter().copied().collect()).unwrap_or_default()
+}
+
+/// Kafka's online upgrade and downgrade: a consumer-protocol member joins a classic group
+/// with a member; the classic member keeps JoinGroup/SyncGroup/Heartbeat, is told to rejoin,
+/// revokes before its partitions move (cooperative), and commits at its generation; when
+/// the consumer-protocol member leaves, the group is classic again and rebalances.
+#[tokio::test]
+async fn a_classic_group_upgrades_online_and_downgrades_when_the_last_new_member_leaves() {
+    let w = world();
+    let session = Duration::from_secs(30);
+    let a = w.c.join(JoinRequest::of("", None, classic_protocols(&[]), session), &w.topics).await;
+    assert_eq!((a.error, a.leader == a.member_id), (0, true), "{a:?}");
+    let all = super::embedded::encode_assignment(1, &[("t".to_string(), (0..4).collect())].into());
+    let given = vec![(a.member_id.clone(), bytes::Bytes::from(all))];
+    let s = w.c.sync("g", a.generation, &a.member_id, None, given).await;
+    assert_eq!(synced(&s.assignment), [0, 1, 2, 3]);
+
+    // A consumer-protocol member joins: the group is upgraded, A keeps its 4 partitions
+    // until it gives two up, so x gets none yet.
+    let x = hb(&w, join_args("x")).await;
+    assert_eq!((x.error, count(&x.assignment)), (0, 0), "{x:?}");
+    let info = w.c.describe_consumer("g").expect("a consumer group now");
+    assert_eq!(info.members.len(), 2);
+    assert!(w.c.describe("g").is_none(), "a group id is one kind of group");
+    assert_eq!(w.c.check_commit("g", a.generation, &a.member_id, None), errors::NONE);
+    let told = w.c.heartbeat("g", a.generation, &a.member_id, None);
+    assert_eq!(told, errors::REBALANCE_IN_PROGRESS, "the group's epoch passed A's");
+
+    // A rejoins owning all 4: it must revoke 2 first, at its old generation.
+    let mut rejoin = JoinRequest::of(&a.member_id, None, classic_protocols(&[0, 1, 2, 3]), session);
+    let r = w.c.join(rejoin.clone(), &w.topics).await;
+    assert_eq!((r.error, r.generation, r.leader.as_str()), (0, a.generation, ""), "{r:?}");
+    let s = w.c.sync("g", r.generation, &a.member_id, None, Vec::new()).await;
+    let kept = synced(&s.assignment);
+    assert_eq!((s.error, kept.len()), (0, 2), "{s:?}");
+    let still = w.c.heartbeat("g", r.generation, &a.member_id, None);
+    assert_eq!(still, errors::REBALANCE_IN_PROGRESS, "it has partitions to revoke");
+    // Revoked: A rejoins owning its 2 and moves to the group's epoch; x gets the others.
+    rejoin.protocols = classic_protocols(&kept);
+    let r2 = w.c.join(rejoin, &w.topics).await;
+    assert!(r2.error == 0 && r2.generation > a.generation, "{r2:?}");
+    assert_eq!(w.c.heartbeat("g", r2.generation, &a.member_id, None), errors::NONE);
+    let s2 = w.c.sync("g", r2.generation, &a.member_id, None, Vec::new()).await;
+    assert_eq!(synced(&s2.assignment), kept);
+    let x2 = hb(&w, beat("x", x.epoch, Some(Partitions::new()))).await;
+    assert_eq!(count(&x2.assignment), 2, "{x2:?}");
+    let stale = w.c.check_commit("g", a.generation, &a.member_id, None);
+    assert_eq!(stale, errors::ILLEGAL_GENERATION, "a classic member's stale generation");
+    assert_eq!(w.c.check_commit("g", r2.generation, &a.member_id, None), errors::NONE);
+    let g = w.c.describe_consumer("g").unwrap();
+    assert!(g.members.iter().any(|m| m.member.classic.is_some()), "A is a classic member");
+
+    // x leaves: only classic members remain, so the group is classic again, rebalancing.
+    assert_eq!(hb(&w, beat("x", x2.epoch, None).with_epoch(-1)).await.error, 0);
+    assert!(w.c.describe_consumer("g").is_none());
+    let classic = w.c.describe("g").expect("a classic group again");
+    assert_eq!(
+        (classic.state, classic.members.len()),
+        (super::super::GroupState::PreparingRebalance, 1)
+    );
+    assert_eq!(synced(&classic.members[0].assignment), kept, "A's partitions as its assignment");
+    let r3 =
+        w.c.join(JoinRequest::of(&a.member_id, None, classic_protocols(&[]), session), &w.topics)
+            .await;
+    assert!(r3.error == 0 && r3.leader == a.member_id && r3.generation > r2.generation, "{r3:?}");
+}
+
+/// An upgrade needs the consumer protocol type; a classic static member that replaces the
+/// last consumer-protocol member downgrades the group; LeaveGroup removes members of
+/// either protocol.
+#[tokio::test]
+async fn upgrades_need_the_consumer_protocol_type_and_static_replacement_downgrades() {
+    let w = world();
+    let session = Duration::from_secs(30);
+    let mut connect = JoinRequest::of("", None, classic_protocols(&[]), session);
+    connect.protocol_type = "connect";
+    let c1 = w.c.join(connect, &w.topics).await;
+    assert_eq!(c1.error, 0);
+    assert_eq!(hb(&w, join_args("x")).await.error, errors::GROUP_ID_NOT_FOUND);
+    assert_eq!(w.c.leave("g", &[(c1.member_id.clone(), None)]).await, vec![0]);
+
+    // A consumer group of a static consumer-protocol member s (instance i) and a classic one.
+    let mut s_args = join_args("s");
+    s_args.instance_id = Some("i".into());
+    assert_eq!(hb(&w, s_args).await.error, 0);
+    let b = w.c.join(JoinRequest::of("", None, classic_protocols(&[]), session), &w.topics).await;
+    assert_eq!((b.error, b.leader.as_str()), (0, ""), "answered inside the consumer group");
+    // A classic member joins under instance i: it replaces s, and the group goes classic.
+    let i =
+        w.c.join(JoinRequest::of("", Some("i"), classic_protocols(&[]), session), &w.topics).await;
+    assert_eq!(i.error, 0, "{i:?}");
+    assert!(w.c.describe_consumer("g").is_none());
+    let g = w.c.describe("g").expect("classic again");
+    assert_eq!(g.members.len(), 2);
+    // A LeaveGroup of a member in a consumer group works too.
+    let c = w.c.leave("g", &[(b.member_id.clone(), None), ("nobody".into(), None)]).await;
+    assert_eq!(c, vec![0, errors::UNKNOWN_MEMBER_ID]);
 }
