@@ -290,6 +290,18 @@ fn a_classic_group_goes_on_under_the_consumer_protocol() {
     print!("{}", groups_scenario(&s.kafka, "upgrade_from_classic", &[]));
 }
 
+/// #50, KIP-848's online upgrade and downgrade: consumer-protocol members join a running
+/// classic group (upgraded; the classic members keep their protocol and give up half),
+/// then leave (downgraded; the classic members take everything back): every record read
+/// once.
+#[test]
+fn a_running_classic_group_is_upgraded_and_downgraded_online() {
+    let dir = tempfile::tempdir().unwrap();
+    let s =
+        Standalone::start_with(dir.path(), 1, &["--group-consumer-heartbeat-interval-ms", "1000"]);
+    print!("{}", groups_scenario(&s.kafka, "online_upgrade", &[]));
+}
+
 /// #50, KIP-932: three confluent-kafka share consumers acknowledging explicitly; one is
 /// SIGKILLed holding a batch: its records come back to the others with delivery count 2
 /// once their lock times out (and its session ends); every record acknowledged once.

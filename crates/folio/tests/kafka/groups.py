@@ -296,6 +296,42 @@ def scenario_upgrade_from_classic(bootstrap):
             m.proc.kill()
 
 
+def scenario_online_upgrade(bootstrap):
+    """Kafka's online upgrade and downgrade: two classic members (cooperative-sticky) read a
+    topic; two consumer-protocol members join the same group while they run (the group is
+    upgraded, the classic members keep their protocol and give up half); the new members
+    leave (the group goes back to classic, the classic members take everything again);
+    every record is read once across the three phases."""
+    topic, group = f"ou-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, 4)
+    ctl = tempfile.mkdtemp()
+    produce(bootstrap, topic, 0, 1000)
+    classic = [Member(bootstrap, topic, group, f"c{i}", ctl, "classic") for i in range(2)]
+    new = []
+    try:
+        wait_for("the classic members to read 1000", lambda: len(set(read_keys(classic))) >= 1000)
+        new = [Member(bootstrap, topic, group, f"n{i}", ctl, "consumer") for i in range(2)]
+        wait_for("one partition for each of the 4 members",
+                 lambda: sorted(len(m.assigned()) for m in classic + new) == [1, 1, 1, 1])
+        produce(bootstrap, topic, 1000, 1000)
+        wait_for("2000 records", lambda: len(set(read_keys(classic + new))) >= 2000)
+        check(len(set(read_keys(new))) > 0, "the consumer-protocol members read records")
+        for m in new:
+            m.signal("leave")
+        wait_for("the new members to leave", lambda: all(m.saw("left") for m in new))
+        wait_for("the classic members to hold all 4 partitions again",
+                 lambda: sorted(len(m.assigned()) for m in classic) == [2, 2])
+        produce(bootstrap, topic, 2000, 1000)
+        wait_for("3000 records", lambda: len(set(read_keys(classic + new))) >= 3000)
+        check_once(classic + new, 3000)
+        print("ok online upgrade: 3000 records read once by a classic group upgraded while "
+              "it ran, shared with 2 consumer-protocol members, then downgraded")
+    finally:
+        for m in classic + new:
+            if m.proc.poll() is None:
+                m.proc.kill()
+
+
 def scenario_share_group(bootstrap, lock_ms):
     """3 share consumers acknowledging explicitly share a topic; one takes a batch and is
     SIGKILLed holding it: after its lock times out those records are delivered again to
@@ -338,6 +374,7 @@ SCENARIOS = {
     "share_member": share_member,
     "consumer_protocol": scenario_consumer_protocol,
     "upgrade_from_classic": scenario_upgrade_from_classic,
+    "online_upgrade": scenario_online_upgrade,
     "member": member,
 }
 
