@@ -43,7 +43,8 @@ trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -rf "$work"' EXIT
 port=$((20000 + RANDOM % 20000))
 "$folio" standalone --data-dir "$work/data" --bookies 1 --listen 127.0.0.1:0 --http 127.0.0.1:0 \
   --kafka-listen "127.0.0.1:$port" --num-partitions 4 \
-  --group-consumer-heartbeat-interval-ms 1000 >"$work/folio.log" 2>&1 &
+  --group-consumer-heartbeat-interval-ms 1000 --group-initial-rebalance-delay-ms 0 \
+  >"$work/folio.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 200); do
   grep -q "Kafka listener up" "$work/folio.log" && break

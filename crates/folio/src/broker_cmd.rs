@@ -91,6 +91,11 @@ pub struct KafkaArgs {
     /// Default largest record batch in bytes [message.max.bytes].
     #[arg(long, default_value_t = 1_048_588)]
     pub message_max_bytes: i32,
+    /// How long the first rebalance of an empty classic group waits for more members, in
+    /// ms, so that members starting together land in one generation
+    /// [group.initial.rebalance.delay.ms]; 0 for test and benchmark clusters.
+    #[arg(long, default_value_t = 3_000)]
+    pub group_initial_rebalance_delay_ms: u64,
     /// Consumer-protocol (KIP-848) members not heard from for this long are fenced and
     /// their partitions reassigned, in ms [group.consumer.session.timeout.ms].
     #[arg(long, default_value_t = 45_000)]
@@ -295,6 +300,7 @@ impl KafkaArgs {
             consumer_session_timeout: Duration::from_millis(session),
             consumer_heartbeat_interval: Duration::from_millis(interval),
             consumer_assignors: assignors,
+            initial_rebalance_delay: Duration::from_millis(self.group_initial_rebalance_delay_ms),
             ..GroupConfig::default()
         })
     }

@@ -323,7 +323,13 @@ async fn fetch_group_v8(
     });
     let mut out = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
     let asked = topics.clone();
-    match fetch_group(inner, s(&g.group_id), topics, require_stable).await {
+    // v9: a member of a consumer-protocol group names itself and its epoch (as it commits).
+    let member = g.member_id.as_ref().map(|m| m.as_str());
+    let checked = match inner.groups.check_fetch(s(&g.group_id), member, g.member_epoch) {
+        errors::NONE => fetch_group(inner, s(&g.group_id), topics, require_stable).await,
+        code => Err(code),
+    };
+    match checked {
         Ok(fetched) => {
             out.topics = fetched
                 .into_iter()

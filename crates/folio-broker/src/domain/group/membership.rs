@@ -348,6 +348,18 @@ impl Coordinator {
         }
     }
 
+    /// OffsetFetch v9's check of the member asking (Kafka's `validateOffsetFetch`): none
+    /// named (no member id, epoch < 0) passes; in a consumer group the member must be there
+    /// at that epoch (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH; ILLEGAL_GENERATION for a
+    /// classic member); a classic group, or none, checks nothing.
+    pub fn check_fetch(&self, group_id: &str, member_id: Option<&str>, epoch: i32) -> i16 {
+        let Some(member) = member_id.filter(|_| epoch >= 0) else {
+            return errors::NONE;
+        };
+        let consumers = self.consumers.lock().expect("consumers lock");
+        consumers.get(group_id).map_or(errors::NONE, |c| c.check_commit(epoch, member))
+    }
+
     /// Checks that an offset commit comes from a current member (or from outside the group
     /// protocol: generation -1 and no member id, on a group with no members). As in Kafka,
     /// members may commit while a rebalance is being prepared (before they rejoin), not

@@ -130,6 +130,12 @@ async fn partitions_move_only_after_their_owner_gave_them_up() {
     assert_eq!(w.c.check_commit("g", e1, "a", None), errors::NONE);
     assert_eq!(w.c.check_commit("g", e2, "a", None), errors::STALE_MEMBER_EPOCH);
     assert_eq!(w.c.check_commit("g", e2, "x", None), errors::UNKNOWN_MEMBER_ID);
+    // OffsetFetch v9 checks the member the same way; one not naming itself passes.
+    assert_eq!(w.c.check_fetch("g", Some("a"), e1), errors::NONE);
+    assert_eq!(w.c.check_fetch("g", Some("a"), e2), errors::STALE_MEMBER_EPOCH);
+    assert_eq!(w.c.check_fetch("g", Some("x"), e2), errors::UNKNOWN_MEMBER_ID);
+    assert_eq!(w.c.check_fetch("g", None, -1), errors::NONE);
+    assert_eq!(w.c.check_fetch("other", Some("a"), e1), errors::NONE, "no such group here");
     // a lets them go: it reaches e2, and b gets the other two.
     let a4 = hb(&w, beat("a", e1, Some(kept.clone()))).await;
     assert_eq!(a4.epoch, e2);
