@@ -104,8 +104,19 @@ def member(bootstrap, topic, group, name, ctl, protocol):
         try:
             c.commit(asynchronous=False)
         except ck().KafkaException as e:
-            # Not committed: another member (or this one) reads these again.
+            # Not committed: read the batch again (from its first offset per partition) if
+            # the partition is still this member's; otherwise its next owner reads it.
             say(event="commit_failed", error=str(e))
+            first = {}
+            for m in good:
+                first.setdefault((m.topic(), m.partition()), m.offset())
+            mine = {(tp.topic, tp.partition) for tp in c.assignment()}
+            for (t, p), off in first.items():
+                if (t, p) in mine:
+                    try:
+                        c.seek(ck().TopicPartition(t, p, off))
+                    except ck().KafkaException as e2:
+                        say(event="seek_failed", error=str(e2))
             continue
         say(event="read", keys=[int(m.key()) for m in good])
 
@@ -163,6 +174,7 @@ class Member:
         self.counts = {}
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
+        WATCHED.append(self)
 
     def _read(self):
         for line in self.proc.stdout:
@@ -208,11 +220,31 @@ class Member:
         self.proc.wait()
 
 
+WATCHED = []  # the members of the running scenario, described when a wait times out
+
+
+def describe_members():
+    lines = []
+    for m in WATCHED:
+        with m.lock:
+            kinds = {}
+            for e in m.events:
+                kinds[e["event"]] = kinds.get(e["event"], 0) + 1
+            errors = [e["error"] for e in m.events if "error" in e][-3:]
+        lines.append(f"  {m.name}: holds {sorted(m.assigned())}, {len(set(m.keys))} keys read, "
+                     f"events {kinds}, last errors {errors}")
+    return "\n".join(lines)
+
+
 def wait_for(what, cond, timeout=90):
     deadline = time.time() + timeout
     while not cond():
         if time.time() > deadline:
-            fail(f"timed out waiting for {what}")
+            keys = set(read_keys(WATCHED))
+            top = max(keys) + 1 if keys else 0
+            missing = sorted(set(range(top)) - keys)[:10]
+            fail(f"timed out waiting for {what}; members:\n{describe_members()}\n"
+                 f"  keys below {top} never read: {missing}")
         time.sleep(0.1)
 
 
@@ -222,6 +254,17 @@ def read_keys(members):
         with m.lock:
             keys += m.keys
     return keys
+
+
+def commit_failures(members):
+    """The commits members reported failed, by error text."""
+    out = {}
+    for m in members:
+        with m.lock:
+            for e in m.events:
+                if e["event"] == "commit_failed":
+                    out[e["error"]] = out.get(e["error"], 0) + 1
+    return out
 
 
 def check_once(members, n):
@@ -270,7 +313,7 @@ def scenario_consumer_protocol(bootstrap, session_ms):
         check_once(ms, 4000)
         print(f"ok consumer protocol: 4000 records read once by 4 members; the killed "
               f"member's partitions moved {moved_after:.1f} s after the kill "
-              f"(session {session_ms} ms)")
+              f"(session {session_ms} ms); failed commits: {commit_failures(ms)}")
     finally:
         for m in ms:
             if m.proc.poll() is None:
@@ -333,7 +376,8 @@ def scenario_online_upgrade(bootstrap):
         wait_for("3000 records", lambda: len(set(read_keys(classic + new))) >= 3000)
         check_once(classic + new, 3000)
         print("ok online upgrade: 3000 records read once by a classic group upgraded while "
-              "it ran, shared with 2 consumer-protocol members, then downgraded")
+              "it ran, shared with 2 consumer-protocol members, then downgraded; failed "
+              f"commits: {commit_failures(classic + new)}")
     finally:
         for m in classic + new:
             if m.proc.poll() is None:
