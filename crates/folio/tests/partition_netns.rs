@@ -1,7 +1,7 @@
 //! #44 item 7: a network partition, not a kill. Broker 1 runs in a network namespace of
 //! its own; etcd, three bookies and broker 2 run outside it. While a real client
-//! (librdkafka) produces with idempotence to 4 partitions and a 2-member group commits
-//! synchronously, broker 1 (which leads partitions and coordinates the group) is cut off
+//! (librdkafka) produces with idempotence to 4 partitions and a 2-member group (one member
+//! of each protocol, classic and KIP-848's consumer protocol) commits synchronously, broker 1 (which leads partitions and coordinates the group) is cut off
 //! from etcd and the bookies (a blackhole route in its namespace) but not from the
 //! clients, for three lease TTLs; then the cut heals.
 //!
@@ -372,7 +372,7 @@ async fn d1_an_isolated_broker_fences_itself_and_nothing_acknowledged_or_committ
     let _group = Proc(
         Command::new("python3")
             .arg(clients_py())
-            .args(["group_commit", &bootstrap, topic, &group, "2"])
+            .args(["group_commit", &bootstrap, topic, &group, "2", "classic,consumer"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

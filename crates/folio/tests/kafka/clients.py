@@ -419,18 +419,24 @@ def tail_spread(bootstrap, topic, partitions, timeout="180"):
     c.close()
 
 
-def group_commit(bootstrap, topic, group, members="2"):
+def group_commit(bootstrap, topic, group, members="2", protocols="classic"):
     """`members` consumers of `group` on `topic`, each committing synchronously after every
     50 records, until killed. Prints `consumed <n>` every 500 records and `commit-failed
-    <error>` for each commit refused (the test reads the committed offsets themselves)."""
+    <error>` for each commit refused (the test reads the committed offsets themselves).
+    `protocols`: the members' `group.protocol`s in turn (`classic,consumer`: a group with
+    members of both, Kafka's online upgrade)."""
     import threading
     kafka = ck()
+    kinds = protocols.split(",")
 
     def member(i):
-        c = kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                            "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                            "session.timeout.ms": 10000, "reconnect.backoff.max.ms": 500,
-                            "client.id": f"member-{i}"})
+        conf = {"bootstrap.servers": bootstrap, "group.id": group,
+                "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                "reconnect.backoff.max.ms": 500, "client.id": f"member-{i}",
+                "group.protocol": kinds[i % len(kinds)]}
+        if conf["group.protocol"] == "classic":
+            conf["session.timeout.ms"] = 10000
+        c = kafka.Consumer(conf)
         c.subscribe([topic])
         n = 0
         while True:
