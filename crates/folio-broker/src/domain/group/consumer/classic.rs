@@ -369,8 +369,17 @@ impl ConsumerGroup {
         let rejoin = m.epoch < self.epoch
             || m.state == MemberState::UnrevokedPartitions
             || (m.state == MemberState::UnreleasedPartitions && waits_for_nothing());
-        self.members.get_mut(member_id).expect("checked above").last_seen = now;
-        if rejoin { errors::REBALANCE_IN_PROGRESS } else { errors::NONE }
+        let m = self.members.get_mut(member_id).expect("checked above");
+        m.last_seen = now;
+        if !rejoin {
+            return errors::NONE;
+        }
+        // Kafka's join timeout: a member told to rejoin that does not within its rebalance
+        // timeout is fenced (`expired`), so nobody waits on its partitions for ever.
+        if m.revoke_deadline.is_none() {
+            m.revoke_deadline = Some(now.saturating_add(m.rebalance_timeout.as_millis() as u64));
+        }
+        errors::REBALANCE_IN_PROGRESS
     }
 
     /// LeaveGroup of members named by member id or instance id: a code per member.

@@ -122,7 +122,8 @@ pub struct ConsumerMember {
     /// What the last answer told it.
     sent: Option<Partitions>,
     last_seen: u64,
-    /// While it must revoke: fenced if it still has not at this time (clock ms).
+    /// While it must revoke (a classic member: rejoin): fenced if it still has not at this
+    /// time (clock ms).
     revoke_deadline: Option<u64>,
     /// A member speaking the classic protocol (JoinGroup, SyncGroup, Heartbeat): its
     /// protocols and session timeout.
@@ -336,7 +337,7 @@ impl ConsumerGroup {
                 if m.last_seen.saturating_add(session) < now {
                     Some((m.id.clone(), "session timeout"))
                 } else if m.revoke_deadline.is_some_and(|d| d < now) {
-                    Some((m.id.clone(), "revocation past its rebalance timeout"))
+                    Some((m.id.clone(), "no revocation (or rejoin) within its rebalance timeout"))
                 } else {
                     None
                 }

@@ -409,3 +409,29 @@ async fn upgrades_need_the_consumer_protocol_type_and_static_replacement_downgra
     let c = w.c.leave("g", &[(b.member_id.clone(), None), ("nobody".into(), None)]).await;
     assert_eq!(c, vec![0, errors::UNKNOWN_MEMBER_ID]);
 }
+
+/// A classic member told to rejoin that keeps heartbeating but never rejoins is fenced
+/// after its rebalance timeout (Kafka's join timeout), so its partitions move on.
+#[tokio::test]
+async fn a_classic_member_that_never_rejoins_is_fenced_after_its_rebalance_timeout() {
+    let w = world();
+    let mut j = JoinRequest::of("", None, classic_protocols(&[]), Duration::from_secs(30));
+    j.rebalance_timeout = Duration::from_secs(10);
+    let a = w.c.join(j, &w.topics).await;
+    let all = super::embedded::encode_assignment(1, &[("t".to_string(), (0..4).collect())].into());
+    let given = vec![(a.member_id.clone(), bytes::Bytes::from(all))];
+    assert_eq!(w.c.sync("g", a.generation, &a.member_id, None, given).await.error, 0);
+    let x = hb(&w, join_args("x")).await;
+    assert_eq!(x.error, 0);
+    for _ in 0..2 {
+        let told = w.c.heartbeat("g", a.generation, &a.member_id, None);
+        assert_eq!(told, errors::REBALANCE_IN_PROGRESS);
+        w.clock.advance(Duration::from_secs(6));
+        w.c.expire_sessions();
+    }
+    let g = w.c.describe_consumer("g").expect("still a consumer group");
+    let ids: Vec<&str> = g.members.iter().map(|m| m.member.id.as_str()).collect();
+    assert_eq!(ids, ["x"], "A was fenced though its session was kept");
+    let x2 = hb(&w, beat("x", x.epoch, Some(Partitions::new()))).await;
+    assert_eq!(count(&x2.assignment), 4, "A's partitions moved to x: {x2:?}");
+}
