@@ -8,7 +8,8 @@
 # <librdkafka>/tests must hold a built `test-runner` (./configure && make libs, then make
 # -C tests build). TESTS defaults to the groups, offsets and share-consumer tests below.
 # FOLIO picks the binary (default: target/release/folio, else target/debug/folio);
-# TEST_KAFKA_VERSION the broker version the tests assume (default 4.0.0). CI has no copy of
+# TEST_KAFKA_VERSION the broker version the tests assume (default 4.0.0); TEST_TIMEOUT_S
+# one test's limit (default 600; 0113's two dozen rebalances take longer). CI has no copy of
 # librdkafka's source: its client tests are in crates/folio/tests/kafka/*.py.
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -43,8 +44,7 @@ trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -rf "$work"' EXIT
 port=$((20000 + RANDOM % 20000))
 "$folio" standalone --data-dir "$work/data" --bookies 1 --listen 127.0.0.1:0 --http 127.0.0.1:0 \
   --kafka-listen "127.0.0.1:$port" --num-partitions 4 \
-  --group-consumer-heartbeat-interval-ms 1000 --group-initial-rebalance-delay-ms 0 \
-  >"$work/folio.log" 2>&1 &
+  --group-consumer-heartbeat-interval-ms 1000 >"$work/folio.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 200); do
   grep -q "Kafka listener up" "$work/folio.log" && break
@@ -59,7 +59,7 @@ for proto in "${protocols[@]}"; do
     log="$work/$t-$proto.log"
     (cd "$tests_dir" && RDKAFKA_TEST_CONF="$work/test.conf" TESTS="$t" \
       TEST_KAFKA_VERSION="${TEST_KAFKA_VERSION:-4.0.0}" TEST_CONSUMER_GROUP_PROTOCOL="$proto" \
-      timeout 600 ./test-runner >"$log" 2>&1)
+      timeout "${TEST_TIMEOUT_S:-600}" ./test-runner >"$log" 2>&1)
     if [[ $? -eq 0 ]]; then
       pass=$((pass + 1)); skipped="$(grep -c -i "SKIP" "$log")"; echo "PASS $t $proto$( [[ $skipped -gt 0 ]] && echo " (skips: $(grep -m1 -i skip "$log" | cut -c1-120))")"
     else
