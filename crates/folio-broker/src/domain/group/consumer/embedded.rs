@@ -207,6 +207,56 @@ mod tests {
         assert_eq!(assignment(&[]).unwrap(), NamedPartitions::new(), "no assignment yet");
     }
 
+    /// What this module reads is what an independent encoder (the kafka-protocol crate's
+    /// generated messages) writes, at every version, and the other way round.
+    #[test]
+    fn the_format_agrees_with_kafka_protocols_encoder() {
+        use kafka_protocol::messages::consumer_protocol_assignment as a;
+        use kafka_protocol::messages::consumer_protocol_subscription as s;
+        use kafka_protocol::messages::{
+            ConsumerProtocolAssignment, ConsumerProtocolSubscription, TopicName,
+        };
+        use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+        let name = |n: &str| TopicName(StrBytes::from_string(n.to_string()));
+        for v in 0..=3i16 {
+            let sub = ConsumerProtocolSubscription::default()
+                .with_topics(vec![StrBytes::from_static_str("orders")])
+                .with_user_data(Some(bytes::Bytes::from_static(b"u")))
+                .with_owned_partitions(if v >= 1 {
+                    vec![
+                        s::TopicPartition::default()
+                            .with_topic(name("orders"))
+                            .with_partitions(vec![2, 5]),
+                    ]
+                } else {
+                    Vec::new()
+                })
+                .with_generation_id(if v >= 2 { 7 } else { -1 })
+                .with_rack_id((v >= 3).then(|| StrBytes::from_static_str("r1")));
+            let mut b = bytes::BytesMut::new();
+            b.extend_from_slice(&v.to_be_bytes());
+            sub.encode(&mut b, v).unwrap();
+            let read = subscription(&b).unwrap();
+            assert_eq!(read.topics, ["orders"], "v{v}");
+            let owned: NamedPartitions = if v >= 1 {
+                [("orders".to_string(), [2, 5].into())].into()
+            } else {
+                NamedPartitions::new()
+            };
+            assert_eq!(read.owned, owned, "v{v}");
+            assert_eq!(read.rack.as_deref(), (v >= 3).then_some("r1"), "v{v}");
+
+            let parts: NamedPartitions = [("orders".to_string(), [0, 3].into())].into();
+            let mut ours = bytes::Bytes::from(encode_assignment(v, &parts));
+            assert_eq!(i16::from_be_bytes([ours[0], ours[1]]), v);
+            let theirs = ConsumerProtocolAssignment::decode(&mut ours.split_off(2), v).unwrap();
+            let expected = vec![
+                a::TopicPartition::default().with_topic(name("orders")).with_partitions(vec![0, 3]),
+            ];
+            assert_eq!(theirs.assigned_partitions, expected, "v{v}");
+        }
+    }
+
     #[test]
     fn malformed_bytes_are_refused_and_never_panic() {
         let good = subscription_v3();
