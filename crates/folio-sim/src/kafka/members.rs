@@ -1,6 +1,8 @@
 //! Consumers in a group, through the classic group protocol: each member finds the
-//! coordinator, joins (JoinGroup, MEMBER_ID_REQUIRED first), the leader assigns the
-//! partitions round robin (SyncGroup), and each member reads its partitions from the
+//! coordinator, joins (JoinGroup, MEMBER_ID_REQUIRED first, subscribing in the embedded
+//! consumer protocol), the leader assigns the partitions round robin (SyncGroup; in a
+//! group the coordinator upgraded to the consumer protocol the coordinator assigns, and
+//! nobody leads), and each member reads its partitions from the
 //! group's committed offsets, commits what it read under its generation and member id, and
 //! heartbeats; a rebalance, a fenced generation or a moved coordinator sends it back to
 //! join. What it checks: an offset reads the same value whoever reads it (`History::read`),
@@ -11,7 +13,8 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::consumer_protocol_assignment as assignment;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
@@ -19,11 +22,11 @@ use kafka_protocol::messages::offset_commit_request::{
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    ApiKey, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
+    ApiKey, ConsumerProtocolAssignment, ConsumerProtocolSubscription, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
     OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
     SyncGroupRequest, SyncGroupResponse,
 };
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use super::clients::{Node, Shared, coordinator, fetch_once, name, rand_ms};
 
@@ -40,16 +43,41 @@ const REBALANCE_IN_PROGRESS: i16 = 27;
 const MEMBER_ID_REQUIRED: i16 = 79;
 const UNKNOWN_MEMBER_ID: i16 = 25;
 
-fn group_id(g: &str) -> GroupId {
+pub(super) fn group_id(g: &str) -> GroupId {
     GroupId(StrBytes::from_string(g.to_string()))
 }
 
-/// A joined member: its generation, id, coordinator and partitions.
-struct Joined {
-    generation: i32,
-    member: String,
-    coordinator: (i32, SocketAddr),
-    partitions: Vec<i32>,
+/// A joined member: its generation (or member epoch), id, coordinator and partitions.
+pub(super) struct Joined {
+    /// A classic group's generation (a leader assigned); false: a member epoch of a
+    /// consumer group, the coordinator assigned.
+    pub classic: bool,
+    pub generation: i32,
+    pub member: String,
+    pub coordinator: (i32, SocketAddr),
+    pub partitions: Vec<i32>,
+}
+
+/// The embedded consumer protocol's bytes (version 0): `version i16`, then the message.
+fn embedded<M: Encodable>(m: &M) -> Bytes {
+    let mut b = BytesMut::new();
+    b.extend_from_slice(&0i16.to_be_bytes());
+    m.encode(&mut b, 0).expect("an embedded message encodes");
+    b.freeze()
+}
+
+/// The partitions of `topic` an embedded assignment gives (empty bytes: none).
+fn assigned(topic: &str, b: &Bytes) -> Result<Vec<i32>, String> {
+    if b.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut body = b.slice(2.min(b.len())..);
+    let a = ConsumerProtocolAssignment::decode(&mut body, 0).map_err(|e| format!("assignment: {e}"))?;
+    Ok(a.assigned_partitions
+        .into_iter()
+        .filter(|tp| tp.topic.as_str() == topic)
+        .flat_map(|tp| tp.partitions)
+        .collect())
 }
 
 /// One member of `group` until the workloads stop.
@@ -69,7 +97,14 @@ pub async fn member(s: Shared, ip: IpAddr, group: String, me: String) {
             "{me}: generation {} of {group} from broker {}: partitions {:?}",
             joined.generation, joined.coordinator.0, joined.partitions
         ));
-        s.history.generation_synced(&group, joined.generation, joined.coordinator.0);
+        if joined.classic {
+            s.history.generation_synced(&group, joined.generation, joined.coordinator.0);
+        } else {
+            // A member epoch of a consumer group (upgraded): epochs move in memory and start
+            // again past the claim at the next coordinator, so only classic generations are
+            // claimed, one coordinator each.
+            s.history.count("classic member assigned by the coordinator");
+        }
         if let Err(e) = consume(&s, &mut node, &group, &me, &joined).await {
             s.trace.event(format!("{me}: generation {} of {group} ended: {e}", joined.generation));
         }
@@ -95,7 +130,11 @@ async fn join(
             .with_protocols(vec![
                 JoinGroupRequestProtocol::default()
                     .with_name(StrBytes::from_static_str("range"))
-                    .with_metadata(Bytes::from(me.to_string())),
+                    .with_metadata(embedded(
+                        &ConsumerProtocolSubscription::default().with_topics(vec![
+                            StrBytes::from_string(s.topic.clone()),
+                        ]),
+                    )),
             ]);
         let r: JoinGroupResponse =
             node.call_within(addr, ApiKey::JoinGroup, 5, &req, JOIN_WAIT).await?;
@@ -108,6 +147,7 @@ async fn join(
     };
     *member_id = r.member_id.to_string();
     let generation = r.generation_id;
+    let led_by_nobody = r.leader.is_empty();
     let assignments = if r.leader == r.member_id {
         let mut members: Vec<String> = r.members.iter().map(|m| m.member_id.to_string()).collect();
         members.sort();
@@ -119,10 +159,14 @@ async fn join(
             .iter()
             .map(|m| {
                 let ps = given.get(m).cloned().unwrap_or_default();
-                let text = ps.iter().map(i32::to_string).collect::<Vec<_>>().join(",");
+                let a = ConsumerProtocolAssignment::default().with_assigned_partitions(vec![
+                    assignment::TopicPartition::default()
+                        .with_topic(name(&s.topic))
+                        .with_partitions(ps),
+                ]);
                 SyncGroupRequestAssignment::default()
                     .with_member_id(StrBytes::from_string(m.clone()))
-                    .with_assignment(Bytes::from(text))
+                    .with_assignment(embedded(&a))
             })
             .collect()
     } else {
@@ -141,13 +185,9 @@ async fn join(
         }
         return Err(format!("SyncGroup of generation {generation} answered {}", r.error_code));
     }
-    let text = std::str::from_utf8(&r.assignment).map_err(|e| format!("{me}: assignment: {e}"))?;
-    let partitions = text
-        .split(',')
-        .filter(|p| !p.is_empty())
-        .map(|p| p.parse().map_err(|e| format!("assignment {text:?}: {e}")))
-        .collect::<Result<Vec<i32>, String>>()?;
-    Ok(Joined { generation, member: member_id.clone(), coordinator, partitions })
+    let partitions = assigned(&s.topic, &r.assignment).map_err(|e| format!("{me}: {e}"))?;
+    let classic = !led_by_nobody;
+    Ok(Joined { classic, generation, member: member_id.clone(), coordinator, partitions })
 }
 
 /// Reads, commits and heartbeats in generation `j` until it ends (an error says why).
@@ -194,7 +234,7 @@ async fn consume(
 }
 
 /// The group's committed offsets of `partitions` (0 where none is).
-async fn committed(
+pub(super) async fn committed(
     s: &Shared,
     node: &mut Node,
     addr: SocketAddr,
@@ -221,7 +261,7 @@ async fn committed(
 }
 
 /// Commits `positions` in generation `j`; partition 0's acknowledged offset is a floor.
-async fn commit(
+pub(super) async fn commit(
     s: &Shared,
     node: &mut Node,
     (coord, addr): (i32, SocketAddr),

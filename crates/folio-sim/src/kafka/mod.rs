@@ -12,6 +12,7 @@
 #![allow(clippy::big_endian_bytes)]
 
 pub mod clients;
+pub mod consumers;
 pub mod history;
 pub mod members;
 pub mod node_meta;
@@ -140,6 +141,10 @@ fn broker_config(id: i32, plan: &KafkaPlan, clock: folio_rt::ProcessClock) -> Br
         groups: GroupConfig {
             initial_rebalance_delay: Duration::from_millis(200),
             min_session_timeout: Duration::from_secs(1),
+            // The consumer-protocol member (`consumers.rs`) is fenced as fast as a classic
+            // one, so the group is downgraded and upgraded again within a run.
+            consumer_session_timeout: Duration::from_secs(4),
+            consumer_heartbeat_interval: Duration::from_secs(1),
             ..GroupConfig::default()
         },
         ..BrokerConfig::default()
@@ -318,7 +323,7 @@ fn mend(world: &World, brokers: &mut [BrokerNode], plan: &KafkaPlan, f: Fault) {
 /// Client nodes `plan`'s workloads use, the claims watcher and the checker among them
 /// (checked in [`workloads`]).
 fn clients_max(plan: &KafkaPlan) -> usize {
-    plan.producers + 2 * plan.groups + 10
+    plan.producers + 2 * plan.groups + 11
 }
 
 /// Every node a broker talks to besides the store: the bookies and each client node
@@ -619,13 +624,18 @@ fn workloads(s: &Shared, plan: &KafkaPlan) -> (JoinSet<()>, Vec<String>, usize) 
         tasks.spawn(clients::observer(s.clone(), kafka_client_ip(clients + 1), g.clone()));
         clients += 2;
     }
-    // Consumers in a group (two members) and an observer of its committed offsets.
+    // Consumers in a group (two classic members and one of the consumer protocol: the
+    // coordinator upgrades and downgrades the group as they come and go) and an observer of
+    // its committed offsets.
     let members = "members-0".to_string();
     for m in 0..2 {
         let ip = kafka_client_ip(clients);
         tasks.spawn(members::member(s.clone(), ip, members.clone(), format!("member-{m}")));
         clients += 1;
     }
+    let ip = kafka_client_ip(clients);
+    tasks.spawn(consumers::member(s.clone(), ip, members.clone(), "member-2".into()));
+    clients += 1;
     tasks.spawn(clients::observer(s.clone(), kafka_client_ip(clients), members.clone()));
     clients += 1;
     let groups: Vec<String> = groups.into_iter().chain([members]).collect();
