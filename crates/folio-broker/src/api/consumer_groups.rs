@@ -87,6 +87,10 @@ impl Handler for ConsumerGroupHeartbeat {
         if a.error == errors::POLICY_VIOLATION {
             inner.metrics.limit_hit(crate::limits::Limit::Groups);
         }
+        if a.error != errors::NONE {
+            // Clients treat some of these as fatal: the log says which and why.
+            tracing::debug!(group = %args.group, member = %args.member_id, epoch = args.epoch, error = a.error, message = ?a.message, "consumer group heartbeat refused");
+        }
         let mut resp = ConsumerGroupHeartbeatResponse::default()
             .with_error_code(a.error)
             .with_error_message(a.message.map(str_bytes))

@@ -22,9 +22,10 @@ use kafka_protocol::messages::offset_commit_request::{
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    ApiKey, ConsumerProtocolAssignment, ConsumerProtocolSubscription, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
-    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
-    SyncGroupRequest, SyncGroupResponse,
+    ApiKey, ConsumerProtocolAssignment, ConsumerProtocolSubscription, GroupId, HeartbeatRequest,
+    HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest,
+    SyncGroupResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -72,7 +73,8 @@ fn assigned(topic: &str, b: &Bytes) -> Result<Vec<i32>, String> {
         return Ok(Vec::new());
     }
     let mut body = b.slice(2.min(b.len())..);
-    let a = ConsumerProtocolAssignment::decode(&mut body, 0).map_err(|e| format!("assignment: {e}"))?;
+    let a =
+        ConsumerProtocolAssignment::decode(&mut body, 0).map_err(|e| format!("assignment: {e}"))?;
     Ok(a.assigned_partitions
         .into_iter()
         .filter(|tp| tp.topic.as_str() == topic)
@@ -131,9 +133,8 @@ async fn join(
                 JoinGroupRequestProtocol::default()
                     .with_name(StrBytes::from_static_str("range"))
                     .with_metadata(embedded(
-                        &ConsumerProtocolSubscription::default().with_topics(vec![
-                            StrBytes::from_string(s.topic.clone()),
-                        ]),
+                        &ConsumerProtocolSubscription::default()
+                            .with_topics(vec![StrBytes::from_string(s.topic.clone())]),
                     )),
             ]);
         let r: JoinGroupResponse =
