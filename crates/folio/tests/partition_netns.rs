@@ -1,9 +1,10 @@
 //! #44 item 7: a network partition, not a kill. Broker 1 runs in a network namespace of
 //! its own; etcd, three bookies and broker 2 run outside it. While a real client
 //! (librdkafka) produces with idempotence to 4 partitions and a 2-member group (one member
-//! of each protocol, classic and KIP-848's consumer protocol) commits synchronously, broker 1 (which leads partitions and coordinates the group) is cut off
-//! from etcd and the bookies (a blackhole route in its namespace) but not from the
-//! clients, for three lease TTLs; then the cut heals.
+//! of each protocol, classic and KIP-848's consumer protocol) commits synchronously,
+//! broker 1 (which leads partitions and coordinates the group) is cut off from etcd and the
+//! bookies (a blackhole route in its namespace) but not from the clients, for three lease
+//! TTLs; then the cut heals.
 //!
 //! Asserted: every acknowledged record is stored exactly once and in order per partition
 //! (0 lost, 0 duplicated, 0 reordered); the group's committed offsets, read from etcd every
