@@ -17,8 +17,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::clients::{Node, Shared, coordinator, fetch_once, name, rand_ms};
-use super::members::{Joined, commit, committed, group_id};
+use super::clients::{Node, Shared, coordinator, name, rand_ms};
+use super::members::{Joined, commit, committed, group_id, read_once};
 
 /// Kafka's codes the member acts on.
 const UNKNOWN_MEMBER_ID: i16 = 25;
@@ -109,22 +109,8 @@ async fn round(
             m.positions.keys().collect::<Vec<_>>()
         ));
     }
-    for (p, pos) in m.positions.iter_mut() {
-        let Ok((records, next, _)) = fetch_once(node, &s.topic, *p, *pos, false).await else {
-            continue;
-        };
-        for (o, v) in records {
-            if o < *pos {
-                s.history.violation(format!(
-                    "{me}: partition {p} read offset {o} after {pos} at epoch {}",
-                    m.epoch
-                ));
-            }
-            s.history.read(*p, o, &v);
-            *pos = o + 1;
-        }
-        *pos = (*pos).max(next);
-    }
+    let when = format!("at epoch {}", m.epoch);
+    read_once(s, node, me, &when, &mut m.positions).await;
     let j = Joined {
         classic: false,
         generation: m.epoch,

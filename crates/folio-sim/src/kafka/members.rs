@@ -202,22 +202,8 @@ async fn consume(
     let (coord, addr) = j.coordinator;
     let mut positions = committed(s, node, addr, group, &j.partitions).await?;
     while !s.stopped() {
-        for (p, pos) in positions.iter_mut() {
-            let Ok((records, next, _)) = fetch_once(node, &s.topic, *p, *pos, false).await else {
-                continue;
-            };
-            for (o, v) in records {
-                if o < *pos {
-                    s.history.violation(format!(
-                        "{me}: partition {p} read offset {o} after {pos} in generation {}",
-                        j.generation
-                    ));
-                }
-                s.history.read(*p, o, &v);
-                *pos = o + 1;
-            }
-            *pos = (*pos).max(next);
-        }
+        let when = format!("in generation {}", j.generation);
+        read_once(s, node, me, &when, &mut positions).await;
         commit(s, node, (coord, addr), group, j, &positions).await?;
         let req = HeartbeatRequest::default()
             .with_group_id(group_id(group))
@@ -232,6 +218,32 @@ async fn consume(
         tokio::time::sleep(rand_ms(50, 400)).await;
     }
     Ok(())
+}
+
+/// One fetch of each partition a member holds, from its position: what it reads is
+/// recorded (`History::read`), and an offset below the position (`when`: the member's
+/// generation or epoch) is a violation.
+pub(super) async fn read_once(
+    s: &Shared,
+    node: &mut Node,
+    me: &str,
+    when: &str,
+    positions: &mut BTreeMap<i32, i64>,
+) {
+    for (p, pos) in positions.iter_mut() {
+        let Ok((records, next, _)) = fetch_once(node, &s.topic, *p, *pos, false).await else {
+            continue;
+        };
+        for (o, v) in records {
+            if o < *pos {
+                s.history
+                    .violation(format!("{me}: partition {p} read offset {o} after {pos} {when}"));
+            }
+            s.history.read(*p, o, &v);
+            *pos = o + 1;
+        }
+        *pos = (*pos).max(next);
+    }
 }
 
 /// The group's committed offsets of `partitions` (0 where none is).

@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::{
     Coordinator, Group, GroupState, JoinRequest, JoinResult, Member, SyncResult, TopicLookup,
-    fenced,
+    fenced, leaver,
 };
 use crate::errors;
 
@@ -152,9 +152,9 @@ impl Coordinator {
         let fail = |error| SyncResult { error, ..SyncResult::default() };
         let rx = {
             let mut groups = self.groups.lock().expect("groups lock");
-            if let Some(answer) =
-                self.sync_consumer_group(group_id, generation, member_id, instance_id)
-            {
+            if let Some(answer) = self.in_consumer_group(group_id, |c, now| {
+                c.classic_sync(member_id, instance_id, generation, now)
+            }) {
                 return answer;
             }
             let Some(g) = groups.get_mut(group_id) else {
@@ -224,9 +224,9 @@ impl Coordinator {
         instance_id: Option<&str>,
     ) -> i16 {
         let mut groups = self.groups.lock().expect("groups lock");
-        if let Some(code) =
-            self.heartbeat_consumer_group(group_id, generation, member_id, instance_id)
-        {
+        if let Some(code) = self.in_consumer_group(group_id, |c, now| {
+            c.classic_heartbeat(member_id, instance_id, generation, now)
+        }) {
             return code;
         }
         let Some(g) = groups.get_mut(group_id) else {
@@ -253,7 +253,7 @@ impl Coordinator {
     pub async fn leave(&self, group_id: &str, members: &[(String, Option<String>)]) -> Vec<i16> {
         let consumer = {
             let _groups = self.groups.lock().expect("groups lock");
-            self.leave_consumer_group(group_id, members)
+            self.in_consumer_group(group_id, |c, now| c.classic_leave(group_id, members, now))
         };
         if let Some(codes) = consumer {
             self.downgrade_if_classic(group_id);
@@ -280,13 +280,9 @@ impl Coordinator {
         let codes = members
             .iter()
             .map(|(id, instance)| {
-                let id = match instance.as_ref().map(|i| g.statics.get(i)) {
-                    Some(None) => return errors::UNKNOWN_MEMBER_ID,
-                    Some(Some(owner)) if !id.is_empty() && id != owner => {
-                        return errors::FENCED_INSTANCE_ID;
-                    }
-                    Some(Some(owner)) => owner.clone(),
-                    None => id.clone(),
+                let id = match leaver(&g.statics, id, instance.as_deref()) {
+                    Ok(id) => id,
+                    Err(code) => return code,
                 };
                 let id = &id;
                 if g.members.contains_key(id) {
@@ -505,13 +501,7 @@ fn finish_join(name: &str, g: &mut Group, now: u64, generation: i32) {
         g.leader = g.members.keys().next().cloned();
     }
     let leader = g.leader.clone().expect("a member leads");
-    // The leader's most preferred protocol that every member supports.
-    let protocol = g.members[&leader]
-        .protocols
-        .iter()
-        .map(|(p, _)| p.clone())
-        .find(|p| g.members.values().all(|m| m.protocols.iter().any(|(q, _)| q == p)))
-        .unwrap_or_else(|| g.members[&leader].protocols[0].0.clone());
+    let protocol = chosen_protocol(g, &leader);
     g.protocol = Some(protocol.clone());
     g.enter(GroupState::CompletingRebalance);
     tracing::info!(group = name, generation = g.generation, members = g.members.len(), %leader, %protocol, "rebalance: new generation");
@@ -527,4 +517,14 @@ fn finish_join(name: &str, g: &mut Group, now: u64, generation: i32) {
             member_id: id,
         });
     }
+}
+
+/// The group's protocol: the leader's most preferred one that every member supports (else
+/// the leader's first).
+pub(super) fn chosen_protocol(g: &Group, leader: &str) -> String {
+    let ours = &g.members[leader].protocols;
+    ours.iter()
+        .map(|(p, _)| p.clone())
+        .find(|p| g.members.values().all(|m| m.protocols.iter().any(|(q, _)| q == p)))
+        .unwrap_or_else(|| ours[0].0.clone())
 }

@@ -51,7 +51,7 @@ pub use commit_order::CommitTicket;
 pub use record::OffsetRecord;
 pub(crate) use record::escape;
 pub(crate) use record::unescape;
-use statics::fenced;
+use statics::{fenced, leaver};
 
 pub use offsets::{OffsetToDelete, subscription_topics};
 pub use store::ListedGroup;

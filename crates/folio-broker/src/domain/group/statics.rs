@@ -12,6 +12,22 @@ pub(super) fn fenced(g: &Group, member_id: &str, instance_id: Option<&str>) -> O
     (owner != member_id).then_some(errors::FENCED_INSTANCE_ID)
 }
 
+/// The member a LeaveGroup entry names: by its instance id if it has one (a static member;
+/// a member id given too must be the instance's), else by its member id. `statics`:
+/// instance id → member id.
+pub(super) fn leaver(
+    statics: &std::collections::BTreeMap<String, String>,
+    id: &str,
+    instance: Option<&str>,
+) -> Result<String, i16> {
+    match instance.map(|i| statics.get(i)) {
+        Some(None) => Err(errors::UNKNOWN_MEMBER_ID),
+        Some(Some(owner)) if !id.is_empty() && id != owner => Err(errors::FENCED_INSTANCE_ID),
+        Some(Some(owner)) => Ok(owner.clone()),
+        None => Ok(id.to_string()),
+    }
+}
+
 /// Ends a replaced static member's waits with FENCED_INSTANCE_ID.
 fn fence_member(g: &mut Group, id: &str) {
     if let Some(tx) = g.joins.remove(id) {

@@ -29,7 +29,8 @@ use bytes::Bytes;
 
 use super::embedded::{self, NamedPartitions, Subscription};
 use super::{ConsumerGroup, ConsumerMember, MemberState, Partitions, Settings, TopicLookup};
-use crate::domain::group::membership::{new_member_id, prepare_rebalance};
+use crate::domain::group::membership::{chosen_protocol, new_member_id, prepare_rebalance};
+use crate::domain::group::statics::leaver;
 use crate::domain::group::{
     Coordinator, Group, GroupState, JoinRequest, JoinResult, Member, SyncResult,
 };
@@ -97,29 +98,14 @@ impl ConsumerGroup {
             let mut names = sub.topics;
             names.sort();
             names.dedup();
-            let member = ConsumerMember {
-                id: m.id.clone(),
-                instance_id: m.instance_id.clone(),
-                rack: sub.rack,
-                client_id: String::new(),
-                client_host: String::new(),
-                epoch: g.generation,
-                previous_epoch: g.generation,
-                state: MemberState::Stable,
-                names,
-                regex: None,
-                assignor: None,
-                rebalance_timeout: m.rebalance_timeout,
-                assigned: Partitions::new(),
-                revoking: Partitions::new(),
-                sent: None,
-                last_seen: now,
-                revoke_deadline: None,
-                classic: Some(ClassicMeta {
-                    session_timeout: m.session_timeout,
-                    protocols: m.protocols.clone(),
-                }),
-            };
+            let mut member = ConsumerMember::new(&m.id, m.instance_id.clone(), g.generation, now);
+            member.rack = sub.rack;
+            member.names = names;
+            member.rebalance_timeout = m.rebalance_timeout;
+            member.classic = Some(ClassicMeta {
+                session_timeout: m.session_timeout,
+                protocols: m.protocols.clone(),
+            });
             if let Some(i) = &m.instance_id {
                 c.statics.insert(i.clone(), m.id.clone());
             }
@@ -160,15 +146,8 @@ impl ConsumerGroup {
         }
         g.statics = self.statics.clone();
         let leader = g.members.keys().next().cloned().expect("a downgrade keeps a member");
-        let first = g.members[&leader].protocols.first().map(|(p, _)| p.clone());
-        let protocol = g.members[&leader]
-            .protocols
-            .iter()
-            .map(|(p, _)| p.clone())
-            .find(|p| g.members.values().all(|m| m.protocols.iter().any(|(q, _)| q == p)))
-            .or(first);
+        g.protocol = Some(chosen_protocol(&g, &leader));
         g.leader = Some(leader);
-        g.protocol = protocol;
         // The group stands where the consumer group left it, then rebalances as classic.
         g.state = GroupState::Stable;
         prepare_rebalance(&mut g, now, Duration::ZERO);
@@ -209,25 +188,10 @@ impl ConsumerGroup {
         };
         let classic =
             ClassicMeta { session_timeout: j.session_timeout, protocols: j.protocols.clone() };
-        let m = self.members.entry(id.clone()).or_insert_with(|| ConsumerMember {
-            id: id.clone(),
-            instance_id: j.instance_id.map(str::to_string),
-            rack: None,
-            client_id: j.client_id.to_string(),
-            client_host: String::new(),
-            epoch: 0,
-            previous_epoch: 0,
-            state: MemberState::Stable,
-            names: Vec::new(),
-            regex: None,
-            assignor: None,
-            rebalance_timeout: j.rebalance_timeout,
-            assigned: Partitions::new(),
-            revoking: Partitions::new(),
-            sent: None,
-            last_seen: now,
-            revoke_deadline: None,
-            classic: None,
+        let m = self.members.entry(id.clone()).or_insert_with(|| {
+            let mut m = ConsumerMember::new(&id, j.instance_id.map(str::to_string), 0, now);
+            m.client_id = j.client_id.to_string();
+            m
         });
         let joined = m.classic.is_none();
         m.classic = Some(classic);
@@ -318,7 +282,7 @@ impl ConsumerGroup {
     }
 
     /// A classic member's SyncGroup: the partitions it may own now.
-    fn classic_sync(
+    pub(in crate::domain::group) fn classic_sync(
         &mut self,
         member_id: &str,
         instance_id: Option<&str>,
@@ -346,7 +310,7 @@ impl ConsumerGroup {
     }
 
     /// A classic member's Heartbeat: REBALANCE_IN_PROGRESS while it must rejoin.
-    fn classic_heartbeat(
+    pub(in crate::domain::group) fn classic_heartbeat(
         &mut self,
         member_id: &str,
         instance_id: Option<&str>,
@@ -383,7 +347,7 @@ impl ConsumerGroup {
     }
 
     /// LeaveGroup of members named by member id or instance id: a code per member.
-    fn classic_leave(
+    pub(in crate::domain::group) fn classic_leave(
         &mut self,
         group: &str,
         members: &[(String, Option<String>)],
@@ -392,13 +356,9 @@ impl ConsumerGroup {
         members
             .iter()
             .map(|(id, instance)| {
-                let id = match instance.as_ref().map(|i| self.statics.get(i)) {
-                    Some(None) => return errors::UNKNOWN_MEMBER_ID,
-                    Some(Some(owner)) if !id.is_empty() && id != owner => {
-                        return errors::FENCED_INSTANCE_ID;
-                    }
-                    Some(Some(owner)) => owner.clone(),
-                    None => id.clone(),
+                let id = match leaver(&self.statics, id, instance.as_deref()) {
+                    Ok(id) => id,
+                    Err(code) => return code,
                 };
                 if !self.members.contains_key(&id) {
                     return errors::UNKNOWN_MEMBER_ID;
@@ -435,50 +395,21 @@ impl Coordinator {
         topics: &dyn TopicLookup,
     ) -> Option<JoinResult> {
         let s = self.consumer_settings();
-        let now = self.clock.now_ms();
-        let mut consumers = self.consumers.lock().expect("consumers lock");
-        let c = consumers.get_mut(j.group).filter(|c| !c.is_empty())?;
-        Some(c.classic_join(j, topics, now, &s))
+        self.in_consumer_group(j.group, |c, now| {
+            (!c.is_empty()).then(|| c.classic_join(j, topics, now, &s))
+        })
+        .flatten()
     }
 
-    /// SyncGroup of a classic member of a consumer group, if `group` is one here.
-    pub(in crate::domain::group) fn sync_consumer_group(
+    /// `f` on consumer group `group` (with the clock's time), if `group` is one here: a
+    /// classic member's SyncGroup, Heartbeat or LeaveGroup goes to it.
+    pub(in crate::domain::group) fn in_consumer_group<T>(
         &self,
         group: &str,
-        generation: i32,
-        member_id: &str,
-        instance_id: Option<&str>,
-    ) -> Option<SyncResult> {
+        f: impl FnOnce(&mut ConsumerGroup, u64) -> T,
+    ) -> Option<T> {
         let now = self.clock.now_ms();
-        let mut consumers = self.consumers.lock().expect("consumers lock");
-        let c = consumers.get_mut(group)?;
-        Some(c.classic_sync(member_id, instance_id, generation, now))
-    }
-
-    /// Heartbeat of a classic member of a consumer group, if `group` is one here.
-    pub(in crate::domain::group) fn heartbeat_consumer_group(
-        &self,
-        group: &str,
-        generation: i32,
-        member_id: &str,
-        instance_id: Option<&str>,
-    ) -> Option<i16> {
-        let now = self.clock.now_ms();
-        let mut consumers = self.consumers.lock().expect("consumers lock");
-        let c = consumers.get_mut(group)?;
-        Some(c.classic_heartbeat(member_id, instance_id, generation, now))
-    }
-
-    /// LeaveGroup on a consumer group, if `group` is one here (a downgrade may follow).
-    pub(in crate::domain::group) fn leave_consumer_group(
-        &self,
-        group: &str,
-        members: &[(String, Option<String>)],
-    ) -> Option<Vec<i16>> {
-        let now = self.clock.now_ms();
-        let mut consumers = self.consumers.lock().expect("consumers lock");
-        let c = consumers.get_mut(group)?;
-        Some(c.classic_leave(group, members, now))
+        self.consumers.lock().expect("consumers lock").get_mut(group).map(|c| f(c, now))
     }
 
     /// Turns consumer group `name` into a classic group if only classic members remain

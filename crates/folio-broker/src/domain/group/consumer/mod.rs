@@ -130,6 +130,32 @@ pub struct ConsumerMember {
     pub classic: Option<ClassicMeta>,
 }
 
+impl ConsumerMember {
+    /// A member at `epoch` owning nothing yet, subscribed to nothing, heard from `now`.
+    fn new(id: &str, instance_id: Option<String>, epoch: i32, now: u64) -> ConsumerMember {
+        ConsumerMember {
+            id: id.to_string(),
+            instance_id,
+            rack: None,
+            client_id: String::new(),
+            client_host: String::new(),
+            epoch,
+            previous_epoch: epoch,
+            state: MemberState::Stable,
+            names: Vec::new(),
+            regex: None,
+            assignor: None,
+            rebalance_timeout: Duration::ZERO,
+            assigned: Partitions::new(),
+            revoking: Partitions::new(),
+            sent: None,
+            last_seen: now,
+            revoke_deadline: None,
+            classic: None,
+        }
+    }
+}
+
 /// A subscription regex of a group: compiled, and the topic names it matched.
 #[derive(Debug, Clone)]
 struct Resolved {
@@ -492,26 +518,9 @@ impl ConsumerGroup {
             let m = format!("the group has {} members (group.max.size)", self.members.len());
             return Err(HeartbeatAnswer::refused(errors::GROUP_MAX_SIZE_REACHED, m));
         }
-        let m = ConsumerMember {
-            id: id.clone(),
-            instance_id: a.instance_id.clone(),
-            rack: None,
-            client_id: a.client_id.clone(),
-            client_host: a.client_host.clone(),
-            epoch: 0,
-            previous_epoch: 0,
-            state: MemberState::Stable,
-            names: Vec::new(),
-            regex: None,
-            assignor: None,
-            rebalance_timeout: Duration::ZERO,
-            assigned: Partitions::new(),
-            revoking: Partitions::new(),
-            sent: None,
-            last_seen: now,
-            revoke_deadline: None,
-            classic: None,
-        };
+        let mut m = ConsumerMember::new(&id, a.instance_id.clone(), 0, now);
+        m.client_id = a.client_id.clone();
+        m.client_host = a.client_host.clone();
         if let Some(instance) = &a.instance_id {
             self.statics.insert(instance.clone(), id.clone());
         }
