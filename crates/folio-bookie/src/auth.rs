@@ -18,9 +18,8 @@ use folio_rt::net::Stream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
-/// The most bytes read from a connection before it has proven the secret: an AUTH frame
-/// (45 bytes) and the header of whatever an unauthenticated client sends first.
-pub const PRE_AUTH_BYTES_MAX: usize = 64;
+pub use crate::limits::PRE_AUTH_BYTES_MAX;
+
 /// How long a refused connection is read and dropped before it closes, so that the client
 /// reads the UNAUTHORIZED answer instead of a reset.
 const REFUSAL_LINGER: Duration = Duration::from_secs(1);

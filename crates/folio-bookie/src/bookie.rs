@@ -32,6 +32,7 @@ use tokio::task::JoinHandle;
 use crate::config::StorageConfig;
 pub use crate::error::BookieError;
 use crate::fs::{FileSystem, RealFs};
+pub use crate::limits::SHUTDOWN_REQUESTS_WAIT_MAX;
 use crate::server::{self, Handler, ServerStats};
 use crate::storage::Storage;
 
@@ -39,8 +40,6 @@ use crate::storage::Storage;
 pub const COOKIE_FILE: &str = "VERSION";
 /// Present while the bookie runs: found at start, the last stop was not clean.
 pub const DIRTY_FILE: &str = "DIRTY";
-/// How long a clean shutdown waits for requests still running to let go of the storage.
-pub const SHUTDOWN_REQUESTS_WAIT_MAX: Duration = Duration::from_secs(30);
 
 /// How a bookie runs: its directories, listener, storage, GC, integrity check and limits.
 #[derive(Debug, Clone)]

@@ -133,12 +133,12 @@ pub async fn ledgers_naming(
     keys: &Keys,
     bookie_id: &str,
 ) -> Result<(u64, Vec<LedgerId>), BookieError> {
-    const EXAMPLES_MAX: usize = 5;
+    use crate::limits::INTEGRITY_EXAMPLES_MAX;
     let (mut count, mut examples) = (0u64, Vec::new());
     let config = IntegrityConfig::default();
     for_each_ledger_naming(meta, keys, bookie_id, &config, |id, _, _| {
         count += 1;
-        if examples.len() < EXAMPLES_MAX {
+        if examples.len() < INTEGRITY_EXAMPLES_MAX {
             examples.push(id);
         }
         Ok(())

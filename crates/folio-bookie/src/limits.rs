@@ -73,6 +73,16 @@ impl ServerLimits {
     }
 }
 
+/// Ledger ids an integrity count names as examples in its message.
+pub const INTEGRITY_EXAMPLES_MAX: usize = 5;
+
+/// The most bytes read from a connection before it has proven the secret: an AUTH frame
+/// (45 bytes) and the header of whatever an unauthenticated client sends first.
+pub const PRE_AUTH_BYTES_MAX: usize = 64;
+
+/// How long a clean shutdown waits for requests still running to let go of the storage.
+pub const SHUTDOWN_REQUESTS_WAIT_MAX: Duration = Duration::from_secs(30);
+
 #[cfg(test)]
 mod tests {
     use super::*;

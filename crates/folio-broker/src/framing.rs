@@ -21,16 +21,14 @@ use kafka_protocol::protocol::buf::ByteBufMut;
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::task::JoinHandle;
 
+use crate::limits::HEAD_RESERVE_MAX;
+
 /// An answer being worked on: its encoded frame, nothing (acks=0), or a reason to close.
 pub(crate) type Pending = JoinHandle<Result<Option<Frame>, String>>;
 
 /// Byte fields at least this long are kept by reference in an answer's frame, shorter
 /// ones copied (a chunk costs an I/O vector entry; copying a few KiB costs less).
 pub(crate) const SHARE_MIN_BYTES: usize = 4096;
-
-/// The most an answer's head buffer reserves at once; it grows as fields are written, so
-/// an answer whose bulk is shared records never allocates their size a second time.
-const HEAD_RESERVE_MAX: usize = 64 * 1024;
 
 /// Bytes of the fixed request-header prefix: API key, version, correlation id.
 pub(crate) const HEADER_PREFIX_BYTES: usize = 8;

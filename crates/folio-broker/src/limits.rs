@@ -388,6 +388,67 @@ pub const FETCH_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(6
 /// `max.message.bytes` is 1 MiB, and codecs rarely do better than 1:20 on real data.
 pub const DECOMPRESSED_BYTES_MAX: usize = 64 * 1024 * 1024;
 
+/// Ledgers whose metadata one DescribeLogDirs reads, at most.
+pub const LOG_DIRS_LEDGERS_MAX: usize = 10_000;
+
+/// Tries of an OffsetCommit whose topics keep changing under it (each re-reads them).
+pub const COMMIT_ATTEMPTS_MAX: u32 = 3;
+
+/// The least a partition's read reserves: below this it is not read this round.
+pub const ANSWER_RESERVE_MIN: usize = 64 * 1024;
+
+/// Longest principal or host in a binding.
+pub const ACL_FIELD_BYTES_MAX: usize = 256;
+
+/// Most bindings on one resource pattern (one metadata value).
+pub const BINDINGS_PER_RESOURCE_MAX: usize = 1000;
+
+/// Producers a snapshot holds at most (the most recently used): with five batches each it
+/// stays under the metadata store's value limit.
+pub const SNAPSHOT_PRODUCERS_MAX: usize = 8_000;
+
+/// Entities with quotas, all together (one metadata value).
+pub const QUOTA_ENTITIES_MAX: usize = 1000;
+
+/// Longest user or client id named in a quota.
+pub const QUOTA_NAME_BYTES_MAX: usize = 256;
+
+/// Rates measured at once.
+pub const SENSORS_MAX: usize = 10_000;
+
+/// The most an answer's head buffer reserves at once; it grows as fields are written, so
+/// an answer whose bulk is shared records never allocates their size a second time.
+pub const HEAD_RESERVE_MAX: usize = 64 * 1024;
+
+/// Fewest SCRAM iterations a credential may have (Kafka's minimum).
+pub const ITERATIONS_MIN: u32 = 4096;
+
+/// Most SCRAM iterations a credential may have (Kafka's maximum).
+pub const ITERATIONS_MAX: u32 = 16384;
+
+/// Longest SASL message a client may send (a user name, a nonce and a proof fit easily).
+pub const SASL_MESSAGE_BYTES_MAX: usize = 8192;
+
+/// Longest user name.
+pub const USER_NAME_BYTES_MAX: usize = 256;
+
+/// Longest listener name (Kafka's are short upper-case words).
+pub const LISTENER_NAME_BYTES_MAX: usize = 64;
+
+/// The most listeners a broker runs.
+pub const LISTENERS_MAX: usize = 16;
+
+/// Largest frame a client may send before it is authenticated (Kafka's
+/// `sasl.server.max.receive.size`).
+pub const SASL_RECEIVE_BYTES_MAX: usize = 512 * 1024;
+
+/// Most certificates in a chain or CA file.
+pub const PEM_CERTIFICATES_MAX: usize = 256;
+
+/// The longest quota throttle: the whole measuring window (11 samples of 1 s; `quotas`
+/// checks it against its window).
+pub const THROTTLE_MAX: Duration = Duration::from_secs(11);
+
 #[cfg(test)]
 mod tests {
     use super::*;

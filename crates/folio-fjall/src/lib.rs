@@ -16,10 +16,13 @@
 //! naming the file.
 
 mod error;
+pub mod limits;
 
 use std::path::Path;
 
 pub use error::FjallFilesError;
+
+use crate::limits::VERSION_FILE_BYTES_MAX;
 
 /// The error for an I/O failure on `path`.
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> FjallFilesError + '_ {
@@ -28,8 +31,6 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> FjallFilesError + '_ {
 
 /// Bytes of a `current` file.
 const CURRENT_BYTES: usize = 8 + 16 + 1;
-/// The largest version file read for the check (they hold one line per table file).
-const VERSION_FILE_BYTES_MAX: u64 = 64 * 1024 * 1024;
 
 /// Verifies every keyspace's current version file under the fjall database `dir` against
 /// the checksum fjall recorded for it. A database not created yet passes. The error names

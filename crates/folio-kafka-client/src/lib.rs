@@ -11,6 +11,7 @@
 
 pub mod certs;
 mod error;
+pub mod limits;
 
 pub use error::ClientError;
 
@@ -27,8 +28,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// Answers larger than this are refused (a broken or hostile peer).
-pub const ANSWER_BYTES_MAX: usize = 256 * 1024 * 1024;
+pub use crate::limits::ANSWER_BYTES_MAX;
 
 /// A connection's byte stream: TCP, or TLS over TCP.
 pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + std::fmt::Debug {}

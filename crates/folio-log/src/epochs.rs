@@ -25,11 +25,8 @@
 
 use folio_proto::InvalidRecord;
 
-/// Epochs a log's history keeps, at most (12 bytes each in the log record).
-pub const EPOCHS_MAX: usize = 128;
-
-/// The highest epoch: Kafka's leader epochs are `i32`.
-pub const EPOCH_MAX: u32 = i32::MAX as u32;
+pub use crate::limits::EPOCH_MAX;
+pub use crate::limits::EPOCHS_MAX;
 
 /// Where an epoch begins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -54,3 +54,12 @@ const _: () = assert!(OPEN_ATTEMPTS_MAX > 0 && STREAM_WINDOW_BYTES_MAX <= PREFET
 const _: () = assert!(INDEX_ENTRIES_MAX >= 1024);
 // An offset index record is one metadata value.
 const _: () = assert!(OFFSET_INDEX_RECORD_BYTES_MAX <= VALUE_BYTES_MAX);
+
+/// Adds one compaction keeps in flight to its output ledger.
+pub const COMPACTION_ADDS_IN_FLIGHT_MAX: usize = 256;
+
+/// Epochs a log's history keeps, at most (12 bytes each in the log record).
+pub const EPOCHS_MAX: usize = 128;
+
+/// The highest epoch: Kafka's leader epochs are `i32`.
+pub const EPOCH_MAX: u32 = i32::MAX as u32;

@@ -20,15 +20,13 @@
 //! on the path (that takes TLS; see the README's "A secured cluster").
 
 use crate::error::SecretError;
+pub use crate::limits::CLUSTER_SECRET_BYTES_MAX;
+pub use crate::limits::CLUSTER_SECRET_BYTES_MIN;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 /// Bytes of each nonce and each proof in the handshake.
 pub const AUTH_TOKEN_BYTES: usize = 32;
-/// The shortest cluster secret accepted: 16 bytes (128 bits of a random secret).
-pub const CLUSTER_SECRET_BYTES_MIN: usize = 16;
-/// The longest cluster secret accepted.
-pub const CLUSTER_SECRET_BYTES_MAX: usize = 4096;
 
 /// A nonce or a proof of the handshake.
 pub type AuthToken = [u8; AUTH_TOKEN_BYTES];

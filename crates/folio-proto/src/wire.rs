@@ -37,6 +37,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::auth::{AUTH_TOKEN_BYTES, AuthToken};
 use crate::limits::{ENTRY_BYTES_MAX, MASTER_KEY_BYTES};
+pub use crate::limits::{ENTRY_RANGES_MAX, FRAME_BYTES_MAX, LEDGERS_PAGE_MAX};
 use crate::{EntryId, LedgerId, Status};
 
 /// The version byte every frame carries.
@@ -45,10 +46,6 @@ pub const PROTOCOL_VERSION: u8 = 1;
 pub const FRAME_LEN_BYTES: usize = 4;
 /// Bytes of a frame's header after the length prefix: version, op, flags or status, request id.
 pub const HEADER_BYTES: usize = 12;
-/// The largest frame body: an ADD of the largest entry, plus headers.
-pub const FRAME_BYTES_MAX: usize = ENTRY_BYTES_MAX + 256;
-/// The most ledgers a LIST_LEDGERS answer carries (a larger `limit` is cut to it).
-pub const LEDGERS_PAGE_MAX: usize = 10_000;
 const _: () = assert!(HEADER_BYTES + 5 + LEDGERS_PAGE_MAX * 24 <= FRAME_BYTES_MAX);
 
 /// What a bookie stores of one ledger (LIST_LEDGERS): entries and bytes in its entry logs.
@@ -59,8 +56,9 @@ pub struct LedgerUsage {
     pub bytes: u64,
 }
 
-/// The most entry ranges a LIST_ENTRIES answer carries.
-pub const ENTRY_RANGES_MAX: usize = (FRAME_BYTES_MAX - HEADER_BYTES - 12) / 12;
+// A LIST_ENTRIES answer of the most ranges fits a frame: its header, 12 bytes of its own
+// and 12 per range.
+const _: () = assert!(HEADER_BYTES + 12 + ENTRY_RANGES_MAX * 12 <= FRAME_BYTES_MAX);
 
 const _: () = assert!(HEADER_BYTES + MASTER_KEY_BYTES + ENTRY_BYTES_MAX <= FRAME_BYTES_MAX);
 

@@ -35,3 +35,10 @@ const _: () = assert!(DAMAGE_SCAN_BYTES_MAX >= READ_CHUNK_BYTES as u64);
 // Frame lengths are u32 on disk.
 const _: () = assert!(FRAME_BODY_BYTES_MAX < u32::MAX as usize);
 const _: () = assert!(WRITE_BUFFER_BYTES > 0 && INDEX_PAGE > 0);
+
+/// ... but never over more than this.
+pub const FLUSH_PACE_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Pacing stops once the active half is this full: writers must not wait for a flush
+/// that is sleeping.
+pub const FLUSH_PACE_ACTIVE_FRACTION_MAX: f64 = 0.75;

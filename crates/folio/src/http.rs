@@ -20,13 +20,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::RwLock;
 
+pub use crate::limits::HTTP_CONNECTIONS_MAX;
+pub use crate::limits::HTTP_TOKEN_BYTES_MIN;
+
 pub type Bookies = Arc<RwLock<Vec<Bookie>>>;
 
 /// A metric: name, help text, and how to read it from one bookie.
 type Metric<'a> = (&'a str, &'a str, &'a dyn Fn(&Bookie) -> u64);
-
-/// The shortest HTTP token accepted.
-pub const HTTP_TOKEN_BYTES_MIN: usize = 16;
 
 /// Who may call the mutating routes: whoever sends the token, or with no token, whoever
 /// reaches an endpoint bound to loopback.
@@ -200,9 +200,6 @@ pub async fn serve(
     }
 }
 
-/// Connections the HTTP endpoint serves at once; more get 503 and are closed (unread, so
-/// a client may see the close as a reset).
-pub const HTTP_CONNECTIONS_MAX: usize = 64;
 /// How long a client may take to send its request (and to take the answer).
 pub const HTTP_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The pause after a failed accept (EMFILE and the like) before the next one.

@@ -12,6 +12,7 @@ mod debug;
 mod http;
 mod inspect;
 mod ledger_cmd;
+mod limits;
 mod log_cmd;
 mod standalone;
 mod topics_cmd;
@@ -21,6 +22,9 @@ mod users_cmd;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+use crate::limits::MALLOC_ARENAS_MAX;
 
 #[derive(Debug, Parser)]
 #[command(name = "folio", version, about = "Folio: a replicated log store for streaming data")]
@@ -77,13 +81,6 @@ enum Command {
         what: debug::Debug,
     },
 }
-
-/// glibc's malloc arenas at most (its default is 8 per core). Entries are allocated on
-/// the network threads and freed on the journal, flusher and index threads; with an arena
-/// per thread, each grew to its own peak: a full `folio bench bookie` peaked at 305 MiB of
-/// RSS, 190 MiB with two arenas.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-const MALLOC_ARENAS_MAX: libc::c_int = 2;
 
 /// Caps glibc's malloc arenas; call before any thread is started. Returns whether glibc
 /// took the setting.

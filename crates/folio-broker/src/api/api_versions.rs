@@ -9,13 +9,10 @@ use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
 use kafka_protocol::protocol::Decodable;
 
-use crate::api::SUPPORTED;
+use crate::api::{SUPPORTED, supported};
 use crate::errors;
 use crate::framing::{Frame, encode_response};
 use crate::state::Inner;
-
-/// Highest ApiVersions version this broker knows.
-pub(crate) const VERSION_MAX: i16 = 4;
 
 pub(crate) fn answer(
     inner: &Arc<Inner>,
@@ -37,7 +34,7 @@ pub(crate) fn answer(
     if version >= 3 {
         resp = with_features(resp);
     }
-    let answer_version = if !(0..=VERSION_MAX).contains(&version) {
+    let answer_version = if !supported(ApiKey::ApiVersions, version) {
         resp.error_code = errors::UNSUPPORTED_VERSION;
         0
     } else {

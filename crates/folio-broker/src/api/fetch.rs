@@ -34,6 +34,7 @@ use crate::domain::batch;
 use crate::domain::fetch_sessions::{Asked, Context, SessionRequest, TopicKey};
 use crate::domain::topics::Topic;
 use crate::errors::{self, BrokerError};
+use crate::limits::ANSWER_RESERVE_MIN;
 use crate::limits::BATCHES_PER_PARTITION_MAX;
 use crate::limits::FETCH_WAIT_MAX;
 use crate::limits::Limit;
@@ -292,9 +293,6 @@ fn open_failed(topic: &Topic, partition: i32, e: folio_log::LogError) -> i16 {
 
 /// How long a long-polling Fetch that found data but no answer budget waits to try again.
 const ANSWER_BUDGET_RETRY: Duration = Duration::from_millis(20);
-
-/// The least a partition's read reserves: below this it is not read this round.
-const ANSWER_RESERVE_MIN: usize = 64 * 1024;
 
 /// Reserves answer bytes for a read of up to `want` from the connection's budget and the
 /// answer budget (see `crate::limits`): all of it if free now, else the largest power-of-two

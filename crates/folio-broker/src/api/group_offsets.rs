@@ -20,6 +20,7 @@ use crate::api::{Handler, Refused, str_bytes};
 use crate::domain::acl::{Operation, ResourceType};
 use crate::domain::group::OffsetRecord;
 use crate::errors;
+use crate::limits::COMMIT_ATTEMPTS_MAX;
 use crate::state::Inner;
 
 pub(crate) struct OffsetCommit;
@@ -227,9 +228,6 @@ fn commit_check(inner: &Inner, req: &OffsetCommitRequest) -> i16 {
 }
 
 pub(crate) struct OffsetFetch;
-
-/// Tries of an OffsetCommit whose topics keep changing under it (each re-reads them).
-const COMMIT_ATTEMPTS_MAX: u32 = 3;
 
 /// One group's committed offsets for the topics asked (all when `None`):
 /// (topic name, [(partition, offset, leader epoch, metadata, error)]).

@@ -26,10 +26,8 @@ use kafka_protocol::messages::{
 use crate::api::{Handler, str_bytes};
 use crate::domain::acl::Operation;
 use crate::domain::topics::log_name;
+pub use crate::limits::LOG_DIRS_LEDGERS_MAX;
 use crate::state::Inner;
-
-/// Ledgers whose metadata one DescribeLogDirs reads, at most.
-pub const LOG_DIRS_LEDGERS_MAX: usize = 10_000;
 
 pub(crate) struct DescribeLogDirs;
 

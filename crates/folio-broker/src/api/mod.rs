@@ -438,7 +438,7 @@ pub fn decode_request(frame: Bytes) -> Result<(ApiKey, i16), crate::errors::Brok
 fn decode_frame(frame: Bytes) -> Result<(ApiKey, i16), String> {
     match crate::framing::parse_header(frame)? {
         crate::framing::Parsed::ApiVersions { version, frame, .. } => {
-            if !(0..=api_versions::VERSION_MAX).contains(&version) {
+            if !supported(ApiKey::ApiVersions, version) {
                 return Ok((ApiKey::ApiVersions, version));
             }
             let mut b = frame;

@@ -21,6 +21,9 @@ use folio_meta::keys::Keys;
 use folio_meta::{Expect, MetaError, MetadataStore, list_all};
 use folio_proto::InvalidConfig;
 
+pub use crate::limits::ACL_FIELD_BYTES_MAX;
+pub use crate::limits::BINDINGS_PER_RESOURCE_MAX;
+
 /// Who is on a connection, and through which listener.
 #[derive(Debug, Clone)]
 pub struct Session {
@@ -42,11 +45,6 @@ impl Session {
 
 /// The principal of a connection nobody authenticated.
 pub const ANONYMOUS: &str = "User:ANONYMOUS";
-
-/// Longest principal or host in a binding.
-pub const ACL_FIELD_BYTES_MAX: usize = 256;
-/// Most bindings on one resource pattern (one metadata value).
-pub const BINDINGS_PER_RESOURCE_MAX: usize = 1000;
 
 macro_rules! kafka_enum {
     ($(#[$m:meta])* $name:ident { $($v:ident = $code:literal => $text:literal),* $(,)? }) => {

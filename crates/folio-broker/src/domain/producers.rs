@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use crate::domain::batch::BatchInfo;
 use crate::errors::BrokerError;
 pub use crate::limits::PRODUCERS_MAX;
+pub use crate::limits::SNAPSHOT_PRODUCERS_MAX;
 
 /// Batches remembered per producer (Kafka: 5, the most a client keeps in flight).
 pub const BATCHES_PER_PRODUCER: usize = 5;
@@ -62,9 +63,6 @@ impl Producer {
     }
 }
 
-/// Producers a snapshot holds at most (the most recently used): with five batches each it
-/// stays under the metadata store's value limit.
-pub const SNAPSHOT_PRODUCERS_MAX: usize = 8_000;
 const SNAPSHOT_VERSION: u8 = 1;
 /// Bytes of one producer in a snapshot, with all its batches.
 const SNAPSHOT_PRODUCER_BYTES: usize = 8 + 2 + 8 + 8 + 1 + BATCHES_PER_PRODUCER * 16;

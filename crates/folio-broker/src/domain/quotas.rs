@@ -35,18 +35,17 @@ use folio_meta::records::{Record, Update, corrupt, update};
 use folio_meta::{MetaError, MetadataStore};
 use folio_proto::InvalidConfig;
 
-/// Entities with quotas, all together (one metadata value).
-pub const QUOTA_ENTITIES_MAX: usize = 1000;
-/// Longest user or client id named in a quota.
-pub const QUOTA_NAME_BYTES_MAX: usize = 256;
+pub use crate::limits::QUOTA_ENTITIES_MAX;
+pub use crate::limits::QUOTA_NAME_BYTES_MAX;
+pub use crate::limits::SENSORS_MAX;
+pub use crate::limits::THROTTLE_MAX;
+
 /// Samples a rate is measured over (Kafka's `quota.window.num`).
 pub const SAMPLES: u32 = 11;
 /// One sample (Kafka's `quota.window.size.seconds`).
 pub const SAMPLE: Duration = Duration::from_secs(1);
-/// The longest throttle (the whole window).
-pub const THROTTLE_MAX: Duration = Duration::from_secs(SAMPLES as u64);
-/// Rates measured at once.
-pub const SENSORS_MAX: usize = 10_000;
+// The longest throttle is the whole window.
+const _: () = assert!(THROTTLE_MAX.as_secs() == SAMPLES as u64);
 
 /// The quota keys Folio enforces; others are refused.
 pub const KEYS: [&str; 2] = ["producer_byte_rate", "consumer_byte_rate"];

@@ -17,6 +17,9 @@
 pub mod credentials;
 pub(crate) mod sasl;
 pub use sasl::SASL_RECEIVE_BYTES_MAX;
+
+pub use crate::limits::LISTENER_NAME_BYTES_MAX;
+pub use crate::limits::LISTENERS_MAX;
 pub mod scram;
 pub mod tls;
 mod x509;
@@ -27,11 +30,6 @@ use std::time::Duration;
 use folio_proto::InvalidConfig;
 
 pub use scram::Mechanism;
-
-/// Longest listener name (Kafka's are short upper-case words).
-pub const LISTENER_NAME_BYTES_MAX: usize = 64;
-/// The most listeners a broker runs.
-pub const LISTENERS_MAX: usize = 16;
 
 /// How a listener's connections are secured (Kafka's `security.protocol`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

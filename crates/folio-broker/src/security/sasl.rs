@@ -30,10 +30,7 @@ use super::scram::{self, Mechanism, ScramServer};
 use super::{SaslConfig, Session, credentials};
 use crate::errors;
 use crate::framing::{Frame, HEADER_PREFIX_BYTES, Parsed, encode_response, parse_header};
-
-/// Largest frame a client may send before it is authenticated (Kafka's
-/// `sasl.server.max.receive.size`).
-pub const SASL_RECEIVE_BYTES_MAX: usize = 512 * 1024;
+pub use crate::limits::SASL_RECEIVE_BYTES_MAX;
 
 /// What the listener does with a frame.
 #[derive(Debug)]

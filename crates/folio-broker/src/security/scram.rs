@@ -21,6 +21,11 @@ use folio_proto::InvalidConfig;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256, Sha512};
 
+pub use crate::limits::ITERATIONS_MAX;
+pub use crate::limits::ITERATIONS_MIN;
+pub use crate::limits::SASL_MESSAGE_BYTES_MAX;
+pub use crate::limits::USER_NAME_BYTES_MAX;
+
 folio_proto::reason_error!(
     /// Why a SCRAM or PLAIN exchange (or a stored credential) was refused: the message the
     /// SASL answer carries, naming the part at fault.
@@ -33,14 +38,6 @@ impl From<InvalidConfig> for Refused {
     }
 }
 
-/// Fewest SCRAM iterations a credential may have (Kafka's minimum).
-pub const ITERATIONS_MIN: u32 = 4096;
-/// Most SCRAM iterations a credential may have (Kafka's maximum).
-pub const ITERATIONS_MAX: u32 = 16384;
-/// Longest SASL message a client may send (a user name, a nonce and a proof fit easily).
-pub const SASL_MESSAGE_BYTES_MAX: usize = 8192;
-/// Longest user name.
-pub const USER_NAME_BYTES_MAX: usize = 256;
 /// Bytes of the server's part of a SCRAM nonce (random, base64 encoded).
 const SERVER_NONCE_BYTES: usize = 24;
 /// Bytes of a new credential's salt.

@@ -16,10 +16,10 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use tokio::sync::watch;
 
+pub use crate::limits::PEM_CERTIFICATES_MAX;
+
 /// How often the PEM files are checked for changes.
 pub const RELOAD_POLL: Duration = Duration::from_secs(5);
-/// Most certificates in a chain or CA file.
-pub const PEM_CERTIFICATES_MAX: usize = 256;
 
 /// Whether clients must show a certificate (`ssl.client.auth`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

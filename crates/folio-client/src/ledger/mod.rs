@@ -26,6 +26,8 @@ use tokio::sync::{Semaphore, watch};
 
 use crate::BookieConnection;
 use crate::error::{LedgerError, Result, WriterFailure};
+use crate::limits::BOOKIE_INFLIGHT_MAX;
+pub use crate::limits::OUTSTANDING_ADDS_MAX;
 use crate::pool::BookiePool;
 
 mod check;
@@ -39,7 +41,6 @@ pub use check::BookieListing;
 pub use check::{MissingCopy, ReplicaCheck};
 pub use stall::adds_stalled_total;
 
-pub use crate::limits::OUTSTANDING_ADDS_MAX;
 pub use folio_proto::wire::master_key;
 
 /// A new ledger's ensemble size, quorums, password and custom metadata.
@@ -303,9 +304,6 @@ struct WriterState {
 
 /// Bytes of the random password a new ledger gets (`CreateOptions::new`).
 pub const LEDGER_PASSWORD_BYTES: usize = 20;
-
-/// Requests in flight on one connection to one bookie.
-const BOOKIE_INFLIGHT_MAX: usize = 4096;
 
 /// Default per-request timeout (see `LedgerClient::with_request_timeout`).
 pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);

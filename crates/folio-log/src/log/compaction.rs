@@ -30,6 +30,7 @@ use folio_proto::EntryId;
 use super::{Command, ManagedLog};
 use crate::entry::{self, EntryHeader};
 use crate::error::{LogError, Result};
+pub use crate::limits::COMPACTION_ADDS_IN_FLIGHT_MAX;
 use crate::limits::OFFSET_INDEX_RECORD_BYTES_MAX;
 use crate::records::{LedgerInfo, OffsetIndexRecord};
 
@@ -37,8 +38,6 @@ use crate::records::{LedgerInfo, OffsetIndexRecord};
 pub const COMPACTION_OUTPUT: &str = "compaction.output";
 /// Log record property: the offset below which the chain was compacted (the clean part).
 pub const COMPACTION_CLEAN_END: &str = "compaction.clean_end";
-/// Adds one compaction keeps in flight to its output ledger.
-pub const COMPACTION_ADDS_IN_FLIGHT_MAX: usize = 256;
 
 type Confirm = Pin<Box<dyn Future<Output = std::result::Result<EntryId, LedgerError>> + Send>>;
 

@@ -1,4 +1,6 @@
 use super::*;
+use crate::limits::FLUSH_PACE_ACTIVE_FRACTION_MAX;
+use crate::limits::FLUSH_PACE_MAX;
 
 impl Inner {
     pub(super) fn run_flusher(&self) {
@@ -182,13 +184,8 @@ pub(super) struct FlushState {
 /// A background flush spreads its entry-log writes over this fraction of the time the
 /// flushed half took to fill, so it ends well before the next half is full...
 const FLUSH_PACE_FRACTION: f64 = 0.5;
-/// ... but never over more than this.
-const FLUSH_PACE_MAX: std::time::Duration = std::time::Duration::from_secs(1);
 /// The pace is checked after every this many bytes written.
 const FLUSH_PACE_STEP_BYTES: usize = 256 * 1024;
-/// Pacing stops once the active half is this full: writers must not wait for a flush
-/// that is sleeping.
-const FLUSH_PACE_ACTIVE_FRACTION_MAX: f64 = 0.75;
 
 /// Paces a background flush. A disk cache flush persists everything written before it
 /// (on this kind of VM the host's flush is file-wide), so a flush that writes its half as
