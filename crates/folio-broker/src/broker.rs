@@ -235,7 +235,7 @@ impl Broker {
     /// this broker coordinates (state, members, rebalances, lag per partition).
     pub fn render_metrics(&self) -> String {
         use std::fmt::Write as _;
-        let mut out = self.inner.metrics.render();
+        let mut out = self.inner.metrics.render(crate::api::framing::api_name);
         if let Some(a) = self.last_audit() {
             out.push_str(&a.gauges());
         }

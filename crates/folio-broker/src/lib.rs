@@ -36,7 +36,6 @@ pub mod config;
 pub mod deletion;
 pub mod domain;
 pub mod errors;
-mod framing;
 pub mod limits;
 pub mod metrics;
 pub mod security;

@@ -7,8 +7,6 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use kafka_protocol::messages::ApiKey;
-
 use crate::limits::Limit;
 
 /// Upper bounds (seconds) of the latency buckets.
@@ -261,14 +259,14 @@ impl Metrics {
     }
 
     /// Counts one answered request; `error`: the first non-zero error code in the answer.
-    pub fn request(&self, api: ApiKey, error: i16) {
-        *self.requests.lock().expect("metrics lock").entry((api as i16, error)).or_default() += 1;
+    pub fn request(&self, api: i16, error: i16) {
+        *self.requests.lock().expect("metrics lock").entry((api, error)).or_default() += 1;
     }
 
     /// Requests answered for `api` with `error` so far.
-    pub fn requests(&self, api: ApiKey, error: i16) -> u64 {
+    pub fn requests(&self, api: i16, error: i16) -> u64 {
         let m = self.requests.lock().expect("metrics lock");
-        m.get(&(api as i16, error)).copied().unwrap_or(0)
+        m.get(&(api, error)).copied().unwrap_or(0)
     }
 
     /// The metrics of topic `name`, created on first use.
@@ -318,12 +316,12 @@ impl Metrics {
     }
 
     /// `folio_kafka_requests_total`, by API and error code.
-    fn render_requests(&self) -> String {
+    fn render_requests(&self, api_name: impl Fn(i16) -> String) -> String {
         let mut out = String::from(
             "# HELP folio_kafka_requests_total Kafka requests answered, by API and error code.\n# TYPE folio_kafka_requests_total counter\n",
         );
         for ((api, code), n) in self.requests.lock().expect("metrics lock").iter() {
-            let api = ApiKey::try_from(*api).map_or_else(|_| api.to_string(), |k| format!("{k:?}"));
+            let api = api_name(*api);
             let _ = writeln!(
                 out,
                 "folio_kafka_requests_total{{api=\"{api}\",error=\"{}\"}} {n}",
@@ -359,10 +357,12 @@ impl Metrics {
         ]
     }
 
-    /// Prometheus text format.
-    pub fn render(&self) -> String {
+    /// Prometheus text format; `api_name` names an API by its key (`Produce`): metrics
+    /// count requests by key and know none of Kafka's messages.
+    pub fn render(&self, api_name: impl Fn(i16) -> String) -> String {
         let mut out =
-            [self.render_security(), self.render_compaction(), self.render_requests()].concat();
+            [self.render_security(), self.render_compaction(), self.render_requests(api_name)]
+                .concat();
         let (counter, gauge) = ("counter", "gauge");
         for (name, help, kind, v) in [
             ("folio_kafka_bytes_in_total", "Record-batch bytes produced.", counter, &self.bytes_in),

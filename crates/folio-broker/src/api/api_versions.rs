@@ -9,9 +9,9 @@ use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
 use kafka_protocol::protocol::Decodable;
 
+use crate::api::framing::{Frame, encode_response};
 use crate::api::{SUPPORTED, supported};
 use crate::errors;
-use crate::framing::{Frame, encode_response};
 use crate::state::Inner;
 
 pub(crate) fn answer(
@@ -48,7 +48,7 @@ pub(crate) fn answer(
         }
         version
     };
-    inner.metrics.request(ApiKey::ApiVersions, resp.error_code);
+    inner.metrics.request(ApiKey::ApiVersions as i16, resp.error_code);
     encode_response(ApiKey::ApiVersions, answer_version, correlation, &resp).map(Some)
 }
 

@@ -13,10 +13,10 @@ use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, RequestHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
+use crate::api::framing::{Pending, encode_response};
 use crate::budget::RequestScope;
 use crate::domain::acl::{Operation, ResourceType};
 use crate::errors;
-use crate::framing::{Pending, encode_response};
 use crate::state::Inner;
 
 /// `Handler::error_code` generated from the answer's shape: the first non-zero code among
@@ -102,6 +102,7 @@ pub mod configs;
 pub mod consumer_groups;
 pub mod describe_producers;
 pub mod fetch;
+pub(crate) mod framing;
 pub mod group_offsets;
 pub mod groups;
 pub mod leader_epochs;
@@ -111,6 +112,7 @@ pub mod metadata;
 pub mod offsets;
 pub mod produce;
 pub mod quotas;
+pub(crate) mod sasl;
 pub mod share;
 pub mod transactions;
 pub mod users;
@@ -384,7 +386,7 @@ async fn run<H: Handler>(
         Ok(started) => started,
         Err(denied) => return Ok(finish::<H>(inner, header, answered, denied)),
     };
-    Ok(crate::framing::spawn_answer(REQUEST.scope(scope, async move {
+    Ok(crate::api::framing::spawn_answer(REQUEST.scope(scope, async move {
         // An OffsetCommit's place among its group's commits, held until it is answered.
         let _commit = arrival.commit;
         let mut resp = answer.await;
@@ -402,7 +404,7 @@ fn finish<H: Handler>(
     answered: bool,
     resp: H::Response,
 ) -> Pending {
-    crate::framing::ready(answer_frame::<H>(&inner, &header, answered, &resp))
+    crate::api::framing::ready(answer_frame::<H>(&inner, &header, answered, &resp))
 }
 
 /// Counts `resp` and frames it; an unanswered request's error closes the connection.
@@ -411,9 +413,9 @@ fn answer_frame<H: Handler>(
     header: &RequestHeader,
     answered: bool,
     resp: &H::Response,
-) -> Result<Option<crate::framing::Frame>, String> {
+) -> Result<Option<crate::api::framing::Frame>, String> {
     let code = H::error_code(resp);
-    inner.metrics.request(H::KEY, code);
+    inner.metrics.request(H::KEY as i16, code);
     if !answered {
         if code != 0 {
             return Err(format!(
@@ -436,8 +438,8 @@ pub fn decode_request(frame: Bytes) -> Result<(ApiKey, i16), crate::errors::Brok
 
 /// `decode_request`, why in words.
 fn decode_frame(frame: Bytes) -> Result<(ApiKey, i16), String> {
-    match crate::framing::parse_header(frame)? {
-        crate::framing::Parsed::ApiVersions { version, frame, .. } => {
+    match crate::api::framing::parse_header(frame)? {
+        crate::api::framing::Parsed::ApiVersions { version, frame, .. } => {
             if !supported(ApiKey::ApiVersions, version) {
                 return Ok((ApiKey::ApiVersions, version));
             }
@@ -447,7 +449,7 @@ fn decode_frame(frame: Bytes) -> Result<(ApiKey, i16), String> {
             ApiVersionsRequest::decode(&mut b, version).map_err(|e| e.to_string())?;
             Ok((ApiKey::ApiVersions, version))
         }
-        crate::framing::Parsed::Request { key, header, body } => {
+        crate::api::framing::Parsed::Request { key, header, body } => {
             let version = header.request_api_version;
             decode_body(key, version, body).map(|()| (key, version))
         }

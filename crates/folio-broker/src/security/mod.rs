@@ -8,18 +8,18 @@
 //!   credentials ([`scram::Credential`]); no password is ever stored.
 //! - [`credentials`]: the credentials in the metadata store.
 //! - [`acl`]: Kafka ACLs, stored in the metadata store and cached with a watch.
-//! - `sasl`: a connection's authentication state (what may be sent before, during and
-//!   after the exchange; KIP-368 session lifetimes).
 //!
-//! Architecture invariant: depends on nothing of the broker but `framing` and `errors`
-//! (below every module), so the listener (`server`) and the APIs both use it.
+//! A connection's SASL state (what may be sent before, during and after the exchange)
+//! is the listener's: `wire::sasl`.
+//!
+//! Architecture invariant: depends on nothing of the broker but the domain's principals,
+//! `errors` and `limits` (below every module), and never on Kafka's messages, so the
+//! listener (`wire`) and the APIs both use it.
 
 pub mod credentials;
-pub(crate) mod sasl;
-pub use sasl::SASL_RECEIVE_BYTES_MAX;
 
-pub use crate::limits::LISTENER_NAME_BYTES_MAX;
-pub use crate::limits::LISTENERS_MAX;
+pub use crate::limits::SASL_RECEIVE_BYTES_MAX;
+pub use crate::limits::{LISTENER_NAME_BYTES_MAX, LISTENERS_MAX};
 pub mod scram;
 pub mod tls;
 mod x509;

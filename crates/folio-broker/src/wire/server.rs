@@ -28,13 +28,13 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
+use crate::api::framing::{Parsed, Pending, parse_header, ready};
 use crate::budget::{Budgets, Held, RequestScope};
-use crate::framing::{Parsed, Pending, parse_header, ready};
 use crate::limits::Limit;
-use crate::security::sasl::{Gated, SaslGate, Store};
 use crate::security::tls::TlsAcceptor;
 use crate::security::{SecurityProtocol, Session};
 use crate::state::Inner;
+use crate::wire::sasl::{Gated, SaslGate, Store};
 
 /// Request bytes are reserved and read in steps of this size, as they arrive.
 const READ_STEP_BYTES: usize = 64 * 1024;

@@ -16,21 +16,18 @@
 //! same principal. On a listener without SASL every connection is `Open` for ever and the
 //! SASL requests get ILLEGAL_SASL_STATE.
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use folio_meta::MetadataStore;
 use folio_meta::keys::Keys;
-use kafka_protocol::messages::{
-    ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
-    SaslHandshakeResponse,
-};
-use kafka_protocol::protocol::{Decodable, StrBytes};
 use tokio::time::Instant;
 
-use super::scram::{self, Mechanism, ScramServer};
-use super::{SaslConfig, Session, credentials};
+use crate::api::framing::{Frame, HEADER_PREFIX_BYTES};
+use crate::api::sasl::{AuthAnswer, Kind, SaslRequest};
+use crate::domain::acl::Session;
 use crate::errors;
-use crate::framing::{Frame, HEADER_PREFIX_BYTES, Parsed, encode_response, parse_header};
-pub use crate::limits::SASL_RECEIVE_BYTES_MAX;
+use crate::limits::SASL_RECEIVE_BYTES_MAX;
+use crate::security::scram::{self, Mechanism, ScramServer};
+use crate::security::{SaslConfig, credentials};
 
 /// What the listener does with a frame.
 #[derive(Debug)]
@@ -120,11 +117,10 @@ impl SaslGate {
         if let State::Authenticate { raw: true, .. } = self.state {
             return self.raw_token(store, frame, session).await;
         }
-        let key = frame.get(..2).map(|mut b| b.get_i16()).and_then(|k| ApiKey::try_from(k).ok());
-        match (&self.state, key) {
-            (_, Some(ApiKey::SaslHandshake)) if !self.sasl => self.illegal(frame),
-            (_, Some(ApiKey::SaslAuthenticate)) if !self.sasl => self.illegal(frame),
-            (State::Open { expires }, Some(k)) if k != ApiKey::SaslHandshake => {
+        let kind = crate::api::sasl::kind(&frame);
+        match (&self.state, kind) {
+            (_, Kind::Handshake | Kind::Authenticate) if !self.sasl => self.illegal(frame),
+            (State::Open { expires }, k) if k != Kind::Handshake && k != Kind::Unknown => {
                 if let (Some(at), Some(life)) = (expires, self.config.session_lifetime)
                     && Instant::now() >= *at
                 {
@@ -132,65 +128,47 @@ impl SaslGate {
                         "the SASL session ended after {life:?} (connections.max.reauth.ms) and the client did not authenticate again"
                     ));
                 }
-                if k == ApiKey::SaslAuthenticate {
+                if k == Kind::Authenticate {
                     return Err("SaslAuthenticate without a SaslHandshake".into());
                 }
                 Ok(Gated::Dispatch(frame))
             }
-            (State::Open { .. } | State::Handshake, Some(ApiKey::SaslHandshake)) => {
-                self.handshake(frame)
-            }
-            (State::Handshake, Some(ApiKey::ApiVersions)) => Ok(Gated::Dispatch(frame)),
-            (State::Authenticate { .. }, Some(ApiKey::SaslAuthenticate)) => {
+            (State::Open { .. } | State::Handshake, Kind::Handshake) => self.handshake(frame),
+            (State::Handshake, Kind::ApiVersions) => Ok(Gated::Dispatch(frame)),
+            (State::Authenticate { .. }, Kind::Authenticate) => {
                 self.authenticate(store, frame, session).await
             }
-            (_, k) => Err(format!(
-                "a {} request before SASL authentication finished",
-                k.map_or("unknown".to_string(), |k| format!("{k:?}"))
-            )),
+            (_, k) => Err(format!("a {} request before SASL authentication finished", k.name())),
         }
     }
 
     fn illegal(&self, frame: Bytes) -> Result<Gated, String> {
-        let Parsed::Request { key, header, .. } = parse_header(frame)? else {
-            return Err("not a SASL request".into());
-        };
-        let (v, c) = (header.request_api_version, header.correlation_id);
-        let code = errors::ILLEGAL_SASL_STATE;
-        let msg = Some(StrBytes::from_static_str("this listener does not use SASL"));
-        let f = if key == ApiKey::SaslHandshake {
-            encode_response(key, v, c, &SaslHandshakeResponse::default().with_error_code(code))
-        } else {
-            let r =
-                SaslAuthenticateResponse::default().with_error_code(code).with_error_message(msg);
-            encode_response(key, v, c, &r)
-        };
-        f.map(Gated::Answer)
+        let req = SaslRequest::parse(frame)?;
+        let answer =
+            req.error_answer(errors::ILLEGAL_SASL_STATE, "this listener does not use SASL");
+        answer.map(Gated::Answer)
     }
 
     fn handshake(&mut self, frame: Bytes) -> Result<Gated, String> {
-        let Parsed::Request { key, header, mut body } = parse_header(frame)? else {
+        let mut req = SaslRequest::parse(frame)?;
+        if !req.is_handshake() {
             return Err("not a SaslHandshake".into());
-        };
-        let v = header.request_api_version;
-        let req = SaslHandshakeRequest::decode(&mut body, v)
-            .map_err(|e| format!("SaslHandshake v{v}: malformed: {e}"))?;
-        let offered: Vec<StrBytes> =
-            self.config.mechanisms.iter().map(|m| StrBytes::from_static_str(m.name())).collect();
-        let mech =
-            Mechanism::parse(req.mechanism.as_str()).filter(|m| self.config.mechanisms.contains(m));
-        let mut resp = SaslHandshakeResponse::default().with_mechanisms(offered);
+        }
+        let asked = req.mechanism()?;
+        let offered: Vec<&'static str> = self.config.mechanisms.iter().map(|m| m.name()).collect();
+        let mech = Mechanism::parse(&asked).filter(|m| self.config.mechanisms.contains(m));
+        let mut code = errors::NONE;
         match mech {
             Some(mech) => {
                 let exchange = match mech {
                     Mechanism::Plain => Exchange::Plain,
                     m => Exchange::ScramFirst(m),
                 };
-                self.state = State::Authenticate { exchange, raw: v == 0, mech };
+                self.state = State::Authenticate { exchange, raw: req.version() == 0, mech };
             }
-            None => resp.error_code = errors::UNSUPPORTED_SASL_MECHANISM,
+            None => code = errors::UNSUPPORTED_SASL_MECHANISM,
         }
-        encode_response(key, v, header.correlation_id, &resp).map(Gated::Answer)
+        req.handshake_answer(&offered, code).map(Gated::Answer)
     }
 
     async fn authenticate(
@@ -199,34 +177,32 @@ impl SaslGate {
         frame: Bytes,
         session: &mut Session,
     ) -> Result<Gated, String> {
-        let Parsed::Request { key, header, mut body } = parse_header(frame)? else {
+        let mut req = SaslRequest::parse(frame)?;
+        if req.is_handshake() {
             return Err("not a SaslAuthenticate".into());
-        };
-        let v = header.request_api_version;
-        let req = SaslAuthenticateRequest::decode(&mut body, v)
-            .map_err(|e| format!("SaslAuthenticate v{v}: malformed: {e}"))?;
-        let answer =
-            |resp: &SaslAuthenticateResponse| encode_response(key, v, header.correlation_id, resp);
-        let (mech, step) = self.step(store, &req.auth_bytes).await?;
+        }
+        let token = req.auth_bytes()?;
+        let (mech, step) = self.step(store, &token).await?;
         match step {
-            Step::Challenge(reply, next) => {
+            Step::Challenge(auth_bytes, next) => {
                 self.state = State::Authenticate { exchange: next, raw: false, mech };
-                let r = SaslAuthenticateResponse::default().with_auth_bytes(reply.into());
-                answer(&r).map(Gated::Answer)
+                let a = AuthAnswer { auth_bytes, ..AuthAnswer::default() };
+                req.authenticate_answer(a).map(Gated::Answer)
             }
-            Step::Done(user, reply) => {
+            Step::Done(user, auth_bytes) => {
                 self.open(&user, session)?;
                 let life = self.config.session_lifetime.map_or(0, |d| d.as_millis() as i64);
-                let r = SaslAuthenticateResponse::default()
-                    .with_auth_bytes(reply.into())
-                    .with_session_lifetime_ms(life);
-                answer(&r).map(Gated::Authenticated)
+                let a =
+                    AuthAnswer { auth_bytes, session_lifetime_ms: life, ..AuthAnswer::default() };
+                req.authenticate_answer(a).map(Gated::Authenticated)
             }
             Step::Failed(why) => {
-                let r = SaslAuthenticateResponse::default()
-                    .with_error_code(errors::SASL_AUTHENTICATION_FAILED)
-                    .with_error_message(Some(StrBytes::from_string(failed_message(mech))));
-                Ok(Gated::Refused(answer(&r)?, why))
+                let a = AuthAnswer {
+                    error_code: errors::SASL_AUTHENTICATION_FAILED,
+                    error_message: Some(failed_message(mech)),
+                    ..AuthAnswer::default()
+                };
+                Ok(Gated::Refused(req.authenticate_answer(a)?, why))
             }
         }
     }

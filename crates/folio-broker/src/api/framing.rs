@@ -1,5 +1,6 @@
 //! Kafka framing: a request frame's header in, an answer's frame out, and the handle of
-//! an answer being worked on. Used by the listener (`server`) and the APIs (`api`).
+//! an answer being worked on. Used by the APIs and by the listener (`wire`), which knows
+//! Kafka's bytes only through this module and `api::sasl`.
 //!
 //! An answer is a [`Frame`]: its bytes as a list of chunks, written with vectored writes.
 //! Encoding copies small fields into chunks of their own, but keeps byte fields of at
@@ -7,8 +8,8 @@
 //! are in, so a batch is copied once between the bookie's buffer and the socket (into its
 //! partition's records, with its base offset patched), not a second time into the frame.
 //!
-//! Architecture invariant: depends on nothing else in this crate, so the listener and the
-//! APIs share it without depending on each other.
+//! Architecture invariant: depends on nothing else in this crate but its limits, so the
+//! listener takes it without taking the APIs' state.
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
@@ -32,6 +33,11 @@ pub(crate) const SHARE_MIN_BYTES: usize = 4096;
 
 /// Bytes of the fixed request-header prefix: API key, version, correlation id.
 pub(crate) const HEADER_PREFIX_BYTES: usize = 8;
+
+/// The name of API `key` (`Produce`), or the number when no API has it.
+pub(crate) fn api_name(key: i16) -> String {
+    ApiKey::try_from(key).map_or_else(|_| key.to_string(), |k| format!("{k:?}"))
+}
 
 /// A request frame after its header.
 pub(crate) enum Parsed {
