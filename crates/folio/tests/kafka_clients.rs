@@ -303,8 +303,9 @@ fn a_running_classic_group_is_upgraded_and_downgraded_online() {
 }
 
 /// #50, KIP-932: three confluent-kafka share consumers acknowledging explicitly; one is
-/// SIGKILLed holding a batch: its records come back to the others with delivery count 2
-/// once their lock times out (and its session ends); every record acknowledged once.
+/// SIGKILLed holding a batch (the others paused, so that it gets one): its records come back
+/// to the others, delivery count 2 or more, once their lock times out; every record
+/// acknowledged once.
 #[test]
 fn share_group_members_ack_and_a_killed_members_records_come_back() {
     let dir = tempfile::tempdir().unwrap();

@@ -125,7 +125,7 @@ def share_member(bootstrap, topic, group, name, ctl):
     """A share consumer of `group` acknowledging explicitly: acknowledges each batch, commits
     the acknowledgements and only then reports the keys it read (with their delivery
     counts). On `<ctl>/<name>.stop` it takes one more batch and holds it unacknowledged
-    (to be killed with it)."""
+    (to be killed with it); while `<ctl>/<name>.pause` exists it does not poll."""
     c = ck().ShareConsumer({
         "bootstrap.servers": bootstrap,
         "group.id": group,
@@ -137,11 +137,19 @@ def share_member(bootstrap, topic, group, name, ctl):
         print(json.dumps(kv), flush=True)
 
     path = lambda what: os.path.join(ctl, f"{name}.{what}")
+    paused = False
     while True:
         if os.path.exists(path("leave")):
             c.close()
             say(event="left")
             return
+        if os.path.exists(path("pause")):
+            if not paused:
+                paused = True
+                say(event="paused")
+            time.sleep(0.1)
+            continue
+        paused = False
         good = [m for m in c.poll(0.5) if not m.error()]
         if os.path.exists(path("stop")) and good:
             say(event="holding", keys=[int(m.key()) for m in good])
@@ -210,6 +218,9 @@ class Member:
 
     def signal(self, what):
         open(os.path.join(self.ctl, f"{self.name}.{what}"), "w").close()
+
+    def unsignal(self, what):
+        os.remove(os.path.join(self.ctl, f"{self.name}.{what}"))
 
     def saw(self, event):
         with self.lock:
@@ -396,12 +407,20 @@ def scenario_share_group(bootstrap, lock_ms):
     victim, others = ms[0], ms[1:]
     try:
         wait_for("the first 1500 records", lambda: len(set(read_keys(ms))) >= 1500)
+        # The others stop polling so that the new records go to the victim: otherwise a
+        # faster member may take all of them and leave it nothing to hold.
+        for m in others:
+            m.signal("pause")
+        for m in others:
+            wait_for(f"{m.name} to pause", lambda m=m: m.saw("paused"))
         victim.signal("stop")
         produce(bootstrap, topic, 1500, 1500)
         wait_for("s0 to hold a batch", lambda: victim.saw("holding"))
         with victim.lock:
             held = [k for e in victim.events if e["event"] == "holding" for k in e["keys"]]
         victim.kill()
+        for m in others:
+            m.unsignal("pause")
         killed_at = time.time()
         wait_for("every record", lambda: len(set(read_keys(ms))) >= 3000, timeout=120)
         again = time.time() - killed_at
@@ -410,11 +429,16 @@ def scenario_share_group(bootstrap, lock_ms):
         for m in others:
             with m.lock:
                 counts.update(m.counts)
-        wrong = {k: counts.get(k) for k in held if counts.get(k) != 2}
-        check(not wrong, f"held records delivered again with other counts: {list(wrong.items())[:5]}")
+        # Delivered again: count 2, or more when a lock ran out again under load (KIP-932
+        # counts every acquisition). A count of 1 would mean the victim's hold was lost.
+        wrong = {k: counts.get(k) for k in held if (counts.get(k) or 0) < 2}
+        check(not wrong, f"{len(wrong)} of the {len(held)} held records not delivered again: "
+              f"{list(wrong.items())[:5]}; members:\n{describe_members()}")
+        more = sum(1 for k in held if counts[k] > 2)
         print(f"ok share group: 3000 records acknowledged once by 3 members; the {len(held)} "
-              f"records the killed member held came back with delivery count 2 within "
-              f"{again:.1f} s (lock {lock_ms} ms)")
+              f"records the killed member held came back within {again:.1f} s (lock "
+              f"{lock_ms} ms), {len(held) - more} with delivery count 2, {more} with more "
+              f"(a lock ran out again); commits failed: {commit_failures(others)}")
     finally:
         for m in ms:
             if m.proc.poll() is None:
