@@ -48,15 +48,22 @@ else
     failed+=("test report")
 fi
 # The storage engine and the bookie's GC suites once more in the other storage mode (the
-# main run uses the default, single-write; tests of one mode's own behaviour set it themselves).
+# main run uses the default, single-write; tests of one mode's own behaviour set it
+# themselves), from the same build.
+two_write_report=target/nextest/ci-two-write/junit.xml
+rm -f "$two_write_report"
 step "storage and GC suites in two-write mode" \
-    env FOLIO_STORAGE_MODE=two-write cargo test -p folio-storage -p folio-bookie --quiet
+    env FOLIO_STORAGE_MODE=two-write cargo nextest run --workspace --all-features \
+    --profile ci-two-write --no-fail-fast -E 'package(folio-storage) | package(folio-bookie)'
+[ -f "$two_write_report" ] && python3 scripts/lib/junit_summary.py run "$two_write_report"
 echo "== wall time $(($(date +%s) - started)) s"
 if ((${#failed[@]})); then
     printf 'FAILED: %s\n' "${failed[@]}"
 fi
 # The closing line: tests passed and failed (nextest's report), or the failed step.
-[ -f "$report" ] && python3 scripts/lib/junit_summary.py counts "$report"
+reports=()
+for r in "$report" "$two_write_report"; do [ -f "$r" ] && reports+=("$r"); done
+((${#reports[@]})) && python3 scripts/lib/junit_summary.py counts "${reports[@]}"
 if ((${#failed[@]})); then
     exit 1
 fi

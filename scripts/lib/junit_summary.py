@@ -3,7 +3,7 @@
 
     junit_summary.py run REPORT          failures of one run, then its ten slowest tests
     junit_summary.py soak REPORT...      per-test failure counts over several runs
-    junit_summary.py counts REPORT       one line: "N passed, M failed"
+    junit_summary.py counts REPORT...    one line over the reports: "N passed, M failed"
 
 A test counts as failed when its testcase has a <failure> or <error> child (nextest writes
 one for a failing exit, a panic, a timeout or a crash).
@@ -62,16 +62,16 @@ def soak(paths):
     return 1 if fails else 0
 
 
-def counts(path):
-    cs = cases(path)
+def counts(paths):
+    cs = [c for p in paths for c in cases(p)]
     failed = sum(1 for c in cs if c[2])
     print(f"{len(cs) - failed} passed, {failed} failed")
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "counts":
-        sys.exit(counts(sys.argv[2]))
+    if len(sys.argv) >= 3 and sys.argv[1] == "counts":
+        sys.exit(counts(sys.argv[2:]))
     if len(sys.argv) >= 3 and sys.argv[1] == "run":
         sys.exit(run(sys.argv[2]))
     if len(sys.argv) >= 3 and sys.argv[1] == "soak":
