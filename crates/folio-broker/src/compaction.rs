@@ -27,6 +27,7 @@
 //! transactions and the markers are dropped, and committed transactions' records become
 //! plain records (their markers are no longer needed to read them).
 
+use crate::errors::BrokerError;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -114,7 +115,7 @@ pub(crate) async fn compact_if_due(
     inner: &Inner,
     part: &crate::state::Partition,
     tc: &TopicConfig,
-) -> Result<Option<CompactionReport>, String> {
+) -> Result<Option<CompactionReport>, BrokerError> {
     let log = &part.log;
     let ledgers = log.info().ledgers;
     let max = inner.config.log.trash_batch_max.saturating_sub(1).max(1);
@@ -201,11 +202,11 @@ impl Pass<'_> {
         &self,
         ledgers: &[LedgerInfo],
         keys_max: usize,
-    ) -> Result<CompactionReport, String> {
+    ) -> Result<CompactionReport, BrokerError> {
         let (newest, n) = self.map_keys(ledgers, keys_max).await?;
         let ledgers = &ledgers[..n];
         let ids: Vec<u64> = ledgers.iter().map(|l| l.ledger_id).collect();
-        let mut comp = self.log.compaction_begin(&ids).await.map_err(|e| e.to_string())?;
+        let mut comp = self.log.compaction_begin(&ids).await?;
         match self.rewrite(&mut comp, ledgers, &newest).await {
             Ok(removed) => {
                 if self.pause_before_swap {
@@ -216,7 +217,7 @@ impl Pass<'_> {
                     );
                     std::future::pending::<()>().await;
                 }
-                let r = comp.finish().await.map_err(|e| e.to_string())?;
+                let r = comp.finish().await?;
                 self.stats.bytes_written.fetch_add(r.bytes_out, Relaxed);
                 self.stats.records_removed.fetch_add(removed, Relaxed);
                 Ok(r)
@@ -230,17 +231,17 @@ impl Pass<'_> {
 
     /// The next entries from `*offset` (moved past them) that start below `to`; `None`
     /// at `to`. Paced: waits after each read for the share of time it may not work.
-    async fn chunk(&self, offset: &mut u64, to: u64) -> Result<Option<Vec<LogEntry>>, String> {
+    async fn chunk(&self, offset: &mut u64, to: u64) -> Result<Option<Vec<LogEntry>>, BrokerError> {
         *offset = (*offset).max(self.log.start_offset());
         if *offset >= to {
             return Ok(None);
         }
         let started = Instant::now();
-        let mut entries =
-            self.log.read(*offset, READ_BYTES, 4096).await.map_err(|e| e.to_string())?;
+        let mut entries = self.log.read(*offset, READ_BYTES, 4096).await?;
         entries.retain(|e| e.base_offset < to);
         let Some(last) = entries.last() else {
-            return Err(format!("{}: nothing to read at {offset}", self.log.name()));
+            let name = self.log.name();
+            return Err(BrokerError::Storage(format!("{name}: nothing to read at {offset}")));
         };
         *offset = last.next_offset();
         let bytes: usize = entries.iter().map(|e| e.payload.len()).sum();
@@ -254,7 +255,7 @@ impl Pass<'_> {
         &self,
         ledgers: &[LedgerInfo],
         keys_max: usize,
-    ) -> Result<(HashMap<u128, u64>, usize), String> {
+    ) -> Result<(HashMap<u128, u64>, usize), BrokerError> {
         let mut newest: HashMap<u128, u64> = HashMap::new();
         let mut offset = ledgers[0].first_offset;
         let to = ledgers[ledgers.len() - 1].end_offset();
@@ -270,11 +271,11 @@ impl Pass<'_> {
                     return Ok((newest, at));
                 }
                 reading = at;
-                let (h, plain) = records::records_bytes(&e.payload).map_err(|x| x.to_string())?;
+                let (h, plain) = records::records_bytes(&e.payload).map_err(stored)?;
                 if self.dropped(&h, e.base_offset) {
                     continue;
                 }
-                for r in records::decode_records(&h, &plain).map_err(|x| x.to_string())? {
+                for r in records::decode_records(&h, &plain).map_err(stored)? {
                     if let Some(k) = r.key {
                         newest.insert(key_hash(k), e.base_offset + r.offset_delta as u64);
                     }
@@ -290,7 +291,7 @@ impl Pass<'_> {
         comp: &mut Compaction,
         ledgers: &[LedgerInfo],
         newest: &HashMap<u128, u64>,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, BrokerError> {
         let clean_end = self.log.clean_end_offset();
         let start = self.log.start_offset();
         let (from, to) = (comp.next_offset(), comp.end_offset());
@@ -305,13 +306,13 @@ impl Pass<'_> {
                         && (l.close_ms as i64).saturating_add(self.tc.delete_retention_ms)
                             <= self.now_ms
                 });
-                let (h, plain) = records::records_bytes(&e.payload).map_err(|x| x.to_string())?;
+                let (h, plain) = records::records_bytes(&e.payload).map_err(stored)?;
                 if self.dropped(&h, e.base_offset) {
                     removed += h.records_count.max(0) as u64;
                     continue;
                 }
                 let mut kept = Vec::new();
-                for r in records::decode_records(&h, &plain).map_err(|x| x.to_string())? {
+                for r in records::decode_records(&h, &plain).map_err(stored)? {
                     let offset = e.base_offset + r.offset_delta as u64;
                     if keep(&r, offset, start, newest, expired) {
                         kept.push(owned(&r, offset));
@@ -331,7 +332,7 @@ impl Pass<'_> {
                     records: kept,
                     log_append_time: h.is_log_append_time().then_some(h.max_timestamp),
                     entry_max_ts: e.max_timestamp,
-                    codec: h.codec().map_err(|x| x.to_string())?,
+                    codec: h.codec().map_err(stored)?,
                 });
             }
         }
@@ -344,11 +345,11 @@ impl Pass<'_> {
 }
 
 /// Appends `p` to `comp` as one batch from where the output stands up to `end`.
-async fn write(comp: &mut Compaction, end: u64, p: &Pending) -> Result<(), String> {
+async fn write(comp: &mut Compaction, end: u64, p: &Pending) -> Result<(), BrokerError> {
     let base = comp.next_offset();
     let b = encode_batch(base, end, p)?;
-    let span = u32::try_from(end - base).map_err(|_| "a gap of more than 2^32 offsets")?;
-    comp.append(base, span, p.entry_max_ts, &b).await.map_err(|e| e.to_string())
+    let span = u32::try_from(end - base).map_err(|_| gap("2^32"))?;
+    Ok(comp.append(base, span, p.entry_max_ts, &b).await?)
 }
 
 /// Whether record `r` at `offset` survives: keyed, the newest of its key, not below the
@@ -378,9 +379,8 @@ fn owned(r: &Record<'_>, offset: u64) -> Kept {
 }
 
 /// A v2 batch of `p`'s records at `base` whose offsets end at `end`, in `p`'s codec.
-fn encode_batch(base: u64, end: u64, p: &Pending) -> Result<Vec<u8>, String> {
-    let last_delta =
-        i32::try_from(end - base - 1).map_err(|_| "a gap of more than 2^31 offsets".to_string())?;
+fn encode_batch(base: u64, end: u64, p: &Pending) -> Result<Vec<u8>, BrokerError> {
+    let last_delta = i32::try_from(end - base - 1).map_err(|_| gap("2^31"))?;
     let base_ts = p.log_append_time.unwrap_or_else(|| p.records[0].timestamp);
     let max_ts = p
         .log_append_time
@@ -397,7 +397,8 @@ fn encode_batch(base: u64, end: u64, p: &Pending) -> Result<Vec<u8>, String> {
         };
         batch::put_record(&mut body, &record);
     }
-    let body = records::compress(p.codec, &body).map_err(|e| e.to_string())?;
+    let body = records::compress(p.codec, &body)
+        .map_err(|e| BrokerError::background("compressing a compacted batch", e))?;
     let timestamp_type = if p.log_append_time.is_some() { batch::TIMESTAMP_TYPE_BIT } else { 0 };
     let info = BatchInfo {
         size: batch::HEADER_BYTES + body.len(),
@@ -411,6 +412,16 @@ fn encode_batch(base: u64, end: u64, p: &Pending) -> Result<Vec<u8>, String> {
         records_count: p.records.len() as i32,
     };
     Ok(batch::encode(base, &info, &body))
+}
+
+/// A stored batch the compactor cannot read.
+fn stored(e: impl std::error::Error + Send + Sync + 'static) -> BrokerError {
+    BrokerError::background("reading a stored batch to compact it", e)
+}
+
+/// Offsets too far apart for one batch.
+fn gap(most: &str) -> BrokerError {
+    BrokerError::Storage(format!("a gap of more than {most} offsets inside one batch"))
 }
 
 #[cfg(test)]

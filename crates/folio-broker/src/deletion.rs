@@ -24,6 +24,7 @@
 //!                 at <root>/topic-deletions/<topic id hex>
 //! ```
 
+use crate::errors::BrokerError;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -162,10 +163,9 @@ pub(crate) async fn run(inner: Arc<Inner>) {
 /// One pass over every marker: each topic's partitions, then its group offsets, then the
 /// marker. Returns how many topics were finished. Between partitions it yields, so the
 /// requests this broker serves (CreateTopics among them) are never queued behind it.
-pub(crate) async fn pass(inner: &Arc<Inner>) -> Result<usize, String> {
+pub(crate) async fn pass(inner: &Arc<Inner>) -> Result<usize, BrokerError> {
     let markers: Vec<(String, Uuid, DeletionMarker)> = markers(&inner.env)
-        .await
-        .map_err(|e| e.to_string())?
+        .await?
         .into_iter()
         .filter_map(|(key, id, m)| match m {
             Ok(m) => Some((key, id, m)),
@@ -185,15 +185,20 @@ pub(crate) async fn pass(inner: &Arc<Inner>) -> Result<usize, String> {
             let step = tokio::time::Instant::now();
             if *inner.shutdown.borrow() {
                 // Stopping (or crashed, in tests): the next controller resumes the marker.
-                return Err(format!("stopped while deleting {}", marker.name));
+                return Err(BrokerError::Storage(format!(
+                    "stopped while deleting {}",
+                    marker.name
+                )));
             }
             // If this broker serves the partition, stop now (waking its tailing fetches);
             // if another does, or a dead one did, `delete_log` fences the last ledger.
             inner.close_partitions(|i, q| i == id && q == p, "its topic was deleted").await;
             let reason = format!("topic {} ({id}) deleted", marker.name);
-            folio_log::trash::delete_log(&inner.env, &log_name(id, p), &reason)
-                .await
-                .map_err(|e| format!("deleting partition {p} of {}: {e}", marker.name))?;
+            folio_log::trash::delete_log(&inner.env, &log_name(id, p), &reason).await.map_err(
+                |e| {
+                    BrokerError::background(format!("deleting partition {p} of {}", marker.name), e)
+                },
+            )?;
             m.partitions_being_deleted.fetch_sub(1, Ordering::Relaxed);
             tracing::debug!(topic = %marker.name, %id, partition = p, "partition in the trash");
             // Leave the metadata store to other work part of the time: deletion is
@@ -201,9 +206,9 @@ pub(crate) async fn pass(inner: &Arc<Inner>) -> Result<usize, String> {
             folio_log::trash::pace(step.elapsed(), inner.config.deletion_busy_fraction).await;
             tokio::task::yield_now().await;
         }
-        inner.groups.forget_topic(id).await.map_err(|e| e.to_string())?;
-        inner.shares.forget_topic(id).await.map_err(|e| e.to_string())?;
-        inner.env.meta.delete(&key, folio_meta::Expect::Any).await.map_err(|e| e.to_string())?;
+        inner.groups.forget_topic(id).await?;
+        inner.shares.forget_topic(id).await?;
+        inner.env.meta.delete(&key, folio_meta::Expect::Any).await?;
         m.topics_deleted.fetch_add(1, Ordering::Relaxed);
         m.topic_deletions_pending.fetch_sub(1, Ordering::Relaxed);
         tracing::info!(topic = %marker.name, %id, partitions = marker.partitions, "topic data deleted (ledgers in the trash)");

@@ -274,16 +274,35 @@ pub enum BrokerError {
     /// log closed, a deletion that must be retried).
     #[error("{0}")]
     Storage(String),
+    /// A step of the broker's own background work (compaction, topic deletion, transaction
+    /// markers) failed: what it was doing, and the failure it met.
+    #[error("{doing}: {source}")]
+    Background {
+        /// The step, in words (`deleting partition 3 of t`).
+        doing: String,
+        /// What failed.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 impl BrokerError {
+    /// A [`BrokerError::Background`] failure of `doing`.
+    pub(crate) fn background(
+        doing: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> BrokerError {
+        BrokerError::Background { doing: doing.into(), source: Box::new(source) }
+    }
+
     /// The Kafka error code this failure answers with.
     pub fn code(&self) -> i16 {
         match self {
             BrokerError::Log(e) => log_code(e),
-            BrokerError::Meta(_) | BrokerError::Contended(_) | BrokerError::Storage(_) => {
-                KAFKA_STORAGE_ERROR
-            }
+            BrokerError::Meta(_)
+            | BrokerError::Contended(_)
+            | BrokerError::Storage(_)
+            | BrokerError::Background { .. } => KAFKA_STORAGE_ERROR,
             BrokerError::UnknownTopic(_) | BrokerError::UnknownPartition { .. } => {
                 UNKNOWN_TOPIC_OR_PARTITION
             }

@@ -13,6 +13,7 @@
 //! be written twice when an owner dies between the marker and the record's update: the
 //! second finds no open transaction and changes nothing for readers.
 
+use crate::errors::BrokerError;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,10 +55,10 @@ pub(crate) async fn run(inner: Arc<Inner>) {
 }
 
 /// One pass over the ending transactions: this broker's part of each.
-pub(crate) async fn end_once(inner: &Arc<Inner>) -> Result<(), String> {
-    let ids = inner.txns.ending().await.map_err(|e| e.to_string())?;
+pub(crate) async fn end_once(inner: &Arc<Inner>) -> Result<(), BrokerError> {
+    let ids = inner.txns.ending().await?;
     for id in ids {
-        let Some((r, _)) = inner.txns.load(&id).await.map_err(|e| e.to_string())? else {
+        let Some((r, _)) = inner.txns.load(&id).await? else {
             continue;
         };
         if !r.state.is_prepare() {
@@ -72,7 +73,7 @@ pub(crate) async fn end_once(inner: &Arc<Inner>) -> Result<(), String> {
                     partitions.push((name.clone(), *p)); // deleted: nothing left to mark
                     continue;
                 }
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e.into()),
             };
             if *p < 0 || *p >= topic.record.partitions as i32 {
                 partitions.push((name.clone(), *p));
@@ -122,8 +123,8 @@ async fn write_marker(
     topic: &crate::domain::topics::Topic,
     p: i32,
     (producer_id, epoch, commit, coordinator_epoch): (i64, i16, bool, i32),
-) -> Result<(), String> {
-    let part = inner.partition(topic, p).await.map_err(|e| e.to_string())?;
+) -> Result<(), BrokerError> {
+    let part = inner.partition(topic, p).await?;
     let now = inner.now_ms();
     let b = marker::encode(producer_id, epoch, commit, coordinator_epoch, now);
     let queued = {
@@ -135,7 +136,7 @@ async fn write_marker(
         // it, its records visible before it commits, or kept when it aborts (found by
         // the simulator). Its first batch was verified against a record that had ended
         // this transaction, so reading the record again here tells.
-        let waits = inner.txns.load(id).await.map_err(|e| e.to_string())?.is_some_and(|(r, _)| {
+        let waits = inner.txns.load(id).await?.is_some_and(|(r, _)| {
             let prepare = if commit { TxnState::PrepareCommit } else { TxnState::PrepareAbort };
             (r.state, r.producer_id, r.epoch) == (prepare, producer_id, epoch)
                 && r.partitions.iter().any(|(n, q)| *n == topic.name && *q == p)
@@ -150,9 +151,9 @@ async fn write_marker(
             }
             txns.fence(producer_id, epoch);
         }
-        part.log.append_enqueue(&b, 1, now).await.map_err(|e| e.to_string())?
+        part.log.append_enqueue(&b, 1, now).await?
     };
-    let offset = queued.wait().await.map_err(|e| e.to_string())?;
+    let offset = queued.wait().await?;
     let stale =
         part.txns.lock().expect("txns lock").marker(producer_id, epoch, commit, offset as i64);
     if let Err(e) = stale {
@@ -218,14 +219,11 @@ pub(crate) async fn stage_offsets(
     producer_id: i64,
     offsets: &[(String, i32, i64, i32, String)],
     record: Compare,
-) -> Result<bool, String> {
+) -> Result<bool, BrokerError> {
     let key = inner.env.keys.transaction_offsets(&crate::domain::group::escape(group), producer_id);
-    let read = inner.env.meta.get(&key).await.map_err(|e| e.to_string())?;
+    let read = inner.env.meta.get(&key).await?;
     let (mut staged, guard) = match &read {
-        Some(v) => (
-            TxnOffsets::decode(&key, &v.value).map_err(|e| e.to_string())?,
-            Compare::Version(key.clone(), v.version),
-        ),
+        Some(v) => (TxnOffsets::decode(&key, &v.value)?, Compare::Version(key.clone(), v.version)),
         None => (TxnOffsets::default(), Compare::Absent(key.clone())),
     };
     for o in offsets {
@@ -233,13 +231,13 @@ pub(crate) async fn stage_offsets(
         staged.offsets.push(o.clone());
     }
     if staged.offsets.len() > crate::limits::TXN_PARTITIONS_MAX {
-        return Err(format!(
+        return Err(BrokerError::Storage(format!(
             "a transaction commits offsets of at most {} partitions per group",
             crate::limits::TXN_PARTITIONS_MAX
-        ));
+        )));
     }
     let txn = Txn::new().compare(record).compare(guard).put(key.clone(), staged.encode());
-    Ok(inner.env.meta.txn(txn).await.map_err(|e| e.to_string())?.succeeded)
+    Ok(inner.env.meta.txn(txn).await?.succeeded)
 }
 
 /// The partitions (topic, partition) whose offsets an open transaction has staged for
@@ -247,13 +245,12 @@ pub(crate) async fn stage_offsets(
 pub(crate) async fn staged_partitions(
     inner: &Inner,
     group: &str,
-) -> Result<std::collections::HashSet<(String, i32)>, String> {
+) -> Result<std::collections::HashSet<(String, i32)>, BrokerError> {
     let prefix = inner.env.keys.transaction_offsets_of(&crate::domain::group::escape(group));
-    let all =
-        folio_meta::list_all(inner.env.meta.as_ref(), &prefix).await.map_err(|e| e.to_string())?;
+    let all = folio_meta::list_all(inner.env.meta.as_ref(), &prefix).await?;
     let mut out = std::collections::HashSet::new();
     for v in all {
-        let staged = TxnOffsets::decode(&v.key, &v.value).map_err(|e| e.to_string())?;
+        let staged = TxnOffsets::decode(&v.key, &v.value)?;
         out.extend(staged.offsets.into_iter().map(|(t, p, ..)| (t, p)));
     }
     Ok(out)
@@ -265,17 +262,17 @@ async fn finish_offsets(
     group: &str,
     producer_id: i64,
     commit: bool,
-) -> Result<(), String> {
+) -> Result<(), BrokerError> {
     let key = inner.env.keys.transaction_offsets(&crate::domain::group::escape(group), producer_id);
-    let Some(v) = inner.env.meta.get(&key).await.map_err(|e| e.to_string())? else {
+    let Some(v) = inner.env.meta.get(&key).await? else {
         return Ok(());
     };
     if commit {
-        let staged = TxnOffsets::decode(&key, &v.value).map_err(|e| e.to_string())?;
+        let staged = TxnOffsets::decode(&key, &v.value)?;
         let now = inner.env.now_ms();
         let mut writes = Vec::with_capacity(staged.offsets.len());
         for (name, p, offset, leader_epoch, metadata) in staged.offsets {
-            let Some(t) = inner.topics.get(&name).await.map_err(|e| e.to_string())? else {
+            let Some(t) = inner.topics.get(&name).await? else {
                 continue; // deleted since
             };
             let r =
@@ -283,24 +280,26 @@ async fn finish_offsets(
             writes.push((name, t.record.id, t.version, p, r));
         }
         let tenure = (inner.groups.tenure(), inner.groups.claim_version(group));
-        let refused =
-            inner.groups.commit(group, -1, tenure, &writes).await.map_err(|e| e.to_string())?;
+        let refused = inner.groups.commit(group, -1, tenure, &writes).await.map_err(|e| {
+            BrokerError::background(format!("committing group {group}'s offsets"), e)
+        })?;
         if !refused.is_empty() {
-            return Err(format!("{} offsets' topics changed; retrying", refused.len()));
+            let changed = format!("{} offsets' topics changed; retrying", refused.len());
+            return Err(BrokerError::Storage(changed));
         }
     }
     let txn = Txn::new().compare(Compare::Version(key.clone(), v.version)).delete(key);
-    inner.env.meta.txn(txn).await.map_err(|e| e.to_string())?;
+    inner.env.meta.txn(txn).await?;
     Ok(())
 }
 
 /// Aborts the transactions coordinated here that are open past their timeout, and forgets
 /// the ids idle past `transactional_id_expiration`.
-async fn abort_expired(inner: &Arc<Inner>) -> Result<(), String> {
+async fn abort_expired(inner: &Arc<Inner>) -> Result<(), BrokerError> {
     let now = inner.env.now_ms();
     let expiration = inner.config.transactional_id_expiration.as_millis() as u64;
     let mut aborted = false;
-    for (id, r) in inner.txns.all().await.map_err(|e| e.to_string())? {
+    for (id, r) in inner.txns.all().await? {
         if r.state.is_idle()
             && r.updated_ms.saturating_add(expiration) < now
             && inner.membership.owns(&txn_key(&id))

@@ -59,6 +59,15 @@ impl CommitError {
     }
 }
 
+impl std::error::Error for CommitError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CommitError::Store(e) => Some(e),
+            CommitError::Fenced { .. } => None,
+        }
+    }
+}
+
 impl std::fmt::Display for CommitError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
