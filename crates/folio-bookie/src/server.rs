@@ -316,7 +316,7 @@ async fn connection(
 fn status_of(e: &StorageError) -> Status {
     if matches!(
         e,
-        StorageError::Corruption { .. } | StorageError::Io { .. } | StorageError::Index(_)
+        StorageError::Corruption { .. } | StorageError::Io { .. } | StorageError::Index { .. }
     ) {
         tracing::error!(error = %e, "storage error answered with IO");
     }

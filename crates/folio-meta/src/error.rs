@@ -3,7 +3,7 @@
 //! module depends on nothing, so every module may use it.)
 
 /// Why a metadata operation failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum MetaError {
     /// A compare-and-set or transaction precondition failed.
     #[error("conflict on {key}: it changed since it was read")]
@@ -22,8 +22,25 @@ pub enum MetaError {
     InvalidArgument(String),
     #[error("metadata record at {key} is corrupt: {detail}")]
     Corrupt { key: String, detail: String },
-    #[error("metadata store I/O error: {0}")]
-    Io(String),
+    /// The store's files, thread or server failed while `doing` something.
+    #[error("metadata store: {doing}: {source}")]
+    Io {
+        /// What the store was doing (`opening /data/meta`, `syncing a group of 3 writes`).
+        doing: String,
+        /// What failed (shared: one failed sync fails every write of its group).
+        #[source]
+        source: std::sync::Arc<dyn std::error::Error + Send + Sync>,
+    },
     #[error("metadata store is closed")]
     Closed,
+}
+
+impl MetaError {
+    /// A [`MetaError::Io`] failure of `doing`.
+    pub fn io(
+        doing: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> MetaError {
+        MetaError::Io { doing: doing.into(), source: std::sync::Arc::new(source) }
+    }
 }

@@ -159,7 +159,7 @@ impl EtcdStore {
                         MetaError::Compacted { requested: 0, compacted: 0 }
                     }
                     Code::InvalidArgument => MetaError::InvalidArgument(s.message().to_string()),
-                    _ => MetaError::Io(format!("etcd at {at}: {}", s.message())),
+                    _ => MetaError::io(format!("etcd at {at}"), s),
                 }
             }
             etcd_client::Error::LeaseKeepAliveError(m) if m.contains("not found") => {
@@ -169,7 +169,7 @@ impl EtcdStore {
                 MetaError::Unavailable(format!("etcd at {at}: {t}"))
             }
             etcd_client::Error::IoError(i) => MetaError::Unavailable(format!("etcd at {at}: {i}")),
-            other => MetaError::Io(format!("etcd at {at}: {other}")),
+            other => MetaError::io(format!("etcd at {at}"), other),
         }
     }
 

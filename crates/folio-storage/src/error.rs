@@ -39,8 +39,14 @@ pub enum StorageError {
     Poisoned(PoisonReason),
     #[error("storage is shut down")]
     ShutDown,
-    #[error("index store: {0}")]
-    Index(String),
+    /// The index's key-value store (fjall) failed.
+    #[error("index store: {doing}: {source}")]
+    Index {
+        /// What the index was doing (`opening /data/index`, `committing a batch`).
+        doing: String,
+        #[source]
+        source: fjall::Error,
+    },
     /// The index's fjall files failed their check before opening.
     #[error("index store: {0}")]
     IndexFiles(#[from] folio_fjall::FjallFilesError),
@@ -151,7 +157,7 @@ impl StorageError {
             | StorageError::Corruption { .. }
             | StorageError::Poisoned(_)
             | StorageError::ShutDown
-            | StorageError::Index(_)
+            | StorageError::Index { .. }
             | StorageError::IndexFiles(_) => Status::Io,
         }
     }

@@ -95,7 +95,7 @@ pub(super) enum Engine {
 }
 
 fn io(e: fjall::Error) -> MetaError {
-    MetaError::Io(e.to_string())
+    MetaError::io("reading or writing fjall", e)
 }
 
 /// Key-value pairs of one keyspace from `start` on while `more(key)` holds.
@@ -105,7 +105,7 @@ impl Engine {
     /// Opens fjall's database in `dir`.
     pub(super) fn open_fjall(dir: &Path) -> Result<Engine> {
         let opening = |e: fjall::Error| {
-            MetaError::Io(format!("opening the metadata store in {}: {e}", dir.display()))
+            MetaError::io(format!("opening the metadata store in {}", dir.display()), e)
         };
         let db = Database::builder(dir).open().map_err(opening)?;
         let space = |name: &str| db.keyspace(name, KeyspaceCreateOptions::default).map_err(opening);

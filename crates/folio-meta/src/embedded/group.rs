@@ -168,9 +168,9 @@ impl Inner {
             return outcomes; // nothing written: nothing to sync
         }
         if let Err(e) = self.engine.sync() {
-            let e = format!("syncing a group of {} writes failed: {e}", group.len());
+            let e = MetaError::io(format!("syncing a group of {} writes", group.len()), e);
             tracing::error!(error = %e, "the embedded metadata store can take no more writes");
-            return group.iter().map(|_| Err(MetaError::Io(e.clone()))).collect();
+            return group.iter().map(|_| Err(e.clone())).collect();
         }
         self.record_commits(st.commits);
         for events in &deferred {

@@ -312,7 +312,7 @@ impl EmbeddedStore {
             .truncate(false)
             .write(true)
             .open(&commits_path)
-            .map_err(|e| MetaError::Io(format!("opening {}: {e}", commits_path.display())))?;
+            .map_err(|e| MetaError::io(format!("opening {}", commits_path.display()), e))?;
         EmbeddedStore::start(engine, Some(commits_file), config, clock)
     }
 
@@ -369,7 +369,7 @@ impl EmbeddedStore {
                         }
                     }
                 })
-                .map_err(|e| MetaError::Io(e.to_string()))?;
+                .map_err(|e| MetaError::io("starting the lease expiry thread", e))?;
             Some(thread)
         } else {
             None
@@ -656,7 +656,7 @@ async fn blocking<T: Send + 'static>(
     f: impl FnOnce(&Inner) -> Result<T> + Send + 'static,
 ) -> Result<T> {
     let inner = inner.clone();
-    folio_rt::blocking(move || f(&inner)).await.map_err(|e| MetaError::Io(e.to_string()))?
+    folio_rt::blocking(move || f(&inner)).await.map_err(|e| MetaError::io("blocking work", e))?
 }
 
 impl MetadataStore for EmbeddedStore {

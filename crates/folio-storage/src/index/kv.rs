@@ -82,8 +82,9 @@ impl Debug for FjallKv {
     }
 }
 
-fn fjall_err(e: fjall::Error) -> StorageError {
-    StorageError::Index(e.to_string())
+/// fjall's failure while `doing` something.
+fn fjall_err(doing: &'static str) -> impl Fn(fjall::Error) -> StorageError {
+    move |source| StorageError::Index { doing: doing.into(), source }
 }
 
 /// fjall's block cache (its default is 32 MiB).
@@ -98,8 +99,9 @@ impl FjallKv {
     /// Opens (or creates) the index's fjall keyspace at `path`.
     pub fn open(path: &Path) -> Result<FjallKv> {
         folio_fjall::check_versions(path)?;
-        let opening = |e: fjall::Error| {
-            StorageError::Index(format!("opening the index at {}: {e}", path.display()))
+        let opening = |e: fjall::Error| StorageError::Index {
+            doing: format!("opening {}", path.display()),
+            source: e,
         };
         let db =
             fjall::Database::builder(path).cache_size(INDEX_CACHE_BYTES).open().map_err(opening)?;
@@ -115,13 +117,13 @@ impl FjallKv {
 
 impl KvStore for FjallKv {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.tables[table as usize].get(key).map_err(fjall_err)?.map(|v| v.to_vec()))
+        Ok(self.tables[table as usize].get(key).map_err(fjall_err("reading"))?.map(|v| v.to_vec()))
     }
 
     fn range(&self, table: Table, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<KvPair>> {
         let mut out = Vec::new();
         for guard in self.tables[table as usize].range(start..end).take(limit) {
-            let (k, v) = guard.into_inner().map_err(fjall_err)?;
+            let (k, v) = guard.into_inner().map_err(fjall_err("reading"))?;
             out.push((k.to_vec(), v.to_vec()));
         }
         Ok(out)
@@ -131,7 +133,7 @@ impl KvStore for FjallKv {
         match self.tables[table as usize].range(start..end).next_back() {
             None => Ok(None),
             Some(guard) => {
-                let (k, v) = guard.into_inner().map_err(fjall_err)?;
+                let (k, v) = guard.into_inner().map_err(fjall_err("reading"))?;
                 Ok(Some((k.to_vec(), v.to_vec())))
             }
         }
@@ -146,7 +148,7 @@ impl KvStore for FjallKv {
                 None => b.remove(ks, key),
             }
         }
-        b.commit().map_err(fjall_err)
+        b.commit().map_err(fjall_err("committing a batch"))
     }
 }
 
@@ -206,7 +208,9 @@ impl KvStore for MemKv {
     fn commit(&self, batch: KvBatch) -> Result<()> {
         let mut s = self.inner.lock().expect("memkv lock");
         if s.fail_commits {
-            return Err(StorageError::Index("injected commit failure".into()));
+            let injected = std::io::Error::other("injected commit failure");
+            let doing = "committing a batch".into();
+            return Err(StorageError::Index { doing, source: fjall::Error::Io(injected) });
         }
         for (table, key, value) in batch.ops {
             match value {
