@@ -228,6 +228,9 @@ pub enum GcError {
     Listing(MetaError),
     #[error("storage: {0}")]
     Storage(#[from] StorageError),
+    /// A deletion or compaction step off the async workers did not finish (it panicked).
+    #[error("a GC step did not finish: {0}")]
+    Blocking(#[from] folio_rt::BlockingFailed),
 }
 
 /// Lists every ledger id in the metadata store, page by page; any error fails the whole list.
@@ -358,16 +361,12 @@ pub async fn gc_once(
                 continue;
             }
             Drop::Deleted => {
-                folio_rt::blocking(move || s.delete_ledger(id))
-                    .await
-                    .map_err(|e| StorageError::BadRequest(e.to_string()))??;
+                folio_rt::blocking(move || s.delete_ledger(id)).await??;
                 assert!(storage.is_tombstoned(id), "ledger {id} deleted without its tombstone");
                 report.ledgers_dropped.push(id);
             }
             Drop::OverReplicated => {
-                folio_rt::blocking(move || s.drop_copy(id))
-                    .await
-                    .map_err(|e| StorageError::BadRequest(e.to_string()))??;
+                folio_rt::blocking(move || s.drop_copy(id)).await??;
                 assert!(
                     !storage.is_tombstoned(id),
                     "a copy dropped as over-replicated: no tombstone"
@@ -385,9 +384,7 @@ pub async fn gc_once(
         if live.is_empty() {
             assert!(state.sealed, "entry log {log_id}: only a sealed log is ever deleted");
             let s = storage.clone();
-            let freed = folio_rt::blocking(move || s.delete_entry_log(log_id))
-                .await
-                .map_err(|e| StorageError::BadRequest(e.to_string()))??;
+            let freed = folio_rt::blocking(move || s.delete_entry_log(log_id)).await??;
             report.logs_deleted.push(log_id);
             report.bytes_reclaimed += freed;
         } else {
@@ -415,9 +412,7 @@ pub async fn gc_once(
         }
         budget -= k.size_bytes;
         let s = storage.clone();
-        let freed = folio_rt::blocking(move || s.compact_entry_log(k.log_id))
-            .await
-            .map_err(|e| StorageError::BadRequest(e.to_string()))??;
+        let freed = folio_rt::blocking(move || s.compact_entry_log(k.log_id)).await??;
         report.logs_compacted.push(k.log_id);
         report.bytes_reclaimed += freed.saturating_sub(k.live_bytes);
         report.logs_kept.retain(|x| x.log_id != k.log_id);

@@ -371,7 +371,7 @@ impl Broker {
         }
         let part = self.inner.partition(&t, partition).await?;
         crate::compaction::compact_if_due(&self.inner, &part, &tc).await.map_err(|e| {
-            BrokerError::Storage(format!("compacting {topic} partition {partition}: {e}"))
+            BrokerError::background(format!("compacting {topic} partition {partition}"), e)
         })
     }
 

@@ -210,6 +210,30 @@ fn no_comment_promises_later_work() {
     assert!(stale.is_empty(), "comments that are out of date: {stale:?}");
 }
 
+/// Doc comments show formats and diagrams, never runnable examples: every code fence opens
+/// as ```text, so rustdoc has no doc test to run and `.ci/run` runs none (tests live in
+/// `tests/` and `#[cfg(test)]` modules, where nextest runs them).
+#[test]
+fn doc_comments_hold_no_doc_tests() {
+    let mut runnable = Vec::new();
+    for s in sources().iter().filter(|s| s.is_src()) {
+        let mut open = false;
+        for (i, line) in s.text.lines().enumerate() {
+            let t = line.trim_start();
+            let Some(doc) = t.strip_prefix("///").or_else(|| t.strip_prefix("//!")) else {
+                continue;
+            };
+            if let Some(lang) = doc.trim().strip_prefix("```") {
+                if !open && lang != "text" {
+                    runnable.push(format!("{}:{}", s.path, i + 1));
+                }
+                open = !open;
+            }
+        }
+    }
+    assert!(runnable.is_empty(), "doc code blocks that are not ```text: {runnable:?}");
+}
+
 #[test]
 fn no_import_circle_inside_any_crate() {
     let cycles = module_cycles(&sources());

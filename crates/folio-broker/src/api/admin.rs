@@ -329,7 +329,7 @@ impl Handler for DeleteTopics {
                                 .find(|t| t.record.id == *id)
                                 .cloned()
                                 .ok_or_else(|| BrokerError::UnknownTopicId(id.to_string())),
-                            Err(e) => Err(BrokerError::Storage(format!("listing topics: {e}"))),
+                            Err(e) => Err(BrokerError::background("listing topics", e.clone())),
                         }
                     }
                 }
@@ -351,7 +351,7 @@ impl Handler for DeleteTopics {
             tracing::warn!(error = %e, "deleting topics failed");
             for r in outcome.iter_mut() {
                 if r.is_ok() {
-                    *r = Err(BrokerError::Storage(format!("deleting failed (retry): {e}")));
+                    *r = Err(BrokerError::background("deleting failed (retry)", e.clone()));
                 }
             }
         }
