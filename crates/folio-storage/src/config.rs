@@ -151,7 +151,9 @@ pub struct JournalConfig {
     /// a fresh file cost 0.52 vs 0.81 of the raw disk at 16 KiB entries, since every byte is
     /// written twice. Recycled files give the overwrite speed-up without that cost.
     pub prealloc_bytes: u64,
-    /// Old files kept for reuse after a checkpoint instead of being deleted.
+    /// Files kept to be written over (`journal::recycle`) instead of being deleted: two-write
+    /// journal files a checkpoint covers, single-write data files GC is done with. They hold
+    /// up to this many times `file_bytes_max` of disk.
     pub n_files_recycled_max: usize,
     /// Bounded request queue of the journal thread; submitters block when it is full.
     pub queue_depth: usize,

@@ -3,7 +3,8 @@
 //! checkpoint passed are sealed with per-ledger byte counts, entries written after a flush's
 //! mark stay readable (carried in the write cache) and are indexed by a later flush, a
 //! bookie moves from two-write to single-write but not back, and damage in a sealed data
-//! file is reported, never answered. The crash suites run this mode too (crash.rs,
+//! file is reported, never answered, and files GC is done with are written over (the
+//! journal's recycle pool). The crash suites run this mode too (crash.rs,
 //! `d1_d3_single_write_mode_survives_random_crashes`; the whole suite under
 //! `FOLIO_STORAGE_MODE=single-write`).
 
@@ -15,7 +16,8 @@ use std::sync::Arc;
 use common::*;
 use folio_storage::fs::{CrashPlan, FaultFs, FileSystem};
 use folio_storage::index::{MemKv, data_file_id};
-use folio_storage::{Background, StorageConfig, StorageError, StorageMode, Wake};
+use folio_storage::journal::is_recycled_name;
+use folio_storage::{Background, Storage, StorageConfig, StorageError, StorageMode, Wake};
 
 fn single_write() -> StorageConfig {
     StorageConfig { mode: StorageMode::SingleWrite, ..config() }
@@ -220,4 +222,135 @@ fn a_ledger_between_bigger_entries_is_read_a_window_at_a_time_asking_ahead_only_
     // Frame headers on top of the encoded entries; one of ledger 2's would be 4 000 more.
     let own = served + served / 10;
     assert!(hinted <= own, "only ledger 1's own entries were asked for: {hinted} of {served}");
+}
+
+/// Ledger 1 written over several data files and deleted, and every sealed file (it alone
+/// held them) deleted by GC. Returns how many.
+fn gc_a_deleted_ledger(s: &Storage) -> folio_storage::Result<usize> {
+    let payload = vec![1u8; 16 * 1024];
+    for e in 0..24 {
+        add(s, &entry(1, e, &payload))?;
+        if e % 4 == 3 {
+            s.flush()?;
+        }
+    }
+    s.flush()?;
+    s.delete_ledger(1)?;
+    s.flush()?;
+    let states = s.entry_log_states()?;
+    let sealed: Vec<u64> = states.iter().filter(|(_, st)| st.sealed).map(|(id, _)| *id).collect();
+    for id in &sealed {
+        s.delete_entry_log(*id)?;
+    }
+    Ok(sealed.len())
+}
+
+fn ledger_2_payload(e: i64) -> Vec<u8> {
+    format!("two-{e}-").repeat(2000).into_bytes()
+}
+
+fn recycled_files(fs: &FaultFs) -> usize {
+    files_in(fs, "/data/journal").iter().filter(|n| is_recycled_name(n)).count()
+}
+
+#[test]
+fn l1_data_files_gc_is_done_with_are_written_over_as_new_files() {
+    let (fs, kv) = (FaultFs::new(), MemKv::new());
+    let s = open(&fs, &kv, &single_write()).unwrap();
+    let pool_max = single_write().journal.n_files_recycled_max;
+    let n = gc_a_deleted_ledger(&s).unwrap();
+    assert!(n > pool_max, "384 KiB through 64 KiB files seals several: {n}");
+    // The pool keeps `pool_max` of them, under their pool name; the rest are gone.
+    assert_eq!(recycled_files(&fs), pool_max);
+    assert_eq!(s.journal_recycled(), (pool_max, 0));
+    let listed: Vec<u64> = s.entry_log_states().unwrap().iter().map(|(id, _)| *id).collect();
+    for name in files_in(&fs, "/data/journal") {
+        if let Some(f) = folio_storage::journal::format::parse_file_name(&name) {
+            let id = folio_storage::index::data_file_log_id(f);
+            assert!(listed.contains(&id) || !listed.iter().any(|l| *l > id), "{name} leaked");
+        }
+    }
+    // The next files the journal opens are those, written over under new ids.
+    for e in 0..16 {
+        add(&s, &entry(2, e, &ledger_2_payload(e))).unwrap();
+    }
+    s.flush().unwrap();
+    assert_eq!(s.journal_recycled(), (0, pool_max as u64));
+    assert_eq!(recycled_files(&fs), 0);
+    for e in 0..16 {
+        assert_eq!(s.read_entry(2, e).unwrap().payload(), &ledger_2_payload(e)[..]);
+    }
+    drop(s);
+    fs.crash(CrashPlan::LoseAllUnsynced);
+    let s = open(&fs, &kv, &single_write()).unwrap();
+    for e in 0..16 {
+        assert_eq!(s.read_entry(2, e).unwrap().payload(), &ledger_2_payload(e)[..]);
+    }
+    assert!(s.read_entry(1, 0).is_err(), "the deleted ledger stays deleted");
+}
+
+#[test]
+fn d1_l1_a_crash_at_every_step_of_recycling_and_writing_over_loses_nothing_and_leaks_nothing() {
+    let write = |s: &Storage, acked: &mut Vec<i64>| {
+        for e in 0..12 {
+            if add(s, &entry(2, e, &ledger_2_payload(e))).is_err() {
+                return;
+            }
+            acked.push(e);
+        }
+    };
+    // Count the file-system steps of a GC pass and of the writes over its files.
+    let steps = {
+        let (fs, kv) = (FaultFs::new(), MemKv::new());
+        let s = open(&fs, &kv, &single_write()).unwrap();
+        let n0 = fs.n_mutations();
+        gc_a_deleted_ledger(&s).unwrap();
+        write(&s, &mut Vec::new());
+        assert_eq!(s.journal_recycled().1, 2, "the writes reach the recycled files");
+        fs.n_mutations() - n0
+    };
+    for step in 0..steps {
+        let (fs, kv) = (FaultFs::new(), MemKv::new());
+        let s = open(&fs, &kv, &single_write()).unwrap();
+        fs.crash_after_ops(step, CrashPlan::Random { seed: step });
+        let mut acked = Vec::new();
+        let deleted = gc_a_deleted_ledger(&s).is_ok();
+        if deleted {
+            write(&s, &mut acked);
+        }
+        drop(s);
+        if !fs.has_crashed_since(&fs) {
+            fs.crash(CrashPlan::Random { seed: step });
+        }
+        let s = open(&fs, &kv, &single_write())
+            .unwrap_or_else(|err| panic!("step {step}: reopen: {err}"));
+        for e in &acked {
+            let got = s.read_entry(2, *e).unwrap_or_else(|err| panic!("step {step}: 2/{e}: {err}"));
+            assert_eq!(got.payload(), &ledger_2_payload(*e)[..], "step {step}");
+        }
+        // Nothing of a recycled file's earlier incarnation comes back.
+        if deleted {
+            assert!(s.read_entry(1, 0).is_err(), "step {step}: deleted ledger 1 came back");
+            assert!(s.list_entries(1).map_or(true, |l| l.is_empty()), "step {step}: ledger 1");
+        }
+        // L1: every data file on disk is listed, or newer than every listed one (the
+        // journal's newest, not sealed yet); the pool holds at most its limit.
+        let listed: Vec<u64> = s.entry_log_states().unwrap().iter().map(|(id, _)| *id).collect();
+        let newest = listed.iter().copied().max().unwrap_or(0);
+        for name in files_in(&fs, "/data/journal") {
+            if let Some(f) = folio_storage::journal::format::parse_file_name(&name) {
+                let id = folio_storage::index::data_file_log_id(f);
+                assert!(listed.contains(&id) || id > newest, "step {step}: {name} leaked");
+            }
+        }
+        assert!(recycled_files(&fs) <= 2, "step {step}");
+        // And the storage goes on: more writes over whatever the pool holds.
+        for e in 0..8 {
+            add(&s, &entry(3, e, &ledger_2_payload(e)))
+                .unwrap_or_else(|err| panic!("step {step}: add after the crash: {err}"));
+        }
+        for e in 0..8 {
+            assert_eq!(s.read_entry(3, e).unwrap().payload(), &ledger_2_payload(e)[..]);
+        }
+    }
 }

@@ -71,6 +71,9 @@ CONFIG KEYS (TOML file via --config; any key also via --override KEY=VALUE):
   journal.group_bytes_max   integer  default 524288
   journal.file_bytes_max    integer  default 536870912
   journal.prealloc_bytes    integer  default 0
+  journal.files_recycled_max integer default 2 (files kept to be written over instead of
+                                     deleted: journal files a checkpoint covers, data
+                                     files GC is done with; each up to file_bytes_max)
   journal.direct_io         bool     default true
   integrity.enabled         bool     default: true exactly when journal.write_data = false
                                      (pre-boot check after an unclean stop, full check
@@ -390,6 +393,7 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
             "journal.group_bytes_max" => j.group_bytes_max = int()? as usize,
             "journal.file_bytes_max" => j.file_bytes_max = int()?,
             "journal.prealloc_bytes" => j.prealloc_bytes = int()?,
+            "journal.files_recycled_max" => j.n_files_recycled_max = int()? as usize,
             "journal.direct_io" => j.direct_io = boolean()?,
             "integrity.enabled" => c.integrity.enabled = Some(boolean()?),
             "integrity.stamp_missing_cookies" => c.integrity.stamp_missing_cookies = boolean()?,

@@ -86,11 +86,22 @@ async fn l1_d1_topics_deleted_in_a_cluster_under_faults_leave_nothing_and_lose_n
         folio_bookie::StorageMode::default() == folio_bookie::StorageMode::SingleWrite;
     let dirs: Vec<_> =
         (0..3).map(|i| tmp.path().join(format!("bookie-{i}")).join("ledgers")).collect();
-    let journals = || {
+    // Journal files, and apart from them the recycled files waiting to be written over
+    // (at most journal.files_recycled_max of journal.file_bytes_max each per bookie).
+    let journal_files = |recycled: bool| {
         (0..3)
-            .map(|i| dir_bytes(&tmp.path().join(format!("bookie-{i}")).join("journal")))
+            .flat_map(|i| {
+                std::fs::read_dir(tmp.path().join(format!("bookie-{i}")).join("journal")).unwrap()
+            })
+            .filter_map(Result::ok)
+            .filter(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                folio_bookie::journal::is_recycled_name(&name) == recycled
+            })
+            .map(|e| e.metadata().map_or(0, |m| m.len()))
             .sum::<u64>()
     };
+    let journals = || journal_files(false);
     let size = || dirs.iter().map(|d| dir_bytes(d)).sum::<u64>();
     let entry_logs = || {
         let logs = dirs.iter().map(|d| dir_bytes(&d.join("entrylogs"))).sum::<u64>();
@@ -165,9 +176,11 @@ async fn l1_d1_topics_deleted_in_a_cluster_under_faults_leave_nothing_and_lose_n
     };
     until(Duration::from_secs(120), "the bookies' ledger dirs came back", back).await;
     let disk_back = deleted_at.elapsed();
+    let recycled = journal_files(true);
+    assert!(recycled <= 3 * 2 * 4_194_304, "the recycle pools hold {recycled} bytes");
     eprintln!(
         "cluster lifecycle: ledger dirs {before} bytes before, {written} written ({written_logs} in data files), {} now \
-         (journals {} bytes); after DeleteTopics answered: logs trashed {:.1} s, ledgers gone {:.1} s, disk back {:.1} s \
+         (journals {} bytes, recycled {recycled}); after DeleteTopics answered: logs trashed {:.1} s, ledgers gone {:.1} s, disk back {:.1} s \
          ({:.1} GC intervals after the ledgers were gone)",
         size(),
         journals(),

@@ -16,14 +16,16 @@
 //! writer and syncer code runs, on the caller's thread, and submitters never wait for room.
 //!
 //! Single-write mode (`StorageMode::SingleWrite`): the journal's files are the data files.
-//! A [`LocatedHook`] is told where each entry record of a group starts, and no file is ever
-//! recycled or released: the storage seals, deletes and compacts them like entry logs.
+//! A [`LocatedHook`] is told where each entry record of a group starts, and no checkpoint
+//! releases a file: the storage seals, deletes and compacts them like entry logs, and hands
+//! the ones GC is done with to the recycle pool ([`Journal::recycle`], `recycle`).
 //!
 //! **Architecture invariant:** the journal knows records, not ledgers: it never looks inside
 //! an entry and keeps no per-ledger state.
 
 pub mod format;
 mod queue;
+mod recycle;
 mod replay;
 
 use std::collections::VecDeque;
@@ -33,6 +35,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 pub use format::{JournalPosition, JournalRecord, StopReason};
+pub use recycle::{is_recycled_name, recycled_name};
 pub use replay::{ReplayReport, replay};
 
 use crate::config::JournalConfig;
@@ -40,6 +43,7 @@ use crate::error::{Poison, PoisonReason, Result, StorageError};
 use crate::fs::{AlignedBuf, DIRECT_IO_ALIGN, FileHandle, FileSystem, OpenOptions};
 use format::{HEADER_BYTES, encode_header, encode_record, file_name, parse_file_name, record_len};
 use queue::{Queue, QueueState};
+use recycle::RecyclePool;
 
 /// Called on the journal's syncer thread once the record is durable (or failed).
 pub type JournalCallback = Box<dyn FnOnce(Result<JournalPosition>) + Send>;
@@ -100,6 +104,10 @@ pub struct Journal {
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// Stepped: the writer and the groups it wrote that wait for a sync.
     stepped: Option<Mutex<Stepped>>,
+    /// Files to write over, shared with the writer.
+    pool: Arc<RecyclePool>,
+    fs: Arc<dyn FileSystem>,
+    dir: PathBuf,
 }
 
 /// A stepped journal's writer side (see the module docs).
@@ -139,7 +147,8 @@ impl Journal {
     /// valid records (so the torn tail it may have is never read as corruption later) and
     /// opens a new file.
     /// `wake`: stepped (no threads), told whenever a step has work.
-    /// `located`: single-write mode (files are data, never recycled; see [`LocatedHook`]).
+    /// `located`: single-write mode (files are data, recycled only once GC is done with
+    /// them; see [`LocatedHook`]).
     pub fn start(
         fs: Arc<dyn FileSystem>,
         dir: PathBuf,
@@ -150,7 +159,10 @@ impl Journal {
         located: Option<LocatedHook>,
     ) -> Result<Journal> {
         fs.create_dir_all(&dir).map_err(|e| StorageError::io("creating journal dir", e))?;
-        let mut writer = Writer::new(fs, dir, config.clone());
+        let pool = RecyclePool::load(fs.as_ref(), &dir, config.n_files_recycled_max)
+            .map_err(|e| StorageError::io("loading the journal's recycled files", e))?;
+        let pool = Arc::new(pool);
+        let mut writer = Writer::new(fs.clone(), dir.clone(), config.clone(), pool.clone());
         if let Some(end) = report.end {
             writer
                 .seal_existing(end)
@@ -158,8 +170,12 @@ impl Journal {
         }
         let first_id = report.next_file_id();
         if located.is_none() {
-            writer.recycle = report.files_before_mark.iter().map(|id| writer.path(*id)).collect();
-            writer.trim_recycle_pool();
+            // Two-write: what a checkpoint covers is done with (single-write: the storage
+            // decides, by its index).
+            for id in &report.files_before_mark {
+                pool.give(fs.as_ref(), &dir, *id)
+                    .map_err(|e| StorageError::io("recycling a journal file", e))?;
+            }
         }
         writer.located = located;
         writer.open_new_file(first_id).map_err(|e| StorageError::io("creating journal file", e))?;
@@ -182,7 +198,8 @@ impl Journal {
         if wake.is_some() {
             let stepped = Stepped { writer, written: VecDeque::new(), stopped: false };
             let stepped = Some(Mutex::new(stepped));
-            return Ok(Journal { queue, shared, threads: Mutex::new(Vec::new()), stepped });
+            let threads = Mutex::new(Vec::new());
+            return Ok(Journal { queue, shared, threads, stepped, pool, fs, dir });
         }
         let (to_syncer, from_writer) = std::sync::mpsc::sync_channel(SYNC_PIPELINE_GROUPS);
         let (syncer_shared, syncer_queue, sync) = (shared.clone(), queue.clone(), config.sync);
@@ -195,7 +212,8 @@ impl Journal {
             .name("folio-journal".into())
             .spawn(move || writer.run(&thread_queue, &thread_shared, to_syncer))
             .map_err(|e| StorageError::io("spawning journal thread", e))?;
-        Ok(Journal { queue, shared, threads: Mutex::new(vec![thread, syncer]), stepped: None })
+        let threads = Mutex::new(vec![thread, syncer]);
+        Ok(Journal { queue, shared, threads, stepped: None, pool, fs, dir })
     }
 
     /// Stepped: writes what is queued as one group (at most `SYNC_PIPELINE_GROUPS` written
@@ -290,6 +308,25 @@ impl Journal {
         let _ = self.queue.push(Request::ReleaseBefore(file_id));
     }
 
+    /// Single-write mode: GC is done with data file `file_id` (the index no longer lists
+    /// it): it goes to the recycle pool, or is deleted when the pool is full. Durable when
+    /// this returns. Never the current file.
+    pub fn recycle(&self, file_id: u64) -> Result<()> {
+        assert!(
+            file_id < self.written_mark().file_id,
+            "file {file_id} is still being written: only sealed data files are recycled"
+        );
+        self.pool
+            .give(self.fs.as_ref(), &self.dir, file_id)
+            .map_err(|e| StorageError::io(format!("recycling {}", file_name(file_id)), e))
+    }
+
+    /// Files waiting in the recycle pool now, and journal files that were recycled files
+    /// since the journal started.
+    pub fn recycled(&self) -> (usize, u64) {
+        (self.pool.len(), self.pool.n_reused())
+    }
+
     /// The journal's counters.
     pub fn stats(&self) -> &JournalStats {
         &self.shared.stats
@@ -340,15 +377,20 @@ struct Writer {
     /// Bytes of the file known to be zero-filled or written.
     prealloc_end: u64,
     zeros: AlignedBuf,
-    recycle: VecDeque<PathBuf>,
+    pool: Arc<RecyclePool>,
     /// The offset named by the last SyncMark written to the current file.
     sync_mark: u64,
-    /// Single-write mode: told where each entry record starts; files are never released.
+    /// Single-write mode: told where each entry record starts; no checkpoint releases a file.
     located: Option<LocatedHook>,
 }
 
 impl Writer {
-    fn new(fs: Arc<dyn FileSystem>, dir: PathBuf, config: JournalConfig) -> Writer {
+    fn new(
+        fs: Arc<dyn FileSystem>,
+        dir: PathBuf,
+        config: JournalConfig,
+        pool: Arc<RecyclePool>,
+    ) -> Writer {
         let mut zeros = AlignedBuf::with_capacity(config.prealloc_bytes.max(1) as usize);
         zeros.extend_from_slice(&vec![0u8; config.prealloc_bytes as usize]);
         Writer {
@@ -361,7 +403,7 @@ impl Writer {
             block_offset: 0,
             prealloc_end: 0,
             zeros,
-            recycle: VecDeque::new(),
+            pool,
             sync_mark: 0,
             located: None,
         }
@@ -404,12 +446,10 @@ impl Writer {
     fn open_new_file(&mut self, file_id: u64) -> std::io::Result<()> {
         let path = self.path(file_id);
         let direct = self.config.direct_io;
-        let file = match self.recycle.pop_front() {
-            Some(old) => {
-                self.fs.rename(&old, &path)?;
-                self.fs.open(&path, OpenOptions { direct, ..OpenOptions::EXISTING })?
-            }
-            None => self.fs.open(&path, OpenOptions { direct, ..OpenOptions::CREATE_NEW })?,
+        let file = if self.pool.take(self.fs.as_ref(), &path)? {
+            self.fs.open(&path, OpenOptions { direct, ..OpenOptions::EXISTING })?
+        } else {
+            self.fs.open(&path, OpenOptions { direct, ..OpenOptions::CREATE_NEW })?
         };
         self.prealloc_end = file.len()? / DIRECT_IO_ALIGN as u64 * DIRECT_IO_ALIGN as u64;
         self.file = Some(file);
@@ -466,15 +506,6 @@ impl Writer {
         self.open_new_file(next)
     }
 
-    fn trim_recycle_pool(&mut self) {
-        while self.recycle.len() > self.config.n_files_recycled_max {
-            let old = self.recycle.pop_front().expect("non-empty pool");
-            if let Err(e) = self.fs.remove_file(&old) {
-                tracing::warn!(path = %old.display(), error = %e, "removing old journal file failed");
-            }
-        }
-    }
-
     fn release_before(&mut self, file_id: u64) {
         if self.located.is_some() {
             return; // single-write: the files are data; the storage deletes them
@@ -487,13 +518,14 @@ impl Writer {
             }
         };
         for id in names.iter().filter_map(|n| parse_file_name(n)) {
-            let path = self.path(id);
-            if id < file_id && id != self.file_id && !self.recycle.contains(&path) {
-                self.recycle.push_back(path);
+            if id < file_id
+                && id != self.file_id
+                && let Err(e) = self.pool.give(self.fs.as_ref(), &self.dir, id)
+            {
+                // Left under its journal name: the next release or restart tries again.
+                tracing::warn!(file_id = id, error = %e, "recycling a journal file failed");
             }
         }
-        self.trim_recycle_pool();
-        let _ = self.fs.sync_dir(&self.dir);
     }
 
     /// Writes groups until a shutdown request, handing each to the syncer; then fails what

@@ -50,8 +50,12 @@ impl Storage {
 }
 
 impl Inner {
-    /// Removes a log's file (an entry log, or a single-write data file) durably.
+    /// Removes a log's file durably: an entry log is deleted, a single-write data file goes
+    /// to the journal's recycle pool (or is deleted when the pool is full).
     fn remove_log_file(&self, log_id: u64) -> Result<()> {
+        if let (Some(file_id), Some(journal)) = (index::data_file_id(log_id), self.journal.get()) {
+            return journal.recycle(file_id);
+        }
         let path = self.log_path(log_id);
         self.fs
             .remove_file(&path)

@@ -28,7 +28,8 @@
 //!
 //! A data file's log id (in locations and states) is `index::data_file_log_id(file_id)`.
 //! Compaction copies live entries out into entry logs, sorted by ledger, as in two-write
-//! mode. Files are never recycled: GC deletes them.
+//! mode. A file GC deleted or compacted goes to the journal's recycle pool (`Journal::recycle`)
+//! and is written over as a later data file, under a new id.
 //!
 //! Architecture invariant: nothing but this module decides when a data file is sealed, and
 //! only a flush holding the flush lock does it.

@@ -369,6 +369,12 @@ impl Storage {
         self.inner.journal().stats()
     }
 
+    /// Files waiting in the journal's recycle pool, and journal files opened since start
+    /// that were recycled files (`journal::recycle`).
+    pub fn journal_recycled(&self) -> (usize, u64) {
+        self.inner.journal().recycled()
+    }
+
     /// The settings the storage was opened with.
     pub fn config(&self) -> &StorageConfig {
         &self.inner.config

@@ -140,13 +140,19 @@ impl Inner {
         let loc = EntryLocation::decode(&loc)?;
         let entry = match self.reader.read(loc, ledger_id, entry_id) {
             Ok(e) => e,
-            // Compaction may have moved the entry and removed the log since the lookup.
-            Err(StorageError::Io { .. }) => {
+            // Compaction may have moved the entry since the lookup, and removed its old file
+            // (an I/O error) or handed it to the journal to write over (its checksum fails:
+            // `journal::recycle`). Only a move excuses the error.
+            Err(first @ (StorageError::Io { .. } | StorageError::Corruption { .. })) => {
                 let key = index::location_key(ledger_id, entry_id);
                 let Some(again) = self.kv.get(Table::Locations, &key)? else {
                     return Err(self.missing(ledger_id, entry_id));
                 };
-                self.reader.read(EntryLocation::decode(&again)?, ledger_id, entry_id)?
+                let again = EntryLocation::decode(&again)?;
+                if again == loc {
+                    return Err(first);
+                }
+                self.reader.read(again, ledger_id, entry_id)?
             }
             Err(e) => return Err(e),
         };

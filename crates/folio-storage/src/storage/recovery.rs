@@ -171,8 +171,8 @@ impl Inner {
 }
 
 /// Where replay starts: the journal's checkpoint file; in single-write mode the index's
-/// checkpoint record when it is ahead (the file is written after the index commits, and the
-/// files are never recycled, so the index's record is the one that counts).
+/// checkpoint record when it is ahead (the file is written after the index commits, and a
+/// file id is never used twice, so the index's record is the one that counts).
 fn replay_start(
     fs: &dyn FileSystem,
     kv: &dyn KvStore,
