@@ -9,6 +9,12 @@
 //! `mode=`, and prints what the process wrote to the disk per entry byte
 //! (`disk_bytes_per_entry_byte`, from `/proc/self/io`) and, at the end,
 //! `ratio_single_write_vs_two_write` per entry size.
+//!
+//! Recycled files (`recycled=true` lines, single-write, 1 KiB and 16 KiB): a bookie whose GC
+//! keeps pace hands the journal a deleted data file whenever it needs a new one, so every
+//! file it writes is one written before. The run starts with enough such files in the
+//! recycle pool (written beforehand, outside the measurement) to last it, and prints
+//! `ratio_vs_fresh_files` against the same size's run on fresh files.
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -54,25 +60,32 @@ pub fn run(args: Args) -> Result<(), String> {
         let mut per_size = Vec::new();
         for entry_bytes in [1024usize, 16 * 1024, 256 * 1024] {
             let dir = tmp.path().join(format!("engine-{m}-{entry_bytes}"));
-            let written0 = super::process_disk_write_bytes();
-            let r = engine_run(&dir, mode, entry_bytes, &args, duration)?;
-            let written = super::process_disk_write_bytes()
-                .zip(written0)
-                .map(|(b, a)| b.saturating_sub(a) as f64 / MIB);
-            let per_byte = written
-                .map(|w| format!("{:.2}", w / (r.mb_per_s * r.secs)))
-                .unwrap_or_else(|| "unknown".into());
-            println!(
-                "mode={m} entry_bytes={entry_bytes} adds_per_s={:.0} mb_per_s={:.1} ack_latency_p50_us={} ack_latency_p99_us={} disk_bytes_per_entry_byte={per_byte} ratio_vs_disk={:.2}",
-                r.adds_per_s,
-                r.mb_per_s,
-                r.p50_us,
-                r.p99_us,
-                r.mb_per_s / disk.0
-            );
+            let r = measured_run(&dir, mode, entry_bytes, &args, duration, 0, disk.0, "")?;
             per_size.push((entry_bytes, r.mb_per_s));
             if entry_bytes == 16 * 1024 {
                 catch_up_read(&dir, mode, r.submitted)?;
+            }
+            if mode == StorageMode::SingleWrite && entry_bytes <= 16 * 1024 {
+                // Enough recycled files for half again the fresh run's bytes.
+                let file_bytes = folio_bookie::JournalConfig::default().file_bytes_max as f64;
+                let files = (r.mb_per_s * MIB * r.secs * 1.5 / file_bytes).ceil() as usize + 1;
+                let dir = tmp.path().join(format!("engine-{m}-{entry_bytes}-recycled"));
+                let again = measured_run(
+                    &dir,
+                    mode,
+                    entry_bytes,
+                    &args,
+                    duration,
+                    files,
+                    disk.0,
+                    " recycled=true",
+                )?;
+                println!(
+                    "mode={m} entry_bytes={entry_bytes} recycled=true files_reused={} ratio_vs_fresh_files={:.2}",
+                    again.files_reused,
+                    again.mb_per_s / r.mb_per_s.max(1e-9)
+                );
+                let _ = std::fs::remove_dir_all(&dir); // gigabytes of recycled files
             }
         }
         results.push((mode, per_size));
@@ -80,6 +93,66 @@ pub fn run(args: Args) -> Result<(), String> {
     super::print_mode_ratios(&results);
     println!("rss_peak_mb={:.0}", super::rss_peak_mb());
     Ok(())
+}
+
+/// One engine run with its line: rates, latencies, disk bytes per entry byte (what the
+/// process wrote during the run), against the disk.
+#[allow(clippy::too_many_arguments)]
+fn measured_run(
+    dir: &std::path::Path,
+    mode: StorageMode,
+    entry_bytes: usize,
+    args: &Args,
+    duration: Duration,
+    recycled_files: usize,
+    disk_mb_per_s: f64,
+    tag: &str,
+) -> Result<EngineResult, String> {
+    if recycled_files > 0 {
+        prefill_recycle_pool(&dir.join("journal"), recycled_files)?;
+    }
+    let m = mode.name();
+    let written0 = super::process_disk_write_bytes();
+    let r = engine_run(dir, mode, entry_bytes, args, duration, recycled_files)?;
+    let written = super::process_disk_write_bytes()
+        .zip(written0)
+        .map(|(b, a)| b.saturating_sub(a) as f64 / MIB);
+    let per_byte = written
+        .map(|w| format!("{:.2}", w / (r.mb_per_s * r.secs)))
+        .unwrap_or_else(|| "unknown".into());
+    println!(
+        "mode={m}{tag} entry_bytes={entry_bytes} adds_per_s={:.0} mb_per_s={:.1} ack_latency_p50_us={} ack_latency_p99_us={} disk_bytes_per_entry_byte={per_byte} ratio_vs_disk={:.2}",
+        r.adds_per_s,
+        r.mb_per_s,
+        r.p50_us,
+        r.p99_us,
+        r.mb_per_s / disk_mb_per_s
+    );
+    Ok(r)
+}
+
+/// `n` files of the journal's file size in `journal_dir`'s recycle pool, every block written
+/// and synced, as GC would have left them.
+fn prefill_recycle_pool(journal_dir: &std::path::Path, n: usize) -> Result<(), String> {
+    let fs = RealFs;
+    fs.create_dir_all(journal_dir)
+        .map_err(|e| format!("creating {}: {e}", journal_dir.display()))?;
+    let file_bytes = folio_bookie::JournalConfig::default().file_bytes_max;
+    let mut chunk = AlignedBuf::with_capacity(4 * 1024 * 1024);
+    chunk.extend_from_slice(&vec![0u8; 4 * 1024 * 1024]);
+    for i in 0..n {
+        let path = journal_dir.join(folio_bookie::journal::recycled_name(i as u64 + 1));
+        let file = fs
+            .open(&path, OpenOptions { direct: true, ..OpenOptions::CREATE_NEW })
+            .map_err(|e| format!("creating {}: {e}", path.display()))?;
+        let mut at = 0;
+        while at < file_bytes {
+            file.write_all_at(chunk.as_slice(), at).map_err(|e| format!("prefill: {e}"))?;
+            at += chunk.len() as u64;
+        }
+        file.sync_data().map_err(|e| format!("prefill fdatasync: {e}"))?;
+    }
+    fs.sync_dir(journal_dir).map_err(|e| format!("syncing {}: {e}", journal_dir.display()))
 }
 
 /// Catch-up read of one ledger of the 8 the 16 KiB run striped its adds over (so in
@@ -152,6 +225,8 @@ struct EngineResult {
     mb_per_s: f64,
     p50_us: u64,
     p99_us: u64,
+    /// Journal files that were recycled files.
+    files_reused: u64,
 }
 
 fn engine_run(
@@ -160,10 +235,12 @@ fn engine_run(
     entry_bytes: usize,
     args: &Args,
     duration: Duration,
+    recycled_files: usize,
 ) -> Result<EngineResult, String> {
     let inflight = if entry_bytes > 64 * 1024 { args.inflight.min(64) } else { args.inflight };
     let mut config = StorageConfig::new(dir);
     config.mode = mode;
+    config.journal.n_files_recycled_max = config.journal.n_files_recycled_max.max(recycled_files);
     config.journal.prealloc_bytes = args.journal_prealloc_mib * 1024 * 1024;
     let storage = Arc::new(Storage::open_default(config).map_err(|e| e.to_string())?);
     let payload = vec![0xa5u8; entry_bytes - folio_proto::ENTRY_HEADER_BYTES];
@@ -217,6 +294,7 @@ fn engine_run(
         mb_per_s: submitted as f64 * entry_bytes as f64 / MIB / secs,
         p50_us: super::pct(&lat, 0.5),
         p99_us: super::pct(&lat, 0.99),
+        files_reused: storage.journal_recycled().1,
     };
     match Arc::try_unwrap(storage) {
         Ok(s) => s.close().map_err(|e| e.to_string())?,
