@@ -307,6 +307,33 @@ fn access_keys(
     Ok((access.cluster_secret()?, access.etcd()?, http))
 }
 
+/// Sets one `journal.*` key.
+fn set_journal_key(
+    j: &mut folio_bookie::JournalConfig,
+    k: &str,
+    v: &toml::Value,
+) -> Result<(), String> {
+    let int = || {
+        v.as_integer()
+            .filter(|i| *i >= 0)
+            .map(|i| i as u64)
+            .ok_or(format!("{k} must be a non-negative integer"))
+    };
+    let boolean = || v.as_bool().ok_or(format!("{k} must be true or false"));
+    match k {
+        "journal.sync" => j.sync = boolean()?,
+        "journal.write_data" => j.write_data = boolean()?,
+        "journal.group_wait_us" => j.group_wait_max = Duration::from_micros(int()?),
+        "journal.group_bytes_max" => j.group_bytes_max = int()? as usize,
+        "journal.file_bytes_max" => j.file_bytes_max = int()?,
+        "journal.prealloc_bytes" => j.prealloc_bytes = int()?,
+        "journal.files_recycled_max" => j.n_files_recycled_max = int()? as usize,
+        "journal.direct_io" => j.direct_io = boolean()?,
+        other => return Err(format!("unknown config key {other:?} (see `folio bookie --help`)")),
+    }
+    Ok(())
+}
+
 fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
     let get = |k: &str| flat.iter().rev().find(|(key, _)| key == k).map(|(_, v)| v);
     let string = |k: &str| -> Result<Option<String>, String> {
@@ -387,14 +414,7 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
             "read_cache_bytes" => c.storage.read_cache_bytes = int()? as usize,
             "read_ahead_entries" => c.storage.read_ahead_entries = int()? as usize,
             "read_ahead_bytes" => c.storage.read_ahead_bytes = int()? as usize,
-            "journal.sync" => j.sync = boolean()?,
-            "journal.write_data" => j.write_data = boolean()?,
-            "journal.group_wait_us" => j.group_wait_max = Duration::from_micros(int()?),
-            "journal.group_bytes_max" => j.group_bytes_max = int()? as usize,
-            "journal.file_bytes_max" => j.file_bytes_max = int()?,
-            "journal.prealloc_bytes" => j.prealloc_bytes = int()?,
-            "journal.files_recycled_max" => j.n_files_recycled_max = int()? as usize,
-            "journal.direct_io" => j.direct_io = boolean()?,
+            k if k.starts_with("journal.") => set_journal_key(j, k, v)?,
             "integrity.enabled" => c.integrity.enabled = Some(boolean()?),
             "integrity.stamp_missing_cookies" => c.integrity.stamp_missing_cookies = boolean()?,
             "integrity.check_interval_ms" => c.integrity.check_interval = ms(int()?),
