@@ -14,7 +14,9 @@
 //! keeps pace hands the journal a deleted data file whenever it needs a new one, so every
 //! file it writes is one written before. The run starts with enough such files in the
 //! recycle pool (written beforehand, outside the measurement) to last it, and prints
-//! `ratio_vs_fresh_files` against the same size's run on fresh files.
+//! `ratio_vs_fresh_files` against the same size's run on fresh files, and
+//! `ratio_vs_disk_overwrite` against a second baseline: the same O_DIRECT writes and
+//! fdatasyncs over a journal file's worth of blocks written before.
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -49,10 +51,16 @@ pub fn run(args: Args) -> Result<(), String> {
         "bench=storage quick={} seconds_per_run={secs} inflight={}",
         args.run.quick, args.inflight
     );
-    let disk = disk_baseline(&tmp.path().join("raw"), 512 * 1024, duration)?;
+    let disk = disk_baseline(&tmp.path().join("raw"), 512 * 1024, duration, None)?;
     println!(
         "disk_write_bytes=524288 disk_mb_per_s={:.1} disk_commits_per_s={:.0}",
         disk.0, disk.1
+    );
+    let file_bytes = folio_bookie::JournalConfig::default().file_bytes_max;
+    let over = disk_baseline(&tmp.path().join("raw"), 512 * 1024, duration, Some(file_bytes))?;
+    println!(
+        "disk_write_bytes=524288 disk_overwrite_mb_per_s={:.1} disk_overwrite_commits_per_s={:.0}",
+        over.0, over.1
     );
     let mut results = Vec::new();
     for mode in super::storage_modes(args.mode.as_deref())? {
@@ -60,26 +68,17 @@ pub fn run(args: Args) -> Result<(), String> {
         let mut per_size = Vec::new();
         for entry_bytes in [1024usize, 16 * 1024, 256 * 1024] {
             let dir = tmp.path().join(format!("engine-{m}-{entry_bytes}"));
-            let r = measured_run(&dir, mode, entry_bytes, &args, duration, 0, disk.0, "")?;
+            let r = measured_run(&dir, mode, entry_bytes, &args, duration, 0, disk.0)?;
             per_size.push((entry_bytes, r.mb_per_s));
             if entry_bytes == 16 * 1024 {
                 catch_up_read(&dir, mode, r.submitted)?;
             }
             if mode == StorageMode::SingleWrite && entry_bytes <= 16 * 1024 {
                 // Enough recycled files for half again the fresh run's bytes.
-                let file_bytes = folio_bookie::JournalConfig::default().file_bytes_max as f64;
-                let files = (r.mb_per_s * MIB * r.secs * 1.5 / file_bytes).ceil() as usize + 1;
+                let files =
+                    (r.mb_per_s * MIB * r.secs * 1.5 / file_bytes as f64).ceil() as usize + 1;
                 let dir = tmp.path().join(format!("engine-{m}-{entry_bytes}-recycled"));
-                let again = measured_run(
-                    &dir,
-                    mode,
-                    entry_bytes,
-                    &args,
-                    duration,
-                    files,
-                    disk.0,
-                    " recycled=true",
-                )?;
+                let again = measured_run(&dir, mode, entry_bytes, &args, duration, files, over.0)?;
                 println!(
                     "mode={m} entry_bytes={entry_bytes} recycled=true files_reused={} ratio_vs_fresh_files={:.2}",
                     again.files_reused,
@@ -96,8 +95,8 @@ pub fn run(args: Args) -> Result<(), String> {
 }
 
 /// One engine run with its line: rates, latencies, disk bytes per entry byte (what the
-/// process wrote during the run), against the disk.
-#[allow(clippy::too_many_arguments)]
+/// process wrote during the run), against the disk (`ratio_vs_disk`; a run on recycled
+/// files against the disk overwriting written blocks, `ratio_vs_disk_overwrite`).
 fn measured_run(
     dir: &std::path::Path,
     mode: StorageMode,
@@ -106,8 +105,9 @@ fn measured_run(
     duration: Duration,
     recycled_files: usize,
     disk_mb_per_s: f64,
-    tag: &str,
 ) -> Result<EngineResult, String> {
+    let (tag, baseline) =
+        if recycled_files > 0 { (" recycled=true", "disk_overwrite") } else { ("", "disk") };
     if recycled_files > 0 {
         prefill_recycle_pool(&dir.join("journal"), recycled_files)?;
     }
@@ -121,7 +121,7 @@ fn measured_run(
         .map(|w| format!("{:.2}", w / (r.mb_per_s * r.secs)))
         .unwrap_or_else(|| "unknown".into());
     println!(
-        "mode={m}{tag} entry_bytes={entry_bytes} adds_per_s={:.0} mb_per_s={:.1} ack_latency_p50_us={} ack_latency_p99_us={} disk_bytes_per_entry_byte={per_byte} ratio_vs_disk={:.2}",
+        "mode={m}{tag} entry_bytes={entry_bytes} adds_per_s={:.0} mb_per_s={:.1} ack_latency_p50_us={} ack_latency_p99_us={} disk_bytes_per_entry_byte={per_byte} ratio_vs_{baseline}={:.2}",
         r.adds_per_s,
         r.mb_per_s,
         r.p50_us,
@@ -189,11 +189,13 @@ fn catch_up_read(dir: &std::path::Path, mode: StorageMode, submitted: u64) -> Re
     storage.close().map_err(|e| e.to_string())
 }
 
-/// MB/s and commits/s of O_DIRECT append + fdatasync of `write_bytes` each.
+/// MB/s and commits/s of O_DIRECT writes + fdatasync of `write_bytes` each: appends to a
+/// fresh file, or (`overwrite` bytes) round and round over a file written and synced first.
 fn disk_baseline(
     path: &std::path::Path,
     write_bytes: usize,
     duration: Duration,
+    overwrite: Option<u64>,
 ) -> Result<(f64, f64), String> {
     let fs = RealFs;
     let file = fs
@@ -201,11 +203,19 @@ fn disk_baseline(
         .map_err(|e| format!("opening {}: {e}", path.display()))?;
     let mut buf = AlignedBuf::with_capacity(write_bytes);
     buf.extend_from_slice(&vec![0x5a; write_bytes]);
+    let wrap = overwrite.map_or(u64::MAX, |n| n / write_bytes as u64 * write_bytes as u64);
+    let mut at = 0;
+    while at < overwrite.unwrap_or(0) {
+        file.write_all_at(buf.as_slice(), at).map_err(|e| format!("baseline prefill: {e}"))?;
+        at += write_bytes as u64;
+    }
+    file.sync_data().map_err(|e| format!("baseline prefill fdatasync: {e}"))?;
     let start = Instant::now();
     let mut offset = 0u64;
     let mut commits = 0u64;
     while start.elapsed() < duration {
-        file.write_all_at(buf.as_slice(), offset).map_err(|e| format!("baseline write: {e}"))?;
+        file.write_all_at(buf.as_slice(), offset % wrap)
+            .map_err(|e| format!("baseline write: {e}"))?;
         file.sync_data().map_err(|e| format!("baseline fdatasync: {e}"))?;
         offset += write_bytes as u64;
         commits += 1;
