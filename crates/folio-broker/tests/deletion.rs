@@ -9,7 +9,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -22,6 +21,7 @@ use folio_log::{LogEnv, WallClock};
 use folio_meta::keys::Keys;
 use folio_meta::records::{LedgerState, Record};
 use folio_meta::{MetadataStore, list_all};
+use folio_testkit::disk::{JournalFiles, dir_bytes};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
@@ -293,18 +293,6 @@ async fn l4_deleting_1000_topics_does_not_queue_topic_creation() {
     assert!(topics.iter().all(|v| !v.key.contains("/old-")));
 }
 
-fn dir_bytes(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries
-        .filter_map(Result::ok)
-        .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
-            Ok(m) => m.len(),
-            Err(_) => 0,
-        })
-        .sum()
-}
-
 /// L1 end to end: 3 bookies; topics written (~24 MiB per bookie), then every topic
 /// deleted: after the controller, the trash deleter and the bookies' GC, the bookies'
 /// ledger data dirs are back within 10 % of their size before the topics were written.
@@ -340,16 +328,20 @@ async fn l1_deleting_every_topic_gives_the_bookies_data_dirs_back() {
     // The data dirs hold a fixed part (the index's preallocated 64 MiB journal) that
     // dwarfs 10 %: the data files are checked on their own too (entry logs, and in
     // single-write mode the journal's files).
+    // Of the journal's files, the recycle pool and the file being written are bounded on
+    // their own (`folio_testkit::disk`): data kept is what sits before the current file.
     let journals: Vec<std::path::PathBuf> = cluster
         .nodes
         .iter()
         .filter(|n| n.config.storage.mode.name() == "single-write")
         .map(|n| n.config.storage.journal_dir.clone())
         .collect();
-    let entry_logs = || {
+    let journal_files = |which: JournalFiles| journals.iter().map(|d| which.bytes(d)).sum::<u64>();
+    let data_files = |which: JournalFiles| {
         let logs = dirs.iter().map(|d| dir_bytes(&d.join("entrylogs"))).sum::<u64>();
-        logs + journals.iter().map(|d| dir_bytes(d)).sum::<u64>()
+        logs + journal_files(which)
     };
+    let entry_logs = || data_files(JournalFiles::All);
     // Written and flushed to the data files (the flush runs every 100 ms).
     let deadline = Instant::now() + Duration::from_secs(30);
     while entry_logs() < 3 * 20 * 1024 * 1024 {
@@ -370,7 +362,7 @@ async fn l1_deleting_every_topic_gives_the_bookies_data_dirs_back() {
         for n in &cluster.nodes {
             n.bookie().gc_now().await.unwrap();
         }
-        let (now, logs_now) = (size(), entry_logs());
+        let (now, logs_now) = (size(), data_files(JournalFiles::Sealed));
         if now as f64 <= before as f64 * 1.1 && logs_now as f64 <= logs_written as f64 * 0.1 {
             eprintln!(
                 "data dirs: {before} bytes before, {written} written, {now} after deletion; data files {logs_written} -> {logs_now}"
@@ -384,6 +376,12 @@ async fn l1_deleting_every_topic_gives_the_bookies_data_dirs_back() {
         // The active entry logs seal once idle (200 ms); GC then deletes them.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // A file ends at the first group past journal.file_bytes_max (groups: 512 KiB at most).
+    let file_max = 4 * 1024 * 1024 + 512 * 1024;
+    let (recycled, current) =
+        (journal_files(JournalFiles::Recycled), journal_files(JournalFiles::Current));
+    assert!(recycled <= 3 * 2 * file_max, "the recycle pools hold {recycled} bytes");
+    assert!(current <= 3 * file_max, "the current journal files hold {current} bytes");
     assert!(broker.deletions().await.unwrap().is_empty());
 }
 

@@ -6,6 +6,7 @@
 //!
 //! Bookies register the proxy's address, so every client reaches them through it.
 
+pub mod disk;
 pub mod poll;
 
 /// The raw Kafka client, and the throwaway TLS certificates (folio-kafka-client, which the

@@ -18,13 +18,14 @@ use std::time::{Duration, Instant};
 
 use folio_meta::keys::Keys;
 use folio_meta::{MetadataStore, list_all};
+use folio_testkit::disk::{JournalFiles, dir_bytes};
 use folio_testkit::poll::until;
 
 const TOPICS: usize = 50;
 const RECORDS_PER_TOPIC: usize = 400; // 1 KiB each: ~20 MiB per copy
 const GC_INTERVAL: Duration = Duration::from_secs(2);
 
-use common::{Proc, dir_bytes, start_bookie, start_broker_with};
+use common::{Proc, start_bookie, start_broker_with};
 
 fn folio() -> Command {
     Command::new(env!("CARGO_BIN_EXE_folio"))
@@ -59,40 +60,6 @@ fn clients(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).to_string()
-}
-
-/// Which files of a bookie's journal dir to count.
-#[derive(Debug, Clone, Copy)]
-enum JournalFiles {
-    /// Every journal file (in single-write mode, the data files).
-    All,
-    /// The newest: the one being written.
-    Current,
-    /// Files waiting in the recycle pool (at most journal.files_recycled_max).
-    Recycled,
-}
-
-impl JournalFiles {
-    /// Bytes of these files in `dir`.
-    fn bytes(self, dir: &std::path::Path) -> u64 {
-        let mut files: Vec<(String, u64)> = std::fs::read_dir(dir)
-            .unwrap()
-            .filter_map(Result::ok)
-            .map(|e| {
-                (e.file_name().to_string_lossy().into_owned(), e.metadata().map_or(0, |m| m.len()))
-            })
-            .collect();
-        files.sort();
-        let recycled = |n: &str| folio_bookie::journal::is_recycled_name(n);
-        let journal = |n: &str| folio_bookie::journal::format::parse_file_name(n).is_some();
-        match self {
-            JournalFiles::All => files.iter().filter(|(n, _)| journal(n)).map(|(_, b)| b).sum(),
-            JournalFiles::Current => files.iter().rfind(|(n, _)| journal(n)).map_or(0, |f| f.1),
-            JournalFiles::Recycled => {
-                files.iter().filter(|(n, _)| recycled(n)).map(|(_, b)| b).sum()
-            }
-        }
-    }
 }
 
 /// Whether nothing is stored under `prefix`.
@@ -196,11 +163,8 @@ async fn l1_d1_topics_deleted_in_a_cluster_under_faults_leave_nothing_and_lose_n
     // The journal's current file is left out: a recycled one keeps its full length whatever
     // it holds (that an idle one is sealed and collected: gc.rs `l1_an_idle_data_file…`).
     let back = || {
-        let logs_now = entry_logs().saturating_sub(if single_write {
-            journal_files(JournalFiles::Current)
-        } else {
-            0
-        });
+        let logs = dirs.iter().map(|d| dir_bytes(&d.join("entrylogs"))).sum::<u64>();
+        let logs_now = logs + if single_write { journal_files(JournalFiles::Sealed) } else { 0 };
         let now = size();
         async move { now as f64 <= before as f64 * 1.1 && logs_now as f64 <= written_logs as f64 * 0.1 }
     };

@@ -659,13 +659,13 @@ async fn d1_a_bookie_cut_off_from_everything_loses_nothing_and_registers_again_a
     let (broker, a, _) = start_broker(None, &ns.outer, &etcd, root, 1);
     procs.push(broker);
     let journal_0 = tmp.path().join("bookie-0").join("journal");
-    let held_before = common::dir_bytes(&journal_0);
+    let held_before = folio_testkit::disk::dir_bytes(&journal_0);
 
     let topic = "bookie-cut";
     let (producer, rx) = produce_spread(&a, topic);
     let mut acked = Vec::new();
     take(&rx, 2000, &mut acked);
-    let held = common::dir_bytes(&journal_0);
+    let held = folio_testkit::disk::dir_bytes(&journal_0);
     assert!(held > held_before, "no writer sent bookie-0 anything ({held} bytes)");
 
     ns.isolate(true);

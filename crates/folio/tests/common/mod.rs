@@ -141,19 +141,6 @@ pub fn start_bookie_at(
     (Proc(child), addr.unwrap_or_else(|| panic!("no address in {line:?}")))
 }
 
-/// Bytes of the files under `dir`, recursively (0 if it is gone).
-pub fn dir_bytes(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries
-        .filter_map(Result::ok)
-        .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
-            Ok(m) => m.len(),
-            Err(_) => 0,
-        })
-        .sum()
-}
-
 /// A `folio broker` process on etcd under `root` (Kafka and HTTP on free ports, `extra`
 /// arguments after the rest); returns it and its Kafka address once it listens.
 pub fn start_broker_with(etcd: &str, root: &str, node_id: u16, extra: &[&str]) -> (Proc, String) {
