@@ -167,6 +167,8 @@ pub struct Bookie {
     fs: Arc<dyn FileSystem>,
     /// What the GC passes found; a watch, so that a caller can await the next pass.
     gc_status: Arc<watch::Sender<crate::gc::GcStatus>>,
+    disk: Arc<dyn DiskUsage>,
+    disk_usage_threshold: f64,
 }
 
 impl Bookie {
@@ -285,7 +287,7 @@ impl Bookie {
         )));
         let read_only_reason = Arc::new(std::sync::Mutex::new(None));
         tasks.push(tokio::spawn(monitor_disk(
-            disk,
+            disk.clone(),
             storage.clone(),
             config.clone(),
             meta.clone(),
@@ -323,6 +325,8 @@ impl Bookie {
             ledger_dir,
             fs: config.fs.clone(),
             gc_status,
+            disk,
+            disk_usage_threshold: config.disk_usage_threshold,
         })
     }
 
@@ -341,6 +345,16 @@ impl Bookie {
     /// Whether the bookie refuses adds (disk full, storage poisoned, or started read-only).
     pub fn is_read_only(&self) -> bool {
         self.read_only.load(Ordering::SeqCst)
+    }
+
+    /// How full the ledger dir's disk is now (0 to 1), probed now; `None` if it cannot be.
+    pub fn disk_usage(&self) -> Option<f64> {
+        self.disk.usage(&self.ledger_dir).ok()
+    }
+
+    /// The disk usage at which the bookie turns read-only (`disk_usage_threshold`).
+    pub fn disk_usage_threshold(&self) -> f64 {
+        self.disk_usage_threshold
     }
     /// Why the bookie is read-only (a full or unprobeable disk, a poisoned storage).
     pub fn read_only_reason(&self) -> Option<String> {

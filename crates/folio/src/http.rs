@@ -313,6 +313,7 @@ async fn metrics(bookies: &Bookies) -> String {
             let _ = writeln!(out, "{name}{{bookie=\"{}\"}} {}", bookie.id(), f(bookie));
         }
     }
+    disk_metrics(&mut out, &b);
     let _ = writeln!(
         out,
         "# HELP folio_gc_logs Sealed entry logs GC kept, by usage (live bytes / size)."
@@ -326,6 +327,31 @@ async fn metrics(bookies: &Bookies) -> String {
         }
     }
     out
+}
+
+/// How full each bookie's disk is, and where it turns read-only.
+fn disk_metrics(out: &mut String, bookies: &[Bookie]) {
+    let _ = writeln!(
+        out,
+        "# HELP folio_bookie_disk_usage_ratio How full the ledger dir's disk is (0 to 1; absent \
+         when it cannot be probed).\n# TYPE folio_bookie_disk_usage_ratio gauge"
+    );
+    for bookie in bookies {
+        if let Some(u) = bookie.disk_usage() {
+            let _ =
+                writeln!(out, "folio_bookie_disk_usage_ratio{{bookie=\"{}\"}} {u:.4}", bookie.id());
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP folio_bookie_disk_usage_threshold Disk usage at which the bookie turns read-only \
+         (disk_usage_threshold).\n# TYPE folio_bookie_disk_usage_threshold gauge"
+    );
+    for bookie in bookies {
+        let t = bookie.disk_usage_threshold();
+        let _ =
+            writeln!(out, "folio_bookie_disk_usage_threshold{{bookie=\"{}\"}} {t}", bookie.id());
+    }
 }
 
 /// The trash as JSON: its size, oldest record, failing records, and whether this process
