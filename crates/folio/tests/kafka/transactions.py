@@ -275,6 +275,18 @@ def scenario_ctp_finish(bootstrap, src, dst, group):
     print("OK ctp_finish output=%d" % len(got))
 
 
+def timed(what, f, *args):
+    """f(*args), printing `slow <what> <seconds>` when it took over 5 s: a stalled run
+    shows which client call stalled."""
+    t0 = time.time()
+    try:
+        return f(*args)
+    finally:
+        took = time.time() - t0
+        if took > 5:
+            print("slow %s %.1f s at %.1f" % (what, took, time.time()), flush=True)
+
+
 def scenario_ctp_partitioned(bootstrap, src, dst, group, n):
     """A consume-transform-produce that goes on across a network partition (the test cuts
     the coordinator off meanwhile), handling errors as a Kafka application does: after any
@@ -302,7 +314,7 @@ def scenario_ctp_partitioned(bootstrap, src, dst, group, n):
     start = time.time()
     while done < n:
         check(time.time() - start < 300, "only %d of %d inputs done in 300 s" % (done, n))
-        msgs = [m for m in c.consume(5, 1.0) if not m.error()]
+        msgs = [m for m in timed("consume", c.consume, 5, 1.0) if not m.error()]
         if not msgs:
             continue
         ends = {}
@@ -313,15 +325,17 @@ def scenario_ctp_partitioned(bootstrap, src, dst, group, n):
             p.begin_transaction()
             for m in msgs:
                 p.produce(dst, value=m.value().decode().upper())
-            p.send_offsets_to_transaction(offsets, c.consumer_group_metadata(), 30)
+            timed("send_offsets_to_transaction", p.send_offsets_to_transaction, offsets,
+                  c.consumer_group_metadata(), 30)
             n_txn += 1
             if n_txn % 5 == 0:
-                check(p.flush(30) == 0, "the aborted transaction's records were not sent")
-                p.abort_transaction(30)
+                check(timed("flush", p.flush, 30) == 0,
+                      "the aborted transaction's records were not sent")
+                timed("abort_transaction", p.abort_transaction, 30)
                 aborted += 1
                 raise_rewind = True
             else:
-                p.commit_transaction(30)
+                timed("commit_transaction", p.commit_transaction, 30)
                 done = max(done, max(ends.values()))
                 print("progress %d" % n_txn, flush=True)
                 raise_rewind = False
@@ -331,7 +345,7 @@ def scenario_ctp_partitioned(bootstrap, src, dst, group, n):
             while True:
                 check(time.time() - start < 300, "no new producer in 300 s")
                 try:
-                    p = txn_producer(bootstrap, txn_id)
+                    p = timed("init_transactions", txn_producer, bootstrap, txn_id)
                     break
                 except KafkaException as e2:
                     print("init: %s" % e2, flush=True)
@@ -340,7 +354,8 @@ def scenario_ctp_partitioned(bootstrap, src, dst, group, n):
             while True:
                 check(time.time() - start < 300, "the committed offsets never read")
                 try:
-                    committed = c.committed([TopicPartition(src, q) for q in ends], timeout=10)
+                    tps = [TopicPartition(src, q) for q in ends]
+                    committed = timed("committed", lambda: c.committed(tps, timeout=10))
                     break
                 except KafkaException as e:
                     print("committed: %s" % e, flush=True)
