@@ -29,13 +29,8 @@ pub fn set_key(
     v: &toml::Value,
 ) -> Result<bool, String> {
     let Some(k) = key.strip_prefix("autorecovery.") else { return Ok(false) };
-    let int = || {
-        v.as_integer()
-            .filter(|i| *i >= 0)
-            .map(|i| i as u64)
-            .ok_or(format!("{key} must be a non-negative integer"))
-    };
-    let boolean = || v.as_bool().ok_or(format!("{key} must be true or false"));
+    let int = || crate::config_value::non_negative(key, v);
+    let boolean = || crate::config_value::true_or_false(key, v);
     let ms = |x: u64| Duration::from_millis(x);
     match k {
         "enabled" => *enabled = boolean()?,

@@ -313,13 +313,8 @@ fn set_journal_key(
     k: &str,
     v: &toml::Value,
 ) -> Result<(), String> {
-    let int = || {
-        v.as_integer()
-            .filter(|i| *i >= 0)
-            .map(|i| i as u64)
-            .ok_or(format!("{k} must be a non-negative integer"))
-    };
-    let boolean = || v.as_bool().ok_or(format!("{k} must be true or false"));
+    let (int, boolean) =
+        (|| crate::config_value::non_negative(k, v), || crate::config_value::true_or_false(k, v));
     match k {
         "journal.sync" => j.sync = boolean()?,
         "journal.write_data" => j.write_data = boolean()?,
@@ -368,13 +363,10 @@ fn build(flat: &[(String, toml::Value)]) -> Result<Resolved, String> {
     c.auth.secret = secret;
     let (autorecovery, flat) = crate::autorecovery_cmd::take_keys(flat)?;
     for (k, v) in &flat {
-        let int = || {
-            v.as_integer()
-                .filter(|i| *i >= 0)
-                .map(|i| i as u64)
-                .ok_or(format!("{k} must be a non-negative integer"))
-        };
-        let boolean = || v.as_bool().ok_or(format!("{k} must be true or false"));
+        let (int, boolean) = (
+            || crate::config_value::non_negative(k, v),
+            || crate::config_value::true_or_false(k, v),
+        );
         let float = || {
             v.as_float().or(v.as_integer().map(|i| i as f64)).ok_or(format!("{k} must be a number"))
         };

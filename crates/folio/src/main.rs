@@ -8,6 +8,7 @@ mod bench;
 mod bookie_cmd;
 mod broker_cmd;
 mod cluster;
+mod config_value;
 mod debug;
 mod http;
 mod inspect;

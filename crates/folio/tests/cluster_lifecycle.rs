@@ -93,10 +93,11 @@ async fn l1_d1_topics_deleted_in_a_cluster_under_faults_leave_nothing_and_lose_n
         |which: JournalFiles| journal_dirs.iter().map(|d| which.bytes(d)).sum::<u64>();
     let journals = || journal_files(JournalFiles::All);
     let size = || dirs.iter().map(|d| dir_bytes(d)).sum::<u64>();
-    let entry_logs = || {
+    let data_files = |journal: JournalFiles| {
         let logs = dirs.iter().map(|d| dir_bytes(&d.join("entrylogs"))).sum::<u64>();
-        logs + if single_write { journals() } else { 0 }
+        logs + if single_write { journal_files(journal) } else { 0 }
     };
+    let entry_logs = || data_files(JournalFiles::All);
     let before = size();
     let (b1, a1) = start_broker(&etcd, &root, 1, &[]);
     // Broker 2 re-reads topics once an hour: its cache outlives every deletion below.
@@ -163,9 +164,7 @@ async fn l1_d1_topics_deleted_in_a_cluster_under_faults_leave_nothing_and_lose_n
     // The journal's current file is left out: a recycled one keeps its full length whatever
     // it holds (that an idle one is sealed and collected: gc.rs `l1_an_idle_data_file…`).
     let back = || {
-        let logs = dirs.iter().map(|d| dir_bytes(&d.join("entrylogs"))).sum::<u64>();
-        let logs_now = logs + if single_write { journal_files(JournalFiles::Sealed) } else { 0 };
-        let now = size();
+        let (logs_now, now) = (data_files(JournalFiles::Sealed), size());
         async move { now as f64 <= before as f64 * 1.1 && logs_now as f64 <= written_logs as f64 * 0.1 }
     };
     until(Duration::from_secs(120), "the bookies' ledger dirs came back", back).await;

@@ -151,6 +151,18 @@ fn folio() -> Command {
     Command::new(env!("CARGO_BIN_EXE_folio"))
 }
 
+/// `folio`, run inside network namespace `netns` if given.
+fn folio_in(netns: Option<&str>) -> Command {
+    match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_folio")]);
+            c
+        }
+        None => folio(),
+    }
+}
+
 fn start_bookie(dir: &std::path::Path, id: &str, ip: &str, etcd: &str, root: &str) -> Proc {
     start_bookie_in(None, dir, id, ip, etcd, root, &[])
 }
@@ -165,14 +177,7 @@ fn start_bookie_in(
     root: &str,
     overrides: &[&str],
 ) -> Proc {
-    let mut cmd = match netns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_folio")]);
-            c
-        }
-        None => folio(),
-    };
+    let mut cmd = folio_in(netns);
     cmd.args(["--log", "warn", "bookie", "--bookie-id", id, "--listen", &format!("{ip}:0")]);
     for o in overrides {
         cmd.args(["--override", o]);
@@ -201,14 +206,7 @@ fn start_broker(
     root: &str,
     id: u16,
 ) -> (Proc, String, String) {
-    let mut cmd = match netns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_folio")]);
-            c
-        }
-        None => folio(),
-    };
+    let mut cmd = folio_in(netns);
     let mut child = cmd
         .args(["broker", "--metadata", &format!("etcd://{etcd}"), "--root", root])
         .args(["--kafka-listen", &format!("{ip}:0"), "--http", &format!("{ip}:0")])

@@ -106,8 +106,6 @@ pub struct Journal {
     stepped: Option<Mutex<Stepped>>,
     /// Files to write over, shared with the writer.
     pool: Arc<RecyclePool>,
-    fs: Arc<dyn FileSystem>,
-    dir: PathBuf,
 }
 
 /// A stepped journal's writer side (see the module docs).
@@ -159,10 +157,10 @@ impl Journal {
         located: Option<LocatedHook>,
     ) -> Result<Journal> {
         fs.create_dir_all(&dir).map_err(|e| StorageError::io("creating journal dir", e))?;
-        let pool = RecyclePool::load(fs.as_ref(), &dir, config.n_files_recycled_max)
+        let pool = RecyclePool::load(fs.clone(), &dir, config.n_files_recycled_max)
             .map_err(|e| StorageError::io("loading the journal's recycled files", e))?;
         let pool = Arc::new(pool);
-        let mut writer = Writer::new(fs.clone(), dir.clone(), config.clone(), pool.clone());
+        let mut writer = Writer::new(fs, dir, config.clone(), pool.clone());
         if let Some(end) = report.end {
             writer
                 .seal_existing(end)
@@ -173,8 +171,7 @@ impl Journal {
             // Two-write: what a checkpoint covers is done with (single-write: the storage
             // decides, by its index).
             for id in &report.files_before_mark {
-                pool.give(fs.as_ref(), &dir, *id)
-                    .map_err(|e| StorageError::io("recycling a journal file", e))?;
+                pool.give(*id).map_err(|e| StorageError::io("recycling a journal file", e))?;
             }
         }
         writer.located = located;
@@ -199,7 +196,7 @@ impl Journal {
             let stepped = Stepped { writer, written: VecDeque::new(), stopped: false };
             let stepped = Some(Mutex::new(stepped));
             let threads = Mutex::new(Vec::new());
-            return Ok(Journal { queue, shared, threads, stepped, pool, fs, dir });
+            return Ok(Journal { queue, shared, threads, stepped, pool });
         }
         let (to_syncer, from_writer) = std::sync::mpsc::sync_channel(SYNC_PIPELINE_GROUPS);
         let (syncer_shared, syncer_queue, sync) = (shared.clone(), queue.clone(), config.sync);
@@ -213,7 +210,7 @@ impl Journal {
             .spawn(move || writer.run(&thread_queue, &thread_shared, to_syncer))
             .map_err(|e| StorageError::io("spawning journal thread", e))?;
         let threads = Mutex::new(vec![thread, syncer]);
-        Ok(Journal { queue, shared, threads, stepped: None, pool, fs, dir })
+        Ok(Journal { queue, shared, threads, stepped: None, pool })
     }
 
     /// Stepped: writes what is queued as one group (at most `SYNC_PIPELINE_GROUPS` written
@@ -317,7 +314,7 @@ impl Journal {
             "file {file_id} is still being written: only sealed data files are recycled"
         );
         self.pool
-            .give(self.fs.as_ref(), &self.dir, file_id)
+            .give(file_id)
             .map_err(|e| StorageError::io(format!("recycling {}", file_name(file_id)), e))
     }
 
@@ -446,7 +443,7 @@ impl Writer {
     fn open_new_file(&mut self, file_id: u64) -> std::io::Result<()> {
         let path = self.path(file_id);
         let direct = self.config.direct_io;
-        let file = if self.pool.take(self.fs.as_ref(), &path)? {
+        let file = if self.pool.take(&path)? {
             self.fs.open(&path, OpenOptions { direct, ..OpenOptions::EXISTING })?
         } else {
             self.fs.open(&path, OpenOptions { direct, ..OpenOptions::CREATE_NEW })?
@@ -520,7 +517,7 @@ impl Writer {
         for id in names.iter().filter_map(|n| parse_file_name(n)) {
             if id < file_id
                 && id != self.file_id
-                && let Err(e) = self.pool.give(self.fs.as_ref(), &self.dir, id)
+                && let Err(e) = self.pool.give(id)
             {
                 // Left under its journal name: the next release or restart tries again.
                 tracing::warn!(file_id = id, error = %e, "recycling a journal file failed");

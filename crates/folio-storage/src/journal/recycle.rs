@@ -24,8 +24,8 @@
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::format::file_name;
 use crate::fs::FileSystem;
@@ -47,6 +47,9 @@ pub fn is_recycled_name(name: &str) -> bool {
 /// releases files (gives).
 #[derive(Debug)]
 pub(super) struct RecyclePool {
+    fs: Arc<dyn FileSystem>,
+    /// The journal dir.
+    dir: PathBuf,
     files: Mutex<VecDeque<PathBuf>>,
     max: usize,
     n_reused: AtomicU64,
@@ -55,34 +58,30 @@ pub(super) struct RecyclePool {
 impl RecyclePool {
     /// The pool of `dir`: the `.recycled` files there, oldest first; files beyond `max`
     /// are deleted.
-    pub(super) fn load(fs: &dyn FileSystem, dir: &Path, max: usize) -> std::io::Result<Self> {
+    pub(super) fn load(fs: Arc<dyn FileSystem>, dir: &Path, max: usize) -> std::io::Result<Self> {
         let mut names: Vec<String> =
             fs.list_dir(dir)?.into_iter().filter(|n| is_recycled_name(n)).collect();
         names.sort_unstable();
-        let pool = RecyclePool { files: Mutex::new(VecDeque::new()), max, n_reused: 0.into() };
+        let files = Mutex::new(VecDeque::new());
+        let pool = RecyclePool { fs, dir: dir.to_path_buf(), files, max, n_reused: 0.into() };
         for name in names {
-            pool.keep_or_remove(fs, dir.join(name))?;
+            pool.keep_or_remove(dir.join(name))?;
         }
         Ok(pool)
     }
 
-    /// Puts journal file `file_id` of `dir` into the pool (renamed), or deletes it when
-    /// the pool is full; durable (the directory is synced) when this returns.
-    pub(super) fn give(
-        &self,
-        fs: &dyn FileSystem,
-        dir: &Path,
-        file_id: u64,
-    ) -> std::io::Result<()> {
-        let path = dir.join(file_name(file_id));
+    /// Puts journal file `file_id` into the pool (renamed), or deletes it when the pool is
+    /// full; durable (the directory is synced) when this returns.
+    pub(super) fn give(&self, file_id: u64) -> std::io::Result<()> {
+        let path = self.dir.join(file_name(file_id));
         if self.is_full() {
-            fs.remove_file(&path)?;
+            self.fs.remove_file(&path)?;
         } else {
-            let pooled = dir.join(recycled_name(file_id));
-            fs.rename(&path, &pooled)?;
-            self.keep_or_remove(fs, pooled)?;
+            let pooled = self.dir.join(recycled_name(file_id));
+            self.fs.rename(&path, &pooled)?;
+            self.keep_or_remove(pooled)?;
         }
-        fs.sync_dir(dir)
+        self.fs.sync_dir(&self.dir)
     }
 
     fn is_full(&self) -> bool {
@@ -90,23 +89,23 @@ impl RecyclePool {
     }
 
     /// Keeps a `.recycled` file, or deletes it if the pool filled up meanwhile.
-    fn keep_or_remove(&self, fs: &dyn FileSystem, pooled: PathBuf) -> std::io::Result<()> {
+    fn keep_or_remove(&self, pooled: PathBuf) -> std::io::Result<()> {
         let mut files = self.files.lock().expect("recycle pool lock");
         if files.len() < self.max {
             files.push_back(pooled);
             return Ok(());
         }
         drop(files);
-        fs.remove_file(&pooled)
+        self.fs.remove_file(&pooled)
     }
 
     /// Renames the oldest file waiting to `to` (the caller writes its header and syncs the
     /// directory). Whether there was one.
-    pub(super) fn take(&self, fs: &dyn FileSystem, to: &Path) -> std::io::Result<bool> {
+    pub(super) fn take(&self, to: &Path) -> std::io::Result<bool> {
         let Some(from) = self.files.lock().expect("recycle pool lock").pop_front() else {
             return Ok(false);
         };
-        fs.rename(&from, to)?;
+        self.fs.rename(&from, to)?;
         self.n_reused.fetch_add(1, Ordering::Relaxed);
         Ok(true)
     }
@@ -141,22 +140,22 @@ mod tests {
         for id in 1..=3 {
             journal_file(&fs, dir, id);
         }
-        let pool = RecyclePool::load(&fs, dir, 2).unwrap();
+        let pool = RecyclePool::load(Arc::new(fs.mount()), dir, 2).unwrap();
         for id in 1..=3 {
-            pool.give(&fs, dir, id).unwrap();
+            pool.give(id).unwrap();
         }
         let mut names = fs.list_dir(dir).unwrap();
         names.sort();
         assert_eq!(names, vec![recycled_name(1), recycled_name(2)], "the third was deleted");
         // A restart finds the same pool.
-        let pool = RecyclePool::load(&fs, dir, 2).unwrap();
+        let pool = RecyclePool::load(Arc::new(fs.mount()), dir, 2).unwrap();
         assert_eq!(pool.len(), 2);
-        assert!(pool.take(&fs, &dir.join(file_name(9))).unwrap(), "a file to take");
+        assert!(pool.take(&dir.join(file_name(9))).unwrap(), "a file to take");
         assert_eq!(fs.contents(&dir.join(file_name(9))).unwrap().len(), 4096, "file 1's blocks");
         assert!(!fs.exists(&dir.join(recycled_name(1))));
         assert_eq!((pool.len(), pool.n_reused()), (1, 1));
         // A smaller limit after a restart deletes what is over it.
-        assert_eq!(RecyclePool::load(&fs, dir, 0).unwrap().len(), 0);
+        assert_eq!(RecyclePool::load(Arc::new(fs.mount()), dir, 0).unwrap().len(), 0);
         assert!(!fs.exists(&dir.join(recycled_name(2))));
         assert!(!is_recycled_name("0000000000000002.jnl") && !is_recycled_name("x.recycled"));
     }
