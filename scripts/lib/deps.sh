@@ -2,7 +2,8 @@
 # fresh Debian machine (apt: etcd-server for the etcd backend, etcd-client for etcdctl,
 # protobuf-compiler to build etcd-client, curl, kcat; pip: confluent-kafka, kafka-python
 # and aiokafka as real Kafka clients, with lz4, python-snappy and zstandard so kafka-python
-# reads every codec; cargo: cargo-nextest, the test runner, when the
+# reads every codec, and confluent-kafka's schema registry client with its Avro serializer
+# (authlib, httpx, fastavro: the `avro,schemaregistry` extras); cargo: cargo-nextest, the test runner, when the
 # machine lacks it).
 
 install_deps() {
@@ -22,10 +23,11 @@ install_deps() {
         DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
     fi
     # The real Kafka clients the broker is tested with (crates/folio/tests/kafka_clients.rs).
-    if ! python3 -c 'import confluent_kafka, kafka, aiokafka, lz4.frame, snappy, zstandard' \
-        2>/dev/null; then
-        echo "== installing confluent-kafka, kafka-python, aiokafka and kafka-python's codecs (pip)"
-        local pkgs=(confluent-kafka kafka-python aiokafka lz4 python-snappy zstandard)
+    local probe='import confluent_kafka, kafka, aiokafka, lz4.frame, snappy, zstandard'
+    probe+='; from confluent_kafka.schema_registry.avro import AvroSerializer'
+    if ! python3 -c "$probe" 2>/dev/null; then
+        echo "== installing confluent-kafka (with its schema registry client), kafka-python, aiokafka and kafka-python's codecs (pip)"
+        local pkgs=("confluent-kafka[avro,schemaregistry]" kafka-python aiokafka lz4 python-snappy zstandard)
         python3 -m pip install --quiet "${pkgs[@]}" 2>/dev/null ||
             python3 -m pip install --quiet --break-system-packages "${pkgs[@]}"
     fi

@@ -20,6 +20,7 @@
 //! <root>/autorecovery/maintenance/<bookie>   a bookie whose absence is not a loss
 //! <root>/autorecovery/last-check             when the periodic check last finished (ms)
 //! <root>/users/<mechanism>/<user>            a SCRAM credential (folio-broker's `security`)
+//! <root>/registry/...                        the schema registry (folio-registry's layout)
 //! ```
 //! Log and cursor names are arbitrary UTF-8 without `/` in cursor names; a log name may
 //! contain `/` (e.g. `topic/partition`), so cursors live under their own prefix.
@@ -334,6 +335,11 @@ impl Keys {
     /// rule); the name is the rest of the key, `/` included.
     pub fn scram_credential(&self, mechanism: &str, user: &str) -> String {
         format!("{}/users/{mechanism}/{user}", self.root)
+    }
+
+    /// The prefix the schema registry keeps its keys under (`folio-registry` lays them out).
+    pub fn registry(&self) -> String {
+        format!("{}/registry/", self.root)
     }
 
     /// The prefix of every ledger's metadata.

@@ -49,6 +49,7 @@ const ALLOWED_DEPENDENCIES: &[(&str, &[&str])] = &[
     ("folio-repair", &["folio-bookie", "folio-client", "folio-meta", "folio-proto", "folio-rt"]),
     ("folio-broker", &["folio-client", "folio-log", "folio-meta", "folio-proto", "folio-rt"]),
     ("folio-kafka-client", &["folio-broker", "folio-rt"]),
+    ("folio-registry", &["folio-meta"]),
     (
         "folio-testkit",
         &["folio-bookie", "folio-broker", "folio-kafka-client", "folio-meta", "folio-rt"],
@@ -78,6 +79,7 @@ const ALLOWED_DEPENDENCIES: &[(&str, &[&str])] = &[
             "folio-log",
             "folio-meta",
             "folio-proto",
+            "folio-registry",
             "folio-repair",
         ],
     ),

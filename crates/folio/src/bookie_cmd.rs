@@ -496,6 +496,7 @@ pub fn run(args: Args) -> Result<(), String> {
                     crate::http::bind(addr).await?,
                     bookies.clone(),
                     None,
+                    None,
                     r.http_access.clone(),
                 ))),
                 None => None,

@@ -14,3 +14,9 @@ pub const HTTP_TOKEN_BYTES_MIN: usize = 16;
 /// Connections the HTTP endpoint serves at once; more get 503 and are closed (unread, so
 /// a client may see the close as a reset).
 pub const HTTP_CONNECTIONS_MAX: usize = 64;
+
+/// The longest HTTP request head (request line and headers); longer gets 431.
+pub const HTTP_HEAD_BYTES_MAX: usize = 16 * 1024;
+
+/// The largest HTTP request body (a schema registered, JSON-escaped); larger gets 413.
+pub const HTTP_BODY_BYTES_MAX: usize = 2 * 1024 * 1024;

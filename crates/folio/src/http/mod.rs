@@ -8,6 +8,8 @@
 //! no token they are served only on an endpoint bound to loopback, and refused (403) on one
 //! bound beyond it.
 
+mod request;
+
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,7 +18,7 @@ use std::time::Duration;
 
 use folio_bookie::bookie::Bookie;
 use folio_log::Trash;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::RwLock;
 
@@ -64,18 +66,14 @@ impl HttpAccess {
 
     /// Whether `request` (its head) may call a mutating route on an endpoint bound to
     /// `local`; the refusal's status and text otherwise.
-    fn check(
-        &self,
-        request: &str,
-        local: Option<SocketAddr>,
-    ) -> Result<(), (&'static str, String)> {
+    fn check(&self, request: &str, local: Option<SocketAddr>) -> Result<(), (u16, String)> {
         let Some(token) = &self.token else {
             return match local {
                 Some(a) if a.ip().is_loopback() => Ok(()),
                 _ => Err((
-                    "403 Forbidden",
+                    403,
                     "this endpoint is bound beyond loopback and has no token: set \
-                     --http-token-file (http_token_file) to allow POST\n"
+                     --http-token-file (http_token_file) to allow POST, PUT and DELETE\n"
                         .to_string(),
                 )),
             };
@@ -87,9 +85,9 @@ impl HttpAccess {
         let sent = sent.and_then(|v| v.strip_prefix("Bearer ")).map(str::trim);
         match sent {
             Some(s) if constant_time_eq(s.as_bytes(), token.as_bytes()) => Ok(()),
-            Some(_) => Err(("403 Forbidden", "wrong token\n".into())),
+            Some(_) => Err((403, "wrong token\n".into())),
             None => Err((
-                "401 Unauthorized",
+                401,
                 "this route needs the token: send `Authorization: Bearer <token>`\n".into(),
             )),
         }
@@ -108,6 +106,7 @@ pub async fn serve(
     listener: TcpListener,
     bookies: Bookies,
     broker: Option<folio_broker::Broker>,
+    registry: Option<folio_registry::Registry>,
     access: HttpAccess,
 ) {
     let local = listener.local_addr().ok();
@@ -131,73 +130,116 @@ pub async fn serve(
             continue;
         };
         let (bookies, broker, gc_running) = (bookies.clone(), broker.clone(), gc_running.clone());
-        let access = access.clone();
+        let (access, registry) = (access.clone(), registry.clone());
         tokio::spawn(async move {
             let _permit = permit;
-            let mut buf = vec![0u8; 4096];
-            let Ok(Ok(n)) = tokio::time::timeout(HTTP_READ_TIMEOUT, stream.read(&mut buf)).await
-            else {
-                return;
-            };
-            let request = String::from_utf8_lossy(&buf[..n]);
-            let mut words = request.split_whitespace();
-            let (method, path) = (words.next().unwrap_or("GET"), words.next().unwrap_or("/"));
-            let mut refused = match method {
-                "POST" => access.check(&request, local).err(),
-                _ => None,
-            };
-            let (status, body) = match (method, path) {
-                ("POST", _) if refused.is_some() => refused.take().expect("checked"),
-                (_, "/health") => health(&bookies, broker.as_ref()).await,
-                (_, "/metrics") => {
-                    let mut m = metrics(&bookies).await;
-                    m.push_str(&autorecovery_metrics());
-                    if let Some(b) = &broker {
-                        m.push_str(&trash_metrics(b.trash(), b.trash_deleter_active()).await);
-                        m.push_str(&b.render_metrics());
+            let request = tokio::time::timeout(HTTP_READ_TIMEOUT, request::read(&mut stream)).await;
+            let (status, content_type, body) = match request {
+                Err(_) | Ok(Err(None)) => return,
+                Ok(Err(Some((status, why)))) => (status, TEXT, why),
+                Ok(Ok(req)) => {
+                    let refused = match mutates(&req) {
+                        true => access.check(&req.head, local).err(),
+                        false => None,
+                    };
+                    match refused {
+                        Some((status, why)) => (status, TEXT, why),
+                        None => {
+                            route(&req, &bookies, broker.as_ref(), registry.as_ref(), &gc_running)
+                                .await
+                        }
                     }
-                    ("200 OK", m)
                 }
-                ("POST", "/gc") => match gc_running.try_lock() {
-                    Ok(_one) => ("200 OK", gc_now(&bookies).await),
-                    Err(_) => (
-                        "429 Too Many Requests",
-                        "a GC pass started through this endpoint is still running\n".to_string(),
-                    ),
-                },
-                (_, "/admin/deletions") => match &broker {
-                    Some(b) => match b.deletions().await {
-                        Ok(d) => ("200 OK", deletions_json(&d)),
-                        Err(e) => ("503 Service Unavailable", format!("reading deletions: {e}\n")),
-                    },
-                    None => ("404 Not Found", "no Kafka broker in this process\n".to_string()),
-                },
-                (_, "/admin/trash") => match &broker {
-                    Some(b) => match b.trash().status().await {
-                        Ok(t) => ("200 OK", trash_json(&t, b.trash_deleter_active(), b.controller())),
-                        Err(e) => ("503 Service Unavailable", format!("reading the trash: {e}\n")),
-                    },
-                    None => ("404 Not Found", "no Kafka broker in this process\n".to_string()),
-                },
-                _ => (
-                    "404 Not Found",
-                    "not found: try GET /health, GET /metrics, GET /admin/deletions, GET /admin/trash or POST /gc\n"
-                        .to_string(),
-                ),
             };
             let response = format!(
-                "HTTP/1.1 {status}\r\ncontent-type: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                if body.starts_with('{') {
-                    "application/json"
-                } else {
-                    "text/plain; version=0.0.4"
-                },
+                "HTTP/1.1 {status} {}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                request::reason(status),
                 body.len()
             );
             let _ = tokio::time::timeout(HTTP_READ_TIMEOUT, stream.write_all(response.as_bytes()))
                 .await;
         });
     }
+}
+
+const TEXT: &str = "text/plain; version=0.0.4";
+const JSON: &str = "application/json";
+/// What Confluent's registry answers with (its clients accept it and plain JSON).
+const REGISTRY_JSON: &str = "application/vnd.schemaregistry.v1+json";
+
+/// Whether `req` changes something (and so passes [`HttpAccess::check`]): every POST, PUT
+/// and DELETE but the registry's lookups and compatibility checks, which only read.
+fn mutates(req: &request::Request) -> bool {
+    let registry_read = req.method == "POST"
+        && (req.path.starts_with("/compatibility/")
+            || (req.path.starts_with("/subjects/") && !req.path.ends_with("/versions")));
+    matches!(req.method.as_str(), "POST" | "PUT" | "DELETE") && !registry_read
+}
+
+/// Answers one request: its status, content type and body.
+async fn route(
+    req: &request::Request,
+    bookies: &Bookies,
+    broker: Option<&folio_broker::Broker>,
+    registry: Option<&folio_registry::Registry>,
+    gc_running: &tokio::sync::Mutex<()>,
+) -> (u16, &'static str, String) {
+    if folio_registry::api::is_registry_path(&req.path) {
+        let Some(registry) = registry else {
+            return (
+                404,
+                TEXT,
+                "no schema registry in this process (it runs with a broker)\n".into(),
+            );
+        };
+        let api = folio_registry::api::Request {
+            method: &req.method,
+            path: &req.path,
+            query: &req.query,
+            body: &req.body,
+        };
+        let reply = folio_registry::api::handle(registry, api).await;
+        return (reply.status, REGISTRY_JSON, reply.body);
+    }
+    let json_or_text = |(status, body): (u16, String)| {
+        (status, if body.starts_with('{') { JSON } else { TEXT }, body)
+    };
+    json_or_text(match (req.method.as_str(), req.path.as_str()) {
+        (_, "/health") => health(bookies, broker).await,
+        (_, "/metrics") => {
+            let mut m = metrics(bookies).await;
+            m.push_str(&autorecovery_metrics());
+            if let Some(b) = broker {
+                m.push_str(&trash_metrics(b.trash(), b.trash_deleter_active()).await);
+                m.push_str(&b.render_metrics());
+            }
+            (200, m)
+        }
+        ("POST", "/gc") => match gc_running.try_lock() {
+            Ok(_one) => (200, gc_now(bookies).await),
+            Err(_) => (429, "a GC pass started through this endpoint is still running\n".to_string()),
+        },
+        (_, "/admin/deletions") => match broker {
+            Some(b) => match b.deletions().await {
+                Ok(d) => (200, deletions_json(&d)),
+                Err(e) => (503, format!("reading deletions: {e}\n")),
+            },
+            None => (404, "no Kafka broker in this process\n".to_string()),
+        },
+        (_, "/admin/trash") => match broker {
+            Some(b) => match b.trash().status().await {
+                Ok(t) => (200, trash_json(&t, b.trash_deleter_active(), b.controller())),
+                Err(e) => (503, format!("reading the trash: {e}\n")),
+            },
+            None => (404, "no Kafka broker in this process\n".to_string()),
+        },
+        _ => (
+            404,
+            "not found: try GET /health, GET /metrics, GET /admin/deletions, GET /admin/trash, POST /gc \
+             or the schema registry's /subjects, /schemas, /config, /compatibility, /mode\n"
+                .to_string(),
+        ),
+    })
 }
 
 /// How long a client may take to send its request (and to take the answer).
@@ -207,13 +249,10 @@ const HTTP_ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
 /// `GET /health`: 503 while the broker is fenced (it could not hold its registration), else
 /// the bookies' state.
-async fn health(
-    bookies: &Bookies,
-    broker: Option<&folio_broker::Broker>,
-) -> (&'static str, String) {
+async fn health(bookies: &Bookies, broker: Option<&folio_broker::Broker>) -> (u16, String) {
     if let Some(why) = broker.and_then(|b| b.fenced()) {
         let body = format!("fenced: this broker serves no partition and no group: {why}\n");
-        return ("503 Service Unavailable", body);
+        return (503, body);
     }
     let b = bookies.read().await;
     let read_only: Vec<String> = b
@@ -225,9 +264,9 @@ async fn health(
         })
         .collect();
     if read_only.is_empty() {
-        ("200 OK", format!("ok: {} bookies writable\n", b.len()))
+        (200, format!("ok: {} bookies writable\n", b.len()))
     } else {
-        ("200 OK", format!("ok: {} bookies, read-only: {}\n", b.len(), read_only.join(", ")))
+        (200, format!("ok: {} bookies, read-only: {}\n", b.len(), read_only.join(", ")))
     }
 }
 
@@ -543,6 +582,7 @@ fn deletions_json(d: &[folio_broker::deletion::DeletionProgress]) -> String {
 mod tests {
     use super::*;
     use folio_bookie::bookie::BookieConfig;
+    use tokio::io::AsyncReadExt;
 
     /// The answer, or "reset" when the endpoint closed the connection without reading the
     /// request (a refused connection: the unread request makes the close a reset, which
@@ -567,21 +607,21 @@ mod tests {
             (Some("127.0.0.1:1".parse().unwrap()), Some("10.0.0.1:1".parse().unwrap()));
         let open = HttpAccess::default();
         assert!(open.check(&head(""), lo).is_ok());
-        assert_eq!(open.check(&head(""), wide).unwrap_err().0, "403 Forbidden");
+        assert_eq!(open.check(&head(""), wide).unwrap_err().0, 403);
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("token");
         std::fs::write(&file, "short\n").unwrap();
         assert!(HttpAccess::from_file(Some(&file)).unwrap_err().contains("at least 16"));
         std::fs::write(&file, "0123456789abcdef-token\n").unwrap();
         let t = HttpAccess::from_file(Some(&file)).unwrap();
-        assert_eq!(t.check(&head(""), lo).unwrap_err().0, "401 Unauthorized", "also on loopback");
+        assert_eq!(t.check(&head(""), lo).unwrap_err().0, 401, "also on loopback");
         let wrong = head("Authorization: Bearer 0123456789abcdef-tokeN\r\n");
-        assert_eq!(t.check(&wrong, wide).unwrap_err().0, "403 Forbidden");
+        assert_eq!(t.check(&wrong, wide).unwrap_err().0, 403);
         let right = head("authorization: Bearer 0123456789abcdef-token\r\n");
         assert!(t.check(&right, wide).is_ok());
         // A header after the blank line (in a body) does not count.
         let smuggled = format!("{}authorization: Bearer 0123456789abcdef-token\r\n", head(""));
-        assert_eq!(t.check(&smuggled, lo).unwrap_err().0, "401 Unauthorized");
+        assert_eq!(t.check(&smuggled, lo).unwrap_err().0, 401);
     }
 
     /// Idle connections never block the endpoint; above the connection cap a client gets
@@ -591,7 +631,8 @@ mod tests {
         let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let access = HttpAccess::default();
-        let server = tokio::spawn(serve(listener, Arc::new(RwLock::new(Vec::new())), None, access));
+        let server =
+            tokio::spawn(serve(listener, Arc::new(RwLock::new(Vec::new())), None, None, access));
         let mut idle = Vec::new();
         idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
         assert!(
@@ -660,7 +701,7 @@ mod tests {
         assert!(text.contains("folio_trash_deletions_total 0"), "{text}");
         assert!(text.contains("folio_trash_deleter_active 1"), "{text}");
         let (status, body) = health(&bookies, None).await;
-        assert_eq!(status, "200 OK");
+        assert_eq!(status, 200);
         assert!(body.contains("1 bookies writable"), "{body}");
         for b in bookies.write().await.drain(..) {
             b.shutdown().await.unwrap();
