@@ -1,6 +1,7 @@
 //! The broker: its settings, the topics it serves, and the managed log behind each
 //! partition (opened on first use, closed on shutdown).
 
+use crate::domain::schema_ids::SchemaIds;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -97,6 +98,7 @@ impl Broker {
             shares,
             txns: Arc::new(TxnCoordinator::new(env.meta.clone(), env.keys.clone())),
             txns_ending: tokio::sync::Notify::new(),
+            schema_ids: SchemaIds::new(folio_registry::Registry::new(env.meta.clone(), &env.keys)),
             groups_config: config.groups.clone(),
             membership,
             deletions: tokio::sync::Notify::new(),

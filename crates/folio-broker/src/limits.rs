@@ -449,6 +449,10 @@ pub const PEM_CERTIFICATES_MAX: usize = 256;
 /// checks it against its window).
 pub const THROTTLE_MAX: Duration = Duration::from_secs(11);
 
+/// Schema ids produce remembers as registered (`domain::schema_ids`); past it, the set
+/// starts again and ids are looked up as they come.
+pub const SCHEMA_IDS_KNOWN_MAX: usize = 100_000;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -107,6 +107,8 @@ pub(crate) struct Inner {
     pub txns: Arc<crate::domain::txn::TxnCoordinator>,
     /// Wakes the marker writer (`transactions.rs`): a transaction began to end here.
     pub txns_ending: tokio::sync::Notify,
+    /// The schema ids produce checks on topics with schema validation.
+    pub schema_ids: crate::domain::schema_ids::SchemaIds,
     pub groups_config: GroupConfig,
     pub membership: Arc<Membership>,
     /// Wakes the topic deleter.

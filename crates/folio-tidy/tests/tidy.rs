@@ -47,9 +47,12 @@ const ALLOWED_DEPENDENCIES: &[(&str, &[&str])] = &[
     ("folio-client", &["folio-meta", "folio-proto", "folio-rt"]),
     ("folio-log", &["folio-client", "folio-meta", "folio-proto", "folio-rt"]),
     ("folio-repair", &["folio-bookie", "folio-client", "folio-meta", "folio-proto", "folio-rt"]),
-    ("folio-broker", &["folio-client", "folio-log", "folio-meta", "folio-proto", "folio-rt"]),
-    ("folio-kafka-client", &["folio-broker", "folio-rt"]),
     ("folio-registry", &["folio-meta"]),
+    (
+        "folio-broker",
+        &["folio-client", "folio-log", "folio-meta", "folio-proto", "folio-registry", "folio-rt"],
+    ),
+    ("folio-kafka-client", &["folio-broker", "folio-rt"]),
     (
         "folio-testkit",
         &["folio-bookie", "folio-broker", "folio-kafka-client", "folio-meta", "folio-rt"],

@@ -355,12 +355,54 @@ async fn prepare(
         });
     }
     let batches = to_append(records, (version, transactional_id.is_some()), config, inner)?;
+    if config.schema_validation() {
+        check_schema_ids(inner, config, &batches).await?;
+    }
     let partition =
         partition_of(inner, topic, index, open_failed).await.map_err(BrokerError::Log)?;
     if let Some(id) = transactional_id {
         verify(inner, (id, version), &partition, &batches, (&topic.name, index)).await?;
     }
     Ok((batches, partition))
+}
+
+/// A topic with schema validation: every checked key or value names a registered schema
+/// (`domain::schema_ids`), else the batch is refused as INVALID_RECORD, the records at
+/// fault named.
+async fn check_schema_ids(
+    inner: &Inner,
+    config: &crate::domain::topics::TopicConfig,
+    batches: &[(batch::BatchInfo, Bytes)],
+) -> Result<(), BrokerError> {
+    use crate::domain::schema_ids::{Named, named};
+    let which = (config.key_schema_validation, config.value_schema_validation);
+    let mut ids = std::collections::BTreeSet::new();
+    for (info, b) in batches {
+        match named(b, info, which).map_err(|e| BrokerError::CorruptMessage(e.0))? {
+            Named::Ids(found) => ids.extend(found),
+            Named::NotFramed(records) => {
+                return Err(BrokerError::InvalidRecords {
+                    message: format!(
+                        "the topic validates schema ids: {} records lack the registry's framing \
+                         (magic byte 0, a 4-byte schema id)",
+                        records.len()
+                    ),
+                    records,
+                });
+            }
+        }
+    }
+    let missing = inner
+        .schema_ids
+        .unregistered(&ids)
+        .await
+        .map_err(|e| BrokerError::background("looking up schema ids in the registry", e))?;
+    if !missing.is_empty() {
+        return Err(BrokerError::InvalidRecord(format!(
+            "the topic validates schema ids: ids {missing:?} are not in the schema registry"
+        )));
+    }
+    Ok(())
 }
 
 /// Kafka's transaction verification (3.6+): the first transactional batch of each of a

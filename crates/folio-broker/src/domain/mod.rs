@@ -5,8 +5,8 @@
 //! fetch sessions (`fetch_sessions`), share groups' share-partitions and sessions
 //! (`share`), quotas (`quotas`), principals and ACLs (`acl`: who
 //! may do what, checked by `api/`), record batches and the records in them (`batch`,
-//! `records`), the ledger audit (`audit`), and settings that follow a store key
-//! (`watched`).
+//! `records`), the schema ids records name (`schema_ids`), the ledger audit (`audit`), and
+//! settings that follow a store key (`watched`).
 //!
 //! **Architecture invariant:** the domain knows no Kafka message, no socket and no
 //! broker: it never names a `kafka_protocol` type (requests and answers are translated
@@ -26,6 +26,7 @@ pub mod group;
 pub mod producers;
 pub mod quotas;
 pub mod records;
+pub mod schema_ids;
 pub mod share;
 pub mod topics;
 pub mod txn;

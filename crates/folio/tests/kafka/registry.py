@@ -136,14 +136,37 @@ def scenario_avro(bootstrap, url):
     refused(lambda: client.get_versions("other-value"), 40401, "a deleted subject")
     check(client.delete_subject("other-value", permanent=True) == [1], "permanent delete")
     check(client.get_schema(id1).schema_str is not None, "an id outlives a deleted subject")
+    validation(bootstrap, client, admin, id1)
     print("OK avro", flush=True)
+
+
+def validation(bootstrap, client, admin, known_id):
+    """A topic with confluent.value.schema.validation takes records framed with a
+    registered id and refuses plain ones and unknown ids (INVALID_RECORD), naming why."""
+    topic = "validated"
+    admin.create_topics([NewTopic(topic, 1, 1, config={
+        "confluent.value.schema.validation": "true"})])[topic].result(30)
+    outcomes = []
+    p = Producer({"bootstrap.servers": bootstrap, "retries": 0})
+    ser = AvroSerializer(client, USER_V1)
+    good = ser({"id": 1, "name": "ok"}, SerializationContext(topic, MessageField.VALUE))
+    unknown = b"\x00" + (999999).to_bytes(4, "big") + good[5:]
+    for value in [good, b"plain bytes", unknown, None]:
+        p.produce(topic, key=b"k", value=value,
+                  on_delivery=lambda err, msg: outcomes.append(err))
+        check(p.flush(30) == 0, "not acknowledged")
+    check(outcomes[0] is None, "a registered id refused: %s" % outcomes[0])
+    for what, err in [("plain bytes", outcomes[1]), ("an unknown id", outcomes[2])]:
+        check(err is not None and err.name() == "INVALID_RECORD",
+              "%s answered %s, expected INVALID_RECORD" % (what, err))
+    check(outcomes[3] is None, "a tombstone refused: %s" % outcomes[3])
 
 
 def scenario_after_restart(bootstrap, url):
     """After a restart: the subjects, versions, ids and levels are still there, and the
     records written before decode."""
     client = SchemaRegistryClient({"url": url})
-    check(sorted(client.get_subjects()) == ["json-value", "proto-value", SUBJECT],
+    check(sorted(client.get_subjects()) == ["json-value", "proto-value", SUBJECT, "validated-value"],
           "subjects after restart: %s" % client.get_subjects())
     check(client.get_versions(SUBJECT) == [1, 2], "versions after restart")
     check(client.get_compatibility(SUBJECT) == "FULL_TRANSITIVE", "level after restart")

@@ -309,7 +309,7 @@ def scenario_ctp_partitioned(bootstrap, src, dst, group, n):
         **debug,
     })
     c.subscribe([src])
-    p = txn_producer(bootstrap, txn_id)
+    p = txn_producer(bootstrap, txn_id, **debug)
     done = n_txn = aborted = restarts = 0
     start = time.time()
     while done < n:
@@ -345,7 +345,7 @@ def scenario_ctp_partitioned(bootstrap, src, dst, group, n):
             while True:
                 check(time.time() - start < 300, "no new producer in 300 s")
                 try:
-                    p = timed("init_transactions", txn_producer, bootstrap, txn_id)
+                    p = timed("init_transactions", lambda: txn_producer(bootstrap, txn_id, **debug))
                     break
                 except KafkaException as e2:
                     print("init: %s" % e2, flush=True)

@@ -296,7 +296,7 @@ pub fn records_bytes(
 }
 
 /// The records of `batch`, whose header `parse_stored` gave as `h`, decompressed.
-fn plain_records<'a>(
+pub(crate) fn plain_records<'a>(
     batch: &'a [u8],
     h: &batch::BatchInfo,
 ) -> Result<std::borrow::Cow<'a, [u8]>, RecordsError> {

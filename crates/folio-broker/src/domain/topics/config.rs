@@ -55,6 +55,11 @@ pub struct TopicConfig {
     /// `min.insync.replicas`: when set, the ack quorum of the partition's next ledgers
     /// (at most their write quorum): acks=all answers once this many bookies have a batch.
     pub min_insync_replicas: Option<i32>,
+    /// `confluent.key.schema.validation`: every record's key carries the id of a schema
+    /// in the registry (magic byte 0, then the id), else the batch is refused.
+    pub key_schema_validation: bool,
+    /// `confluent.value.schema.validation`: the same for every record's value.
+    pub value_schema_validation: bool,
     /// Kafka's configs that mean nothing here (`INERT_TOPIC_CONFIGS`): stored, described.
     pub inert: BTreeMap<&'static str, String>,
 }
@@ -194,6 +199,14 @@ pub const TOPIC_CONFIG_KEYS: &[(&str, &str)] = &[
         "min.insync.replicas",
         "When set: the ack quorum of the partition's next ledgers (at most their write quorum); acks=all answers once this many bookies have a batch.",
     ),
+    (
+        "confluent.key.schema.validation",
+        "true: every record's key starts with magic byte 0 and the id of a schema in the registry.",
+    ),
+    (
+        "confluent.value.schema.validation",
+        "true: every record's value starts with magic byte 0 and the id of a schema in the registry.",
+    ),
     ("compression.gzip.level", INERT_TOPIC_CONFIGS[0].3),
     ("compression.lz4.level", INERT_TOPIC_CONFIGS[1].3),
     ("compression.zstd.level", INERT_TOPIC_CONFIGS[2].3),
@@ -305,6 +318,10 @@ impl TopicConfig {
                 }
             }
             "min.insync.replicas" => self.min_insync_replicas = Some(int(1, 255)? as i32),
+            "confluent.key.schema.validation" => self.key_schema_validation = flag(key, value)?,
+            "confluent.value.schema.validation" => {
+                self.value_schema_validation = flag(key, value)?;
+            }
             "remote.storage.enable" => match value.trim() {
                 "false" => {}
                 _ => {
@@ -375,11 +392,18 @@ impl TopicConfig {
             },
             "min.insync.replicas" => self.min_insync_replicas.unwrap_or(1).to_string(),
             "remote.storage.enable" => "false".to_string(),
+            "confluent.key.schema.validation" => self.key_schema_validation.to_string(),
+            "confluent.value.schema.validation" => self.value_schema_validation.to_string(),
             inert => {
                 let (name, default, ..) = INERT_TOPIC_CONFIGS.iter().find(|(n, ..)| *n == inert)?;
                 self.inert.get(name).cloned().unwrap_or_else(|| default.to_string())
             }
         })
+    }
+
+    /// Whether produce checks the schema ids of keys or values.
+    pub fn schema_validation(&self) -> bool {
+        self.key_schema_validation || self.value_schema_validation
     }
 
     /// Retention as the managed log takes it (none without `cleanup.policy=delete`).
@@ -391,6 +415,15 @@ impl TopicConfig {
             (self.retention_ms >= 0).then(|| Duration::from_millis(self.retention_ms as u64));
         let bytes = (self.retention_bytes >= 0).then_some(self.retention_bytes as u64);
         (time, bytes)
+    }
+}
+
+/// `true` or `false` for `key`.
+fn flag(key: &str, value: &str) -> Result<bool, InvalidConfig> {
+    match value.trim() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(InvalidConfig::new(format!("{key}={value:?}: true or false"))),
     }
 }
 
@@ -417,6 +450,8 @@ impl Default for TopicConfig {
             segment_bytes: 1 << 30,
             compression: None,
             min_insync_replicas: None,
+            key_schema_validation: false,
+            value_schema_validation: false,
             inert: BTreeMap::new(),
         }
     }
