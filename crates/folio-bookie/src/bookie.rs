@@ -352,6 +352,11 @@ impl Bookie {
         self.disk.usage(&self.ledger_dir).ok()
     }
 
+    /// The ledger directory's file system: (total bytes, bytes free), when it answers.
+    pub fn disk_space(&self) -> Option<(u64, u64)> {
+        crate::server::disk_space(&self.ledger_dir).ok()
+    }
+
     /// The disk usage at which the bookie turns read-only (`disk_usage_threshold`).
     pub fn disk_usage_threshold(&self) -> f64 {
         self.disk_usage_threshold

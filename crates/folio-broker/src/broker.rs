@@ -160,6 +160,34 @@ impl Broker {
         self.addr
     }
 
+    /// This broker's node id.
+    pub fn node_id(&self) -> i32 {
+        self.inner.config.node_id
+    }
+
+    /// Where a client in this process reaches the broker without TLS (the console): the
+    /// first PLAINTEXT or SASL_PLAINTEXT listener (on loopback when bound to any address),
+    /// with the SASL mechanism to log in with when it takes SASL (SCRAM if offered).
+    pub fn console_listener(&self) -> Option<(SocketAddr, Option<crate::security::Mechanism>)> {
+        use crate::security::{Mechanism, SecurityProtocol};
+        let config = &self.inner.config;
+        config.listeners.iter().find_map(|l| {
+            let sasl = match l.protocol {
+                SecurityProtocol::Plaintext => false,
+                SecurityProtocol::SaslPlaintext => true,
+                _ => return None,
+            };
+            let mut addr = self.listener_addr(&l.name)?;
+            if addr.ip().is_unspecified() {
+                addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+            }
+            let offered = &config.sasl.mechanisms;
+            let scram = offered.iter().copied().find(|m| *m != Mechanism::Plain);
+            let mechanism = scram.or_else(|| offered.first().copied());
+            Some((addr, if sasl { mechanism } else { None }))
+        })
+    }
+
     /// The bound address of the listener named `name`.
     pub fn listener_addr(&self, name: &str) -> Option<SocketAddr> {
         self.addrs.iter().find(|(n, _)| n == name).map(|(_, a)| *a)

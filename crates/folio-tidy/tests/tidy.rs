@@ -165,6 +165,7 @@ const BANNED: &[Banned] = &[
             ("crates/folio-kafka-client/", "a raw Kafka client for tests and benchmarks"),
             ("crates/folio-sim/src/kafka/", "the simulator's model Kafka clients"),
             ("crates/folio/src/bench/", "Kafka clients of the benchmarks"),
+            ("crates/folio/src/http/console/", "the console: a client of its broker, as its user"),
         ],
     },
 ];

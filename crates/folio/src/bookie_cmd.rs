@@ -497,6 +497,7 @@ pub fn run(args: Args) -> Result<(), String> {
                     bookies.clone(),
                     None,
                     None,
+                    None,
                     r.http_access.clone(),
                 ))),
                 None => None,

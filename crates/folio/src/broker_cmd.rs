@@ -413,15 +413,12 @@ pub fn run(args: Args) -> Result<(), String> {
         let http = crate::http::bind(args.http).await?;
         let http_addr = http.local_addr().map_err(|e| format!("HTTP listener: {e}"))?;
         let access = crate::http::HttpAccess::from_file(args.http_token_file.as_deref())?;
-        let registry = folio_registry::Registry::new(env.meta.clone(), &env.keys);
+        let (meta, keys) = (env.meta.clone(), env.keys.clone());
         let broker = Broker::start(config, env).await.map_err(|e| e.to_string())?;
-        let http_task = tokio::spawn(crate::http::serve(
-            http,
-            Arc::new(tokio::sync::RwLock::new(Vec::new())),
-            Some(broker.clone()),
-            Some(registry),
-            access,
-        ));
+        let bookies: crate::http::Bookies = Arc::new(tokio::sync::RwLock::new(Vec::new()));
+        let served = crate::http::Served { bookies, broker: broker.clone() };
+        let backend = args.cluster.describe();
+        let http_task = crate::http::spawn_for_broker(http, served, (meta, keys), backend, access);
         tracing::info!(kafka = %broker.addr(), http = %http_addr, "folio broker up; Ctrl-C to stop");
         tokio::signal::ctrl_c().await.map_err(|e| format!("waiting for Ctrl-C: {e}"))?;
         http_task.abort();

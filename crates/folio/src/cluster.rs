@@ -24,6 +24,11 @@ pub struct ClusterArgs {
 }
 
 impl ClusterArgs {
+    /// The metadata store as the console names it: its endpoints and root.
+    pub fn describe(&self) -> String {
+        format!("{} (root {})", self.metadata, self.root)
+    }
+
     /// The metadata store, the key layout and a ledger client (5 s request timeout) that
     /// proves the cluster secret, if one is given.
     pub async fn connect(

@@ -20,3 +20,15 @@ pub const HTTP_HEAD_BYTES_MAX: usize = 16 * 1024;
 
 /// The largest HTTP request body (a schema registered, JSON-escaped); larger gets 413.
 pub const HTTP_BODY_BYTES_MAX: usize = 2 * 1024 * 1024;
+
+/// Console sessions this process keeps; a new one past it ends the oldest.
+pub const CONSOLE_SESSIONS_MAX: usize = 1024;
+
+/// How long a console session lasts.
+pub const CONSOLE_SESSION_TTL: std::time::Duration = std::time::Duration::from_secs(8 * 3600);
+
+/// The most records one message-browser request returns.
+pub const CONSOLE_MESSAGES_MAX: usize = 500;
+
+/// The bytes one message-browser Fetch asks for.
+pub const CONSOLE_FETCH_BYTES_MAX: i32 = 1024 * 1024;

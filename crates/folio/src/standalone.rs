@@ -100,15 +100,15 @@ pub fn run(args: Args) -> Result<(), String> {
             "standalone",
             stop_rx,
         );
-        let registry = Some(folio_registry::Registry::new(env.meta.clone(), &env.keys));
+        let (meta, keys) = (env.meta.clone(), env.keys.clone());
         let mut broker_config = args.kafka.config(args.bookies as usize)?;
         // The embedded store is this process's alone: an earlier run's registration is ours.
         broker_config.store_exclusive = true;
         let broker =
             folio_broker::Broker::start(broker_config, env).await.map_err(|e| e.to_string())?;
-        let serve =
-            crate::http::serve(http, bookies.clone(), Some(broker.clone()), registry, access);
-        let http_task = tokio::spawn(serve);
+        let backend = format!("embedded ({})", args.data_dir.join("metadata").display());
+        let served = crate::http::Served { bookies: bookies.clone(), broker: broker.clone() };
+        let http_task = crate::http::spawn_for_broker(http, served, (meta, keys), backend, access);
         tracing::info!(
             data_dir = %args.data_dir.display(),
             bookies = args.bookies,

@@ -609,3 +609,72 @@ fn schema_registry_serves_confluent_avro_clients_and_refuses_a_breaking_schema()
     let out = scenario_of(&script, &s.kafka, "after_restart", &[&format!("http://{http}")]);
     assert!(out.contains("OK after_restart"), "{out}");
 }
+
+/// The console's browser tests: `tests/kafka/console.py` in headless Chromium (Debian's
+/// `chromium`, driven by Playwright; both installed by `scripts/test.sh`). Screenshots go
+/// to `target/tmp/console-screenshots/`.
+fn console_scenario(kafka: &str, http: &str, name: &str) -> String {
+    let ok = Command::new("python3")
+        .args(["-c", "import playwright.sync_api"])
+        .status()
+        .is_ok_and(|s| s.success());
+    let chromium = std::env::var("FOLIO_CHROMIUM").unwrap_or("/usr/bin/chromium".into());
+    assert!(
+        ok && Path::new(&chromium).exists(),
+        "the console tests need Chromium ({chromium}; apt install chromium) and Playwright \
+         (pip install playwright); scripts/test.sh installs both"
+    );
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots").join(name);
+    std::fs::create_dir_all(&shots).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka/console.py");
+    scenario_of(&script, kafka, name, &[http, shots.to_str().unwrap()])
+}
+
+/// #51 items 1 and 6: every console page loads in headless Chromium with no console error
+/// and shows the names and numbers the cluster has (brokers, the bookie and its disk,
+/// topics with their records, partitions with ledgers, a group's lag, a deletion on its way
+/// out through the trash); a search finds a record by key; an offset reset (dry run, then
+/// confirmed) moves the group to the start; the traffic chart updates while a producer
+/// writes.
+#[test]
+fn console_pages_load_find_reset_and_chart_in_headless_chromium() {
+    let dir = tempfile::tempdir().unwrap();
+    // The trash deleter passes rarely: the deleted topic stays visible on its way out.
+    let (s, http) = Standalone::start_with_http(dir.path(), &["--trash-interval-ms", "600000"]);
+    let out = console_scenario(&s.kafka, &http, "browse");
+    assert!(out.contains("OK browse"), "{out}");
+}
+
+/// #51 item 2: with users and an authorizer, the console asks for a login, refuses a wrong
+/// password, and shows a user only what its ACLs let a Kafka client see.
+#[test]
+fn the_console_asks_for_a_login_and_shows_what_the_users_acls_allow() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let meta = format!("embedded:{}", data.join("metadata").display());
+    let folio = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_folio")).args(args).output().unwrap();
+        assert!(out.status.success(), "folio {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    for user in ["admin", "alice"] {
+        folio(&["users", "--metadata", &meta, "add", user, "--password", "pw"]);
+    }
+    let grant = ["--principal", "User:alice", "--resource-type", "Topic", "--name", "orders-"];
+    let ops = ["--pattern", "Prefixed", "--operation", "Read"];
+    folio(&[&["acls", "--metadata", &meta, "add"][..], &grant, &ops].concat());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))
+        .args(["standalone", "--data-dir"])
+        .arg(&data)
+        .args(["--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .args(["--listener", "SASL_PLAINTEXT://127.0.0.1:0"])
+        .args(["--authorizer", "--super-user", "User:admin"])
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn folio standalone");
+    let (kafka, http) = common::standalone_addrs(&mut child);
+    let _child = common::Proc(child);
+    let out = console_scenario(&kafka, &http, "login");
+    assert!(out.contains("OK login"), "{out}");
+}

@@ -8,7 +8,13 @@
 //! no token they are served only on an endpoint bound to loopback, and refused (403) on one
 //! bound beyond it.
 
-mod request;
+pub mod admin;
+pub mod console;
+pub mod request;
+
+pub use admin::Bookies;
+use admin::{deletions_json, gc_now};
+use request::constant_time_eq;
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -20,12 +26,9 @@ use folio_bookie::bookie::Bookie;
 use folio_log::Trash;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
-use tokio::sync::RwLock;
 
 pub use crate::limits::HTTP_CONNECTIONS_MAX;
 pub use crate::limits::HTTP_TOKEN_BYTES_MIN;
-
-pub type Bookies = Arc<RwLock<Vec<Bookie>>>;
 
 /// A metric: name, help text, and how to read it from one bookie.
 type Metric<'a> = (&'a str, &'a str, &'a dyn Fn(&Bookie) -> u64);
@@ -94,9 +97,27 @@ impl HttpAccess {
     }
 }
 
-/// Whether `a == b`, in time that depends on the lengths only.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+/// The HTTP endpoint of a process that runs a broker: its bookies and broker.
+#[derive(Debug)]
+pub struct Served {
+    pub bookies: Bookies,
+    pub broker: folio_broker::Broker,
+}
+
+/// Serves [`serve`] with the schema registry and the console of `served`'s broker, over the
+/// cluster's store (`meta`, `keys`; `backend` names it on the console).
+pub fn spawn_for_broker(
+    listener: TcpListener,
+    served: Served,
+    (meta, keys): (Arc<dyn folio_meta::MetadataStore>, folio_meta::keys::Keys),
+    backend: String,
+    access: HttpAccess,
+) -> tokio::task::JoinHandle<()> {
+    let registry = folio_registry::Registry::new(meta.clone(), &keys);
+    let Served { bookies, broker } = served;
+    let console = console::Console::new(broker.clone(), bookies.clone(), meta, keys, backend);
+    let serve = serve(listener, bookies, Some(broker), Some(registry), Some(console), access);
+    tokio::spawn(serve)
 }
 
 /// Serves until the task is dropped. `broker`: the Kafka broker this process runs, if any
@@ -107,6 +128,7 @@ pub async fn serve(
     bookies: Bookies,
     broker: Option<folio_broker::Broker>,
     registry: Option<folio_registry::Registry>,
+    console: Option<console::Console>,
     access: HttpAccess,
 ) {
     let local = listener.local_addr().ok();
@@ -130,13 +152,22 @@ pub async fn serve(
             continue;
         };
         let (bookies, broker, gc_running) = (bookies.clone(), broker.clone(), gc_running.clone());
-        let (access, registry) = (access.clone(), registry.clone());
+        let (access, registry, console) = (access.clone(), registry.clone(), console.clone());
         tokio::spawn(async move {
             let _permit = permit;
             let request = tokio::time::timeout(HTTP_READ_TIMEOUT, request::read(&mut stream)).await;
+            let mut headers = String::new();
             let (status, content_type, body) = match request {
                 Err(_) | Ok(Err(None)) => return,
                 Ok(Err(Some((status, why)))) => (status, TEXT, why),
+                Ok(Ok(req)) if console::is_console_path(&req.path) => match &console {
+                    Some(c) => {
+                        let a = c.handle(&req).await;
+                        headers = a.headers.iter().map(|h| format!("{h}\r\n")).collect();
+                        (a.status, a.content_type, a.body)
+                    }
+                    None => (404, TEXT, "no console here: it runs with a broker\n".to_string()),
+                },
                 Ok(Ok(req)) => {
                     let refused = match mutates(&req) {
                         true => access.check(&req.head, local).err(),
@@ -152,7 +183,7 @@ pub async fn serve(
                 }
             };
             let response = format!(
-                "HTTP/1.1 {status} {}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                "HTTP/1.1 {status} {}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n{headers}connection: close\r\n\r\n{body}",
                 request::reason(status),
                 body.len()
             );
@@ -173,7 +204,9 @@ fn mutates(req: &request::Request) -> bool {
     let registry_read = req.method == "POST"
         && (req.path.starts_with("/compatibility/")
             || (req.path.starts_with("/subjects/") && !req.path.ends_with("/versions")));
-    matches!(req.method.as_str(), "POST" | "PUT" | "DELETE") && !registry_read
+    // The console's changes pass its own session and CSRF checks, and the broker's ACLs.
+    let console = req.path.starts_with("/api/v1/");
+    matches!(req.method.as_str(), "POST" | "PUT" | "DELETE") && !registry_read && !console
 }
 
 /// Answers one request: its status, content type and body.
@@ -515,67 +548,9 @@ fn write_rows(out: &mut String, rows: &[(&str, &str, u64)]) {
     }
 }
 
-/// Runs a GC pass on every bookie now; one line per bookie.
-async fn gc_now(bookies: &Bookies) -> String {
-    let mut out = String::new();
-    for b in bookies.read().await.iter() {
-        match b.gc_now().await {
-            Ok(r) => {
-                let _ = writeln!(
-                    out,
-                    "{}: dropped ledgers {:?}, over-replicated {:?}, deleted logs {:?}, compacted logs {:?}, {} bytes reclaimed, {} logs kept",
-                    b.id(),
-                    r.ledgers_dropped,
-                    r.over_replicated_dropped,
-                    r.logs_deleted,
-                    r.logs_compacted,
-                    r.bytes_reclaimed,
-                    r.logs_kept.len()
-                );
-            }
-            Err(e) => {
-                let _ = writeln!(out, "{}: GC failed: {e}", b.id());
-            }
-        }
-    }
-    out
-}
-
 /// Binds the endpoint; the caller spawns `serve`.
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
     TcpListener::bind(addr).await.map_err(|e| format!("binding the HTTP endpoint on {addr}: {e}"))
-}
-
-/// Topic deletions in progress as JSON: one object per topic with its partitions' states,
-/// the partitions left, the ledgers in the trash and the bytes not yet reclaimed.
-fn deletions_json(d: &[folio_broker::deletion::DeletionProgress]) -> String {
-    let mut out = String::from("{\"deletions\":[");
-    for (i, t) in d.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        // Topic names are `[a-zA-Z0-9._-]` (validated on create): nothing to escape.
-        let _ = write!(
-            out,
-            "\n{{\"topic\":\"{}\",\"topic_id\":\"{}\",\"marker\":{},\"requested_ms\":{},\"partitions_left\":{},\"ledgers_in_trash\":{},\"bytes_not_reclaimed\":{},\"partitions\":[",
-            t.name,
-            t.id,
-            t.marker,
-            t.requested_ms,
-            t.partitions_left(),
-            t.ledgers_in_trash,
-            t.bytes_not_reclaimed
-        );
-        for (j, (p, s)) in t.partitions.iter().enumerate() {
-            if j > 0 {
-                out.push(',');
-            }
-            let _ = write!(out, "{{\"partition\":{p},\"state\":\"{}\"}}", s.name());
-        }
-        out.push_str("]}");
-    }
-    out.push_str("\n]}\n");
-    out
 }
 
 #[cfg(test)]
@@ -583,6 +558,7 @@ mod tests {
     use super::*;
     use folio_bookie::bookie::BookieConfig;
     use tokio::io::AsyncReadExt;
+    use tokio::sync::RwLock;
 
     /// The answer, or "reset" when the endpoint closed the connection without reading the
     /// request (a refused connection: the unread request makes the close a reset, which
@@ -631,8 +607,14 @@ mod tests {
         let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let access = HttpAccess::default();
-        let server =
-            tokio::spawn(serve(listener, Arc::new(RwLock::new(Vec::new())), None, None, access));
+        let server = tokio::spawn(serve(
+            listener,
+            Arc::new(RwLock::new(Vec::new())),
+            None,
+            None,
+            None,
+            access,
+        ));
         let mut idle = Vec::new();
         idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
         assert!(

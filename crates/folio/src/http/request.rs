@@ -103,3 +103,8 @@ pub fn reason(status: u16) -> &'static str {
         _ => "Internal Server Error",
     }
 }
+
+/// Whether `a == b`, in time that depends on the lengths only.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
