@@ -130,14 +130,14 @@ function metricValue(text, name) {
   return found ? total : 0;
 }
 
-function drawChart(id, points) {
+function drawChart(id, points, fmt) {
   const svg = document.getElementById(id);
   if (!svg) return;
   const w = 360, h = 90, max = Math.max(1, ...points);
   const step = w / Math.max(1, points.length - 1);
   const d = points.map((p, i) => `${(i * step).toFixed(1)},${(h - 4 - (p / max) * (h - 10)).toFixed(1)}`).join(" ");
   svg.innerHTML = `<polyline fill="none" stroke="#2f5bd3" stroke-width="2" points="${d}"/>` +
-    `<text x="4" y="12" font-size="10" fill="#667085">max ${max.toFixed(1)}</text>`;
+    `<text x="4" y="12" font-size="10" fill="#667085">max ${esc(fmt(max))}</text>`;
   svg.dataset.points = String(points.length);
 }
 
@@ -163,9 +163,10 @@ function startCharts() {
       push("out", (now.out - last.out) / dt);
       const dc = now.count - last.count;
       push("lat", dc > 0 ? ((now.sum - last.sum) / dc) * 1000 : 0);
-      drawChart("chart-in", series.in);
-      drawChart("chart-out", series.out);
-      drawChart("chart-lat", series.lat);
+      const rate = (v) => bytes(v) + "/s";
+      drawChart("chart-in", series.in, rate);
+      drawChart("chart-out", series.out, rate);
+      drawChart("chart-lat", series.lat, (v) => v.toFixed(2) + " ms");
       $("#chart-in-now").textContent = bytes(series.in[series.in.length - 1]) + "/s now";
       $("#chart-out-now").textContent = bytes(series.out[series.out.length - 1]) + "/s now";
       $("#chart-lat-now").textContent = series.lat[series.lat.length - 1].toFixed(2) + " ms now";
