@@ -32,3 +32,9 @@ pub const CONSOLE_MESSAGES_MAX: usize = 500;
 
 /// The bytes one message-browser Fetch asks for.
 pub const CONSOLE_FETCH_BYTES_MAX: i32 = 1024 * 1024;
+
+/// A long command without a terminal prints a progress line at most this often.
+pub const PROGRESS_LINE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How often `folio topics delete --wait` and `folio trash run` look at their progress.
+pub const PROGRESS_POLL: std::time::Duration = std::time::Duration::from_millis(250);

@@ -279,7 +279,7 @@ pub fn run_trash(args: TrashArgs) -> Result<(), String> {
                 }
             }
             TrashCommand::Run => {
-                let pass = trash.run_once().await.map_err(e)?;
+                let pass = run_with_progress(&trash).await.map_err(e)?;
                 println!(
                     "deleted={} failed={} waiting={} logs_resumed={}",
                     pass.deleted, pass.failed, pass.waiting, pass.logs_resumed
@@ -288,4 +288,30 @@ pub fn run_trash(args: TrashArgs) -> Result<(), String> {
         }
         Ok(())
     })
+}
+
+/// One deleter pass, with the trash's size shown as it goes down.
+async fn run_with_progress(trash: &Trash) -> folio_log::Result<folio_log::TrashPass> {
+    let at_start = trash.status().await?.ledgers;
+    let mut progress = crate::progress::Progress::new("trash pass", at_start);
+    let pass = trash.run_once();
+    tokio::pin!(pass);
+    loop {
+        tokio::select! {
+            done = &mut pass => {
+                let outcome = match &done {
+                    Ok(p) => format!("{} ledgers deleted, {} failed", p.deleted, p.failed),
+                    Err(e) => format!("failed: {e}"),
+                };
+                progress.finish(&outcome);
+                return done;
+            }
+            () = tokio::time::sleep(crate::limits::PROGRESS_POLL) => {
+                if let Ok(s) = trash.status().await {
+                    let detail = format!("{} ledgers left in the trash", s.ledgers);
+                    progress.set(at_start.saturating_sub(s.ledgers), &detail);
+                }
+            }
+        }
+    }
 }

@@ -15,6 +15,7 @@ mod inspect;
 mod ledger_cmd;
 mod limits;
 mod log_cmd;
+mod progress;
 mod standalone;
 mod topics_cmd;
 mod transactions_cmd;

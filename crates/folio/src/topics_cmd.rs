@@ -45,6 +45,10 @@ enum Command {
     Delete {
         #[arg(required = true)]
         names: Vec<String>,
+        /// Wait until the running controller broker has deleted the topics' data (every
+        /// ledger out of the trash), showing progress; fail after this many seconds.
+        #[arg(long, value_name = "SECONDS")]
+        wait: Option<u64>,
     },
 }
 
@@ -139,27 +143,7 @@ pub fn run(args: Args) -> Result<(), String> {
                     t.record.id.simple()
                 );
             }
-            Command::Delete { names } => {
-                let topics = folio_broker::topics::Topics::new(meta.clone(), keys.clone());
-                let mut targets = Vec::new();
-                for name in &names {
-                    match topics.load(name).await.map_err(|e| e.to_string())? {
-                        Some(t) => targets.push(t),
-                        None => return Err(format!("no topic {name} (nothing deleted)")),
-                    }
-                }
-                folio_broker::deletion::unbind_topics(meta.as_ref(), &keys, &targets, env.now_ms())
-                    .await
-                    .map_err(|e| format!("deleting: {e} (retry)"))?;
-                for t in &targets {
-                    println!(
-                        "deleted topic {} (id {}); the controller broker deletes its {} partitions' data",
-                        t.name,
-                        t.record.id.simple(),
-                        t.record.partitions
-                    );
-                }
-            }
+            Command::Delete { names, wait } => delete(&env, &names, wait).await?,
             Command::Describe { name } => {
                 let key = keys.topic(&name);
                 let v = meta
@@ -196,4 +180,80 @@ pub fn run(args: Args) -> Result<(), String> {
         }
         Ok(())
     })
+}
+
+/// Waits until no deletion of `ids` is in progress (their data deleted), showing the bytes
+/// and partitions left; an error after `timeout`.
+async fn wait_deleted(
+    env: &folio_log::LogEnv,
+    ids: &[uuid::Uuid],
+    timeout: std::time::Duration,
+) -> Result<(), String> {
+    let started = std::time::Instant::now();
+    let mut progress: Option<crate::progress::Progress> = None;
+    loop {
+        let all = folio_broker::deletion::progress(env).await.map_err(|e| e.to_string())?;
+        let left: Vec<_> = all.iter().filter(|d| ids.contains(&d.id)).collect();
+        let bytes: u64 = left.iter().map(|d| d.bytes_not_reclaimed).sum();
+        let partitions: usize = left.iter().map(|d| d.partitions_left()).sum();
+        let ledgers: u64 = left.iter().map(|d| d.ledgers_in_trash).sum();
+        let p = progress.get_or_insert_with(|| {
+            crate::progress::Progress::new("deleting the topics' data", bytes)
+        });
+        if left.is_empty() {
+            p.finish(&format!("done in {:.1} s", started.elapsed().as_secs_f64()));
+            return Ok(());
+        }
+        let detail = format!(
+            "{bytes} bytes, {partitions} partitions not yet in the trash, {ledgers} ledgers in it"
+        );
+        p.set(p_total(p, bytes), &detail);
+        if started.elapsed() >= timeout {
+            p.finish("still deleting");
+            return Err(format!(
+                "the topics' data is not deleted after {} s ({detail}); is a broker running (its controller deletes it)?",
+                timeout.as_secs()
+            ));
+        }
+        tokio::time::sleep(crate::limits::PROGRESS_POLL).await;
+    }
+}
+
+/// Units done of a progress whose total was the bytes left at the start.
+fn p_total(p: &crate::progress::Progress, bytes_left: u64) -> u64 {
+    p.total().saturating_sub(bytes_left)
+}
+
+/// Deletes `names` as DeleteTopics does (every name must exist, or nothing is deleted);
+/// with `wait`, waits up to that many seconds for their data to be deleted.
+async fn delete(
+    env: &folio_log::LogEnv,
+    names: &[String],
+    wait: Option<u64>,
+) -> Result<(), String> {
+    let (meta, keys) = (&env.meta, &env.keys);
+    let topics = folio_broker::topics::Topics::new(meta.clone(), keys.clone());
+    let mut targets = Vec::new();
+    for name in names {
+        match topics.load(name).await.map_err(|e| e.to_string())? {
+            Some(t) => targets.push(t),
+            None => return Err(format!("no topic {name} (nothing deleted)")),
+        }
+    }
+    folio_broker::deletion::unbind_topics(meta.as_ref(), keys, &targets, env.now_ms())
+        .await
+        .map_err(|e| format!("deleting: {e} (retry)"))?;
+    for t in &targets {
+        println!(
+            "deleted topic {} (id {}); the controller broker deletes its {} partitions' data",
+            t.name,
+            t.record.id.simple(),
+            t.record.partitions
+        );
+    }
+    if let Some(secs) = wait {
+        let ids: Vec<uuid::Uuid> = targets.iter().map(|t| t.record.id).collect();
+        wait_deleted(env, &ids, std::time::Duration::from_secs(secs)).await?;
+    }
+    Ok(())
 }

@@ -147,6 +147,18 @@ async fn d1_d3_a_broker_process_on_etcd_restarted_after_sigkill_keeps_every_reco
     assert!(read(&addr).ends_with("200 after\n"));
     let md = kcat(&["-L", "-b", &addr, "-t", "orders"], None);
     assert!(md.contains("broker 2 at"), "{md}");
+    // `folio topics delete --wait`: returns once the controller (broker 2) has deleted the
+    // topic's data, saying so on stderr (plain lines: no terminal here).
+    let out = Command::new(env!("CARGO_BIN_EXE_folio"))
+        .args(["--log", "error", "topics", "--metadata", &format!("etcd://{etcd}")])
+        .args(["--root", &root, "delete", "orders", "--wait", "120"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("deleting the topics' data: done in"), "{err}");
+    let topics = kcat(&["-L", "-b", &addr], None);
+    assert!(!topics.contains("\"orders\""), "{topics}");
 }
 
 fn python_script() -> std::path::PathBuf {

@@ -522,6 +522,16 @@ fn folio_topics_lists_and_describes_topics() {
         list.contains("deleting listed") && list.contains("0:pending"),
         "no broker ran yet, so the partition waits: {list}"
     );
+    // `delete --wait` with no broker running (no controller deletes the data): it shows
+    // the data left and fails with what to check.
+    folio(&["create", "waited"]);
+    let out = Command::new(env!("CARGO_BIN_EXE_folio"))
+        .args(["topics", "--metadata", &metadata, "delete", "waited", "--wait", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("is a broker running"), "{err}");
+    assert!(err.contains("deleting the topics' data: still deleting"), "{err}");
     // A standalone (the controller) finishes the deletion; its HTTP endpoint shows each
     // step until the topic's ledgers are deleted by the trash deleter.
     let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))

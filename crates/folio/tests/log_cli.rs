@@ -65,8 +65,13 @@ async fn log_inspect_and_trash_list_say_why_ledgers_are_kept() {
     let trash = folio(&["trash", "--metadata", &m, "list"]);
     assert!(trash.starts_with("trash: 2 ledgers"), "{trash}");
     assert!(trash.contains("waiting for the deleter"), "{trash}");
-    let run = folio(&["trash", "--metadata", &m, "run"]);
-    assert!(run.contains("deleted=2 failed=0"), "{run}");
+    let run = Command::new(env!("CARGO_BIN_EXE_folio"))
+        .args(["trash", "--metadata", &m, "run"])
+        .output()
+        .unwrap();
+    let (out, err) = (String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    assert!(out.contains("deleted=2 failed=0"), "{out}");
+    assert!(err.contains("trash pass: 2 ledgers deleted, 0 failed"), "progress: {err}");
     let trash = folio(&["trash", "--metadata", &m, "list"]);
     assert!(trash.starts_with("trash: 0 ledgers"), "{trash}");
     let missing = Command::new(env!("CARGO_BIN_EXE_folio"))
