@@ -537,6 +537,145 @@ fn collapse(v: Value) -> Value {
     }
 }
 
+/// Decodes Avro binary `data` written with `schema` into JSON (records as objects, enums as
+/// their symbols, unions as the branch's value, bytes and fixed as `0x` hex). Lengths are
+/// checked against what is left, so damaged data is an error, never a panic or a huge
+/// allocation.
+pub fn decode(schema: &AvroSchema, data: &[u8]) -> crate::Result<Value> {
+    let mut rest = data;
+    let bad =
+        |why: String| crate::RegistryError::BadRequest(format!("not Avro of its schema: {why}"));
+    let v = decode_one(schema, schema.root, &mut rest, 0).map_err(bad)?;
+    if !rest.is_empty() {
+        return Err(bad(format!("{} bytes after the value", rest.len())));
+    }
+    Ok(v)
+}
+
+fn take<'a>(b: &mut &'a [u8], n: usize) -> Result<&'a [u8], String> {
+    if n > b.len() {
+        return Err(format!("{n} bytes wanted, {} left", b.len()));
+    }
+    let (head, tail) = b.split_at(n);
+    *b = tail;
+    Ok(head)
+}
+
+fn long(b: &mut &[u8]) -> Result<i64, String> {
+    let mut v: u64 = 0;
+    for shift in (0..64).step_by(7) {
+        let byte = take(b, 1)?[0];
+        v |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Ok((v >> 1) as i64 ^ -((v & 1) as i64));
+        }
+    }
+    Err("a varint longer than 10 bytes".into())
+}
+
+fn length(b: &mut &[u8]) -> Result<usize, String> {
+    let n = long(b)?;
+    usize::try_from(n).ok().filter(|n| *n <= b.len()).ok_or_else(|| format!("length {n}"))
+}
+
+fn hex(b: &[u8]) -> Value {
+    Value::String(format!("0x{}", b.iter().map(|x| format!("{x:02x}")).collect::<String>()))
+}
+
+fn decode_one(s: &AvroSchema, t: usize, b: &mut &[u8], depth: usize) -> Result<Value, String> {
+    use AvroType as T;
+    if depth > SCHEMA_DEPTH_MAX {
+        return Err(format!("nested deeper than {SCHEMA_DEPTH_MAX} levels"));
+    }
+    Ok(match &s.types[t] {
+        T::Null => Value::Null,
+        T::Boolean => Value::Bool(take(b, 1)?[0] != 0),
+        T::Int | T::Long => Value::from(long(b)?),
+        T::Float => {
+            let x = f32::from_le_bytes(take(b, 4)?.try_into().expect("4 bytes"));
+            serde_json::Number::from_f64(f64::from(x)).map_or(Value::Null, Value::Number)
+        }
+        T::Double => {
+            let x = f64::from_le_bytes(take(b, 8)?.try_into().expect("8 bytes"));
+            serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number)
+        }
+        T::Bytes => {
+            let n = length(b)?;
+            hex(take(b, n)?)
+        }
+        T::String => {
+            let n = length(b)?;
+            Value::String(String::from_utf8_lossy(take(b, n)?).into_owned())
+        }
+        T::Fixed { size, .. } => hex(take(b, usize::try_from(*size).map_err(|_| "size")?)?),
+        T::Enum { symbols, .. } => {
+            let i = long(b)?;
+            let sym = usize::try_from(i).ok().and_then(|i| symbols.get(i));
+            Value::String(sym.ok_or_else(|| format!("enum index {i}"))?.clone())
+        }
+        T::Union(branches) => {
+            let i = long(b)?;
+            let branch = usize::try_from(i).ok().and_then(|i| branches.get(i));
+            decode_one(s, *branch.ok_or_else(|| format!("union index {i}"))?, b, depth + 1)?
+        }
+        T::Record { fields, .. } => {
+            let mut o = serde_json::Map::new();
+            for f in fields {
+                o.insert(f.name.clone(), decode_one(s, f.ty, b, depth + 1)?);
+            }
+            Value::Object(o)
+        }
+        T::Array(items) => Value::Array(blocks(b, |b| decode_one(s, *items, b, depth + 1))?),
+        T::Map(values) => {
+            let pairs = blocks(b, |b| {
+                let n = length(b)?;
+                let k = String::from_utf8_lossy(take(b, n)?).into_owned();
+                Ok(Value::Array(vec![Value::String(k), decode_one(s, *values, b, depth + 1)?]))
+            })?;
+            let mut o = serde_json::Map::new();
+            for p in pairs {
+                if let Value::Array(mut kv) = p {
+                    let v = kv.pop().unwrap_or(Value::Null);
+                    if let Some(Value::String(k)) = kv.pop() {
+                        o.insert(k, v);
+                    }
+                }
+            }
+            Value::Object(o)
+        }
+    })
+}
+
+/// An array's or map's blocks: a count (negative: followed by the block's size), then its
+/// items, until a count of 0.
+fn blocks(
+    b: &mut &[u8],
+    mut item: impl FnMut(&mut &[u8]) -> Result<Value, String>,
+) -> Result<Vec<Value>, String> {
+    let mut out = Vec::new();
+    loop {
+        let mut n = long(b)?;
+        if n == 0 {
+            return Ok(out);
+        }
+        if n < 0 {
+            n = n.checked_neg().ok_or("a block count")?;
+            long(b)?; // the block's size in bytes
+        }
+        // Every item takes at least a byte, or none for null: never more items than bytes
+        // left plus a bound.
+        if n as u64 > b.len() as u64 + SCHEMA_ITEMS_MAX as u64 {
+            return Err(format!("a block of {n} items with {} bytes left", b.len()));
+        }
+        for _ in 0..n {
+            out.push(item(b)?);
+            if out.len() > SCHEMA_ITEMS_MAX.max(b.len()) + SCHEMA_ITEMS_MAX {
+                return Err("too many items".into());
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -613,6 +752,23 @@ mod tests {
         let deep =
             format!("{}\"int\"{}", "{\"type\":\"array\",\"items\":".repeat(100), "}".repeat(100));
         assert!(parse_text(&deep).unwrap_err().contains("deeper"));
+    }
+
+    #[test]
+    fn binary_records_decode_to_json_and_damaged_ones_are_errors() {
+        let s = parse(
+            r#"{"type":"record","name":"R","fields":[{"name":"id","type":"long"},
+            {"name":"name","type":"string"},{"name":"tags","type":{"type":"array","items":"string"}},
+            {"name":"email","type":["null","string"]}]}"#,
+        )
+        .unwrap();
+        // id 3 (zigzag 6), "ab", ["x"], email branch 1 "c".
+        let data = [6, 4, b'a', b'b', 2, 2, b'x', 0, 2, 2, b'c'];
+        let v = decode(&s, &data).unwrap();
+        assert_eq!(v.to_string(), r#"{"email":"c","id":3,"name":"ab","tags":["x"]}"#);
+        assert!(decode(&s, &data[..5]).is_err(), "truncated");
+        assert!(decode(&s, &[6, 0x7f]).is_err(), "a string longer than the data");
+        assert!(decode(&s, &[6, 0, 1, 0]).is_err(), "an array count past the data");
     }
 
     #[test]

@@ -136,6 +136,13 @@ def scenario_avro(bootstrap, url):
     refused(lambda: client.get_versions("other-value"), 40401, "a deleted subject")
     check(client.delete_subject("other-value", permanent=True) == [1], "permanent delete")
     check(client.get_schema(id1).schema_str is not None, "an id outlives a deleted subject")
+    # The console's message browser decodes the records with their registered schema.
+    import requests
+    web = requests.Session()
+    web.get(url + "/api/v1/session").raise_for_status()
+    rows = web.get(url + "/api/v1/topics/%s/messages" % TOPIC, params={"limit": 1}).json()
+    check(rows[0]["value"] == {"id": 0, "name": "user-0"} and rows[0]["value_schema"] == id1,
+          "the console decoded %s" % rows[0])
     validation(bootstrap, client, admin, id1)
     print("OK avro", flush=True)
 

@@ -38,7 +38,7 @@ pub(super) async fn route(
         ("GET", ["topics"]) => topics(k).await,
         ("GET", ["topics", t]) => topic(c, k, t).await,
         ("DELETE", ["topics", t]) => k.delete_topic(t).await.map(|()| json!({"deleted": t})),
-        ("GET", ["topics", t, "messages"]) => messages(k, t, &q).await,
+        ("GET", ["topics", t, "messages"]) => messages(c, k, t, &q).await,
         ("GET", ["groups"]) => groups(k).await,
         ("GET", ["groups", g]) => group(k, g).await,
         ("POST", ["groups", g, "reset"]) => reset(k, g, &req.body).await,
@@ -178,7 +178,8 @@ async fn topic(c: &Console, k: &mut Client, name: &str) -> Result<Value> {
     Ok(json!({"name": t.name, "id": t.id, "partitions": partitions, "configs": configs}))
 }
 
-/// A record's bytes as the browser shows them: UTF-8 text, or hex.
+/// A record's bytes as the browser shows them: UTF-8 text, or hex (or, with a registered
+/// schema, decoded: [`Decoder`]).
 fn shown(b: &Option<Vec<u8>>) -> Value {
     match b {
         None => Value::Null,
@@ -189,7 +190,42 @@ fn shown(b: &Option<Vec<u8>>) -> Value {
     }
 }
 
-async fn messages(k: &mut Client, topic: &str, q: &BTreeMap<String, String>) -> Result<Value> {
+/// Decodes record bytes framed for the schema registry (magic byte 0, a 4-byte id) with
+/// their Avro or JSON schema; `None` when they are not, or do not decode.
+struct Decoder {
+    registry: folio_registry::Registry,
+    schemas: BTreeMap<u32, Option<folio_registry::Parsed>>,
+}
+
+impl Decoder {
+    #[allow(clippy::big_endian_bytes)] // the registry's framing: a big-endian schema id
+    async fn decode(&mut self, b: &Option<Vec<u8>>) -> Option<(u32, Value)> {
+        let [0, a, b2, c, d, payload @ ..] = b.as_deref()? else { return None };
+        let id = u32::from_be_bytes([*a, *b2, *c, *d]);
+        if !self.schemas.contains_key(&id) {
+            let parsed = match self.registry.schema(u64::from(id)).await {
+                Ok(s) => s.parse().ok(),
+                Err(_) => None,
+            };
+            self.schemas.insert(id, parsed);
+        }
+        let v = match self.schemas.get(&id)?.as_ref()? {
+            folio_registry::Parsed::Avro(s) => folio_registry::avro::decode(s, payload).ok()?,
+            folio_registry::Parsed::Json(_) => serde_json::from_slice(payload).ok()?,
+            folio_registry::Parsed::Protobuf(_) => return None,
+        };
+        Some((id, v))
+    }
+}
+
+async fn messages(
+    c: &Console,
+    k: &mut Client,
+    topic: &str,
+    q: &BTreeMap<String, String>,
+) -> Result<Value> {
+    let registry = folio_registry::Registry::new(c.meta.clone(), &c.keys);
+    let mut decoder = Decoder { registry, schemas: BTreeMap::new() };
     let int = |n: &str, d: i64| q.get(n).and_then(|v| v.parse().ok()).unwrap_or(d);
     let limit = int("limit", 50).clamp(1, CONSOLE_MESSAGES_MAX as i64) as usize;
     let (_, _, mut topics) = k.metadata(Some(&[topic.to_string()])).await?;
@@ -223,8 +259,15 @@ async fn messages(k: &mut Client, topic: &str, q: &BTreeMap<String, String>) -> 
                     continue;
                 }
                 found += 1;
-                out.push(json!({"partition": m.partition, "offset": m.offset,
-                    "timestamp": m.timestamp, "key": shown(&m.key), "value": shown(&m.value)}));
+                let mut row = json!({"partition": m.partition, "offset": m.offset,
+                    "timestamp": m.timestamp, "key": shown(&m.key), "value": shown(&m.value)});
+                for (field, bytes) in [("key", &m.key), ("value", &m.value)] {
+                    if let Some((id, v)) = decoder.decode(bytes).await {
+                        row[field] = v;
+                        row[format!("{field}_schema")] = json!(id);
+                    }
+                }
+                out.push(row);
                 if found >= limit {
                     break;
                 }

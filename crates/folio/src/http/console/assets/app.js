@@ -235,10 +235,18 @@ async function messages(name) {
       $("#results").innerHTML = `<p class="muted" data-testid="found">${ms.length} records</p>` + table([
         ["partition", (m) => m.partition, "num"], ["offset", (m) => m.offset, "num"],
         ["time", (m) => esc(new Date(m.timestamp).toISOString())],
-        ["key", (m) => `<pre>${esc(m.key)}</pre>`], ["value", (m) => `<pre>${esc(m.value)}</pre>`],
+        ["key", (m) => shownField(m, "key")], ["value", (m) => shownField(m, "value")],
       ], ms, "messages");
     } catch (e) { showError(e); }
   };
+}
+
+// A key or value: text, hex, or decoded with its registered schema (named by its id).
+function shownField(m, field) {
+  const v = m[field];
+  const id = m[field + "_schema"];
+  if (id === undefined) return `<pre>${esc(v)}</pre>`;
+  return `<pre data-testid="decoded">${esc(JSON.stringify(v))}</pre><span class="muted">schema ${id}</span>`;
 }
 
 // ---- groups -------------------------------------------------------------------------
