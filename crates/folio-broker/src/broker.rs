@@ -165,6 +165,19 @@ impl Broker {
         self.inner.config.node_id
     }
 
+    /// Whether `principal` (`User:<name>`) may do `op` on the cluster, as the Kafka API
+    /// checks it (always, without an authorizer): for what the console does outside Kafka.
+    pub fn cluster_allowed(&self, principal: &str, op: crate::domain::acl::Operation) -> bool {
+        use crate::domain::acl::{CLUSTER_NAME, ResourceType, Session};
+        let session = Session {
+            listener: "console".into(),
+            principal: principal.into(),
+            host: "127.0.0.1".into(),
+        };
+        let acls = self.inner.acls.as_ref();
+        acls.is_none_or(|a| a.authorize(&session, op, ResourceType::Cluster, CLUSTER_NAME))
+    }
+
     /// Where a client in this process reaches the broker without TLS (the console): the
     /// first PLAINTEXT or SASL_PLAINTEXT listener (on loopback when bound to any address),
     /// with the SASL mechanism to log in with when it takes SASL (SCRAM if offered).

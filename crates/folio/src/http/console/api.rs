@@ -24,11 +24,26 @@ use super::kafka::{Client, code_name};
 use super::{Answer, Console};
 use crate::limits::{CONSOLE_FETCH_BYTES_MAX, CONSOLE_MESSAGES_MAX};
 
+/// Answers one `/api/v1/` request as `principal` (`User:<name>`, or ANONYMOUS).
 pub(super) async fn route(
     c: &Console,
     k: &mut Client,
     req: &crate::http::request::Request,
+    principal: &str,
 ) -> Answer {
+    use folio_broker::acl::Operation;
+    // What Kafka has no request for is checked against the cluster's ACLs as Kafka would:
+    // reading the data lifecycle is DESCRIBE on the cluster, running GC is ALTER.
+    let needs = match (req.method.as_str(), req.path.as_str()) {
+        ("GET", "/api/v1/lifecycle") => Some(Operation::Describe),
+        ("POST", "/api/v1/gc") => Some(Operation::Alter),
+        _ => None,
+    };
+    if let Some(op) = needs
+        && !c.broker.cluster_allowed(principal, op)
+    {
+        return Answer::error(403, format!("{principal} may not {op:?} the cluster"));
+    }
     let rest = req.path.trim_start_matches("/api/v1/");
     let seg: Vec<String> = rest.split('/').map(decode).collect();
     let seg: Vec<&str> = seg.iter().map(String::as_str).collect();

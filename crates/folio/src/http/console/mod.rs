@@ -261,7 +261,11 @@ impl Console {
             Ok(c) => c,
             Err(a) => return a,
         };
-        api::route(self, &mut client, req).await
+        let principal = s
+            .login
+            .as_ref()
+            .map_or(folio_broker::acl::ANONYMOUS.to_string(), |(u, _)| format!("User:{u}"));
+        api::route(self, &mut client, req, &principal).await
     }
 }
 
