@@ -176,7 +176,6 @@ pub async fn decommission(
     wait: bool,
 ) -> Result<(), String> {
     use folio_repair::autorecovery::decommission;
-    use std::io::Write as _;
     let (meta, keys, _) = cluster.connect().await?;
     decommission::request(meta.as_ref(), &keys, bookie_id).await.map_err(|e| e.to_string())?;
     let s = folio_repair::autorecovery::status(meta.as_ref(), &keys)
@@ -189,29 +188,22 @@ pub async fn decommission(
     if !wait {
         return Ok(());
     }
-    let mut shown = None;
+    let mut progress: Option<crate::progress::Progress> = None;
     loop {
         let (naming, total) = decommission::references(meta.as_ref(), &keys, bookie_id)
             .await
             .map_err(|e| e.to_string())?;
-        if shown != Some(naming) {
-            let done = total.saturating_sub(naming);
-            let width = 30usize;
-            let filled = if total == 0 { width } else { (done as usize * width) / total as usize };
-            print!(
-                "\r[{}{}] {naming} of {total} ledgers still name {bookie_id}   ",
-                "#".repeat(filled),
-                " ".repeat(width - filled)
-            );
-            let _ = std::io::stdout().flush();
-            shown = Some(naming);
-        }
+        let p = progress.get_or_insert_with(|| {
+            crate::progress::Progress::new(format!("draining {bookie_id}"), total)
+        });
         if naming == 0 {
+            p.finish("no ledger names it");
             break;
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        let done = p.total().saturating_sub(naming);
+        p.set(done, &format!("{naming} of {total} ledgers still name {bookie_id}"));
+        tokio::time::sleep(crate::limits::PROGRESS_POLL).await;
     }
-    println!();
     decommission::finish(meta.as_ref(), &keys, bookie_id).await.map_err(|e| e.to_string())?;
     println!(
         "bookie {bookie_id} decommissioned: nothing names it; cookie and registration removed; stop its process"

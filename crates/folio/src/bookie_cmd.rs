@@ -552,7 +552,6 @@ async fn gc_now(
 
 /// `folio bookie check [--repair]` on a stopped bookie's dirs.
 async fn check(settings: Settings, repair: bool) -> Result<(), String> {
-    use std::io::Write as _;
     let r = settings.resolve()?;
     let meta = open_metadata(&r.metadata, &r.etcd).await?;
     let id = r.bookie_id();
@@ -574,15 +573,17 @@ async fn check(settings: Settings, repair: bool) -> Result<(), String> {
         bookie_id: id.clone(),
     };
     let t0 = std::time::Instant::now();
+    let bar = std::sync::Mutex::new(None::<crate::progress::Progress>);
     let progress = |done: u64, total: u64| {
-        let width = 30u64;
-        let filled = (done * width).checked_div(total).unwrap_or(width) as usize;
-        let bar = format!("{}{}", "#".repeat(filled), " ".repeat(width as usize - filled));
-        eprint!("\r[{bar}] {done}/{total} ledgers");
-        let _ = std::io::stderr().flush();
+        let mut bar = bar.lock().expect("progress lock");
+        let what = format!("checking bookie {id}");
+        let p = bar.get_or_insert_with(|| crate::progress::Progress::new(what, total));
+        p.set(done, &format!("{done} of {total} ledgers"));
     };
     let report = check.run(repair, &progress).await.map_err(|e| e.to_string())?;
-    eprintln!();
+    if let Some(p) = bar.lock().expect("progress lock").as_mut() {
+        p.finish(&format!("{} ledgers checked", report.ledgers_checked));
+    }
     println!(
         "bookie {id}: ledgers checked {}, gone {}, limbo cleared {}, entries checked {}, missing {}, copied {}, failed {}, ledgers failed {}, flag cleared {} ({:.1}s)",
         report.ledgers_checked,

@@ -63,4 +63,8 @@ async fn bookie_check_finds_and_repairs_lost_entries() {
         .unwrap();
     let out = String::from_utf8_lossy(&repair.stdout);
     assert!(out.contains("failed 10") && out.contains("flag cleared false"), "{out}");
+    // Progress on stderr, as plain lines without a terminal.
+    let err = String::from_utf8_lossy(&repair.stderr);
+    assert!(err.contains("checking bookie b0: 100% 1 of 1 ledgers"), "{err}");
+    assert!(err.contains("checking bookie b0: 1 ledgers checked"), "{err}");
 }

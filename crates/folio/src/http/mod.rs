@@ -9,6 +9,7 @@
 //! bound beyond it.
 
 pub mod admin;
+mod bookie_page;
 pub mod console;
 pub mod request;
 
@@ -165,6 +166,9 @@ pub async fn serve(
                         let a = c.handle(&req).await;
                         headers = a.headers.iter().map(|h| format!("{h}\r\n")).collect();
                         (a.status, a.content_type, a.body)
+                    }
+                    None if req.path == "/" => {
+                        (200, "text/html; charset=utf-8", bookie_page::render(&bookies).await)
                     }
                     None => (404, TEXT, "no console here: it runs with a broker\n".to_string()),
                 },
@@ -682,6 +686,10 @@ mod tests {
         assert!(text.contains("# TYPE folio_trash_ledgers gauge\nfolio_trash_ledgers 0"), "{text}");
         assert!(text.contains("folio_trash_deletions_total 0"), "{text}");
         assert!(text.contains("folio_trash_deleter_active 1"), "{text}");
+        let page = bookie_page::render(&bookies).await;
+        assert!(page.contains("<td>b0</td>") && page.contains("writable"), "{page}");
+        let passes = bookies.read().await[0].gc_status().passes;
+        assert!(page.contains(&format!("{passes} passes, 0 failed")), "{page}");
         let (status, body) = health(&bookies, None).await;
         assert_eq!(status, 200);
         assert!(body.contains("1 bookies writable"), "{body}");

@@ -150,6 +150,7 @@ def scenario_browse(bootstrap, http, shots):
         page.goto(url + "/#/lifecycle")
         page.wait_for_selector("[data-testid=gc] td")
         check("bookie-0" in page.inner_text("[data-testid=gc]"), "GC per bookie")
+        check("healed" in page.inner_text("[data-testid=autorecovery]"), "autorecovery progress")
         # The standalone's trash deleter passes rarely (--trash-interval-ms): the deleted
         # topic's log waits in the trash, named by its topic id.
         life = page.inner_text("main").replace("-", "")

@@ -414,9 +414,16 @@ async fn lifecycle(c: &Console, k: &mut Client) -> Answer {
             .map(|(class, (ledgers, bytes))| json!({"class": format!("{class:?}"), "ledgers": ledgers, "bytes": bytes}))
             .collect::<Vec<_>>()
     });
+    let autorecovery = folio_repair::autorecovery::process_stats().map(|s| {
+        let l = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        json!({"auditor": l(&s.auditor) == 1, "marks": l(&s.marks),
+            "oldest_mark_age_ms": l(&s.oldest_mark_age_ms), "ledgers_healed": l(&s.ledgers_healed),
+            "entries_copied": l(&s.entries_copied), "bytes_copied": l(&s.bytes_copied),
+            "copy_errors": l(&s.copy_errors)})
+    });
     Answer::json(
         200,
         json!({"deletions": deletions, "trash": trash, "trash_deleter_active": c.broker.trash_deleter_active(),
-            "gc": gc, "under_replicated": under, "audit": audit}),
+            "gc": gc, "under_replicated": under, "autorecovery": autorecovery, "audit": audit}),
     )
 }

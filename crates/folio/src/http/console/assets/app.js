@@ -321,6 +321,11 @@ async function lifecycle() {
     <button id="run-gc">Run GC now</button> <span id="gc-result" class="muted"></span>
     <h2>Under-replicated ledgers (autorecovery)</h2>
     <p data-testid="under-replicated">${l.under_replicated.length ? l.under_replicated.map(esc).join(", ") : "none"}</p>
+    ${l.autorecovery ? `<p class="muted" data-testid="autorecovery">This process's autorecovery:
+      ${l.autorecovery.auditor ? "the cluster's auditor" : "a worker"};
+      ${num(l.autorecovery.marks)} ledgers marked (oldest ${Math.round(l.autorecovery.oldest_mark_age_ms / 1000)} s);
+      ${num(l.autorecovery.ledgers_healed)} healed, ${num(l.autorecovery.entries_copied)} entries
+      (${bytes(l.autorecovery.bytes_copied)}) copied, ${num(l.autorecovery.copy_errors)} copy errors.</p>` : ""}
     <h2>Last audit</h2>${l.audit ? table([["class", (x) => esc(x.class)], ["ledgers", (x) => num(x.ledgers), "num"], ["bytes", (x) => bytes(x.bytes), "num"]], l.audit, "audit") : '<p class="muted">no audit run yet (folio audit)</p>'}`;
   $("#run-gc").onclick = async () => {
     if (!(await confirmAction("Run a GC pass on this process's bookies now?"))) return;
