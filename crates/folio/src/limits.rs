@@ -30,11 +30,18 @@ pub const CONSOLE_SESSION_TTL: std::time::Duration = std::time::Duration::from_s
 /// The most records one message-browser request returns.
 pub const CONSOLE_MESSAGES_MAX: usize = 500;
 
+/// The Fetches one message-browser search makes per partition (each at most
+/// [`CONSOLE_FETCH_BYTES_MAX`]): 64 MiB read at most before it answers with what it found.
+pub const CONSOLE_SCAN_FETCHES_MAX: usize = 64;
+
 /// The bytes one message-browser Fetch asks for.
 pub const CONSOLE_FETCH_BYTES_MAX: i32 = 1024 * 1024;
 
 /// A long command without a terminal prints a progress line at most this often.
 pub const PROGRESS_LINE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A benchmark without a terminal of its own prints how long it has run this often.
+pub const PROGRESS_TICKER_LINE_EVERY: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// How often `folio topics delete --wait` and `folio trash run` look at their progress.
 pub const PROGRESS_POLL: std::time::Duration = std::time::Duration::from_millis(250);

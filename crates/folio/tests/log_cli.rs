@@ -81,3 +81,21 @@ async fn log_inspect_and_trash_list_say_why_ledgers_are_kept() {
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no log named \"nope\""));
 }
+
+/// #51 item 5: a benchmark says on stderr when it starts and ends (and, run long, how long
+/// it has run; in place on a terminal), leaving stdout to its figures.
+#[test]
+fn a_benchmark_reports_its_progress_on_stderr_and_its_figures_on_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_folio"))
+        .args(["bench", "codecs", "--quick", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("ratio_vs_none=") && !stdout.contains("bench codecs"), "{stdout}");
+    assert!(stderr.starts_with("bench codecs: started\n"), "{stderr}");
+    assert!(stderr.contains("bench codecs: done in ") && !stderr.contains('\x1b'), "{stderr}");
+}

@@ -83,6 +83,10 @@ pub enum Bench {
 }
 
 pub fn run(what: Bench) -> Result<(), String> {
+    // The variant's name: `Kafka(Args { .. })` is `kafka`.
+    let name = format!("{what:?}");
+    let name = name.split(['(', ' ']).next().unwrap_or("").to_lowercase();
+    let _ticker = crate::progress::Ticker::start(format!("bench {name}"));
     match what {
         Bench::Storage(args) => storage::run(args),
         Bench::Meta(args) => meta::run(args),

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 use super::kafka::{Client, code_name};
 use super::{Answer, Console};
-use crate::limits::{CONSOLE_FETCH_BYTES_MAX, CONSOLE_MESSAGES_MAX};
+use crate::limits::{CONSOLE_FETCH_BYTES_MAX, CONSOLE_MESSAGES_MAX, CONSOLE_SCAN_FETCHES_MAX};
 
 /// Answers one `/api/v1/` request as `principal` (`User:<name>`, or ANONYMOUS).
 pub(super) async fn route(
@@ -259,8 +259,11 @@ async fn messages(
             Some("end") => (p.end - limit as i64).max(p.start),
             _ => int("offset", p.start).max(p.start),
         };
-        let mut found = 0;
-        while at < p.end && found < limit {
+        let (mut found, mut fetches) = (0, 0);
+        // A search stops after CONSOLE_SCAN_FETCHES_MAX fetches per partition: a filter
+        // that matches nothing never reads a whole large partition.
+        while at < p.end && found < limit && fetches < CONSOLE_SCAN_FETCHES_MAX {
+            fetches += 1;
             let batch = k.fetch(topic, p.partition, at, CONSOLE_FETCH_BYTES_MAX).await?;
             let Some(last) = batch.last() else { break };
             at = last.offset + 1;
