@@ -427,24 +427,16 @@ impl Registry {
     /// The compatibility level set for `subject` (`None`: the registry's), falling back to
     /// the registry's and then to BACKWARD.
     pub async fn compatibility(&self, subject: Option<&str>) -> Result<Compatibility> {
-        Ok(match self.own_compatibility(subject).await? {
-            Some(c) => c,
-            None if subject.is_some() => {
-                self.own_compatibility(None).await?.unwrap_or(DEFAULT_COMPATIBILITY)
-            }
-            None => DEFAULT_COMPATIBILITY,
-        })
+        match self.setting(CONFIG, subject).await? {
+            Some(name) => Compatibility::parse(&name),
+            None => Ok(DEFAULT_COMPATIBILITY),
+        }
     }
 
     /// The level set for exactly `subject` (`None`: the registry), if one is.
     pub async fn own_compatibility(&self, subject: Option<&str>) -> Result<Option<Compatibility>> {
-        let key = self.setting_key("config", subject)?;
-        match self.get_json(&key).await? {
-            Some((v, _)) => {
-                Compatibility::parse(v["compatibility"].as_str().unwrap_or("")).map(Some)
-            }
-            None => Ok(None),
-        }
+        let own = self.own_setting(CONFIG, subject).await?;
+        own.map(|name| Compatibility::parse(&name)).transpose()
     }
 
     /// Sets the level of `subject` (`None`: the registry's default).
@@ -453,49 +445,78 @@ impl Registry {
         subject: Option<&str>,
         level: Compatibility,
     ) -> Result<()> {
-        let key = self.setting_key("config", subject)?;
-        let record = json!({"compatibility": level.name()}).to_string();
-        self.meta.put(&key, record.into_bytes().into(), folio_meta::Expect::Any).await?;
-        Ok(())
+        self.put_setting(CONFIG, subject, level.name()).await
     }
 
     /// Removes `subject`'s own level (it falls back to the registry's); returns the old one.
     pub async fn delete_compatibility(&self, subject: Option<&str>) -> Result<Compatibility> {
         let old = self.compatibility(subject).await?;
-        let key = self.setting_key("config", subject)?;
-        self.meta.delete(&key, folio_meta::Expect::Any).await?;
+        self.delete_setting(CONFIG, subject).await?;
         Ok(old)
     }
 
     /// The mode of `subject` (`None`: the registry's), falling back as levels do.
     pub async fn mode(&self, subject: Option<&str>) -> Result<Mode> {
-        for s in [subject, None] {
-            let key = self.setting_key("mode", s)?;
-            if let Some((v, _)) = self.get_json(&key).await? {
-                return Mode::parse(v["mode"].as_str().unwrap_or(""));
-            }
-            if s.is_none() {
-                break;
-            }
+        match self.setting(MODE, subject).await? {
+            Some(name) => Mode::parse(&name),
+            None => Ok(Mode::ReadWrite),
         }
-        Ok(Mode::ReadWrite)
     }
 
     /// Sets the mode of `subject` (`None`: the registry's).
     pub async fn set_mode(&self, subject: Option<&str>, mode: Mode) -> Result<()> {
-        let key = self.setting_key("mode", subject)?;
-        let record = json!({"mode": mode.name()}).to_string();
-        self.meta.put(&key, record.into_bytes().into(), folio_meta::Expect::Any).await?;
-        Ok(())
+        self.put_setting(MODE, subject, mode.name()).await
     }
 
     /// Removes `subject`'s own mode; returns the one it had.
     pub async fn delete_mode(&self, subject: Option<&str>) -> Result<Mode> {
         let old = self.mode(subject).await?;
-        self.meta.delete(&self.setting_key("mode", subject)?, folio_meta::Expect::Any).await?;
+        self.delete_setting(MODE, subject).await?;
         Ok(old)
     }
+
+    /// Setting `what` as set for exactly `subject` (`None`: the registry).
+    async fn own_setting(
+        &self,
+        (what, field): Setting,
+        subject: Option<&str>,
+    ) -> Result<Option<String>> {
+        let key = self.setting_key(what, subject)?;
+        Ok(self.get_json(&key).await?.map(|(v, _)| v[field].as_str().unwrap_or("").to_string()))
+    }
+
+    /// Setting `what` for `subject`, else the registry's.
+    async fn setting(&self, what: Setting, subject: Option<&str>) -> Result<Option<String>> {
+        match self.own_setting(what, subject).await? {
+            None if subject.is_some() => self.own_setting(what, None).await,
+            own => Ok(own),
+        }
+    }
+
+    async fn put_setting(
+        &self,
+        (what, field): Setting,
+        subject: Option<&str>,
+        value: &str,
+    ) -> Result<()> {
+        let key = self.setting_key(what, subject)?;
+        let record = json!({ field: value }).to_string();
+        self.meta.put(&key, record.into_bytes().into(), folio_meta::Expect::Any).await?;
+        Ok(())
+    }
+
+    async fn delete_setting(&self, (what, _): Setting, subject: Option<&str>) -> Result<()> {
+        self.meta.delete(&self.setting_key(what, subject)?, folio_meta::Expect::Any).await?;
+        Ok(())
+    }
 }
+
+/// A setting's key prefix and the field of its record.
+type Setting = (&'static str, &'static str);
+/// Compatibility levels: `config/...` records of `{"compatibility"}`.
+const CONFIG: Setting = ("config", "compatibility");
+/// Modes: `mode/...` records of `{"mode"}`.
+const MODE: Setting = ("mode", "mode");
 
 fn check_subject(subject: &str) -> Result<()> {
     if subject.is_empty()

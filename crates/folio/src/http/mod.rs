@@ -82,10 +82,7 @@ impl HttpAccess {
                 )),
             };
         };
-        let sent = request.lines().skip(1).take_while(|l| !l.is_empty()).find_map(|l| {
-            let (name, value) = l.split_once(':')?;
-            name.trim().eq_ignore_ascii_case("authorization").then_some(value.trim())
-        });
+        let sent = request::header(request, "authorization");
         let sent = sent.and_then(|v| v.strip_prefix("Bearer ")).map(str::trim);
         match sent {
             Some(s) if constant_time_eq(s.as_bytes(), token.as_bytes()) => Ok(()),

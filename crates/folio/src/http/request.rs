@@ -48,16 +48,10 @@ pub async fn read(stream: &mut TcpStream) -> Result<Request, Refusal> {
     let mut words = head.split_whitespace();
     let (method, target) = (words.next().unwrap_or("GET"), words.next().unwrap_or("/"));
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let header = |name: &str| {
-        head.lines().skip(1).take_while(|l| !l.is_empty()).find_map(|l| {
-            let (n, v) = l.split_once(':')?;
-            n.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_string())
-        })
-    };
-    if header("transfer-encoding").is_some() {
+    if header(&head, "transfer-encoding").is_some() {
         return Err(Some((411, "send the body with a content-length, not chunked\n".into())));
     }
-    let length = match header("content-length") {
+    let length = match header(&head, "content-length") {
         None => 0,
         Some(v) => {
             v.parse::<usize>().map_err(|_| Some((400, format!("content-length {v:?}\n"))))?
@@ -82,6 +76,14 @@ pub async fn read(stream: &mut TcpStream) -> Result<Request, Refusal> {
         query: query.to_string(),
         head,
         body,
+    })
+}
+
+/// The value of header `name` (any case) in a request's `head`: the one parser of headers.
+pub fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().skip(1).take_while(|l| !l.is_empty()).find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.trim().eq_ignore_ascii_case(name).then(|| v.trim())
     })
 }
 

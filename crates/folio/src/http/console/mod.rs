@@ -87,22 +87,10 @@ fn token() -> String {
 }
 
 fn cookie(head: &str, name: &str) -> Option<String> {
-    head.lines().skip(1).take_while(|l| !l.is_empty()).find_map(|l| {
-        let (n, v) = l.split_once(':')?;
-        if !n.trim().eq_ignore_ascii_case("cookie") {
-            return None;
-        }
-        v.split(';').find_map(|kv| {
-            let (k, v) = kv.trim().split_once('=')?;
-            (k == name).then(|| v.to_string())
-        })
-    })
-}
-
-fn header(head: &str, name: &str) -> Option<String> {
-    head.lines().skip(1).take_while(|l| !l.is_empty()).find_map(|l| {
-        let (n, v) = l.split_once(':')?;
-        n.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+    let cookies = crate::http::request::header(head, "cookie")?;
+    cookies.split(';').find_map(|kv| {
+        let (k, v) = kv.trim().split_once('=')?;
+        (k == name).then(|| v.to_string())
     })
 }
 
@@ -271,7 +259,7 @@ impl Console {
 
 /// A change without the session's CSRF token is refused (403).
 fn csrf_refused(req: &crate::http::request::Request, s: &Session) -> Option<Answer> {
-    let sent = header(&req.head, "x-csrf-token");
+    let sent = crate::http::request::header(&req.head, "x-csrf-token");
     match sent {
         Some(t) if crate::http::request::constant_time_eq(t.as_bytes(), s.csrf.as_bytes()) => None,
         _ => Some(Answer::error(403, "missing or wrong x-csrf-token")),
