@@ -657,3 +657,44 @@ async fn transactions_survive_their_coordinator_sigkilled_and_the_cli_aborts_a_h
     let listed = folio_txns(&root, &["list"]);
     assert!(listed.contains("CompleteAbort"), "{listed}");
 }
+
+/// An HTTP request with a JSON body to `addr`: (status line, body).
+fn http_json(addr: &str, method: &str, path: &str, body: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    (head.lines().next().unwrap_or("").to_string(), body.to_string())
+}
+
+/// #51 item 3 where users rely on it: two broker processes on etcd serve one schema
+/// registry. A schema registered through one is read through the other, which also refuses
+/// a breaking one, and everything stays after the first broker is SIGKILLed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_broker_processes_on_etcd_serve_one_schema_registry() {
+    let etcd = std::env::var("FOLIO_ETCD_ENDPOINTS").expect("FOLIO_ETCD_ENDPOINTS");
+    let root = format!("registry-test-{:x}", rand::random::<u64>());
+    let tmp = tempfile::tempdir().unwrap();
+    let _bookie = start_bookie(tmp.path(), "bookie-0", &etcd, &root, &[]);
+    let (b1, _, http1) = common::start_broker_http(&etcd, &root, 1, &[]);
+    let (_b2, _, http2) = common::start_broker_http(&etcd, &root, 2, &[]);
+    let (status, body) =
+        http_json(&http1, "POST", "/subjects/s-value/versions", r#"{"schema":"\"string\""}"#);
+    assert!(status.contains("200"), "{status} {body}");
+    let id = body.trim_start_matches("{\"id\":").trim_end_matches('}').to_string();
+    let (status, body) = http_json(&http2, "GET", &format!("/schemas/ids/{id}"), "");
+    assert!(status.contains("200") && body.contains("string"), "{status} {body}");
+    let (status, body) =
+        http_json(&http2, "POST", "/subjects/s-value/versions", r#"{"schema":"\"int\""}"#);
+    assert!(status.contains("409") && body.contains("\"error_code\":409"), "{status} {body}");
+    drop(b1); // SIGKILL
+    let (_, body) = http_json(&http2, "GET", "/subjects/s-value/versions", "");
+    assert_eq!(body, "[1]");
+}
