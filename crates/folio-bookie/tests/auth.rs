@@ -2,8 +2,7 @@
 //! per-ledger secret password that keeps one writer's ledger from another's adds.
 
 // The storage tests' helpers: the suite runs in `FOLIO_STORAGE_MODE`'s mode.
-#[path = "../../folio-storage/tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

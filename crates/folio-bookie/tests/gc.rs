@@ -1,8 +1,7 @@
 //! Garbage collection (L1 no-leak, L2 gc-never-pinned) against an embedded metadata store.
 
 // The storage tests' helpers, shared rather than copied (the bookie re-exports the engine).
-#[path = "../../folio-storage/tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,11 +1,9 @@
 //! The bookie server and lifecycle over real TCP, with the embedded metadata store.
 
 // The storage tests' helpers: the suite runs in `FOLIO_STORAGE_MODE`'s mode.
-#[path = "../../folio-storage/tests/common/mod.rs"]
-mod common;
+use crate::common;
 
-#[path = "../../folio-testkit/src/poll.rs"]
-mod poll;
+use crate::poll;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -4,9 +4,7 @@
 //! on the cluster (ACL and credential APIs), DENY over ALLOW, DESCRIBE implied by WRITE,
 //! prefixed patterns, and a deleted binding counting at the next request.
 
-#![allow(clippy::big_endian_bytes)] // Kafka's wire format (the shared test helpers)
-
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 

@@ -4,9 +4,9 @@
 //! ElectLeaders and the reassignment APIs: nothing to elect or move. DescribeLogDirs: the
 //! bookies' ledger directories.
 
-#![allow(clippy::big_endian_bytes)] // Kafka's wire format (the shared test helpers)
+#![allow(clippy::big_endian_bytes)] // Kafka's wire format is big-endian
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::{Conn, metadata_req, offset_commit_req};

@@ -4,9 +4,9 @@
 //! are refused with `record_errors`. Also the storage configs beside `cleanup.policy`:
 //! `compression.type` and `segment.bytes`.
 
-#![allow(clippy::big_endian_bytes)] // Kafka's wire format (the shared test helpers)
+#![allow(clippy::big_endian_bytes)] // Kafka's wire format is big-endian
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

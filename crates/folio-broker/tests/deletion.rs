@@ -7,7 +7,7 @@
 // Kafka's wire format is big-endian (the shared test helpers build batches).
 #![allow(clippy::big_endian_bytes)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -3,9 +3,7 @@
 //! wrong epochs, unknown ids and a switch between topic names and ids are refused; the
 //! session cache keeps its limits (slots, partitions) and evicts by Kafka's rules.
 
-#![allow(clippy::big_endian_bytes)] // Kafka's wire format (the shared test helpers)
-
-mod common;
+use crate::common;
 
 use common::{Conn, batch, metadata_req};
 use folio_broker::errors;

@@ -4,7 +4,7 @@
 // Kafka's wire format is big-endian.
 #![allow(clippy::big_endian_bytes)]
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::*;

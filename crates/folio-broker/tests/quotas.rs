@@ -3,9 +3,7 @@
 //! get `throttle_time_ms` (and their connection waits it out); a second broker picks the
 //! quotas up through its watch.
 
-#![allow(clippy::big_endian_bytes)] // Kafka's wire format (the shared test helpers)
-
-mod common;
+use crate::common;
 
 use common::{Conn, batch_sized, metadata_req};
 use folio_broker::errors;

@@ -3,9 +3,7 @@
 //! The real clients (kcat, confluent-kafka, kafka-python, aiokafka) are in
 //! `crates/folio/tests/kafka_security.rs`.
 
-#![allow(clippy::big_endian_bytes)] // Kafka's wire format (the shared test helpers)
-
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -3,9 +3,7 @@
 //! set the reset and the lock, and the admin APIs describe, alter and delete the start
 //! offsets of an empty group only.
 
-#![allow(clippy::big_endian_bytes)] // Kafka's wire format (the shared test helpers)
-
-mod common;
+use crate::common;
 
 use common::{Conn, batch, metadata_req, produce_req, produced};
 use folio_broker::errors;

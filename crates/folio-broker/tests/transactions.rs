@@ -5,7 +5,7 @@
 // Kafka's wire format is big-endian.
 #![allow(clippy::big_endian_bytes)]
 
-mod common;
+use crate::common;
 
 use common::*;
 use folio_broker::errors;

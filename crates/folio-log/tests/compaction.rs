@@ -3,7 +3,7 @@
 //! a chain that moved on refuses the swap; an output nobody finished is trashed by the
 //! next owner (L1); what was acknowledged and kept stays readable by offset (D1).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! or in the trash; after the deleter runs the trash is empty and the ledgers are gone
 //! from the metadata store; after bookie GC, from the bookie's disk too.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! tailing, ownership (D3 at the log level), ledger failure and re-send, cursors,
 //! retention, delete_records, and reads by timestamp.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Offset lookups across rollovers, reopenings and delete_records, against a model (a
 //! plain list of batches). Property test; cases are few because each runs real bookies.
 
-mod common;
+use crate::common;
 
 use common::*;
 use folio_log::{LogConfig, LogError, ManagedLog};

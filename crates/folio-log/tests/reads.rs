@@ -2,7 +2,7 @@
 //! last read ended, across ledger boundaries, within the bytes asked; the tail cache that
 //! serves the newest entries from memory; the persisted offset index of closed ledgers.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::Ordering::Relaxed;
 

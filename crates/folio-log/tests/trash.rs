@@ -1,7 +1,7 @@
 //! The trash and its deleter: owner tags, failures that back off and retry, bookies down
 //! during deletion, a failed chain transaction, and whole-log deletion.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

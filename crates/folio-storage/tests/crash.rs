@@ -13,7 +13,7 @@
 //! The seed of a failing case is printed; rerun it with `FOLIO_CRASH_SEEDS=<seed>`.
 //! `FOLIO_CRASH_SEEDS=a..b` runs a range (the default is `0..40`).
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc::Receiver;

@@ -14,7 +14,7 @@
 //! hit bytes nothing reads), 519 served with the damaged entries answered as corrupt, 9
 //! with journal-tail records lost.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

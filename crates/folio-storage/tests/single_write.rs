@@ -8,7 +8,7 @@
 //! `d1_d3_single_write_mode_survives_random_crashes`; the whole suite under
 //! `FOLIO_STORAGE_MODE=single-write`).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! steps (D1 holds the same way), the wake tells of every step to take, and a flush by
 //! `Stepper::flush` makes the entries survive a crash that loses everything unsynced.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,7 +1,7 @@
 //! Semantics of the storage engine (bookkeeper.md §1.5, §1.7, §4): master keys, fencing,
 //! explicit LAC, limbo, reads through every layer, and recovery after a clean restart.
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::*;

@@ -2,7 +2,7 @@
 //! across restarts and crashes (L1: a zombie add after deletion is refused, not acknowledged
 //! into nothing).
 
-mod common;
+use crate::common;
 
 use common::*;
 use folio_proto::Status;

@@ -333,6 +333,50 @@ pub fn library_crates_without_error_module(root: &Path) -> Vec<String> {
     out
 }
 
+/// The test binaries of crates that merge their integration tests into one (`autotests =
+/// false` and a `[[test]]` named `suite`): each such crate → the files in its `tests/` that
+/// `tests/suite.rs` does not declare as a module (they would compile into nothing and never
+/// run), and crates with more than `files_max` test files that still build one binary per
+/// file (→ `["autotests"]`: each file compiles the shared helpers and the dependencies'
+/// generic code again).
+pub fn test_files_outside_their_suite(
+    root: &Path,
+    files_max: usize,
+) -> std::io::Result<BTreeMap<String, Vec<String>>> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(root.join("crates"))? {
+        let dir = e?.path();
+        let name = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+        let Ok(manifest) = std::fs::read_to_string(dir.join("Cargo.toml")) else { continue };
+        let Ok(entries) = std::fs::read_dir(dir.join("tests")) else { continue };
+        let mut files = Vec::new();
+        for f in entries {
+            let f = f?.file_name().to_string_lossy().to_string();
+            if let Some(stem) = f.strip_suffix(".rs").filter(|s| *s != "suite") {
+                files.push(stem.to_string());
+            }
+        }
+        files.sort();
+        if !manifest.lines().any(|l| l.replace(' ', "") == "autotests=false") {
+            if files.len() > files_max {
+                out.insert(name, vec!["autotests".to_string()]);
+            }
+            continue;
+        }
+        let suite = std::fs::read_to_string(dir.join("tests/suite.rs")).unwrap_or_default();
+        let declared: BTreeSet<&str> = suite
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("mod ")?.strip_suffix(';'))
+            .collect();
+        let missing: Vec<String> =
+            files.into_iter().filter(|f| !declared.contains(f.as_str())).collect();
+        if !missing.is_empty() || !manifest.contains("path = \"tests/suite.rs\"") {
+            out.insert(name, missing);
+        }
+    }
+    Ok(out)
+}
+
 /// Named limits (`const *_MAX` / `*_MIN`) in shipped code outside a `limits.rs`: (path,
 /// name).
 pub fn limits_outside_limits_files(sources: &[Source]) -> Vec<(String, String)> {

@@ -369,6 +369,32 @@ fn unsafe_only_in_listed_files_and_each_with_its_safety_comment() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
+/// A crate with more integration-test files than this merges them into one binary,
+/// `tests/suite.rs`: every file compiled on its own repeated the shared helpers and the
+/// dependencies' generic code, which was most of CI's build (28 files of `folio` and
+/// `folio-broker` took 634 s to compile, their two suites 71 s).
+const TEST_FILES_PER_BINARY_MAX: usize = 3;
+
+#[test]
+fn every_test_file_is_in_its_suite() {
+    let found = test_files_outside_their_suite(&workspace_root(), TEST_FILES_PER_BINARY_MAX)
+        .expect("reading the crates' tests");
+    let problems: Vec<String> = found
+        .iter()
+        .map(|(krate, files)| match files.first().map(String::as_str) {
+            Some("autotests") => format!(
+                "{krate}: more than {TEST_FILES_PER_BINARY_MAX} test files, each its own \
+                 binary: set `autotests = false` and list them in tests/suite.rs"
+            ),
+            _ if files.is_empty() => {
+                format!("{krate}: autotests = false needs a [[test]] at tests/suite.rs")
+            }
+            _ => format!("{krate}: tests/suite.rs does not declare {files:?}: they never run"),
+        })
+        .collect();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
 #[test]
 fn named_limits_move_into_limits_files_and_never_come_back() {
     let found = limits_outside_limits_files(&sources());

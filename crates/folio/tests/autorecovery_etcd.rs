@@ -8,7 +8,7 @@
 //! and every acknowledged entry and record still reads (D1).
 #![cfg(feature = "etcd")]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::process::Command;

@@ -6,7 +6,7 @@
 //! cluster, killed and replaced.
 #![cfg(feature = "etcd")]
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -9,7 +9,7 @@
 //! their size before the writes, and `folio audit` finds no orphan.
 #![cfg(feature = "etcd")]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

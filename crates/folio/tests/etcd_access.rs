@@ -5,7 +5,7 @@
 //! password, and with a certificate of another CA, the tools fail with a clear error.
 #![cfg(feature = "etcd")]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

@@ -8,7 +8,7 @@
 // Kafka's wire format is big-endian.
 #![allow(clippy::big_endian_bytes)]
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::time::Duration;

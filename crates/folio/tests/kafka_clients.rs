@@ -6,7 +6,7 @@
 //! The clients are installed by `scripts/test.sh`; a missing client fails the test with
 //! what to install (it is never skipped silently).
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@
 //! unknown users fail with an authentication error; a new certificate is served after
 //! SIGHUP. The Python scenarios are in `tests/kafka/security.py`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

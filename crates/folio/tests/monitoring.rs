@@ -6,7 +6,7 @@
 //! too: the dashboard is JSON whose panels each have a title and queries; every alert rule
 //! has an expression, a duration, a severity and a summary.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

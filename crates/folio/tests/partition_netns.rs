@@ -19,7 +19,7 @@
 //! and routes are made and removed by the test itself.
 #![cfg(feature = "etcd")]
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};

@@ -9,7 +9,7 @@
 //! the broker's HTTP POST routes need the token.
 #![cfg(feature = "etcd")]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -1,4 +1,5 @@
 #![allow(dead_code, unused_imports)]
+#![allow(clippy::big_endian_bytes)] // Kafka's wire format is big-endian
 //! A broker on in-process bookies, and a raw Kafka protocol client for tests.
 
 use std::net::SocketAddr;
