@@ -153,7 +153,7 @@ impl MetadataStore for Flaky {
         Box::pin(async move {
             let n = self.calls.fetch_add(1, Ordering::SeqCst);
             if Some(n) == self.fail_on {
-                return Err(MetaError::Unavailable("injected failure on a later page".into()));
+                return Err(MetaError::unavailable("injected failure on a later page"));
             }
             let page = self.inner.list(prefix, after, limit).await?;
             if !page.more

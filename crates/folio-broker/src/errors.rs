@@ -417,7 +417,7 @@ fn log_code(e: &folio_log::LogError) -> i16 {
         E::Exists(_) | E::CreateRefused { .. } => NOT_LEADER_OR_FOLLOWER,
         E::OffsetOutOfRange { .. } => OFFSET_OUT_OF_RANGE,
         E::Invalid(_) | E::NoSuchCursor { .. } => INVALID_RECORD,
-        E::Ledger(_) | E::LedgersUnavailable(_) | E::Meta(_) | E::CorruptEntry { .. } => {
+        E::Ledger(_) | E::LedgersUnavailable { .. } | E::Meta(_) | E::CorruptEntry { .. } => {
             KAFKA_STORAGE_ERROR
         }
     }

@@ -69,5 +69,8 @@ pub(crate) async fn fence_ledger(
             Err(e) => return Err(e.into()),
         }
     }
-    Err(LogError::LedgersUnavailable(format!("ledger {id} could not be recovered")))
+    Err(LogError::LedgersUnavailable {
+        why: format!("ledger {id} could not be recovered"),
+        source: None,
+    })
 }

@@ -30,9 +30,17 @@ pub enum LogError {
     /// every waiting append).
     #[error("ledger: {0}")]
     Ledger(Arc<LedgerError>),
-    /// The log's ledgers cannot be written or recovered (after retries).
-    #[error("ledgers unavailable: {0}")]
-    LedgersUnavailable(String),
+    /// The log's ledgers cannot be written or recovered (after retries), or a read of them
+    /// ended without an answer.
+    #[error("ledgers unavailable: {why}")]
+    LedgersUnavailable {
+        /// What could not be done (with its source's message, when it has one).
+        why: String,
+        /// What ended it, when something said so (a read task's `JoinError`); shared, as the
+        /// error is cloned to every waiter.
+        #[source]
+        source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+    },
     #[error("metadata: {0}")]
     Meta(Arc<MetaError>),
     #[error("log entry {ledger_id}:{entry_id} is not in the log-entry format")]

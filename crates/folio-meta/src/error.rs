@@ -14,8 +14,14 @@ pub enum MetaError {
     )]
     Compacted { requested: u64, compacted: u64 },
     /// The backend cannot be reached (etcd down, connection refused, timeout).
-    #[error("metadata store unavailable: {0}")]
-    Unavailable(String),
+    #[error("metadata store unavailable: {why}")]
+    Unavailable {
+        /// What could not be reached, or why (`etcd at 127.0.0.1:2379`).
+        why: String,
+        /// The transport's or server's error, when there is one (shared, as `Io`'s).
+        #[source]
+        source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
+    },
     #[error("lease {0} not found (expired or revoked)")]
     LeaseNotFound(i64),
     #[error("invalid argument: {0}")]
@@ -36,6 +42,21 @@ pub enum MetaError {
 }
 
 impl MetaError {
+    /// A [`MetaError::Unavailable`] with no error behind it (a timeout, a store closing).
+    pub fn unavailable(why: impl Into<String>) -> MetaError {
+        MetaError::Unavailable { why: why.into(), source: None }
+    }
+
+    /// A [`MetaError::Unavailable`] caused by `source` (the transport's or server's error),
+    /// named in the message too (as every error here names its source).
+    pub fn unavailable_because(
+        why: impl std::fmt::Display,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> MetaError {
+        let why = format!("{why}: {source}");
+        MetaError::Unavailable { why, source: Some(std::sync::Arc::new(source)) }
+    }
+
     /// A [`MetaError::Io`] failure of `doing`.
     pub fn io(
         doing: impl Into<String>,

@@ -97,7 +97,7 @@ impl EtcdTls {
     fn options(&self) -> Result<etcd_client::TlsOptions> {
         let read = |p: &std::path::Path| {
             std::fs::read(p).map_err(|e| {
-                MetaError::Unavailable(format!("reading etcd TLS file {}: {e}", p.display()))
+                MetaError::unavailable_because(format!("reading etcd TLS file {}", p.display()), e)
             })
         };
         let ca = etcd_client::Certificate::from_pem(read(&self.ca_file)?);
@@ -135,7 +135,10 @@ impl EtcdStore {
             }
         }
         let client = Client::connect(&urls, Some(options)).await.map_err(|e| {
-            MetaError::Unavailable(format!("connecting to etcd at {}: {e}", endpoints.join(",")))
+            MetaError::unavailable_because(
+                format!("connecting to etcd at {}", endpoints.join(",")),
+                e,
+            )
         })?;
         Ok(EtcdStore { client, endpoints: endpoints.to_vec() })
     }
@@ -149,9 +152,7 @@ impl EtcdStore {
                     Code::Unavailable
                     | Code::DeadlineExceeded
                     | Code::Cancelled
-                    | Code::Unknown => {
-                        MetaError::Unavailable(format!("etcd at {at}: {}", s.message()))
-                    }
+                    | Code::Unknown => MetaError::unavailable_because(format!("etcd at {at}"), s),
                     Code::NotFound if s.message().contains("lease not found") => {
                         MetaError::LeaseNotFound(0)
                     }
@@ -166,9 +167,11 @@ impl EtcdStore {
                 MetaError::LeaseNotFound(0)
             }
             etcd_client::Error::TransportError(t) => {
-                MetaError::Unavailable(format!("etcd at {at}: {t}"))
+                MetaError::unavailable_because(format!("etcd at {at}"), t)
             }
-            etcd_client::Error::IoError(i) => MetaError::Unavailable(format!("etcd at {at}: {i}")),
+            etcd_client::Error::IoError(i) => {
+                MetaError::unavailable_because(format!("etcd at {at}"), i)
+            }
             other => MetaError::io(format!("etcd at {at}"), other),
         }
     }
@@ -278,9 +281,8 @@ impl MetadataStore for EtcdStore {
                     let resp = match msg {
                         Ok(Some(r)) => r,
                         Ok(None) => {
-                            let _ = tx
-                                .send(Err(MetaError::Unavailable("etcd closed the watch".into())))
-                                .await;
+                            let _ =
+                                tx.send(Err(MetaError::unavailable("etcd closed the watch"))).await;
                             return;
                         }
                         Err(e) => {

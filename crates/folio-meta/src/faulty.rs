@@ -118,7 +118,7 @@ impl FaultyStore {
 }
 
 fn dead() -> MetaError {
-    MetaError::Unavailable("injected crash: the store is gone for this process".into())
+    MetaError::unavailable("injected crash: the store is gone for this process")
 }
 
 impl MetadataStore for FaultyStore {
@@ -160,7 +160,7 @@ impl MetadataStore for FaultyStore {
             let k = self.fail_txns.load(Ordering::SeqCst);
             if k > 0 {
                 self.fail_txns.store(k - 1, Ordering::SeqCst);
-                return Err(MetaError::Unavailable("injected transaction failure".into()));
+                return Err(MetaError::unavailable("injected transaction failure"));
             }
             let creates_under = |prefix: &str| {
                 txn.compares

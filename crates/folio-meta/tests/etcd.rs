@@ -136,17 +136,18 @@ async fn operations_fail_clearly_while_etcd_is_down_and_work_after_it_restarts()
     let v = s.put("r/k", bytes::Bytes::from_static(b"before"), Expect::Absent).await.unwrap();
     etcd.stop();
     let err = s.get("r/k").await.unwrap_err();
-    assert!(matches!(err, MetaError::Unavailable(_)), "{err}");
+    assert!(matches!(err, MetaError::Unavailable { .. }), "{err}");
     assert!(err.to_string().contains(&etcd.endpoint()), "the error names the endpoint: {err}");
+    assert!(std::error::Error::source(&err).is_some(), "the transport's error is kept: {err:?}");
     let err =
         s.put("r/k", bytes::Bytes::from_static(b"during"), Expect::Version(v)).await.unwrap_err();
-    assert!(matches!(err, MetaError::Unavailable(_)), "{err}");
+    assert!(matches!(err, MetaError::Unavailable { .. }), "{err}");
     etcd.spawn();
     let deadline = Instant::now() + Duration::from_secs(30);
     let got = loop {
         match s.get("r/k").await {
             Ok(got) => break got,
-            Err(MetaError::Unavailable(_)) if Instant::now() < deadline => {
+            Err(MetaError::Unavailable { .. }) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Err(e) => panic!("after restart: {e}"),

@@ -36,9 +36,17 @@ pub enum RepairError {
     /// The lease holding the claim was lost while copying: copying stopped, no swap.
     #[error("ledger {ledger}: lease lost while copying to {target}; stopped")]
     LeaseLost { ledger: u64, target: String },
-    /// A copy task ended without a result (it panicked, or its runtime stopped).
-    #[error("copy task failed: {0}")]
-    Task(String),
+    /// A copy task ended without a result (it panicked, its runtime stopped, or the storage
+    /// dropped its add unanswered).
+    #[error("copy task failed: {what}")]
+    Task {
+        /// Which task and, when it has one, its source's message (`copying an entry: task
+        /// 12 panicked`).
+        what: String,
+        /// Why it ended, when something said so (a panic's or cancellation's `JoinError`).
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
 }
 
 /// Names the step a result belongs to, keeping its error as the source.

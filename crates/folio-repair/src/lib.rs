@@ -194,7 +194,10 @@ impl IntegrityCheck {
                 )?;
                 match rx.await {
                     Ok(r) => r.map_err(RepairError::from),
-                    Err(_) => Err(RepairError::Task("storage dropped the add".to_string())),
+                    Err(_) => Err(RepairError::Task {
+                        what: "adding to the local storage: it dropped the add unanswered".into(),
+                        source: None,
+                    }),
                 }
             });
         }

@@ -122,13 +122,13 @@ impl MetadataStore for SimMeta {
             self.delay().await;
             if self.roll(&self.fail_per_1000) {
                 self.trace.event("meta: a transaction failed before it applied");
-                return Err(MetaError::Unavailable("simulated: the store is unreachable".into()));
+                return Err(MetaError::unavailable("simulated: the store is unreachable"));
             }
             let r = self.store().txn(txn).await;
             self.delay().await;
             if r.is_ok() && self.roll(&self.lost_answer_per_1000) {
                 self.trace.event("meta: a transaction applied and its answer was lost");
-                return Err(MetaError::Unavailable("simulated: the answer was lost".into()));
+                return Err(MetaError::unavailable("simulated: the answer was lost"));
             }
             r
         })

@@ -590,7 +590,10 @@ impl Actor {
                     backoff_ms = self.retry_backoff_ms,
                     "ledgers keep failing; backing off"
                 );
-                self.failed(&LogError::LedgersUnavailable("ledgers keep failing".into()));
+                self.failed(&LogError::LedgersUnavailable {
+                    why: "ledgers keep failing".into(),
+                    source: None,
+                });
                 Ok(())
             }
             Ok(()) => {

@@ -121,7 +121,10 @@ impl ReadStream {
             let p = self.pending.pop_front()?;
             let r = match p.read.await {
                 Ok(r) => r,
-                Err(e) => Err(LogError::LedgersUnavailable(format!("read task: {e}"))),
+                Err(e) => Err(LogError::LedgersUnavailable {
+                    why: format!("a read task ended without its entry: {e}"),
+                    source: Some(std::sync::Arc::new(e)),
+                }),
             };
             // The estimate gives way to the entry's real size.
             self.sub_bytes(p.estimate);

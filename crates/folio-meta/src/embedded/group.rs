@@ -88,7 +88,7 @@ impl Drop for Leading<'_> {
         let mut w = self.queue.lock();
         for t in self.tickets.drain(..) {
             let e = "the embedded metadata store's group commit panicked (a bug; see the log)";
-            w.outcomes.insert(t, Err(MetaError::Unavailable(e.into())));
+            w.outcomes.insert(t, Err(MetaError::unavailable(e)));
         }
         w.leading = false;
         self.queue.done.notify_all();
@@ -98,8 +98,8 @@ impl Drop for Leading<'_> {
 /// A job answered with the other kind's outcome: a bug of this module, reported as an
 /// error rather than a panic.
 fn mismatch() -> MetaError {
-    MetaError::Unavailable(
-        "the embedded store's group commit answered a write with another's outcome (a bug)".into(),
+    MetaError::unavailable(
+        "the embedded store's group commit answered a write with another's outcome (a bug)",
     )
 }
 
@@ -151,7 +151,7 @@ impl Inner {
             Ok(st) => st,
             Err(e) => {
                 let e = e.to_string();
-                return group.iter().map(|_| Err(MetaError::Unavailable(e.clone()))).collect();
+                return group.iter().map(|_| Err(MetaError::unavailable(e.clone()))).collect();
             }
         };
         let before = st.commits;

@@ -444,9 +444,8 @@ impl Inner {
     /// reads (which need no lock) go on, instead of a panic in every later caller.
     fn lock(&self) -> Result<MutexGuard<'_, State>> {
         self.state.lock().map_err(|_| {
-            MetaError::Unavailable(
-                "the embedded metadata store refuses writes after a panic in an earlier write (a bug; see the log); restart the process"
-                    .into(),
+            MetaError::unavailable(
+                "the embedded metadata store refuses writes after a panic in an earlier write (a bug; see the log); restart the process",
             )
         })
     }

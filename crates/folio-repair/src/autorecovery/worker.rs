@@ -418,7 +418,10 @@ impl Autorecovery {
             }
             Some(Err(e)) => {
                 stats.copy_errors.fetch_add(1, Relaxed);
-                first_error.get_or_insert(RepairError::Task(e.to_string()));
+                first_error.get_or_insert(RepairError::Task {
+                    what: format!("copying an entry: {e}"),
+                    source: Some(Box::new(e)),
+                });
             }
             None => {}
         }

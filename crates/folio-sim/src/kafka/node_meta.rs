@@ -52,7 +52,7 @@ impl NodeMeta {
         match tokio::time::timeout(HELD_MAX, rx.wait_for(|cut| !cut)).await {
             Ok(_) => Ok(()),
             Err(_) => {
-                Err(MetaError::Unavailable(format!("simulated: the store is cut off ({what})")))
+                Err(MetaError::unavailable(format!("simulated: the store is cut off ({what})")))
             }
         }
     }
@@ -92,13 +92,13 @@ impl MetadataStore for NodeMeta {
             let r = if up {
                 inner.txn(txn).await
             } else {
-                Err(MetaError::Unavailable("simulated: the store is cut off (txn)".into()))
+                Err(MetaError::unavailable("simulated: the store is cut off (txn)"))
             };
             let _ = tx.send(r);
         });
         Box::pin(async move {
             let r = rx.await.unwrap_or_else(|_| {
-                Err(MetaError::Unavailable("simulated: the transaction was lost".into()))
+                Err(MetaError::unavailable("simulated: the transaction was lost"))
             })?;
             self.pass("txn's answer").await?;
             Ok(r)

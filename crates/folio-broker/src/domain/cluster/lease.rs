@@ -24,7 +24,7 @@ async fn bounded<T>(
 ) -> Result<T, MetaError> {
     match tokio::time::timeout(max, fut).await {
         Ok(r) => r,
-        Err(_) => Err(MetaError::Unavailable(format!("{what}: no answer within {max:?}"))),
+        Err(_) => Err(MetaError::unavailable(format!("{what}: no answer within {max:?}"))),
     }
 }
 

@@ -210,7 +210,7 @@ impl Coordinator {
             .await
             .map_err(CommitError::Store)?;
         if !out.succeeded {
-            return Err(CommitError::Store(MetaError::Unavailable(format!(
+            return Err(CommitError::Store(MetaError::unavailable(format!(
                 "group {group}: its claim changed while it was taken"
             ))));
         }
@@ -253,7 +253,7 @@ impl Coordinator {
         let (was, guard) = self.claim_read(&key, current.as_ref());
         let last = was.map_or(-1, |r| r.generation).max(known);
         let generation = last.checked_add(1).ok_or_else(|| {
-            CommitError::Store(MetaError::Unavailable(format!(
+            CommitError::Store(MetaError::unavailable(format!(
                 "group {group}: generations exhausted"
             )))
         })?;

@@ -154,7 +154,7 @@ impl GroupConfigs {
                 return Ok(Ok(()));
             }
         }
-        Err(MetaError::Unavailable(format!("{key}: kept changing under the alteration")))
+        Err(MetaError::unavailable(format!("{key}: kept changing under the alteration")))
     }
 }
 

@@ -213,7 +213,7 @@ impl Shares {
         let out =
             self.meta.txn(Txn::new().compare(guard).put(key.to_string(), state.encode())).await?;
         if !out.succeeded {
-            return Err(MetaError::Unavailable(format!(
+            return Err(MetaError::unavailable(format!(
                 "{key}: created by another owner meanwhile"
             )));
         }
@@ -245,7 +245,7 @@ impl Shares {
         {
             *loaded = Loaded { state, version: v.version, epoch: loaded.epoch };
         }
-        Err(MetaError::Unavailable(format!("{key}: changed by another owner")))
+        Err(MetaError::unavailable(format!("{key}: changed by another owner")))
     }
 
     /// Every stored share-partition of `group`: (topic id, partition, state), for the
