@@ -1,7 +1,6 @@
 //! Who may talk to a bookie: the cluster-secret handshake (`folio_proto::auth`), and the
 //! per-ledger secret password that keeps one writer's ledger from another's adds.
 
-// The storage tests' helpers: the suite runs in `FOLIO_STORAGE_MODE`'s mode.
 use crate::common;
 
 use std::sync::Arc;

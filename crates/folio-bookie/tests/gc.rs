@@ -1,6 +1,5 @@
 //! Garbage collection (L1 no-leak, L2 gc-never-pinned) against an embedded metadata store.
 
-// The storage tests' helpers, shared rather than copied (the bookie re-exports the engine).
 use crate::common;
 
 use std::collections::BTreeMap;

@@ -1,9 +1,6 @@
 //! The bookie server and lifecycle over real TCP, with the embedded metadata store.
 
-// The storage tests' helpers: the suite runs in `FOLIO_STORAGE_MODE`'s mode.
-use crate::common;
-
-use crate::poll;
+use crate::{common, poll};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

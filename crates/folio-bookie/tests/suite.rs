@@ -1,10 +1,9 @@
 //! The bookie's integration tests: its server over TCP, authentication and GC.
 //!
-//! One test binary for every file in `tests/` (`autotests = false` in Cargo.toml): each file
-//! is a module here, so the shared helpers and the dependencies' generic code are compiled
-//! once, not once per file. nextest still runs every test in its own process. A file not
-//! listed here would never run; tidy's `every_test_file_is_in_its_suite` checks the list.
+//! One binary, a module per file in `tests/` (why: `TEST_FILES_PER_BINARY_MAX` in tidy).
 
+// The storage tests' helpers, shared rather than copied (the bookie re-exports the engine):
+// the suite runs in `FOLIO_STORAGE_MODE`'s mode.
 #[path = "../../folio-storage/tests/common/mod.rs"]
 mod common;
 #[path = "../../folio-testkit/src/poll.rs"]

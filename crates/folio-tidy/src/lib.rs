@@ -333,16 +333,24 @@ pub fn library_crates_without_error_module(root: &Path) -> Vec<String> {
     out
 }
 
-/// The test binaries of crates that merge their integration tests into one (`autotests =
-/// false` and a `[[test]]` named `suite`): each such crate → the files in its `tests/` that
-/// `tests/suite.rs` does not declare as a module (they would compile into nothing and never
-/// run), and crates with more than `files_max` test files that still build one binary per
-/// file (→ `["autotests"]`: each file compiles the shared helpers and the dependencies'
-/// generic code again).
+/// What is wrong with a crate's integration-test binaries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SuiteProblem {
+    /// More than `files_max` test files, each still its own binary (`autotests` on): each
+    /// compiles the shared helpers and the dependencies' generic code again.
+    OneBinaryPerFile(usize),
+    /// `autotests = false` without a `[[test]]` at `tests/suite.rs`: nothing would run.
+    NoSuiteTarget,
+    /// Files in `tests/` that `tests/suite.rs` does not declare: they never run.
+    Undeclared(Vec<String>),
+}
+
+/// Each crate whose integration tests are not one `tests/suite.rs` binary declaring every
+/// file, once it has more than `files_max` of them, with what is wrong.
 pub fn test_files_outside_their_suite(
     root: &Path,
     files_max: usize,
-) -> std::io::Result<BTreeMap<String, Vec<String>>> {
+) -> std::io::Result<BTreeMap<String, SuiteProblem>> {
     let mut out = BTreeMap::new();
     for e in std::fs::read_dir(root.join("crates"))? {
         let dir = e?.path();
@@ -359,8 +367,12 @@ pub fn test_files_outside_their_suite(
         files.sort();
         if !manifest.lines().any(|l| l.replace(' ', "") == "autotests=false") {
             if files.len() > files_max {
-                out.insert(name, vec!["autotests".to_string()]);
+                out.insert(name, SuiteProblem::OneBinaryPerFile(files.len()));
             }
+            continue;
+        }
+        if !manifest.contains("path = \"tests/suite.rs\"") {
+            out.insert(name, SuiteProblem::NoSuiteTarget);
             continue;
         }
         let suite = std::fs::read_to_string(dir.join("tests/suite.rs")).unwrap_or_default();
@@ -370,8 +382,8 @@ pub fn test_files_outside_their_suite(
             .collect();
         let missing: Vec<String> =
             files.into_iter().filter(|f| !declared.contains(f.as_str())).collect();
-        if !missing.is_empty() || !manifest.contains("path = \"tests/suite.rs\"") {
-            out.insert(name, missing);
+        if !missing.is_empty() {
+            out.insert(name, SuiteProblem::Undeclared(missing));
         }
     }
     Ok(out)

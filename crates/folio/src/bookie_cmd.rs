@@ -576,8 +576,9 @@ async fn check(settings: Settings, repair: bool) -> Result<(), String> {
     let bar = std::sync::Mutex::new(None::<crate::progress::Progress>);
     let progress = |done: u64, total: u64| {
         let mut bar = bar.lock().expect("progress lock");
-        let what = format!("checking bookie {id}");
-        let p = bar.get_or_insert_with(|| crate::progress::Progress::new(what, total));
+        let p = bar.get_or_insert_with(|| {
+            crate::progress::Progress::new(format!("checking bookie {id}"), total)
+        });
         p.set(done, &format!("{done} of {total} ledgers"));
     };
     let report = check.run(repair, &progress).await.map_err(|e| e.to_string())?;

@@ -149,10 +149,7 @@ impl Inner {
     fn commit_group(&self, group: &[(u64, Job)]) -> Vec<Result<Done>> {
         let mut st = match self.lock() {
             Ok(st) => st,
-            Err(e) => {
-                let e = e.to_string();
-                return group.iter().map(|_| Err(MetaError::unavailable(e.clone()))).collect();
-            }
+            Err(e) => return group.iter().map(|_| Err(e.clone())).collect(),
         };
         let before = st.commits;
         st.deferred = Some(Vec::new());
